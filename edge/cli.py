@@ -1,0 +1,71 @@
+"""The ``syncedge`` command line.
+
+Subcommand groups are discovered through the ``syncedge.commands`` entry-point group, so
+that ``edge`` never imports ``export`` or ``firmware_bridge`` (see docs/architecture.md).
+Each entry point is a ``register(subparsers)`` function that adds one subparser whose
+``func`` attribute takes the parsed ``argparse.Namespace`` and returns an exit code.
+Registration must stay cheap: heavy libraries are imported inside ``func``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+
+from edge import __version__
+from edge.errors import EdgeError
+
+__all__ = ["build_parser", "main"]
+
+ENTRY_POINT_GROUP = "syncedge.commands"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the top-level parser with every installed subcommand group."""
+    parser = argparse.ArgumentParser(
+        prog="syncedge",
+        description=(
+            "Edge runtime for calibration-conditioned robot world models: record a visual "
+            "calibration episode on a cell, cache its context, and simulate what actions "
+            "will do in that cell, offline."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"syncedge {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        register = ep.load()
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code.
+
+    Errors of the project's own hierarchies (all derive from
+    :class:`edge.errors.EdgeError`) and file errors print one line on stderr and exit with
+    code 2; anything else is a bug and keeps its traceback.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (EdgeError, OSError) as exc:
+        if isinstance(exc, OSError) and not getattr(exc, "filename", None):
+            raise
+        print(f"syncedge {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
