@@ -1,0 +1,214 @@
+"""``syncedge cells ...``: generate, preview and inspect MuJoCo-rendered robot cells."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "parse_chunks", "write_sample_cell"]
+
+SAMPLE_DIR = Path("samples") / "cell_sample"
+
+
+def parse_chunks(text: str) -> list[int]:
+    """Parse ``"3"``, ``"0-9"`` or ``"0-3,8"`` into chunk indices.
+
+    Raises:
+        CellError: for anything else, quoting the expected form.
+    """
+    from export.errors import CellError
+
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-", 1))
+                if b < a:
+                    raise ValueError
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise CellError(f"--chunks {text!r}: expected N, A-B or a comma list such as 0-3,8") from None
+    if any(c < 0 for c in out):
+        raise CellError(f"--chunks {text!r}: chunk indices must be >= 0")
+    return out
+
+
+def _command_line() -> str:
+    return "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    from export.cells.generate import GenerateOptions, generate_chunk
+
+    opts = GenerateOptions(cells_per_chunk=args.cells_per_chunk,
+                           motion_episodes=args.motion_episodes,
+                           motion_frames=args.motion_frames, fps=args.fps,
+                           width=args.size, height=args.size,
+                           face_budget=None if args.no_decimate else args.face_budget,
+                           segmentation=not args.no_segmentation)
+    chunks = parse_chunks(args.chunks)
+    cmd = _command_line()
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    if args.workers > 1 and len(chunks) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.workers) as pool:
+            futures = [pool.submit(generate_chunk, args.split, c, args.out, opts, cmd)
+                       for c in chunks]
+            for i, f in enumerate(futures):
+                progress(f"chunk {chunks[i]} done: {f.result()}")
+    else:
+        for c in chunks:
+            generate_chunk(args.split, c, args.out, opts, cmd, progress=progress)
+    print(f"{len(chunks)} chunk(s) of {args.split} under {args.out}")
+    return 0
+
+
+def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
+    """Render the shipped sample cell (held-out robot, held-out camera) into ``out``.
+
+    Writes ``calibration.npz``, ``test.npz`` and ``manifest.json`` (checksums, seed and the
+    command that regenerates it). Returns the manifest path.
+    """
+    import numpy as np
+
+    from edge.episode import save_episode
+    from edge.fileio import write_json_atomic
+    from export.cells.generate import CellGenerator, GenerateOptions, sha256_file
+    from export.cells.robots import robot_spec
+    from export.cells.sampling import chunk_seed, sample_cell
+    from export.cells.scene import require_mujoco
+    from export.cells.trajectories import random_trajectory
+
+    mujoco = require_mujoco()
+
+    seed = chunk_seed("test_all", 0)
+    cell = sample_cell(np.random.default_rng(seed), "test_all", "sample-cell")
+    opts = GenerateOptions(motion_episodes=0, motion_frames=motion_frames)
+    with CellGenerator(opts) as gen:
+        eps = gen.cell_episodes(cell)
+        rng = np.random.default_rng(cell.seed + 1)
+        q = random_trajectory(rng, robot_spec(cell.robot), motion_frames)
+        eps["test"] = gen.render_episode(cell, q, "validation")
+    files = {}
+    for name, ep in eps.items():
+        p = save_episode(ep, out / f"{name}.npz")
+        files[p.name] = {"sha256": sha256_file(p), "bytes": p.stat().st_size,
+                         "frames": ep.num_frames, "kind": ep.metadata.kind}
+    manifest: dict[str, Any] = {
+        "what": "sample cell: held-out robot, held-out camera band, held-out convention "
+                "(split test_all); a calibration episode and a test episode with ground truth",
+        "command": f"syncedge cells sample --out {out}",
+        "split": "test_all", "seed": seed, "cell": cell.to_json_dict(),
+        "options": {"width": opts.width, "height": opts.height, "fps": opts.fps,
+                    "test_frames": motion_frames, "face_budget": opts.face_budget},
+        "renderer": {"mujoco": mujoco.__version__},
+        "files": files,
+    }
+    return write_json_atomic(out / "manifest.json", manifest)
+
+
+def _run_sample(args: argparse.Namespace) -> int:
+    path = write_sample_cell(Path(args.out))
+    print(f"sample cell written: {path}")
+    return 0
+
+
+def _run_preview(args: argparse.Namespace) -> int:
+    from edge.visual import write_png
+
+    if args.episode:
+        from export.cells.preview import episodes_sheet, load_cell_dir
+
+        eps = load_cell_dir(Path(args.episode))
+        if not eps:
+            from export.errors import CellError
+
+            raise CellError(f"{args.episode}: no episode files (*.npz) found")
+        img = episodes_sheet(eps)
+        out = Path(args.out or "cell_preview.png")
+    else:
+        from export.cells.preview import random_cells_sheet
+
+        img = random_cells_sheet(args.count, args.seed)
+        out = Path(args.out or "cells_preview.png")
+    write_png(out, img)
+    print(f"contact sheet written: {out} ({img.shape[1]}x{img.shape[0]} px)")
+    return 0
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    from edge.episode import load_episode
+
+    ep = load_episode(args.episode)
+    m = ep.metadata
+    info = {
+        "file": str(args.episode), "frames": ep.num_frames, "resolution": list(ep.resolution),
+        "dof": ep.num_dof, "fps": m.fps, "kind": m.kind, "robot": m.robot, "split": m.split,
+        "cell_id": m.cell_id, "camera_id": m.camera_id, "robot_id": m.robot_id,
+        "dof_names": list(m.dof_names), "segments": len(m.segments),
+        "duration_s": float(ep.timestamps[-1] - ep.timestamps[0]),
+    }
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``cells`` and its subcommands to the ``syncedge`` parser."""
+    p = subparsers.add_parser(
+        "cells", help="generate and preview MuJoCo-rendered robot cells",
+        description="Render robot cells (robot, camera, lights, colours, controller "
+                    "convention) into episode files, preview them, inspect episodes.")
+    sub = p.add_subparsers(dest="cells_command", metavar="SUBCOMMAND", required=True)
+
+    g = sub.add_parser("generate", help="render seeded chunks of a split",
+                       description="Render cells of one split in seeded chunks; a chunk "
+                                   "regenerates identically and a complete chunk is skipped.")
+    g.add_argument("--split", required=True,
+                   choices=["train", "val", "test_camera", "test_robot", "test_convention",
+                            "test_all"])
+    g.add_argument("--chunks", default="0", help="chunk indices: N, A-B or a list (default 0)")
+    g.add_argument("--out", default="data/cells", help="output folder (default data/cells)")
+    g.add_argument("--cells-per-chunk", type=int, default=16)
+    g.add_argument("--motion-episodes", type=int, default=2, help="per cell (default 2)")
+    g.add_argument("--motion-frames", type=int, default=32, help="per episode (default 32)")
+    g.add_argument("--fps", type=float, default=10.0, help="frame rate, Hz (default 10)")
+    g.add_argument("--size", type=int, default=64, help="image width = height, px (default 64)")
+    g.add_argument("--face-budget", type=int, default=8000,
+                   help="decimate each robot's meshes to this many faces in all (default 8000)")
+    g.add_argument("--no-decimate", action="store_true", help="render the original meshes")
+    g.add_argument("--no-segmentation", action="store_true",
+                   help="skip the robot mask (evaluation-only data)")
+    g.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    g.set_defaults(func=_run_generate)
+
+    pv = sub.add_parser("preview", help="contact sheet of random cells or of a cell's episodes",
+                        description="Without --episode: render COUNT random cells from every "
+                                    "split into one PNG. With --episode: lay out the frames "
+                                    "of an episode file or of every episode in a cell folder.")
+    pv.add_argument("--episode", help="an episode file or a cell folder (e.g. "
+                                      f"{SAMPLE_DIR})")
+    pv.add_argument("--count", type=int, default=16)
+    pv.add_argument("--seed", type=int, default=0)
+    pv.add_argument("--out", help="PNG to write")
+    pv.set_defaults(func=_run_preview)
+
+    s = sub.add_parser("sample", help="render the shipped sample cell",
+                       description="Regenerate the sample cell shipped for the README demo.")
+    s.add_argument("--out", default=str(SAMPLE_DIR))
+    s.set_defaults(func=_run_sample)
+
+    sh = sub.add_parser("show", help="validate an episode file and print a summary")
+    sh.add_argument("episode")
+    sh.set_defaults(func=_run_show)

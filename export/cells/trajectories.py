@@ -1,0 +1,122 @@
+"""Joint trajectories for generated episodes: smooth random motion and calibration sweeps.
+
+All positions are in the robot's canonical joint order, rad, one row per frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from export.cells.robots import RobotSpec
+from export.errors import CellError
+
+__all__ = [
+    "SEGMENT_FRAMES",
+    "SWEEP_PROFILE",
+    "SweepSegment",
+    "calibration_sweep",
+    "motion_range",
+    "random_trajectory",
+]
+
+#: Frames per DoF segment of a calibration episode (out 3, pause 1, back 3, pause 1).
+SEGMENT_FRAMES = 8
+#: Fraction of the sweep amplitude moved by each action of a segment (sums to 0).
+SWEEP_PROFILE = np.array([0.25, 0.5, 0.25, 0.0, -0.25, -0.5, -0.25, 0.0])
+#: Calibration sweep amplitude range, rad (sign and magnitude drawn per DoF).
+SWEEP_AMPLITUDE_RAD = (0.30, 0.50)
+#: Half-width of the motion range around the home pose, rad.
+MOTION_HALF_RANGE_RAD = 0.7
+#: Frames between random waypoints of a motion trajectory.
+WAYPOINT_SPACING = 6
+
+
+@dataclass(frozen=True)
+class SweepSegment:
+    """One DoF sweep: canonical joint ``joint`` moves during action rows ``[start, stop)``."""
+
+    joint: int
+    start: int
+    stop: int
+    amplitude_rad: float
+
+
+def motion_range(spec: RobotSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) float64 ``[n]`` rad: home +- the motion half-range, inside joint limits."""
+    home = np.asarray(spec.home_rad)
+    lim = np.asarray(spec.limits_rad)
+    margin = 0.05
+    lo = np.maximum(home - MOTION_HALF_RANGE_RAD, lim[:, 0] + margin)
+    hi = np.minimum(home + MOTION_HALF_RANGE_RAD, lim[:, 1] - margin)
+    return lo, hi
+
+
+def random_trajectory(rng: np.random.Generator, spec: RobotSpec, num_frames: int,
+                      start_rad: np.ndarray | None = None) -> np.ndarray:
+    """A smooth random joint trajectory within the motion range.
+
+    Waypoints drawn uniformly in :func:`motion_range` every :data:`WAYPOINT_SPACING`
+    frames are joined by a Catmull-Rom spline (C1-continuous), then clipped to the range.
+
+    Args:
+        rng: random generator (consumed).
+        spec: the robot.
+        num_frames: T >= 2.
+        start_rad: optional first pose ``[n]`` rad (default: a random waypoint).
+
+    Returns:
+        float64 ``[T, n]`` joint positions, rad.
+    """
+    if num_frames < 2:
+        raise CellError(f"a trajectory needs at least 2 frames, found {num_frames}")
+    lo, hi = motion_range(spec)
+    k = num_frames // WAYPOINT_SPACING + 3
+    way = rng.uniform(lo, hi, size=(k + 1, spec.num_dof))
+    if start_rad is not None:
+        way[1] = np.clip(start_rad, lo, hi)
+    way[0] = way[1] - (way[2] - way[1])  # phantom point: start with the first segment's slope
+    t = np.arange(num_frames) / WAYPOINT_SPACING
+    i = np.floor(t).astype(int) + 1
+    u = (t - np.floor(t))[:, None]
+    p0, p1, p2, p3 = way[i - 1], way[i], way[i + 1], way[np.minimum(i + 2, k)]
+    q = 0.5 * ((2 * p1) + (-p0 + p2) * u + (2 * p0 - 5 * p1 + 4 * p2 - p3) * u**2
+               + (-p0 + 3 * p1 - 3 * p2 + p3) * u**3)
+    return np.clip(q, lo, hi)
+
+
+def calibration_sweep(rng: np.random.Generator, spec: RobotSpec,
+                      start_rad: np.ndarray) -> tuple[np.ndarray, list[SweepSegment]]:
+    """The joint trajectory of a calibration episode and its segments.
+
+    Every DoF is swept once, in a random order, while the others hold: out over three
+    frames, pause, back over three frames, pause (:data:`SWEEP_PROFILE`), with a random
+    sign and magnitude (:data:`SWEEP_AMPLITUDE_RAD`). Where the drawn direction would leave
+    the joint limits, the sweep goes the other way. After the sweep every joint is back at
+    its start pose. This follows SyncWorld's calibration generator (Yang et al., arXiv
+    2609.09155): one clip per camera view, K segments of a few frames each.
+
+    Returns:
+        ``(q, segments)``: float64 ``[n * SEGMENT_FRAMES + 1, n]`` rad, and one
+        :class:`SweepSegment` per DoF in sweep order; segment k covers action rows
+        ``[k * SEGMENT_FRAMES, (k + 1) * SEGMENT_FRAMES)``.
+    """
+    n = spec.num_dof
+    lim = np.asarray(spec.limits_rad)
+    start = np.asarray(start_rad, dtype=np.float64)
+    order = rng.permutation(n)
+    deltas = np.zeros((n * SEGMENT_FRAMES, n))
+    segments = []
+    for k, j in enumerate(order):
+        amp = float(rng.uniform(*SWEEP_AMPLITUDE_RAD)) * float(rng.choice([-1.0, 1.0]))
+        if not lim[j, 0] <= start[j] + amp <= lim[j, 1]:
+            amp = -amp
+        if not lim[j, 0] <= start[j] + amp <= lim[j, 1]:
+            raise CellError(f"{spec.name} joint {spec.joints[j]} at {start[j]:.3f} rad cannot "
+                            f"sweep {abs(amp):.3f} rad within {tuple(lim[j])}")
+        rows = slice(k * SEGMENT_FRAMES, (k + 1) * SEGMENT_FRAMES)
+        deltas[rows, j] = SWEEP_PROFILE * amp
+        segments.append(SweepSegment(int(j), rows.start, rows.stop, amp))
+    q = np.vstack([start, start + np.cumsum(deltas, axis=0)])
+    return q, segments

@@ -1,0 +1,111 @@
+"""MuJoCo-rendered cells: determinism, calibration structure in pixels, CLI, bad renderer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.cli import main
+from edge.episode import load_episode
+from export.cells.generate import CellGenerator, GenerateOptions, generate_chunk
+from export.cells.sampling import chunk_seed, sample_cell
+from export.errors import RendererUnavailableError
+
+SMALL = GenerateOptions(cells_per_chunk=1, motion_episodes=1, motion_frames=8)
+
+
+@pytest.fixture(scope="module")
+def chunk(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cells")
+    return generate_chunk("test_convention", 0, out, SMALL, command="test")
+
+
+def test_chunk_regenerates_identically_and_is_skipped_when_complete(chunk: Path,
+                                                                     tmp_path: Path) -> None:
+    again = generate_chunk("test_convention", 0, tmp_path, SMALL, command="test")
+    a, b = json.loads(chunk.read_text()), json.loads(again.read_text())
+    assert a["files"] == b["files"] and len(a["files"]) == 2
+    for rel in a["files"]:
+        ea, eb = load_episode(chunk.parent / rel), load_episode(again.parent / rel)
+        assert np.array_equal(ea.frames, eb.frames) and np.array_equal(ea.actions, eb.actions)
+    mtime = again.stat().st_mtime_ns
+    generate_chunk("test_convention", 0, tmp_path, SMALL)
+    assert again.stat().st_mtime_ns == mtime
+
+
+def test_calibration_episode_sweeps_each_channel_alone_with_visible_motion(chunk: Path) -> None:
+    manifest = json.loads(chunk.read_text())
+    rel = next(r for r in manifest["files"] if r.endswith("calibration.npz"))
+    ep = load_episode(chunk.parent / rel)
+    m = ep.metadata
+    assert m.kind == "calibration" and m.split == "test_convention"
+    assert len(m.segments) == ep.num_dof and {s.dof for s in m.segments} == set(m.dof_names)
+    diff = np.abs(np.diff(ep.frames.astype(np.int16), axis=0)).sum(axis=(1, 2, 3))
+    for s in m.segments:
+        c = m.dof_names.index(s.dof)
+        rows = ep.actions[s.start:s.stop]
+        assert np.all(np.delete(rows, c, axis=1) == 0)
+        assert np.isclose(rows[:3, c].sum(), s.amplitude, atol=1e-5)
+        assert diff[s.start:s.start + 3].sum() > 0, f"{s.dof}: no image motion"
+        assert diff[s.start + 3] == 0 and diff[s.start + 7] == 0, "pauses are still"
+    assert ep.robot_mask is not None and ep.robot_mask.any(axis=(1, 2)).all()
+    inside = (ep.ee_px >= 0) & (ep.ee_px < 64)
+    assert inside.all(axis=1).mean() > 0.9
+
+
+def test_controller_convention_is_applied_to_actions_not_frames(chunk: Path) -> None:
+    manifest = json.loads(chunk.read_text())
+    cell = manifest["cells"][0]
+    perm, signs = cell["convention"]["perm"], cell["convention"]["signs"]
+    rel = next(r for r in manifest["files"] if "motion" in r)
+    ep = load_episode(chunk.parent / rel)
+    canon = np.empty_like(ep.joint_positions)
+    canon[:, perm] = ep.joint_positions * np.asarray(signs)
+    # Re-render the canonical positions: the frames must be the same.
+    rng = np.random.default_rng(chunk_seed("test_convention", 0))
+    params = sample_cell(rng, "test_convention", cell["cell_id"])
+    with CellGenerator(SMALL) as gen:
+        again = gen.render_episode(params, canon, "motion")
+    assert np.array_equal(again.frames, ep.frames)
+    assert np.array_equal(again.actions, ep.actions)
+
+
+def test_cli_show_and_preview(chunk: Path, tmp_path: Path, capsys) -> None:
+    manifest = json.loads(chunk.read_text())
+    rel = next(iter(manifest["files"]))
+    assert main(["cells", "show", str(chunk.parent / rel)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["resolution"] == [64, 64] and info["fps"] == 10.0
+    out = tmp_path / "sheet.png"
+    cell_dir = (chunk.parent / rel).parent
+    assert main(["cells", "preview", "--episode", str(cell_dir), "--out", str(out)]) == 0
+    import cv2
+
+    img = cv2.imread(str(out))
+    assert img is not None and img.shape[0] > 64 * 2 and img.std() > 5
+
+
+def test_cli_reports_bad_episode_in_one_line(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    assert main(["cells", "show", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.npz" in err and "corrupt or truncated" in err and "Traceback" not in err
+    assert main(["cells", "generate", "--split", "train", "--chunks", "3-1"]) == 2
+    assert "expected N, A-B" in capsys.readouterr().err
+
+
+def test_missing_renderer_names_the_debian_packages(monkeypatch) -> None:
+    import mujoco
+
+    def no_gl(*a, **k):
+        raise RuntimeError("eglInitialize() failed")
+
+    monkeypatch.setattr(mujoco, "Renderer", no_gl)
+    from export.cells.scene import CellScene
+
+    with pytest.raises(RendererUnavailableError, match=r"apt-get install libegl1 libegl-mesa0"):
+        CellScene("panda")
