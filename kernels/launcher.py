@@ -250,7 +250,14 @@ class KernelLauncher:
     @property
     def stream_handle(self) -> int:
         """The raw ``CUstream`` handle of :attr:`stream`, for other libraries' executors."""
-        return int(self.stream.handle)
+        stream = self.stream
+        for attr in ("handle", "handle_int"):
+            value = getattr(stream, attr, None)
+            if value is not None:
+                return int(value)
+        raise KernelLoadError(
+            "pycuda Stream: expected a 'handle' attribute (pycuda >= 2024.1), found none"
+        )
 
     def synchronize(self) -> None:
         """Wait for everything enqueued on the stream."""
