@@ -20,7 +20,7 @@ setup(
     include_package_data=True,
     package_data={
         "edge": ["py.typed"],
-        "kernels": ["*.cu", "*.cuh", "*.h", "*.fatbin", "py.typed"],
+        "kernels": ["*.cu", "*.cuh", "*.h", "*.cpp", "*.fatbin", "fatbin.json", "py.typed"],
         "firmware_bridge": ["firmware/*", "py.typed"],
         "export": ["py.typed"],
     },
