@@ -1,0 +1,356 @@
+"""Training the reference model in three stages, on CPU cores or several processes (DDP).
+
+Stages (``syncedge model train --stage ...``):
+
+- ``ae``: encoder and decoder on frames of the training split; L1 plus a squared error
+  weighted 8x on robot pixels (the robot mask is training data only), so motion survives.
+- ``keypoint``: the end-effector keypoint regressor on ground-truth frames (evaluation only).
+- ``dynamics``: calibration and step networks on latents of the frozen encoder, with
+  SyncWorld's recipe scaled down (Yang et al., arXiv 2609.09155): random relabelling of the
+  action channels (consistent across calibration, history and future actions; never a
+  held-out convention), the calibration dropped in a fraction of samples (then with a full
+  real history), the recent history masked in a fraction of samples (only the newest
+  latent kept), and an unrolled multi-step loss so rollouts stay sharp.
+  ``--no-calibration`` trains the baseline with a learned constant context instead.
+
+Checkpoints (``OUT/<stage>.pt``) are written atomically every ``--checkpoint-every`` steps
+and at the end; ``--resume`` continues from one. A checkpoint from another architecture or
+configuration is refused by name. Run several processes with ``torchrun --nproc_per_node N
+-m export.train ...`` (gloo on CPUs, nccl on GPUs); rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from edge.fileio import atomic_write
+from export.data import Cell, load_cells, relabel, sample_relabelling
+from export.errors import ExportError
+from export.model import KeypointNet, ModelConfig, WorldModel
+
+__all__ = ["ARCH", "TrainOptions", "train_stage", "load_checkpoint", "save_checkpoint", "main"]
+
+log = logging.getLogger("syncedge.train")
+
+ARCH = "syncedge-reference-v1"
+STAGES = ("ae", "keypoint", "dynamics")
+
+
+@dataclass
+class TrainOptions:
+    """Options of one training stage (see ``syncedge model train --help``)."""
+
+    stage: str
+    data: str
+    out: str
+    steps: int
+    batch: int = 32
+    lr: float = 2e-3
+    seed: int = 0
+    rollout: int = 6
+    calibration_dropout: float = 0.15
+    history_mask: float = 0.15
+    no_calibration: bool = False
+    resume: bool = False
+    checkpoint_every: int = 200
+    log_every: int = 25
+    threads: int = 0
+    limit_cells: int | None = None
+
+
+# -- checkpoints ------------------------------------------------------------------------
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Write a checkpoint atomically (temporary file, fsync, rename)."""
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
+
+
+def load_checkpoint(path: str | Path, cfg: ModelConfig | None = None) -> dict[str, Any]:
+    """Load a checkpoint and check it was made by this architecture (and ``cfg``, if given).
+
+    Raises:
+        ExportError: naming the file and what differs.
+    """
+    path = Path(path)
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise ExportError(f"{path}: no such checkpoint") from None
+    except Exception as exc:
+        raise ExportError(f"{path}: not a readable checkpoint ({exc})") from None
+    if not isinstance(ck, dict) or ck.get("arch") != ARCH:
+        found = ck.get("arch") if isinstance(ck, dict) else type(ck).__name__
+        raise ExportError(f"{path}: checkpoint of architecture {found!r}; expected {ARCH!r}")
+    if cfg is not None and ck.get("config") != cfg.to_dict():
+        diff = {k: (v, cfg.to_dict().get(k)) for k, v in ck["config"].items()
+                if cfg.to_dict().get(k) != v}
+        raise ExportError(f"{path}: checkpoint configuration differs (checkpoint, wanted): {diff}")
+    return ck
+
+
+def _ddp() -> tuple[int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not torch.distributed.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        torch.distributed.init_process_group(backend)
+    rank = torch.distributed.get_rank() if world > 1 else 0
+    return rank, world
+
+
+# -- batches ------------------------------------------------------------------------------
+def _frame_pool(cells: list[Cell]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    frames, masks, ee = [], [], []
+    for c in cells:
+        for m in c.motions:
+            frames.append(m.frames)
+            masks.append(m.robot_mask if m.robot_mask is not None
+                         else np.zeros(m.frames.shape[:3], bool))
+            ee.append(m.ee_px if m.ee_px is not None
+                      else np.full((len(m.frames), 2), np.nan, np.float32))
+        frames.append(c.cal_frames)
+        masks.append(np.zeros(c.cal_frames.shape[:3], bool))
+        ee.append(np.full((len(c.cal_frames), 2), np.nan, np.float32))
+    return np.concatenate(frames), np.concatenate(masks), np.concatenate(ee)
+
+
+class LatentSet:
+    """Every cell's calibration and motion latents, encoded once by the frozen encoder."""
+
+    def __init__(self, cells: list[Cell], model: WorldModel):
+        self.cells = cells
+        self.cal_latents = []
+        self.motion_latents = []
+        with torch.no_grad():
+            for c in cells:
+                self.cal_latents.append(model.encode_frames(torch.from_numpy(c.cal_frames)))
+                self.motion_latents.append([model.encode_frames(torch.from_numpy(m.frames))
+                                            for m in c.motions])
+
+    def batch(self, rng: np.random.Generator, size: int, cfg: ModelConfig, rollout: int,
+              opts: TrainOptions | None = None) -> dict[str, torch.Tensor]:
+        """A training batch of windows with augmentation (see the module docstring)."""
+        s = cfg.history
+        hl, ha, fa, tgt, cl, ca, dm = [], [], [], [], [], [], []
+        for _ in range(size):
+            i = int(rng.integers(len(self.cells)))
+            cell = self.cells[i]
+            j = int(rng.integers(len(cell.motions)))
+            z = self.motion_latents[i][j]
+            a = cell.motions[j].actions
+            t_count = len(z)
+            drop = opts is not None and rng.random() < opts.calibration_dropout
+            lo = s - 1 if drop else 0  # dropped calibration: force a full real history
+            t0 = int(rng.integers(lo, t_count - rollout))
+            idx = np.arange(t0 - s + 1, t0 + 1)
+            lat = z[np.clip(idx, 0, None)]
+            act = np.where((idx >= 1)[:, None], a[np.clip(idx - 1, 0, None)], 0.0)
+            cal_a = cell.cal_actions
+            fut = a[t0:t0 + rollout]
+            if opts is not None:
+                r = sample_relabelling(rng, cell.convention)
+                act, cal_a, fut = relabel(act, r), relabel(cal_a, r), relabel(fut, r)
+                if rng.random() < opts.history_mask:
+                    lat = lat.clone()
+                    lat[:-1] = 0.0
+            mask = cell.dof_mask * (0.0 if drop else 1.0)
+            hl.append(lat)
+            ha.append(torch.from_numpy(np.asarray(act, np.float32)))
+            fa.append(torch.from_numpy(np.asarray(fut, np.float32)))
+            tgt.append(z[t0 + 1:t0 + 1 + rollout])
+            cl.append(self.cal_latents[i])
+            ca.append(torch.from_numpy(np.asarray(cal_a, np.float32)))
+            dm.append(torch.from_numpy(np.asarray(mask, np.float32)))
+        return {"hist_latents": torch.stack(hl), "hist_actions": torch.stack(ha),
+                "actions": torch.stack(fa), "targets": torch.stack(tgt),
+                "cal_latents": torch.stack(cl), "cal_actions": torch.stack(ca),
+                "dof_mask": torch.stack(dm)}
+
+
+# -- stages -------------------------------------------------------------------------------
+def _ae_loss(model: WorldModel, frames: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    x = frames.permute(0, 3, 1, 2)
+    target = x.to(torch.float32) / 255.0
+    rec = model.decoder(model.encoder(x))
+    w = 1.0 + 7.0 * masks[:, None].to(torch.float32)
+    return (rec - target).abs().mean() + ((rec - target) ** 2 * w).mean() * 4.0
+
+
+def _dyn_loss(model: WorldModel, b: dict[str, torch.Tensor]) -> torch.Tensor:
+    ctx = model.calibration(b["cal_latents"], b["cal_actions"], b["dof_mask"])
+    start = b["hist_latents"][:, -1]
+    pred = model.rollout(start, b["actions"], ctx, b["hist_latents"], b["hist_actions"])
+    return F.mse_loss(pred, b["targets"])
+
+
+def _kp_loss(net: KeypointNet, frames: torch.Tensor, ee: torch.Tensor) -> torch.Tensor:
+    return F.smooth_l1_loss(net(frames.permute(0, 3, 1, 2)), ee)
+
+
+def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
+                progress: Any = None) -> Path:
+    """Run one training stage; returns the checkpoint path.
+
+    Raises:
+        ExportError: unknown stage, missing data or earlier stage, or a mismatched checkpoint.
+    """
+    if opts.stage not in STAGES:
+        raise ExportError(f"unknown stage {opts.stage!r}; expected one of {list(STAGES)}")
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    rank, world = _ddp()
+    cfg = cfg or ModelConfig(use_calibration=not opts.no_calibration)
+    out = Path(opts.out)
+    name = {"ae": "ae", "keypoint": "keypoint",
+            "dynamics": "dynamics" if cfg.use_calibration else "dynamics_nocal"}[opts.stage]
+    ck_path = out / f"{name}.pt"
+    torch.manual_seed(opts.seed)
+    rng = np.random.default_rng([opts.seed, rank])
+    cells = load_cells(opts.data, ["train"], cfg.max_dof, cfg.segment_frames,
+                       limit=opts.limit_cells)
+    model = WorldModel(cfg)
+    net: torch.nn.Module
+    if opts.stage == "keypoint":
+        net = KeypointNet(image_size=cfg.image_size)
+    elif opts.stage == "dynamics":
+        ae = load_checkpoint(out / "ae.pt")
+        model.encoder.load_state_dict(ae["encoder"])
+        model.decoder.load_state_dict(ae["decoder"])
+        for p in [*model.encoder.parameters(), *model.decoder.parameters()]:
+            p.requires_grad_(False)
+        net = torch.nn.ModuleDict({"calibration": model.calibration, "step": model.step})
+    else:
+        net = torch.nn.ModuleDict({"encoder": model.encoder, "decoder": model.decoder})
+    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=opts.lr,
+                            weight_decay=1e-4)
+    step0 = 0
+    history: list[dict[str, float]] = []
+    if opts.resume and ck_path.is_file():
+        ck = load_checkpoint(ck_path, cfg)
+        for key, sd in ck["weights"].items():
+            net[key].load_state_dict(sd) if isinstance(net, torch.nn.ModuleDict) \
+                else net.load_state_dict(sd)
+        opt.load_state_dict(ck["optimizer"])
+        step0, history = ck["step"], ck.get("history", [])
+        rng = np.random.default_rng([opts.seed, rank, step0])
+        log.info("resumed %s at step %d", ck_path, step0)
+    train_net = torch.nn.parallel.DistributedDataParallel(net) if world > 1 else net
+    if opts.stage in ("ae", "keypoint"):
+        frames, masks, ee = _frame_pool(cells)
+        if opts.stage == "keypoint":
+            ok = np.isfinite(ee).all(1) & (ee >= 0).all(1) & (ee < cfg.image_size).all(1)
+            frames, ee = frames[ok], ee[ok]
+    else:
+        latents = LatentSet(cells, model)
+
+    def payload(step: int) -> dict[str, Any]:
+        weights = ({k: v.state_dict() for k, v in net.items()}
+                   if isinstance(net, torch.nn.ModuleDict) else {"keypoint": net.state_dict()})
+        return {"arch": ARCH, "config": cfg.to_dict(), "stage": opts.stage, "step": step,
+                "weights": weights, "optimizer": opt.state_dict(), "history": history,
+                "options": vars(opts), "data_seed": opts.seed,
+                **({"encoder": model.encoder.state_dict(),
+                    "decoder": model.decoder.state_dict()} if opts.stage == "ae" else {})}
+
+    t0 = time.perf_counter()
+    running = 0.0
+    for step in range(step0, opts.steps):
+        lr = opts.lr * 0.5 * (1 + math.cos(math.pi * step / max(opts.steps, 1)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        if opts.stage == "ae":
+            idx = rng.integers(len(frames), size=opts.batch)
+            loss = _ae_loss(model, torch.from_numpy(frames[idx]), torch.from_numpy(masks[idx]))
+        elif opts.stage == "keypoint":
+            idx = rng.integers(len(frames), size=opts.batch)
+            loss = _kp_loss(train_net, torch.from_numpy(frames[idx]),  # type: ignore[arg-type]
+                            torch.from_numpy(ee[idx]))
+        else:
+            batch = latents.batch(rng, opts.batch, cfg, opts.rollout, opts)
+            loss = _dyn_loss(model, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if world > 1:
+            for p in net.parameters():
+                if p.grad is not None:
+                    torch.distributed.all_reduce(p.grad)
+                    p.grad /= world
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        running += float(loss)
+        done = step + 1
+        if rank == 0 and (done % opts.log_every == 0 or done == opts.steps):
+            rate = (done - step0) / (time.perf_counter() - t0)
+            avg = running / (opts.log_every if done % opts.log_every == 0
+                             else done % opts.log_every or 1)
+            history.append({"step": done, "loss": avg, "lr": lr})
+            msg = (f"{opts.stage} step {done}/{opts.steps} loss {avg:.5f} lr {lr:.2e} "
+                   f"{rate:.2f} steps/s eta {(opts.steps - done) / max(rate, 1e-9) / 60:.1f} min")
+            (progress or log.info)(msg)
+            running = 0.0
+        if rank == 0 and (done % opts.checkpoint_every == 0 or done == opts.steps):
+            save_checkpoint(ck_path, payload(done))
+    if world > 1:
+        torch.distributed.barrier()
+    return ck_path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Parser of ``syncedge model train`` (also ``python -m export.train``)."""
+    p = argparse.ArgumentParser(prog="syncedge model train", description=__doc__.split("\n\n")[0])
+    add_train_arguments(p)
+    return p
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the training options to ``p``."""
+    p.add_argument("--stage", required=True, choices=STAGES)
+    p.add_argument("--data", default="data/cells", help="generated cells (default data/cells)")
+    p.add_argument("--out", default="runs/reference", help="checkpoint folder")
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rollout", type=int, default=6, help="unrolled steps of the dynamics loss")
+    p.add_argument("--calibration-dropout", type=float, default=0.15)
+    p.add_argument("--history-mask", type=float, default=0.15)
+    p.add_argument("--no-calibration", action="store_true",
+                   help="train the baseline without calibration (learned constant context)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/<stage>.pt")
+    p.add_argument("--checkpoint-every", type=int, default=200)
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--limit-cells", type=int, default=None, help="use only the first N cells")
+
+
+def options_from_args(args: argparse.Namespace) -> TrainOptions:
+    """Turn parsed arguments into :class:`TrainOptions`."""
+    keys = TrainOptions.__dataclass_fields__
+    return TrainOptions(**{k: getattr(args, k) for k in keys if hasattr(args, k)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``python -m export.train`` (and torchrun)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    args = build_parser().parse_args(argv)
+    path = train_stage(options_from_args(args))
+    print(json.dumps({"checkpoint": str(path)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
