@@ -110,7 +110,8 @@ class FrameDecoder:
 
     Attributes:
         crc_errors: blocks that failed to decode (COBS, length, CRC, version).
-        resyncs: bytes discarded before the first delimiter (joining mid-frame, garbage).
+        resyncs: blocks discarded before the first good frame (joining mid-frame, line noise)
+            or runaway blocks longer than any frame.
     """
 
     def __init__(self, max_block: int = 2 * frame_size(MAX_JOINTS)):
@@ -135,21 +136,17 @@ class FrameDecoder:
                 break
             block = bytes(self._buf[:k])
             del self._buf[:k + 1]
-            if not self._synced:
-                self._synced = True
-                try:  # the first block may be a tail of a frame sent before we listened
-                    frames.append(decode_frame(block))
-                except FrameError:
-                    if block:
-                        self.resyncs += 1
-                continue
             if not block:
                 continue
             try:
                 frames.append(decode_frame(block))
+                self._synced = True
             except FrameError as exc:
-                self.crc_errors += 1
-                self.last_error = str(exc)
+                if self._synced:
+                    self.crc_errors += 1
+                    self.last_error = str(exc)
+                else:  # joining mid-stream or line noise before the first good frame
+                    self.resyncs += 1
         return frames
 
     def reset(self) -> None:

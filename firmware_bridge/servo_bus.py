@@ -97,7 +97,9 @@ class ServoBusStream(JointStream):
         if self._port is None:
             return
         self._port.is_using = False
-        drain_until_quiet(self._port.ser, quiet_s=self.timeout_s, limit_s=4 * self.timeout_s)
+        # A reply later than the allowance must not be read as the next cycle's reply: wait
+        # until the line has been quiet for twice the allowance (bounded) before the next one.
+        drain_until_quiet(self._port.ser, quiet_s=2 * self.timeout_s, limit_s=10 * self.timeout_s)
 
     def _ping(self, sid: int) -> tuple[int, int]:
         model, rc, err = self._ph.ping(self._port, sid)[:3]

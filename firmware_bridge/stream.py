@@ -195,6 +195,9 @@ class JointStream(abc.ABC):
                     f"{self.url}: expected a valid sample within {self.read_timeout_s} s, "
                     f"found {missed} failed cycles (last: {last_error})"
                 )
+        if self.stats.samples == 0:  # waiting for the first sample is start-up, not a gap
+            self.stats.lost_cycles -= missed
+            missed = 0
         if r.skipped > missed:  # the device's counter shows cycles the bridge never saw
             self.stats.lost_cycles += r.skipped - missed
             missed = r.skipped
