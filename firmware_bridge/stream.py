@@ -136,7 +136,9 @@ class JointStream(abc.ABC):
         if self._next_tick_ns > now:
             time.sleep((self._next_tick_ns - now) / 1e9)
             self._next_tick_ns += period_ns
-        else:  # running late: start now, never burst to catch up
+        elif now - self._next_tick_ns < period_ns:  # a little late: keep the absolute grid
+            self._next_tick_ns += period_ns
+        else:  # a whole period behind: restart the grid now, never burst to catch up
             self._next_tick_ns = now + period_ns
 
     def _reconnect(self, deadline_ns: int, cause: Exception) -> None:
