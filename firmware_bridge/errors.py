@@ -1,0 +1,67 @@
+"""Exception hierarchy of ``firmware_bridge``.
+
+Every error derives from :class:`BridgeError`, itself an :class:`edge.errors.EdgeError`, so the
+``syncedge`` command prints it as one line. Messages name the subject (a URL, a port, a slave),
+what was expected, what was found and, where useful, the fix.
+"""
+
+from __future__ import annotations
+
+from edge.errors import EdgeError, MissingDependencyError
+
+__all__ = [
+    "BridgeError",
+    "BridgeTimeoutError",
+    "DeviceGoneError",
+    "FrameError",
+    "MissingDependencyError",
+    "ProtocolError",
+    "UrlError",
+    "require",
+]
+
+
+class BridgeError(EdgeError):
+    """Base class of every error raised by ``firmware_bridge``."""
+
+
+class UrlError(BridgeError, ValueError):
+    """A transport URL or one of its query options is malformed or unknown."""
+
+
+class BridgeTimeoutError(BridgeError, TimeoutError):
+    """No valid sample arrived within the bridge's own deadline."""
+
+
+class DeviceGoneError(BridgeError, ConnectionError):
+    """The device path vanished (unplugged) and did not come back within the deadline."""
+
+
+class ProtocolError(BridgeError):
+    """A device answered, but not in the form its protocol specifies (bring-up, mailbox, ...)."""
+
+
+class FrameError(BridgeError, ValueError):
+    """One framed-stream frame failed to decode (COBS, length or CRC32)."""
+
+
+def require(module: str, library: str, purpose: str):
+    """Import an optional library lazily.
+
+    Args:
+        module: the import name (``"pysoem"``).
+        library: the distribution name shown to the user (``"pysoem"``).
+        purpose: what needs it (``"the EtherCAT transport"``).
+
+    Returns:
+        The imported module.
+
+    Raises:
+        MissingDependencyError: naming ``pip install 'syncedge[bridge]'``.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(library, "bridge", purpose) from exc

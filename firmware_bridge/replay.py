@@ -1,0 +1,69 @@
+"""``replay://FILE``: play a joint log back as a stream.
+
+URL form: ``replay:///path/log.jsonl?speed=1.0&loop=0``. ``speed=0`` delivers samples as fast as
+they are read; otherwise the original receipt spacing is reproduced (divided by ``speed``).
+Receipt stamps are re-based on the host clock; device counters and stamps are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .errors import BridgeError
+from .jointlog import read_joint_log
+from .stream import JointStream, LinkLostError, Reading
+
+__all__ = ["ReplayStream"]
+
+
+class ReplayStream(JointStream):
+    """Replay a joint log; raises :class:`BridgeError` at the end unless ``loop=1``."""
+
+    URL_FORM = "replay:///path/to/log.jsonl?speed=1.0&loop=0"
+
+    def __init__(self, url: str, path: str, *, speed: float = 1.0, loop: bool = False, **kw):
+        super().__init__(url, **kw)
+        self.path, self.speed, self.loop = path, speed, loop
+        self._log = None
+
+    @classmethod
+    def from_url(cls, url, target, opts, **kw):
+        """Build from a parsed URL."""
+        args = dict(speed=opts.float("speed", 1.0, 0.0), loop=bool(opts.int("loop", 0, 0, 1)))
+        opts.finish()
+        args.update(kw)
+        return cls(url, target, **args)
+
+    @property
+    def joint_names(self) -> list[str]:
+        return self._log.joints if self._log else []
+
+    def _open(self) -> None:
+        if not os.path.exists(self.path):
+            raise LinkLostError(f"no joint log at {self.path}")
+        self._log = read_joint_log(self.path)
+        if not self._log.samples:
+            raise BridgeError(f"{self.path}: expected at least one sample, found none")
+        self._i = 0
+        self._start_ns = time.monotonic_ns()
+
+    def _close(self) -> None:
+        pass
+
+    def _cycle(self) -> Reading:
+        samples = self._log.samples
+        if self._i >= len(samples):
+            if not self.loop:
+                raise BridgeError(f"{self.url}: end of the log after {len(samples)} samples")
+            self._i = 0
+            self._start_ns = time.monotonic_ns()
+        s = samples[self._i]
+        self._i += 1
+        if self.speed > 0:
+            due = self._start_ns + int((s.receipt_ns - samples[0].receipt_ns) / self.speed)
+            delay = due - time.monotonic_ns()
+            if delay > 0:
+                time.sleep(delay / 1e9)
+        return Reading(s.position_rad, s.velocity_rad_s, s.effort_nm, time.monotonic_ns(),
+                       s.device_counter, s.device_stamp_ns, s.fault)

@@ -1,0 +1,70 @@
+"""A port handler for the vendor servo SDKs that keeps the bridge's own deadline.
+
+Both ``dynamixel_sdk`` and ``scservo_sdk`` accept any object with the ``PortHandler`` methods.
+The bridge subclasses the SDK's own class (the SDK itself is not modified) to:
+
+* measure packet timeouts on the monotonic clock (the SDKs use ``time.time()``);
+* replace the SDK's fixed 16 ms latency allowance with the stream's ``timeout_s``;
+* wait for bytes with ``select`` up to that deadline instead of spinning on ``timeout=0``;
+* flush stale input before every request (``scservo_sdk`` flushes only the output);
+* open pyserial URLs and report an unplugged device as :class:`~.stream.LinkLostError`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .serial_io import open_serial, read_some
+
+__all__ = ["make_port_handler"]
+
+
+def make_port_handler(base_cls: type, port_name: str, baudrate: int, timeout_s: float):
+    """Return an opened instance of a subclass of the SDK's ``base_cls`` (a PortHandler).
+
+    Args:
+        base_cls: ``dynamixel_sdk.PortHandler`` or ``scservo_sdk.PortHandler``.
+        port_name: device path or pyserial URL.
+        baudrate: line rate, bit/s (used for the per-byte allowance).
+        timeout_s: allowance on top of the bytes' wire time for one reply.
+
+    Raises:
+        LinkLostError: the port cannot be opened.
+    """
+
+    class BridgePortHandler(base_cls):
+        def setupPort(self, cflag_baud):  # noqa: N802 - SDK method name
+            if self.is_open:
+                self.closePort()
+            self.ser = open_serial(self.port_name, self.baudrate)
+            self.is_open = True
+            self.ser.reset_input_buffer()
+            self.tx_time_per_byte = 10_000.0 / self.baudrate  # ms per byte (10 bits)
+            return True
+
+        def closePort(self):  # noqa: N802
+            if self.ser is not None:
+                try:
+                    self.ser.close()
+                except OSError:
+                    pass
+            self.is_open = False
+
+        def clearPort(self):  # noqa: N802
+            self.ser.reset_input_buffer()
+
+        def readPort(self, length):  # noqa: N802
+            remaining_ms = self.packet_timeout - (self.getCurrentTime() - self.packet_start_time)
+            return read_some(self.ser, max(0.0, remaining_ms / 1000.0), limit=length)
+
+        def setPacketTimeout(self, packet_length):  # noqa: N802
+            self.packet_start_time = self.getCurrentTime()
+            self.packet_timeout = self.tx_time_per_byte * packet_length + timeout_s * 1000.0
+
+        def getCurrentTime(self):  # noqa: N802
+            return time.monotonic_ns() / 1e6
+
+    handler = BridgePortHandler(port_name)
+    handler.baudrate = baudrate
+    handler.setupPort(baudrate)
+    return handler

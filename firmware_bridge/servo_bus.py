@@ -1,0 +1,114 @@
+"""Shared machinery of the serial servo-bus transports (Dynamixel, Feetech).
+
+One cycle = one sync-read instruction to every configured id, then one status packet per id,
+through the vendor SDK's packet handler. A failed cycle (timeout, checksum, missing id) drains
+the line until it is quiet, so that a late reply is never taken as the next cycle's reply.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+
+import numpy as np
+
+from .serial_io import drain_until_quiet
+from .stream import CycleError, JointStream, LinkLostError, Reading
+
+__all__ = ["ServoBusStream"]
+
+
+class ServoBusStream(JointStream):
+    """Base of the servo-bus transports.
+
+    Args:
+        url: the URL; port: device path or pyserial URL; ids: servo ids (``J`` joints, in this
+            order); baud: line rate; timeout_s: reply allowance per cycle beyond wire time.
+    """
+
+    #: SDK import name, its distribution name, and the status-OK code.
+    SDK_MODULE = ""
+    SDK_LIBRARY = ""
+
+    def __init__(self, url: str, port: str, ids: list[int], *, baud: int = 1_000_000,
+                 timeout_s: float = 0.02, **kw):
+        super().__init__(url, **kw)
+        self.port, self.ids, self.baud, self.timeout_s = port, list(ids), baud, timeout_s
+        self._sdk = None
+        self._port = None
+        self._ph = None
+        self.cycles = 0
+
+    @property
+    def joint_names(self) -> list[str]:
+        return [f"id{i}" for i in self.ids]
+
+    # -- protocol specifics -------------------------------------------------------------
+    @abc.abstractmethod
+    def _make_handlers(self, sdk):
+        """Return ``(port_handler, packet_handler)`` for the opened port."""
+
+    @abc.abstractmethod
+    def _sync_read_tx(self) -> int:
+        """Send the sync-read instruction; return the SDK's result code."""
+
+    @abc.abstractmethod
+    def _decode(self, data: np.ndarray, errors: np.ndarray, receipt_ns: int) -> Reading:
+        """Turn ``(J, N)`` uint8 register bytes and ``(J,)`` error bytes into a reading."""
+
+    READ_LENGTH = 0
+
+    # -- JointStream --------------------------------------------------------------------
+    def _open(self) -> None:
+        if self._sdk is None:
+            from .errors import require
+
+            self._sdk = require(self.SDK_MODULE, self.SDK_LIBRARY, f"the {self.url} transport")
+        self._port, self._ph = self._make_handlers(self._sdk)
+
+    def _close(self) -> None:
+        if self._port is not None:
+            self._port.closePort()
+            self._port = None
+
+    def _cycle(self) -> Reading:
+        if self._port is None:
+            raise LinkLostError(f"{self.port}: not open")
+        sdk = self._sdk
+        self.cycles += 1
+        rc = self._sync_read_tx()
+        if rc != sdk.COMM_SUCCESS:
+            self._port.is_using = False
+            raise CycleError("lost", f"{self.port}: sync read not sent: "
+                             f"{self._ph.getTxRxResult(rc)}")
+        data = np.zeros((len(self.ids), self.READ_LENGTH), dtype=np.uint8)
+        errors = np.zeros(len(self.ids), dtype=np.uint8)
+        for k, sid in enumerate(self.ids):
+            values, rc, err = self._ph.readRx(self._port, sid, self.READ_LENGTH)
+            if rc != sdk.COMM_SUCCESS or len(values) != self.READ_LENGTH:
+                kind = {sdk.COMM_RX_TIMEOUT: "timeout", sdk.COMM_RX_CORRUPT: "crc"}.get(rc, "lost")
+                raise CycleError(kind, f"{self.port}: expected a status packet from id {sid}, "
+                                 f"found {self._ph.getTxRxResult(rc)}")
+            data[k] = values
+            errors[k] = err
+        return self._decode(data, errors, time.monotonic_ns())
+
+    def _recover(self, error: CycleError) -> None:
+        if self._port is None:
+            return
+        self._port.is_using = False
+        # A reply later than the allowance must not be read as the next cycle's reply: wait
+        # until the line has been quiet for twice the allowance (bounded) before the next one.
+        drain_until_quiet(self._port.ser, quiet_s=2 * self.timeout_s, limit_s=10 * self.timeout_s)
+
+    def _ping(self, sid: int) -> tuple[int, int]:
+        model, rc, err = self._ph.ping(self._port, sid)[:3]
+        return (model, err) if rc == self._sdk.COMM_SUCCESS else (-1, rc)
+
+    def describe(self) -> dict:
+        """Ping every configured id; report model numbers (``-1``: no answer)."""
+        found = {}
+        for sid in self.ids:
+            model, _ = self._ping(sid)
+            found[sid] = model
+        return {"url": self.url, "joints": self.joint_names, "models": found}

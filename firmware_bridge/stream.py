@@ -1,0 +1,241 @@
+"""The joint stream interface every transport implements.
+
+A stream is opened, read (one sample per call, by iteration, or through a callback) and closed.
+Subclasses implement one bus cycle in :meth:`JointStream._cycle`; this base class owns pacing,
+the read deadline, gap marking, reconnection and the statistics, so every transport behaves the
+same way when a link misbehaves.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import BridgeError, BridgeTimeoutError, DeviceGoneError
+from .sample import JointSample, Status, StreamStats
+
+__all__ = ["CycleError", "JointStream", "LinkLostError", "Reading"]
+
+
+class CycleError(BridgeError):
+    """One bus cycle failed; the stream retries and marks a gap.
+
+    Attributes:
+        kind: ``"timeout"``, ``"crc"`` or ``"lost"`` (which counter to bump).
+    """
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class LinkLostError(BridgeError):
+    """The device vanished (port closed, path gone); the stream reconnects when it returns."""
+
+
+@dataclass
+class Reading:
+    """What one successful cycle produced (arrays ``(J,)`` float64 in SI units)."""
+
+    position_rad: np.ndarray
+    velocity_rad_s: np.ndarray
+    effort_nm: np.ndarray
+    receipt_ns: int
+    device_counter: int = -1
+    device_stamp_ns: int = -1
+    fault: str = ""
+    skipped: int = 0  # device sequence numbers skipped since the previous reading
+
+
+class JointStream(abc.ABC):
+    """Base class of every transport.
+
+    Args:
+        url: the URL the stream was made from (for messages).
+        rate_hz: cycle rate to pace at; 0 runs cycles back to back (the device paces).
+        read_timeout_s: a :meth:`read` that gets no valid sample within this deadline raises.
+        reconnect_period_s: how often to try reopening a vanished device.
+
+    Use as a context manager, or call :meth:`open` / :meth:`close`. The constructor only stores
+    arguments; nothing touches the device before :meth:`open`.
+    """
+
+    #: The URL form this transport accepts, quoted in error messages.
+    URL_FORM = ""
+
+    def __init__(self, url: str, *, rate_hz: float = 0.0, read_timeout_s: float = 1.0,
+                 reconnect_period_s: float = 0.1):
+        self.url = url
+        self.rate_hz = float(rate_hz)
+        self.read_timeout_s = float(read_timeout_s)
+        self.reconnect_period_s = float(reconnect_period_s)
+        self.stats = StreamStats()
+        self.is_open = False
+        self._next_tick_ns = 0
+        self._last_counter = None
+
+    # -- to implement -------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def joint_names(self) -> list[str]:
+        """Names of the ``J`` joints, in the order of the sample arrays."""
+
+    @abc.abstractmethod
+    def _open(self) -> None:
+        """Open the device; raise :class:`LinkLostError` if its path is absent."""
+
+    @abc.abstractmethod
+    def _close(self) -> None:
+        """Release the device; must not raise."""
+
+    @abc.abstractmethod
+    def _cycle(self) -> Reading:
+        """Run one bus cycle; raise :class:`CycleError` or :class:`LinkLostError`."""
+
+    def _recover(self, error: CycleError) -> None:  # noqa: B027 - optional hook
+        """Bring the link back to a clean state after a failed cycle (flush, drain)."""
+
+    def describe(self) -> dict:
+        """What is on the bus (for ``syncedge bridge probe``); override to add detail."""
+        return {"url": self.url, "joints": self.joint_names}
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def open(self) -> JointStream:
+        """Open the device; returns ``self``. Raises :class:`BridgeError` subclasses."""
+        if not self.is_open:
+            try:
+                self._open()
+            except LinkLostError as exc:
+                raise DeviceGoneError(f"{self.url}: expected a device, found none: {exc}") from exc
+            self.is_open = True
+            self._next_tick_ns = time.monotonic_ns()
+        return self
+
+    def close(self) -> None:
+        """Close the device (idempotent)."""
+        if self.is_open:
+            self._close()
+            self.is_open = False
+
+    def __enter__(self) -> JointStream:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- reading ------------------------------------------------------------------------
+    def _pace(self) -> None:
+        if self.rate_hz <= 0:
+            return
+        period_ns = int(1e9 / self.rate_hz)
+        now = time.monotonic_ns()
+        if self._next_tick_ns > now:
+            time.sleep((self._next_tick_ns - now) / 1e9)
+            self._next_tick_ns += period_ns
+        elif now - self._next_tick_ns < period_ns:  # a little late: keep the absolute grid
+            self._next_tick_ns += period_ns
+        else:  # a whole period behind: restart the grid now, never burst to catch up
+            self._next_tick_ns = now + period_ns
+
+    def _reconnect(self, deadline_ns: int, cause: Exception) -> None:
+        self._close()
+        while True:
+            try:
+                self._open()
+                self.stats.reconnects += 1
+                return
+            except LinkLostError:
+                pass
+            if time.monotonic_ns() + self.reconnect_period_s * 1e9 > deadline_ns:
+                raise DeviceGoneError(
+                    f"{self.url}: device vanished ({cause}) and did not come back within "
+                    f"{self.read_timeout_s} s; check the cable or the path"
+                ) from cause
+            time.sleep(self.reconnect_period_s)
+
+    def read(self) -> JointSample:
+        """Return the next valid sample.
+
+        Failed cycles are retried until ``read_timeout_s`` passes; the sample after them has
+        ``Status.GAP`` and ``missed`` set. A device that vanishes is reopened every
+        ``reconnect_period_s``.
+
+        Raises:
+            BridgeError: if the stream is not open (call :meth:`open` first).
+            BridgeTimeoutError: no valid sample within ``read_timeout_s``.
+            DeviceGoneError: the device vanished and did not return within ``read_timeout_s``.
+        """
+        if not self.is_open:
+            raise BridgeError(f"{self.url}: stream is closed; call open() first")
+        deadline_ns = time.monotonic_ns() + int(self.read_timeout_s * 1e9)
+        missed = 0
+        last_error: Exception | None = None
+        while True:
+            self._pace()
+            try:
+                r = self._cycle()
+                break
+            except CycleError as exc:
+                missed += 1
+                last_error = exc
+                self.stats.lost_cycles += 1
+                if exc.kind == "timeout":
+                    self.stats.timeouts += 1
+                elif exc.kind == "crc":
+                    self.stats.crc_errors += 1
+                self._recover(exc)
+            except LinkLostError as exc:
+                missed += 1
+                self.stats.lost_cycles += 1
+                self._reconnect(deadline_ns, exc)
+            if time.monotonic_ns() > deadline_ns:
+                raise BridgeTimeoutError(
+                    f"{self.url}: expected a valid sample within {self.read_timeout_s} s, "
+                    f"found {missed} failed cycles (last: {last_error})"
+                )
+        if self.stats.samples == 0:  # waiting for the first sample is start-up, not a gap
+            self.stats.lost_cycles -= missed
+            missed = 0
+        if r.skipped > missed:  # the device's counter shows cycles the bridge never saw
+            self.stats.lost_cycles += r.skipped - missed
+            missed = r.skipped
+        status = Status.OK
+        if missed:
+            status |= Status.GAP
+            self.stats.gaps += 1
+        if r.fault:
+            status |= Status.FAULT
+            self.stats.faults += 1
+        if r.device_counter >= 0 and r.device_counter == self._last_counter:
+            status |= Status.STALE
+        self._last_counter = r.device_counter if r.device_counter >= 0 else None
+        s = JointSample(r.position_rad, r.velocity_rad_s, r.effort_nm, r.receipt_ns,
+                        r.device_counter, r.device_stamp_ns, status, missed, r.fault)
+        st = self.stats
+        st.samples += 1
+        if st.first_ns < 0:
+            st.first_ns = r.receipt_ns
+        st.last_ns = r.receipt_ns
+        return s
+
+    def __iter__(self) -> Iterator[JointSample]:
+        """Yield samples forever (stop by breaking out); raises like :meth:`read`."""
+        while True:
+            yield self.read()
+
+    def run(self, callback: Callable[[JointSample], object], *, seconds: float | None = None,
+            max_samples: int | None = None) -> StreamStats:
+        """Call ``callback(sample)`` for each sample until ``seconds`` pass, ``max_samples``
+        samples were delivered, or the callback returns ``False``. Returns :attr:`stats`."""
+        end_ns = None if seconds is None else time.monotonic_ns() + int(seconds * 1e9)
+        n = 0
+        while (end_ns is None or time.monotonic_ns() < end_ns) and (
+                max_samples is None or n < max_samples):
+            n += 1
+            if callback(self.read()) is False:
+                break
+        return self.stats

@@ -1,0 +1,235 @@
+"""A fake servo bus on a pseudo-terminal, speaking Dynamixel Protocol 2.0 or Feetech STS.
+
+The bus runs in a child process (so the SDKs' polling loops do not share a GIL with it) and
+publishes its port as a symlink, so that "unplugging" can remove the path and "plugging back"
+can restore it with a fresh pty. Faults are injected per :class:`Faults`.
+
+Register values change with every sync read so tests can tell replies apart: for servo ``i``
+at sync read ``n`` (counted from 1), present position = ``2048 + 100*i + n % 500`` ticks,
+velocity = ``10*i - 20``, current/load = ``-5*i`` (negative values in each protocol's own
+encoding: two's complement for Dynamixel, sign-magnitude for Feetech).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import select
+import shutil
+import struct
+import tempfile
+import time
+import tty
+from dataclasses import dataclass, field
+
+from .servo_packets import dxl_status, parse_dxl, parse_sts, sts_status
+
+__all__ = ["FakeServoBus", "Faults"]
+
+DXL_MODEL = 1020  # XM430-W350
+STS_MODEL = 777  # STS3215
+
+
+@dataclass
+class Faults:
+    """Fault injection of the fake bus (0 disables each one)."""
+
+    corrupt_every: int = 0  # flip one byte of every N-th status packet
+    drop_byte_prob: float = 0.0  # drop each status-packet byte with this probability
+    garbage_prefix: bytes = b""  # sent just before the first reply
+    late_every: int = 0  # every N-th sync read is answered after late_s
+    late_s: float = 0.05
+    partial_at: int = 0  # at sync read N: send half a reply, then go silent for silence_s
+    silence_s: float = 1.0
+    delay_s: float = 0.0  # every reply waits this long (a loop slower than nominal)
+    unplug_at: int = 0  # at sync read N: vanish for unplug_s, then come back on a new pty
+    unplug_s: float = 0.3
+    alert_ids: tuple = ()  # ids whose status packets carry the hardware alert / error bit
+    wire_baud: int = 0  # pace replies at this line rate (10 bits per byte); 0: no pacing
+    seed: int = 0
+    positions: dict = field(default_factory=dict)  # id -> fixed raw position register value
+
+
+def _sign_mag(v: int, bit: int) -> int:
+    return (-v) | (1 << bit) if v < 0 else v
+
+
+class _Bus:
+    def __init__(self, protocol, ids, faults: Faults, link: str, ready):
+        self.protocol, self.ids, self.f, self.link = protocol, list(ids), faults, link
+        self.ready = ready
+        self.rng = random.Random(faults.seed)
+        self.n_sync = 0
+        self.n_packets = 0
+        self.t0 = time.monotonic()
+        self.garbage_sent = False
+
+    def plug(self):
+        self.master, slave = os.openpty()
+        tty.setraw(slave)
+        self.slave_name = os.ttyname(slave)
+        os.close(slave)  # the client opens it by name
+        tmp = self.link + ".new"
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(self.slave_name, tmp)
+        os.replace(tmp, self.link)
+        self.buf = bytearray()
+        self.ready.set()
+
+    def unplug(self):
+        os.unlink(self.link)
+        os.close(self.master)
+
+    def regs(self, sid: int) -> bytes:
+        n = self.n_sync
+        pos = self.f.positions.get(sid, 2048 + 100 * sid + n % 500)
+        vel, cur = 10 * sid - 20, -5 * sid
+        if self.protocol == "dxl":
+            tick = int((time.monotonic() - self.t0) * 1000) % 32768
+            mem = bytearray(256)
+            struct.pack_into("<HBB", mem, 0, DXL_MODEL, 0, 0)
+            mem[6], mem[7] = 46, sid
+            struct.pack_into("<HBBhhii", mem, 120, tick, 0, 0, 0, cur, vel, pos)
+            return bytes(mem)
+        mem = bytearray(256)
+        struct.pack_into("<H", mem, 3, STS_MODEL)
+        mem[5] = sid
+        struct.pack_into("<HHHBB", mem, 56, pos & 0xFFFF if pos >= 0 else _sign_mag(pos, 15),
+                         _sign_mag(vel, 15), _sign_mag(cur, 10), 74, 30)
+        return bytes(mem)
+
+    def status(self, sid: int, params: bytes) -> bytes:
+        err = 0
+        if sid in self.f.alert_ids:
+            err = 0x80 if self.protocol == "dxl" else 0x20
+        pkt = (dxl_status if self.protocol == "dxl" else sts_status)(sid, err, params)
+        self.n_packets += 1
+        if self.f.corrupt_every and self.n_packets % self.f.corrupt_every == 0:
+            b = bytearray(pkt)
+            b[-3] ^= 0x5A
+            pkt = bytes(b)
+        if self.f.drop_byte_prob:
+            pkt = bytes(x for x in pkt if self.rng.random() >= self.f.drop_byte_prob)
+        return pkt
+
+    def send(self, data: bytes) -> None:
+        if self.f.wire_baud:
+            time.sleep(len(data) * 10 / self.f.wire_baud)
+        try:
+            os.write(self.master, data)
+        except OSError:
+            pass
+
+    def handle(self, sid, inst, params) -> bool:
+        """Answer one instruction; returns False when the bus should unplug."""
+        dxl = self.protocol == "dxl"
+        if inst == 0x82:  # sync read
+            if dxl:
+                addr, length = struct.unpack_from("<HH", params)
+                targets = list(params[4:])
+            else:
+                addr, length = params[0], params[1]
+                targets = list(params[2:])
+            self.n_sync += 1
+            n = self.n_sync
+            if self.f.unplug_at and n == self.f.unplug_at:
+                return False
+            reply = b"".join(self.status(t, self.regs(t)[addr:addr + length])
+                             for t in targets if t in self.ids)
+            if not self.garbage_sent and self.f.garbage_prefix:
+                reply = self.f.garbage_prefix + reply
+                self.garbage_sent = True
+            if self.f.partial_at and n == self.f.partial_at:
+                self.send(reply[:len(reply) // 2])
+                time.sleep(self.f.silence_s)
+                self.buf.clear()
+                return True
+            if self.f.late_every and n % self.f.late_every == 0:
+                time.sleep(self.f.late_s)
+            elif self.f.delay_s:
+                time.sleep(self.f.delay_s)
+            self.send(reply)
+        elif sid in self.ids:
+            if inst == 0x01:  # ping
+                body = struct.pack("<HB", DXL_MODEL, 46) if dxl else b""
+                self.send(self.status(sid, body))
+            elif inst == 0x02:  # read
+                addr, length = struct.unpack_from("<HH", params) if dxl else (params[0], params[1])
+                self.send(self.status(sid, self.regs(sid)[addr:addr + length]))
+            elif inst == 0x03:  # write: acknowledge only
+                self.send(self.status(sid, b""))
+        return True
+
+    def serve(self, stop) -> None:
+        parse = parse_dxl if self.protocol == "dxl" else parse_sts
+        self.plug()
+        while not stop.is_set():
+            r, _, _ = select.select([self.master], [], [], 0.05)
+            if not r:
+                continue
+            try:
+                self.buf += os.read(self.master, 4096)
+            except OSError:
+                continue
+            while (pkt := parse(self.buf)) is not None:
+                if not self.handle(*pkt):
+                    self.unplug()
+                    time.sleep(self.f.unplug_s)
+                    self.plug()
+                    break
+
+
+def _serve(protocol, ids, faults, link, ready, stop):
+    _Bus(protocol, ids, faults, link, ready).serve(stop)
+
+
+class FakeServoBus:
+    """Run a fake bus in a child process; use as a context manager.
+
+    Args:
+        protocol: ``"dxl"`` or ``"sts"``; ids: servo ids present; faults: :class:`Faults`.
+
+    Attributes:
+        path: the port path to open (a symlink to the current pty), set by :meth:`start`.
+    """
+
+    def __init__(self, protocol: str, ids, faults: Faults | None = None):
+        if protocol not in ("dxl", "sts"):
+            raise ValueError(f"protocol: expected 'dxl' or 'sts', found {protocol!r}")
+        self.protocol, self.ids, self.faults = protocol, list(ids), faults or Faults()
+        self.path = ""
+        self._proc = None
+
+    def start(self) -> str:
+        """Start the child process; returns the port path once it exists."""
+        self._dir = tempfile.mkdtemp(prefix="fakebus-")
+        self.path = os.path.join(self._dir, "tty")
+        ctx = mp.get_context("fork")
+        ready, self._stop = ctx.Event(), ctx.Event()
+        self._proc = ctx.Process(target=_serve, daemon=True, args=(
+            self.protocol, self.ids, self.faults, self.path, ready, self._stop))
+        self._proc.start()
+        if not ready.wait(5.0):
+            self.stop()
+            raise RuntimeError("fake servo bus did not start within 5 s")
+        return self.path
+
+    def stop(self) -> None:
+        """Stop the child process and remove its files."""
+        if self._proc is not None:
+            self._stop.set()
+            self._proc.join(2.0)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join()
+            self._proc = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> FakeServoBus:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

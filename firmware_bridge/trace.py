@@ -1,0 +1,56 @@
+"""``trace+URL``: wrap any stream and record every sample it yields.
+
+With ``trace_path=FILE`` in the query the samples go to a joint log (readable by
+``replay://``); without it each sample is logged at DEBUG level on ``firmware_bridge.trace``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .jointlog import JointLogWriter
+from .sample import JointSample
+from .stream import JointStream
+
+__all__ = ["TraceStream"]
+
+log = logging.getLogger("firmware_bridge.trace")
+
+
+class TraceStream(JointStream):
+    """Delegate to ``inner``, tracing each sample; statistics are the inner stream's."""
+
+    def __init__(self, inner: JointStream, trace_path: str | None = None):
+        super().__init__("trace+" + inner.url, read_timeout_s=inner.read_timeout_s)
+        self.inner, self.trace_path = inner, trace_path
+        self.stats = inner.stats
+        self._writer: JointLogWriter | None = None
+
+    @property
+    def joint_names(self) -> list[str]:
+        return self.inner.joint_names
+
+    def describe(self) -> dict:
+        return self.inner.describe()
+
+    def _open(self) -> None:
+        self.inner.open()
+        if self.trace_path:
+            self._writer = JointLogWriter(self.trace_path, self.inner.url, self.joint_names)
+
+    def _close(self) -> None:
+        if self._writer:
+            self._writer.close(self.inner.stats)
+        self.inner.close()
+
+    def _cycle(self):  # never called: read() is delegated
+        raise NotImplementedError
+
+    def read(self) -> JointSample:
+        """Read from the inner stream and trace the sample (raises like the inner stream)."""
+        s = self.inner.read()
+        if self._writer:
+            self._writer.write(s)
+        else:
+            log.debug("%s %s", self.inner.url, s.to_record())
+        return s

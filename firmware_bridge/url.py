@@ -1,0 +1,174 @@
+"""Open a joint stream from a URL (dispatch by scheme, like pyserial's ``serial_for_url``).
+
+==============================  ===========================================================
+URL                             transport
+==============================  ===========================================================
+``dxl://PORT?ids=1-6``          Dynamixel Protocol 2.0 sync read (:mod:`.dynamixel`)
+``sts://PORT?ids=1-6``          Feetech STS/SCS sync read (:mod:`.feetech`)
+``frame://PORT?joints=6``       COBS + CRC32 framed controller stream (:mod:`.framed`)
+``ethercat://IFACE``            EtherCAT CiA 402 drives through pysoem (:mod:`.ethercat`)
+``replay://FILE``               a joint log written by ``syncedge bridge record`` (:mod:`.replay`)
+``loop://?joints=6``            a synthetic device for tests and demos (:mod:`.loop`)
+``trace+URL``                   any of the above, logging every sample (:mod:`.trace`)
+==============================  ===========================================================
+
+``PORT`` is a device path or any pyserial URL (``/dev/ttyUSB0``, ``spy:///dev/ttyUSB0``).
+Each transport validates its own query options and quotes its expected form on error.
+"""
+
+from __future__ import annotations
+
+import importlib
+from urllib.parse import parse_qsl
+
+from .errors import UrlError
+from .stream import JointStream
+
+__all__ = ["Options", "TRANSPORTS", "parse_ids", "split_url", "stream_for_url"]
+
+#: scheme -> "module:Class" (imported on first use so optional SDKs stay lazy).
+TRANSPORTS = {
+    "dxl": "firmware_bridge.dynamixel:DynamixelStream",
+    "sts": "firmware_bridge.feetech:FeetechStream",
+    "frame": "firmware_bridge.framed:FramedStream",
+    "ethercat": "firmware_bridge.ethercat:EthercatStream",
+    "replay": "firmware_bridge.replay:ReplayStream",
+    "loop": "firmware_bridge.loop:LoopStream",
+}
+
+
+def split_url(url: str) -> tuple[str, str, dict[str, str]]:
+    """Split ``scheme://target?k=v&...`` into ``(scheme, target, options)``.
+
+    The target keeps any nested ``://`` (``frame://spy:///dev/ttyACM0``). Raises
+    :class:`UrlError` if there is no scheme or an option repeats.
+    """
+    if "://" not in url:
+        raise UrlError(f"URL {url!r}: expected 'scheme://target?options', found no scheme; "
+                       f"known schemes: {', '.join(sorted(TRANSPORTS))}")
+    scheme, rest = url.split("://", 1)
+    target, _, query = rest.rpartition("?") if "?" in rest else (rest, "", "")
+    opts: dict[str, str] = {}
+    for k, v in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        if k in opts:
+            raise UrlError(f"URL {url!r}: option {k!r} given twice, expected once")
+        opts[k] = v
+    return scheme.lower(), target, opts
+
+
+def parse_ids(text: str) -> list[int]:
+    """Parse ``"1-3,7"`` into ``[1, 2, 3, 7]``; raises :class:`UrlError` on bad input."""
+    ids: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                ids.extend(range(lo, hi + 1))
+            else:
+                ids.append(int(part))
+    except ValueError:
+        raise UrlError(f"ids={text!r}: expected a list like '1-6' or '1,2,5', found a bad part") \
+            from None
+    if len(set(ids)) != len(ids) or not ids or min(ids) < 0 or max(ids) > 252:
+        raise UrlError(f"ids={text!r}: expected distinct ids in 0..252, found {ids}")
+    return ids
+
+
+class Options:
+    """Typed access to a URL's query options; unknown leftovers are an error.
+
+    Args:
+        url: the whole URL (for messages).
+        options: the parsed query.
+        form: the transport's expected URL form, quoted in errors.
+    """
+
+    def __init__(self, url: str, options: dict[str, str], form: str):
+        self.url, self._opts, self.form = url, dict(options), form
+
+    def _fail(self, key: str, expected: str, found: str) -> UrlError:
+        return UrlError(f"URL {self.url!r}: option {key!r} expected {expected}, found {found!r}; "
+                        f"form: {self.form}")
+
+    def str(self, key: str, default: str | None = None) -> str | None:
+        """Pop a string option."""
+        return self._opts.pop(key, default)
+
+    def int(self, key: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
+        """Pop an integer option within ``[lo, hi]``."""
+        raw = self._opts.pop(key, None)
+        if raw is None:
+            return default
+        try:
+            v = int(raw, 0)
+        except ValueError:
+            raise self._fail(key, "an integer", raw) from None
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise self._fail(key, f"an integer in [{lo}, {hi}]", raw)
+        return v
+
+    def float(self, key: str, default: float, lo: float | None = None) -> float:
+        """Pop a float option ``>= lo``."""
+        raw = self._opts.pop(key, None)
+        if raw is None:
+            return default
+        try:
+            v = float(raw)
+        except ValueError:
+            raise self._fail(key, "a number", raw) from None
+        if lo is not None and not v >= lo:
+            raise self._fail(key, f"a number >= {lo}", raw)
+        return v
+
+    def ids(self, key: str = "ids", default: str | None = None) -> list[int]:
+        """Pop a servo id list (see :func:`parse_ids`); required when ``default`` is None."""
+        raw = self._opts.pop(key, default)
+        if raw is None:
+            raise self._fail(key, "a servo id list like '1-6'", "nothing")
+        return parse_ids(raw)
+
+    def finish(self) -> None:
+        """Raise :class:`UrlError` naming any option nobody took."""
+        if self._opts:
+            k = sorted(self._opts)[0]
+            raise self._fail(k, "a known option", f"{k}={self._opts[k]}")
+
+
+def stream_for_url(url: str, *, do_not_open: bool = False, **overrides) -> JointStream:
+    """Make (and by default open) the joint stream a URL names.
+
+    Args:
+        url: see the table in this module's docstring; ``trace+`` may prefix any scheme.
+        do_not_open: return the stream unopened.
+        **overrides: keyword arguments for the transport class (``read_timeout_s=...``).
+
+    Returns:
+        A :class:`~firmware_bridge.stream.JointStream`.
+
+    Raises:
+        UrlError: unknown scheme or bad option; MissingDependencyError: SDK absent;
+        DeviceGoneError: nothing at the path.
+    """
+    scheme, target, opts = split_url(url)
+    if scheme.startswith("trace+"):
+        from .trace import TraceStream
+
+        inner_url = url.split("+", 1)[1]
+        trace_path = opts.pop("trace_path", None)
+        inner_query = "&".join(f"{k}={v}" for k, v in opts.items())
+        inner_url = inner_url.split("?", 1)[0] + (f"?{inner_query}" if inner_query else "")
+        inner = stream_for_url(inner_url, do_not_open=True, **overrides)
+        stream: JointStream = TraceStream(inner, trace_path=trace_path)
+    else:
+        if scheme not in TRANSPORTS:
+            raise UrlError(f"URL {url!r}: expected one of the schemes "
+                           f"{', '.join(sorted(TRANSPORTS))} (optionally with 'trace+'), "
+                           f"found {scheme!r}")
+        module_name, cls_name = TRANSPORTS[scheme].split(":")
+        cls = getattr(importlib.import_module(module_name), cls_name)
+        stream = cls.from_url(url, target, Options(url, opts, cls.URL_FORM), **overrides)
+    if not do_not_open:
+        stream.open()
+    return stream

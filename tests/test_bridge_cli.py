@@ -1,0 +1,58 @@
+"""The ``syncedge bridge`` subcommands, registered on a plain argparse parser."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from firmware_bridge.cli import register
+from firmware_bridge.jointlog import read_joint_log
+from firmware_bridge.sample import Status
+from firmware_bridge.testing.fake_servo import FakeServoBus
+from firmware_bridge.url import stream_for_url
+
+
+def run(argv):
+    parser = argparse.ArgumentParser(prog="syncedge")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_bridge_cli_probe_servo_bus(capsys):
+    with FakeServoBus("dxl", [1, 2, 3]) as bus:
+        assert run(["bridge", "probe", f"dxl://{bus.path}?ids=1-3", "--samples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "models: {1: 1020, 2: 1020, 3: 1020}" in out and out.count("status=OK") == 2
+
+
+def test_bridge_cli_record_then_replay(tmp_path, capsys):
+    log = tmp_path / "j.jsonl"
+    assert run(["bridge", "record", "loop://?joints=3&rate_hz=400&drop_every=50",
+                "--seconds", "0.3", "--out", str(log)]) == 0
+    assert "samples to" in capsys.readouterr().out
+    jl = read_joint_log(log)
+    assert jl.joints == ["joint0", "joint1", "joint2"]
+    assert jl.stats["samples"] == len(jl.samples) > 50 and jl.stats["gaps"] >= 1
+    assert any(s.status & Status.GAP for s in jl.samples)
+    with stream_for_url(f"replay://{log}?speed=0") as r:
+        back = [r.read() for _ in range(len(jl.samples))]
+    assert [b.device_counter for b in back] == [s.device_counter for s in jl.samples]
+    json.dumps(jl.stats)
+
+
+def test_bridge_cli_trace_wrapper_writes_a_log(tmp_path):
+    log = tmp_path / "t.jsonl"
+    with stream_for_url(f"trace+loop://?joints=2&rate_hz=0&trace_path={log}") as s:
+        for _ in range(10):
+            s.read()
+    assert len(read_joint_log(log).samples) == 10
+
+
+def test_bridge_cli_unknown_scheme_is_one_line_error():
+    from firmware_bridge.errors import UrlError
+
+    with pytest.raises(UrlError, match="expected one of the schemes .* found 'can'"):
+        run(["bridge", "probe", "can://vcan0"])

@@ -1,0 +1,66 @@
+"""EtherCAT: the unmodified pysoem against the slave emulator on a veth pair inside a private
+network namespace (``unshare -n``; root needed, marked ``net``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from firmware_bridge.sample import Status
+
+pytestmark = pytest.mark.net
+
+
+def scenario(*args: str) -> dict:
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    proc = subprocess.run(["unshare", "-n", sys.executable, "-m",
+                           "firmware_bridge.testing.ecat_run", *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def test_bridge_ethercat_bringup_identity_scaling_and_clean_cycles():
+    r = scenario("--cycles", "300")
+    (slave,) = r["describe"]["slaves"]
+    assert (slave["vendor"], slave["product"]) == (0xE55, 0x5EDE)  # SII identity
+    assert "SyncEdge CiA402 emulator" in slave["name"]
+    assert slave["rad_per_inc"] == pytest.approx(2 * np.pi / 131072)  # 0x608F by SDO
+    assert slave["nm_per_permille"] == pytest.approx(1.270e-3)  # 0x6076 by SDO
+    assert r["describe"]["expected_wkc"] == 3
+    assert r["stats"]["lost_cycles"] == 0 and r["stats"]["samples"] == 300
+    steps = np.diff(r["positions"]) / slave["rad_per_inc"]
+    np.testing.assert_allclose(steps, 1000)  # a fresh input every cycle
+    assert r["datagrams"]["LRW"] >= 300 and r["datagrams"]["LRD"] == 0
+
+
+def test_bridge_ethercat_lost_frame_counts_cycle_and_never_reports_stale_inputs():
+    r = scenario("--cycles", "200", "--drop-every", "25")
+    assert r["stats"]["lost_cycles"] >= 7 and r["stats"]["gaps"] == r["stats"]["lost_cycles"]
+    pos = np.array(r["positions"])
+    assert np.all(np.diff(pos) > 0)  # no input value is ever delivered twice
+    gap = [k for k, s in enumerate(r["status"]) if s & Status.GAP]
+    assert len(gap) == r["stats"]["gaps"]
+
+
+def test_bridge_ethercat_slave_in_safeop_with_error_flags_outputs_not_applied():
+    r = scenario("--cycles", "60", "--safeop-at", "30")
+    faults = [k for k, s in enumerate(r["status"]) if s & Status.FAULT]
+    assert faults and r["stats"]["lost_cycles"] == 0
+    assert r["faults"] == ["outputs not applied: slave0 AL 0x14 code 0x001B"]
+    assert np.all(np.diff(r["positions"]) > 0)  # inputs still read, fresh each cycle
+
+
+def test_bridge_ethercat_slave_without_lrw_uses_lrd_and_lwr():
+    r = scenario("--cycles", "100", "--no-lrw")
+    assert r["datagrams"]["LRW"] == 0 and r["datagrams"]["LRD"] >= 100
+    assert r["datagrams"]["LWR"] >= 100
+    # per datagram the counters are 1 (LRD) + 1 (LWR) instead of 3; SOEM doubles the LWR
+    # count so the expected working counter is still 3 and every cycle checks out
+    assert r["describe"]["expected_wkc"] == 3 and r["stats"]["lost_cycles"] == 0

@@ -1,0 +1,163 @@
+"""Framed stream: COBS, frame layout golden bytes, the C reference encoder, and link faults."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import serial
+
+import firmware_bridge
+from firmware_bridge.cobs import cobs_decode, cobs_encode
+from firmware_bridge.errors import BridgeTimeoutError, FrameError
+from firmware_bridge.frame_format import FrameDecoder, decode_frame, encode_frame, frame_size
+from firmware_bridge.sample import Status
+from firmware_bridge.testing.fake_framed import FakeFramedDevice, FramedFaults
+from firmware_bridge.url import stream_for_url
+
+FIRMWARE = Path(firmware_bridge.__file__).parent / "firmware"
+
+# Cheshire & Baker's examples plus the 254-byte block boundary.
+COBS_VECTORS = [
+    (b"", b"\x01"),
+    (b"\x00", b"\x01\x01"),
+    (b"\x00\x00", b"\x01\x01\x01"),
+    (b"\x11\x22\x00\x33", b"\x03\x11\x22\x02\x33"),
+    (b"\x11\x22\x33\x44", b"\x05\x11\x22\x33\x44"),
+    (b"\x11\x00\x00\x00", b"\x02\x11\x01\x01\x01"),
+    (bytes(range(1, 255)), b"\xff" + bytes(range(1, 255)) + b"\x01"),
+]
+
+# One frame, byte for byte: seq 0x01020304, t = 0x1122334455 us, J = 1, pos 1.0, vel -2.0,
+# eff 0.5, no fault (raw layout in docs/bridge-frame-protocol.md, then COBS and 0x00).
+GOLDEN_FRAME = bytes.fromhex("020102010a0403020155443322110101010103803f010102c00101063f650c28f100")
+
+
+@pytest.mark.parametrize(("raw", "enc"), COBS_VECTORS)
+def test_bridge_framed_cobs_vectors(raw, enc):
+    assert cobs_encode(raw) == enc
+    assert cobs_decode(enc) == raw
+
+
+def test_bridge_framed_cobs_rejects_bad_blocks():
+    with pytest.raises(FrameError, match="expected no 0x00 byte"):
+        cobs_decode(b"\x03\x11\x00")
+    with pytest.raises(FrameError, match="expected 4 more bytes, found 1"):
+        cobs_decode(b"\x05\x11")
+
+
+def test_bridge_framed_golden_bytes():
+    wire = encode_frame(0x01020304, 0x1122334455, [1.0], [-2.0], [0.5])
+    assert wire == GOLDEN_FRAME
+    raw = cobs_decode(wire[:-1])
+    assert raw[:16].hex() == "01000100" "04030201" "5544332211000000"
+    assert raw[16:28].hex() == "0000803f" "000000c0" "0000003f"
+    assert len(raw) == frame_size(1) == 32
+    f = decode_frame(wire[:-1])
+    assert (f.sequence, f.device_time_us, f.fault) == (0x01020304, 0x1122334455, False)
+    assert list(f.position_rad) == [1.0] and list(f.velocity_rad_s) == [-2.0]
+
+
+def test_bridge_framed_crc_and_length_errors():
+    wire = bytearray(encode_frame(7, 9, [1.0, 2.0], [0, 0], [0, 0]))
+    raw = bytearray(cobs_decode(bytes(wire[:-1])))
+    raw[20] ^= 1
+    with pytest.raises(FrameError, match="CRC-32 expected"):
+        decode_frame(cobs_encode(bytes(raw)))
+    with pytest.raises(FrameError, match="expected 44 bytes for 2 joints, found 43"):
+        decode_frame(cobs_encode(bytes(raw[:-1])))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_bridge_framed_c_reference_encoder_matches_python(tmp_path):
+    exe = tmp_path / "bridge_frame_demo"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-o", str(exe),
+                    str(FIRMWARE / "bridge_frame.c"), str(FIRMWARE / "bridge_frame_demo.c")],
+                   check=True)
+    out = subprocess.run([str(exe), "50", "6"], check=True, capture_output=True).stdout
+    dec = FrameDecoder()
+    frames = dec.feed(out)
+    assert len(frames) == 50 and dec.crc_errors == 0 and dec.resyncs == 0
+    j = np.arange(6, dtype=np.float32)
+    expected = b"".join(
+        encode_frame(k, 1000 * k + 17, np.float32(0.001) * np.float32(k) + j, -0.5 * j, 0.25 * j,
+                     fault=(k % 7 == 3)) for k in range(50))
+    assert out == expected  # byte-exact
+    assert [f.fault for f in frames[:8]] == [k % 7 == 3 for k in range(8)]
+
+
+def test_bridge_framed_decoder_over_pyserial_loop():
+    port = serial.serial_for_url("loop://", timeout=0.1)
+    dec = FrameDecoder()
+    wire = b"".join(encode_frame(k, k, [k, 0.0], [0, 0], [0, 0]) for k in range(20))
+    port.write(b"\x13\x37garbage\x00" + wire[:100])
+    frames = dec.feed(port.read(200))
+    port.write(wire[100:])
+    frames += dec.feed(port.read(len(wire)))
+    assert [f.sequence for f in frames] == list(range(20))
+    assert dec.resyncs == 1 and dec.crc_errors == 0
+
+
+def open_framed(dev, **kw):
+    return stream_for_url(f"frame://{dev.path}?joints=3&frame_timeout_s=0.02", **kw)
+
+
+def test_bridge_framed_clean_link():
+    with FakeFramedDevice(3, 1000.0) as dev, open_framed(dev) as s:
+        samples = [s.read() for _ in range(100)]
+    seqs = [x.device_counter for x in samples]
+    assert seqs == list(range(seqs[0], seqs[0] + 100))
+    assert all(x.status == Status.OK for x in samples)
+    np.testing.assert_allclose(samples[-1].position_rad, 0.001 * seqs[-1] + np.arange(3),
+                               atol=1e-6)
+
+
+def test_bridge_framed_partial_frame_then_silence_returns_within_deadline():
+    with FakeFramedDevice(3, 500.0, faults=FramedFaults(partial_at=5, silence_s=1.5)) as dev, \
+            open_framed(dev, read_timeout_s=0.25) as s:
+        with pytest.raises(BridgeTimeoutError, match="expected a valid sample within 0.25 s"):
+            t0 = 0.0
+            for _ in range(100):
+                t0 = time.monotonic()
+                s.read()
+        assert time.monotonic() - t0 < 0.4
+
+
+def test_bridge_framed_garbage_prefix():
+    f = FramedFaults(garbage_prefix=b"\x42\x13\x00\x99\x98\x97")
+    with FakeFramedDevice(3, 500.0, faults=f) as dev, open_framed(dev) as s:
+        samples = [s.read() for _ in range(10)]
+    assert samples[0].device_counter == 0
+    assert s.stats.resyncs == 2 and s.stats.gaps == 0 and s.stats.crc_errors == 0
+
+
+def test_bridge_framed_dropped_bytes_resync_and_count_gaps():
+    f = FramedFaults(drop_byte_prob=0.002, seed=3)
+    with FakeFramedDevice(3, 1000.0, faults=f) as dev, open_framed(dev) as s:
+        samples = [s.read() for _ in range(300)]
+    seqs = np.array([x.device_counter for x in samples])
+    assert np.all(np.diff(seqs) > 0)
+    skipped = int(np.sum(np.diff(seqs) - 1))
+    assert skipped > 0 and s.stats.crc_errors >= 1
+    assert sum(x.missed for x in samples[1:]) == skipped
+    assert all(x.status & Status.GAP for x, d in zip(samples[1:], np.diff(seqs), strict=True) if d > 1)
+
+
+def test_bridge_framed_corrupt_every_n():
+    with FakeFramedDevice(3, 1000.0, faults=FramedFaults(corrupt_every=10)) as dev, \
+            open_framed(dev) as s:
+        samples = [s.read() for _ in range(90)]
+    assert s.stats.crc_errors >= 8 and s.stats.gaps == s.stats.crc_errors
+    assert all(x.missed == 1 for x in samples if x.status & Status.GAP)
+
+
+def test_bridge_framed_unplug_and_replug():
+    f = FramedFaults(unplug_at=30, unplug_s=0.3)
+    with FakeFramedDevice(3, 500.0, faults=f) as dev, open_framed(dev, read_timeout_s=2.0) as s:
+        samples = [s.read() for _ in range(60)]
+    assert s.stats.reconnects == 1
+    assert any(x.status & Status.GAP for x in samples)

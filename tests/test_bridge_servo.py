@@ -1,0 +1,169 @@
+"""Servo-bus transports: the unmodified vendor SDKs against the fake bus on a pty."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from firmware_bridge.errors import BridgeTimeoutError, MissingDependencyError, UrlError
+from firmware_bridge.feetech import sign_magnitude
+from firmware_bridge.sample import Status
+from firmware_bridge.testing.fake_servo import FakeServoBus, Faults
+from firmware_bridge.url import stream_for_url
+
+PROTOCOLS = ["dxl", "sts"]
+TICK = 2 * math.pi / 4096
+
+
+def expected_pos_rad(sid: int, n: int) -> float:
+    """Position the fake reports for servo ``sid`` at sync read ``n`` (see fake_servo)."""
+    return (100 * sid + n % 500) * TICK
+
+
+def check_fresh(stream, sample) -> None:
+    """The sample must be the reply to the bridge's latest request, never an older one."""
+    assert sample.position_rad[0] == pytest.approx(expected_pos_rad(stream.ids[0], stream.cycles))
+
+
+def open_bus(proto, bus, extra=""):
+    return stream_for_url(f"{proto}://{bus.path}?ids=1-6&timeout_s=0.01{extra}",
+                          read_timeout_s=2.0)
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_clean_link_values_and_units(proto):
+    with FakeServoBus(proto, range(1, 7)) as bus, open_bus(proto, bus) as s:
+        models = s.describe()["models"]
+        assert set(models) == set(range(1, 7)) and -1 not in models.values()
+        for _ in range(100):
+            smp = s.read()
+            assert smp.status == Status.OK
+            check_fresh(s, smp)
+        np.testing.assert_allclose(smp.position_rad, [expected_pos_rad(i, s.cycles)
+                                                      for i in range(1, 7)])
+        assert s.stats.samples == 100 and s.stats.lost_cycles == 0
+        vel_raw = np.array([10 * i - 20 for i in range(1, 7)])
+        if proto == "dxl":
+            np.testing.assert_allclose(smp.velocity_rad_s, vel_raw * 0.229 * 2 * math.pi / 60)
+            assert smp.device_stamp_ns >= 0
+        else:
+            np.testing.assert_allclose(smp.velocity_rad_s, vel_raw * TICK)
+            assert smp.effort_nm[0] < 0  # load -5 in sign-magnitude (bit 10)
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_partial_reply_then_silence_returns_within_deadline(proto):
+    faults = Faults(partial_at=3, silence_s=1.5)
+    with FakeServoBus(proto, range(1, 7), faults) as bus, open_bus(proto, bus) as s:
+        s.read_timeout_s = 0.3
+        s.read(), s.read()
+        t0 = time.monotonic()
+        with pytest.raises(BridgeTimeoutError, match="expected a valid sample within 0.3 s"):
+            s.read()
+        assert time.monotonic() - t0 < 0.5
+        assert s.stats.timeouts + s.stats.crc_errors >= 1
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_garbage_prefix_is_skipped(proto):
+    faults = Faults(garbage_prefix=b"\x00\x13\x37\xfe\x55\x01" * 4)
+    with FakeServoBus(proto, range(1, 7), faults) as bus, open_bus(proto, bus) as s:
+        for _ in range(5):
+            check_fresh(s, s.read())
+        assert s.stats.samples == 5
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_random_dropped_bytes_resync_and_count_gaps(proto):
+    faults = Faults(drop_byte_prob=0.001, seed=7)
+    with FakeServoBus(proto, range(1, 7), faults) as bus, open_bus(proto, bus) as s:
+        s.read()  # failures before the first sample are start-up, not gaps
+        cycles0, gaps = s.cycles, 0
+        for _ in range(200):
+            smp = s.read()
+            check_fresh(s, smp)
+            gaps += bool(smp.status & Status.GAP)
+        assert s.stats.lost_cycles > 0
+        assert gaps == s.stats.gaps > 0
+        assert s.stats.lost_cycles == s.cycles - cycles0 - 200
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_corrupt_packet_every_n_marks_gap_and_goes_on(proto):
+    with FakeServoBus(proto, range(1, 7), Faults(corrupt_every=25)) as bus, \
+            open_bus(proto, bus) as s:
+        samples = [s.read() for _ in range(60)]
+        assert s.stats.crc_errors >= 10
+        flagged = [x for x in samples if x.status & Status.GAP]
+        assert len(flagged) == s.stats.gaps >= 10 and all(x.missed >= 1 for x in flagged)
+        check_fresh(s, samples[-1])
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_late_reply_is_never_taken_as_next_reply(proto):
+    # every 4th reply arrives 15 ms after the 10 ms allowance: the next cycle must not use it
+    with FakeServoBus(proto, range(1, 7), Faults(late_every=4, late_s=0.025)) as bus, \
+            open_bus(proto, bus) as s:
+        for _ in range(24):
+            check_fresh(s, s.read())
+        assert s.stats.timeouts >= 5
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_unplug_and_replug_reconnects(proto):
+    with FakeServoBus(proto, range(1, 7), Faults(unplug_at=10, unplug_s=0.3)) as bus, \
+            open_bus(proto, bus) as s:
+        samples = [s.read() for _ in range(20)]
+        assert s.stats.reconnects == 1
+        gap = [x for x in samples if x.status & Status.GAP]
+        assert len(gap) == 1
+        assert samples[9].receipt_ns - samples[8].receipt_ns > 0.25e9
+
+
+def test_bridge_servo_sign_magnitude_negative_position():
+    assert sign_magnitude(0x8005, 15) == -5
+    assert sign_magnitude(0x0005, 15) == 5
+    assert list(sign_magnitude(np.array([0x0405, 0x0005]), 10)) == [-5, 5]
+    with FakeServoBus("sts", [1, 2], Faults(positions={2: 0x8005})) as bus, \
+            stream_for_url(f"sts://{bus.path}?ids=1-2&zero_tick=0") as s:
+        smp = s.read()
+    assert smp.position_rad[1] == pytest.approx(-5 * TICK)
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_slow_loop_stamps_show_real_spacing(proto):
+    # nominal 500 Hz, but the bus answers 8 ms late every cycle
+    with FakeServoBus(proto, range(1, 7), Faults(delay_s=0.008)) as bus, \
+            open_bus(proto, bus, "&rate_hz=500") as s:
+        stamps = np.array([s.read().receipt_ns for _ in range(12)], dtype=np.float64)
+    spacing_s = np.diff(stamps) / 1e9
+    assert np.median(spacing_s) > 0.0075
+    assert s.stats.rate_hz < 135
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_alert_bit_flags_fault(proto):
+    with FakeServoBus(proto, range(1, 4), Faults(alert_ids=(3,))) as bus, \
+            stream_for_url(f"{proto}://{bus.path}?ids=1-3") as s:
+        smp = s.read()
+    assert smp.status & Status.FAULT and "id [3]" in smp.fault
+
+
+def test_bridge_servo_url_errors_quote_the_form():
+    with pytest.raises(UrlError, match=r"option 'ids' expected a servo id list.*form: dxl://"):
+        stream_for_url("dxl:///dev/null", do_not_open=True)
+    with pytest.raises(UrlError, match="option 'bogus' expected a known option"):
+        stream_for_url("sts:///dev/null?ids=1&bogus=2", do_not_open=True)
+    with pytest.raises(UrlError, match="expected distinct ids"):
+        stream_for_url("sts:///dev/null?ids=1,1", do_not_open=True)
+
+
+def test_bridge_servo_missing_sdk_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dynamixel_sdk", None)
+    s = stream_for_url("dxl:///dev/null?ids=1", do_not_open=True)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'syncedge\[bridge\]'"):
+        s.open()
