@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6 iproute2 gcc g++)
+APT_PACKAGES=(libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6 iproute2 util-linux gcc g++)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
