@@ -6,6 +6,7 @@ TRAIN = [
     "torch==2.13.0",
     "mujoco==3.3.7",
     "fast-simplification>=0.1.9",
+    "matplotlib>=3.7",
 ]
 TEST = ["pytest>=8", "ruff>=0.6", "mypy>=1.10"]
 
@@ -52,6 +53,7 @@ setup(
         # here so that edge/ never imports export/ or firmware_bridge/ directly.
         "syncedge.commands": [
             "cells = export.cells.cli:register",
+            "model = export.model_cli:register",
             "bridge = firmware_bridge.cli:register",
         ],
     },

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from edge.episode import Episode, load_episode
+from edge.calibration_input import prepare_calibration
+from edge.episode import load_episode
 from export.cells.sampling import Convention, is_held_out_convention
 from export.errors import ExportError
 
-__all__ = ["Cell", "Motion", "load_cells", "pad_calibration", "relabel", "sample_relabelling"]
+__all__ = ["Cell", "Motion", "load_cells", "relabel", "sample_relabelling"]
 
 
 @dataclass
@@ -50,33 +51,6 @@ class Cell:
     params: dict = field(default_factory=dict)
 
 
-def pad_calibration(ep: Episode, max_dof: int, segment_frames: int
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pad a calibration episode to ``max_dof`` segments and channels.
-
-    Returns:
-        frames uint8 ``[K*L+1, H, W, 3]`` (last frame repeated), actions float32
-        ``[K*L+1, A]`` (zeros added), DoF mask float32 ``[A]``.
-    Raises:
-        ExportError: if the episode has more DoFs than the model, a frame count that is not
-            ``n*L+1``, or a resolution/width the caller rejects.
-    """
-    n = ep.num_dof
-    total = max_dof * segment_frames + 1
-    if n > max_dof:
-        raise ExportError(f"calibration episode has {n} DoFs; the model takes at most {max_dof}")
-    if ep.num_frames != n * segment_frames + 1:
-        raise ExportError(f"calibration episode has {ep.num_frames} frames; expected "
-                          f"{n} DoF segments of {segment_frames} frames plus one "
-                          f"({n * segment_frames + 1}): a DoF segment is missing or extra")
-    frames = np.concatenate([ep.frames, np.repeat(ep.frames[-1:], total - ep.num_frames, 0)])
-    actions = np.zeros((total, max_dof), np.float32)
-    actions[: ep.num_frames, :n] = ep.actions
-    mask = np.zeros(max_dof, np.float32)
-    mask[:n] = 1.0
-    return frames, actions, mask
-
-
 def _pad_actions(a: np.ndarray, width: int) -> np.ndarray:
     out = np.zeros((len(a), width), np.float32)
     out[:, : a.shape[1]] = a
@@ -105,7 +79,7 @@ def load_cells(root: str | Path, splits: list[str], max_dof: int = 7, segment_fr
             params = {c["cell_id"]: c for c in man["cells"]}
             for cell_id, rels in by_cell.items():
                 cal = load_episode(mpath.parent / f"{cell_id}/calibration.npz")
-                frames, actions, mask = pad_calibration(cal, max_dof, segment_frames)
+                frames, actions, mask = prepare_calibration(cal, max_dof, segment_frames)
                 conv = params[cell_id]["convention"]
                 cell = Cell(cell_id, split, cal.metadata.robot, cal.num_dof,
                             Convention(tuple(conv["perm"]), tuple(conv["signs"])), frames,

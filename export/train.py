@@ -29,7 +29,6 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,35 +40,14 @@ from edge.fileio import atomic_write
 from export.data import Cell, load_cells, relabel, sample_relabelling
 from export.errors import ExportError
 from export.model import KeypointNet, ModelConfig, WorldModel
+from export.train_options import STAGES, TrainOptions, add_train_arguments, options_from_args
 
 __all__ = ["ARCH", "TrainOptions", "train_stage", "load_checkpoint", "save_checkpoint", "main"]
 
 log = logging.getLogger("syncedge.train")
 
 ARCH = "syncedge-reference-v1"
-STAGES = ("ae", "keypoint", "dynamics")
 
-
-@dataclass
-class TrainOptions:
-    """Options of one training stage (see ``syncedge model train --help``)."""
-
-    stage: str
-    data: str
-    out: str
-    steps: int
-    batch: int = 32
-    lr: float = 2e-3
-    seed: int = 0
-    rollout: int = 6
-    calibration_dropout: float = 0.15
-    history_mask: float = 0.15
-    no_calibration: bool = False
-    resume: bool = False
-    checkpoint_every: int = 200
-    log_every: int = 25
-    threads: int = 0
-    limit_cells: int | None = None
 
 
 # -- checkpoints ------------------------------------------------------------------------
@@ -201,6 +179,25 @@ def _kp_loss(net: KeypointNet, frames: torch.Tensor, ee: torch.Tensor) -> torch.
     return F.smooth_l1_loss(net(frames.permute(0, 3, 1, 2)), ee)
 
 
+class _StageLoss(torch.nn.Module):
+    """The trainable networks of a stage with the loss as ``forward``, so that
+    ``DistributedDataParallel`` can wrap it (gradients averaged across processes)."""
+
+    def __init__(self, stage: str, model: WorldModel, keypoint: KeypointNet | None):
+        super().__init__()
+        self.stage = stage
+        self.model = model
+        self.keypoint = keypoint
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.stage == "ae":
+            return _ae_loss(self.model, batch["frames"], batch["masks"])
+        if self.stage == "keypoint":
+            assert self.keypoint is not None
+            return _kp_loss(self.keypoint, batch["frames"], batch["ee"])
+        return _dyn_loss(self.model, batch)
+
+
 def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
                 progress: Any = None) -> Path:
     """Run one training stage; returns the checkpoint path.
@@ -223,9 +220,10 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
     cells = load_cells(opts.data, ["train"], cfg.max_dof, cfg.segment_frames,
                        limit=opts.limit_cells)
     model = WorldModel(cfg)
+    keypoint = KeypointNet(image_size=cfg.image_size) if opts.stage == "keypoint" else None
     net: torch.nn.Module
-    if opts.stage == "keypoint":
-        net = KeypointNet(image_size=cfg.image_size)
+    if keypoint is not None:
+        net = keypoint
     elif opts.stage == "dynamics":
         ae = load_checkpoint(out / "ae.pt")
         model.encoder.load_state_dict(ae["encoder"])
@@ -248,12 +246,17 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
         step0, history = ck["step"], ck.get("history", [])
         rng = np.random.default_rng([opts.seed, rank, step0])
         log.info("resumed %s at step %d", ck_path, step0)
-    train_net = torch.nn.parallel.DistributedDataParallel(net) if world > 1 else net
+    trained = {id(p) for p in net.parameters()}
+    for p in model.parameters():  # only this stage's networks take gradients (DDP needs it)
+        p.requires_grad_(id(p) in trained and p.requires_grad)
+    loss_module: torch.nn.Module = _StageLoss(opts.stage, model, keypoint)
+    if world > 1:
+        loss_module = torch.nn.parallel.DistributedDataParallel(loss_module)
     if opts.stage in ("ae", "keypoint"):
         frames, masks, ee = _frame_pool(cells)
         if opts.stage == "keypoint":
             ok = np.isfinite(ee).all(1) & (ee >= 0).all(1) & (ee < cfg.image_size).all(1)
-            frames, ee = frames[ok], ee[ok]
+            frames, masks, ee = frames[ok], masks[ok], ee[ok]
     else:
         latents = LatentSet(cells, model)
 
@@ -272,26 +275,18 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
         lr = opts.lr * 0.5 * (1 + math.cos(math.pi * step / max(opts.steps, 1)))
         for g in opt.param_groups:
             g["lr"] = lr
-        if opts.stage == "ae":
+        if opts.stage in ("ae", "keypoint"):
             idx = rng.integers(len(frames), size=opts.batch)
-            loss = _ae_loss(model, torch.from_numpy(frames[idx]), torch.from_numpy(masks[idx]))
-        elif opts.stage == "keypoint":
-            idx = rng.integers(len(frames), size=opts.batch)
-            loss = _kp_loss(train_net, torch.from_numpy(frames[idx]),  # type: ignore[arg-type]
-                            torch.from_numpy(ee[idx]))
+            batch = {"frames": torch.from_numpy(frames[idx]),
+                     "masks": torch.from_numpy(masks[idx]), "ee": torch.from_numpy(ee[idx])}
         else:
             batch = latents.batch(rng, opts.batch, cfg, opts.rollout, opts)
-            loss = _dyn_loss(model, batch)
+        loss = loss_module(batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if world > 1:
-            for p in net.parameters():
-                if p.grad is not None:
-                    torch.distributed.all_reduce(p.grad)
-                    p.grad /= world
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
-        running += float(loss)
+        running += float(loss.detach())
         done = step + 1
         if rank == 0 and (done % opts.log_every == 0 or done == opts.steps):
             rate = (done - step0) / (time.perf_counter() - t0)
@@ -314,33 +309,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="syncedge model train", description=__doc__.split("\n\n")[0])
     add_train_arguments(p)
     return p
-
-
-def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the training options to ``p``."""
-    p.add_argument("--stage", required=True, choices=STAGES)
-    p.add_argument("--data", default="data/cells", help="generated cells (default data/cells)")
-    p.add_argument("--out", default="runs/reference", help="checkpoint folder")
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rollout", type=int, default=6, help="unrolled steps of the dynamics loss")
-    p.add_argument("--calibration-dropout", type=float, default=0.15)
-    p.add_argument("--history-mask", type=float, default=0.15)
-    p.add_argument("--no-calibration", action="store_true",
-                   help="train the baseline without calibration (learned constant context)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/<stage>.pt")
-    p.add_argument("--checkpoint-every", type=int, default=200)
-    p.add_argument("--log-every", type=int, default=25)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
-    p.add_argument("--limit-cells", type=int, default=None, help="use only the first N cells")
-
-
-def options_from_args(args: argparse.Namespace) -> TrainOptions:
-    """Turn parsed arguments into :class:`TrainOptions`."""
-    keys = TrainOptions.__dataclass_fields__
-    return TrainOptions(**{k: getattr(args, k) for k in keys if hasattr(args, k)})
 
 
 def main(argv: list[str] | None = None) -> int:

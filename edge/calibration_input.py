@@ -1,0 +1,70 @@
+"""Turning a calibration episode into the calibration graph's inputs.
+
+The calibration graph takes ``K*L+1`` frames, ``[K*L+1, A]`` actions and a DoF mask
+(docs/architecture.md, "Model contract"). An episode of a robot with n < A DoFs is padded:
+its last frame repeated, zero actions added, and the mask 0 for the absent channels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edge.episode import Episode
+from edge.errors import EdgeError
+
+__all__ = ["CalibrationInputError", "prepare_calibration"]
+
+
+class CalibrationInputError(EdgeError, ValueError):
+    """A calibration episode does not fit the model (DoFs, segments, resolution)."""
+
+
+def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
+                        resolution: tuple[int, int] | None = None,
+                        out_rows: tuple[int, int] = (0, 3), source: object = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check and pad a calibration episode for the calibration graph.
+
+    Args:
+        ep: the calibration episode (n DoFs, n*L+1 frames).
+        max_dof: A (= K), the model's action width.
+        segment_frames: L.
+        resolution: the model's (H, W); ``None`` skips the check.
+        out_rows: action rows of each segment's outward phase.
+        source: file name for messages.
+
+    Returns:
+        frames uint8 ``[K*L+1, H, W, 3]``, actions float32 ``[K*L+1, A]``, mask float32 ``[A]``.
+    Raises:
+        CalibrationInputError: more DoFs than A, a frame count that is not n*L+1 (a missing or
+            extra DoF segment), a DoF without a segment of its own, or another resolution.
+    """
+    who = f"{source}: " if source else ""
+    n = ep.num_dof
+    if n > max_dof:
+        raise CalibrationInputError(f"{who}calibration episode has action width {n}; the model "
+                                    f"takes at most {max_dof} DoFs")
+    if resolution is not None and ep.resolution != tuple(resolution):
+        raise CalibrationInputError(
+            f"{who}calibration frames are {ep.resolution[0]}x{ep.resolution[1]}; the model "
+            f"takes {resolution[0]}x{resolution[1]} (resample the episode first)")
+    if ep.num_frames != n * segment_frames + 1:
+        raise CalibrationInputError(
+            f"{who}calibration episode has {ep.num_frames} frames; expected {n} DoF segments of "
+            f"{segment_frames} frames plus one ({n * segment_frames + 1}): a DoF segment is "
+            f"missing or extra")
+    seg = ep.actions[: n * segment_frames].reshape(n, segment_frames, n)
+    energy = np.abs(seg[:, out_rows[0]:out_rows[1]]).sum(1)  # (segments, channels)
+    owner = energy.argmax(0)
+    for c in range(n):
+        if energy[owner[c], c] <= 0 or (owner == owner[c]).sum() > 1:
+            raise CalibrationInputError(
+                f"{who}DoF '{ep.metadata.dof_names[c]}' has no sweep segment of its own "
+                f"(a DoF segment is missing or two DoFs moved together)")
+    total = max_dof * segment_frames + 1
+    frames = np.concatenate([ep.frames, np.repeat(ep.frames[-1:], total - ep.num_frames, 0)])
+    actions = np.zeros((total, max_dof), np.float32)
+    actions[: ep.num_frames, :n] = ep.actions
+    mask = np.zeros(max_dof, np.float32)
+    mask[:n] = 1.0
+    return frames, actions, mask

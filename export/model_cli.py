@@ -1,0 +1,69 @@
+"""``syncedge model ...``: train and evaluate the reference world model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from export.train import train_stage
+    from export.train_options import options_from_args
+
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:8.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    path = train_stage(options_from_args(args), progress=progress)
+    print(f"checkpoint: {path}")
+    return 0
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from edge.fileio import write_json_atomic
+    from export.evaluate import EvalOptions, evaluate, format_table, plot_error_growth
+
+    opts = EvalOptions(run=args.run, data=args.data, horizon=args.horizon,
+                       max_cells=args.max_cells, seed=args.seed)
+    result = evaluate(opts)
+    table = format_table(result)
+    print(table)
+    out = Path(args.out)
+    write_json_atomic(out / "eval.json", result)
+    (out / "eval.txt").write_text(table + "\n")
+    plot_error_growth(result, out / "error_growth.png")
+    print(f"wrote {out / 'eval.json'}, {out / 'eval.txt'}, {out / 'error_growth.png'}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``model`` and its subcommands to the ``syncedge`` parser."""
+    from export.train_options import add_train_arguments
+
+    p = subparsers.add_parser("model", help="train and evaluate the reference world model",
+                              description="Train the reference world model in stages "
+                                          "(ae, keypoint, dynamics) and evaluate it zero-shot.")
+    sub = p.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)
+    t = sub.add_parser("train", help="run one training stage (progress, checkpoints, resume)",
+                       description="Run one training stage. Checkpoints go to OUT/<stage>.pt; "
+                                   "--resume continues. For several processes: torchrun "
+                                   "--nproc_per_node N -m export.train ... (same options).")
+    add_train_arguments(t)
+    t.set_defaults(func=_run_train)
+    e = sub.add_parser("eval", help="zero-shot evaluation on every split and variant",
+                       description="16-step open-loop rollouts on every split with every "
+                                   "variant; prints a table, writes eval.json, eval.txt and "
+                                   "error_growth.png.")
+    e.add_argument("--run", default="runs/reference", help="checkpoint folder")
+    e.add_argument("--data", default="data/cells", help="generated cells")
+    e.add_argument("--out", default="runs/reference/eval", help="output folder")
+    e.add_argument("--horizon", type=int, default=16)
+    e.add_argument("--max-cells", type=int, default=None, help="cells per split (default all)")
+    e.add_argument("--seed", type=int, default=0)
+    e.set_defaults(func=_run_eval)

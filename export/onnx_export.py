@@ -1,0 +1,196 @@
+"""ONNX export of the reference model into a model folder (``syncedge export onnx``).
+
+Writes ``encoder.onnx``, ``calibration.onnx``, ``step_b{B}.onnx`` and ``decoder_b{B}.onnx``
+for each batch size, ``keypoint.onnx`` (the end-effector keypoint regressor used by
+``calibrate validate``) and ``model.json`` (``edge.manifest``). Every graph has static
+shapes, named inputs and outputs, embedded weights, opset 18 (what TensorRT 10.3 on
+JetPack 6 parses), and passes the ONNX checker and strict shape inference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from edge.manifest import GraphSpec, ModelContract, ModelManifest, TensorSpec, save_manifest
+from export.errors import ExportError
+from export.evaluate import load_keypoint, load_world_model
+from export.model import ModelConfig, WorldModel
+
+__all__ = ["OPSET", "ExportOptions", "export_model", "graph_modules", "contract_for", "git_commit"]
+
+OPSET = 18
+BATCH_SIZES = (1, 16)
+
+
+@dataclass
+class ExportOptions:
+    """What to export."""
+
+    run: str
+    out: str
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+    name: str = "syncedge-reference"
+    command: str = ""
+
+
+class _Calibration(nn.Module):
+    def __init__(self, model: WorldModel):
+        super().__init__()
+        self.net = model.calibration
+
+    def forward(self, calibration_latents: Tensor, calibration_actions: Tensor,
+                dof_mask: Tensor) -> Tensor:
+        return self.net(calibration_latents, calibration_actions, dof_mask)
+
+
+class _Step(nn.Module):
+    def __init__(self, model: WorldModel):
+        super().__init__()
+        self.net = model.step
+
+    def forward(self, history_latents: Tensor, history_actions: Tensor, action: Tensor,
+                context: Tensor) -> Tensor:
+        return self.net(history_latents, history_actions, action, context)
+
+
+def contract_for(cfg: ModelConfig, frame_rate_hz: float = 10.0) -> ModelContract:
+    """The :class:`~edge.manifest.ModelContract` of a model configuration."""
+    h = cfg.latent_size
+    return ModelContract(
+        resolution=(cfg.image_size, cfg.image_size),
+        latent_shape=(cfg.latent_channels, h, h), history_length=cfg.history,
+        max_dof=cfg.max_dof, calibration_segments=cfg.max_dof,
+        segment_frames=cfg.segment_frames, sweep_out_rows=cfg.sweep_out_rows,
+        frame_rate_hz=frame_rate_hz, action_units="rad (m for prismatic joints)",
+        context_shape=(cfg.max_dof, cfg.context_channels, h, h), residual_decoding=True,
+        action_normalisation=("calibrated: divided by the swept amplitude of the channel's "
+                              "segment inside the calibration graph" if cfg.use_calibration
+                              else f"divided by {cfg.baseline_action_scale_rad} rad"))
+
+
+def graph_modules(model: WorldModel, batch_sizes: tuple[int, ...] = BATCH_SIZES
+                  ) -> dict[str, tuple[nn.Module, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]]:
+    """Graph name -> (module, input specs, output specs) for every graph of the contract."""
+    cfg = model.cfg
+    c, h, s, a = cfg.latent_channels, cfg.latent_size, cfg.history, cfg.max_dof
+    hw = cfg.image_size
+    tc, d = cfg.calibration_frames, cfg.context_channels
+    lat = "latent"
+    ctx = TensorSpec("context", (a, d, h, h), "float32", "context per action channel")
+    out: dict[str, Any] = {
+        "encoder": (model.encoder,
+                    (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB", (0, 255)),),
+                    (TensorSpec("latents", (1, c, h, h), "float32", lat),)),
+        "calibration": (_Calibration(model),
+                        (TensorSpec("calibration_latents", (tc, c, h, h), "float32", lat),
+                         TensorSpec("calibration_actions", (tc, a), "float32", "rad"),
+                         TensorSpec("dof_mask", (a,), "float32", "1 controllable, 0 absent",
+                                    (0, 1))),
+                        (ctx,)),
+    }
+    for b in batch_sizes:
+        out[f"step_b{b}"] = (
+            _Step(model),
+            (TensorSpec("history_latents", (b, s, c, h, h), "float32", lat),
+             TensorSpec("history_actions", (b, s, a), "float32", "rad"),
+             TensorSpec("action", (b, a), "float32", "rad"), ctx),
+            (TensorSpec("next_latent", (b, c, h, h), "float32", lat),))
+        out[f"decoder_b{b}"] = (
+            model.decoder,
+            (TensorSpec("latents", (b, c, h, h), "float32", lat),),
+            (TensorSpec("frames", (b, 3, hw, hw), "float32", "RGB in [0, 1]", (0, 1)),))
+    return out
+
+
+def _example(spec: TensorSpec) -> Tensor:
+    if spec.dtype == "uint8":
+        return torch.zeros(spec.shape, dtype=torch.uint8)
+    if spec.name == "dof_mask":
+        return torch.ones(spec.shape)
+    return torch.randn(spec.shape) * 0.1
+
+
+def _export_graph(module: nn.Module, inputs: tuple[TensorSpec, ...],
+                  outputs: tuple[TensorSpec, ...], path: Path) -> None:
+    import onnx
+
+    args = tuple(_example(x) for x in inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), args, str(path), dynamo=False, opset_version=OPSET,
+                          input_names=[x.name for x in inputs],
+                          output_names=[x.name for x in outputs], do_constant_folding=True)
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.shape_inference.infer_shapes(proto, strict_mode=True, check_type=True)
+    for spec, value in zip(outputs, proto.graph.output, strict=True):
+        dims = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
+        if dims != tuple(spec.shape):
+            raise ExportError(f"{path}: output {spec.name} has shape {dims}, expected "
+                              f"{spec.shape}")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def git_commit() -> str:
+    """The current git commit of the source tree (with ``-dirty``), or ``"unknown"``."""
+    here = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=here, capture_output=True, text=True).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def export_model(opts: ExportOptions, model: WorldModel | None = None,
+                 provenance: dict[str, Any] | None = None,
+                 evaluation: dict[str, Any] | None = None) -> Path:
+    """Export a trained run (or ``model``) into ``opts.out``; returns the model.json path.
+
+    Raises:
+        ExportError: missing checkpoints, or a graph failing the checker or shape inference.
+    """
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if model is None:
+        model = load_world_model(opts.run, calibrated=True)
+    graphs: dict[str, GraphSpec] = {}
+    for name, (module, ins, outs) in graph_modules(model, opts.batch_sizes).items():
+        path = out / f"{name}.onnx"
+        _export_graph(module, ins, outs, path)
+        batch = ins[0].shape[0] if name.startswith(("step", "decoder", "encoder")) else 1
+        graphs[name] = GraphSpec(path.name, _sha256(path), batch, ins, outs)
+    extra: dict[str, Any] = {}
+    kp_path = Path(opts.run) / "keypoint.pt"
+    if kp_path.is_file():
+        kp = load_keypoint(opts.run)
+        hw = model.cfg.image_size
+        ins = (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB", (0, 255)),)
+        outs = (TensorSpec("ee_px", (1, 2), "float32", "pixel x, y"),)
+        path = out / "keypoint.onnx"
+        _export_graph(kp, ins, outs, path)
+        extra["keypoint"] = {"file": path.name, "sha256": _sha256(path),
+                             "purpose": "end-effector keypoint regressor (evaluation only)"}
+    prov = {"command": opts.command or "syncedge " + " ".join(shlex.quote(a)
+                                                              for a in sys.argv[1:]),
+            "git_commit": git_commit(), "config": model.cfg.to_dict(),
+            "torch": torch.__version__, **(provenance or {})}
+    manifest = ModelManifest(name=opts.name, variant="fp32", opset=OPSET,
+                             contract=contract_for(model.cfg), graphs=graphs,
+                             provenance=prov, evaluation=evaluation or {}, extra=extra)
+    return save_manifest(manifest, out / "model.json")

@@ -1,0 +1,61 @@
+"""Options of ``syncedge model train`` (no torch import: the CLI registers them cheaply)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+__all__ = ["STAGES", "TrainOptions", "add_train_arguments", "options_from_args"]
+
+STAGES = ("ae", "keypoint", "dynamics")
+
+
+@dataclass
+class TrainOptions:
+    """Options of one training stage (see ``syncedge model train --help``)."""
+
+    stage: str
+    data: str
+    out: str
+    steps: int
+    batch: int = 32
+    lr: float = 2e-3
+    seed: int = 0
+    rollout: int = 6
+    calibration_dropout: float = 0.15
+    history_mask: float = 0.15
+    no_calibration: bool = False
+    resume: bool = False
+    checkpoint_every: int = 200
+    log_every: int = 25
+    threads: int = 0
+    limit_cells: int | None = None
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the training options to ``p``."""
+    p.add_argument("--stage", required=True, choices=STAGES)
+    p.add_argument("--data", default="data/cells", help="generated cells (default data/cells)")
+    p.add_argument("--out", default="runs/reference", help="checkpoint folder")
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rollout", type=int, default=6, help="unrolled steps of the dynamics loss")
+    p.add_argument("--calibration-dropout", type=float, default=0.15)
+    p.add_argument("--history-mask", type=float, default=0.15)
+    p.add_argument("--no-calibration", action="store_true",
+                   help="train the baseline without calibration (learned constant context)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/<stage>.pt")
+    p.add_argument("--checkpoint-every", type=int, default=200)
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--limit-cells", type=int, default=None, help="use only the first N cells")
+
+
+def options_from_args(args: argparse.Namespace) -> TrainOptions:
+    """Turn parsed arguments into :class:`TrainOptions`."""
+    keys = TrainOptions.__dataclass_fields__
+    return TrainOptions(**{k: getattr(args, k) for k in keys if hasattr(args, k)})
+
+

@@ -1,0 +1,176 @@
+"""Reference model: relabelling augmentation, context/step separation, invariance, inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from edge.calibration_input import CalibrationInputError, prepare_calibration
+from edge.episode import CalibrationSegment, Episode, EpisodeMetadata
+from export.cells.sampling import Convention, is_held_out_convention
+from export.data import Cell, Motion, relabel, sample_relabelling
+from export.errors import ExportError
+from export.model import ModelConfig, WorldModel
+from export.train import ARCH, LatentSet, TrainOptions, load_checkpoint, save_checkpoint
+
+CFG = ModelConfig(latent_channels=4, latent_size=4, ae_width=8, history=3, max_dof=3,
+                  segment_frames=8, context_channels=4, step_width=8, step_blocks=1,
+                  image_size=16)
+
+
+def _calibration(n: int = 3, a_width: int | None = None, seed: int = 0) -> Episode:
+    rng = np.random.default_rng(seed)
+    a_width = a_width or n
+    t = n * 8 + 1
+    actions = np.zeros((t, a_width), np.float32)
+    profile = np.array([0.25, 0.5, 0.25, 0, -0.25, -0.5, -0.25, 0], np.float32)
+    order = rng.permutation(n)
+    segs = []
+    for k, c in enumerate(order):
+        amp = float(rng.uniform(0.3, 0.5) * rng.choice([-1, 1]))
+        actions[k * 8:(k + 1) * 8, c] = profile * amp
+        segs.append(CalibrationSegment(f"j{c}", k * 8, (k + 1) * 8, amp))
+    meta = EpisodeMetadata("c", "cam", "r", "toy", tuple(f"j{i}" for i in range(a_width)),
+                           ("rad",) * a_width, 10.0, kind="calibration", segments=tuple(segs))
+    return Episode(rng.integers(0, 255, (t, 16, 16, 3), dtype=np.uint8), actions,
+                   np.arange(t) / 10.0, meta)
+
+
+def _model(cfg: ModelConfig = CFG) -> WorldModel:
+    torch.manual_seed(0)
+    return WorldModel(cfg).eval()
+
+
+def _context(model: WorldModel, ep: Episode, actions: np.ndarray | None = None) -> torch.Tensor:
+    frames, acts, mask = prepare_calibration(ep, CFG.max_dof, CFG.segment_frames)
+    if actions is not None:
+        acts = actions
+    lat = model.encode_frames(torch.from_numpy(frames))
+    return model.calibration(lat, torch.from_numpy(acts), torch.from_numpy(mask))
+
+
+def test_calibrated_model_is_invariant_to_channel_relabelling() -> None:
+    model = _model()
+    ep = _calibration()
+    rng = np.random.default_rng(1)
+    start = torch.randn(2, 4, 4, 4)
+    acts = rng.normal(0, 0.1, (2, 5, 3)).astype(np.float32)
+    r = Convention((2, 0, 1), (-1, 1, -1))
+    with torch.no_grad():
+        base = model.rollout(start, torch.from_numpy(acts), _context(model, ep))
+        _, cal_a, _ = prepare_calibration(ep, 3, 8)
+        ctx_r = _context(model, ep, relabel(cal_a, r))
+        moved = model.rollout(start, torch.from_numpy(relabel(acts, r)), ctx_r)
+    assert torch.allclose(base, moved, atol=1e-5)
+    with torch.no_grad():  # relabelling only the calibration changes the rollout
+        wrong = model.rollout(start, torch.from_numpy(acts), ctx_r)
+    assert not torch.allclose(base, wrong, atol=1e-3)
+
+
+def test_cached_context_gives_the_same_rollout(tmp_path) -> None:
+    model = _model()
+    ctx = _context(model, _calibration())
+    np.save(tmp_path / "ctx.npy", ctx.detach().numpy())
+    cached = torch.from_numpy(np.load(tmp_path / "ctx.npy"))
+    start = torch.randn(1, 4, 4, 4)
+    acts = torch.randn(1, 6, 3) * 0.1
+    with torch.no_grad():
+        a = model.rollout(start, acts, ctx)
+        b = model.rollout(start, acts, cached)
+    assert torch.equal(a, b)
+
+
+def test_absent_and_masked_channels_get_zero_context() -> None:
+    model = _model()
+    ep = _calibration(n=2)
+    ctx = _context(model, ep)
+    assert ctx.shape == (3, 4, 4, 4)
+    assert torch.count_nonzero(ctx[2]) == 0 and torch.count_nonzero(ctx[:2]) > 0
+    frames, acts, mask = prepare_calibration(ep, 3, 8)
+    lat = model.encode_frames(torch.from_numpy(frames))
+    zero = model.calibration(lat, torch.from_numpy(acts), torch.zeros(3))
+    assert torch.count_nonzero(zero) == 0
+
+
+def test_bad_calibration_episodes_are_refused_with_reasons() -> None:
+    ep = _calibration(n=3)
+    short = dataclasses.replace(ep, frames=ep.frames[:17], actions=ep.actions[:17],
+                                timestamps=ep.timestamps[:17])
+    with pytest.raises(CalibrationInputError, match=r"17 frames; expected 3 DoF segments.*"
+                                                    r"missing or extra"):
+        prepare_calibration(short, 3, 8)
+    wide = _calibration(n=3, a_width=3)
+    with pytest.raises(CalibrationInputError, match="action width 3; the model takes at most 2"):
+        prepare_calibration(wide, 2, 8)
+    with pytest.raises(CalibrationInputError, match="16x16; the model takes 64x64"):
+        prepare_calibration(ep, 3, 8, resolution=(64, 64), source="cal.npz")
+    twice = ep.actions.copy()
+    first = np.abs(twice[:8]).sum(0).argmax()
+    twice[8:16] = 0
+    twice[8:16, first] = twice[:8, first]
+    with pytest.raises(CalibrationInputError, match="has no sweep segment of its own"):
+        prepare_calibration(dataclasses.replace(ep, actions=twice), 3, 8)
+
+
+def _cell(rng: np.random.Generator) -> Cell:
+    ep = _calibration()
+    frames, acts, mask = prepare_calibration(ep, 3, 8)
+    motion = Motion(rng.integers(0, 255, (12, 16, 16, 3), dtype=np.uint8),
+                    rng.normal(0, 0.1, (12, 3)).astype(np.float32))
+    return Cell("c0", "train", "toy", 3, Convention((1, 2, 0), (1, -1, 1)), frames, acts, mask,
+                [motion])
+
+
+def test_relabelling_augmentation_changes_actions_never_video() -> None:
+    rng = np.random.default_rng(0)
+    cell = _cell(rng)
+    model = _model()
+    latents = LatentSet([cell], model)
+    opts = TrainOptions(stage="dynamics", data="", out="", steps=1, calibration_dropout=0.0,
+                        history_mask=0.0)
+    z = latents.motion_latents[0][0]
+    for seed in range(20):
+        b = latents.batch(np.random.default_rng(seed), 1, CFG, 3, opts)
+        hl, tgt = b["hist_latents"][0], b["targets"][0]
+        # The video (latents) is an untouched window of the episode's latents.
+        matches = [t0 for t0 in range(len(z) - 3)
+                   if torch.equal(tgt, z[t0 + 1:t0 + 4]) and torch.equal(hl[-1], z[t0])]
+        assert matches
+        t0 = matches[0]
+        fut = b["actions"][0].numpy()
+        orig = cell.motions[0].actions[t0:t0 + 3]
+        # Actions are a signed permutation of the originals, the same for calibration.
+        perm = [int(np.argmax([np.allclose(np.abs(fut[:, j]), np.abs(orig[:, i]))
+                               for i in range(3)])) for j in range(3)]
+        signs = [int(np.sign(fut[0, j] / orig[0, perm[j]])) for j in range(3)]
+        r = Convention(tuple(perm), tuple(signs))
+        np.testing.assert_allclose(b["cal_actions"][0].numpy(), relabel(cell.cal_actions, r),
+                                   atol=1e-6)
+
+
+def test_relabelling_never_produces_a_held_out_convention() -> None:
+    rng = np.random.default_rng(3)
+    for n in (6, 7):
+        for _ in range(300):
+            conv = Convention(tuple(int(i) for i in rng.permutation(n)),
+                              tuple(int(s) for s in rng.choice([-1, 1], n)))
+            if is_held_out_convention(conv):
+                continue
+            r = sample_relabelling(rng, conv)
+            assert not is_held_out_convention(r.compose(conv))
+
+
+def test_checkpoint_from_another_architecture_is_refused(tmp_path) -> None:
+    path = tmp_path / "ae.pt"
+    save_checkpoint(path, {"arch": "some-other-net", "config": {}})
+    with pytest.raises(ExportError, match=r"ae.pt: checkpoint of architecture 'some-other-net'"):
+        load_checkpoint(path)
+    save_checkpoint(path, {"arch": ARCH, "config": CFG.to_dict()})
+    with pytest.raises(ExportError, match=r"configuration differs.*latent_channels"):
+        load_checkpoint(path, dataclasses.replace(CFG, latent_channels=8))
+    path.write_bytes(b"garbage")
+    with pytest.raises(ExportError, match="not a readable checkpoint"):
+        load_checkpoint(path)

@@ -1,0 +1,89 @@
+"""The training pipeline at smoke size: cells -> ae -> keypoint -> dynamics -> eval -> ONNX."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.manifest import load_model_dir
+from export.cells.generate import GenerateOptions, generate_chunk
+from export.cells.sampling import SPLITS
+from export.evaluate import SPLITS as EVAL_SPLITS
+from export.evaluate import EvalOptions, evaluate, format_table, plot_error_growth
+from export.onnx_export import ExportOptions, export_model
+from export.train import TrainOptions, load_checkpoint, train_stage
+
+TINY = GenerateOptions(cells_per_chunk=1, motion_episodes=1, motion_frames=12)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cells")
+    for split in SPLITS:
+        generate_chunk(split, 0, root, TINY)
+    return root
+
+
+@pytest.fixture(scope="module")
+def run(data: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    for stage, nocal in (("ae", False), ("keypoint", False), ("dynamics", False),
+                         ("dynamics", True)):
+        train_stage(TrainOptions(stage=stage, data=str(data), out=str(out), steps=2, batch=4,
+                                 rollout=3, no_calibration=nocal, log_every=1))
+    return out
+
+
+def test_stages_write_checkpoints_and_resume(run: Path, data: Path) -> None:
+    for name in ("ae", "keypoint", "dynamics", "dynamics_nocal"):
+        ck = load_checkpoint(run / f"{name}.pt")
+        assert ck["step"] == 2 and ck["history"]
+    train_stage(TrainOptions(stage="dynamics", data=str(data), out=str(run), steps=3, batch=4,
+                             rollout=3, resume=True, log_every=1))
+    ck = load_checkpoint(run / "dynamics.pt")
+    assert ck["step"] == 3 and [h["step"] for h in ck["history"]] == [1, 2, 3]
+
+
+def test_eval_writes_every_split_and_variant(run: Path, data: Path, tmp_path: Path) -> None:
+    result = evaluate(EvalOptions(run=str(run), data=str(data), horizon=4, probe_steps=2))
+    assert set(result["splits"]) == set(EVAL_SPLITS)
+    for r in result["splits"].values():
+        assert set(r["summary"]) == {"calibrated", "zeroed", "other_cell", "mislabelled",
+                                     "no_calibration", "copy_last"}
+        assert len(r["per_step"]["calibrated/ee_error_px"]) == 4
+        assert np.isfinite(r["summary"]["copy_last"]["psnr"])
+    assert "ae_motion_psnr_ge_30dB" in result["targets"]
+    assert "held_out_convention" in format_table(result)
+    png = plot_error_growth(result, tmp_path / "growth.png")
+    assert png.stat().st_size > 1000
+    json.dumps(result, allow_nan=True)
+
+
+def test_onnx_export_matches_the_contract(run: Path, tmp_path: Path) -> None:
+    path = export_model(ExportOptions(run=str(run), out=str(tmp_path / "model"),
+                                      batch_sizes=(1, 2), command="test"))
+    man = load_model_dir(path.parent)
+    assert man.batch_sizes == (1, 2) and man.opset == 18
+    assert man.contract.context_shape == (7, 16, 16, 16)
+    assert man.extra["keypoint"]["file"] == "keypoint.onnx"
+    assert man.provenance["command"] == "test"
+
+
+def test_two_gloo_processes_train_with_ddp(data: Path, run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ddp"
+    out.mkdir()
+    (out / "ae.pt").write_bytes((run / "ae.pt").read_bytes())
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_port", "29517", "-m", "export.train", "--stage", "dynamics",
+           "--data", str(data), "--out", str(out), "--steps", "2", "--batch", "2",
+           "--rollout", "2", "--log-every", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert load_checkpoint(out / "dynamics.pt")["step"] == 2
