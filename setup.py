@@ -22,7 +22,7 @@ setup(
         "edge": ["py.typed"],
         "kernels": ["*.cu", "*.cuh", "*.h", "*.cpp", "*.fatbin", "fatbin.json", "py.typed"],
         "firmware_bridge": ["firmware/*", "py.typed"],
-        "export": ["py.typed"],
+        "export": ["py.typed", "engine/trt_onnx_ops.json"],
     },
     install_requires=[
         "numpy>=1.24",
@@ -53,6 +53,7 @@ setup(
         "syncedge.commands": [
             "cells = export.cells.cli:register",
             "bundle = export.bundle.cli:register",
+            "export = export.cli:register",
         ],
     },
 )

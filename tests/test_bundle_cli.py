@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from tiny_model import make_tiny_model
 
 from edge.bundle_format import BundleError
 from export.bundle.cli import register
-from tiny_model import make_tiny_model
 
 
 def _run(*argv: str) -> int:
