@@ -23,7 +23,7 @@ setup(
         "edge": ["py.typed"],
         "kernels": ["*.cu", "*.cuh", "*.h", "*.cpp", "*.fatbin", "fatbin.json", "py.typed"],
         "firmware_bridge": ["firmware/*", "py.typed"],
-        "export": ["py.typed"],
+        "export": ["py.typed", "engine/trt_onnx_ops.json"],
     },
     install_requires=[
         "numpy>=1.24",
@@ -55,6 +55,8 @@ setup(
             "cells = export.cells.cli:register",
             "model = export.model_cli:register",
             "bridge = firmware_bridge.cli:register",
+            "bundle = export.bundle.cli:register",
+            "export = export.cli:register",
         ],
     },
 )

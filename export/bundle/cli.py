@@ -1,0 +1,190 @@
+"""``syncedge bundle ...``: keygen and build (off device); verify, install, list, rollback
+and keys (on the device, through :mod:`edge.bundle_install` and :mod:`edge.bundle_keys`).
+
+The group is registered from ``export`` because argparse allows one registrar per group;
+the device verbs only call into ``edge``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def _root(args: argparse.Namespace) -> Path:
+    from edge.bundle_install import bundles_dir
+
+    return Path(args.root) if args.root else bundles_dir()
+
+
+def _keys_dir(args: argparse.Namespace) -> Path:
+    return Path(args.keys_dir) if args.keys_dir else _root(args) / "keys"
+
+
+def _run_keygen(args: argparse.Namespace) -> int:
+    from export.bundle.build import generate_keypair
+
+    priv, pub, kid = generate_keypair(args.out, args.name)
+    print(f"key id {kid}\nprivate key {priv} (keep it secret, off devices)\n"
+          f"public key {pub} (install on devices: syncedge bundle keys add {pub})")
+    return 0
+
+
+def _run_build(args: argparse.Namespace) -> int:
+    from export.bundle.build import build_bundle
+
+    cmd = "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    m = build_bundle(args.model_dir, args.out, target=args.target, private_key_path=args.key,
+                     extras=args.extra or (), command=cmd)
+    print(f"{args.out}: {m.model_name} {m.model_variant} for {m.target}, {len(m.files)} files, "
+          f"signed by key {m.key_id}")
+    return 0
+
+
+def _trusted(args: argparse.Namespace) -> dict:
+    from edge.bundle_format import key_id, load_public_key
+    from edge.bundle_keys import trusted_keys
+
+    if args.pubkey:
+        keys = [load_public_key(p) for p in args.pubkey]
+        return {key_id(k): k for k in keys}
+    return dict(trusted_keys(_keys_dir(args)))
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from edge.bundle_format import check_target
+    from edge.bundle_reader import read_bundle
+
+    target = check_target(args.target, "--target") if args.target else None
+    with tempfile.TemporaryDirectory(prefix="syncedge-verify-") as tmp:
+        v = read_bundle(args.bundle, _trusted(args), tmp, target=target)
+    m = v.manifest
+    print(f"{args.bundle}: OK: {m.model_name} {m.model_variant} for {m.target}, "
+          f"{len(m.files)} files verified, signed by key {v.key_id}, created "
+          f"{m.created.get('utc', '?')}")
+    return 0
+
+
+def _run_install(args: argparse.Namespace) -> int:
+    from edge.bundle_install import install_bundle
+    from edge.device_target import device_target
+
+    target = device_target(args.target)
+    info = install_bundle(args.bundle, target=target, root=_root(args),
+                          keys_dir=_keys_dir(args))
+    m = info.manifest
+    assert m is not None
+    print(f"installed {m.model_name} {m.model_variant} ({m.model_sha256[:12]}) into slot "
+          f"{info.slot}; now active")
+    return 0
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    from edge.bundle_install import list_slots
+
+    for s in list_slots(_root(args)):
+        mark = "*" if s.active else " "
+        if s.manifest is None:
+            print(f"{mark} {s.slot}  {s.state}")
+        else:
+            m = s.manifest
+            print(f"{mark} {s.slot}  {m.model_name} {m.model_variant} target={m.target} "
+                  f"model={m.model_sha256[:12]} key={m.key_id} installed={s.installed_utc}")
+    return 0
+
+
+def _run_rollback(args: argparse.Namespace) -> int:
+    from edge.bundle_install import rollback
+
+    info = rollback(_root(args))
+    m = info.manifest
+    assert m is not None
+    print(f"rolled back to slot {info.slot}: {m.model_name} {m.model_variant} "
+          f"({m.model_sha256[:12]})")
+    return 0
+
+
+def _run_keys(args: argparse.Namespace) -> int:
+    from edge.bundle_keys import add_key, remove_key, trusted_keys
+
+    d = _keys_dir(args)
+    if args.keys_command == "add":
+        print(f"trusted key {add_key(args.public_key, d)} ({d})")
+    elif args.keys_command == "remove":
+        print(f"removed {remove_key(args.key_id, d, force=args.force)}")
+    else:
+        keys = trusted_keys(d)
+        for kid in keys:
+            print(kid)
+        if not keys:
+            print(f"no trusted keys in {d}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", help="bundles folder (default: STATE_ROOT/bundles, see "
+                                  "SYNCEDGE_HOME)")
+    p.add_argument("--keys-dir", help="trusted keys folder (default: ROOT/keys)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``bundle`` group to the ``syncedge`` command line."""
+    from edge.bundle_format import TARGETS
+
+    p = subparsers.add_parser("bundle", help="signed device bundles (A/B install, rollback)")
+    sub = p.add_subparsers(dest="bundle_command", metavar="VERB", required=True)
+
+    k = sub.add_parser("keygen", help="create an Ed25519 signing key pair (off device)")
+    k.add_argument("--out", required=True, help="folder for NAME.key.pem and NAME.pub.pem")
+    k.add_argument("--name", default="oem", help="file name stem (default: oem)")
+    k.set_defaults(func=_run_keygen)
+
+    b = sub.add_parser("build", help="build and sign a bundle from a model folder")
+    b.add_argument("model_dir", help="folder with model.json and its ONNX graphs")
+    b.add_argument("--target", required=True, choices=sorted(TARGETS))
+    b.add_argument("--key", required=True, help="private key PEM (from bundle keygen)")
+    b.add_argument("--out", required=True, help="bundle file to write")
+    b.add_argument("--extra", action="append", help="extra payload file (repeatable)")
+    b.set_defaults(func=_run_build)
+
+    v = sub.add_parser("verify", help="check a bundle's signature, files and model.json")
+    v.add_argument("bundle")
+    v.add_argument("--pubkey", action="append",
+                   help="trust this public key PEM instead of the keys folder (repeatable)")
+    v.add_argument("--target", help="also require this target")
+    _common(v)
+    v.set_defaults(func=_run_verify)
+
+    i = sub.add_parser("install", help="verify and install into the inactive slot, then "
+                                       "switch to it")
+    i.add_argument("bundle")
+    i.add_argument("--target", help="the device's target (default: $SYNCEDGE_TARGET or "
+                                    "detected)")
+    _common(i)
+    i.set_defaults(func=_run_install)
+
+    ls = sub.add_parser("list", help="show slots a and b (* = active)")
+    _common(ls)
+    ls.set_defaults(func=_run_list)
+
+    r = sub.add_parser("rollback", help="switch back to the previous slot")
+    _common(r)
+    r.set_defaults(func=_run_rollback)
+
+    ks = sub.add_parser("keys", help="trusted public keys (rotation: add new, then remove old)")
+    ksub = ks.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    ka = ksub.add_parser("add", help="trust a public key PEM")
+    ka.add_argument("public_key")
+    _common(ka)
+    kr = ksub.add_parser("remove", help="stop trusting a key id")
+    kr.add_argument("key_id")
+    kr.add_argument("--force", action="store_true", help="allow removing the last key")
+    _common(kr)
+    kl = ksub.add_parser("list", help="list trusted key ids")
+    _common(kl)
+    ks.set_defaults(func=_run_keys)

@@ -1,0 +1,79 @@
+"""``syncedge bundle ...`` through argparse (the worktree is not pip-installed), including
+the four-command OEM flow of docs/bundles.md."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from tiny_model import make_tiny_model
+
+from edge.bundle_format import BundleError
+from export.bundle.cli import register
+
+
+def _run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="syncedge")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+def test_oem_flow_in_four_commands(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    monkeypatch.setenv("SYNCEDGE_HOME", str(home))
+    monkeypatch.setenv("SYNCEDGE_TARGET", "cpu")
+    model = make_tiny_model(tmp_path / "model")
+    oem = tmp_path / "oem"
+    assert _run("bundle", "keygen", "--out", str(oem)) == 0
+    out = tmp_path / "tiny-cpu.bundle"
+    assert _run("bundle", "build", str(model), "--target", "cpu", "--key",
+                str(oem / "oem.key.pem"), "--out", str(out)) == 0
+    assert _run("bundle", "verify", str(out), "--pubkey", str(oem / "oem.pub.pem")) == 0
+    # On the device the OEM key is trusted once (at flashing time), then install.
+    assert _run("bundle", "keys", "add", str(oem / "oem.pub.pem")) == 0
+    assert _run("bundle", "install", str(out)) == 0
+    text = capsys.readouterr().out
+    assert "OK: tiny fp32 for cpu" in text and "into slot a; now active" in text
+    assert (home / "bundles" / "active").is_symlink()
+    assert _run("bundle", "list") == 0
+    assert "* a  tiny fp32 target=cpu" in capsys.readouterr().out
+    assert _run("bundle", "keys", "list") == 0
+    with pytest.raises(BundleError, match="slot is empty"):
+        _run("bundle", "rollback")
+
+
+def test_install_refuses_target_from_flag(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
+    model = make_tiny_model(tmp_path / "model")
+    _run("bundle", "keygen", "--out", str(tmp_path))
+    out = tmp_path / "b.bundle"
+    _run("bundle", "build", str(model), "--target", "x86-sm90", "--key",
+         str(tmp_path / "oem.key.pem"), "--out", str(out))
+    _run("bundle", "keys", "add", str(tmp_path / "oem.pub.pem"))
+    with pytest.raises(BundleError, match="built for target 'x86-sm90', but this device is 'cpu'"):
+        _run("bundle", "install", str(out), "--target", "cpu")
+    with pytest.raises(BundleError, match="--target: unknown target 'gpu'"):
+        _run("bundle", "install", str(out), "--target", "gpu")
+    monkeypatch.setenv("SYNCEDGE_TARGET", "orin")
+    with pytest.raises(BundleError, match="SYNCEDGE_TARGET: unknown target 'orin'"):
+        _run("bundle", "install", str(out))
+
+
+def test_detect_target(tmp_path):
+    from edge.device_target import detect_target
+
+    model = tmp_path / "model"
+    model.write_bytes(b"NVIDIA Jetson AGX Orin Developer Kit\x00")
+    assert detect_target(model, lambda: (8, 7)) == "jetson-orin-sm87"
+    model.write_bytes(b"NVIDIA Jetson AGX Thor Developer Kit\x00")
+    assert detect_target(model, lambda: None) == "jetson-thor-sm110"
+    model.write_bytes(b"NVIDIA Jetson Xavier NX\x00")
+    with pytest.raises(BundleError, match="not a supported target"):
+        detect_target(model, lambda: None)
+    missing = tmp_path / "none"
+    assert detect_target(missing, lambda: None) == "cpu"
+    assert detect_target(missing, lambda: (9, 0), machine="x86_64") == "x86-sm90"
+    with pytest.raises(BundleError, match="compute capability 8.9"):
+        detect_target(missing, lambda: (8, 9), machine="x86_64")

@@ -1,0 +1,121 @@
+"""Bundle build, verify, A/B install, list, rollback and key rotation."""
+
+from __future__ import annotations
+
+import pytest
+from bundle_helpers import make_env, read_members
+
+from edge.bundle_format import MANIFEST_NAME, SIGNATURE_NAME, BundleError, BundleManifest
+from edge.bundle_install import (
+    active_model_dir,
+    active_slot,
+    install_bundle,
+    list_slots,
+    rollback,
+)
+from edge.bundle_keys import add_key, remove_key, trusted_keys
+from edge.bundle_reader import read_bundle
+from edge.manifest import load_model_dir, model_sha256
+from export.bundle.build import build_bundle, generate_keypair
+
+
+def test_bundle_layout_and_manifest(tmp_path):
+    env = make_env(tmp_path)
+    b = env.bundle()
+    members = read_members(b)
+    names = [m.name for m, _ in members]
+    assert names[:2] == [MANIFEST_NAME, SIGNATURE_NAME]
+    assert sorted(names[2:]) == sorted(["model.json", "encoder.onnx", "calibration.onnx",
+                                        "step_b1.onnx", "decoder_b1.onnx"])
+    m = BundleManifest.from_bytes(members[0][1])
+    assert m.target == "cpu" and m.key_id == env.key_id and m.model_name == "tiny"
+    assert m.model_sha256 == model_sha256(env.model())
+    assert BundleManifest.from_bytes(m.to_bytes()) == m
+    assert all(i.uid == 0 and i.mode == 0o644 for i, _ in members)
+
+
+def test_verify_without_unpacking_and_with_public_key(tmp_path):
+    env = make_env(tmp_path)
+    v = read_bundle(env.bundle(), trusted_keys(env.root / "keys"))
+    assert v.key_id == env.key_id and v.manifest.target == "cpu"
+
+
+def test_install_switch_list_and_rollback(tmp_path):
+    env = make_env(tmp_path)
+    assert active_slot(env.root) is None
+    with pytest.raises(BundleError, match="no bundle installed"):
+        active_model_dir(env.root)
+    first = install_bundle(env.bundle(0), target="cpu", root=env.root)
+    assert first.slot == "a" and active_slot(env.root) == "a"
+    load_model_dir(active_model_dir(env.root))
+    with pytest.raises(BundleError, match="slot is empty"):
+        rollback(env.root)
+    second = install_bundle(env.bundle(1), target="cpu", root=env.root)
+    assert second.slot == "b"
+    slots = {s.slot: s for s in list_slots(env.root)}
+    assert slots["a"].state == slots["b"].state == "complete"
+    assert slots["b"].active and not slots["a"].active
+    assert model_sha256(active_model_dir(env.root)) == model_sha256(env.model(1))
+    back = rollback(env.root)
+    assert back.slot == "a"
+    assert model_sha256(active_model_dir(env.root)) == model_sha256(env.model(0))
+    # Installing again replaces the inactive slot (b), keeping a for rollback.
+    third = install_bundle(env.bundle(2), target="cpu", root=env.root)
+    assert third.slot == "b"
+    assert model_sha256(env.root / "a") == model_sha256(env.model(0))
+
+
+def test_rollback_refuses_a_corrupt_previous_slot(tmp_path):
+    env = make_env(tmp_path)
+    install_bundle(env.bundle(0), target="cpu", root=env.root)
+    install_bundle(env.bundle(1), target="cpu", root=env.root)
+    (env.root / "a" / "encoder.onnx").write_bytes(b"bitrot")
+    with pytest.raises(BundleError, match=r"a/encoder\.onnx: sha256 does not match"):
+        rollback(env.root)
+    assert active_slot(env.root) == "b"
+
+
+def test_extra_files_travel_in_the_bundle(tmp_path):
+    env = make_env(tmp_path)
+    extra = tmp_path / "keypoints.onnx"
+    extra.write_bytes(b"regressor")
+    out = tmp_path / "x.bundle"
+    build_bundle(env.model(), out, target="cpu", private_key_path=env.key, extras=[extra])
+    install_bundle(out, target="cpu", root=env.root)
+    assert (active_model_dir(env.root) / "keypoints.onnx").read_bytes() == b"regressor"
+    with pytest.raises(BundleError, match="clashes"):
+        build_bundle(env.model(), out, target="cpu", private_key_path=env.key,
+                     extras=[env.model() / "encoder.onnx"])
+
+
+def test_key_rotation_add_new_then_retire_old(tmp_path):
+    env = make_env(tmp_path)
+    keys = env.root / "keys"
+    new_priv, new_pub, new_id = generate_keypair(tmp_path / "keys2", "oem2")
+    new_bundle = tmp_path / "new.bundle"
+    build_bundle(env.model(1), new_bundle, target="cpu", private_key_path=new_priv)
+    with pytest.raises(BundleError, match=f"signed by key {new_id}, which is not trusted"):
+        install_bundle(new_bundle, target="cpu", root=env.root)
+    assert add_key(new_pub, keys) == new_id
+    assert sorted(trusted_keys(keys)) == sorted([env.key_id, new_id])
+    install_bundle(new_bundle, target="cpu", root=env.root)
+    remove_key(env.key_id, keys)
+    with pytest.raises(BundleError, match="last trusted key"):
+        remove_key(new_id, keys)
+    with pytest.raises(BundleError, match="not trusted on this device"):
+        install_bundle(env.bundle(0), target="cpu", root=env.root)
+    with pytest.raises(BundleError, match="is not trusted"):
+        remove_key(env.key_id, keys)
+
+
+def test_keygen_never_overwrites(tmp_path):
+    generate_keypair(tmp_path, "k")
+    assert oct((tmp_path / "k.key.pem").stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(BundleError, match="already exists"):
+        generate_keypair(tmp_path, "k")
+
+
+def test_unknown_target_is_refused_at_build(tmp_path):
+    env = make_env(tmp_path)
+    with pytest.raises(BundleError, match="unknown target 'jetson'"):
+        build_bundle(env.model(), tmp_path / "x", target="jetson", private_key_path=env.key)
