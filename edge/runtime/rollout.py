@@ -138,16 +138,23 @@ class Rollout:
         """Controllable channels (ones in the DoF mask); inputs may also be A wide."""
         return int(self.mask.sum())
 
-    def _actions_to_full(self, x: np.ndarray, what: str) -> np.ndarray:
-        """Check an action array ``[..., A']`` and return it A wide (float32)."""
+    def check_actions(self, x: np.ndarray, what: str) -> np.ndarray:
+        """Check an action array ``[..., A']`` and return it A wide (float32 ``[..., A]``).
+
+        A' must be the controllable DoF count (ones in the mask) or the model's A.
+
+        Raises:
+            RolloutInputError: naming ``what``, for a wrong width, dtype or NaN/inf.
+        """
         a = self.model.contract.max_dof
         n_ctrl = self.action_width
         x = np.asarray(x)
         if x.dtype.kind not in "fiu":
             raise RolloutInputError(f"{what}: expected numbers, found dtype {x.dtype}")
         if x.shape[-1] not in (n_ctrl, a):
-            raise RolloutInputError(f"{what}: expected {n_ctrl} action channels (the cell's "
-                                    f"DoFs) or {a} (the model's max DoF), found {x.shape[-1]}")
+            want = f"{a}" if n_ctrl == a else f"{n_ctrl} (the cell's DoFs) or {a}"
+            raise RolloutInputError(f"{what}: expected {want} action channels (the model's "
+                                    f"max DoF is {a}), found {x.shape[-1]}")
         x = x.astype(np.float32)
         bad = ~np.isfinite(x)
         if bad.any():
@@ -182,7 +189,7 @@ class Rollout:
             n_start = 1 if np.ndim(start) == 3 else int(np.shape(start)[0])
             acts = np.zeros((n_start, int(horizon), c.max_dof), np.float32)
         else:
-            acts = self._actions_to_full(actions, "actions")
+            acts = self.check_actions(actions, "actions")
             if acts.ndim == 2:
                 acts = acts[None]
             if acts.ndim != 3:
@@ -241,7 +248,7 @@ class Rollout:
                                  f"reset() to start again")
         t, b = self._t, self.batch
         if action is not None:
-            full = self._actions_to_full(action, f"action of step {t}")
+            full = self.check_actions(action, f"action of step {t}")
             if full.shape != (self._n, self.model.contract.max_dof):
                 raise RolloutInputError(f"action of step {t}: expected [{self._n}, A], found "
                                         f"{list(np.shape(action))}")
