@@ -52,6 +52,9 @@ setup(
         # here so that edge/ never imports export/ or firmware_bridge/ directly.
         "syncedge.commands": [
             "cells = export.cells.cli:register",
+            "simulate = edge.commands.simulate:register",
+            "precheck = edge.commands.precheck:register",
+            "doctor = edge.commands.doctor:register",
         ],
     },
 )

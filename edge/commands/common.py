@@ -155,16 +155,18 @@ class StagedOutput:
             self._stage = None
 
 
-def run_command(register: Callable[[argparse._SubParsersAction], argparse.ArgumentParser],
+def run_command(name: str,
+                register: Callable[[argparse._SubParsersAction], argparse.ArgumentParser],
                 argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` for one subcommand and run it, like ``edge.cli.main`` does.
+    """Parse ``argv`` (without the command name) for subcommand ``name`` and run it, like
+    ``edge.cli.main`` does.
 
     Project errors and file errors print one line on stderr and give exit code 2.
     """
     parser = argparse.ArgumentParser(prog="syncedge")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register(sub)
-    args = parser.parse_args(argv)
+    args = parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)])
     try:
         return int(args.func(args) or 0)
     except (EdgeError, OSError) as exc:

@@ -156,7 +156,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``simulate`` alone (``python -m edge.commands.simulate``)."""
-    return run_command(register, argv)
+    return run_command("simulate", register, argv)
 
 
 if __name__ == "__main__":
