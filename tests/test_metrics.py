@@ -1,0 +1,66 @@
+"""Metrics on hand-made arrays with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edge.metrics import MetricError, gaussian_window, masked_psnr, motion_mask, psnr, ssim
+
+
+def test_psnr_known_values() -> None:
+    a = np.zeros((4, 4, 3), np.uint8)
+    b = np.full((4, 4, 3), 255, np.uint8)
+    assert psnr(a, b) == pytest.approx(0.0)
+    c = np.full((4, 4, 3), 10, np.uint8)
+    d = np.full((4, 4, 3), 20, np.uint8)  # MSE 100
+    assert psnr(c, d) == pytest.approx(10 * math.log10(255**2 / 100))
+    assert psnr(c, c) == math.inf
+
+
+def test_masked_psnr_and_motion_mask() -> None:
+    start = np.zeros((4, 4, 3), np.uint8)
+    truth = start.copy()
+    truth[0, 0] = [100, 0, 0]
+    truth[1, 1] = [0, 5, 0]  # below the threshold
+    m = motion_mask(truth, start, threshold=8)
+    assert m.sum() == 1 and m[0, 0]
+    pred = truth.copy()
+    pred[0, 0, 0] = 90  # squared error 100 over 3 values
+    assert masked_psnr(pred, truth, m) == pytest.approx(10 * math.log10(255**2 / (100 / 3)))
+    assert masked_psnr(pred, truth, np.zeros((4, 4), bool)) is None
+
+
+def test_ssim_identity_and_constants() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (20, 20, 3)).astype(np.uint8)
+    assert ssim(a, a) == pytest.approx(1.0)
+    x, y = 100.0, 150.0
+    c1 = (0.01 * 255) ** 2
+    want = (2 * x * y + c1) / (x * x + y * y + c1)  # variances are 0: contrast term is 1
+    got = ssim(np.full((16, 16), x), np.full((16, 16), y))
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_ssim_matches_direct_weighted_sums_on_one_window() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.uniform(0, 255, (11, 11))
+    b = np.clip(a + rng.normal(0, 30, a.shape), 0, 255)
+    w = gaussian_window(11, 1.5)
+    assert w.sum() == pytest.approx(1.0)
+    mx, my = (w * a).sum(), (w * b).sum()
+    vx, vy = (w * (a - mx) ** 2).sum(), (w * (b - my) ** 2).sum()
+    cxy = (w * (a - mx) * (b - my)).sum()
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    want = (2 * mx * my + c1) * (2 * cxy + c2) / ((mx**2 + my**2 + c1) * (vx + vy + c2))
+    assert ssim(a, b) == pytest.approx(want, rel=1e-9)
+    assert ssim(a, 255 - a) < 0
+
+
+def test_metric_shape_errors() -> None:
+    with pytest.raises(MetricError, match="same shape"):
+        psnr(np.zeros((4, 4, 3)), np.zeros((4, 5, 3)))
+    with pytest.raises(MetricError, match="mask: expected shape"):
+        masked_psnr(np.zeros((4, 4, 3)), np.zeros((4, 4, 3)), np.zeros((3, 3), bool))
