@@ -57,6 +57,9 @@ setup(
             "bridge = firmware_bridge.cli:register",
             "bundle = export.bundle.cli:register",
             "export = export.cli:register",
+            "simulate = edge.commands.simulate:register",
+            "precheck = edge.commands.precheck:register",
+            "doctor = edge.commands.doctor:register",
         ],
     },
 )

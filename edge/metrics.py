@@ -1,96 +1,125 @@
-"""Image and control metrics for predicted frames (pure NumPy).
+"""Image metrics for predicted frames (pure NumPy).
 
-Frames are uint8 ``[..., H, W, 3]`` RGB unless stated; values are compared on the 0..255
-scale with peak 255.
+- :func:`psnr`: peak signal-to-noise ratio, dB, peak 255.
+- :func:`ssim`: structural similarity (Wang, Bovik, Sheikh, Simoncelli 2004): 11x11
+  Gaussian window with sigma 1.5, K1 = 0.01, K2 = 0.03, dynamic range L = 255, computed
+  over the "valid" window positions (no padding) of each channel, then averaged over
+  positions and channels. Images smaller than 11 px use a window of their size.
+- :func:`motion_mask` and :func:`masked_psnr`: PSNR over the pixels where the ground truth
+  moved away from the start frame (the "motion region").
+- :func:`bootstrap_mean_ci` and :func:`direction_agreement`: paired statistics and the
+  per-DoF control probe of the model evaluation.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = [
-    "psnr",
-    "ssim",
-    "motion_mask",
-    "masked_psnr",
-    "bootstrap_mean_ci",
-    "direction_agreement",
-]
+from edge.errors import EdgeError
+
+__all__ = ["MetricError", "bootstrap_mean_ci", "direction_agreement", "gaussian_window",
+           "masked_psnr", "motion_mask", "psnr", "ssim"]
+
+_PEAK = 255.0
 
 
-def psnr(pred: np.ndarray, target: np.ndarray) -> float:
-    """Peak signal-to-noise ratio in dB of two uint8 images (or stacks); inf if identical."""
-    mse = float(np.mean((pred.astype(np.float64) - target.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10.0 * np.log10(255.0**2 / mse)
+class MetricError(EdgeError, ValueError):
+    """Images passed to a metric do not match (shape, dtype)."""
 
 
-def _gaussian_window(size: int = 11, sigma: float = 1.5) -> np.ndarray:
-    x = np.arange(size) - (size - 1) / 2
-    g = np.exp(-(x**2) / (2 * sigma**2))
-    return g / g.sum()
+def _pair(a: np.ndarray, b: np.ndarray, stacks: bool = False
+          ) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        raise MetricError(f"metric: expected two images of the same shape, found "
+                          f"{list(a.shape)} and {list(b.shape)}")
+    if a.ndim not in (2, 3) and not (stacks and a.ndim == 4):
+        raise MetricError(f"metric: expected [H, W] or [H, W, C] images, found {list(a.shape)}")
+    return a.astype(np.float64), b.astype(np.float64)
 
 
-def _filter(img: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """Separable 'valid' filtering of ``[H, W]`` by the 1-D window ``g``."""
-    k = len(g)
-    h, w = img.shape
-    rows = sum(g[i] * img[i:h - k + 1 + i, :] for i in range(k))
-    return sum(g[i] * rows[:, i:w - k + 1 + i] for i in range(k))
-
-
-def ssim(pred: np.ndarray, target: np.ndarray) -> float:
-    """Structural similarity of two uint8 ``[H, W, 3]`` images, mean over channels.
-
-    Wang, Bovik, Sheikh and Simoncelli, "Image quality assessment: from error visibility to
-    structural similarity", IEEE TIP 2004: 11x11 Gaussian window (sigma 1.5), K1 = 0.01,
-    K2 = 0.03, L = 255, mean of the SSIM map over the valid region. Images smaller than the
-    window use a window of their smaller side.
+def psnr(pred: np.ndarray, truth: np.ndarray) -> float:
+    """PSNR in dB of two images with values 0..255 (``[H, W]``, ``[H, W, C]`` or a stack
+    ``[T, H, W, C]``, pooled). Returns ``inf`` for identical images.
     """
-    if pred.shape != target.shape or pred.ndim != 3:
-        raise ValueError(f"ssim: expected two [H, W, 3] images of one shape, found "
-                         f"{pred.shape} and {target.shape}")
-    size = min(11, pred.shape[0], pred.shape[1])
-    g = _gaussian_window(size, 1.5)
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-    vals = []
-    for ch in range(pred.shape[2]):
-        x = pred[..., ch].astype(np.float64)
-        y = target[..., ch].astype(np.float64)
-        mx, my = _filter(x, g), _filter(y, g)
-        sxx = _filter(x * x, g) - mx**2
-        syy = _filter(y * y, g) - my**2
-        sxy = _filter(x * y, g) - mx * my
-        m = ((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx**2 + my**2 + c1) * (sxx + syy + c2))
-        vals.append(m.mean())
-    return float(np.mean(vals))
+    a, b = _pair(pred, truth, stacks=True)
+    mse = float(np.mean((a - b) ** 2))
+    return math.inf if mse == 0.0 else 10.0 * math.log10(_PEAK * _PEAK / mse)
 
 
-def motion_mask(frames: np.ndarray, start: np.ndarray, threshold: int = 10) -> np.ndarray:
-    """Pixels where ground truth changed from the start frame.
+def masked_psnr(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> float | None:
+    """PSNR in dB over the pixels where ``mask`` is true; None if the mask is empty.
 
-    Args:
-        frames: uint8 ``[T, H, W, 3]`` ground truth.
-        start: uint8 ``[H, W, 3]`` start frame.
-        threshold: a pixel changed if its largest channel difference exceeds this (0..255).
-
-    Returns:
-        bool ``[T, H, W]``.
+    ``pred``/``truth``: ``[H, W, C]`` or a stack ``[T, H, W, C]``; ``mask``: bool ``[H, W]``
+    or ``[T, H, W]`` (all channels of a masked pixel count).
     """
-    diff = np.abs(frames.astype(np.int16) - start.astype(np.int16)).max(-1)
-    return diff > threshold
-
-
-def masked_psnr(pred: np.ndarray, target: np.ndarray, mask: np.ndarray) -> float:
-    """PSNR in dB over the pixels where ``mask [..., H, W]`` is true (all channels).
-
-    Returns NaN when the mask is empty, inf when the masked pixels are identical.
-    """
-    m = np.broadcast_to(mask[..., None], pred.shape)
+    a, b = _pair(pred, truth, stacks=True)
+    m = np.asarray(mask, bool)
+    if m.shape != a.shape[:-1]:
+        raise MetricError(f"mask: expected shape {list(a.shape[:-1])}, found {list(m.shape)}")
     if not m.any():
-        return float("nan")
-    d = pred.astype(np.float64)[m] - target.astype(np.float64)[m]
-    mse = float(np.mean(d**2))
-    return float("inf") if mse == 0 else 10.0 * np.log10(255.0**2 / mse)
+        return None
+    mse = float(np.mean((a[m] - b[m]) ** 2))
+    return math.inf if mse == 0.0 else 10.0 * math.log10(_PEAK * _PEAK / mse)
+
+
+def motion_mask(truth: np.ndarray, start: np.ndarray, threshold: int = 8) -> np.ndarray:
+    """Pixels where ``max over channels |truth - start| > threshold`` (0..255).
+
+    ``truth`` ``[H, W, 3]`` or ``[T, H, W, 3]``, ``start`` ``[H, W, 3]``; returns bool
+    ``[H, W]`` or ``[T, H, W]``.
+    """
+    t = np.asarray(truth)
+    if t.ndim == 4:
+        return np.stack([motion_mask(f, start, threshold) for f in t])
+    a, b = _pair(t, start)
+    d = np.abs(a - b)
+    return (d.max(axis=-1) if d.ndim == 3 else d) > threshold
+
+
+def gaussian_window(size: int = 11, sigma: float = 1.5) -> np.ndarray:
+    """Normalised 2-D Gaussian window float64 ``[size, size]`` (sums to 1)."""
+    x = np.arange(size, dtype=np.float64) - (size - 1) / 2.0
+    g = np.exp(-(x * x) / (2.0 * sigma * sigma))
+    g /= g.sum()
+    return np.outer(g, g)
+
+
+def _filter_valid(x: np.ndarray, g1: np.ndarray) -> np.ndarray:
+    """Separable correlation with the 1-D kernel ``g1`` over the valid region of ``x [H, W]``."""
+    k = len(g1)
+    rows = np.lib.stride_tricks.sliding_window_view(x, k, axis=0) @ g1  # (H-k+1, W)
+    return np.lib.stride_tricks.sliding_window_view(rows, k, axis=1) @ g1  # (H-k+1, W-k+1)
+
+
+def ssim(pred: np.ndarray, truth: np.ndarray, *, window: int = 11, sigma: float = 1.5,
+         k1: float = 0.01, k2: float = 0.03, data_range: float = _PEAK) -> float:
+    """Mean SSIM of two images (``[H, W]`` or ``[H, W, C]``, values 0..``data_range``).
+
+    Raises:
+        MetricError: shapes differ or are not images.
+    """
+    a, b = _pair(pred, truth)
+    if a.ndim == 2:
+        a, b = a[..., None], b[..., None]
+    size = min(window, a.shape[0], a.shape[1])
+    x = np.arange(size, dtype=np.float64) - (size - 1) / 2.0
+    g1 = np.exp(-(x * x) / (2.0 * sigma * sigma))
+    g1 /= g1.sum()
+    c1, c2 = (k1 * data_range) ** 2, (k2 * data_range) ** 2
+    scores = []
+    for ch in range(a.shape[2]):
+        p, q = a[..., ch], b[..., ch]
+        mu_p, mu_q = _filter_valid(p, g1), _filter_valid(q, g1)
+        s_pp = _filter_valid(p * p, g1) - mu_p * mu_p
+        s_qq = _filter_valid(q * q, g1) - mu_q * mu_q
+        s_pq = _filter_valid(p * q, g1) - mu_p * mu_q
+        num = (2 * mu_p * mu_q + c1) * (2 * s_pq + c2)
+        den = (mu_p ** 2 + mu_q ** 2 + c1) * (s_pp + s_qq + c2)
+        scores.append(float(np.mean(num / den)))
+    return float(np.mean(scores))
 
 
 def bootstrap_mean_ci(values: np.ndarray, n_boot: int = 2000, alpha: float = 0.05,

@@ -1,4 +1,4 @@
-"""Evaluation metrics on hand-made arrays with known answers."""
+"""Metrics on hand-made arrays with known answers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from edge.metrics import (
+    MetricError,
     bootstrap_mean_ci,
     direction_agreement,
+    gaussian_window,
     masked_psnr,
     motion_mask,
     psnr,
@@ -21,37 +23,56 @@ def test_psnr_known_values() -> None:
     a = np.zeros((4, 4, 3), np.uint8)
     b = np.full((4, 4, 3), 255, np.uint8)
     assert psnr(a, b) == pytest.approx(0.0)
-    c = a.copy()
-    c[0, 0, 0] = 16  # mse = 256 / 48
-    assert psnr(a, c) == pytest.approx(10 * math.log10(255**2 / (256 / 48)))
-    assert psnr(a, a) == math.inf
+    c = np.full((4, 4, 3), 10, np.uint8)
+    d = np.full((4, 4, 3), 20, np.uint8)  # MSE 100
+    assert psnr(c, d) == pytest.approx(10 * math.log10(255**2 / 100))
+    assert psnr(c, c) == math.inf
 
 
-def test_ssim_identical_is_one_and_inverted_is_negative() -> None:
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
-    assert ssim(x, x) == pytest.approx(1.0)
-    assert ssim(x, 255 - x) < 0
-    flat = np.full((32, 32, 3), 100, np.uint8)
-    # Constant images differing by a luminance offset: only the luminance term is < 1.
-    c1 = (0.01 * 255) ** 2
-    expected = (2 * 100 * 120 + c1) / (100**2 + 120**2 + c1)
-    assert ssim(flat, flat + 20) == pytest.approx(expected)
-    with pytest.raises(ValueError, match="one shape"):
-        ssim(x, x[:16])
-
-
-def test_motion_mask_and_masked_psnr() -> None:
+def test_masked_psnr_and_motion_mask() -> None:
     start = np.zeros((4, 4, 3), np.uint8)
-    gt = np.zeros((2, 4, 4, 3), np.uint8)
-    gt[1, 0, 0] = [0, 50, 0]
-    gt[0, 3, 3] = [5, 5, 5]  # below threshold
-    m = motion_mask(gt, start, threshold=10)
-    assert m.sum() == 1 and m[1, 0, 0]
-    pred = gt.copy()
-    pred[1, 0, 0, 1] = 40  # error 10 on one of 3 values in the mask
-    assert masked_psnr(pred, gt, m) == pytest.approx(10 * math.log10(255**2 / (100 / 3)))
-    assert math.isnan(masked_psnr(pred, gt, np.zeros_like(m)))
+    truth = start.copy()
+    truth[0, 0] = [100, 0, 0]
+    truth[1, 1] = [0, 5, 0]  # below the threshold
+    m = motion_mask(truth, start, threshold=8)
+    assert m.sum() == 1 and m[0, 0]
+    pred = truth.copy()
+    pred[0, 0, 0] = 90  # squared error 100 over 3 values
+    assert masked_psnr(pred, truth, m) == pytest.approx(10 * math.log10(255**2 / (100 / 3)))
+    assert masked_psnr(pred, truth, np.zeros((4, 4), bool)) is None
+
+
+def test_ssim_identity_and_constants() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (20, 20, 3)).astype(np.uint8)
+    assert ssim(a, a) == pytest.approx(1.0)
+    x, y = 100.0, 150.0
+    c1 = (0.01 * 255) ** 2
+    want = (2 * x * y + c1) / (x * x + y * y + c1)  # variances are 0: contrast term is 1
+    got = ssim(np.full((16, 16), x), np.full((16, 16), y))
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_ssim_matches_direct_weighted_sums_on_one_window() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.uniform(0, 255, (11, 11))
+    b = np.clip(a + rng.normal(0, 30, a.shape), 0, 255)
+    w = gaussian_window(11, 1.5)
+    assert w.sum() == pytest.approx(1.0)
+    mx, my = (w * a).sum(), (w * b).sum()
+    vx, vy = (w * (a - mx) ** 2).sum(), (w * (b - my) ** 2).sum()
+    cxy = (w * (a - mx) * (b - my)).sum()
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    want = (2 * mx * my + c1) * (2 * cxy + c2) / ((mx**2 + my**2 + c1) * (vx + vy + c2))
+    assert ssim(a, b) == pytest.approx(want, rel=1e-9)
+    assert ssim(a, 255 - a) < 0
+
+
+def test_metric_shape_errors() -> None:
+    with pytest.raises(MetricError, match="same shape"):
+        psnr(np.zeros((4, 4, 3)), np.zeros((4, 5, 3)))
+    with pytest.raises(MetricError, match="mask: expected shape"):
+        masked_psnr(np.zeros((4, 4, 3)), np.zeros((4, 4, 3)), np.zeros((3, 3), bool))
 
 
 def test_bootstrap_interval_brackets_the_mean_and_shrinks_with_n() -> None:
@@ -72,3 +93,15 @@ def test_direction_agreement() -> None:
     frac, cos, n = direction_agreement(pred, true, min_true_px=1.0)
     assert n == 3 and frac == pytest.approx(2 / 3)
     assert cos == pytest.approx((2 / np.hypot(2, 0.1) - 1 + 1 / np.sqrt(2)) / 3)
+
+
+def test_stacks_pool_over_frames() -> None:
+    start = np.zeros((4, 4, 3), np.uint8)
+    truth = np.zeros((2, 4, 4, 3), np.uint8)
+    truth[1, 2, 2] = [0, 60, 0]
+    m = motion_mask(truth, start)
+    assert m.shape == (2, 4, 4) and m.sum() == 1
+    pred = truth.copy()
+    pred[1, 2, 2, 1] = 50
+    assert masked_psnr(pred, truth, m) == pytest.approx(10 * math.log10(255**2 / (100 / 3)))
+    assert psnr(pred, truth) == pytest.approx(10 * math.log10(255**2 / (100 / 96)))

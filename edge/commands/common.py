@@ -1,0 +1,176 @@
+"""Options and steps shared by ``simulate`` and ``precheck``.
+
+- model/backend options and loading;
+- the calibration context from ``--calibration FILE`` (encoded) or ``--cell ID`` (the
+  calibration cache, through :class:`~edge.runtime.context.ContextSource`);
+- :class:`StagedOutput`: files are written into a hidden staging folder and moved under
+  their final names only when everything succeeded, so nothing is written under a final
+  output name on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from edge.episode import Episode, load_episode
+from edge.errors import EdgeError
+from edge.runtime.backends import AUTO_ORDER, BACKEND_NAMES
+from edge.runtime.context import (
+    CalibrationContext,
+    ContextSource,
+    context_from_source,
+    encode_calibration,
+)
+from edge.runtime.errors import RuntimeInputError
+from edge.runtime.model import WorldModel, load_model
+from edge.state import state_root
+
+__all__ = ["StagedOutput", "add_context_args", "add_model_args", "default_context_source",
+           "get_context", "open_model", "run_command"]
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """``--model``, ``--backend``, ``--threads``."""
+    p.add_argument("--model", metavar="DIR", help="model folder with model.json (default: "
+                   "<state root>/bundles/active)")
+    p.add_argument("--backend", default="cpu", choices=BACKEND_NAMES + ("auto",),
+                   help=f"inference backend (default cpu; auto tries {', '.join(AUTO_ORDER)})")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="ONNX Runtime intra-op threads (default: one per core)")
+
+
+def add_context_args(p: argparse.ArgumentParser) -> None:
+    """``--cell`` | ``--calibration`` and the cache key options."""
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--cell", metavar="ID", help="take the context from the calibration cache")
+    g.add_argument("--calibration", metavar="FILE",
+                   help="encode this calibration episode (.npz) into the context")
+    p.add_argument("--camera-id", help="cache key with --cell (default: the start episode's)")
+    p.add_argument("--robot-id", help="cache key with --cell (default: the start episode's)")
+    p.add_argument("--dof", type=int, default=None,
+                   help="controllable DoFs with --cell (default: the action width)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="calibration cache root (default: <state root>/calibration)")
+
+
+def open_model(args: argparse.Namespace) -> WorldModel:
+    """Load and verify the model named by ``--model`` with ``--backend``/``--threads``."""
+    model_dir = Path(args.model) if args.model else state_root() / "bundles" / "active"
+    if not (model_dir / "model.json").is_file():
+        raise RuntimeInputError(f"{model_dir}: no model.json here; pass --model DIR")
+    return load_model(model_dir, backend=args.backend, intra_op_num_threads=args.threads)
+
+
+def default_context_source(cache_dir: str | None) -> ContextSource:
+    """The device's calibration cache as a :class:`ContextSource`.
+
+    Uses ``edge.calibration_cache.CalibrationCache(root)``; raises
+    :class:`RuntimeInputError` if that module is not part of this build.
+    """
+    root = Path(cache_dir) if cache_dir else state_root() / "calibration"
+    try:
+        mod = importlib.import_module("edge.calibration_cache")
+        source = mod.CalibrationCache(root)
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeInputError(f"--cell: the calibration cache is not available in this "
+                                f"build ({exc}); pass --calibration FILE instead") from None
+    if not isinstance(source, ContextSource):
+        raise RuntimeInputError("--cell: edge.calibration_cache.CalibrationCache has no "
+                                "get_context(cell_id, camera_id, robot_id, model_sha256)")
+    return source
+
+
+def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Episode | None,
+                source: ContextSource | None = None) -> CalibrationContext:
+    """The context from ``--calibration`` or ``--cell`` (with ``source`` or the device cache).
+
+    Raises:
+        RuntimeInputError: missing cache key parts, no cached context, a bad episode.
+        ContextMismatchError: the cached context does not fit the model.
+    """
+    if args.calibration:
+        episode = load_episode(args.calibration)
+        return encode_calibration(model, episode, where=str(args.calibration))
+    meta = start_episode.metadata if start_episode is not None else None
+    camera = args.camera_id or (meta.camera_id if meta else None)
+    robot = args.robot_id or (meta.robot_id if meta else None)
+    if not camera or not robot:
+        raise RuntimeInputError("--cell: the cache key needs --camera-id and --robot-id "
+                                "(or an episode as --start, whose metadata has them)")
+    ctx = context_from_source(source or default_context_source(args.cache_dir), model,
+                              args.cell, camera, robot)
+    if args.dof is not None:
+        ctx = CalibrationContext(ctx.values, ctx.model_sha256, int(args.dof), ctx.source)
+    return ctx
+
+
+class StagedOutput:
+    """Write several files, then publish them all under their final names at once.
+
+    Args:
+        out_dir: the final folder (created on :meth:`commit`).
+
+    Use as a context manager: :meth:`path` gives a staging path for a file name; on
+    normal exit call :meth:`commit`; on an exception the staging folder is removed and
+    nothing appears under ``out_dir``.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike[str]):
+        self.out_dir = Path(out_dir)
+        self._stage: Path | None = None
+        self._names: list[str] = []
+
+    def __enter__(self) -> StagedOutput:
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._stage = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.staging-",
+                                            dir=self.out_dir.parent))
+        return self
+
+    def path(self, name: str) -> Path:
+        """Staging path for the final file ``out_dir / name``."""
+        assert self._stage is not None
+        self._names.append(name)
+        return self._stage / name
+
+    def commit(self) -> list[Path]:
+        """Move every staged file under its final name; returns the final paths."""
+        assert self._stage is not None
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        done = []
+        for name in self._names:
+            os.replace(self._stage / name, self.out_dir / name)
+            done.append(self.out_dir / name)
+        return done
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stage is not None:
+            shutil.rmtree(self._stage, ignore_errors=True)
+            self._stage = None
+
+
+def run_command(name: str,
+                register: Callable[[argparse._SubParsersAction], argparse.ArgumentParser],
+                argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (without the command name) for subcommand ``name`` and run it, like
+    ``edge.cli.main`` does.
+
+    Project errors and file errors print one line on stderr and give exit code 2.
+    """
+    parser = argparse.ArgumentParser(prog="syncedge")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    register(sub)
+    args = parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.func(args) or 0)
+    except (EdgeError, OSError) as exc:
+        if isinstance(exc, OSError) and not getattr(exc, "filename", None):
+            raise
+        print(f"syncedge {args.command}: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,58 @@
+"""``syncedge doctor``: what can run here: backends, CUDA driver, kernels (nvcc, fatbin)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from edge.commands.common import run_command
+from edge.runtime.backends import BACKEND_NAMES, backend_availability, resolve_backend
+from edge.runtime.backends.probe import Availability, cuda_driver_status, kernels_status
+from edge.runtime.errors import BackendUnavailableError
+
+__all__ = ["collect", "main", "register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``doctor`` subcommand."""
+    p = subparsers.add_parser("doctor", help="report which backends and kernels can run here",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+    return p
+
+
+def collect() -> dict:
+    """Availability of every backend, the CUDA driver and the kernels, and what auto picks."""
+    items: list[Availability] = [backend_availability(n) for n in BACKEND_NAMES]
+    items.append(cuda_driver_status())
+    items.extend(kernels_status())
+    try:
+        auto = resolve_backend("auto")
+    except BackendUnavailableError as exc:
+        auto = f"none ({exc})"
+    return {"items": [{"name": a.name, "available": a.available, "reason": a.reason}
+                      for a in items], "auto": auto}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; returns 0 (the report itself is the result)."""
+    d = collect()
+    if args.json:
+        print(json.dumps(d, indent=2))
+        return 0
+    for it in d["items"]:
+        print(f"{it['name']:<12} {'yes' if it['available'] else 'no ':<4} {it['reason']}")
+    print(f"{'auto':<12} -> {d['auto']}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``doctor`` alone (``python -m edge.commands.doctor``)."""
+    return run_command("doctor", register, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""``syncedge precheck``: simulate candidate actions (or a policy) and check them against rules.
+
+Writes into ``--out`` (all or nothing) ``report.json`` (per-candidate verdicts, first
+failing step and rule, scores, ranking, the chosen candidate) and ``report.png`` (one row
+per candidate in rank order, keep-out regions tinted red, the verdict on each row).
+Exit code 0 only if a candidate passes; 1 if none does; 2 on an input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from edge.commands.common import (
+    StagedOutput,
+    add_context_args,
+    add_model_args,
+    get_context,
+    open_model,
+    run_command,
+)
+from edge.commands.simulate import sheet_columns
+from edge.fileio import write_json_atomic
+from edge.precheck.evaluate import PrecheckResult, evaluate
+from edge.precheck.policy import OnnxPolicy, rollout_policy
+from edge.precheck.rules import load_rules
+from edge.runtime.errors import RuntimeInputError
+from edge.runtime.inputs import load_actions, load_image, load_joint_state, load_start
+from edge.runtime.rollout import Rollout
+from edge.visual import contact_sheet, write_png
+
+__all__ = ["main", "register", "report_image", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``precheck`` subcommand."""
+    p = subparsers.add_parser("precheck", help="check candidate actions or a policy against "
+                              "rules in the world model", description=__doc__.splitlines()[0])
+    add_context_args(p)
+    p.add_argument("--start", required=True, metavar="FRAME|EPISODE",
+                   help="start frame (PNG/JPEG/.npy) or an episode .npz (its first frame)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--actions", metavar="FILE",
+                     help="candidate action sequences (.npy/.csv/.json), rad|m per step")
+    src.add_argument("--policy", metavar="ONNX", help="a policy to roll out in the model")
+    p.add_argument("--horizon", type=int, default=None, help="steps with --policy")
+    p.add_argument("--joint-state", metavar="Q", help="start joint positions: 'q0,q1,...' or "
+                   "a .npy/.json/.csv file (default: the start episode's first row)")
+    p.add_argument("--rules", required=True, metavar="YAML", help="rules file")
+    add_model_args(p)
+    p.add_argument("--out", default="precheck-out", metavar="DIR", help="output folder")
+    p.set_defaults(func=run)
+    return p
+
+
+def _tint(frames: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    if mask is None or not mask.any():
+        return frames
+    out = frames.astype(np.float32)
+    m = mask.astype(bool)
+    out[..., m, 0] = 0.6 * out[..., m, 0] + 0.4 * 255
+    out[..., m, 1:] *= 0.6
+    return out.round().astype(np.uint8)
+
+
+def report_image(result: PrecheckResult, start: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """The report picture: the start frame, then each candidate's steps, in rank order."""
+    t = frames.shape[1]
+    cols = sheet_columns(t, 8)
+    rows, labels, tiles = [], [], []
+    for i in result.ranking[:16]:
+        v = result.verdicts[i]
+        row = np.concatenate([start[None], frames[i, cols]])
+        rows.append(_tint(row, result.keepout_mask))
+        verdict = "PASS" if v.passed else f"FAIL {v.first_fail_rule}@{v.first_fail_step}"
+        chosen = " CHOSEN" if i == result.chosen else ""
+        labels.append(f"#{v.rank} {v.name} {verdict}{chosen}")
+        tiles.append([""] + [f"t{c}" for c in cols])
+    return contact_sheet(rows, labels, tiles, scale=max(2, 256 // start.shape[0]))
+
+
+def run(args: argparse.Namespace, context_source=None) -> int:
+    """Run ``precheck`` for parsed arguments; returns 0 if a candidate passes, else 1."""
+    rules = load_rules(args.rules)
+    model = open_model(args)
+    try:
+        start, episode = load_start(args.start, model.contract.resolution)
+        goal = None
+        if rules.goal is not None:
+            goal = load_image(rules.goal.image)
+            if goal.shape != start.shape:
+                raise RuntimeInputError(f"{rules.goal.image}: expected a goal image of "
+                                        f"{list(start.shape)}, found {list(goal.shape)}")
+        q0 = load_joint_state(args.joint_state) if args.joint_state else None
+        if q0 is None and episode is not None and episode.joint_positions is not None:
+            q0 = episode.joint_positions[0]
+        ctx = get_context(args, model, episode, context_source)
+        if args.policy:
+            if not args.horizon or args.horizon < 1:
+                raise RuntimeInputError("--horizon: required (>= 1) with --policy")
+            if q0 is None:
+                raise RuntimeInputError("--joint-state: required with --policy (the policy "
+                                        "reads the joint state)")
+            rollout = Rollout(model, ctx, max_horizon=args.horizon, max_candidates=1)
+            with OnnxPolicy(args.policy) as policy:
+                actions, frames = rollout_policy(rollout, policy, start, q0, args.horizon)
+            names = ["policy"]
+        else:
+            actions, names = load_actions(args.actions)
+            n, horizon = actions.shape[:2]
+            rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
+            rollout.check_actions(actions, str(args.actions))
+            frames = rollout.run(start, actions)
+        result = evaluate(rules, start, q0, actions, frames, names, goal)
+        report = {
+            "rules": str(args.rules), "model": str(model.model_dir),
+            "model_sha256": model.sha256, "context": ctx.source, "start": str(args.start),
+            "candidates_from": str(args.policy or args.actions),
+            "horizon": int(actions.shape[1]),
+            "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
+            "chosen_index": result.chosen,
+            "ranking": [result.verdicts[i].name for i in result.ranking],
+            "verdicts": [{"index": v.index, "name": v.name, "passed": v.passed,
+                          "rank": v.rank, "first_fail_step": v.first_fail_step,
+                          "first_fail_rule": v.first_fail_rule, "detail": v.detail,
+                          "scores": v.scores} for v in result.verdicts],
+        }
+        image = report_image(result, start, frames)
+        with StagedOutput(args.out) as out:
+            write_json_atomic(out.path("report.json"), report)
+            write_png(out.path("report.png"), image)
+            paths = out.commit()
+    finally:
+        model.deactivate()
+    for i in result.ranking:
+        v = result.verdicts[i]
+        mark = "*" if i == result.chosen else " "
+        print(f"{mark} #{v.rank:<3} {v.name:<16} {'PASS' if v.passed else 'FAIL'}  {v.detail}")
+    for p in paths:
+        print(p)
+    if result.chosen is None:
+        print("no candidate passes", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``precheck`` alone (``python -m edge.commands.precheck``)."""
+    return run_command("precheck", register, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""``syncedge simulate``: predict what candidate actions will do in a cell.
+
+Writes into ``--out`` (all or nothing): ``prediction.mp4`` (candidates side by side),
+``contact_sheet.png`` (one row per candidate; the ground truth below when the start is an
+episode whose own actions are simulated) and ``metrics.json`` (per-step PSNR, SSIM and
+motion-region PSNR against the ground truth, timings, provenance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from edge.commands.common import (
+    StagedOutput,
+    add_context_args,
+    add_model_args,
+    get_context,
+    open_model,
+    run_command,
+)
+from edge.fileio import write_json_atomic
+from edge.metrics import masked_psnr, motion_mask, psnr, ssim
+from edge.runtime.errors import RuntimeInputError
+from edge.runtime.inputs import load_actions, load_start
+from edge.runtime.rollout import Rollout
+from edge.visual import contact_sheet, write_mp4, write_png
+
+__all__ = ["MAX_SHEET_TILES", "main", "register", "run", "step_metrics", "sheet_columns"]
+
+MAX_SHEET_TILES = 10
+MOTION_THRESHOLD = 8  # uint8 units: a ground-truth pixel moved if it changed by more
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``simulate`` subcommand."""
+    p = subparsers.add_parser("simulate", help="predict frames for candidate actions",
+                              description=__doc__.splitlines()[0])
+    add_context_args(p)
+    p.add_argument("--start", required=True, metavar="FRAME|EPISODE",
+                   help="start frame (PNG/JPEG/.npy) or an episode .npz (its first frame)")
+    p.add_argument("--actions", metavar="FILE", help="candidate actions (.npy/.csv/.json); "
+                   "default: the start episode's own actions")
+    add_model_args(p)
+    p.add_argument("--out", default="simulate-out", metavar="DIR", help="output folder")
+    p.set_defaults(func=run)
+    return p
+
+
+def _clean(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), 4)
+
+
+def step_metrics(pred: np.ndarray, truth: np.ndarray, start: np.ndarray) -> list[dict]:
+    """Per-step metrics of ``pred`` vs ``truth`` (uint8 ``[T, H, W, 3]``).
+
+    PSNR in dB (null when identical), SSIM, and PSNR over the motion region (pixels where
+    the ground truth differs from ``start`` by more than 8; null when empty).
+    """
+    out = []
+    for t in range(len(pred)):
+        m = motion_mask(truth[t], start, MOTION_THRESHOLD)
+        out.append({"step": t, "psnr_db": _clean(psnr(pred[t], truth[t])),
+                    "ssim": _clean(ssim(pred[t], truth[t])),
+                    "motion_psnr_db": _clean(masked_psnr(pred[t], truth[t], m)),
+                    "motion_pixels": int(m.sum())})
+    return out
+
+
+def sheet_columns(t: int, n: int = MAX_SHEET_TILES) -> np.ndarray:
+    """At most ``n`` step indices spread over ``t`` steps (always the last)."""
+    return np.unique(np.linspace(0, t - 1, min(n, t)).round().astype(int))
+
+
+def run(args: argparse.Namespace, context_source=None) -> int:
+    """Run ``simulate`` for parsed arguments; returns the exit code (0)."""
+    t_start = time.perf_counter()
+    model = open_model(args)
+    try:
+        start, episode = load_start(args.start, model.contract.resolution)
+        if args.actions:
+            actions, names = load_actions(args.actions)
+        elif episode is not None:
+            if episode.num_frames < 2:
+                raise RuntimeInputError(f"{args.start}: expected an episode of at least 2 "
+                                        f"frames to take its actions, found 1")
+            actions, names = episode.actions[None, :-1].astype(np.float32), ["episode"]
+        else:
+            raise RuntimeInputError("--actions: required when --start is a frame, not an "
+                                    "episode")
+        ctx = get_context(args, model, episode, context_source)
+        n, horizon = actions.shape[:2]
+        rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
+        rollout.check_actions(actions, str(args.actions or args.start))
+        t0 = time.perf_counter()
+        rollout.reset(start, actions)
+        rollout.step()
+        first_frame_s = time.perf_counter() - t0
+        for _ in range(horizon - 1):
+            rollout.step()
+        rollout_s = time.perf_counter() - t0
+        pred = rollout.frames()  # (N, T, H, W, 3)
+        truth = None
+        if episode is not None and not args.actions:
+            truth = episode.frames[1:1 + horizon]
+        report = {
+            "model": str(model.model_dir), "model_sha256": model.sha256,
+            "backend": args.backend, "context": ctx.source, "start": str(args.start),
+            "actions": str(args.actions) if args.actions else "start episode",
+            "candidates": n, "horizon": horizon, "names": names or [f"candidate-{i}"
+                                                                     for i in range(n)],
+            "batch_size": rollout.batch, "chunks": rollout.chunks,
+            "timings_s": {"first_frame": round(first_frame_s, 6),
+                          "rollout": round(rollout_s, 6),
+                          "frames_per_s": round(n * horizon / max(rollout_s, 1e-9), 2),
+                          "total": None},
+            "ground_truth": None, "per_step": None, "summary": None,
+        }
+        if truth is not None:
+            per = step_metrics(pred[0], truth, start)
+            report["ground_truth"] = f"{args.start} frames 1..{horizon}"
+            report["per_step"] = per
+            report["summary"] = {k: _clean(float(np.mean([p[k] for p in per
+                                                          if p[k] is not None])))
+                                 if any(p[k] is not None for p in per) else None
+                                 for k in ("psnr_db", "ssim", "motion_psnr_db")}
+        cols = sheet_columns(horizon)
+        rows = [pred[i, cols] for i in range(n)]
+        labels = [f"pred {i}" for i in range(n)]
+        if truth is not None:
+            rows.append(truth[cols])
+            labels.append("truth")
+        sheet = contact_sheet(rows, labels, [[f"t{c + 1}" for c in cols]] * len(rows))
+        video = np.concatenate(list(pred), axis=2)  # candidates side by side (T, H, N*W, 3)
+        with StagedOutput(args.out) as out:
+            write_mp4(out.path("prediction.mp4"), video, model.contract.frame_rate_hz)
+            write_png(out.path("contact_sheet.png"), sheet)
+            report["timings_s"]["total"] = round(time.perf_counter() - t_start, 6)
+            write_json_atomic(out.path("metrics.json"), report)
+            paths = out.commit()
+    finally:
+        model.deactivate()
+    for p in paths:
+        print(p)
+    if report["summary"]:
+        s = report["summary"]
+        print(f"mean PSNR {s['psnr_db']} dB, SSIM {s['ssim']}, motion PSNR "
+              f"{s['motion_psnr_db']} dB over {horizon} steps")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``simulate`` alone (``python -m edge.commands.simulate``)."""
+    return run_command("simulate", register, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

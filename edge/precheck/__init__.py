@@ -1,0 +1,3 @@
+"""Policy pre-check: rules, evaluation of predicted rollouts, policies in the loop, reports."""
+
+__all__: list[str] = []

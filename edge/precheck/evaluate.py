@@ -1,0 +1,176 @@
+"""Verdicts for candidate action sequences from their predicted frames.
+
+Per candidate and step t (predicted frame t is the scene after action t):
+
+- ``max_step_action``: |action[t, j]| <= bound[j] (rad|m per step).
+- ``joint_limits``: lower <= q0 + sum(actions[0..t]) <= upper.
+- ``keep_out``: moved pixels inside the keep-out mask (a pixel moved if max over channels
+  |pred - start| > motion_threshold) <= max_moved_pixels (``kernels.reference`` scores).
+- ``goal``: at the last step, SSIM(pred, goal) >= min_ssim.
+
+The first failing step wins; at one step the rules are taken in the order above.
+Ranking: passing candidates first; then higher final goal SSIM (if a goal is set); then
+less motion energy in the keep-out regions; then smaller total |action|. The chosen
+candidate is the best-ranked one that passes (None if none does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edge.metrics import ssim
+from edge.precheck.rules import Rules, rasterise
+from edge.runtime.errors import RuntimeInputError
+from kernels import reference as ref
+
+__all__ = ["CandidateVerdict", "PrecheckResult", "evaluate"]
+
+
+@dataclass
+class CandidateVerdict:
+    """The verdict on one candidate.
+
+    Attributes:
+        index: position in the input.
+        name: label (``"candidate-0"``, ``"policy"``, ...).
+        passed: every rule holds at every step.
+        first_fail_step: first step (0-based) where a rule failed, or None.
+        first_fail_rule: that rule's name, or None.
+        detail: human-readable reason.
+        rank: 1 = best.
+        scores: ``keepout_moved_max`` (px), ``keepout_energy`` (sum over steps),
+            ``goal_ssim`` (final step, or None), ``action_l1`` (sum |a|, rad|m).
+    """
+
+    index: int
+    name: str
+    passed: bool = True
+    first_fail_step: int | None = None
+    first_fail_rule: str | None = None
+    detail: str = ""
+    rank: int = 0
+    scores: dict = field(default_factory=dict)
+
+    def _fail(self, step: int, rule: str, detail: str) -> None:
+        if self.first_fail_step is None or step < self.first_fail_step:
+            self.passed = False
+            self.first_fail_step, self.first_fail_rule, self.detail = step, rule, detail
+
+
+@dataclass
+class PrecheckResult:
+    """Verdicts (in input order), the ranking (indices, best first) and the chosen index."""
+
+    verdicts: list[CandidateVerdict]
+    ranking: list[int]
+    chosen: int | None
+    keepout_mask: np.ndarray | None = None  # (H, W) uint8
+
+
+def _width_check(vec: tuple[float, ...], a: int, what: str) -> np.ndarray:
+    v = np.asarray(vec, np.float64)
+    if len(v) == 1:
+        return np.full(a, v[0])
+    if len(v) != a:
+        raise RuntimeInputError(f"{what}: expected 1 or {a} values (one per DoF), found {len(v)}")
+    return v
+
+
+def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
+             actions: np.ndarray, frames: np.ndarray, names: list[str] | None = None,
+             goal: np.ndarray | None = None) -> PrecheckResult:
+    """Apply the rules to every candidate.
+
+    Args:
+        rules: parsed rules.
+        start: uint8 ``[H, W, 3]`` start frame.
+        joint_state: float ``[A']`` start joint positions (rad|m); required by joint limits.
+        actions: float32 ``[N, T, A']`` candidate actions (the cell's DoFs).
+        frames: uint8 ``[N, T, H, W, 3]`` predicted frames.
+        names: labels per candidate.
+        goal: uint8 ``[H, W, 3]`` goal image, required by the goal rule.
+
+    Raises:
+        RuntimeInputError: widths or shapes that do not match the rules or each other.
+    """
+    n, t, a = actions.shape
+    h, w = start.shape[:2]
+    if frames.shape[:2] != (n, t):
+        raise RuntimeInputError(f"frames: expected [{n}, {t}, ...] to match the actions, found "
+                                f"{list(frames.shape)}")
+    verdicts = [CandidateVerdict(i, (names or [])[i] if names and i < len(names)
+                                 else f"candidate-{i}") for i in range(n)]
+    if rules.max_step_action is not None:
+        bound = _width_check(rules.max_step_action, a, f"{rules.path}:max_step_action")
+        over = np.abs(actions) > bound  # (N, T, A)
+        for v in verdicts:
+            hits = np.argwhere(over[v.index])
+            if len(hits):
+                s, j = (int(x) for x in hits[0])
+                v._fail(s, "max_step_action", f"|action[{j}]| = "
+                        f"{abs(float(actions[v.index, s, j])):.4g} > {bound[j]:.4g} at step {s}")
+    if rules.joint_limits is not None:
+        if joint_state is None:
+            raise RuntimeInputError(f"{rules.path}:joint_limits: needs the start joint state "
+                                    f"(--joint-state)")
+        q0 = np.asarray(joint_state, np.float64)
+        if q0.shape != (a,):
+            raise RuntimeInputError(f"joint state: expected {a} values (one per DoF), found "
+                                    f"{list(q0.shape)}")
+        lo = _width_check(rules.joint_limits.lower, a, f"{rules.path}:joint_limits.lower")
+        hi = _width_check(rules.joint_limits.upper, a, f"{rules.path}:joint_limits.upper")
+        q = q0 + np.cumsum(actions.astype(np.float64), axis=1)  # (N, T, A)
+        bad = (q < lo) | (q > hi)
+        for v in verdicts:
+            hits = np.argwhere(bad[v.index])
+            if len(hits):
+                s, j = (int(x) for x in hits[0])
+                v._fail(s, "joint_limits", f"joint {j} at {q[v.index, s, j]:.4g} outside "
+                        f"[{lo[j]:.4g}, {hi[j]:.4g}] after step {s}")
+    mask = None
+    moved = np.zeros((n, t), np.int32)
+    energy = np.zeros((n, t), np.float32)
+    if rules.keep_out is not None:
+        ko = rules.keep_out
+        mask = rasterise(ko.regions, h, w)
+        for s in range(t):
+            sc = ref.precheck_scores(np.ascontiguousarray(frames[:, s]), start, mask,
+                                     ko.motion_threshold)
+            moved[:, s], energy[:, s] = sc.moved_in_keepout, sc.motion_energy
+        for v in verdicts:
+            over = np.flatnonzero(moved[v.index] > ko.max_moved_pixels)
+            if len(over):
+                s = int(over[0])
+                v._fail(s, "keep_out", f"{int(moved[v.index, s])} px moved inside the keep-out "
+                        f"regions (allowed {ko.max_moved_pixels}) at step {s}")
+    goal_ssim = [None] * n
+    if rules.goal is not None:
+        if goal is None or goal.shape != start.shape:
+            raise RuntimeInputError(f"{rules.goal.image}: expected a goal image of shape "
+                                    f"{list(start.shape)}, found "
+                                    f"{None if goal is None else list(goal.shape)}")
+        for v in verdicts:
+            goal_ssim[v.index] = g = ssim(frames[v.index, -1], goal)
+            if g < rules.goal.min_ssim:
+                v._fail(t - 1, "goal", f"final SSIM to the goal {g:.3f} < "
+                        f"{rules.goal.min_ssim:.3f}")
+    for v in verdicts:
+        v.scores = {"keepout_moved_max": int(moved[v.index].max()),
+                    "keepout_energy": float(energy[v.index].sum()),
+                    "goal_ssim": goal_ssim[v.index],
+                    "action_l1": float(np.abs(actions[v.index]).sum())}
+        if v.passed:
+            v.detail = "every rule holds at every step"
+
+    def key(v: CandidateVerdict) -> tuple:
+        g = v.scores["goal_ssim"]
+        return (not v.passed, -(g if g is not None else 0.0), v.scores["keepout_energy"],
+                v.scores["action_l1"], v.index)
+
+    ranking = [v.index for v in sorted(verdicts, key=key)]
+    for r, i in enumerate(ranking, 1):
+        verdicts[i].rank = r
+    chosen = next((i for i in ranking if verdicts[i].passed), None)
+    return PrecheckResult(verdicts, ranking, chosen, mask)

@@ -1,0 +1,127 @@
+"""ONNX Runtime runners: CPU (default), CUDA and TensorRT execution providers.
+
+The CUDA and TensorRT execution providers are used only when
+``onnxruntime.get_available_providers()`` lists them (the ``onnxruntime-gpu`` build);
+neither could be installed on the machines this project has, so those two runners are
+thin and unverified (docs/runtime.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from edge.runtime.backends.base import Runner
+from edge.runtime.errors import BackendError, BackendUnavailableError
+
+__all__ = ["OrtCpuRunner", "OrtCudaRunner", "OrtRunner", "OrtTensorrtRunner"]
+
+
+class OrtRunner(Runner):
+    """One ONNX graph in an ONNX Runtime session.
+
+    Args:
+        path: ONNX file.
+        intra_op_num_threads: threads inside one operator (None: ONNX Runtime's default,
+            one per physical core).
+        provider_options: options of the execution provider (passed unchanged).
+    """
+
+    backend = "cpu"
+    provider = "CPUExecutionProvider"
+
+    def __init__(self, path: str | Path, intra_op_num_threads: int | None = None,
+                 provider_options: Mapping[str, object] | None = None):
+        super().__init__(path)
+        self.intra_op_num_threads = intra_op_num_threads
+        self.provider_options = dict(provider_options or {})
+        self._session = None
+        self._binding = None
+
+    def _activate(self) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:  # pragma: no cover - a dependency of syncedge
+            raise BackendUnavailableError(
+                f"backend '{self.backend}': onnxruntime is not installed "
+                f"(pip install onnxruntime)") from exc
+        if self.provider not in ort.get_available_providers():
+            raise BackendUnavailableError(
+                f"backend '{self.backend}': expected {self.provider} in "
+                f"onnxruntime.get_available_providers(), found "
+                f"{ort.get_available_providers()}")
+        opts = ort.SessionOptions()
+        if self.intra_op_num_threads is not None:
+            opts.intra_op_num_threads = int(self.intra_op_num_threads)
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.log_severity_level = 3
+        providers = [(self.provider, self.provider_options)]
+        if self.provider != "CPUExecutionProvider":
+            providers.append(("CPUExecutionProvider", {}))
+        try:
+            self._session = ort.InferenceSession(str(self.path), sess_options=opts,
+                                                 providers=providers)
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            raise BackendError(f"{self.path}: ONNX Runtime could not load the graph: "
+                               f"{exc}") from exc
+        self.input_names = tuple(i.name for i in self._session.get_inputs())
+        self.output_names = tuple(o.name for o in self._session.get_outputs())
+        self._binding = self._session.io_binding()
+
+    def _infer(self, feeds: Mapping[str, np.ndarray],
+               outputs: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        try:
+            if not outputs:
+                values = self._session.run(None, dict(feeds))
+                return dict(zip(self.output_names, values, strict=True))
+            io = self._binding
+            io.clear_binding_inputs()
+            io.clear_binding_outputs()
+            for name, arr in feeds.items():
+                io.bind_cpu_input(name, arr)
+            for name in self.output_names:
+                arr = outputs.get(name)
+                if arr is None:
+                    io.bind_output(name, "cpu")
+                else:
+                    io.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
+            self._session.run_with_iobinding(io)
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            raise BackendError(f"{self.path.name}: inference failed: {exc}") from exc
+        result = dict(outputs)
+        for name, value in zip(self.output_names, io.get_outputs(), strict=True):
+            if name not in outputs:
+                result[name] = value.numpy()
+        return result
+
+    def _deactivate(self) -> None:
+        self._binding = None
+        self._session = None
+
+
+class OrtCpuRunner(OrtRunner):
+    """ONNX Runtime on the CPU (always available; the default backend)."""
+
+    backend = "cpu"
+    provider = "CPUExecutionProvider"
+
+
+class OrtCudaRunner(OrtRunner):
+    """ONNX Runtime's CUDA execution provider (onnxruntime-gpu; unverified here)."""
+
+    backend = "ort-cuda"
+    provider = "CUDAExecutionProvider"
+
+
+class OrtTensorrtRunner(OrtRunner):
+    """ONNX Runtime's TensorRT execution provider (onnxruntime-gpu; unverified here).
+
+    ``provider_options`` may set ``trt_engine_cache_enable`` / ``trt_engine_cache_path``.
+    """
+
+    backend = "ort-trt"
+    provider = "TensorrtExecutionProvider"
+

@@ -1,0 +1,159 @@
+"""Calibration contexts: encode a calibration episode, or take one from the cache.
+
+A context belongs to one model: :class:`CalibrationContext` carries the sha256 of the
+``model.json`` that made it, and the rollout refuses a context from another model.
+The calibration cache (``edge.calibration_cache``) is consumed through the small
+:class:`ContextSource` protocol only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from edge.episode import Episode
+from edge.runtime.errors import ContextMismatchError, RuntimeInputError
+from edge.runtime.model import WorldModel
+
+__all__ = [
+    "CalibrationContext",
+    "ContextSource",
+    "check_context",
+    "context_from_source",
+    "dof_mask_for",
+    "encode_calibration",
+    "pad_calibration",
+]
+
+
+@runtime_checkable
+class ContextSource(Protocol):
+    """Where cached contexts come from (the calibration cache implements this)."""
+
+    def get_context(self, cell_id: str, camera_id: str, robot_id: str,
+                    model_sha256: str) -> np.ndarray | None:
+        """The cached context float32 ``[K, D, h, w]`` for this key, or None if absent."""
+
+
+@dataclass(frozen=True)
+class CalibrationContext:
+    """A context and the model it was made for.
+
+    Attributes:
+        values: float32 ``context_shape`` (``[K, D, h, w]``).
+        model_sha256: sha256 of the ``model.json`` of the model that made it.
+        num_dof: controllable DoFs of the cell (channels ``[0, num_dof)``), or None if
+            unknown (e.g. from the cache).
+        source: where it came from (``"episode:<path>"``, ``"cache:<cell>"``), for reports.
+    """
+
+    values: np.ndarray
+    model_sha256: str
+    num_dof: int | None = None
+    source: str = ""
+
+
+def dof_mask_for(num_dof: int, max_dof: int) -> np.ndarray:
+    """uint8 ``[max_dof]``: 1 for channels ``[0, num_dof)``, 0 for the padding."""
+    if not 1 <= num_dof <= max_dof:
+        raise RuntimeInputError(f"DoF count: expected 1..{max_dof} (the model's max DoF), "
+                                f"found {num_dof}")
+    mask = np.zeros(max_dof, np.uint8)
+    mask[:num_dof] = 1
+    return mask
+
+
+def check_context(model: WorldModel, ctx: CalibrationContext) -> None:
+    """Refuse a context made by another model or of the wrong shape/dtype/values.
+
+    Raises:
+        ContextMismatchError: naming expected and found sha256 or shape.
+    """
+    if ctx.model_sha256 != model.sha256:
+        raise ContextMismatchError(
+            f"context ({ctx.source or 'given'}): made by model {ctx.model_sha256[:12]}..., "
+            f"expected this model {model.sha256[:12]}... ({model.model_dir}); re-encode the "
+            f"calibration episode with this model")
+    want = tuple(model.contract.context_shape)
+    v = ctx.values
+    if not isinstance(v, np.ndarray) or v.dtype != np.float32 or v.shape != want:
+        found = (v.dtype, v.shape) if isinstance(v, np.ndarray) else type(v).__name__
+        raise ContextMismatchError(f"context ({ctx.source or 'given'}): expected float32 "
+                                   f"{list(want)}, found {found}")
+    if not np.isfinite(v).all():
+        raise ContextMismatchError(f"context ({ctx.source or 'given'}): contains NaN or inf")
+
+
+def pad_calibration(model: WorldModel, episode: Episode, where: str = "calibration episode"
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pad a calibration episode to the model's K*L+1 frames and A channels.
+
+    An episode with n < A DoFs has fewer frames (8n + 1): the last frame is repeated with
+    zero actions, extra action channels are zero and the DoF mask is 1 for the first n.
+
+    Returns:
+        frames uint8 ``[K*L+1, H, W, 3]``, actions float32 ``[K*L+1, A]``, mask float32 ``[A]``.
+
+    Raises:
+        RuntimeInputError: wrong resolution, too many DoFs or frames.
+    """
+    c = model.contract
+    n_frames, a_max = c.calibration_frames, c.max_dof
+    if episode.resolution != tuple(c.resolution):
+        raise RuntimeInputError(f"{where}: expected frames of {tuple(c.resolution)} (the "
+                                f"model's resolution), found {episode.resolution}")
+    n = episode.num_dof
+    if n > a_max:
+        raise RuntimeInputError(f"{where}: expected at most {a_max} DoFs, found {n}")
+    t = episode.num_frames
+    if t > n_frames:
+        raise RuntimeInputError(f"{where}: expected at most {n_frames} frames (K*L+1), "
+                                f"found {t}")
+    frames = np.empty((n_frames, *episode.frames.shape[1:]), np.uint8)
+    frames[:t] = episode.frames
+    frames[t:] = episode.frames[-1]
+    actions = np.zeros((n_frames, a_max), np.float32)
+    actions[:t, :n] = episode.actions
+    if not np.isfinite(actions).all():
+        raise RuntimeInputError(f"{where}: actions contain NaN or inf")
+    return frames, actions, dof_mask_for(n, a_max).astype(np.float32)
+
+
+def encode_calibration(model: WorldModel, episode: Episode,
+                       where: str = "calibration episode") -> CalibrationContext:
+    """Encode a calibration episode into this model's context (encoder + calibration graphs).
+
+    Returns:
+        :class:`CalibrationContext` with ``num_dof`` = the episode's DoF count.
+    """
+    frames, actions, mask = pad_calibration(model, episode, where)
+    c, h, w = model.contract.latent_shape
+    latents = np.empty((len(frames), c, h, w), np.float32)
+    for i, f in enumerate(frames):
+        latents[i] = model.encode(f)
+    values = model.calibrate(latents, actions, mask)
+    return CalibrationContext(values=np.ascontiguousarray(values, np.float32),
+                              model_sha256=model.sha256, num_dof=episode.num_dof,
+                              source=where)
+
+
+def context_from_source(source: ContextSource, model: WorldModel, cell_id: str,
+                        camera_id: str, robot_id: str) -> CalibrationContext:
+    """Fetch this model's context for a cell from a :class:`ContextSource`.
+
+    Raises:
+        RuntimeInputError: no context is cached for the key (names the key and the fix).
+        ContextMismatchError: the cached array has the wrong shape or values.
+    """
+    values = source.get_context(cell_id, camera_id, robot_id, model.sha256)
+    key = f"cell {cell_id!r}, camera {camera_id!r}, robot {robot_id!r}, model " \
+          f"{model.sha256[:12]}..."
+    if values is None:
+        raise RuntimeInputError(f"calibration cache: no context for {key}; record a "
+                                f"calibration episode and import it, or pass --calibration")
+    ctx = CalibrationContext(values=values, model_sha256=model.sha256,
+                             source=f"cache:{cell_id}")
+    check_context(model, ctx)
+    return ctx

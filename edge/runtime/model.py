@@ -1,0 +1,176 @@
+"""The loaded world model: immutable after :meth:`WorldModel.activate`, shared by rollouts.
+
+Holds the verified manifest and one runner per graph (``encoder``, ``calibration``,
+``step_b{B}``, ``decoder_b{B}``). Shapes come from ``model.json``, never from constants.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from edge.manifest import ModelContract, ModelManifest, load_model_dir, model_sha256
+from edge.runtime.backends import Runner, RunnerFactory, make_runner_factory
+from edge.runtime.errors import CallOrderError, RolloutInputError
+
+__all__ = ["WorldModel", "load_model"]
+
+
+class WorldModel:
+    """A model folder with one activated runner per graph.
+
+    Args:
+        model_dir: folder holding ``model.json`` and the graphs.
+        runner_factory: makes a runner for a graph file (default: ONNX Runtime CPU).
+        verify: check every graph's sha256 against ``model.json`` on activation.
+
+    The constructor only stores arguments; call :meth:`activate` (or use ``with``).
+    """
+
+    def __init__(self, model_dir: str | os.PathLike[str],
+                 runner_factory: RunnerFactory | None = None, verify: bool = True):
+        self.model_dir = Path(model_dir)
+        self.runner_factory = runner_factory
+        self.verify = verify
+        self._manifest: ModelManifest | None = None
+        self._sha256 = ""
+        self._runners: dict[str, Runner] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def activate(self) -> WorldModel:
+        """Load and verify ``model.json`` and activate a runner per graph.
+
+        Raises:
+            ManifestError: the manifest is malformed or a graph's sha256 does not match.
+            BackendError: a graph could not be loaded.
+        """
+        if self._manifest is not None:
+            return self
+        manifest = load_model_dir(self.model_dir, verify=self.verify)
+        factory = self.runner_factory or make_runner_factory("cpu")
+        runners: dict[str, Runner] = {}
+        try:
+            for key, g in manifest.graphs.items():
+                runners[key] = factory(self.model_dir / g.file).activate()
+        except BaseException:
+            for r in runners.values():
+                r.deactivate()
+            raise
+        self._runners = runners
+        self._sha256 = model_sha256(self.model_dir)
+        self._manifest = manifest
+        return self
+
+    def deactivate(self) -> None:
+        """Free every runner."""
+        for r in self._runners.values():
+            r.deactivate()
+        self._runners = {}
+        self._manifest = None
+
+    def __enter__(self) -> WorldModel:
+        return self.activate()
+
+    def __exit__(self, *exc: object) -> None:
+        self.deactivate()
+
+    # -- properties ----------------------------------------------------------------------
+    @property
+    def manifest(self) -> ModelManifest:
+        """The verified manifest. Raises :class:`CallOrderError` before :meth:`activate`."""
+        if self._manifest is None:
+            raise CallOrderError(f"WorldModel({self.model_dir}): call activate() first")
+        return self._manifest
+
+    @property
+    def contract(self) -> ModelContract:
+        """The model contract (shapes, history length, residual decoding, ...)."""
+        return self.manifest.contract
+
+    @property
+    def sha256(self) -> str:
+        """The model's identity: sha256 of its ``model.json``."""
+        self.manifest  # noqa: B018 - raises before activate()
+        return self._sha256
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """Exported batch sizes of the step and decoder graphs, ascending."""
+        return self.manifest.batch_sizes
+
+    def runner(self, key: str) -> Runner:
+        """The runner of graph ``key`` (e.g. ``"step_b16"``)."""
+        self.manifest  # noqa: B018
+        return self._runners[key]
+
+    def plan_batches(self, n: int) -> tuple[int, int]:
+        """(exported batch size B, number of chunks) to run ``n`` candidates.
+
+        The smallest B >= n if one exists, else the largest B in ceil(n / B) chunks.
+        """
+        if n < 1:
+            raise RolloutInputError(f"candidates: expected at least 1, found {n}")
+        sizes = self.batch_sizes
+        for b in sizes:
+            if b >= n:
+                return b, 1
+        b = sizes[-1]
+        return b, -(-n // b)
+
+    # -- graphs --------------------------------------------------------------------------
+    def encode(self, frame: np.ndarray) -> np.ndarray:
+        """Encode one RGB frame uint8 ``[H, W, 3]`` to a latent float32 ``[C, h, w]``.
+
+        Raises:
+            RolloutInputError: wrong dtype or size (names expected and found).
+        """
+        h, w = self.contract.resolution
+        if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 \
+                or frame.shape != (h, w, 3):
+            found = (frame.dtype, frame.shape) if isinstance(frame, np.ndarray) else type(frame)
+            raise RolloutInputError(f"frame: expected uint8 ({h}, {w}, 3) RGB (the model's "
+                                    f"resolution), found {found}")
+        x = np.ascontiguousarray(frame.transpose(2, 0, 1)[None])  # (1, 3, H, W)
+        return self._runners["encoder"].infer({"frames": x})["latents"][0]
+
+    def calibrate(self, latents: np.ndarray, actions: np.ndarray,
+                  dof_mask: np.ndarray) -> np.ndarray:
+        """Run the calibration graph.
+
+        Args:
+            latents: float32 ``[K*L+1, C, h, w]``.
+            actions: float32 ``[K*L+1, A]`` (SI units).
+            dof_mask: float32 ``[A]`` (1 controllable, 0 absent).
+
+        Returns:
+            The context float32 ``context_shape`` (``[K, D, h, w]``).
+        """
+        spec = self.manifest.graph("calibration")
+        feeds = {"calibration_latents": latents, "calibration_actions": actions,
+                 "dof_mask": dof_mask}
+        for ts in spec.inputs:
+            ts.check(feeds[ts.name], f"calibration input '{ts.name}'")
+        return self._runners["calibration"].infer(feeds)["context"]
+
+    def step(self, batch: int, feeds: Mapping[str, np.ndarray], out: np.ndarray) -> np.ndarray:
+        """Run ``step_b{batch}`` writing ``next_latent`` float32 ``[B, C, h, w]`` into ``out``."""
+        return self._runners[f"step_b{batch}"].infer(feeds, {"next_latent": out})["next_latent"]
+
+    def decode(self, batch: int, latents: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Run ``decoder_b{batch}``: latents ``[B, C, h, w]`` -> float32 ``[B, 3, H, W]`` in out."""
+        return self._runners[f"decoder_b{batch}"].infer({"latents": latents},
+                                                         {"frames": out})["frames"]
+
+
+def load_model(model_dir: str | os.PathLike[str], backend: str = "cpu",
+               intra_op_num_threads: int | None = None) -> WorldModel:
+    """Load, verify and activate a model folder with the named backend.
+
+    Raises:
+        ManifestError, BackendError, BackendUnavailableError.
+    """
+    factory = make_runner_factory(backend, intra_op_num_threads=intra_op_num_threads)
+    return WorldModel(model_dir, runner_factory=factory).activate()

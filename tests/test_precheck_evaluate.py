@@ -1,0 +1,96 @@
+"""Every pre-check rule on constructed frames and actions with known verdicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.precheck.evaluate import evaluate
+from edge.precheck.rules import GoalRule, JointLimits, KeepOutRegion, KeepOutRule, Rules
+from edge.runtime.errors import RuntimeInputError
+
+H = W = 8
+LEFT_HALF = KeepOutRegion("left", ((0.0, 0.0), (0.5, 0.0), (0.5, 1.0), (0.0, 1.0)))
+
+
+def _case(n: int = 3, t: int = 4):
+    start = np.full((H, W, 3), 100, np.uint8)
+    frames = np.repeat(start[None, None], n, 0).repeat(t, 1).copy()  # (N, T, H, W, 3)
+    actions = np.full((n, t, 2), 0.01, np.float32)
+    return start, frames, actions
+
+
+def test_keep_out_first_failing_step() -> None:
+    start, frames, actions = _case()
+    frames[0, 2, 1, 1] = 200  # candidate 0: motion inside the keep-out at step 2
+    frames[1, 1, 1, 6] = 200  # candidate 1: motion outside it (right half)
+    frames[2, 3, 0, 0] = 110  # candidate 2: a change below the threshold
+    rules = Rules(Path("r.yaml"), keep_out=KeepOutRule((LEFT_HALF,), motion_threshold=20))
+    res = evaluate(rules, start, None, actions, frames)
+    v0, v1, v2 = res.verdicts
+    assert (v0.passed, v0.first_fail_step, v0.first_fail_rule) == (False, 2, "keep_out")
+    assert "1 px moved" in v0.detail
+    assert v1.passed and v2.passed
+    assert res.chosen in (1, 2) and res.ranking[-1] == 0
+    assert res.keepout_mask[:, :4].all() and not res.keepout_mask[:, 4:].any()
+    allowed = Rules(Path("r.yaml"), keep_out=KeepOutRule((LEFT_HALF,), 20, max_moved_pixels=1))
+    assert evaluate(allowed, start, None, actions, frames).verdicts[0].passed
+
+
+def test_joint_limits_from_start_plus_summed_actions() -> None:
+    start, frames, actions = _case(n=2, t=5)
+    actions[0, :, 0] = 0.3  # q = 0.5 + 0.3 (t+1): 0.8, 1.1 -> fails at step 1
+    actions[1, :, 1] = -0.1  # q1 = -0.1 .. -0.5: inside [-1, 1]
+    rules = Rules(Path("r.yaml"), joint_limits=JointLimits((-1.0, -1.0), (1.0, 1.0)))
+    res = evaluate(rules, start, np.array([0.5, 0.0]), actions, frames)
+    assert (res.verdicts[0].first_fail_step, res.verdicts[0].first_fail_rule) == (1, "joint_limits")
+    assert res.verdicts[1].passed and res.chosen == 1
+    with pytest.raises(RuntimeInputError, match="needs the start joint state"):
+        evaluate(rules, start, None, actions, frames)
+    with pytest.raises(RuntimeInputError, match="expected 2 values"):
+        evaluate(rules, start, np.zeros(3), actions, frames)
+
+
+def test_per_step_action_bound_and_rule_order() -> None:
+    start, frames, actions = _case(n=2, t=4)
+    actions[0, 3, 1] = -0.2  # bound 0.1 broken at step 3
+    actions[1, 1, 0] = 0.5  # step 1: both the bound and the joint limit break; bound first
+    rules = Rules(Path("r.yaml"), max_step_action=(0.1,),
+                  joint_limits=JointLimits((-0.4, -1.0), (0.4, 1.0)))
+    res = evaluate(rules, start, np.zeros(2), actions, frames)
+    assert (res.verdicts[0].first_fail_step, res.verdicts[0].first_fail_rule) == \
+        (3, "max_step_action")
+    assert (res.verdicts[1].first_fail_step, res.verdicts[1].first_fail_rule) == \
+        (1, "max_step_action")
+    assert res.chosen is None
+    with pytest.raises(RuntimeInputError, match="expected 1 or 2 values"):
+        evaluate(Rules(Path("r.yaml"), max_step_action=(0.1, 0.1, 0.1)), start, None, actions,
+                 frames)
+
+
+def test_goal_ssim_threshold_and_ranking() -> None:
+    rng = np.random.default_rng(0)
+    start, frames, actions = _case(n=3, t=3)
+    goal = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+    frames[0, -1] = goal  # reaches the goal exactly
+    frames[1, -1] = np.clip(goal.astype(int) + rng.integers(-40, 40, goal.shape), 0, 255)
+    rules = Rules(Path("r.yaml"), goal=GoalRule(Path("g.png"), min_ssim=0.5))
+    res = evaluate(rules, start, None, actions, frames, names=["a", "b", "c"], goal=goal)
+    v = {x.name: x for x in res.verdicts}
+    assert v["a"].passed and v["a"].scores["goal_ssim"] == pytest.approx(1.0)
+    assert not v["c"].passed and v["c"].first_fail_rule == "goal" and v["c"].first_fail_step == 2
+    assert res.ranking[0] == 0 and res.chosen == 0 and v["a"].rank == 1
+    with pytest.raises(RuntimeInputError, match="goal image"):
+        evaluate(rules, start, None, actions, frames, goal=None)
+
+
+def test_ranking_prefers_less_keepout_energy_then_smaller_actions() -> None:
+    start, frames, actions = _case(n=3, t=2)
+    frames[0, 0, 0, 0] = 110  # below the threshold but some energy
+    actions[2] *= 3  # larger actions
+    rules = Rules(Path("r.yaml"), keep_out=KeepOutRule((LEFT_HALF,), motion_threshold=20))
+    res = evaluate(rules, start, None, actions, frames)
+    assert all(v.passed for v in res.verdicts)
+    assert res.ranking == [1, 2, 0] and res.chosen == 1

@@ -1,0 +1,145 @@
+"""``syncedge simulate`` through its ``register`` function: outputs, --cell, bad inputs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.commands import simulate
+from edge.commands.common import run_command
+from edge.episode import save_episode
+from edge.runtime.context import encode_calibration
+from edge.runtime.model import load_model
+from edge.visual import write_png
+from tests.fixtures.runtime import (
+    MemoryContextSource,
+    calibration_episode,
+    motion_episode,
+    tiny_model_dir,
+)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="syncedge")
+    sub = parser.add_subparsers(dest="command")
+    simulate.register(sub)
+    return parser.parse_args(["simulate", *argv])
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    cal = save_episode(calibration_episode(3, 4, 16, 16, seed=1), tmp_path / "cal.npz")
+    ep = save_episode(motion_episode(3, 7, 16, 16, seed=2), tmp_path / "ep.npz")
+    return {"cal": cal, "ep": ep, "model": tiny_model_dir(), "out": tmp_path / "out"}
+
+
+def _base(f: dict[str, Path]) -> list[str]:
+    return ["--calibration", str(f["cal"]), "--model", str(f["model"]), "--threads", "1",
+            "--out", str(f["out"])]
+
+
+def test_simulate_episode_writes_video_sheet_and_metrics(files) -> None:
+    args = _parse([*_base(files), "--start", str(files["ep"])])
+    assert args.func(args) == 0
+    out = files["out"]
+    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "metrics.json",
+                                                     "prediction.mp4"]
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["horizon"] == 6 and len(m["per_step"]) == 6
+    assert {"psnr_db", "ssim", "motion_psnr_db"} <= set(m["per_step"][0])
+    assert m["model_sha256"] and m["timings_s"]["first_frame"] > 0
+    assert not list(out.parent.glob(".out.staging-*"))
+
+
+def test_simulate_frame_with_actions_and_cell_context(files, tmp_path: Path) -> None:
+    model = load_model(files["model"], intra_op_num_threads=1)
+    src = MemoryContextSource()
+    ctx = encode_calibration(model, calibration_episode(3, 4, 16, 16, seed=1))
+    src.put("cell-9", "cam-9", "rob-9", model.sha256, ctx.values)
+    model.deactivate()
+    frame = tmp_path / "start.png"
+    write_png(frame, np.full((16, 16, 3), 90, np.uint8))
+    acts = tmp_path / "a.json"
+    acts.write_text(json.dumps({"candidates": np.zeros((2, 3, 3)).tolist(),
+                                "names": ["still", "also-still"]}))
+    args = _parse(["--cell", "cell-9", "--camera-id", "cam-9", "--robot-id", "rob-9",
+                   "--model", str(files["model"]), "--out", str(files["out"]), "--start",
+                   str(frame), "--actions", str(acts)])
+    assert simulate.run(args, context_source=src) == 0
+    m = json.loads((files["out"] / "metrics.json").read_text())
+    assert m["candidates"] == 2 and m["per_step"] is None and m["context"] == "cache:cell-9"
+    args = _parse(["--cell", "other", "--camera-id", "c", "--robot-id", "r", "--model",
+                   str(files["model"]), "--out", str(tmp_path / "o2"), "--start", str(frame),
+                   "--actions", str(acts)])
+    with pytest.raises(Exception, match="no context for cell 'other'"):
+        simulate.run(args, context_source=src)
+    assert not (tmp_path / "o2").exists()
+
+
+def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
+    start = str(files["ep"])
+    if case == "width":
+        np.save(tmp_path / "a.npy", np.zeros((4, 5), np.float32))
+        return ["--start", start, "--actions", str(tmp_path / "a.npy")]
+    if case == "nan":
+        a = np.zeros((4, 3), np.float32)
+        a[2, 1] = np.nan
+        np.save(tmp_path / "a.npy", a)
+        return ["--start", start, "--actions", str(tmp_path / "a.npy")]
+    if case == "inf":
+        (tmp_path / "a.csv").write_text("j0,j1,j2\n0,0,0\n0,inf,0\n")
+        return ["--start", start, "--actions", str(tmp_path / "a.csv")]
+    if case == "frame":
+        write_png(tmp_path / "s.png", np.zeros((8, 8, 3), np.uint8))
+        np.save(tmp_path / "a.npy", np.zeros((4, 3), np.float32))
+        return ["--start", str(tmp_path / "s.png"), "--actions", str(tmp_path / "a.npy")]
+    if case == "no_actions":
+        np.save(tmp_path / "s.npy", np.zeros((16, 16, 3), np.uint8))
+        return ["--start", str(tmp_path / "s.npy")]
+    if case == "calibration_size":
+        save_episode(calibration_episode(3, 4, 8, 8), tmp_path / "small.npz")
+        return ["--start", start, "--calibration", str(tmp_path / "small.npz")]
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case, match", [
+    ("width", r"a.npy: expected 3 action channels .* found 5"),
+    ("nan", r"a.npy: expected finite actions, found nan at \[candidate, step, channel\] = "
+            r"\[0, 2, 1\]"),
+    ("inf", r"a.csv: expected finite actions, found inf"),
+    ("frame", r"s.png: expected a start frame of \(16, 16\) px"),
+    ("no_actions", r"--actions: required"),
+    ("calibration_size", r"small.npz: expected frames of \(16, 16\)"),
+])
+def test_bad_inputs_exit_2_and_write_nothing(files, tmp_path: Path, capsys, case: str,
+                                             match: str) -> None:
+    argv = _bad_case(files, tmp_path, case)
+    base = _base(files)
+    if "--calibration" in argv:
+        base = base[2:]
+    rc = run_command("simulate", simulate.register, [*base, *argv])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "syncedge simulate: error:" in err
+    import re
+    assert re.search(match, err), err
+    assert not files["out"].exists()
+    assert not list(files["out"].parent.glob(".out.staging-*"))
+
+
+def test_model_with_altered_graph_is_refused(files, tmp_path: Path, capsys) -> None:
+    import shutil
+
+    bad = tmp_path / "model"
+    shutil.copytree(files["model"], bad)
+    with open(bad / "step_b1.onnx", "ab") as f:
+        f.write(b"\0")
+    base = _base(files)
+    base[base.index("--model") + 1] = str(bad)
+    assert run_command("simulate", simulate.register, [*base, "--start", str(files["ep"])]) == 2
+    assert "step_b1.onnx: sha256" in capsys.readouterr().err
+    assert not files["out"].exists()
