@@ -52,6 +52,7 @@ setup(
         # here so that edge/ never imports export/ or firmware_bridge/ directly.
         "syncedge.commands": [
             "cells = export.cells.cli:register",
+            "cache = edge.commands.cache:register",
         ],
     },
 )
