@@ -81,6 +81,10 @@ def npy_load(data: bytes, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.
     Raises:
         BlobFault: for undecodable bytes or another dtype or shape (expected and found).
     """
+    dt = np.dtype(dtype)
+    fast = _npy_fast(data, dt, tuple(shape))
+    if fast is not None:
+        return fast
     try:
         arr = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -89,6 +93,21 @@ def npy_load(data: bytes, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.
         raise BlobFault(f"expected {np.dtype(dtype)} {tuple(shape)}, "
                         f"found {arr.dtype} {tuple(arr.shape)}")
     return arr
+
+
+def _npy_fast(data: bytes, dt: np.dtype, shape: tuple[int, ...]) -> np.ndarray | None:
+    """Decode a version-1 ``.npy`` header written by :func:`npy_bytes` without parsing it
+    as Python syntax; ``None`` when it is anything else (the slow path then decides)."""
+    if len(data) < 10 or data[:8] != b"\x93NUMPY\x01\x00":
+        return None
+    offset = 10 + int.from_bytes(data[8:10], "little")
+    header = data[10:offset]
+    want = (f"{{'descr': '{dt.str}', 'fortran_order': False, 'shape': {shape!r}, }}"
+            .encode())
+    count = int(np.prod(shape, dtype=np.int64))
+    if header.rstrip(b" \n") != want or len(data) - offset != count * dt.itemsize:
+        return None
+    return np.frombuffer(data, dt, count, offset).reshape(shape).copy()
 
 
 def json_bytes(obj: Any) -> bytes:

@@ -38,6 +38,7 @@ BLOB_ROLES = ("episode", "report", "reference", "context")
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _ID_MAX = 200
+_BAD_ID_CHARS = re.compile(r"[/\x00-\x1f\x7f]")
 
 
 class CacheError(EdgeError):
@@ -84,7 +85,7 @@ class CacheCorruptError(CacheError):
 def _check_id(name: str, value: object) -> str:
     if not isinstance(value, str) or not value:
         raise CacheKeyError(f"key field {name}: expected a non-empty string, found {value!r}")
-    if len(value) > _ID_MAX or "/" in value or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if len(value) > _ID_MAX or _BAD_ID_CHARS.search(value):
         raise CacheKeyError(
             f"key field {name}: expected at most {_ID_MAX} printable characters without '/', "
             f"found {value!r}")
