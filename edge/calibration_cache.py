@@ -29,7 +29,6 @@ frame. Guarantees:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import sqlite3
@@ -42,7 +41,6 @@ import numpy as np
 
 from edge import cache_index as ix
 from edge.cache_blobs import (
-    BlobFault,
     BlobStore,
     check_context,
     check_episode,
@@ -50,7 +48,6 @@ from edge.cache_blobs import (
     check_report,
     episode_digest,
     npy_bytes,
-    npy_load,
 )
 from edge.cache_types import (
     CacheConflictError,
@@ -64,7 +61,9 @@ from edge.cache_types import (
     GcReport,
     QuarantineRecord,
 )
-from edge.episode import Episode, load_episode, save_episode
+from edge.cache_upkeep import collect_garbage, evict_over_cap, unlink_unreferenced
+from edge.cache_verify import Fault, decode, parse_row, quarantine_blob
+from edge.episode import Episode, save_episode
 
 __all__ = ["CalibrationCache", "default_root"]
 
@@ -78,12 +77,6 @@ def default_root() -> Path:
     from edge.state import state_root
 
     return state_root() / "calibration"
-
-
-class _Fault(Exception):
-    def __init__(self, role: str, sha: str, reason: str, checksum: bool):
-        super().__init__(reason)
-        self.role, self.sha, self.reason, self.checksum = role, sha, reason, checksum
 
 
 class CalibrationCache:
@@ -224,46 +217,12 @@ class CalibrationCache:
         return self._save_episode_blob(ep)
 
     def _evict_over_cap(self, protect: CacheKey) -> list[str]:
-        """Inside a write transaction: drop LRU contexts until the cap holds."""
-        cap = self.size_cap_bytes
-        if cap is None:
+        if self.size_cap_bytes is None:
             return []
-        total = ix.total_bytes(self._conn)
-        evicted: list[str] = []
-        if total <= cap:
-            return evicted
-        rows = self._conn.execute(
-            "SELECT rowid, * FROM entries WHERE context_sha256 IS NOT NULL "
-            "ORDER BY last_used_s, created_s").fetchall()
-        for row in rows:
-            if total <= cap:
-                break
-            if ix.key_params(protect) == tuple(row[c] for c in
-                                               ("cell_id", "camera_id", "robot_id",
-                                                "model_sha256")):
-                continue
-            self._conn.execute(
-                "UPDATE entries SET context_sha256 = NULL, context_bytes = NULL, "
-                "context_shape = NULL, context_evicted_s = ? WHERE rowid = ?",
-                (time.time(), row["rowid"]))
-            evicted.append(row["context_sha256"])
-            total = ix.total_bytes(self._conn)
-            log.info("calibration cache: evicted the context of %s/%s/%s/%s (size cap %d "
-                     "bytes)", row["cell_id"], row["camera_id"], row["robot_id"],
-                     str(row["model_sha256"])[:12], cap)
-        return evicted
+        return evict_over_cap(self._conn, self.size_cap_bytes, protect)
 
     def _unlink_unreferenced(self, shas: Iterable[object]) -> int:
-        """Delete the blobs among ``shas`` that no row refers to (under the write lock, so
-        a concurrent :meth:`put` that reuses one sees it gone and writes it again)."""
-        todo = sorted({s for s in shas if isinstance(s, str) and s})
-        freed = 0
-        if todo:
-            with ix.write_transaction(self._conn):
-                for sha in todo:
-                    if not ix.is_referenced(self._conn, sha):
-                        freed += self.blobs.unlink(sha)
-        return freed
+        return unlink_unreferenced(self._conn, self.blobs, shas)
 
     def remove(self, key: CacheKey) -> bool:
         """Delete the entry of ``key`` and the blobs no other entry uses.
@@ -298,7 +257,7 @@ class CalibrationCache:
             info = self._parse_row(row)
             try:
                 entry = self._load(info)
-            except _Fault as fault:
+            except Fault as fault:
                 self._on_fault(info, fault)
                 continue
             self._touch(info)
@@ -328,8 +287,8 @@ class CalibrationCache:
             if info.context_sha256 is None:
                 return None
             try:
-                arr = self._decode("context", info)
-            except _Fault as fault:
+                arr = decode(self.blobs, "context", info)
+            except Fault as fault:
                 self._on_fault(info, fault)
                 continue
             self._touch(info)
@@ -406,126 +365,28 @@ class CalibrationCache:
             log.warning("calibration cache %s: last-used time of %s not updated (%s)",
                         self.root, info.key.short, exc)
 
-    def _decode(self, role: str, info: EntryInfo) -> Any:
-        sha = getattr(info, f"{role}_sha256")
-        try:
-            data = self.blobs.read(sha, getattr(info, f"{role}_bytes"))
-        except BlobFault as exc:
-            raise _Fault(role, sha, str(exc), checksum=True) from None
-        try:
-            if role == "context":
-                return npy_load(data, np.float32, info.context_shape)
-            if role == "reference":
-                return npy_load(data, np.uint8, info.reference_shape)
-            if role == "report":
-                report = json.loads(data)
-                if not isinstance(report, dict):
-                    raise BlobFault(f"expected a JSON object, found {type(report).__name__}")
-                return report
-            ep = load_episode(self.blobs.path(sha))
-            check_episode(ep, info.key)
-            return ep
-        except (BlobFault, ValueError, CacheError) as exc:
-            raise _Fault(role, sha, f"blob file {self.blobs.path(sha)}: {exc}",
-                         checksum=False) from None
-
     def _load(self, info: EntryInfo) -> Entry:
-        ctx = self._decode("context", info) if info.context_sha256 else None
-        return Entry(info, self._decode("episode", info), ctx, self._decode("report", info),
-                     self._decode("reference", info))
-
-    # ---------------------------------------------------------------- quarantine
+        b = self.blobs
+        ctx = decode(b, "context", info) if info.context_sha256 else None
+        return Entry(info, decode(b, "episode", info), ctx, decode(b, "report", info),
+                     decode(b, "reference", info))
 
     def _parse_row(self, row: sqlite3.Row) -> EntryInfo:
-        try:
-            return ix.row_to_info(row)
-        except ValueError as exc:
-            reason = f"index row {row['rowid']} is malformed: {exc}"
-        with ix.write_transaction(self._conn):
-            now = self._conn.execute("SELECT rowid, * FROM entries WHERE rowid = ?",
-                                     (row["rowid"],)).fetchone()
-            if now is not None and ix.row_json(now) == ix.row_json(row):
-                self._conn.execute("DELETE FROM entries WHERE rowid = ?", (row["rowid"],))
-                ix.add_quarantine(self._conn, _key_or_none(row), "row", "", "", reason,
-                                  ix.row_json(row))
-        raise CacheCorruptError(
-            f"calibration cache {self.root / ix.INDEX_NAME}: {reason}; expected a well-formed "
-            f"entry, so the row was quarantined: store or import the calibration again",
-            key=_key_or_none(row), role="row", file=self.root / ix.INDEX_NAME)
+        return parse_row(self._conn, self.root, row)
 
-    def _on_fault(self, info: EntryInfo, fault: _Fault) -> None:
-        """Under the write lock: if the row still refers to the faulty blob (and the blob
-        still fails), quarantine it and raise; otherwise return so the caller re-reads."""
-        col = f"{fault.role}_sha256"
-        path = self.blobs.path(fault.sha)
-        with ix.write_transaction(self._conn):
-            row = ix.select_row(self._conn, info.key)
-            if row is None or row[col] != fault.sha:
-                return  # changed by a concurrent writer: read again
-            if fault.checksum:
-                try:
-                    self.blobs.read(fault.sha, row[f"{fault.role}_bytes"])
-                    return  # repaired meanwhile (a put rewrote it): read again
-                except BlobFault:
-                    pass
-            moved = self.blobs.quarantine(fault.sha)
-            for r in self._conn.execute(f"SELECT rowid, * FROM entries WHERE {col} = ?",
-                                        (fault.sha,)).fetchall():
-                if fault.role == "context":
-                    self._conn.execute(
-                        "UPDATE entries SET context_sha256 = NULL, context_bytes = NULL, "
-                        "context_shape = NULL, context_evicted_s = NULL WHERE rowid = ?",
-                        (r["rowid"],))
-                else:
-                    self._conn.execute("DELETE FROM entries WHERE rowid = ?", (r["rowid"],))
-                ix.add_quarantine(self._conn, _key_or_none(r), fault.role, fault.sha, moved,
-                                  fault.reason, ix.row_json(r))
-        what = ("the context was dropped: re-encode it from the calibration episode"
-                if fault.role == "context" else
-                "the entry was removed: store the calibration again or import it from an "
-                "archive")
-        raise CacheCorruptError(
-            f"calibration cache entry {info.key}: {fault.role} blob failed verification "
-            f"({fault.reason}); moved to {moved or 'nowhere (file missing)'} and recorded in "
-            f"quarantine; {what}", key=info.key, role=fault.role, file=path)
+    def _on_fault(self, info: EntryInfo, fault: Fault) -> None:
+        quarantine_blob(self._conn, self.blobs, info, fault)
 
     # ------------------------------------------------------------------ upkeep
 
     def gc(self, grace_s: float = 3600.0) -> GcReport:
         """Delete blobs no entry refers to and leftover temporary files, when older than
         ``grace_s`` seconds (so a write in progress in another process is not disturbed);
-        check the index; report the quarantine (which is kept for inspection).
+        check the index (``PRAGMA quick_check``); report the quarantine (kept for
+        inspection: nothing under ``quarantine/`` is deleted).
         """
-        integrity = str(self._conn.execute("PRAGMA quick_check").fetchone()[0])
-        now = time.time()
-        blobs, temps = [], []
-        for sha, path, mtime in self.blobs.scan():
-            if now - mtime < grace_s:
-                continue
-            (blobs if sha else temps).append((sha, path))
-        removed, freed = [], 0
-        if blobs:
-            with ix.write_transaction(self._conn):
-                for sha, _ in blobs:
-                    if not ix.is_referenced(self._conn, sha):
-                        freed += self.blobs.unlink(sha)
-                        removed.append(sha)
-        removed_tmp = []
-        for _, path in temps:
-            try:
-                if path.is_dir():
-                    path.rmdir()
-                else:
-                    path.unlink()
-                removed_tmp.append(str(path))
-            except OSError:
-                continue
-        try:
-            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.OperationalError:
-            pass  # busy: a later checkpoint will do it
-        return GcReport(tuple(removed), freed, tuple(removed_tmp), tuple(self.quarantine()),
-                        integrity)
+        return collect_garbage(self._conn, self.blobs, grace_s)
+
 
     # ---------------------------------------------------------------- archives
 
@@ -568,10 +429,3 @@ class CalibrationCache:
             self._put(it.key, it.episode, it.context, it.report, it.reference_frame,
                       it.forced, it.forced_reason, it.created_s)
         return [it.key for it in items]
-
-
-def _key_or_none(row: sqlite3.Row) -> CacheKey | None:
-    try:
-        return CacheKey(row["cell_id"], row["camera_id"], row["robot_id"], row["model_sha256"])
-    except (CacheKeyError, IndexError):
-        return None
