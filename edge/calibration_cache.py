@@ -387,7 +387,6 @@ class CalibrationCache:
         """
         return collect_garbage(self._conn, self.blobs, grace_s)
 
-
     # ---------------------------------------------------------------- archives
 
     def export(self, keys: CacheKey | Iterable[CacheKey], path: str | os.PathLike[str]) -> Path:
