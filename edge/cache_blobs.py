@@ -137,6 +137,15 @@ def episode_digest(episode: Episode) -> str:
     return h.hexdigest()
 
 
+def _fsync_dir(path: Path) -> None:
+    """Make a rename into ``path`` durable before the index row that refers to it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class BlobStore:
     """The ``blobs/``, ``quarantine/`` and ``tmp/`` folders under a cache root.
 
@@ -169,6 +178,7 @@ class BlobStore:
         sha = sha256_bytes(data)
         if not self.keep(sha):
             atomic_write(self.path(sha), lambda f: f.write(data))
+            _fsync_dir(self.path(sha).parent)
         return sha, len(data)
 
     def adopt(self, staged: Path) -> tuple[str, int]:
@@ -180,6 +190,7 @@ class BlobStore:
             path = self.path(sha)
             path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, path)
+            _fsync_dir(path.parent)
         return sha, size
 
     def keep(self, sha: str) -> bool:
