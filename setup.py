@@ -60,6 +60,7 @@ setup(
             "simulate = edge.commands.simulate:register",
             "precheck = edge.commands.precheck:register",
             "doctor = edge.commands.doctor:register",
+            "cache = edge.commands.cache:register",
         ],
     },
 )

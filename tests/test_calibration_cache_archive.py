@@ -1,0 +1,197 @@
+"""Calibration archives (export/import) and the ``syncedge cache`` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.cache_archive import MANIFEST_NAME
+from edge.cache_types import CacheArchiveError, CacheConflictError, CacheCorruptError
+from edge.calibration_cache import CalibrationCache
+from edge.commands import cache as cache_cmd
+from tests.cache_helpers import blob_file, context, key, put
+
+
+def _fill(root: Path) -> list:
+    with CalibrationCache(root) as c:
+        k1, k2, k3 = key(model="m1"), key(model="m2"), key(cell="cell-2")
+        put(c, k1, seed=1)
+        put(c, k2, seed=1, ctx=None, forced=True, forced_reason="j1 clipped at its limit")
+        put(c, k3, seed=3)
+    return [k1, k2, k3]
+
+
+def test_export_import_round_trip(tmp_path: Path) -> None:
+    k1, k2, _ = _fill(tmp_path / "a")
+    with CalibrationCache(tmp_path / "a") as a:
+        path = a.export([k1, k2], tmp_path / "cell-1.zip")
+        src = {k: a.get(k) for k in (k1, k2)}
+    with CalibrationCache(tmp_path / "b") as b:
+        assert b.import_(path) == [k1, k2]
+        for k, e in src.items():
+            got = b.get(k)
+            assert np.array_equal(got.episode.frames, e.episode.frames)
+            assert got.report == e.report
+            assert np.array_equal(got.reference_frame, e.reference_frame)
+            assert (got.context is None) == (e.context is None)
+            assert got.info.forced == e.info.forced and got.info.created_s == e.info.created_s
+        assert np.array_equal(b.get(k1).context, context(1))
+        assert b.info(k2).forced_reason == "j1 clipped at its limit"
+        with pytest.raises(CacheConflictError, match="already cached.*--replace"):
+            b.import_(path)
+        assert b.import_(path, replace=True) == [k1, k2]
+
+
+def _rewrite(src: Path, dst: Path, edit) -> Path:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            data = edit(name, zin.read(name))
+            if data is not None:
+                zout.writestr(name, data)
+    return dst
+
+
+def _flip_blob(name: str, data: bytes) -> bytes:
+    if name.startswith("blobs/") and len(data) > 1000:
+        b = bytearray(data)
+        b[len(b) // 2] ^= 1
+        return bytes(b)
+    return data
+
+
+def _drop_blob(name: str, data: bytes) -> bytes | None:
+    return None if name.startswith("blobs/") and len(data) > 1000 else data
+
+
+def _bad_manifest(name: str, data: bytes) -> bytes:
+    if name != MANIFEST_NAME:
+        return data
+    m = json.loads(data)
+    m["entries"][0]["surprise"] = 1
+    return json.dumps(m).encode()
+
+
+def _other_cell(name: str, data: bytes) -> bytes:
+    if name != MANIFEST_NAME:
+        return data
+    m = json.loads(data)
+    m["entries"][0]["key"]["cell_id"] = "cell-9"
+    return json.dumps(m).encode()
+
+
+@pytest.mark.parametrize("edit, words", [
+    (_flip_blob, "altered"),
+    (_drop_blob, "missing"),
+    (_bad_manifest, "expected keys"),
+    (_other_cell, "expected metadata.cell_id 'cell-9'"),
+])
+def test_tampered_archive_refused(tmp_path: Path, edit, words: str) -> None:
+    k1, _, _ = _fill(tmp_path / "a")
+    with CalibrationCache(tmp_path / "a") as a:
+        good = a.export(k1, tmp_path / "good.zip")
+    bad = _rewrite(good, tmp_path / "bad.zip", edit)
+    with CalibrationCache(tmp_path / "b") as b:
+        with pytest.raises(CacheArchiveError, match=words) as err:
+            b.import_(bad)
+        assert str(bad) in str(err.value)
+        assert b.list() == []
+
+
+def test_damaged_archive_bytes_refused(tmp_path: Path) -> None:
+    k1, _, _ = _fill(tmp_path / "a")
+    with CalibrationCache(tmp_path / "a") as a:
+        path = a.export(k1, tmp_path / "x.zip")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with CalibrationCache(tmp_path / "b") as b, pytest.raises(CacheArchiveError):
+        b.import_(path)
+    (tmp_path / "y.zip").write_bytes(b"nope")
+    with CalibrationCache(tmp_path / "b") as b, \
+            pytest.raises(CacheArchiveError, match="expected a readable zip archive"):
+        b.import_(tmp_path / "y.zip")
+
+
+def test_export_refuses_corrupt_entry(tmp_path: Path) -> None:
+    k1, _, _ = _fill(tmp_path / "a")
+    with CalibrationCache(tmp_path / "a") as a:
+        blob_file(a, a.info(k1).reference_sha256).write_bytes(b"x")
+        with pytest.raises(CacheCorruptError):
+            a.export(k1, tmp_path / "x.zip")
+    assert not (tmp_path / "x.zip").exists()
+
+
+# ------------------------------------------------------------------------- CLI
+
+def _cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="syncedge")
+    sub = parser.add_subparsers(dest="command")
+    cache_cmd.register(sub)
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+def test_cli_list_show_export_import_gc(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "a"
+    k1, k2, k3 = _fill(root)
+    assert _cli("cache", "list", "--root", str(root)) == 0
+    out = capsys.readouterr().out
+    assert "CELL" in out and "forced,no-context" in out and k1.model_sha256[:12] in out
+    assert "3 entries" in out
+    assert _cli("cache", "list", "--root", str(root), "--cell", "cell-2", "--json") == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [e["key"]["cell_id"] for e in listed["entries"]] == ["cell-2"]
+    assert _cli("cache", "show", "--root", str(root), f"cell-1/cam-1/robot-1/{k1.model_sha256[:8]}",
+                f"cell-1/cam-1/robot-1/{k2.model_sha256[:8]}") == 0
+    out = capsys.readouterr().out
+    assert "checksums  verified" in out and "FORCED     j1 clipped" in out
+    assert "float32 (3, 4, 4, 4)" in out
+    archive = tmp_path / "cell-1.zip"
+    assert _cli("cache", "export", "--root", str(root), "--cell", "cell-1", "--out",
+                str(archive)) == 0
+    assert "exported 2 entries" in capsys.readouterr().out
+    other = tmp_path / "b"
+    assert _cli("cache", "import", "--root", str(other), str(archive)) == 0
+    assert capsys.readouterr().out.count("imported") == 2
+    assert _cli("cache", "remove", "--root", str(other), str(k1)) == 0
+    assert _cli("cache", "gc", "--root", str(other), "--grace-s", "0") == 0
+    out = capsys.readouterr().out
+    assert "index check: ok" in out and "removed 0 unreferenced" in out
+
+
+def test_cli_gc_reports_quarantine_and_default_root(tmp_path: Path, capsys,
+                                                   monkeypatch) -> None:
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
+    root = tmp_path / "home" / "calibration"
+    k1, _, _ = _fill(root)
+    with CalibrationCache(root) as c:
+        blob_file(c, c.info(k1).context_sha256).write_bytes(b"junk")
+    from edge.cache_types import CacheError
+
+    with pytest.raises(CacheError, match="context blob failed verification"):
+        _cli("cache", "show", str(k1))
+    assert _cli("cache", "gc") == 0
+    out = capsys.readouterr().out
+    assert "1 quarantine record(s)" in out and "context" in out and "quarantine/" in out
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path: Path, capsys, monkeypatch) -> None:
+    from edge import cli
+
+    monkeypatch.setattr(cli, "entry_points", lambda group: [_EP()])
+    assert cli.main(["cache", "show", "--root", str(tmp_path), "nope/x/y/abcd"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("syncedge cache: error: key 'nope/x/y/abcd': expected a cached entry")
+    assert len(err.strip().splitlines()) == 1
+
+
+class _EP:
+    name = "cache"
+
+    def load(self):
+        return cache_cmd.register
