@@ -35,14 +35,14 @@ def _pair(a: np.ndarray, b: np.ndarray, stacks: bool = False
     if a.shape != b.shape:
         raise MetricError(f"metric: expected two images of the same shape, found "
                           f"{list(a.shape)} and {list(b.shape)}")
-    if a.ndim not in (2, 3) and not (stacks and a.ndim == 4):
+    if a.ndim not in (2, 3) and not (stacks and a.ndim >= 4):
         raise MetricError(f"metric: expected [H, W] or [H, W, C] images, found {list(a.shape)}")
     return a.astype(np.float64), b.astype(np.float64)
 
 
 def psnr(pred: np.ndarray, truth: np.ndarray) -> float:
     """PSNR in dB of two images with values 0..255 (``[H, W]``, ``[H, W, C]`` or a stack
-    ``[T, H, W, C]``, pooled). Returns ``inf`` for identical images.
+    ``[..., H, W, C]``, pooled). Returns ``inf`` for identical images.
     """
     a, b = _pair(pred, truth, stacks=True)
     mse = float(np.mean((a - b) ** 2))

@@ -31,14 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from edge.metrics import (
-    bootstrap_mean_ci,
-    direction_agreement,
-    masked_psnr,
-    motion_mask,
-    psnr,
-    ssim,
-)
+from edge.metrics import bootstrap_mean_ci, direction_agreement, motion_mask, psnr, ssim
+from edge.metrics import masked_psnr as _masked_psnr
 from export.cells.sampling import CellParams, Convention
 from export.data import Cell, load_cells, relabel
 from export.model import KeypointNet, ModelConfig, WorldModel
@@ -66,6 +60,12 @@ class EvalOptions:
     probe_delta_rad: float = 0.1
     max_cells: int | None = None
     seed: int = 0
+
+
+def masked_psnr(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> float:
+    """:func:`edge.metrics.masked_psnr` with NaN for an empty mask (for nan-aware means)."""
+    v = _masked_psnr(pred, truth, mask)
+    return float("nan") if v is None else v
 
 
 def load_world_model(run: str | Path, calibrated: bool = True) -> WorldModel:

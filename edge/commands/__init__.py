@@ -1,3 +1,3 @@
-"""``syncedge`` subcommands of the runtime: ``simulate``, ``precheck``, ``doctor``."""
+"""``syncedge`` subcommands of the runtime: ``simulate``, ``precheck``, ``doctor``, ``cache``."""
 
 __all__: list[str] = []
