@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edge.calibration_input import CalibrationInputError
 from edge.runtime.context import (
     CalibrationContext,
     context_from_source,
@@ -236,9 +237,10 @@ def test_calibration_padding_and_mask(model) -> None:
     r = Rollout(model, c, max_horizon=2)
     assert r.action_width == 2
     r.reset(_inputs(1, 2)[0], np.zeros((2, 2), np.float32))  # 2 wide accepted
-    with pytest.raises(RuntimeInputError, match="at most 13 frames"):
+    with pytest.raises(CalibrationInputError, match="16 frames; expected 3 DoF segments of 4 "
+                                                    "frames plus one"):
         pad_calibration(model, calibration_episode(3, 5, 16, 16))
-    with pytest.raises(RuntimeInputError, match="model's resolution"):
+    with pytest.raises(CalibrationInputError, match="8x8; the model takes 16x16"):
         pad_calibration(model, calibration_episode(2, 4, 8, 8))
 
 

@@ -113,7 +113,7 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     ("inf", r"a.csv: expected finite actions, found inf"),
     ("frame", r"s.png: expected a start frame of \(16, 16\) px"),
     ("no_actions", r"--actions: required"),
-    ("calibration_size", r"small.npz: expected frames of \(16, 16\)"),
+    ("calibration_size", r"small.npz: calibration frames are 8x8; the model takes 16x16"),
 ])
 def test_bad_inputs_exit_2_and_write_nothing(files, tmp_path: Path, capsys, case: str,
                                              match: str) -> None:

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from edge.calibration_input import prepare_calibration
 from edge.episode import Episode
 from edge.runtime.errors import ContextMismatchError, RuntimeInputError
 from edge.runtime.model import WorldModel
@@ -97,28 +98,15 @@ def pad_calibration(model: WorldModel, episode: Episode, where: str = "calibrati
         frames uint8 ``[K*L+1, H, W, 3]``, actions float32 ``[K*L+1, A]``, mask float32 ``[A]``.
 
     Raises:
-        RuntimeInputError: wrong resolution, too many DoFs or frames.
+        CalibrationInputError: wrong resolution, too many DoFs, a missing or extra DoF
+            segment, or a DoF without a sweep segment of its own.
+        RuntimeInputError: non-finite actions.
     """
     c = model.contract
-    n_frames, a_max = c.calibration_frames, c.max_dof
-    if episode.resolution != tuple(c.resolution):
-        raise RuntimeInputError(f"{where}: expected frames of {tuple(c.resolution)} (the "
-                                f"model's resolution), found {episode.resolution}")
-    n = episode.num_dof
-    if n > a_max:
-        raise RuntimeInputError(f"{where}: expected at most {a_max} DoFs, found {n}")
-    t = episode.num_frames
-    if t > n_frames:
-        raise RuntimeInputError(f"{where}: expected at most {n_frames} frames (K*L+1), "
-                                f"found {t}")
-    frames = np.empty((n_frames, *episode.frames.shape[1:]), np.uint8)
-    frames[:t] = episode.frames
-    frames[t:] = episode.frames[-1]
-    actions = np.zeros((n_frames, a_max), np.float32)
-    actions[:t, :n] = episode.actions
-    if not np.isfinite(actions).all():
+    if not np.isfinite(episode.actions).all():
         raise RuntimeInputError(f"{where}: actions contain NaN or inf")
-    return frames, actions, dof_mask_for(n, a_max).astype(np.float32)
+    return prepare_calibration(episode, c.max_dof, c.segment_frames, tuple(c.resolution),
+                               tuple(c.sweep_out_rows), source=where)
 
 
 def encode_calibration(model: WorldModel, episode: Episode,
