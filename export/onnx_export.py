@@ -189,6 +189,7 @@ def export_model(opts: ExportOptions, model: WorldModel | None = None,
     prov = {"command": opts.command or "syncedge " + " ".join(shlex.quote(a)
                                                               for a in sys.argv[1:]),
             "git_commit": git_commit(), "config": model.cfg.to_dict(),
+            "run": str(Path(opts.run).resolve()) if Path(opts.run).is_dir() else None,
             "torch": torch.__version__, **(provenance or {})}
     manifest = ModelManifest(name=opts.name, variant="fp32", opset=OPSET,
                              contract=contract_for(model.cfg), graphs=graphs,
