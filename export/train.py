@@ -5,7 +5,8 @@ Stages (``syncedge model train --stage ...``):
 - ``ae``: encoder and decoder on frames of the training split; L1 plus a squared error
   weighted 8x on robot pixels (the robot mask is training data only), so motion survives.
 - ``keypoint``: the end-effector keypoint regressor on ground-truth frames (evaluation only).
-- ``dynamics``: calibration and step networks on latents of the frozen encoder, with
+- ``dynamics``: calibration and step networks on latents of the frozen encoder (squared
+  latent error weighted 10x on latent cells the robot covers), with
   SyncWorld's recipe scaled down (Yang et al., arXiv 2609.09155): random relabelling of the
   action channels (consistent across calibration, history and future actions; never a
   held-out convention), the calibration dropped in a fraction of samples (then with a full
@@ -106,6 +107,19 @@ def _frame_pool(cells: list[Cell]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.concatenate(frames), np.concatenate(masks), np.concatenate(ee)
 
 
+def _motion_weights(mask: np.ndarray | None, size: int) -> torch.Tensor:
+    """Per-frame latent-cell loss weights ``[T, 1, size, size]``: 1, or 1 + 9 on cells the
+    robot covers in this frame or the previous one (dilated by one cell), so the loss is
+    not dominated by the static background. Robot masks are training data only."""
+    if mask is None:
+        return torch.ones(0)
+    m = torch.from_numpy(mask).to(torch.float32)[:, None]  # (T, 1, H, W)
+    m = torch.maximum(m, torch.cat([m[:1], m[:-1]]))
+    cells = F.adaptive_max_pool2d(m, size)
+    cells = F.max_pool2d(cells, 3, stride=1, padding=1)
+    return 1.0 + 9.0 * cells
+
+
 class LatentSet:
     """Every cell's calibration and motion latents, encoded once by the frozen encoder."""
 
@@ -113,17 +127,21 @@ class LatentSet:
         self.cells = cells
         self.cal_latents = []
         self.motion_latents = []
+        self.motion_weights = []
+        size = model.cfg.latent_size
         with torch.no_grad():
             for c in cells:
                 self.cal_latents.append(model.encode_frames(torch.from_numpy(c.cal_frames)))
                 self.motion_latents.append([model.encode_frames(torch.from_numpy(m.frames))
+                                            for m in c.motions])
+                self.motion_weights.append([_motion_weights(m.robot_mask, size)
                                             for m in c.motions])
 
     def batch(self, rng: np.random.Generator, size: int, cfg: ModelConfig, rollout: int,
               opts: TrainOptions | None = None) -> dict[str, torch.Tensor]:
         """A training batch of windows with augmentation (see the module docstring)."""
         s = cfg.history
-        hl, ha, fa, tgt, cl, ca, dm = [], [], [], [], [], [], []
+        hl, ha, fa, tgt, cl, ca, dm, wt = [], [], [], [], [], [], [], []
         for _ in range(size):
             i = int(rng.integers(len(self.cells)))
             cell = self.cells[i]
@@ -150,13 +168,16 @@ class LatentSet:
             ha.append(torch.from_numpy(np.asarray(act, np.float32)))
             fa.append(torch.from_numpy(np.asarray(fut, np.float32)))
             tgt.append(z[t0 + 1:t0 + 1 + rollout])
+            weights = self.motion_weights[i][j]
+            wt.append(weights[t0 + 1:t0 + 1 + rollout] if len(weights)
+                      else torch.ones(rollout, 1, *z.shape[-2:]))
             cl.append(self.cal_latents[i])
             ca.append(torch.from_numpy(np.asarray(cal_a, np.float32)))
             dm.append(torch.from_numpy(np.asarray(mask, np.float32)))
         return {"hist_latents": torch.stack(hl), "hist_actions": torch.stack(ha),
                 "actions": torch.stack(fa), "targets": torch.stack(tgt),
                 "cal_latents": torch.stack(cl), "cal_actions": torch.stack(ca),
-                "dof_mask": torch.stack(dm)}
+                "dof_mask": torch.stack(dm), "weights": torch.stack(wt)}
 
 
 # -- stages -------------------------------------------------------------------------------
@@ -172,7 +193,8 @@ def _dyn_loss(model: WorldModel, b: dict[str, torch.Tensor]) -> torch.Tensor:
     ctx = model.calibration(b["cal_latents"], b["cal_actions"], b["dof_mask"])
     start = b["hist_latents"][:, -1]
     pred = model.rollout(start, b["actions"], ctx, b["hist_latents"], b["hist_actions"])
-    return F.mse_loss(pred, b["targets"])
+    w = b["weights"]  # (B, R, 1, h, w)
+    return (((pred - b["targets"]) ** 2) * w).mean() / w.mean()
 
 
 def _kp_loss(net: KeypointNet, frames: torch.Tensor, ee: torch.Tensor) -> torch.Tensor:
