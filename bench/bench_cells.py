@@ -70,12 +70,17 @@ def main() -> int:
                 print(f"{robot:8} {size:4d} {'decimated' if budget else 'original':>9} "
                       f"{r['faces']:7d} {r['frames_per_s_wall']:14.1f} "
                       f"{r['frames_per_cpu_s']:13.1f} {r['scene_build_s']:8.2f}", flush=True)
-    dec64 = [r["frames_per_s_wall"] for r in rows if r["decimated"] and r["size_px"] == 64]
-    summary = {"min_decimated_64px_frames_per_s": min(dec64),
-               "mean_decimated_64px_frames_per_s": float(np.mean(dec64)),
+    dec64 = [r for r in rows if r["decimated"] and r["size_px"] == 64]
+    wall = [r["frames_per_s_wall"] for r in dec64]
+    cpu = [r["frames_per_cpu_s"] for r in dec64]
+    summary = {"min_decimated_64px_frames_per_s": min(wall),
+               "mean_decimated_64px_frames_per_s": float(np.mean(wall)),
+               "min_decimated_64px_frames_per_cpu_s": min(cpu),
+               "mean_decimated_64px_frames_per_cpu_s": float(np.mean(cpu)),
                "target_frames_per_s_per_core_64px": 100}
-    print(f"decimated 64 px: min {summary['min_decimated_64px_frames_per_s']:.0f}, mean "
-          f"{summary['mean_decimated_64px_frames_per_s']:.0f} frames/s per core (target >= 100)")
+    print(f"decimated 64 px, wall clock: min {min(wall):.0f}, mean {np.mean(wall):.0f} frames/s "
+          f"per core; per CPU-second (what one core delivers when the machine is shared): "
+          f"min {min(cpu):.0f}, mean {np.mean(cpu):.0f} (target >= 100)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "summary": summary, "machine": {
