@@ -60,6 +60,7 @@ class EvalOptions:
     probe_delta_rad: float = 0.1
     max_cells: int | None = None
     seed: int = 0
+    residual_decoding: bool = False
 
 
 def masked_psnr(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> float:
@@ -120,11 +121,14 @@ def _mislabelling(rng: np.random.Generator, n: int) -> Convention:
 
 
 @torch.no_grad()
-def _decode(model: WorldModel, z: torch.Tensor, start: torch.Tensor, z0: torch.Tensor
-            ) -> np.ndarray:
-    """Residual decoding: start + dec(z_t) - dec(z_0). z ``[B, T, C, h, w]``."""
+def _decode(model: WorldModel, z: torch.Tensor, start: torch.Tensor, z0: torch.Tensor,
+            residual: bool) -> np.ndarray:
+    """Decode latents ``[B, T, C, h, w]`` to uint8 frames; residual decoding adds
+    ``start - dec(z_0)`` (cancels the autoencoder's error on static background)."""
     b, t = z.shape[:2]
     dec = model.decoder(z.flatten(0, 1)).reshape(b, t, 3, *start.shape[-2:])
+    if not residual:
+        return to_uint8(dec)
     base = start.to(torch.float32)[:, None] / 255.0 - model.decoder(z0)[:, None]
     return to_uint8(dec + base)
 
@@ -172,7 +176,7 @@ class _Evaluator:
             model = self.nocal if name == "no_calibration" else self.model
             z0 = model.encoder(s)
             z = model.rollout(z0, a, context)
-            out[name] = _decode(model, z, s, z0)
+            out[name] = _decode(model, z, s, z0, self.opts.residual_decoding)
         out["copy_last"] = np.repeat(start[:, None], actions.shape[1], 1)
         return out
 
@@ -213,14 +217,15 @@ class _Evaluator:
 
     @torch.no_grad()
     def autoencoder_ceiling(self, gt: np.ndarray, start: np.ndarray) -> dict[str, float]:
-        """Motion-region PSNR of the autoencoder's reconstruction of the ground truth."""
+        """Motion-region PSNR of the autoencoder's reconstruction of the ground truth, decoded
+    plainly and residually (``start + dec(z_t) - dec(z_0)``)."""
         m = self.model
         b, t = gt.shape[:2]
         x = torch.from_numpy(gt.reshape(-1, *gt.shape[2:])).permute(0, 3, 1, 2)
         rec = to_uint8(m.decoder(m.encoder(x))).reshape(gt.shape)
         z = m.encoder(x).reshape(b, t, *m.encoder(x[:1]).shape[1:])
         s = torch.from_numpy(start).permute(0, 3, 1, 2)
-        rec_res = _decode(m, z, s, m.encoder(s))
+        rec_res = _decode(m, z, s, m.encoder(s), True)
         plain, resid = [], []
         for i in range(b):
             mm = motion_mask(gt[i], start[i])

@@ -30,7 +30,8 @@ def _run_eval(args: argparse.Namespace) -> int:
     from export.evaluate import EvalOptions, evaluate, format_table, plot_error_growth
 
     opts = EvalOptions(run=args.run, data=args.data, horizon=args.horizon,
-                       max_cells=args.max_cells, seed=args.seed)
+                       max_cells=args.max_cells, seed=args.seed,
+                       residual_decoding=args.residual_decoding)
     result = evaluate(opts)
     table = format_table(result)
     print(table)
@@ -66,4 +67,6 @@ def register(subparsers: Any) -> None:
     e.add_argument("--horizon", type=int, default=16)
     e.add_argument("--max-cells", type=int, default=None, help="cells per split (default all)")
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--residual-decoding", action="store_true",
+                   help="decode as start + dec(z_t) - dec(z_0) (default: plain decoding)")
     e.set_defaults(func=_run_eval)

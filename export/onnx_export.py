@@ -63,7 +63,8 @@ class _Step(nn.Module):
         return self.net(history_latents, history_actions, action, context)
 
 
-def contract_for(cfg: ModelConfig, frame_rate_hz: float = 10.0) -> ModelContract:
+def contract_for(cfg: ModelConfig, frame_rate_hz: float = 10.0,
+                 residual_decoding: bool = False) -> ModelContract:
     """The :class:`~edge.manifest.ModelContract` of a model configuration."""
     h = cfg.latent_size
     return ModelContract(
@@ -72,7 +73,8 @@ def contract_for(cfg: ModelConfig, frame_rate_hz: float = 10.0) -> ModelContract
         max_dof=cfg.max_dof, calibration_segments=cfg.max_dof,
         segment_frames=cfg.segment_frames, sweep_out_rows=cfg.sweep_out_rows,
         frame_rate_hz=frame_rate_hz, action_units="rad (m for prismatic joints)",
-        context_shape=(cfg.max_dof, cfg.context_channels, h, h), residual_decoding=True,
+        context_shape=(cfg.max_dof, cfg.context_channels, h, h),
+        residual_decoding=residual_decoding,
         action_normalisation=("calibrated: divided by the swept amplitude of the channel's "
                               "segment inside the calibration graph" if cfg.use_calibration
                               else f"divided by {cfg.baseline_action_scale_rad} rad"))
