@@ -39,7 +39,7 @@ from export.data import load_cells
 from export.errors import ExportError
 from export.evaluate import load_world_model, to_uint8
 from export.model import WorldModel
-from export.parity_gates import Gates, gates_dict, judge
+from export.parity_gates import Gates, gates_dict, json_safe, judge
 
 __all__ = ["PARITY_SPLITS", "CheckOptions", "ReferenceCase", "reference_cases", "check_variant"]
 
@@ -261,11 +261,12 @@ def check_variant(model_dir: str | os.PathLike[str], model: WorldModel,
                "latent_max_abs": arr[:, 3].max(0).tolist(),
                "reference": f"PyTorch FP32 rollout ({opts.run})"}
     figures = {"one_step_max_abs": dict(sorted(err.items())), "rollout": rollout}
-    return {"variant": manifest.variant, "gate": judge(manifest.variant, figures, opts.gates),
-            "gates": gates_dict(opts.gates), **figures,
-            "one_step_step_max_abs_per_step": per_step.tolist(),
-            "cells": [c.cell_id for c in cases], "splits": list(opts.splits),
-            "run": str(opts.run), "data": str(opts.data),
-            "checked_utc": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
-            .isoformat(), "git_commit": git_commit(), "onnxruntime": onnxruntime.__version__,
-            "torch": torch.__version__}
+    checked = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    return json_safe({
+        "variant": manifest.variant, "gate": judge(manifest.variant, figures, opts.gates),
+        "gates": gates_dict(opts.gates), **figures,
+        "step_max_abs_per_step": per_step.tolist(),
+        "cells": [c.cell_id for c in cases], "splits": list(opts.splits),
+        "run": str(opts.run), "data": str(opts.data), "checked_utc": checked,
+        "git_commit": git_commit(), "onnxruntime": onnxruntime.__version__,
+        "torch": torch.__version__})

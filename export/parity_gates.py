@@ -31,7 +31,8 @@ from typing import Any
 from edge.manifest import ModelManifest, load_model_dir, save_manifest
 from export.errors import ExportError
 
-__all__ = ["Gates", "ParityError", "gates_dict", "graphs_digest", "judge", "record_parity",
+__all__ = ["Gates", "ParityError", "gates_dict", "graphs_digest", "json_safe", "judge",
+           "record_parity",
            "require_parity", "format_parity_table"]
 
 
@@ -82,12 +83,12 @@ def judge(variant: str, figures: Mapping[str, Any], gates: Gates) -> dict[str, A
     """
     try:
         if variant == "fp32":
-            value = max(float(v) for v in figures["one_step_max_abs"].values())
+            values = [float(v) for v in figures["one_step_max_abs"].values()]
             gate = {"name": "fp32", "metric": "max over graphs and steps of the one-step max "
                     "abs error against PyTorch", "limit": gates.fp32_max_abs,
                     "unit": "latent units ([0, 1] for the decoder)"}
         elif variant in ("int8", "fp16"):
-            value = max(float(v) for v in figures["rollout"]["psnr_loss_db"])
+            values = [float(v) for v in figures["rollout"]["psnr_loss_db"]]
             limit = gates.int8_psnr_loss_db if variant == "int8" else gates.fp16_psnr_loss_db
             gate = {"name": variant, "metric": f"max over {len(figures['rollout']['psnr_loss_db'])}"
                     " rollout steps of the mean (over cells) PSNR loss against the FP32 "
@@ -99,8 +100,23 @@ def judge(variant: str, figures: Mapping[str, Any], gates: Gates) -> dict[str, A
             raise
         raise ParityError(f"parity figures for {variant}: missing or malformed ({exc!r})") \
             from None
-    passed = math.isfinite(value) and value <= gate["limit"]
+    if not values:
+        raise ParityError(f"parity figures for {variant}: no values")
+    finite = all(math.isfinite(v) for v in values)
+    value = max(values) if finite else None  # NaN/inf (a broken graph) fails
+    passed = value is not None and value <= gate["limit"]
     return {**gate, "value": value, "passed": bool(passed)}
+
+
+def json_safe(obj: Any) -> Any:
+    """Copy of ``obj`` with NaN/inf floats replaced by None (model.json is strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def record_parity(model_dir: str | os.PathLike[str], record: Mapping[str, Any]) -> Path:
@@ -112,7 +128,7 @@ def record_parity(model_dir: str | os.PathLike[str], record: Mapping[str, Any]) 
     """
     model_dir = Path(model_dir)
     manifest = load_model_dir(model_dir, verify=True)
-    rec = {**record, "graphs_sha256": graphs_digest(manifest),
+    rec = {**json_safe(record), "graphs_sha256": graphs_digest(manifest),
            "status": "passed" if record["gate"]["passed"] else "failed"}
     evaluation = {**manifest.evaluation, "parity": rec}
     return save_manifest(replace(manifest, evaluation=evaluation), model_dir / "model.json")
@@ -155,19 +171,26 @@ def format_parity_table(records: Mapping[str, Mapping[str, Any]]) -> str:
     lines = []
     for where, r in records.items():
         g = r["gate"]
+        value = "NaN/inf" if g["value"] is None else f"{g['value']:.3g}"
         lines.append(f"{where}  [{r['variant']}]  {'PASSED' if g['passed'] else 'FAILED'}: "
-                     f"{g['value']:.3g} (limit {g['limit']:g} {g['unit']})")
+                     f"{value} (limit {g['limit']:g} {g['unit']})")
         lines.append(f"  {'graph':14} {'one-step max abs':>16}")
         for k, v in r["one_step_max_abs"].items():
-            lines.append(f"  {k:14} {v:16.3e}")
+            lines.append(f"  {k:14} {_num(v, '16.3e')}")
         ro = r["rollout"]
         lines.append(f"  {'step':>4} {'PSNR FP32':>10} {'PSNR ' + r['variant']:>10} "
                      f"{'loss dB':>8} {'latent max abs':>15}")
         for t, (a, b, d, e) in enumerate(zip(ro["reference_psnr_db"], ro["psnr_db"],
                                              ro["psnr_loss_db"], ro["latent_max_abs"],
                                              strict=True)):
-            lines.append(f"  {t + 1:4d} {a:10.2f} {b:10.2f} {d:8.3f} {e:15.3e}")
+            lines.append(f"  {t + 1:4d} {_num(a, '10.2f')} {_num(b, '10.2f')} {_num(d, '8.3f')} "
+                         f"{_num(e, '15.3e')}")
     return "\n".join(lines)
+
+
+def _num(v: float | None, fmt: str) -> str:
+    width = int(fmt.split(".")[0])
+    return f"{'n/a':>{width}}" if v is None else format(v, fmt)
 
 
 def gates_dict(gates: Gates) -> dict[str, Any]:
