@@ -235,7 +235,7 @@ def check_variant(model_dir: str | os.PathLike[str], model: WorldModel,
     import onnxruntime
 
     from edge.runtime.model import load_model
-    from export.onnx_export import git_commit
+    from export.provenance import git_commit
 
     model_dir = Path(model_dir)
     manifest = load_model_dir(model_dir, verify=True)

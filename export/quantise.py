@@ -276,7 +276,7 @@ def quantise_model(opts: QuantiseOptions,
         edge.manifest.ManifestError: the source folder is invalid (naming the file).
     """
     from edge.runtime.model import load_model
-    from export.onnx_export import git_commit
+    from export.provenance import git_commit
 
     if opts.variant not in QUANT_VARIANTS:
         raise ExportError(f"--variant: expected one of {list(QUANT_VARIANTS)}, found "

@@ -107,3 +107,35 @@ def test_checked_model_bundles_with_parity_passed(tmp_path) -> None:
     m = _bundle_manifest(tmp_path / "m.bundle")
     assert m.created["parity"] == "passed"
     json.dumps(dict(m.created))
+
+
+NO_TORCH = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('torch', 'mujoco'):
+            raise ImportError('blocked: ' + name)
+sys.meta_path.insert(0, Block())
+sys.path.insert(0, 'tests')
+from pathlib import Path
+from tiny_model import make_tiny_model
+from export.quantise import QuantiseOptions, quantise_model
+from export.bundle.build import build_bundle, generate_keypair
+import export.cli, export.variant_cli, export.parity_gates, export.quant_data
+tmp = Path(sys.argv[1])
+src = make_tiny_model(tmp / 'm')
+quantise_model(QuantiseOptions(str(src), 'fp16', str(tmp / 'h'), command='t'))
+priv, _, _ = generate_keypair(tmp / 'k')
+build_bundle(src, tmp / 'b.bundle', target='cpu', private_key_path=priv)
+print('ok')
+"""
+
+
+def test_quantise_and_bundle_build_need_no_torch(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", NO_TORCH, str(tmp_path)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")

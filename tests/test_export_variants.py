@@ -194,3 +194,15 @@ def test_perturbed_graphs_fail_their_gates_and_bundle_refuses(smoke, tmp_path,
             run_cli("bundle", "build", str(bad), "--target", "cpu", "--key", key, "--out",
                     str(tmp_path / "x.bundle"))
     assert not (tmp_path / "x.bundle").exists()
+
+
+def test_quantise_refuses_bad_sources(smoke, tmp_path) -> None:
+    with pytest.raises(ExportError, match="variant 'int8'; quantise the FP32 model folder"):
+        run_cli("export", "quantise", str(smoke["int8"]), "--variant", "fp16", "--out",
+                str(tmp_path / "x"))
+    with pytest.raises(ExportError, match="--data: INT8 needs the cells root"):
+        run_cli("export", "quantise", str(smoke["fp32"]), "--variant", "int8", "--out",
+                str(tmp_path / "x"))
+    with pytest.raises(ExportError, match="must differ from the source model folder"):
+        run_cli("export", "quantise", str(smoke["fp32"]), "--variant", "fp16", "--out",
+                str(smoke["fp32"]))
