@@ -62,6 +62,11 @@ def step_latency_ms(model_dir: Path, case: ReferenceCase, batch: int, threads: i
             "p90_ms": times[min(len(times) - 1, int(0.9 * len(times)))]}
 
 
+def _max(values: list) -> float:
+    """Largest value; NaN when any is missing (a non-finite figure is stored as null)."""
+    return float("nan") if any(v is None for v in values) else max(values)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, required=True, help="FP32 model folder")
@@ -115,13 +120,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         b1, b16 = row["step_b1"]["median_ms"], row["step_b16"]["median_ms"]
         ro, g = row["rollout"], row["gate"]
-        loss = max(ro["psnr_loss_db"])
+        loss = _max(ro["psnr_loss_db"])
         print(f"  {v:8} {b1:9.3f} {b16:9.3f} {b16 / 16:9.3f} {fp32_b1 / b1:9.2f}x "
               f"{ro['psnr_db'][-1]:8.2f} {loss:11.3f} {'pass' if g['passed'] else 'FAIL':>6}")
     print("  rollout PSNR loss per step (dB, mean over cells, against the PyTorch FP32 rollout):")
     for v, row in res["variants"].items():
         if "rollout" in row:
-            print(f"  {v:8} " + " ".join(f"{x:5.2f}" for x in row["rollout"]["psnr_loss_db"]))
+            print(f"  {v:8} " + " ".join("  n/a" if x is None else f"{x:5.2f}"
+                                         for x in row["rollout"]["psnr_loss_db"]))
     args.out.write_text(json.dumps(res, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0

@@ -198,8 +198,10 @@ def _one_step(wm: Any, case: ReferenceCase, err: dict[str, float],
 def _rollout(wm: Any, case: ReferenceCase, cal_latents: np.ndarray
              ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Runtime rollout with the variant's own context: per-step (PSNR vs truth, PyTorch
-    PSNR vs truth, PSNR vs PyTorch frames, latent max abs vs PyTorch)."""
+    PSNR vs truth, PSNR vs PyTorch frames, latent max abs vs PyTorch); NaN from the step
+    where the decoder produced NaN on."""
     from edge.runtime.context import CalibrationContext
+    from edge.runtime.errors import RolloutInputError
     from edge.runtime.rollout import Rollout, RolloutParams
 
     values = wm.calibrate(cal_latents, case.cal_actions, case.dof_mask)
@@ -211,7 +213,12 @@ def _rollout(wm: Any, case: ReferenceCase, cal_latents: np.ndarray
     r.reset(case.start, case.actions)
     out: tuple[list[float], ...] = ([], [], [], [])
     for t in range(t_count):
-        frame = r.step()[0]
+        try:
+            frame = r.step()[0]
+        except RolloutInputError:  # the decoder produced NaN: the gate fails on NaN
+            for lst in out:
+                lst.extend([math.nan] * (t_count - t))
+            break
         out[0].append(_psnr(frame, case.truth[t]))
         out[1].append(_psnr(case.frames[t], case.truth[t]))
         out[2].append(_psnr(frame, case.frames[t]))

@@ -89,3 +89,12 @@ def add_latent_drift(m: onnx.ModelProto, gain: float = 5.0) -> None:
         helper.make_node("Mul", ["lat_mean", "gain"], ["drift"]),
         helper.make_node("Add", ["frames_clean", "drift"], [out]),
     ])
+
+
+def poison_output(m: onnx.ModelProto) -> None:
+    """Graph surgery: multiply the first output by NaN."""
+    out = m.graph.output[0].name
+    prod = next(n for n in m.graph.node if out in n.output)
+    prod.output[list(prod.output).index(out)] = "clean"
+    m.graph.initializer.append(numpy_helper.from_array(np.float32(np.nan), "nan"))
+    m.graph.node.append(helper.make_node("Mul", ["clean", "nan"], [out]))

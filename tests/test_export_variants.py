@@ -16,6 +16,7 @@ from export_helpers import (
     make_smoke_run,
     nudge_first_weight,
     perturb_model,
+    poison_output,
     run_cli,
 )
 from onnx import TensorProto, numpy_helper
@@ -179,9 +180,15 @@ def test_perturbed_graphs_fail_their_gates_and_bundle_refuses(smoke, tmp_path,
                           nudge_first_weight)
     bad8 = perturb_model(smoke["int8"], tmp_path / "int8-bad",
                          lambda k: k.startswith("decoder"), add_latent_drift)
-    assert run_cli("export", "check", str(bad32), str(bad8), "--run", str(smoke["run"]),
-                   "--data", str(smoke["data"])) == 1
-    assert "0 passed, 2 failed (bundle build refuses" in capsys.readouterr().out
+    nan16 = perturb_model(smoke["fp16"], tmp_path / "fp16-nan", lambda k: k == "decoder_b1",
+                          poison_output)
+    assert run_cli("export", "check", str(bad32), str(bad8), str(nan16), "--run",
+                   str(smoke["run"]), "--data", str(smoke["data"])) == 1
+    text = capsys.readouterr().out
+    assert "0 passed, 3 failed (bundle build refuses" in text and "FAILED: NaN/inf" in text
+    r16 = load_model_dir(nan16).evaluation["parity"]
+    assert r16["status"] == "failed" and r16["gate"]["value"] is None
+    assert r16["one_step_max_abs"]["decoder_b1"] is None
     r32 = load_model_dir(bad32).evaluation["parity"]
     assert r32["status"] == "failed" and r32["one_step_max_abs"]["step_b1"] > 1e-4
     assert r32["one_step_max_abs"]["step_b16"] <= 1e-4
