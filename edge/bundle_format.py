@@ -157,7 +157,8 @@ class BundleManifest:
         model_variant: ``fp32``, ``int8`` or ``fp16``.
         model_sha256: sha256 of the bundled ``model.json`` (the model's identity).
         files: every payload file (``model.json`` included), sorted by name.
-        created: creation info (``utc`` ISO-8601 time, ``syncedge_version``, ``command``).
+        created: creation info (``utc`` ISO-8601 time, ``syncedge_version``, ``command``,
+            ``parity``: the model's parity status when built, or why it was forced).
         key_id: id of the signing key.
         schema_version: bundle manifest schema version.
     """

@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-__all__ = ["SUBCOMMANDS", "register", "register_engine", "register_check_ops"]
+from export.variant_cli import register_check, register_onnx, register_quantise
+
+__all__ = ["SUBCOMMANDS", "register", "register_engine", "register_check_ops", "register_onnx",
+           "register_quantise", "register_check"]
 
 
 def _run_engine(args: argparse.Namespace) -> int:
@@ -90,6 +93,9 @@ def register_check_ops(sub: argparse._SubParsersAction) -> None:
 
 #: Registrars of the ``export`` subcommands, in help order. Append new ones here.
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    register_onnx,
+    register_quantise,
+    register_check,
     register_engine,
     register_check_ops,
 ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from edge.manifest import GraphSpec, ModelContract, ModelManifest, TensorSpec, s
 from export.errors import ExportError
 from export.evaluate import load_keypoint, load_world_model
 from export.model import ModelConfig, WorldModel
+from export.provenance import git_commit
 
 __all__ = ["OPSET", "ExportOptions", "export_model", "graph_modules", "contract_for", "git_commit"]
 
@@ -144,19 +144,6 @@ def _export_graph(module: nn.Module, inputs: tuple[TensorSpec, ...],
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def git_commit() -> str:
-    """The current git commit of the source tree (with ``-dirty``), or ``"unknown"``."""
-    here = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=here, capture_output=True, text=True).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def export_model(opts: ExportOptions, model: WorldModel | None = None,

@@ -4,6 +4,7 @@ sizes (H = W = 8, C = 2, h = w = 2, S = 2, A = 2, K = 2, L = 8, D = 2, batch 1).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -82,9 +83,23 @@ def tiny_graphs(seed: int = 0) -> dict[str, tuple[onnx.ModelProto, int]]:
             "decoder_b1": (dec, 1)}
 
 
+def parity_record(manifest: ModelManifest, passed: bool = True) -> dict:
+    """A parity record for ``manifest``'s graphs as ``syncedge export check`` writes it."""
+    from export.parity_gates import graphs_digest
+
+    gate = {"name": manifest.variant, "metric": "tests", "value": 0.0 if passed else 1.0,
+            "limit": 0.5, "unit": "dB", "passed": passed}
+    return {"variant": manifest.variant, "gate": gate, "graphs_sha256": graphs_digest(manifest),
+            "status": "passed" if passed else "failed"}
+
+
 def make_tiny_model(out_dir: Path, seed: int = 0, name: str = "tiny",
-                    variant: str = "fp32") -> Path:
-    """Write the tiny model folder (``model.json`` + four ``.onnx``) and return it."""
+                    variant: str = "fp32", parity: str | None = "passed") -> Path:
+    """Write the tiny model folder (``model.json`` + four ``.onnx``) and return it.
+
+    ``parity``: ``"passed"`` or ``"failed"`` writes such a parity record into
+    ``evaluation.parity`` (bundles need a passed one); None writes none.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     graphs = {}
     for key, (m, batch) in tiny_graphs(seed).items():
@@ -103,5 +118,8 @@ def make_tiny_model(out_dir: Path, seed: int = 0, name: str = "tiny",
                              context_shape=(K, D, LH, LW), residual_decoding=True)
     manifest = ModelManifest(name=name, variant=variant, opset=OPSET, contract=contract,
                              graphs=graphs, provenance={"command": "tests", "seed": seed})
+    if parity is not None:
+        manifest = dataclasses.replace(manifest, evaluation={
+            "parity": parity_record(manifest, parity == "passed")})
     save_manifest(manifest, out_dir / "model.json")
     return out_dir

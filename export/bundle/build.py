@@ -106,7 +106,7 @@ def _tarinfo(name: str, size: int, mtime: int) -> tarfile.TarInfo:
 
 def pack_bundle(files: Mapping[str, str | os.PathLike[str]], out_path: str | os.PathLike[str], *,
                 target: str, model_name: str, model_variant: str, private_key: Any,
-                command: str = "") -> BundleManifest:
+                command: str = "", parity: str | None = None) -> BundleManifest:
     """Sign and write a bundle from payload files, without checking the model.
 
     :func:`build_bundle` is the normal entry; this lower level exists so that tests can
@@ -119,6 +119,7 @@ def pack_bundle(files: Mapping[str, str | os.PathLike[str]], out_path: str | os.
         model_name, model_variant: the model's identity as recorded in ``model.json``.
         private_key: an Ed25519 private key (:func:`load_private_key`).
         command: the command line that built the bundle (creation info).
+        parity: the model's parity status for ``created.parity`` (omitted when None).
     Returns:
         The written manifest.
     Raises:
@@ -137,7 +138,8 @@ def pack_bundle(files: Mapping[str, str | os.PathLike[str]], out_path: str | os.
         target=target, model_name=model_name, model_variant=model_variant,
         model_sha256=next(e.sha256 for e in entries if e.name == "model.json"),
         files=tuple(entries),
-        created={"utc": now.isoformat(), "syncedge_version": __version__, "command": command},
+        created={"utc": now.isoformat(), "syncedge_version": __version__, "command": command,
+                 **({"parity": parity} if parity is not None else {})},
         key_id=key_id(private_key.public_key()), schema_version=BUNDLE_SCHEMA_VERSION)
     manifest_bytes = manifest.to_bytes()
     sig = BundleSignature(manifest.key_id, private_key.sign(manifest_bytes)).to_bytes()
@@ -158,18 +160,34 @@ def pack_bundle(files: Mapping[str, str | os.PathLike[str]], out_path: str | os.
 def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[str], *,
                  target: str, private_key_path: str | os.PathLike[str],
                  extras: Sequence[str | os.PathLike[str]] = (),
-                 command: str = "") -> BundleManifest:
+                 command: str = "", force_unchecked: bool = False) -> BundleManifest:
     """Build a signed bundle from a model folder.
 
     The payload is ``model.json``, every graph it lists (verified against their sha256
     first) and each extra file (e.g. a keypoint regressor ONNX), under its base name.
 
+    The model must carry a passed parity record for its own graphs (``model.json``
+    ``evaluation.parity``, written by ``syncedge export check``;
+    :func:`export.parity_gates.require_parity`). ``force_unchecked`` builds anyway and
+    records why in the bundle manifest (``created.parity``); otherwise ``created.parity``
+    is ``"passed"``.
+
     Raises:
-        BundleError: unknown target, a bad or clashing extra file name, an unusable key.
+        BundleError: unknown target, a bad or clashing extra file name, an unusable key,
+            or a missing/failed/foreign parity record (without ``force_unchecked``).
         edge.manifest.ManifestError: the model folder is invalid (naming the file).
     """
+    from export.parity_gates import ParityError, require_parity
+
     model_dir = Path(model_dir)
     model = load_model_dir(model_dir, verify=True)
+    try:
+        require_parity(model, str(model_dir / "model.json"))
+        parity = "passed"
+    except ParityError as exc:
+        if not force_unchecked:
+            raise BundleError(f"refusing to bundle: {exc}") from None
+        parity = f"unchecked: built with --force-unchecked ({exc})"
     files: dict[str, Path] = {"model.json": model_dir / "model.json"}
     for g in model.graphs.values():
         files[g.file] = model_dir / g.file
@@ -182,4 +200,5 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
         files[p.name] = p
     key = load_private_key(private_key_path)
     return pack_bundle(files, out_path, target=target, model_name=model.name,
-                       model_variant=model.variant, private_key=key, command=command)
+                       model_variant=model.variant, private_key=key, command=command,
+                       parity=parity)

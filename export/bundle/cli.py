@@ -40,9 +40,10 @@ def _run_build(args: argparse.Namespace) -> int:
 
     cmd = "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     m = build_bundle(args.model_dir, args.out, target=args.target, private_key_path=args.key,
-                     extras=args.extra or (), command=cmd)
+                     extras=args.extra or (), command=cmd,
+                     force_unchecked=args.force_unchecked)
     print(f"{args.out}: {m.model_name} {m.model_variant} for {m.target}, {len(m.files)} files, "
-          f"signed by key {m.key_id}")
+          f"signed by key {m.key_id}; parity {m.created.get('parity', '?')}")
     return 0
 
 
@@ -150,6 +151,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--key", required=True, help="private key PEM (from bundle keygen)")
     b.add_argument("--out", required=True, help="bundle file to write")
     b.add_argument("--extra", action="append", help="extra payload file (repeatable)")
+    b.add_argument("--force-unchecked", action="store_true",
+                   help="build even without a passed parity record ('syncedge export "
+                        "check'); the bundle manifest records that it was forced")
     b.set_defaults(func=_run_build)
 
     v = sub.add_parser("verify", help="check a bundle's signature, files and model.json")

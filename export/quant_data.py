@@ -1,0 +1,188 @@
+"""The quantisation calibration set: representative graph inputs drawn from training cells.
+
+"Quantisation calibration" is the representative data that fixes the INT8 scales; it has
+nothing to do with a cell's calibration episode (which is one of the inputs drawn here).
+It comes from the training split only (``DATA/train``): held-out cells are kept for the
+parity gates (``syncedge export check``), so they never shape the quantised model.
+
+Inputs per graph, all produced with the FP32 model folder's own graphs (ONNX Runtime, no
+torch):
+
+- ``encoder``: training frames (calibration and motion episodes), uint8 ``[1, 3, H, W]``;
+- ``calibration``: each training cell's calibration episode (latents, actions, DoF mask),
+  plus copies with the cell's channels relabelled (the training augmentation);
+- ``step_bB``: history windows of motion episodes (oldest first, padded at the start as
+  the runtime pads: start latent, zero action) with the next action and the cell's
+  context; one cell per batch, since the context is shared by the batch;
+- ``decoder_bB``: latents of training frames.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from export.data import Cell, load_cells, relabel, sample_relabelling
+from export.errors import ExportError
+
+__all__ = ["QUANT_CALIBRATION_SPLIT", "QuantCalibrationSet", "build_quant_calibration_set",
+           "load_quant_calibration_cells"]
+
+#: The only split the quantisation calibration set is drawn from.
+QUANT_CALIBRATION_SPLIT = "train"
+
+Feeds = dict[str, np.ndarray]
+
+
+@dataclass
+class QuantCalibrationSet:
+    """Representative inputs for every graph of a model, from training cells only.
+
+    Attributes:
+        data: the cells root the set was drawn from.
+        cell_ids: the training cells used (all from ``DATA/train``).
+        feeds: graph key (``"encoder"``, ``"calibration"``, ``"step_b16"``, ...) -> list of
+            feed dictionaries (input name -> array of the graph's static shape and dtype).
+        seed: the seed that chose frames, windows and relabellings.
+    """
+
+    data: str
+    cell_ids: tuple[str, ...]
+    feeds: dict[str, list[Feeds]] = field(default_factory=dict)
+    seed: int = 0
+
+    def for_graph(self, key: str) -> list[Feeds]:
+        """The feeds of graph ``key``.
+
+        Raises:
+            ExportError: no inputs were drawn for that graph.
+        """
+        if not self.feeds.get(key):
+            raise ExportError(f"quantisation calibration set: no inputs for graph {key!r}; "
+                              f"found {sorted(self.feeds)}")
+        return self.feeds[key]
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready provenance: data root, split, cells, samples per graph, seed."""
+        return {"data": self.data, "split": QUANT_CALIBRATION_SPLIT,
+                "cells": list(self.cell_ids), "seed": self.seed,
+                "samples": {k: len(v) for k, v in sorted(self.feeds.items())}}
+
+
+def load_quant_calibration_cells(data: str | os.PathLike[str],
+                                 split: str = QUANT_CALIBRATION_SPLIT,
+                                 max_cells: int | None = None, max_dof: int = 7,
+                                 segment_frames: int = 8) -> list[Cell]:
+    """Load the training cells the quantisation calibration set is drawn from.
+
+    Args:
+        data: cells root (``DATA/<split>/chunk-*/``).
+        split: must be ``"train"``; any other split is refused.
+        max_cells: load at most this many cells (chunk order).
+        max_dof, segment_frames: the model's A and L.
+
+    Raises:
+        ExportError: ``split`` is not the training split, ``DATA/train`` has no complete
+            chunk, or a cell's recorded split is not ``train`` (held-out cells copied
+            into the training folder).
+    """
+    if split != QUANT_CALIBRATION_SPLIT:
+        raise ExportError(f"quantisation calibration: split {split!r} refused; the set is "
+                          f"drawn from the training split '{QUANT_CALIBRATION_SPLIT}' only "
+                          f"(held-out cells are for the parity gates)")
+    cells = load_cells(data, [split], max_dof, segment_frames, limit=max_cells,
+                       with_masks=False)
+    for c in cells:
+        recorded = c.params.get("split")
+        if recorded != QUANT_CALIBRATION_SPLIT:
+            raise ExportError(f"{Path(data) / split}: cell {c.cell_id} records split "
+                              f"{recorded!r}, expected '{QUANT_CALIBRATION_SPLIT}'; held-out "
+                              f"cells must not enter the quantisation calibration set")
+    return cells
+
+
+def _windows(z: np.ndarray, actions: np.ndarray, s: int) -> list[tuple[np.ndarray, ...]]:
+    """History windows of one episode: (hist latents [S,C,h,w], hist actions [S,A], action [A]).
+
+    ``z [T, C, h, w]`` latents, ``actions [T, A]``; slot tau holds (z_tau, a_{tau-1});
+    times before 0 are the start latent with a zero action (the runtime's padding).
+    """
+    out = []
+    zero = np.zeros_like(actions[0])
+    for t in range(len(z) - 1):
+        taus = range(t - s + 1, t + 1)
+        hist_l = np.stack([z[max(tau, 0)] for tau in taus])  # (S, C, h, w)
+        hist_a = np.stack([actions[tau - 1] if tau >= 1 else zero for tau in taus])  # (S, A)
+        out.append((hist_l, hist_a, actions[t]))
+    return out
+
+
+def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
+                                max_cells: int = 16, samples: int = 32,
+                                seed: int = 0) -> QuantCalibrationSet:
+    """Draw representative inputs for every graph of an FP32 model from training cells.
+
+    Args:
+        model: an activated :class:`edge.runtime.model.WorldModel` of the FP32 model folder
+            (its encoder and calibration graphs make the latents and contexts).
+        data: cells root; only ``DATA/train`` is read.
+        max_cells: training cells to use.
+        samples: feeds per graph (encoder frames, calibration episodes, step and decoder
+            batches).
+        seed: chooses frames, windows and relabellings.
+
+    Returns:
+        :class:`QuantCalibrationSet` with feeds for every graph of ``model``.
+
+    Raises:
+        ExportError: see :func:`load_quant_calibration_cells`.
+    """
+    c = model.contract
+    rng = np.random.default_rng(seed)
+    cells = load_quant_calibration_cells(data, max_cells=max_cells, max_dof=c.max_dof,
+                                         segment_frames=c.segment_frames)
+    frames = [f for cell in cells for f in (*cell.cal_frames, *(m for mo in cell.motions
+                                                                 for m in mo.frames))]
+    pick = rng.choice(len(frames), size=min(samples, len(frames)), replace=False)
+    feeds: dict[str, list[Feeds]] = {"encoder": [
+        {"frames": np.ascontiguousarray(frames[i].transpose(2, 0, 1)[None])} for i in pick]}
+    contexts, windows, latents = [], [], []
+    for i, cell in enumerate(cells):
+        cal_lat = np.stack([model.encode(f) for f in cell.cal_frames])  # (K*L+1, C, h, w)
+        contexts.append(model.calibrate(cal_lat, cell.cal_actions, cell.dof_mask))
+        cal = feeds.setdefault("calibration", [])
+        cal.append({"calibration_latents": cal_lat, "calibration_actions": cell.cal_actions,
+                    "dof_mask": cell.dof_mask})
+        n = cell.num_dof
+        for _ in range(max(0, samples // len(cells) - 1)):
+            r = sample_relabelling(rng, cell.convention)
+            cal.append({"calibration_latents": cal_lat,
+                        "calibration_actions": relabel(cell.cal_actions, r),
+                        "dof_mask": cell.dof_mask})
+        for mo in cell.motions:
+            z = np.stack([model.encode(f) for f in mo.frames])  # (T, C, h, w)
+            latents.append(z)
+            acts = mo.actions.copy()
+            acts[:, n:] = 0.0
+            windows.extend((i, *w) for w in _windows(z, acts, c.history_length))
+    if not windows:
+        raise ExportError(f"{Path(data) / QUANT_CALIBRATION_SPLIT}: no motion episodes with "
+                          f"two or more frames for the step graph's quantisation calibration")
+    feeds["calibration"] = feeds["calibration"][:max(samples, len(cells))]
+    all_latents = np.concatenate(latents)
+    for b in model.batch_sizes:
+        steps, decs = feeds.setdefault(f"step_b{b}", []), feeds.setdefault(f"decoder_b{b}", [])
+        for _ in range(samples):
+            cell_i = windows[int(rng.integers(len(windows)))][0]
+            own = [w for w in windows if w[0] == cell_i]
+            chosen = [own[int(j)] for j in rng.integers(len(own), size=b)]
+            steps.append({"history_latents": np.stack([w[1] for w in chosen]),
+                          "history_actions": np.stack([w[2] for w in chosen]),
+                          "action": np.stack([w[3] for w in chosen]),
+                          "context": contexts[cell_i]})
+            decs.append({"latents": all_latents[rng.integers(len(all_latents), size=b)]})
+    return QuantCalibrationSet(str(data), tuple(cell.cell_id for cell in cells), feeds, seed)

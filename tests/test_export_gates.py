@@ -1,0 +1,141 @@
+"""Parity gates (pass and fail of each) and the bundle's refusal of unchecked, failed or
+foreign parity records, with the recorded ``--force-unchecked`` escape hatch. No torch."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tarfile
+
+import pytest
+from export_helpers import run_cli
+from tiny_model import make_tiny_model, parity_record
+
+from edge.bundle_format import BundleError, BundleManifest
+from edge.manifest import load_model_dir, save_manifest
+from export.parity_gates import Gates, ParityError, judge, record_parity, require_parity
+
+
+def _figures(max_abs: float = 1e-6, loss: float = 0.0) -> dict:
+    return {"one_step_max_abs": {"encoder": 1e-7, "step_b1": max_abs},
+            "rollout": {"psnr_loss_db": [0.0] * 15 + [loss]}}
+
+
+@pytest.mark.parametrize(("variant", "figures", "passed"), [
+    ("fp32", _figures(max_abs=9e-5), True),
+    ("fp32", _figures(max_abs=2e-4), False),
+    ("fp32", _figures(max_abs=math.nan), False),
+    ("int8", _figures(loss=0.49), True),
+    ("int8", _figures(loss=0.51), False),
+    ("fp16", _figures(loss=0.09), True),
+    ("fp16", _figures(loss=0.2), False),
+    ("int8", _figures(loss=math.inf), False),
+])
+def test_gate_pass_and_fail(variant, figures, passed) -> None:
+    g = judge(variant, figures, Gates())
+    assert g["passed"] is passed and g["name"] == variant
+
+
+def test_gate_names_missing_figures_and_unknown_variants() -> None:
+    with pytest.raises(ParityError, match="parity figures for int8: missing"):
+        judge("int8", {"one_step_max_abs": {"encoder": 0.0}}, Gates())
+    with pytest.raises(ParityError, match="expected fp32, int8 or fp16, found 'bf16'"):
+        judge("bf16", _figures(), Gates())
+
+
+def test_record_parity_writes_status_and_graph_digest(tmp_path) -> None:
+    model = make_tiny_model(tmp_path / "m", parity=None)
+    rec = {"variant": "fp32", "gate": judge("fp32", _figures(), Gates())}
+    record_parity(model, rec)
+    man = load_model_dir(model)
+    assert require_parity(man)["status"] == "passed"
+    record_parity(model, {"variant": "fp32", "gate": judge("fp32", _figures(1.0), Gates())})
+    with pytest.raises(ParityError, match="status is 'failed'.*must not ship"):
+        require_parity(load_model_dir(model))
+
+
+def _build(model, tmp_path, *extra: str) -> int:
+    if not (tmp_path / "keys").exists():
+        run_cli("bundle", "keygen", "--out", str(tmp_path / "keys"))
+    return run_cli("bundle", "build", str(model), "--target", "cpu", "--key",
+                   str(tmp_path / "keys" / "oem.key.pem"), "--out",
+                   str(tmp_path / "m.bundle"), *extra)
+
+
+def _bundle_manifest(path) -> BundleManifest:
+    with tarfile.open(path, "r:gz") as tar:
+        return BundleManifest.from_bytes(tar.extractfile("bundle.json").read())
+
+
+def test_bundle_refuses_unchecked_model_unless_forced(tmp_path) -> None:
+    model = make_tiny_model(tmp_path / "m", parity=None)
+    with pytest.raises(BundleError, match="refusing to bundle: .*evaluation.parity is missing"):
+        _build(model, tmp_path)
+    assert not (tmp_path / "m.bundle").exists()
+    assert _build(model, tmp_path, "--force-unchecked") == 0
+    created = _bundle_manifest(tmp_path / "m.bundle").created
+    assert created["parity"].startswith("unchecked: built with --force-unchecked (")
+    assert "evaluation.parity is missing" in created["parity"]
+
+
+def test_bundle_refuses_failed_model_unless_forced(tmp_path) -> None:
+    model = make_tiny_model(tmp_path / "m", parity="failed")
+    with pytest.raises(BundleError, match="status is 'failed'"):
+        _build(model, tmp_path)
+    assert _build(model, tmp_path, "--force-unchecked") == 0
+    assert "status is 'failed'" in _bundle_manifest(tmp_path / "m.bundle").created["parity"]
+
+
+def test_bundle_refuses_a_record_made_for_other_graphs_or_variant(tmp_path) -> None:
+    model = make_tiny_model(tmp_path / "m")
+    other = load_model_dir(make_tiny_model(tmp_path / "other", seed=1))
+    man = load_model_dir(model)
+    save_manifest(dataclasses.replace(man, evaluation={"parity": parity_record(other)}),
+                  model / "model.json")
+    with pytest.raises(BundleError, match="recorded for other graphs"):
+        _build(model, tmp_path)
+    rec = {**parity_record(man), "variant": "int8"}
+    save_manifest(dataclasses.replace(man, evaluation={"parity": rec}), model / "model.json")
+    with pytest.raises(BundleError, match="parity is for variant 'int8', the model is 'fp32'"):
+        _build(model, tmp_path)
+
+
+def test_checked_model_bundles_with_parity_passed(tmp_path) -> None:
+    model = make_tiny_model(tmp_path / "m")
+    assert _build(model, tmp_path) == 0
+    m = _bundle_manifest(tmp_path / "m.bundle")
+    assert m.created["parity"] == "passed"
+    json.dumps(dict(m.created))
+
+
+NO_TORCH = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('torch', 'mujoco'):
+            raise ImportError('blocked: ' + name)
+sys.meta_path.insert(0, Block())
+sys.path.insert(0, 'tests')
+from pathlib import Path
+from tiny_model import make_tiny_model
+from export.quantise import QuantiseOptions, quantise_model
+from export.bundle.build import build_bundle, generate_keypair
+import export.cli, export.variant_cli, export.parity_gates, export.quant_data
+tmp = Path(sys.argv[1])
+src = make_tiny_model(tmp / 'm')
+quantise_model(QuantiseOptions(str(src), 'fp16', str(tmp / 'h'), command='t'))
+priv, _, _ = generate_keypair(tmp / 'k')
+build_bundle(src, tmp / 'b.bundle', target='cpu', private_key_path=priv)
+print('ok')
+"""
+
+
+def test_quantise_and_bundle_build_need_no_torch(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", NO_TORCH, str(tmp_path)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("ok")
