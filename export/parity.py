@@ -6,8 +6,8 @@ motion episode, and its calibration episode.
 
 1. **PyTorch reference** (FP32): calibration latents and context, a ``horizon``-step
    open-loop rollout (history padded with the start latent and zero actions, as the
-   runtime does), the step inputs of every step, and the frames (residual decoding,
-   clip, round half up).
+   runtime does), the step inputs of every step, and the frames (decoded as the model's
+   contract says, plainly or residually; clip, round half up).
 2. **One step per graph**, the variant's graph fed exactly the PyTorch inputs: encoder on
    the start and calibration frames, calibration on the PyTorch calibration latents,
    ``step_bB`` on the PyTorch rollout's history at every step (teacher-forced, batched
@@ -93,7 +93,8 @@ class ReferenceCase:
     hist_actions: np.ndarray
     latents: np.ndarray
     decoded: np.ndarray
-    frames: np.ndarray
+    frames: np.ndarray  # residual decoding: start + dec(z_t) - dec(z_0)
+    frames_plain: np.ndarray  # plain decoding: dec(z_t)
 
 
 def _psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -133,7 +134,7 @@ def _reference(model: WorldModel, cell: Any, horizon: int) -> ReferenceCase:
         cell.cell_id, cell.num_dof, start, acts, motion.frames[1:horizon + 1],
         cell.cal_frames, cell.cal_actions, cell.dof_mask, z0[0].numpy(), cal_lat.numpy(),
         ctx.numpy(), torch.stack(hl).numpy(), torch.stack(ha).numpy(), z.numpy(),
-        dec.numpy(), to_uint8(dec + offset))
+        dec.numpy(), to_uint8(dec + offset), to_uint8(dec))
 
 
 def reference_cases(opts: CheckOptions) -> tuple[WorldModel, list[ReferenceCase]]:
@@ -211,6 +212,7 @@ def _rollout(wm: Any, case: ReferenceCase, cal_latents: np.ndarray
     t_count = len(case.actions)
     r = Rollout(wm, ctx, RolloutParams(dof_mask=mask), max_horizon=t_count)
     r.reset(case.start, case.actions)
+    reference = case.frames if wm.contract.residual_decoding else case.frames_plain
     out: tuple[list[float], ...] = ([], [], [], [])
     for t in range(t_count):
         try:
@@ -220,8 +222,8 @@ def _rollout(wm: Any, case: ReferenceCase, cal_latents: np.ndarray
                 lst.extend([math.nan] * (t_count - t))
             break
         out[0].append(_psnr(frame, case.truth[t]))
-        out[1].append(_psnr(case.frames[t], case.truth[t]))
-        out[2].append(_psnr(frame, case.frames[t]))
+        out[1].append(_psnr(reference[t], case.truth[t]))
+        out[2].append(_psnr(frame, reference[t]))
         out[3].append(float(np.max(np.abs(r.next_latents[0] - case.latents[t]))))
     return out  # type: ignore[return-value]
 
