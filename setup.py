@@ -61,6 +61,7 @@ setup(
             "precheck = edge.commands.precheck:register",
             "doctor = edge.commands.doctor:register",
             "cache = edge.commands.cache:register",
+            "calibrate = edge.commands.calibrate:register",
         ],
     },
 )

@@ -24,7 +24,8 @@ from urllib.parse import parse_qsl
 from .errors import UrlError
 from .stream import JointStream
 
-__all__ = ["Options", "TRANSPORTS", "parse_ids", "split_url", "stream_for_url"]
+__all__ = ["Options", "TRANSPORTS", "parse_ids", "register_transport", "split_url",
+           "stream_for_url"]
 
 #: scheme -> "module:Class" (imported on first use so optional SDKs stay lazy).
 TRANSPORTS = {
@@ -35,6 +36,23 @@ TRANSPORTS = {
     "replay": "firmware_bridge.replay:ReplayStream",
     "loop": "firmware_bridge.loop:LoopStream",
 }
+
+
+def register_transport(scheme: str, target: str) -> None:
+    """Add a scheme to :data:`TRANSPORTS` (``target`` is ``"module:Class"``, imported on use).
+
+    Used by packages that bring their own stream (the virtual cell registers ``sim``).
+
+    Raises:
+        UrlError: the scheme is taken by another target, or the names are malformed.
+    """
+    if not scheme.isalnum() or ":" not in target:
+        raise UrlError(f"transport {scheme!r} -> {target!r}: expected an alphanumeric scheme "
+                       f"and 'module:Class'")
+    if TRANSPORTS.get(scheme, target) != target:
+        raise UrlError(f"transport scheme {scheme!r}: already registered as "
+                       f"{TRANSPORTS[scheme]!r}, found another target {target!r}")
+    TRANSPORTS[scheme] = target
 
 
 def split_url(url: str) -> tuple[str, str, dict[str, str]]:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from edge.calibrate.gate import add_stale_args, stale_gate
 from edge.commands.common import (
     StagedOutput,
     add_context_args,
@@ -51,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "a .npy/.json/.csv file (default: the start episode's first row)")
     p.add_argument("--rules", required=True, metavar="YAML", help="rules file")
     add_model_args(p)
+    add_stale_args(p)
     p.add_argument("--out", default="precheck-out", metavar="DIR", help="output folder")
     p.set_defaults(func=run)
     return p
@@ -98,6 +100,11 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         if q0 is None and episode is not None and episode.joint_positions is not None:
             q0 = episode.joint_positions[0]
         ctx = get_context(args, model, episode, context_source)
+        meta = episode.metadata if episode is not None else None
+        stale = stale_gate(args, model.sha256, args.camera_id or (meta and meta.camera_id),
+                           args.robot_id or (meta and meta.robot_id))
+        if stale:
+            print(f"warning: {stale}", file=sys.stderr)
         if args.policy:
             if not args.horizon or args.horizon < 1:
                 raise RuntimeInputError("--horizon: required (>= 1) with --policy")
@@ -119,7 +126,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             "rules": str(args.rules), "model": str(model.model_dir),
             "model_sha256": model.sha256, "context": ctx.source, "start": str(args.start),
             "candidates_from": str(args.policy or args.actions),
-            "horizon": int(actions.shape[1]),
+            "horizon": int(actions.shape[1]), "calibration_warning": stale,
             "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
             "chosen_index": result.chosen,
             "ranking": [result.verdicts[i].name for i in result.ranking],

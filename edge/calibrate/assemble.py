@@ -1,0 +1,216 @@
+"""From a raw recording to an episode: clocks, pairing, program alignment, resampling.
+
+1. Joint stamps: where every sample carries a device stamp, samples are placed on the host
+   clock through ``firmware_bridge.timebase.ClockEstimator`` (device clock offset and drift,
+   fitted over the whole recording), otherwise their receipt stamps are used.
+2. Pairing: ``firmware_bridge.timebase.pair_frames`` interpolates joint positions at each
+   frame's latency-corrected stamp (tolerance ``tolerance_s``), never by arrival order.
+3. Alignment: the program's start time on the host clock is fitted to the joint samples
+   (least squares of the change from the first sample against the program's knots,
+   coarse then fine search), so knot k is at ``t0 + k / fps``.
+4. Resampling to the model's rate: for each episode knot the nearest paired frame; a knot
+   with no frame within ``0.4 / fps`` is a dropped frame (listed in ``extra.recording``).
+   Frames are centre-cropped and area-resized to the model's resolution; actions are the
+   measured (paired) joint position change per frame.
+
+``firmware_bridge`` is imported inside :func:`assemble_episode` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edge.calibrate.camera import fit_frame
+from edge.calibrate.errors import RecordingError
+from edge.calibrate.plan import JointProgram
+from edge.calibrate.record import RawRecording
+from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, actions_from_positions
+
+__all__ = ["AssembleOptions", "assemble_episode", "fit_program_start"]
+
+#: A knot whose nearest frame is further than this share of a frame period is a gap.
+GAP_FRACTION = 0.4
+
+
+@dataclass(frozen=True)
+class AssembleOptions:
+    """Pairing and output options.
+
+    Attributes:
+        size_hw: the model's resolution (H, W), px.
+        tolerance_s: pairing tolerance (a joint sample on each side within it), s.
+        camera_latency_s, joint_latency_s: per-stream latency offsets, s.
+        cell_id, camera_id, robot_id: the episode's ids.
+    """
+
+    size_hw: tuple[int, int]
+    cell_id: str
+    camera_id: str
+    robot_id: str
+    tolerance_s: float = 0.02
+    camera_latency_s: float = 0.0
+    joint_latency_s: float = 0.0
+
+
+def _channels(program: JointProgram, names: list[str]) -> tuple[list[int], list[int], str]:
+    """(program channel, stream channel) pairs by name, else by position when counts match."""
+    if set(program.dof_names) & set(names):
+        pc = [i for i, n in enumerate(program.dof_names) if n in names]
+        return pc, [names.index(program.dof_names[i]) for i in pc], "by name"
+    if len(names) == len(program.dof_names):
+        return list(range(len(names))), list(range(len(names))), "by position"
+    raise RecordingError(f"joint stream channels {names}: expected the program's DoFs "
+                         f"{list(program.dof_names)} by name (or as many channels), found "
+                         f"no match")
+
+
+def _joint_host_stamps(samples: list[Any]) -> tuple[np.ndarray, str, float | None]:
+    from firmware_bridge.timebase import ClockEstimator
+
+    receipt = np.array([s.receipt_ns for s in samples], np.int64)
+    dev = np.array([s.device_stamp_ns for s in samples], np.int64)
+    if len(samples) >= 10 and (dev >= 0).all() and (np.diff(dev) > 0).all():
+        est = ClockEstimator(window=len(samples))
+        for d, h in zip(dev, receipt, strict=True):
+            est.update(int(d), int(h))
+        return np.array([est.to_host(int(d)) for d in dev], np.int64), "device clock", \
+            est.drift_ppm
+    return receipt, "receipt", None
+
+
+def fit_program_start(ts_s: np.ndarray, dq: np.ndarray, knots_s: np.ndarray,
+                      dplan: np.ndarray, guess_s: float, span_s: float = 0.6) -> tuple[float, float]:
+    """Fit the program's start time to joint samples.
+
+    Args:
+        ts_s: float64 ``[N]`` sample times, s; dq: float64 ``[N, m]`` change from the first
+            sample; knots_s: float64 ``[K]`` knot times from the program start, s;
+            dplan: float64 ``[K, m]`` knot change from the first knot; guess_s: start guess, s.
+        span_s: search half-width around the guess, s.
+
+    Returns:
+        (start time, s; RMS residual, rad|m).
+    """
+    def cost(t0s: np.ndarray) -> np.ndarray:
+        out = np.empty(len(t0s))
+        for i, t0 in enumerate(t0s):
+            pred = np.stack([np.interp(ts_s - t0, knots_s, dplan[:, c])
+                             for c in range(dplan.shape[1])], 1)
+            out[i] = np.mean((pred - dq) ** 2)
+        return out
+
+    grid = guess_s + np.arange(-span_s, span_s + 1e-9, 0.005)
+    best = grid[int(np.argmin(cost(grid)))]
+    fine = best + np.arange(-0.005, 0.005 + 1e-9, 0.0002)
+    c = cost(fine)
+    return float(fine[int(np.argmin(c))]), float(np.sqrt(c.min()))
+
+
+def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOptions
+                     ) -> tuple[Episode, bool]:
+    """Pair, align and resample a raw recording into an episode.
+
+    Returns:
+        ``(episode, complete)``; ``complete`` is False when the recording ended before the
+        program's last knot (the episode then holds the knots that were recorded).
+    Raises:
+        RecordingError: no frames, too few joint samples, or no program DoF in the stream.
+    """
+    from firmware_bridge.timebase import pair_frames
+
+    if not raw.frames:
+        raise RecordingError("recording: expected at least one camera frame, found none")
+    samples = [s for s in raw.samples if not (int(s.status) & 2)]  # drop STALE samples
+    if len(samples) < 2:
+        raise RecordingError(f"recording: expected joint samples, found {len(samples)}")
+    pc, sc, matched = _channels(program, raw.joint_names)
+    fs = np.array(raw.frame_stamps_ns, np.int64)
+    order_ok = np.concatenate([[True], np.diff(fs) > 0])
+    non_monotonic = int((~order_ok).sum())
+    keep = np.flatnonzero(order_ok)
+    js, clock, drift = _joint_host_stamps(samples)
+    q = np.stack([s.position_rad for s in samples])[:, sc]  # (N, m)
+    inc = np.concatenate([[True], np.diff(js) > 0])
+    js, q = js[inc], q[inc]
+    pairing = pair_frames(fs[keep], js, q, tolerance_s=opts.tolerance_s,
+                          frame_latency_s=opts.camera_latency_s,
+                          joint_latency_s=opts.joint_latency_s)
+    base = int(js[0])
+    fcorr = (pairing.frame_stamps_ns - base) / 1e9  # corrected frame times, s
+    tj = (js - base - int(round(opts.joint_latency_s * 1e9))) / 1e9
+    fps = program.frame_rate_hz
+    plan = program.positions[:, pc]
+    moved = np.abs(q - q[0]).max(1) > 0.01
+    aligned = bool(moved.any())
+    if aligned:
+        guess = tj[int(np.argmax(moved))] - program.lead_in_frames / fps
+        t0, resid = fit_program_start(tj, q - q[0], program.times_s, plan - plan[0], guess)
+    else:
+        t0, resid = float(fcorr[0]) - program.lead_in_frames / fps, float("nan")
+    n_ep = program.episode_frames
+    ticks = t0 + (program.lead_in_frames + np.arange(n_ep)) / fps
+    paired_idx = np.flatnonzero(pairing.paired)
+    if not len(paired_idx):
+        raise RecordingError(f"recording: no frame paired with a joint sample within "
+                             f"{opts.tolerance_s} s (check the latency offsets and clocks)")
+    covered = ticks <= fcorr[paired_idx[-1]] + GAP_FRACTION / fps
+    n_rec = int(covered.sum()) if not covered.all() else n_ep
+    complete = n_rec == n_ep
+    if n_rec < 1:
+        raise RecordingError("recording: ended before the program's first knot")
+    ticks = ticks[:n_rec]
+    pos = np.searchsorted(fcorr[paired_idx], ticks)
+    lo = paired_idx[np.clip(pos - 1, 0, len(paired_idx) - 1)]
+    hi = paired_idx[np.clip(pos, 0, len(paired_idx) - 1)]
+    pick = np.where(np.abs(fcorr[lo] - ticks) <= np.abs(fcorr[hi] - ticks), lo, hi)
+    offset = fcorr[pick] - ticks
+    gaps = np.flatnonzero((np.abs(offset) > GAP_FRACTION / fps)
+                          | np.concatenate([[False], pick[1:] == pick[:-1]]))
+    nearest = np.abs(tj[np.clip(np.searchsorted(tj, fcorr[pick]), 0, len(tj) - 1)]
+                     - fcorr[pick])
+    nearest = np.minimum(nearest, np.abs(tj[np.clip(np.searchsorted(tj, fcorr[pick]) - 1, 0,
+                                                    len(tj) - 1)] - fcorr[pick]))
+    frames = np.stack([fit_frame(raw.frames[keep[i]], opts.size_hw) for i in pick])
+    qpos = pairing.positions[pick].astype(np.float64)
+    names = tuple(program.dof_names[i] for i in pc)
+    units = tuple(program.dof_units[i] for i in pc)
+    segments = tuple(CalibrationSegment(s.dof, s.start, min(s.stop, n_rec), s.amplitude)
+                     for s in program.sweeps if s.dof in names and s.start < n_rec)
+    missing = [n for n in program.dof_names if n not in names]
+    extra = {
+        "program": {"kind": program.kind, "seed": program.seed, "robot": program.robot,
+                    "dof_names": list(program.dof_names), "min_fraction": program.min_fraction,
+                    "duration_s": round(program.duration_s, 4),
+                    "sweeps": [{"dof": s.dof, "start": s.start, "stop": s.stop,
+                                "amplitude": s.amplitude} for s in program.sweeps],
+                    "lower": list(program.lower), "upper": list(program.upper)},
+        "recording": {
+            "complete": complete, "frames_expected": n_ep, "camera_frames": len(raw.frames),
+            "joint_samples": len(raw.samples), "channels_matched": matched,
+            "missing_dofs": missing, "joint_clock": clock,
+            "joint_drift_ppm": None if drift is None else round(drift, 3),
+            "aligned": aligned, "fit_rms": None if not np.isfinite(resid) else round(resid, 6),
+            "camera_stamps_non_monotonic": non_monotonic,
+            "unpaired_camera_frames": int(len(pairing.unpaired)),
+            "gaps": [int(g) for g in gaps],
+            "tick_offset_s": [round(float(o), 5) for o in offset],
+            "pair_error_s": [round(float(e), 5) for e in nearest],
+            "tolerance_s": opts.tolerance_s, "camera_latency_s": opts.camera_latency_s,
+            "joint_latency_s": opts.joint_latency_s, "wall_s": round(raw.wall_s, 3),
+            "duration_s": round((fs[-1] - fs[0]) / 1e9, 4),
+            "disconnected": raw.disconnected, "joint_error": raw.joint_error},
+        "equipment": raw.equipment,
+    }
+    kind = "calibration" if program.kind == "calibration" else "validation"
+    meta = EpisodeMetadata(
+        cell_id=opts.cell_id, camera_id=opts.camera_id, robot_id=opts.robot_id,
+        robot=program.robot, dof_names=names, dof_units=units, fps=fps, kind=kind,
+        source=f"recorded:{raw.equipment.get('camera', {}).get('source', 'camera')}",
+        camera=raw.equipment.get("camera", {}), segments=segments, extra=extra)
+    ep = Episode(frames=frames, actions=actions_from_positions(qpos),
+                 timestamps=(ticks - ticks[0]).astype(np.float64), metadata=meta,
+                 joint_positions=qpos)
+    return ep.validate(), complete

@@ -1,0 +1,164 @@
+"""Camera sources for recording and verification, and the resize to the model's frames.
+
+``open_camera(src)`` understands:
+
+============================  ==============================================================
+``SRC``                       source
+============================  ==============================================================
+``0``, ``1``, ...             a local camera by device index (``cv2.VideoCapture(index)``)
+``/path/video.mp4``           a video file (frames stamped as they are read)
+``rtsp://...``, ``http://``   a network stream through OpenCV's FFmpeg backend
+``... ! appsink``             a GStreamer pipeline string (only where OpenCV was built with
+                              GStreamer; otherwise a :class:`CameraError` says so)
+``sim://cell?...``            the virtual cell's camera (``export/cells/virtual.py``; needs
+                              ``pip install 'syncedge[train]'``)
+============================  ==============================================================
+
+Every source yields RGB frames uint8 ``[H, W, 3]`` with a receipt stamp from
+``time.monotonic_ns()`` (the virtual cell uses its own simulated host clock) and exposes
+``latency_s`` (the delay from exposure to stamp, s; 0 when unknown).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from edge.calibrate.errors import CameraDisconnectedError, CameraError
+from edge.errors import MissingDependencyError
+
+__all__ = ["FrameSource", "OpenCVCamera", "fit_frame", "gstreamer_supported", "open_camera"]
+
+
+@runtime_checkable
+class FrameSource(Protocol):
+    """What the recorder and ``verify`` read frames from."""
+
+    latency_s: float
+
+    def read(self) -> tuple[np.ndarray, int]:
+        """The next frame, RGB uint8 ``[H, W, 3]``, and its receipt stamp, ns.
+
+        Raises:
+            CameraDisconnectedError: the source stopped delivering frames.
+        """
+
+    def describe(self) -> dict[str, Any]:
+        """The equipment, for reports (JSON-ready)."""
+
+    def close(self) -> None:
+        """Release the source."""
+
+
+def gstreamer_supported() -> bool:
+    """True when the installed OpenCV was built with GStreamer."""
+    import cv2
+
+    for line in cv2.getBuildInformation().splitlines():
+        if line.strip().startswith("GStreamer:"):
+            return "YES" in line.split(":", 1)[1]
+    return False
+
+
+class OpenCVCamera:
+    """A ``cv2.VideoCapture`` source (device index, file, network URL, GStreamer pipeline).
+
+    Args:
+        src: see the module docstring.
+        latency_s: exposure-to-stamp delay of this camera, s (measured once per camera).
+        read_failures: consecutive failed reads that count as a disconnection.
+
+    Raises:
+        CameraError: the source cannot be opened (names the source and the backend).
+    """
+
+    def __init__(self, src: str, latency_s: float = 0.0, read_failures: int = 5):
+        import cv2
+
+        self.src, self.latency_s, self.read_failures = src, float(latency_s), read_failures
+        self.frames_read = 0
+        if src.isdigit():
+            self.kind, self._cap = "device", cv2.VideoCapture(int(src))
+        elif "!" in src:
+            if not gstreamer_supported():
+                raise CameraError(f"camera {src!r}: this is a GStreamer pipeline, but the "
+                                  f"installed OpenCV {cv2.__version__} was built without "
+                                  f"GStreamer; use a device index, a file or an RTSP URL, or "
+                                  f"install an OpenCV build with GStreamer")
+            self.kind, self._cap = "gstreamer", cv2.VideoCapture(src, cv2.CAP_GSTREAMER)
+        elif "://" in src:
+            self.kind, self._cap = "stream", cv2.VideoCapture(src, cv2.CAP_FFMPEG)
+        else:
+            self.kind, self._cap = "file", cv2.VideoCapture(src)
+        if not self._cap.isOpened():
+            raise CameraError(f"camera {src!r} ({self.kind}): expected an open video source, "
+                              f"found OpenCV could not open it (check the index, path or URL)")
+
+    def read(self) -> tuple[np.ndarray, int]:
+        """See :meth:`FrameSource.read`."""
+        for _ in range(self.read_failures):
+            ok, bgr = self._cap.read()
+            stamp = time.monotonic_ns()
+            if ok and bgr is not None:
+                self.frames_read += 1
+                return np.ascontiguousarray(bgr[..., ::-1]), stamp
+            if self.kind == "file":
+                break
+        raise CameraDisconnectedError(f"camera {self.src!r} ({self.kind}): no frame after "
+                                      f"{self.frames_read} frames (disconnected or ended)")
+
+    def describe(self) -> dict[str, Any]:
+        """Source, backend, size and nominal rate."""
+        import cv2
+
+        return {"source": self.src, "kind": self.kind, "backend": self._cap.getBackendName(),
+                "width": int(self._cap.get(cv2.CAP_PROP_FRAME_WIDTH)),
+                "height": int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT)),
+                "fps": float(self._cap.get(cv2.CAP_PROP_FPS)), "latency_s": self.latency_s}
+
+    def close(self) -> None:
+        """Release the capture."""
+        self._cap.release()
+
+
+def open_camera(src: str, latency_s: float | None = None) -> FrameSource:
+    """Open a camera source by its string (see the module docstring).
+
+    Raises:
+        CameraError: unknown or unopenable source.
+        MissingDependencyError: ``sim://`` without MuJoCo (the ``train`` extra).
+    """
+    if src.startswith("sim://"):
+        try:
+            virtual = importlib.import_module("export.cells.virtual")
+        except ImportError as exc:
+            raise MissingDependencyError("mujoco", "train",
+                                         f"the virtual cell camera {src!r} ({exc})") from None
+        cam = virtual.open_sim_camera(src)
+        if latency_s is not None:
+            cam.latency_s = float(latency_s)
+        return cam
+    return OpenCVCamera(src, latency_s or 0.0)
+
+
+def fit_frame(frame: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
+    """Centre-crop ``frame`` uint8 ``[H, W, 3]`` to the aspect of ``size_hw`` and resize it
+    with area interpolation; returns uint8 ``[h, w, 3]``."""
+    import cv2
+
+    h, w = frame.shape[:2]
+    th, tw = size_hw
+    if (h, w) == (th, tw):
+        return frame
+    if w * th > h * tw:  # too wide: crop columns
+        cw = max(1, int(round(h * tw / th)))
+        x0 = (w - cw) // 2
+        frame = frame[:, x0:x0 + cw]
+    else:
+        ch = max(1, int(round(w * th / tw)))
+        y0 = (h - ch) // 2
+        frame = frame[y0:y0 + ch]
+    return cv2.resize(np.ascontiguousarray(frame), (tw, th), interpolation=cv2.INTER_AREA)

@@ -1,0 +1,319 @@
+"""Coverage check of a calibration episode: a verdict with reasons, per-DoF figures.
+
+Checks (each failure is a reason with a stable ``code``):
+
+================================  =========================================================
+code                              failure
+================================  =========================================================
+``dof_duplicated``                two channels share a name
+``dof_missing``                   a DoF of the program is not in the episode
+``frame_count``                   not ``8 n + 1`` frames for n DoFs
+``partial_recording``             the recording ended before the program did
+``dof_not_moving``                a DoF did not move in its segment (stuck, not executing)
+``sweep_clipped``                 a DoF stopped while commanded to move (a joint limit or an
+                                  obstacle) before the required share of its amplitude
+``sweep_short``                   a DoF moved less than the required share in a direction
+``no_image_motion``               a DoF moved but the picture did not change (camera pointed
+                                  elsewhere, joint occluded)
+``image_motion_not_distinct``     a DoF's picture change looks like another DoF's
+``dropped_frames``                frames missing at knots, or uneven timestamps
+``stamps_not_monotonic``          camera or episode stamps went backwards or repeated
+``pairing_error``                 a frame's nearest joint sample is beyond the tolerance
+================================  =========================================================
+
+Image motion of a segment: mean absolute frame difference (0..255, averaged over pixels and
+channels) over its six moving transitions; it must exceed ``motion_energy_min`` and
+``motion_noise_ratio`` times the median of the pause transitions (the noise floor).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge.calibrate.plan import DEFAULT_MIN_FRACTION, SEGMENT_FRAMES, SWEEP_PROFILE
+from edge.episode import Episode, load_episode
+from edge.errors import EpisodeError
+
+__all__ = ["CheckOptions", "EpisodeArrays", "check_arrays", "coverage_sheets", "load_for_check"]
+
+_MOVE_ROWS = (0, 1, 2, 4, 5, 6)
+_PAUSE_ROWS = (3, 7)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Thresholds of the check.
+
+    Attributes:
+        min_fraction: share of the planned amplitude required each way (None: the
+            program's, recorded in the episode, else 0.8).
+        motion_energy_min: smallest mean frame difference of a moving segment, 0..255.
+        motion_noise_ratio: moving energy over the pause noise floor, at least.
+        distinct_max_corr: largest allowed correlation of two DoFs' motion maps.
+        tolerance_s: largest allowed distance from a frame to its nearest joint sample, s.
+    """
+
+    min_fraction: float | None = None
+    motion_energy_min: float = 0.02
+    motion_noise_ratio: float = 3.0
+    distinct_max_corr: float = 0.97
+    tolerance_s: float = 0.02
+
+
+@dataclass
+class EpisodeArrays:
+    """An episode's arrays and metadata as read, without the episode validation (so that
+    an episode with duplicated names or bad stamps can still be reported on)."""
+
+    frames: np.ndarray  # (T, H, W, 3) uint8
+    actions: np.ndarray  # (T, A) float32
+    timestamps: np.ndarray  # (T,) float64 s
+    meta: dict[str, Any]
+    joint_positions: np.ndarray | None = None  # (T, A) float64
+    validation_error: str | None = None
+
+    @classmethod
+    def from_episode(cls, ep: Episode) -> EpisodeArrays:
+        """Wrap a validated in-memory episode."""
+        return cls(ep.frames, ep.actions, ep.timestamps, ep.metadata.to_json_dict(),
+                   ep.joint_positions)
+
+
+def load_for_check(path: str | os.PathLike[str]) -> EpisodeArrays:
+    """Read an episode file for the check; validation failures are kept, not raised.
+
+    Raises:
+        EpisodeError: the file is not an episode at all (missing, corrupt, no arrays).
+    """
+    path = Path(path)
+    try:
+        return EpisodeArrays.from_episode(load_episode(path))
+    except EpisodeError as exc:
+        error = str(exc)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z["metadata_json"].tobytes().decode("utf-8"))
+            arr = EpisodeArrays(z["frames"], z["actions"], z["timestamps"], meta,
+                                z["joint_positions"] if "joint_positions" in z.files else None,
+                                error)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise EpisodeError(f"cannot read it for the check ({error}; {exc})", path=path) \
+            from None
+    if arr.frames.ndim != 4 or arr.actions.ndim != 2 or len(arr.actions) != len(arr.frames):
+        raise EpisodeError(f"cannot check it: {error}", path=path)
+    return arr
+
+
+def _reason(code: str, message: str, dof: str | None = None) -> dict[str, Any]:
+    return {"code": code, "dof": dof, "message": message}
+
+
+def _energy(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    f = frames.astype(np.float32)
+    d = np.abs(np.diff(f, axis=0))  # (T-1, H, W, 3)
+    return d.mean(axis=(1, 2, 3)), d.mean(axis=3)  # (T-1,), (T-1, H, W)
+
+
+def _segment_of(arr: EpisodeArrays, c: int, name: str) -> tuple[int, float | None]:
+    for s in arr.meta.get("segments") or ():
+        if s.get("dof") == name:
+            return int(s["start"]), float(s["amplitude"])
+    n = len(arr.actions) // SEGMENT_FRAMES
+    if n < 1:
+        return 0, None
+    seg = np.abs(arr.actions[:n * SEGMENT_FRAMES, c]).reshape(n, SEGMENT_FRAMES)[:, :3].sum(1)
+    return int(np.argmax(seg)) * SEGMENT_FRAMES, None
+
+
+def _dof_report(arr: EpisodeArrays, c: int, name: str, frac: float, q: np.ndarray,
+                energy: np.ndarray, noise: float, opts: CheckOptions,
+                limits: tuple[list, list] | None) -> tuple[dict[str, Any], list[dict]]:
+    start, planned = _segment_of(arr, c, name)
+    rows = q[start:start + SEGMENT_FRAMES + 1, c] - q[start, c]  # (9,)
+    reasons: list[dict] = []
+    if planned is None:
+        planned = float(rows[np.argmax(np.abs(rows[:4]))]) if len(rows) else 0.0
+    sign = 1.0 if planned >= 0 else -1.0
+    amp = abs(planned)
+    out = float(np.max(sign * rows)) if len(rows) else 0.0
+    back = float(out - sign * rows[-1]) if len(rows) else 0.0
+    moves = energy[start:start + SEGMENT_FRAMES]
+    move_e = float(np.mean([moves[r] for r in _MOVE_ROWS if r < len(moves)])) if len(moves) \
+        else 0.0
+    rep = {"dof": name, "segment_start": start, "planned_amplitude": round(planned, 5),
+           "swept_out": round(out, 5), "swept_back": round(back, 5),
+           "fraction_out": round(out / amp, 4) if amp else None,
+           "fraction_back": round(back / amp, 4) if amp else None,
+           "image_motion": round(move_e, 4), "noise_floor": round(noise, 4)}
+    need = frac * amp
+    if amp and max(out, back) < 0.1 * amp:
+        reasons.append(_reason("dof_not_moving", f"DoF {name!r}: expected a sweep of "
+                               f"{planned:+.3f} in frames {start}..{start + 8}, found "
+                               f"{out:.3f} (stuck, disabled, or not executing the program)",
+                               name))
+    elif amp and (out < need or back < need):
+        step = np.diff(sign * rows[:4])  # measured steps of the outward phase
+        plan_step = np.asarray(SWEEP_PROFILE[:3]) * amp
+        stalled = bool(np.any((plan_step > 0.1 * amp) & (step < 0.2 * plan_step)))
+        near = False
+        if limits is not None:
+            lo, hi = limits
+            peak = q[start, c] + sign * out
+            near = bool(min(abs(peak - lo[c]), abs(hi[c] - peak)) < 0.05)
+        if stalled or near:
+            reasons.append(_reason("sweep_clipped", f"DoF {name!r}: expected {frac:.0%} of "
+                                   f"{planned:+.3f} each way, found it stopped at "
+                                   f"{sign * out:+.3f} while commanded to move on (clipped "
+                                   f"at a joint limit or an obstacle)", name))
+        else:
+            reasons.append(_reason("sweep_short", f"DoF {name!r}: expected at least "
+                                   f"{need:.3f} each way, found out {out:.3f}, back "
+                                   f"{back:.3f}", name))
+    if out >= 0.1 * amp and amp and (move_e < opts.motion_energy_min
+                                     or move_e < opts.motion_noise_ratio * noise):
+        reasons.append(_reason("no_image_motion", f"DoF {name!r} moved {out:.3f} but the "
+                               f"picture did not change (motion {move_e:.3f}, expected > "
+                               f"{max(opts.motion_energy_min, opts.motion_noise_ratio * noise):.3f}"
+                               f"): camera pointed elsewhere or the joint occluded", name))
+    rep["passed"] = not reasons
+    return rep, reasons
+
+
+def check_arrays(arr: EpisodeArrays, opts: CheckOptions | None = None) -> dict[str, Any]:
+    """Check a calibration episode's coverage.
+
+    Returns:
+        The report: ``verdict`` (``"pass"``/``"fail"``), ``reasons`` (code, dof, message),
+        ``dofs`` (per DoF: planned and swept amplitude, image motion), ``frames``,
+        ``recording`` figures and the thresholds used.
+    """
+    opts = opts or CheckOptions()
+    meta = arr.meta
+    names = list(meta.get("dof_names") or [])
+    extra = meta.get("extra") or {}
+    program = extra.get("program") or {}
+    rec = extra.get("recording") or {}
+    frac = opts.min_fraction if opts.min_fraction is not None else \
+        float(program.get("min_fraction", DEFAULT_MIN_FRACTION))
+    reasons: list[dict] = []
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        reasons.append(_reason("dof_duplicated", f"DoF name(s) {dup} appear more than once in "
+                               f"{names}: expected one channel per name (check the "
+                               f"controller's channel list)"))
+    planned_names = list(program.get("dof_names") or [])
+    for n in [n for n in planned_names if n not in names]:
+        reasons.append(_reason("dof_missing", f"DoF {n!r} of the program is missing from the "
+                               f"episode (found {names}): the joint stream did not report it",
+                               n))
+    t = len(arr.frames)
+    n = arr.actions.shape[1]
+    if meta.get("kind") == "calibration" and t != n * SEGMENT_FRAMES + 1:
+        reasons.append(_reason("frame_count", f"expected {n * SEGMENT_FRAMES + 1} frames "
+                               f"({n} DoF segments of {SEGMENT_FRAMES} plus one), found {t}"))
+    if rec and not rec.get("complete", True):
+        reasons.append(_reason("partial_recording", f"the recording ended early ("
+                               f"{rec.get('disconnected') or rec.get('joint_error') or 'unknown'}"
+                               f"): {t} of {rec.get('frames_expected')} frames"))
+    ts = np.asarray(arr.timestamps, np.float64)
+    d = np.diff(ts)
+    if (d <= 0).any() or int(rec.get("camera_stamps_non_monotonic", 0)):
+        reasons.append(_reason("stamps_not_monotonic", f"expected strictly increasing stamps, "
+                               f"found {int((d <= 0).sum())} in the episode and "
+                               f"{rec.get('camera_stamps_non_monotonic', 0)} camera stamps "
+                               f"going back or repeating"))
+    fps = float(meta.get("fps") or 0) or 1.0
+    gaps = sorted(set(int(g) for g in rec.get("gaps", []))
+                  | set(int(i) + 1 for i in np.flatnonzero(d > 1.5 / fps)))
+    if gaps:
+        reasons.append(_reason("dropped_frames", f"frames missing at {len(gaps)} knot(s) "
+                               f"{gaps[:10]}: the camera delivered no frame within "
+                               f"{0.4 / fps * 1e3:.0f} ms of them"))
+    pe = np.asarray(rec.get("pair_error_s", []), np.float64)
+    tol = float(rec.get("tolerance_s", opts.tolerance_s))
+    if pe.size and pe.max() > tol:
+        reasons.append(_reason("pairing_error", f"expected every frame within {tol * 1e3:.0f} "
+                               f"ms of a joint sample, found {int((pe > tol).sum())} beyond "
+                               f"(max {pe.max() * 1e3:.1f} ms)"))
+    energy, _ = _energy(arr.frames) if t > 1 else (np.zeros(0), None)
+    pauses = [energy[k * SEGMENT_FRAMES + r] for k in range(n) for r in _PAUSE_ROWS
+              if k * SEGMENT_FRAMES + r < len(energy)]
+    noise = float(np.median(pauses)) if pauses else 0.0
+    q = arr.joint_positions if arr.joint_positions is not None else \
+        np.vstack([np.zeros((1, n)), np.cumsum(arr.actions[:-1], 0)])
+    limits = (program["lower"], program["upper"]) if "lower" in program and \
+        planned_names == names else None
+    dofs = []
+    for c, name in enumerate(names):
+        if name in dup:
+            continue
+        rep, rs = _dof_report(arr, c, name, frac, q, energy, noise, opts, limits)
+        dofs.append(rep)
+        reasons.extend(rs)
+    reasons.extend(_distinct(arr, dofs, opts))
+    return {"verdict": "fail" if reasons else "pass", "reasons": reasons, "dofs": dofs,
+            "frames": t, "dof_names": names, "fps": fps, "min_fraction": frac,
+            "validation_error": arr.validation_error,
+            "recording": {k: rec.get(k) for k in ("duration_s", "wall_s", "camera_frames",
+                                                  "joint_samples", "joint_drift_ppm",
+                                                  "fit_rms", "complete")} if rec else None,
+            "pair_error_max_s": float(pe.max()) if pe.size else None,
+            "thresholds": {"motion_energy_min": opts.motion_energy_min,
+                           "motion_noise_ratio": opts.motion_noise_ratio,
+                           "distinct_max_corr": opts.distinct_max_corr,
+                           "tolerance_s": tol}}
+
+
+def _distinct(arr: EpisodeArrays, dofs: list[dict], opts: CheckOptions) -> list[dict]:
+    moving = [d for d in dofs if d["passed"]]
+    if len(moving) < 2:
+        return []
+    _, maps = _energy(arr.frames)
+    vecs = []
+    for d in moving:
+        s = d["segment_start"]
+        m = sum(maps[s + r] for r in _MOVE_ROWS if s + r < len(maps)).ravel()
+        m = m - m.mean()
+        vecs.append(m / (np.linalg.norm(m) + 1e-9))
+    corr = np.stack(vecs) @ np.stack(vecs).T
+    np.fill_diagonal(corr, -1.0)
+    out = []
+    for i, d in enumerate(moving):
+        j = int(np.argmax(corr[i]))
+        d["max_motion_corr"] = round(float(corr[i, j]), 4)
+        if corr[i, j] > opts.distinct_max_corr:
+            d["passed"] = False
+            out.append(_reason("image_motion_not_distinct", f"DoF {d['dof']!r}: its picture "
+                               f"change matches DoF {moving[j]['dof']!r} (correlation "
+                               f"{corr[i, j]:.3f} > {opts.distinct_max_corr}): expected each "
+                               f"DoF to move a different part of the picture", d["dof"]))
+    return out
+
+
+def coverage_sheets(arr: EpisodeArrays, report: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Contact sheets: ``{"coverage": all DoFs, <dof>: one DoF}``, RGB uint8 images.
+
+    Each DoF's row shows the 9 frames of its segment labelled with the verdict.
+    """
+    from edge.visual import contact_sheet
+
+    rows, labels, sheets = [], [], {}
+    scale = max(2, 192 // max(1, arr.frames.shape[1]))
+    for d in report["dofs"]:
+        s = d["segment_start"]
+        row = arr.frames[s:s + SEGMENT_FRAMES + 1]
+        label = f"{d['dof']} {'ok' if d['passed'] else 'FAIL'} {d['swept_out']:.2f}"
+        tiles = [[f"{r}" for r in range(s, s + len(row))]]
+        sheets[d["dof"]] = contact_sheet([row], [label], tiles, scale=scale)
+        rows.append(row)
+        labels.append(label)
+    if rows:
+        sheets["coverage"] = contact_sheet(rows, labels, scale=scale)
+    return sheets

@@ -1,0 +1,257 @@
+"""Joint programs a controller executes: the calibration sweep and a validation motion.
+
+A program is a list of joint-position knots, one per frame at the model's frame rate
+(``t_k = k / frame_rate_hz`` s from the program's start), in the controller's channel order
+and sign; the controller moves linearly between knots. It starts and ends with holds at
+the home pose (``lead_in_frames``, ``lead_out_frames``) so the recorder can find it.
+
+Calibration sweep (the generator's profile, so the model sees what it was trained on): for
+each DoF in a random order, 8 frames: out over three frames (0.25, 0.5, 0.25 of the signed
+amplitude), a pause, back over three frames, a pause, while the others hold. Sign and
+magnitude are random (magnitude in ``[sweep_min, sweep_max]``); where the drawn direction
+would leave the limits (less a margin) the sweep goes the other way. The episode recorded
+from it has ``8 n + 1`` frames; segment k covers action rows ``[8k, 8k + 8)``.
+
+Files: JSON (everything, :func:`save_program` / :func:`load_program`) and CSV (``time_s``
+then one column per DoF, one row per knot) for controllers that take a table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge.calibrate.errors import PlanError
+from edge.calibrate.spec import LIMIT_MARGIN, RobotSpec
+from edge.fileio import atomic_write
+
+__all__ = ["PROGRAM_FORMAT", "SEGMENT_FRAMES", "SWEEP_PROFILE", "JointProgram", "PlannedSweep",
+           "load_program", "plan_motion", "plan_sweep", "save_program"]
+
+PROGRAM_FORMAT = "syncedge-joint-program"
+PROGRAM_SCHEMA_VERSION = 1
+#: Frames per DoF segment (out 3, pause 1, back 3, pause 1), as export/cells/trajectories.py.
+SEGMENT_FRAMES = 8
+#: Fraction of the amplitude moved by each action of a segment (sums to 0); the generator's.
+SWEEP_PROFILE = (0.25, 0.5, 0.25, 0.0, -0.25, -0.5, -0.25, 0.0)
+#: Share of the planned amplitude a recorded sweep must reach in each direction.
+DEFAULT_MIN_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class PlannedSweep:
+    """One DoF's sweep: episode action rows ``[start, stop)``; ``amplitude`` signed, rad|m."""
+
+    dof: str
+    start: int
+    stop: int
+    amplitude: float
+
+
+@dataclass(frozen=True)
+class JointProgram:
+    """A joint program (see the module docstring).
+
+    Attributes:
+        kind: ``"calibration"`` or ``"motion"``.
+        robot: robot model name; dof_names / dof_units: controller channels.
+        frame_rate_hz: knot rate, Hz (the model's frame rate).
+        positions: float64 ``[N, n]`` knots, rad|m; knot k at ``k / frame_rate_hz`` s.
+        lead_in_frames, lead_out_frames: holds at the start and the end.
+        sweeps: the DoF sweeps (calibration), rows relative to the episode's first frame.
+        min_fraction: share of each amplitude the check requires in both directions.
+        lower, upper: joint limits per channel, rad|m.
+        seed: the random seed the program was drawn with.
+    """
+
+    kind: str
+    robot: str
+    dof_names: tuple[str, ...]
+    dof_units: tuple[str, ...]
+    frame_rate_hz: float
+    positions: np.ndarray
+    lead_in_frames: int
+    lead_out_frames: int
+    sweeps: tuple[PlannedSweep, ...]
+    min_fraction: float
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    seed: int
+
+    @property
+    def episode_frames(self) -> int:
+        """Frames of the episode recorded from this program (the knots between the holds)."""
+        return int(len(self.positions) - self.lead_in_frames - self.lead_out_frames)
+
+    @property
+    def duration_s(self) -> float:
+        """Expected duration of the whole program, s."""
+        return (len(self.positions) - 1) / self.frame_rate_hz
+
+    @property
+    def times_s(self) -> np.ndarray:
+        """float64 ``[N]`` knot times, s from the program's start."""
+        return np.arange(len(self.positions)) / self.frame_rate_hz
+
+    def episode_positions(self) -> np.ndarray:
+        """float64 ``[episode_frames, n]``: the knots the episode's frames should sit at."""
+        return self.positions[self.lead_in_frames:self.lead_in_frames + self.episode_frames]
+
+
+def _holds(spec: RobotSpec, lead_in_s: float, lead_out_s: float) -> tuple[int, int]:
+    if lead_in_s < 0 or lead_out_s < 0:
+        raise PlanError(f"lead-in/lead-out: expected >= 0 s, found {lead_in_s}, {lead_out_s}")
+    return (max(1, int(round(lead_in_s * spec.frame_rate_hz))),
+            max(1, int(round(lead_out_s * spec.frame_rate_hz))))
+
+
+def plan_sweep(spec: RobotSpec, seed: int, lead_in_s: float = 1.0, lead_out_s: float = 1.0,
+               min_fraction: float = DEFAULT_MIN_FRACTION) -> JointProgram:
+    """Draw the calibration sweep program of a robot.
+
+    Args:
+        spec: the robot spec.
+        seed: random seed (order, signs, magnitudes).
+        lead_in_s, lead_out_s: holds at the home pose before and after the sweep, s.
+        min_fraction: share of each amplitude the check will require.
+
+    Returns:
+        :class:`JointProgram` of ``lead_in + 8 n + 1 + lead_out`` knots.
+    Raises:
+        PlanError: a DoF that cannot sweep ``sweep_min`` within its limits either way.
+    """
+    rng = np.random.default_rng(seed)
+    n = len(spec.dofs)
+    home = np.array([d.home for d in spec.dofs])
+    order = rng.permutation(n)
+    deltas = np.zeros((n * SEGMENT_FRAMES, n))
+    sweeps = []
+    for k, j in enumerate(order):
+        d = spec.dofs[j]
+        mag = float(rng.uniform(spec.sweep_min, max(spec.sweep_min, d.sweep_max)))
+        sign = float(rng.choice([-1.0, 1.0]))
+        room = {1.0: d.upper - LIMIT_MARGIN - d.home, -1.0: d.home - d.lower - LIMIT_MARGIN}
+        if room[sign] < mag:
+            sign = -sign if room[-sign] >= room[sign] else sign
+            mag = min(mag, room[sign])
+        if mag < spec.sweep_min:
+            raise PlanError(f"DoF {d.name}: cannot sweep {spec.sweep_min} {d.unit} from home "
+                            f"{d.home} within [{d.lower}, {d.upper}]")
+        rows = slice(k * SEGMENT_FRAMES, (k + 1) * SEGMENT_FRAMES)
+        deltas[rows, j] = np.asarray(SWEEP_PROFILE) * sign * mag
+        sweeps.append(PlannedSweep(d.name, rows.start, rows.stop, round(sign * mag, 6)))
+    sweep_q = np.vstack([home, home + np.cumsum(deltas, axis=0)])
+    sweep_q[-1] = home  # exactly back where it started
+    lead_in, lead_out = _holds(spec, lead_in_s, lead_out_s)
+    q = np.vstack([np.repeat(home[None], lead_in, 0), sweep_q, np.repeat(home[None], lead_out, 0)])
+    return JointProgram("calibration", spec.robot, spec.dof_names,
+                        tuple(d.unit for d in spec.dofs), spec.frame_rate_hz, q, lead_in,
+                        lead_out, tuple(sweeps), float(min_fraction),
+                        tuple(d.lower for d in spec.dofs), tuple(d.upper for d in spec.dofs),
+                        int(seed))
+
+
+def plan_motion(spec: RobotSpec, seed: int, frames: int = 24, half_range: float = 0.3,
+                lead_in_s: float = 1.0, lead_out_s: float = 1.0) -> JointProgram:
+    """An ordinary-motion program for validation: smooth random motion around home.
+
+    Waypoints every 6 frames, uniform within ``home +- half_range`` (and the limits less a
+    margin), joined by cosine easing; starts at home.
+
+    Returns:
+        :class:`JointProgram` of kind ``"motion"`` with ``frames`` episode frames.
+    """
+    if frames < 2:
+        raise PlanError(f"validation motion: expected at least 2 frames, found {frames}")
+    rng = np.random.default_rng(seed)
+    home = np.array([d.home for d in spec.dofs])
+    lo = np.maximum(home - half_range, [d.lower + LIMIT_MARGIN for d in spec.dofs])
+    hi = np.minimum(home + half_range, [d.upper - LIMIT_MARGIN for d in spec.dofs])
+    k = -(-(frames - 1) // 6) + 1
+    way = rng.uniform(lo, hi, size=(k, len(home)))
+    way[0] = home
+    t = np.arange(frames) / 6.0
+    i = np.minimum(np.floor(t).astype(int), k - 2)
+    u = (0.5 - 0.5 * np.cos(np.pi * (t - i)))[:, None]
+    motion = way[i] * (1 - u) + way[i + 1] * u
+    lead_in, lead_out = _holds(spec, lead_in_s, lead_out_s)
+    q = np.vstack([np.repeat(home[None], lead_in, 0), motion,
+                   np.repeat(motion[-1:], lead_out, 0)])
+    return JointProgram("motion", spec.robot, spec.dof_names, tuple(d.unit for d in spec.dofs),
+                        spec.frame_rate_hz, q, lead_in, lead_out, (), DEFAULT_MIN_FRACTION,
+                        tuple(d.lower for d in spec.dofs), tuple(d.upper for d in spec.dofs),
+                        int(seed))
+
+
+def _to_json(p: JointProgram) -> dict[str, Any]:
+    return {"format": PROGRAM_FORMAT, "schema_version": PROGRAM_SCHEMA_VERSION,
+            "kind": p.kind, "robot": p.robot, "dof_names": list(p.dof_names),
+            "dof_units": list(p.dof_units), "frame_rate_hz": p.frame_rate_hz,
+            "segment_frames": SEGMENT_FRAMES, "sweep_profile": list(SWEEP_PROFILE),
+            "lead_in_frames": p.lead_in_frames, "lead_out_frames": p.lead_out_frames,
+            "episode_frames": p.episode_frames, "duration_s": round(p.duration_s, 6),
+            "min_fraction": p.min_fraction, "seed": p.seed, "lower": list(p.lower),
+            "upper": list(p.upper), "sweeps": [asdict(s) for s in p.sweeps],
+            "times_s": [round(float(t), 6) for t in p.times_s],
+            "positions": [[round(float(v), 9) for v in row] for row in p.positions]}
+
+
+def save_program(p: JointProgram, json_path: str | os.PathLike[str],
+                 csv_path: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Write the program as JSON (and CSV when ``csv_path`` is given), atomically."""
+    text = json.dumps(_to_json(p), indent=1, allow_nan=False) + "\n"
+    out = [atomic_write(json_path, lambda f: f.write(text.encode("utf-8")))]
+    if csv_path is not None:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["time_s", *p.dof_names])
+        for t, row in zip(p.times_s, p.positions, strict=True):
+            w.writerow([f"{t:.6f}", *(f"{v:.9f}" for v in row)])
+        data = buf.getvalue().encode("utf-8")
+        out.append(atomic_write(csv_path, lambda f: f.write(data)))
+    return out
+
+
+def load_program(path: str | os.PathLike[str]) -> JointProgram:
+    """Read a program written by :func:`save_program` (the JSON file).
+
+    Raises:
+        PlanError: unreadable, another format or version, or inconsistent shapes.
+    """
+    path = Path(path)
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"{path}: expected a joint program (JSON), found an error: {exc}") \
+            from None
+    if not isinstance(d, dict) or d.get("format") != PROGRAM_FORMAT:
+        raise PlanError(f"{path}: expected format {PROGRAM_FORMAT!r}, found "
+                        f"{d.get('format') if isinstance(d, dict) else type(d).__name__!r}")
+    if d.get("schema_version") != PROGRAM_SCHEMA_VERSION:
+        raise PlanError(f"{path}: expected schema_version {PROGRAM_SCHEMA_VERSION}, found "
+                        f"{d.get('schema_version')!r}")
+    try:
+        q = np.asarray(d["positions"], dtype=np.float64)
+        n = len(d["dof_names"])
+        if q.ndim != 2 or q.shape[1] != n or not np.isfinite(q).all():
+            raise PlanError(f"{path}:positions: expected finite [N, {n}] knots, found shape "
+                            f"{q.shape}")
+        if d["kind"] not in ("calibration", "motion"):
+            raise PlanError(f"{path}:kind: expected 'calibration' or 'motion', found "
+                            f"{d['kind']!r}")
+        return JointProgram(d["kind"], d["robot"], tuple(d["dof_names"]), tuple(d["dof_units"]),
+                            float(d["frame_rate_hz"]), q, int(d["lead_in_frames"]),
+                            int(d["lead_out_frames"]),
+                            tuple(PlannedSweep(**s) for s in d["sweeps"]),
+                            float(d["min_fraction"]), tuple(d["lower"]), tuple(d["upper"]),
+                            int(d["seed"]))
+    except (KeyError, TypeError) as exc:
+        raise PlanError(f"{path}: malformed joint program ({type(exc).__name__}: {exc})") \
+            from None

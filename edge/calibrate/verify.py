@@ -1,0 +1,130 @@
+"""Has the camera moved since the calibration? Compare a live frame with the reference.
+
+Two measures, both robust to a lighting change:
+
+- ORB features matched across the two frames (Hamming distance, cross-checked), and a
+  similarity transform (shift, rotation, scale) fitted with RANSAC
+  (``cv2.estimateAffinePartial2D``), used when at least ``min_inliers`` matches agree;
+- phase correlation of the gradient-magnitude images (Sobel, Hanning window), which gives
+  the shift alone and works on low-texture pictures.
+
+The shift is that of the image centre, in pixels of the reference frame and as a share of
+its width. The calibration stays valid while shift, rotation and scale change are all
+within the tolerances (:class:`VerifyOptions`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from edge.calibrate.camera import fit_frame
+from edge.calibrate.errors import CalibrateError
+
+__all__ = ["VerifyOptions", "compare_frames"]
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """Tolerances: shift as a share of the width, rotation in degrees, relative scale."""
+
+    max_shift_frac: float = 0.01
+    max_rotation_deg: float = 0.5
+    max_scale_change: float = 0.01
+    min_inliers: int = 15
+
+
+def _grey(img: np.ndarray) -> np.ndarray:
+    import cv2
+
+    return cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY)
+
+
+def _orb(ref: np.ndarray, live: np.ndarray) -> dict[str, Any] | None:
+    import cv2
+
+    orb = cv2.ORB_create(1000, fastThreshold=5, edgeThreshold=8, patchSize=15)
+    k1, d1 = orb.detectAndCompute(ref, None)
+    k2, d2 = orb.detectAndCompute(live, None)
+    if d1 is None or d2 is None or len(k1) < 4 or len(k2) < 4:
+        return None
+    matches = cv2.BFMatcher(cv2.NORM_HAMMING, crossCheck=True).match(d1, d2)
+    if len(matches) < 4:
+        return None
+    src = np.float32([k1[m.queryIdx].pt for m in matches])
+    dst = np.float32([k2[m.trainIdx].pt for m in matches])
+    m, inl = cv2.estimateAffinePartial2D(src, dst, method=cv2.RANSAC,
+                                         ransacReprojThreshold=1.5, maxIters=4000,
+                                         confidence=0.999)
+    if m is None:
+        return None
+    h, w = ref.shape
+    centre = np.array([w / 2.0, h / 2.0, 1.0])
+    shift = m @ centre - centre[:2]
+    return {"matches": len(matches), "inliers": int(inl.sum()),
+            "shift_px": [float(shift[0]), float(shift[1])],
+            "rotation_deg": math.degrees(math.atan2(m[1, 0], m[0, 0])),
+            "scale": float(math.hypot(m[0, 0], m[1, 0]))}
+
+
+def _phase(ref: np.ndarray, live: np.ndarray) -> dict[str, Any]:
+    import cv2
+
+    def grad(g: np.ndarray) -> np.ndarray:
+        f = g.astype(np.float32)
+        return cv2.magnitude(cv2.Sobel(f, cv2.CV_32F, 1, 0, ksize=3),
+                             cv2.Sobel(f, cv2.CV_32F, 0, 1, ksize=3))
+
+    win = cv2.createHanningWindow(ref.shape[::-1], cv2.CV_32F)
+    (dx, dy), response = cv2.phaseCorrelate(grad(ref), grad(live), win)
+    return {"shift_px": [float(dx), float(dy)], "response": float(response)}
+
+
+def compare_frames(reference: np.ndarray, live: np.ndarray,
+                   opts: VerifyOptions | None = None) -> dict[str, Any]:
+    """Compare a live frame with the reference frame (RGB uint8 ``[H, W, 3]`` each).
+
+    The live frame is centre-cropped and resized to the reference's size first.
+
+    Returns:
+        JSON-ready result: ``valid`` (bool), ``method`` (``"orb"`` or ``"phase"``),
+        ``shift_px`` [x, y], ``shift_frac`` (of the width), ``rotation_deg``, ``scale``,
+        ``reasons`` (what exceeded its tolerance), both measures and the tolerances.
+    Raises:
+        CalibrateError: a frame that is not RGB uint8.
+    """
+    opts = opts or VerifyOptions()
+    for name, img in (("reference", reference), ("live", live)):
+        if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.ndim != 3 \
+                or img.shape[2] != 3:
+            found = (img.dtype, img.shape) if isinstance(img, np.ndarray) else type(img)
+            raise CalibrateError(f"verify: expected the {name} frame as uint8 [H, W, 3] RGB, "
+                                 f"found {found}")
+    live = fit_frame(live, reference.shape[:2])
+    g_ref, g_live = _grey(reference), _grey(live)
+    orb = _orb(g_ref, g_live)
+    phase = _phase(g_ref, g_live)
+    use_orb = orb is not None and orb["inliers"] >= opts.min_inliers
+    if use_orb:
+        assert orb is not None
+        shift, rot, scale = orb["shift_px"], orb["rotation_deg"], orb["scale"]
+    else:
+        shift, rot, scale = phase["shift_px"], 0.0, 1.0
+    w = reference.shape[1]
+    shift_frac = math.hypot(*shift) / w
+    reasons = []
+    if shift_frac > opts.max_shift_frac:
+        reasons.append(f"image shifted {math.hypot(*shift):.2f} px ({shift_frac:.2%} of the "
+                       f"width; tolerance {opts.max_shift_frac:.2%})")
+    if abs(rot) > opts.max_rotation_deg:
+        reasons.append(f"image rotated {rot:+.2f} deg (tolerance {opts.max_rotation_deg})")
+    if abs(scale - 1.0) > opts.max_scale_change:
+        reasons.append(f"image scaled x{scale:.4f} (tolerance {opts.max_scale_change:.2%})")
+    return {"valid": not reasons, "method": "orb" if use_orb else "phase",
+            "shift_px": [round(v, 3) for v in shift], "shift_frac": round(shift_frac, 5),
+            "rotation_deg": round(rot, 4), "scale": round(scale, 5), "reasons": reasons,
+            "orb": orb, "phase": phase, "tolerances": asdict(opts),
+            "size": [int(reference.shape[0]), int(reference.shape[1])]}

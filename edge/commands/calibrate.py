@@ -1,0 +1,278 @@
+"""``syncedge calibrate``: plan, record, check, store, verify and validate a cell's calibration.
+
+Subcommands (the technician's procedure is docs/calibration.md):
+
+- ``plan``: the sweep program for a robot spec, as JSON and CSV, with its duration;
+- ``record``: camera (OpenCV) and joints (firmware_bridge URL) into a calibration episode;
+- ``check``: the coverage report (JSON, contact sheets); exit 1 on failure;
+- ``store``: encode the context and write the calibration cache entry;
+- ``verify``: compare a live frame with the reference frame (moved camera?); exit 1 if stale;
+- ``validate``: the commissioning report.
+
+``sim://`` sources (the virtual cell in ``export/cells/virtual.py``) and ``firmware_bridge``
+are imported only when a subcommand uses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from edge.calibrate.errors import RecordingError
+from edge.calibrate.spec import RobotSpec, load_robot_spec
+from edge.errors import EdgeError, MissingDependencyError
+from edge.fileio import write_json_atomic
+
+__all__ = ["open_joints", "register", "run_check", "run_plan", "run_record", "sim_module"]
+
+
+def sim_module():
+    """``export.cells.virtual`` (registers the ``sim`` joint scheme), imported lazily.
+
+    Raises:
+        MissingDependencyError: MuJoCo or the cell generator is not installed.
+    """
+    try:
+        return importlib.import_module("export.cells.virtual")
+    except ImportError as exc:
+        raise MissingDependencyError("mujoco", "train", f"the virtual cell ({exc})") from None
+
+
+def open_joints(url: str):
+    """Open a joint stream by URL through ``firmware_bridge`` (``sim://`` included)."""
+    if url.startswith("sim://"):
+        sim_module()
+    from firmware_bridge.url import stream_for_url
+
+    return stream_for_url(url)
+
+
+def _robot_spec(text: str, fps: float | None) -> RobotSpec:
+    if text.startswith("sim://"):
+        from firmware_bridge.url import split_url
+
+        _, _, o = split_url(text)
+        return sim_module().virtual_robot_spec(o.get("split", "test_all"),
+                                               int(o.get("seed", "0")), o.get("robot"),
+                                               fps or 10.0)
+    spec = load_robot_spec(text)
+    if fps:
+        spec = RobotSpec(spec.robot, fps, spec.sweep_min, spec.dofs, spec.segment_frames)
+    return spec
+
+
+def _resolution(args: argparse.Namespace) -> tuple[int, int]:
+    if getattr(args, "model", None):
+        from edge.manifest import load_manifest
+
+        return tuple(load_manifest(Path(args.model) / "model.json").contract.resolution)
+    try:
+        h, w = (int(v) for v in args.size.lower().split("x"))
+    except ValueError:
+        raise EdgeError(f"--size: expected HEIGHTxWIDTH like 64x64, found {args.size!r}") \
+            from None
+    return h, w
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """``calibrate plan``: write PREFIX.json and PREFIX.csv."""
+    from edge.calibrate.plan import plan_motion, plan_sweep, save_program
+
+    spec = _robot_spec(args.robot, args.frame_rate_hz)
+    seed = args.seed if args.seed is not None else int(np.random.default_rng().integers(0, 2**31))
+    if args.motion:
+        prog = plan_motion(spec, seed, args.frames, lead_in_s=args.lead_in_s,
+                           lead_out_s=args.lead_out_s)
+    else:
+        prog = plan_sweep(spec, seed, args.lead_in_s, args.lead_out_s, args.min_fraction)
+    out = Path(args.out)
+    paths = save_program(prog, out.with_suffix(".json"), out.with_suffix(".csv"))
+    for s in prog.sweeps:
+        print(f"{s.dof:<24} {s.amplitude:+.3f}  frames {s.start}..{s.stop}")
+    print(f"{prog.kind} program: {len(prog.dof_names)} DoFs, {len(prog.positions)} knots at "
+          f"{prog.frame_rate_hz:g} Hz, expected duration {prog.duration_s:.1f} s (seed {seed})")
+    for p in paths:
+        print(p)
+    return 0
+
+
+def _partial_path(out: Path) -> Path:
+    return out.with_name(out.name[:-4] + ".partial.npz" if out.name.endswith(".npz")
+                         else out.name + ".partial.npz")
+
+
+def _keep_partial(raw, prog, aopts, out: Path) -> Path:
+    """Save whatever was recorded under the partial name; never lose a recording."""
+    from edge.calibrate.assemble import assemble_episode
+    from edge.calibrate.camera import fit_frame
+    from edge.episode import Episode, EpisodeMetadata, save_episode
+
+    path = _partial_path(out)
+    try:
+        ep, _ = assemble_episode(raw, prog, aopts)
+    except EdgeError:  # not enough to pair: keep the frames at the camera's rate
+        fs = np.asarray(raw.frame_stamps_ns, np.int64)
+        keep = np.concatenate([[True], np.diff(fs) > 0])
+        frames = np.stack([fit_frame(f, aopts.size_hw) for f, k in zip(raw.frames, keep,
+                                                                       strict=True) if k])
+        n = len(prog.dof_names)
+        meta = EpisodeMetadata(aopts.cell_id, aopts.camera_id, aopts.robot_id, prog.robot,
+                               prog.dof_names, prog.dof_units, prog.frame_rate_hz,
+                               "calibration", "recorded:partial", dict(raw.equipment.get(
+                                   "camera", {})),
+                               extra={"recording": {"complete": False, "unpaired": True,
+                                                    "disconnected": raw.disconnected}})
+        ep = Episode(frames, np.zeros((len(frames), n), np.float32),
+                     (fs[keep] - fs[0]) / 1e9, meta)
+    return save_episode(ep, path)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    """``calibrate record``: write the episode (or the partial recording) and its reference."""
+    from edge.calibrate.assemble import assemble_episode
+    from edge.calibrate.camera import open_camera
+    from edge.calibrate.plan import load_program
+    from edge.calibrate.record import RecordOptions, record
+    from edge.episode import save_episode
+    from edge.visual import write_png
+
+    prog = load_program(args.plan)
+    size = _resolution(args)
+    out = Path(args.out)
+    cam = open_camera(args.camera, args.camera_latency_s)
+    try:
+        joints = open_joints(args.joints)
+        try:
+            opts = RecordOptions(start_timeout_s=args.start_timeout_s,
+                                 progress=lambda line: print(line, flush=True))
+            try:
+                raw = record(cam, joints, prog, opts)
+            except RecordingError as exc:
+                raw = getattr(exc, "recording", None)
+                if raw is None or not raw.frames:
+                    raise
+                kept = _keep_partial(raw, prog, _aopts(args, prog, size, cam, joints), out)
+                raise RecordingError(f"{exc}; partial recording kept at {kept}", kept) from None
+        finally:
+            joints.close()
+        aopts = _aopts(args, prog, size, cam, joints)
+    finally:
+        cam.close()
+    if raw.disconnected or raw.joint_error:
+        kept = _keep_partial(raw, prog, aopts, out)
+        raise RecordingError(f"recording stopped early ({raw.disconnected or raw.joint_error}); "
+                             f"partial recording kept at {kept} (record again)", kept)
+    ep, complete = assemble_episode(raw, prog, aopts)
+    if not complete:
+        kept = save_episode(ep, _partial_path(out))
+        raise RecordingError(f"recording ended before the program did; partial recording "
+                             f"kept at {kept} (record again)", kept)
+    save_episode(ep, out)
+    ref = out.with_name(out.name.removesuffix(".npz") + ".reference.png")
+    write_png(ref, raw.frames[0])
+    rec = ep.metadata.extra["recording"]
+    print(f"{ep.num_frames} frames x {ep.num_dof} DoFs at {ep.metadata.fps:g} Hz; "
+          f"{len(rec['gaps'])} gap(s); joint clock {rec['joint_clock']} "
+          f"(drift {rec['joint_drift_ppm']} ppm); max pairing error "
+          f"{max(rec['pair_error_s']) * 1e3:.1f} ms")
+    print(out)
+    print(ref)
+    return 0
+
+
+def _aopts(args, prog, size, cam, joints):
+    from edge.calibrate.assemble import AssembleOptions
+
+    cell = args.cell
+    return AssembleOptions(
+        size_hw=size, cell_id=cell, camera_id=args.camera_id or f"{cell}-cam",
+        robot_id=args.robot_id or f"{cell}-{prog.robot}", tolerance_s=args.tolerance_s,
+        camera_latency_s=cam.latency_s,
+        joint_latency_s=args.joint_latency_s if args.joint_latency_s is not None
+        else float(getattr(joints, "latency_s", 0.0)))
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """``calibrate check``: report.json, coverage.png and one sheet per DoF; exit 1 on fail."""
+    from edge.calibrate.check import CheckOptions, check_arrays, coverage_sheets, load_for_check
+    from edge.commands.common import StagedOutput
+    from edge.visual import write_png
+
+    arr = load_for_check(args.episode)
+    report = check_arrays(arr, CheckOptions(min_fraction=args.min_fraction))
+    report["episode"] = str(args.episode)
+    out_dir = Path(args.out or str(args.episode).removesuffix(".npz") + ".check")
+    with StagedOutput(out_dir) as out:
+        write_json_atomic(out.path("report.json"), report)
+        for name, img in coverage_sheets(arr, report).items():
+            write_png(out.path("coverage.png" if name == "coverage" else f"dof-{name}.png"), img)
+        paths = out.commit()
+    for d in report["dofs"]:
+        print(f"{d['dof']:<24} planned {d['planned_amplitude']:+.3f} out {d['swept_out']:.3f} "
+              f"back {d['swept_back']:.3f} motion {d['image_motion']:.3f}  "
+              f"{'ok' if d['passed'] else 'FAIL'}")
+    for r in report["reasons"]:
+        print(f"FAIL {r['code']}: {r['message']}", file=sys.stderr)
+    print(f"verdict: {report['verdict']}")
+    for p in paths:
+        print(p)
+    return 0 if report["verdict"] == "pass" else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``calibrate`` group."""
+    from edge.commands import calibrate_cell
+
+    p = subparsers.add_parser("calibrate", help="plan, record, check, store, verify and "
+                              "validate a cell's calibration", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="calibrate_command", metavar="STEP", required=True)
+
+    q = sub.add_parser("plan", help="write the sweep program for a robot spec")
+    q.add_argument("--robot", required=True, metavar="SPEC",
+                   help="robot spec (.yaml/.json) or a virtual cell sim://cell?split=..&seed=..")
+    q.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+    q.add_argument("--out", default="calibration-plan", metavar="PREFIX",
+                   help="writes PREFIX.json and PREFIX.csv")
+    q.add_argument("--frame-rate-hz", type=float, default=None, help="override the spec's rate")
+    q.add_argument("--lead-in-s", type=float, default=1.0)
+    q.add_argument("--lead-out-s", type=float, default=1.0)
+    q.add_argument("--min-fraction", type=float, default=0.8,
+                   help="share of each amplitude the check requires (default 0.8)")
+    q.add_argument("--motion", action="store_true",
+                   help="an ordinary-motion program for 'validate' instead of the sweep")
+    q.add_argument("--frames", type=int, default=24, help="episode frames with --motion")
+    q.set_defaults(func=run_plan)
+
+    r = sub.add_parser("record", help="record a program into an episode")
+    r.add_argument("--camera", required=True, metavar="SRC",
+                   help="device index, file, rtsp:// URL, GStreamer pipeline, or sim://")
+    r.add_argument("--joints", required=True, metavar="URL", help="firmware_bridge URL")
+    r.add_argument("--plan", required=True, metavar="FILE", help="program JSON from 'plan'")
+    r.add_argument("--out", required=True, metavar="EPISODE", help="episode file (.npz)")
+    r.add_argument("--cell", required=True, metavar="ID", help="cell id")
+    r.add_argument("--camera-id", help="camera id (default CELL-cam)")
+    r.add_argument("--robot-id", help="robot unit id (default CELL-ROBOT)")
+    r.add_argument("--model", metavar="DIR", help="take the resolution from this model")
+    r.add_argument("--size", default="64x64", help="HEIGHTxWIDTH without --model")
+    r.add_argument("--tolerance-s", type=float, default=0.02, help="pairing tolerance, s")
+    r.add_argument("--camera-latency-s", type=float, default=None,
+                   help="exposure-to-stamp delay of the camera, s")
+    r.add_argument("--joint-latency-s", type=float, default=None,
+                   help="sample-to-stamp delay of the joint stream, s")
+    r.add_argument("--start-timeout-s", type=float, default=30.0,
+                   help="how long to wait for the robot to start moving")
+    r.set_defaults(func=run_record)
+
+    c = sub.add_parser("check", help="coverage report of a calibration episode")
+    c.add_argument("episode", metavar="EPISODE")
+    c.add_argument("--out", metavar="DIR", help="report folder (default EPISODE.check)")
+    c.add_argument("--min-fraction", type=float, default=None,
+                   help="override the program's required share of each amplitude")
+    c.set_defaults(func=run_check)
+
+    calibrate_cell.register_steps(sub)
+    return p

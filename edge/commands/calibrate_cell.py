@@ -1,0 +1,271 @@
+"""``syncedge calibrate store | verify | validate``: the steps that use the model and cache.
+
+Registered by :func:`edge.commands.calibrate.register` (see that module and
+docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge.calibrate.errors import CalibrateError
+from edge.commands.common import StagedOutput, add_model_args, open_model
+from edge.fileio import write_json_atomic
+
+__all__ = ["register_steps", "run_store", "run_validate", "run_verify"]
+
+
+def _cache(args: argparse.Namespace):
+    from edge.calibration_cache import CalibrationCache, default_root
+
+    return CalibrationCache(Path(args.cache_dir) if args.cache_dir else default_root())
+
+
+def _key(cache: Any, args: argparse.Namespace, model_sha256: str):
+    """The one cached entry of ``--cell`` (and ``--camera-id``/``--robot-id``) for the model."""
+    infos = cache.list(cell_id=args.cell, camera_id=args.camera_id, robot_id=args.robot_id,
+                       model_prefix=model_sha256)
+    if len(infos) != 1:
+        raise CalibrateError(
+            f"calibration cache: expected one entry for cell {args.cell!r} (camera "
+            f"{args.camera_id or 'any'}, robot {args.robot_id or 'any'}) and model "
+            f"{model_sha256[:12]}..., found {len(infos)}; store the calibration first or pass "
+            f"--camera-id/--robot-id")
+    return infos[0].key
+
+
+def run_store(args: argparse.Namespace) -> int:
+    """Check, encode and cache a calibration episode (refused on a failed check unless
+    ``--force REASON``)."""
+    from edge.cache_types import CacheKey
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+    from edge.episode import load_episode
+    from edge.runtime.context import encode_calibration
+    from edge.runtime.inputs import load_image
+
+    ep = load_episode(args.episode)
+    report = check_arrays(EpisodeArrays.from_episode(ep))
+    report["episode"] = str(args.episode)
+    if report["verdict"] != "pass" and not args.force:
+        codes = ", ".join(sorted({r["code"] for r in report["reasons"]}))
+        raise CalibrateError(f"{args.episode}: the calibration failed its check ({codes}); "
+                             f"record it again, or store it anyway with --force REASON")
+    ref_path = Path(args.reference) if args.reference else \
+        Path(str(args.episode).removesuffix(".npz") + ".reference.png")
+    reference = load_image(ref_path) if ref_path.is_file() else ep.frames[0]
+    model = open_model(args)
+    try:
+        t0 = time.perf_counter()
+        ctx = encode_calibration(model, ep, where=str(args.episode))
+        encode_s = time.perf_counter() - t0
+        key = CacheKey(ep.metadata.cell_id, ep.metadata.camera_id, ep.metadata.robot_id,
+                       model.sha256)
+        report["stored"] = {"model": str(model.model_dir), "model_sha256": model.sha256,
+                            "encode_s": round(encode_s, 4), "forced": bool(args.force),
+                            "forced_reason": args.force or "",
+                            "reference": str(ref_path) if ref_path.is_file() else "frame 0",
+                            "stored_at_s": round(time.time(), 3)}
+        with _cache(args) as cache:
+            cache.put(key, ep, ctx.values, report, reference, forced=bool(args.force),
+                      forced_reason=args.force or "")
+    finally:
+        model.deactivate()
+    print(f"stored {key.cell_id}/{key.camera_id}/{key.robot_id}/{key.model_sha256[:12]} "
+          f"(context {list(ctx.values.shape)}, encoded in {encode_s:.2f} s"
+          f"{', FORCED: ' + args.force if args.force else ''})")
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Compare a live frame with the cached reference frame; exit 1 if the camera moved."""
+    from edge.calibrate.camera import open_camera
+    from edge.calibrate.verify import VerifyOptions, compare_frames
+    from edge.manifest import model_sha256
+
+    sha = model_sha256(args.model) if args.model else model_sha256(_active())
+    with _cache(args) as cache:
+        key = _key(cache, args, sha)
+        entry = cache.get(key)
+    cam = open_camera(args.camera)
+    try:
+        frame = None
+        for _ in range(max(1, args.warmup + 1)):
+            frame, _ = cam.read()
+        describe = cam.describe()
+    finally:
+        cam.close()
+    result = compare_frames(entry.reference_frame, frame,
+                            VerifyOptions(max_shift_frac=args.max_shift_frac,
+                                          max_rotation_deg=args.max_rotation_deg))
+    result.update({"cell_id": key.cell_id, "camera_id": key.camera_id,
+                   "robot_id": key.robot_id, "model_sha256": key.model_sha256,
+                   "camera": describe, "checked_at_s": round(time.time(), 3)})
+    if args.out:
+        write_json_atomic(args.out, result)
+    state = "VALID" if result["valid"] else "STALE"
+    print(f"{state}: shift {result['shift_px']} px ({result['shift_frac']:.2%} of the width), "
+          f"rotation {result['rotation_deg']:+.2f} deg, scale {result['scale']:.4f} "
+          f"[{result['method']}]")
+    for r in result["reasons"]:
+        print(f"  {r}")
+    return 0 if result["valid"] else 1
+
+
+def _active() -> Path:
+    from edge.state import state_root
+
+    return state_root() / "bundles" / "active"
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    """The commissioning report: fidelity with the calibration and zeroed, beside its
+    collection time, coverage and equipment."""
+    from edge.calibrate.validate import fidelity, keypoint_probe, load_keypoint, predict
+    from edge.episode import load_episode
+    from edge.runtime.context import CalibrationContext, context_from_source
+    from edge.visual import contact_sheet, write_png
+
+    model = open_model(args)
+    try:
+        if args.episode:
+            ep = load_episode(args.episode)
+        else:
+            ep = _record_validation(args, model)
+        with _cache(args) as cache:
+            key = _key(cache, args, model.sha256)
+            entry = cache.get(key)
+            cached = context_from_source(cache, model, key.cell_id, key.camera_id,
+                                         key.robot_id)
+        n = ep.num_dof
+        ctx = CalibrationContext(cached.values, model.sha256, n, f"cache:{key.cell_id}")
+        zero = CalibrationContext(np.zeros_like(cached.values), model.sha256, n, "zeroed")
+        start, acts = ep.frames[0], ep.actions[:-1].astype(np.float32)
+        truth = ep.frames[1:]
+        t0 = time.perf_counter()
+        pred = {"calibrated": predict(model, ctx, start, acts),
+                "zeroed": predict(model, zero, start, acts)}
+        rollout_s = time.perf_counter() - t0
+        fid = {k: fidelity(v, truth, start) for k, v in pred.items()}
+        gain = {m: (None if fid["calibrated"][m] is None or fid["zeroed"][m] is None
+                    else round(fid["calibrated"][m] - fid["zeroed"][m], 4))
+                for m in ("psnr_db", "motion_psnr_db", "ssim")}
+        session, why = load_keypoint(model)
+        probe = keypoint_probe(model, {"calibrated": ctx, "zeroed": zero}, entry.episode,
+                               session) if session is not None else \
+            {"available": False, "reason": why}
+        rep = entry.report
+        rec = (entry.episode.metadata.extra or {}).get("recording", {})
+        report = {
+            "cell": {"cell_id": key.cell_id, "camera_id": key.camera_id,
+                     "robot_id": key.robot_id, "robot": entry.episode.metadata.robot},
+            "model": {"dir": str(model.model_dir), "sha256": model.sha256,
+                      "backend": args.backend},
+            "validation_episode": {"source": str(args.episode or args.camera),
+                                   "frames": ep.num_frames, "kind": ep.metadata.kind,
+                                   "fps": ep.metadata.fps},
+            "fidelity": {**fid, "calibration_gain": gain},
+            "control_probe": probe,
+            "calibration": {"collection_s": rec.get("duration_s"),
+                            "recording_wall_s": rec.get("wall_s"),
+                            "coverage_verdict": rep.get("verdict"),
+                            "coverage_reasons": [r.get("code") for r in rep.get("reasons", [])],
+                            "dofs": rep.get("dofs"), "forced": entry.info.forced,
+                            "forced_reason": entry.info.forced_reason,
+                            "stored": rep.get("stored")},
+            "equipment": {"calibration": (entry.episode.metadata.extra or {}).get("equipment"),
+                          "validation": (ep.metadata.extra or {}).get("equipment")},
+            "timings_s": {"rollouts": round(rollout_s, 4)},
+        }
+        cols = np.unique(np.linspace(0, len(truth) - 1, min(10, len(truth))).round().astype(int))
+        sheet = contact_sheet([truth[cols], pred["calibrated"][cols], pred["zeroed"][cols]],
+                              ["truth", "calibrated", "zeroed"],
+                              [[f"t{c + 1}" for c in cols]] * 3,
+                              scale=max(2, 128 // start.shape[0]))
+        with StagedOutput(args.out) as out:
+            write_json_atomic(out.path("report.json"), report)
+            write_png(out.path("report.png"), sheet)
+            paths = out.commit()
+    finally:
+        model.deactivate()
+    c, z = fid["calibrated"], fid["zeroed"]
+    print(f"calibrated: PSNR {c['psnr_db']} dB, motion PSNR {c['motion_psnr_db']} dB; zeroed: "
+          f"PSNR {z['psnr_db']} dB, motion PSNR {z['motion_psnr_db']} dB over {c['steps']} steps")
+    print(f"control probe: {'available' if probe['available'] else probe['reason']}")
+    for p in paths:
+        print(p)
+    return 0
+
+
+def _record_validation(args: argparse.Namespace, model: Any):
+    from edge.calibrate.assemble import AssembleOptions, assemble_episode
+    from edge.calibrate.camera import open_camera
+    from edge.calibrate.plan import load_program
+    from edge.calibrate.record import RecordOptions, record
+    from edge.commands.calibrate import open_joints
+
+    if not (args.camera and args.joints and args.plan):
+        raise CalibrateError("validate: pass --episode FILE, or --camera, --joints and --plan "
+                             "to record the validation episode")
+    prog = load_program(args.plan)
+    cam = open_camera(args.camera)
+    try:
+        joints = open_joints(args.joints)
+        try:
+            raw = record(cam, joints, prog, RecordOptions())
+            jl = float(getattr(joints, "latency_s", 0.0))
+        finally:
+            joints.close()
+    finally:
+        cam.close()
+    ep, complete = assemble_episode(raw, prog, AssembleOptions(
+        tuple(model.contract.resolution), args.cell, args.camera_id or f"{args.cell}-cam",
+        args.robot_id or f"{args.cell}-{prog.robot}", camera_latency_s=cam.latency_s,
+        joint_latency_s=jl))
+    if not complete:
+        raise CalibrateError("validate: the validation recording ended early; record again")
+    return ep
+
+
+def register_steps(sub: argparse._SubParsersAction) -> None:
+    """Add ``store``, ``verify`` and ``validate`` to the ``calibrate`` group."""
+    s = sub.add_parser("store", help="encode the context and write the cache entry")
+    s.add_argument("episode", metavar="EPISODE")
+    s.add_argument("--force", metavar="REASON", default="",
+                   help="store although the check failed, recording REASON")
+    s.add_argument("--reference", metavar="PNG",
+                   help="reference frame (default EPISODE.reference.png, else frame 0)")
+    s.add_argument("--cache-dir", metavar="DIR")
+    add_model_args(s)
+    s.set_defaults(func=run_store)
+
+    v = sub.add_parser("verify", help="has the camera moved since the calibration?")
+    v.add_argument("--camera", required=True, metavar="SRC")
+    v.add_argument("--cell", required=True, metavar="ID")
+    v.add_argument("--camera-id")
+    v.add_argument("--robot-id")
+    v.add_argument("--model", metavar="DIR", help="model folder (default: the active bundle)")
+    v.add_argument("--cache-dir", metavar="DIR")
+    v.add_argument("--warmup", type=int, default=5, help="frames to skip first")
+    v.add_argument("--max-shift-frac", type=float, default=0.01)
+    v.add_argument("--max-rotation-deg", type=float, default=0.5)
+    v.add_argument("--out", metavar="FILE", help="write the result (for precheck "
+                   "--verification FILE)")
+    v.set_defaults(func=run_verify)
+
+    a = sub.add_parser("validate", help="commissioning report for the cell")
+    a.add_argument("--cell", required=True, metavar="ID")
+    a.add_argument("--camera-id")
+    a.add_argument("--robot-id")
+    a.add_argument("--episode", metavar="FILE", help="a recorded validation episode")
+    a.add_argument("--camera", metavar="SRC", help="record the validation episode: camera")
+    a.add_argument("--joints", metavar="URL", help="... joint stream")
+    a.add_argument("--plan", metavar="FILE", help="... motion program ('plan --motion')")
+    a.add_argument("--cache-dir", metavar="DIR")
+    add_model_args(a)
+    a.add_argument("--out", default="commissioning", metavar="DIR")
+    a.set_defaults(func=run_validate)

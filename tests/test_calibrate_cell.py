@@ -1,0 +1,151 @@
+"""The calibration procedure end to end on the virtual cell, and its bad inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("mujoco") is None:  # not imported here: MUJOCO_GL is set first
+    pytest.skip("the virtual cell needs MuJoCo (pip install 'syncedge[train]')",
+                allow_module_level=True)
+
+from edge.calibrate.check import check_arrays, load_for_check  # noqa: E402
+from edge.commands import simulate  # noqa: E402
+from edge.commands.common import run_command  # noqa: E402
+from edge.episode import load_episode  # noqa: E402
+from tests.calib_cell_helpers import CELL, cli, codes, model_dir, record_sim  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cell(tmp_path_factory) -> dict[str, Path]:
+    """Plan, record and check the test cell once through the CLI."""
+    d = tmp_path_factory.mktemp("cell")
+    try:
+        import export.cells.virtual  # noqa: F401
+        from export.cells.scene import CellScene  # noqa: F401
+    except Exception as exc:  # pragma: no cover - machine without robot assets or GL
+        pytest.skip(f"virtual cell unavailable: {exc}")
+    assert cli("plan", "--robot", CELL, "--seed", "5", "--out", str(d / "plan")) == 0
+    assert cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(d / "plan.json"),
+               "--out", str(d / "cal.npz"), "--cell", "cell-3", "--model",
+               str(model_dir())) == 0
+    return {"dir": d, "plan": d / "plan.json", "episode": d / "cal.npz",
+            "cache": d / "cache", "model": model_dir()}
+
+
+def test_end_to_end_plan_record_check_store_validate_simulate(cell) -> None:
+    d, ep_path = cell["dir"], cell["episode"]
+    ep = load_episode(ep_path)
+    assert ep.metadata.kind == "calibration" and ep.num_frames == 8 * 7 + 1
+    assert (d / "cal.reference.png").is_file()
+    assert cli("check", str(ep_path), "--out", str(d / "check")) == 0
+    report = json.loads((d / "check" / "report.json").read_text())
+    assert report["verdict"] == "pass" and len(report["dofs"]) == 7
+    assert (d / "check" / "coverage.png").is_file()
+    assert len(list((d / "check").glob("dof-*.png"))) == 7
+    common = ["--model", str(cell["model"]), "--cache-dir", str(cell["cache"]),
+              "--threads", "1"]
+    assert cli("store", str(ep_path), *common) == 0
+    assert cli("plan", "--robot", CELL, "--seed", "9", "--motion", "--frames", "12",
+               "--out", str(d / "motion")) == 0
+    assert cli("validate", "--cell", "cell-3", "--camera", CELL, "--joints", CELL, "--plan",
+               str(d / "motion.json"), *common, "--out", str(d / "commission")) == 0
+    rep = json.loads((d / "commission" / "report.json").read_text())
+    assert rep["fidelity"]["calibrated"]["steps"] == 11
+    assert rep["fidelity"]["zeroed"]["psnr_db"] is not None
+    assert rep["calibration"]["coverage_verdict"] == "pass"
+    assert rep["calibration"]["collection_s"] > 5
+    assert rep["equipment"]["calibration"]["joints"]["url"] == CELL
+    if "keypoint" not in json.loads((cell["model"] / "model.json").read_text()).get("extra", {}):
+        assert rep["control_probe"] == {"available": False, "reason": rep["control_probe"][
+            "reason"]} and "keypoint" in rep["control_probe"]["reason"]
+    assert (d / "commission" / "report.png").is_file()
+    # simulate from the cache, with a validation episode as the start
+    assert cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(d / "motion.json"),
+               "--out", str(d / "val.npz"), "--cell", "cell-3") == 0
+    rc = run_command("simulate", simulate.register, [
+        "--cell", "cell-3", "--start", str(d / "val.npz"), *common, "--out", str(d / "sim")])
+    assert rc == 0
+    metrics = json.loads((d / "sim" / "metrics.json").read_text())
+    assert metrics["context"] == "cache:cell-3" and metrics["horizon"] == 11
+
+
+def test_pairing_by_time_beats_arrival_order() -> None:
+    from firmware_bridge.timebase import pair_frames
+
+    raw, ep, complete, truth = record_sim()
+    assert complete and ep.metadata.extra["recording"]["joint_drift_ppm"] == pytest.approx(
+        -150, abs=2)
+    fs = np.array(raw.frame_stamps_ns)
+    js = np.array([s.receipt_ns for s in raw.samples])
+    q = np.stack([s.position_rad for s in raw.samples])
+    true_q = np.stack([t[1] for t in truth])
+    naive = pair_frames(fs, js, q, tolerance_s=0.05)
+    timed = pair_frames(fs, js, q, tolerance_s=0.05, frame_latency_s=0.035,
+                        joint_latency_s=0.003)
+    ok = naive.paired & timed.paired
+    err_naive = np.abs(naive.positions[ok] - true_q[ok]).max()
+    err_timed = np.abs(timed.positions[ok] - true_q[ok]).max()
+    assert err_timed < 0.01 < err_naive, (err_timed, err_naive)
+
+
+@pytest.mark.parametrize("camera, joints, code, dof", [
+    ("&occlude=Actuator4", "", "no_image_motion", "Actuator4"),
+    ("&point=away", "", "no_image_motion", "Actuator1"),
+    ("", "&freeze=Actuator3", "dof_not_moving", "Actuator3"),
+    ("", "&clip=Actuator1", "sweep_clipped", "Actuator1"),
+    ("", "&drop_dof=Actuator5", "dof_missing", "Actuator5"),
+    ("&stall_at_s=2&stall_s=0.4", "", "dropped_frames", None),
+])
+def test_bad_input_gives_its_reason(camera: str, joints: str, code: str, dof) -> None:
+    report = codes(camera, joints)
+    assert report["verdict"] == "fail"
+    found = {(r["code"], r["dof"]) for r in report["reasons"]}
+    assert (code, dof) in found, found
+
+
+def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:
+    d = cell["dir"]
+    rc = cli("record", "--camera", CELL + "&disconnect_at_s=3", "--joints", CELL, "--plan",
+             str(cell["plan"]), "--out", str(d / "cut.npz"), "--cell", "cell-3")
+    assert rc == 2
+    assert "partial recording kept at" in capsys.readouterr().err
+    assert not (d / "cut.npz").exists() and (d / "cut.partial.npz").is_file()
+    report = check_arrays(load_for_check(d / "cut.partial.npz"))
+    assert "partial_recording" in {r["code"] for r in report["reasons"]}
+
+
+def test_duplicated_dof_names_are_reported(cell, tmp_path: Path) -> None:
+    ep = load_episode(cell["episode"])
+    meta = ep.metadata.to_json_dict()
+    meta["dof_names"][2] = meta["dof_names"][0]
+    meta["schema_version"] = 1
+    arrays = {"frames": ep.frames, "actions": ep.actions, "timestamps": ep.timestamps,
+              "metadata_json": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
+    np.savez_compressed(tmp_path / "dup.npz", **arrays)
+    assert cli("check", str(tmp_path / "dup.npz")) == 1
+    report = json.loads((tmp_path / "dup.check" / "report.json").read_text())
+    dup = [r for r in report["reasons"] if r["code"] == "dof_duplicated"]
+    assert dup and meta["dof_names"][0] in dup[0]["message"]
+
+
+def test_store_refuses_a_failed_check_unless_forced(cell, tmp_path: Path, capsys) -> None:
+    _, ep, _, _ = record_sim("", "&clip=Actuator1")
+    from edge.episode import save_episode
+
+    path = save_episode(ep, tmp_path / "clipped.npz")
+    common = ["--model", str(cell["model"]), "--cache-dir", str(tmp_path / "cache"),
+              "--threads", "1"]
+    assert cli("store", str(path), *common) == 2
+    assert "sweep_clipped" in capsys.readouterr().err
+    assert cli("store", str(path), *common, "--force", "joint 1 limit stop, to be moved") == 0
+    from edge.calibration_cache import CalibrationCache
+
+    with CalibrationCache(tmp_path / "cache") as cache:
+        (info,) = cache.list()
+        assert info.forced and info.forced_reason == "joint 1 limit stop, to be moved"
+        assert cache.get(info.key).report["verdict"] == "fail"

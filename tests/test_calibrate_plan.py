@@ -1,0 +1,108 @@
+"""Calibration planning: robot specs, the sweep program (the generator's profile), files."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.calibrate.errors import PlanError
+from edge.calibrate.plan import (
+    SEGMENT_FRAMES,
+    SWEEP_PROFILE,
+    load_program,
+    plan_motion,
+    plan_sweep,
+    save_program,
+)
+from edge.calibrate.spec import load_robot_spec, robot_spec_from_dict
+from edge.commands import calibrate
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = sorted((ROOT / "samples" / "robots").glob("*.yaml"))
+
+
+def _spec_dict(**over):
+    d = {"robot": "toy", "frame_rate_hz": 10, "dofs": [
+        {"name": "a", "lower": -1.0, "upper": 1.0, "home": 0.0, "sweep_max": 0.5},
+        {"name": "b", "lower": -0.4, "upper": 2.0, "home": 0.0, "sweep_max": 0.5},
+        {"name": "c", "unit": "m", "lower": 0.0, "upper": 0.6, "home": 0.55, "sweep_max": 0.4}]}
+    d.update(over)
+    return d
+
+
+def test_profile_and_segment_length_match_the_cell_generator() -> None:
+    from export.cells import trajectories
+
+    assert SEGMENT_FRAMES == trajectories.SEGMENT_FRAMES
+    assert np.allclose(SWEEP_PROFILE, trajectories.SWEEP_PROFILE)
+
+
+@pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
+def test_shipped_specs_plan_within_limits(path: Path) -> None:
+    spec = load_robot_spec(path)
+    for seed in range(5):
+        p = plan_sweep(spec, seed)
+        q = p.positions
+        assert p.episode_frames == SEGMENT_FRAMES * len(spec.dofs) + 1
+        assert (q >= np.array(p.lower)).all() and (q <= np.array(p.upper)).all()
+        assert np.allclose(q[0], q[-1]) and sorted(s.dof for s in p.sweeps) == sorted(spec.dof_names)
+        for s in p.sweeps:
+            assert spec.sweep_min - 1e-9 <= abs(s.amplitude) <= 0.5 + 1e-9
+
+
+def test_sweep_moves_one_dof_at_a_time_with_the_profile() -> None:
+    spec = robot_spec_from_dict(_spec_dict())
+    p = plan_sweep(spec, seed=3)
+    acts = np.diff(p.episode_positions(), axis=0)  # (8n, n)
+    for s in p.sweeps:
+        c = spec.dof_names.index(s.dof)
+        rows = acts[s.start:s.stop]
+        assert np.allclose(rows[:, c], np.asarray(SWEEP_PROFILE) * s.amplitude)
+        assert np.allclose(np.delete(rows, c, axis=1), 0)
+    # 'b' has only 0.4 of room below home and 'c' 0.03 above: they sweep the other way
+    amp = {s.dof: s.amplitude for s in p.sweeps}
+    assert amp["c"] < 0
+    signs = {plan_sweep(spec, s).sweeps[0].amplitude > 0 for s in range(20)}
+    assert signs == {True, False}, "sign is randomised"
+
+
+def test_bad_specs_are_refused_with_the_key() -> None:
+    d = _spec_dict()
+    d["dofs"][1]["name"] = "a"
+    with pytest.raises(PlanError, match="duplicated DoF name"):
+        robot_spec_from_dict(d)
+    with pytest.raises(PlanError, match="colour: unknown key"):
+        robot_spec_from_dict(_spec_dict(colour="red"))
+    d = _spec_dict()
+    d["dofs"][0].update(lower=-0.1, upper=0.1)
+    with pytest.raises(PlanError, match=r"dofs\[0\] \(a\): expected room"):
+        robot_spec_from_dict(d)
+    with pytest.raises(PlanError, match="segment_frames: expected 8"):
+        robot_spec_from_dict(_spec_dict(segment_frames=4))
+
+
+def test_program_files_round_trip_and_cli(tmp_path: Path, capsys) -> None:
+    parser = argparse.ArgumentParser(prog="syncedge")
+    calibrate.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["calibrate", "plan", "--robot", str(SPECS[0]), "--seed", "4",
+                              "--out", str(tmp_path / "plan")])
+    assert args.func(args) == 0
+    assert "expected duration" in capsys.readouterr().out
+    p = load_program(tmp_path / "plan.json")
+    assert p == p and p.seed == 4 and p.kind == "calibration"
+    with open(tmp_path / "plan.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["time_s", *p.dof_names] and len(rows) == len(p.positions) + 1
+    assert np.allclose(np.array(rows[1:], float)[:, 1:], p.positions, atol=1e-8)
+    m = plan_motion(load_robot_spec(SPECS[0]), seed=1, frames=12)
+    save_program(m, tmp_path / "m.json")
+    back = load_program(tmp_path / "m.json")
+    assert back.kind == "motion" and back.episode_frames == 12
+    assert np.allclose(back.positions, m.positions)
+    (tmp_path / "bad.json").write_text('{"format": "other"}')
+    with pytest.raises(PlanError, match="expected format"):
+        load_program(tmp_path / "bad.json")
