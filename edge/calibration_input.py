@@ -56,11 +56,18 @@ def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
     seg = ep.actions[: n * segment_frames].reshape(n, segment_frames, n)
     energy = np.abs(seg[:, out_rows[0]:out_rows[1]]).sum(1)  # (segments, channels)
     owner = energy.argmax(0)
+    names = ep.metadata.dof_names
     for c in range(n):
-        if energy[owner[c], c] <= 0 or (owner == owner[c]).sum() > 1:
+        if energy[owner[c], c] <= 0:
             raise CalibrationInputError(
-                f"{who}DoF '{ep.metadata.dof_names[c]}' has no sweep segment of its own "
-                f"(a DoF segment is missing or two DoFs moved together)")
+                f"{who}DoF '{names[c]}' never moved in any sweep segment (a DoF segment is "
+                f"missing, or the joint is frozen)")
+    for c in range(n):
+        shared = [names[o] for o in range(n) if owner[o] == owner[c]]
+        if len(shared) > 1:
+            raise CalibrationInputError(
+                f"{who}DoFs {shared} moved most in the same segment {int(owner[c])}: each DoF "
+                f"needs a sweep segment of its own")
     total = max_dof * segment_frames + 1
     frames = np.concatenate([ep.frames, np.repeat(ep.frames[-1:], total - ep.num_frames, 0)])
     actions = np.zeros((total, max_dof), np.float32)

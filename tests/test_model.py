@@ -109,10 +109,14 @@ def test_bad_calibration_episodes_are_refused_with_reasons() -> None:
         prepare_calibration(ep, 3, 8, resolution=(64, 64), source="cal.npz")
     twice = ep.actions.copy()
     first = np.abs(twice[:8]).sum(0).argmax()
-    twice[8:16] = 0
-    twice[8:16, first] = twice[:8, first]
-    with pytest.raises(CalibrationInputError, match="has no sweep segment of its own"):
+    second = np.abs(twice[8:16]).sum(0).argmax()
+    twice[:8, second] = 2 * twice[:8, first]  # moves with the first DoF, and more
+    with pytest.raises(CalibrationInputError, match=r"moved most in the same segment 0"):
         prepare_calibration(dataclasses.replace(ep, actions=twice), 3, 8)
+    frozen = ep.actions.copy()
+    frozen[:, 2] = 0
+    with pytest.raises(CalibrationInputError, match="DoF 'j2' never moved"):
+        prepare_calibration(dataclasses.replace(ep, actions=frozen), 3, 8)
 
 
 def _cell(rng: np.random.Generator) -> Cell:
