@@ -12,8 +12,10 @@ anti-aliasing off (``offsamples = 0``), no shadows, no reflections, no skybox.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import weakref
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -227,6 +229,10 @@ class CellScene:
             ) from None
         self._camera = mujoco.MjvCamera()
         self._camera.type = mujoco.mjtCamera.mjCAMERA_FREE
+        # Release the GL context before interpreter teardown unloads EGL (a renderer freed
+        # later fails noisily in its finaliser).
+        ref = weakref.ref(self)
+        atexit.register(lambda: (scene := ref()) is not None and scene.close())
 
     # -- cell appearance ---------------------------------------------------------------
     def apply_cell(self, cell: Any) -> None:
