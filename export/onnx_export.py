@@ -26,7 +26,8 @@ from export.evaluate import load_keypoint, load_world_model
 from export.model import ModelConfig, WorldModel
 from export.provenance import git_commit
 
-__all__ = ["OPSET", "ExportOptions", "export_model", "graph_modules", "contract_for", "git_commit"]
+__all__ = ["OPSET", "ExportOptions", "contract_for", "eval_summary", "export_model",
+           "git_commit", "graph_modules", "training_provenance"]
 
 OPSET = 18
 BATCH_SIZES = (1, 16)
@@ -146,6 +147,55 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def eval_summary(path: str | Path) -> dict[str, Any]:
+    """The part of an ``eval.json`` that goes into ``model.json``: per split the autoencoder
+    ceiling, the mean of every metric per variant, the probe and the paired statistics, and
+    the targets (per-cell rows stay in eval.json).
+
+    Raises:
+        ExportError: if the file is missing or not an evaluation result.
+    """
+    import json
+
+    try:
+        result = json.loads(Path(path).read_text())
+        splits = {
+            name: {k: r[k] for k in ("split", "cells", "ae_ceiling", "summary", "probe",
+                                     "paired")}
+            for name, r in result["splits"].items()}
+        return {"source": str(path), "options": result["options"], "splits": splits,
+                "targets": result["targets"]}
+    except (OSError, ValueError, KeyError) as exc:
+        raise ExportError(f"{path}: not an evaluation result from 'syncedge model eval' "
+                          f"({type(exc).__name__}: {exc})") from None
+
+
+def training_provenance(run: str | Path) -> dict[str, Any]:
+    """Per training stage: options (data, seed, steps, ...) and step count, from checkpoints."""
+    from export.train import load_checkpoint
+
+    out: dict[str, Any] = {}
+    for name in ("ae", "keypoint", "dynamics", "dynamics_nocal"):
+        p = Path(run) / f"{name}.pt"
+        if p.is_file():
+            ck = load_checkpoint(p)
+            opts = {k: v for k, v in ck.get("options", {}).items()}
+            out[name] = {"step": ck["step"], "options": opts,
+                         "final_loss": ck["history"][-1]["loss"] if ck.get("history") else None}
+    data = next((v["options"].get("data") for v in out.values() if v["options"].get("data")),
+                None)
+    if data:
+        import json
+
+        chunks = sorted(Path(data).glob("train/chunk-*/manifest.json"))
+        mans = [json.loads(c.read_text()) for c in chunks]
+        out["data"] = {"split": "train", "chunks": len(mans),
+                       "commands": sorted({m.get("command", "") for m in mans}),
+                       "chunk_seeds": "export.cells.sampling.chunk_seed('train', i)",
+                       "options": mans[0]["options"] if mans else None}
+    return out
+
+
 def export_model(opts: ExportOptions, model: WorldModel | None = None,
                  provenance: dict[str, Any] | None = None,
                  evaluation: dict[str, Any] | None = None) -> Path:
@@ -179,6 +229,7 @@ def export_model(opts: ExportOptions, model: WorldModel | None = None,
                                                               for a in sys.argv[1:]),
             "git_commit": git_commit(), "config": model.cfg.to_dict(),
             "run": str(Path(opts.run).resolve()) if Path(opts.run).is_dir() else None,
+            "training": training_provenance(opts.run) if Path(opts.run).is_dir() else {},
             "torch": torch.__version__, **(provenance or {})}
     manifest = ModelManifest(name=opts.name, variant="fp32", opset=OPSET,
                              contract=contract_for(model.cfg), graphs=graphs,

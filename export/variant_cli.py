@@ -17,11 +17,12 @@ def _command() -> str:
 
 
 def _run_onnx(args: argparse.Namespace) -> int:
-    from export.onnx_export import ExportOptions, export_model
+    from export.onnx_export import ExportOptions, eval_summary, export_model
 
+    evaluation = eval_summary(args.eval) if args.eval else None
     path = export_model(ExportOptions(run=args.run, out=args.out,
                                       batch_sizes=tuple(args.batch_sizes), name=args.name,
-                                      command=_command()))
+                                      command=_command()), evaluation=evaluation)
     print(f"{path}: fp32 model, graphs checked (ONNX checker, strict shape inference)")
     return 0
 
@@ -35,6 +36,8 @@ def register_onnx(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16],
                    help="batch sizes of the step and decoder graphs (default 1 16)")
     p.add_argument("--name", default="syncedge-reference", help="model name in model.json")
+    p.add_argument("--eval", help="eval.json from 'syncedge model eval': its tables and targets "
+                                  "go into model.json's evaluation")
     p.set_defaults(func=_run_onnx)
 
 
