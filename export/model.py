@@ -50,6 +50,12 @@ class ModelConfig:
     use_calibration: bool = True
     baseline_action_scale_rad: float = 0.3
 
+    def __post_init__(self) -> None:
+        if self.context_channels <= self.latent_channels:
+            raise ValueError(f"context_channels ({self.context_channels}) must exceed "
+                             f"latent_channels ({self.latent_channels}): a token holds the "
+                             f"latent displacement plus learned channels")
+
     @property
     def calibration_frames(self) -> int:
         """K * L + 1."""
@@ -133,17 +139,21 @@ class CalibrationNet(nn.Module):
     phase is ``sweep_out_rows``. Channel c's segment is the one where ``|a[:, c]|`` summed over
     the outward rows is largest; its token is computed from that segment's latents (rest pose
     and displacement, out and back averaged) and divided by the channel's signed swept
-    amplitude. Channels that are masked or never swept get a zero token.
+    amplitude. A token's first C channels are the segment's latent displacement itself, the
+    rest are learned from the rest pose and the displacement. Channels that are masked or
+    never swept get a zero token.
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         c, d = cfg.latent_channels, cfg.context_channels
+        # A token is the segment's raw latent displacement (C channels: a first-order
+        # picture of what a unit of this channel's action does) plus D - C learned channels.
         self.token = nn.Sequential(
             nn.Conv2d(2 * c, 2 * d, 3, padding=1), _act(),
             nn.Conv2d(2 * d, 2 * d, 3, padding=1), _act(),
-            nn.Conv2d(2 * d, d, 1),
+            nn.Conv2d(2 * d, d - c, 1),
         )
         if not cfg.use_calibration:
             k, h = cfg.max_dof, cfg.latent_size
@@ -180,7 +190,9 @@ class CalibrationNet(nn.Module):
         end = z[:, seg: k * seg + 1: seg]  # back at rest
         disp = 0.5 * ((z_out - starts) + (back - end))  # (N, K, C, h, w)
         feat = torch.cat([starts, disp], 2).flatten(0, 1)  # (N*K, 2C, h, w)
-        tokens = self.token(feat).reshape(n, k, *self.token_shape())  # (N, K, D, h, w)
+        learned = self.token(feat).reshape(n, k, cfg.context_channels - cfg.latent_channels,
+                                           *disp.shape[-2:])
+        tokens = torch.cat([disp, learned], 2)  # (N, K, D, h, w)
         per_channel = torch.einsum("nka,nkdhw->nadhw", onehot, tokens)  # (N, A, D, h, w)
         scale = valid / safe  # (N, A): 1 / amplitude, 0 for absent channels
         return per_channel * scale[:, :, None, None, None]

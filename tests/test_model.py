@@ -17,7 +17,7 @@ from export.model import ModelConfig, WorldModel
 from export.train import ARCH, LatentSet, TrainOptions, load_checkpoint, save_checkpoint
 
 CFG = ModelConfig(latent_channels=4, latent_size=4, ae_width=8, history=3, max_dof=3,
-                  segment_frames=8, context_channels=4, step_width=8, step_blocks=1,
+                  segment_frames=8, context_channels=6, step_width=8, step_blocks=1,
                   image_size=16)
 
 
@@ -87,7 +87,7 @@ def test_absent_and_masked_channels_get_zero_context() -> None:
     model = _model()
     ep = _calibration(n=2)
     ctx = _context(model, ep)
-    assert ctx.shape == (3, 4, 4, 4)
+    assert ctx.shape == (3, 6, 4, 4)
     assert torch.count_nonzero(ctx[2]) == 0 and torch.count_nonzero(ctx[:2]) > 0
     frames, acts, mask = prepare_calibration(ep, 3, 8)
     lat = model.encode_frames(torch.from_numpy(frames))
@@ -173,8 +173,8 @@ def test_checkpoint_from_another_architecture_is_refused(tmp_path) -> None:
     with pytest.raises(ExportError, match=r"ae.pt: checkpoint of architecture 'some-other-net'"):
         load_checkpoint(path)
     save_checkpoint(path, {"arch": ARCH, "config": CFG.to_dict()})
-    with pytest.raises(ExportError, match=r"configuration differs.*latent_channels"):
-        load_checkpoint(path, dataclasses.replace(CFG, latent_channels=8))
+    with pytest.raises(ExportError, match=r"configuration differs.*step_width"):
+        load_checkpoint(path, dataclasses.replace(CFG, step_width=16))
     path.write_bytes(b"garbage")
     with pytest.raises(ExportError, match="not a readable checkpoint"):
         load_checkpoint(path)
