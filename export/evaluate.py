@@ -78,7 +78,10 @@ def load_world_model(run: str | Path, calibrated: bool = True) -> WorldModel:
     ae = load_checkpoint(run / "ae.pt")
     model.encoder.load_state_dict(ae["encoder"])
     model.decoder.load_state_dict(ae["decoder"])
-    model.calibration.load_state_dict(dyn["weights"]["calibration"])
+    cal = dyn["weights"]["calibration"]
+    if not cfg.use_calibration:  # the baseline has no token network (older runs kept one)
+        cal = {k: v for k, v in cal.items() if not k.startswith("token.")}
+    model.calibration.load_state_dict(cal)
     model.step.load_state_dict(dyn["weights"]["step"])
     return model.eval()
 

@@ -148,14 +148,15 @@ class CalibrationNet(nn.Module):
         super().__init__()
         self.cfg = cfg
         c, d = cfg.latent_channels, cfg.context_channels
-        # A token is the segment's raw latent displacement (C channels: a first-order
-        # picture of what a unit of this channel's action does) plus D - C learned channels.
-        self.token = nn.Sequential(
-            nn.Conv2d(2 * c, 2 * d, 3, padding=1), _act(),
-            nn.Conv2d(2 * d, 2 * d, 3, padding=1), _act(),
-            nn.Conv2d(2 * d, d - c, 1),
-        )
-        if not cfg.use_calibration:
+        if cfg.use_calibration:
+            # A token is the segment's raw latent displacement (C channels: a first-order
+            # picture of what a unit of this channel's action does) plus D - C learned ones.
+            self.token = nn.Sequential(
+                nn.Conv2d(2 * c, 2 * d, 3, padding=1), _act(),
+                nn.Conv2d(2 * d, 2 * d, 3, padding=1), _act(),
+                nn.Conv2d(2 * d, d - c, 1),
+            )
+        else:
             k, h = cfg.max_dof, cfg.latent_size
             self.learned = nn.Parameter(torch.zeros(k, d, h, h))
 
