@@ -6,6 +6,7 @@ the previous file (if any) untouched and no temporary file behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "write_json_atomic"]
+__all__ = ["atomic_write", "file_digest", "sha256_file", "write_json_atomic"]
 
 
 def _umask() -> int:
@@ -56,3 +57,19 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write ``obj`` as indented, key-sorted strict JSON (no NaN), atomically."""
     text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def file_digest(path: str | os.PathLike[str]) -> tuple[str, int]:
+    """Hex sha256 and size in bytes of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+            size += len(block)
+    return h.hexdigest(), size
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file's bytes."""
+    return file_digest(path)[0]

@@ -14,7 +14,6 @@ see :class:`ModelContract` and docs/architecture.md, "Model contract".
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from edge.errors import EdgeError
-from edge.fileio import atomic_write
+from edge.fileio import atomic_write, sha256_file
 
 __all__ = [
     "MANIFEST_SCHEMA_VERSION",
@@ -50,12 +49,6 @@ class ManifestError(EdgeError, ValueError):
     """A model manifest or one of its graphs is missing, malformed or does not match."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _strict(cls: type, d: Any, where: str) -> dict[str, Any]:
@@ -319,7 +312,7 @@ def save_manifest(manifest: ModelManifest, path: str | os.PathLike[str]) -> Path
 
 def model_sha256(model_dir: str | os.PathLike[str]) -> str:
     """The model's identity: sha256 of its ``model.json`` bytes."""
-    return _sha256(Path(model_dir) / "model.json")
+    return sha256_file(Path(model_dir) / "model.json")
 
 
 def load_model_dir(model_dir: str | os.PathLike[str], verify: bool = True) -> ModelManifest:
@@ -335,7 +328,7 @@ def load_model_dir(model_dir: str | os.PathLike[str], verify: bool = True) -> Mo
             p = model_dir / g.file
             if not p.is_file():
                 raise ManifestError(f"{p}: graph '{key}' listed in model.json is missing")
-            digest = _sha256(p)
+            digest = sha256_file(p)
             if digest != g.sha256:
                 raise ManifestError(f"{p}: sha256 {digest[:12]}... does not match model.json "
                                     f"({g.sha256[:12]}...); the file was altered or belongs "

@@ -9,7 +9,6 @@ JetPack 6 parses), and passes the ONNX checker and strict shape inference.
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import sys
 import warnings
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from edge.fileio import sha256_file
 from edge.manifest import GraphSpec, ModelContract, ModelManifest, TensorSpec, save_manifest
 from export.errors import ExportError
 from export.evaluate import load_keypoint, load_world_model
@@ -143,8 +143,6 @@ def _export_graph(module: nn.Module, inputs: tuple[TensorSpec, ...],
                               f"{spec.shape}")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def eval_summary(path: str | Path) -> dict[str, Any]:
@@ -213,7 +211,7 @@ def export_model(opts: ExportOptions, model: WorldModel | None = None,
         path = out / f"{name}.onnx"
         _export_graph(module, ins, outs, path)
         batch = ins[0].shape[0] if name.startswith(("step", "decoder", "encoder")) else 1
-        graphs[name] = GraphSpec(path.name, _sha256(path), batch, ins, outs)
+        graphs[name] = GraphSpec(path.name, sha256_file(path), batch, ins, outs)
     extra: dict[str, Any] = {}
     kp_path = Path(opts.run) / "keypoint.pt"
     if kp_path.is_file():
@@ -223,7 +221,7 @@ def export_model(opts: ExportOptions, model: WorldModel | None = None,
         outs = (TensorSpec("ee_px", (1, 2), "float32", "pixel x, y"),)
         path = out / "keypoint.onnx"
         _export_graph(kp, ins, outs, path)
-        extra["keypoint"] = {"file": path.name, "sha256": _sha256(path),
+        extra["keypoint"] = {"file": path.name, "sha256": sha256_file(path),
                              "purpose": "end-effector keypoint regressor (evaluation only)"}
     prov = {"command": opts.command or "syncedge " + " ".join(shlex.quote(a)
                                                               for a in sys.argv[1:]),

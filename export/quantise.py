@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from edge.fileio import sha256_file
 from edge.manifest import GraphSpec, ModelManifest, load_model_dir, model_sha256, save_manifest
 from export.errors import ExportError
 from export.quant_data import QuantCalibrationSet, build_quant_calibration_set
@@ -255,10 +256,6 @@ def _check_graph(path: Path, spec: GraphSpec) -> int:
     return next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def quantise_model(opts: QuantiseOptions,
@@ -316,7 +313,7 @@ def quantise_model(opts: QuantiseOptions,
         else:
             convert_fp16(src / g.file, dst)
         opsets.add(_check_graph(dst, g))
-        graphs[key] = replace(g, sha256=_sha256(dst))
+        graphs[key] = replace(g, sha256=sha256_file(dst))
     if len(opsets) != 1:
         raise ExportError(f"{out}: graphs have different opsets {sorted(opsets)}")
     extra = {}

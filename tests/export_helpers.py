@@ -77,18 +77,18 @@ def nudge_first_weight(m: onnx.ModelProto, delta: float = 1e-3) -> None:
     raise AssertionError("no float weight to nudge")
 
 
-def add_latent_drift(m: onnx.ModelProto, gain: float = 5.0) -> None:
-    """Decoder surgery: ``frames += gain * mean(latents)``, a latent-dependent error."""
+
+
+def whiten_output(m: onnx.ModelProto) -> None:
+    """Decoder surgery: every frame pure white (``frames * 0 + 1``), an error that even an
+    untrained smoke-size decoder cannot beat."""
     out = m.graph.output[0].name
     prod = next(n for n in m.graph.node if out in n.output)
     prod.output[list(prod.output).index(out)] = "frames_clean"
-    m.graph.initializer.extend([numpy_helper.from_array(np.array([1, 2, 3], np.int64), "ax"),
-                                numpy_helper.from_array(np.float32(gain), "gain")])
-    m.graph.node.extend([
-        helper.make_node("ReduceMean", ["latents", "ax"], ["lat_mean"], keepdims=1),
-        helper.make_node("Mul", ["lat_mean", "gain"], ["drift"]),
-        helper.make_node("Add", ["frames_clean", "drift"], [out]),
-    ])
+    m.graph.initializer.extend([numpy_helper.from_array(np.float32(0.0), "zero"),
+                                numpy_helper.from_array(np.float32(1.0), "one")])
+    m.graph.node.extend([helper.make_node("Mul", ["frames_clean", "zero"], ["frames_zero"]),
+                         helper.make_node("Add", ["frames_zero", "one"], [out])])
 
 
 def poison_output(m: onnx.ModelProto) -> None:

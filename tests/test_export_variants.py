@@ -12,12 +12,12 @@ import numpy as np
 import onnx
 import pytest
 from export_helpers import (
-    add_latent_drift,
     make_smoke_run,
     nudge_first_weight,
     perturb_model,
     poison_output,
     run_cli,
+    whiten_output,
 )
 from onnx import TensorProto, numpy_helper
 
@@ -179,7 +179,7 @@ def test_perturbed_graphs_fail_their_gates_and_bundle_refuses(smoke, tmp_path,
     bad32 = perturb_model(smoke["fp32"], tmp_path / "fp32-bad", lambda k: k == "step_b1",
                           nudge_first_weight)
     bad8 = perturb_model(smoke["int8"], tmp_path / "int8-bad",
-                         lambda k: k.startswith("decoder"), add_latent_drift)
+                         lambda k: k.startswith("decoder"), whiten_output)
     nan16 = perturb_model(smoke["fp16"], tmp_path / "fp16-nan", lambda k: k == "decoder_b1",
                           poison_output)
     assert run_cli("export", "check", str(bad32), str(bad8), str(nan16), "--run",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import io
 import os
 import tarfile
@@ -24,7 +23,7 @@ from edge.bundle_format import (
     check_target,
     key_id,
 )
-from edge.fileio import atomic_write
+from edge.fileio import atomic_write, file_digest
 from edge.manifest import load_model_dir
 
 __all__ = ["generate_keypair", "load_private_key", "pack_bundle", "build_bundle"]
@@ -86,14 +85,6 @@ def load_private_key(path: str | os.PathLike[str]) -> Any:
     return key
 
 
-def _digest(path: Path) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-            size += len(block)
-    return h.hexdigest(), size
 
 
 def _tarinfo(name: str, size: int, mtime: int) -> tarfile.TarInfo:
@@ -131,7 +122,7 @@ def pack_bundle(files: Mapping[str, str | os.PathLike[str]], out_path: str | os.
     entries = []
     for name, src in sorted(files.items()):
         check_file_name(name, f"payload file {src}")
-        sha, size = _digest(Path(src))
+        sha, size = file_digest(Path(src))
         entries.append(BundleFile(name, sha, size))
     now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
     manifest = BundleManifest(
