@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from edge import __version__
 from edge.errors import EdgeError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "run_parsed"]
 
 ENTRY_POINT_GROUP = "syncedge.commands"
 
@@ -45,9 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code.
 
-    Errors of the project's own hierarchies (all derive from
-    :class:`edge.errors.EdgeError`) and file errors print one line on stderr and exit with
-    code 2; anything else is a bug and keeps its traceback.
+    See :func:`run_parsed` for exit codes.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -58,6 +56,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    return run_parsed(args)
+
+
+def run_parsed(args: argparse.Namespace) -> int:
+    """Run a parsed subcommand (``args.func``) and return its exit code.
+
+    Project errors (:class:`edge.errors.EdgeError`) and file errors print one line on stderr
+    and give exit code 2; anything else is a bug and keeps its traceback.
+    """
     try:
         return int(args.func(args) or 0)
     except (EdgeError, OSError) as exc:

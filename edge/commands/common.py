@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from edge.episode import Episode, load_episode
-from edge.errors import EdgeError
 from edge.runtime.backends import AUTO_ORDER, BACKEND_NAMES
 from edge.runtime.context import (
     CalibrationContext,
@@ -167,10 +166,6 @@ def run_command(name: str,
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register(sub)
     args = parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args) or 0)
-    except (EdgeError, OSError) as exc:
-        if isinstance(exc, OSError) and not getattr(exc, "filename", None):
-            raise
-        print(f"syncedge {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    from edge.cli import run_parsed
+
+    return run_parsed(args)
