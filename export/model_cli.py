@@ -36,11 +36,24 @@ def _run_eval(args: argparse.Namespace) -> int:
     table = format_table(result)
     print(table)
     out = Path(args.out)
-    write_json_atomic(out / "eval.json", result)
+    write_json_atomic(out / "eval.json", _finite(result))
     (out / "eval.txt").write_text(table + "\n")
     plot_error_growth(result, out / "error_growth.png")
     print(f"wrote {out / 'eval.json'}, {out / 'eval.txt'}, {out / 'error_growth.png'}")
     return 0
+
+
+def _finite(obj: Any) -> Any:
+    """The same structure with NaN and infinities as ``null`` (strict JSON)."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def register(subparsers: Any) -> None:
