@@ -27,6 +27,7 @@ import numpy as np
 from edge.cache_types import CacheKey, CacheValueError
 from edge.episode import Episode, load_episode
 from edge.fileio import atomic_write
+from edge.fileio import file_digest as sha256_file  # (hex sha256, size in bytes)
 
 __all__ = [
     "BlobFault",
@@ -57,15 +58,6 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path) -> tuple[str, int]:
-    """Hex sha256 and size in bytes of a file."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-            size += len(block)
-    return h.hexdigest(), size
 
 
 def npy_bytes(arr: np.ndarray) -> bytes:

@@ -84,8 +84,8 @@ def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
     import numpy as np
 
     from edge.episode import save_episode
-    from edge.fileio import write_json_atomic
-    from export.cells.generate import CellGenerator, GenerateOptions, sha256_file
+    from edge.fileio import sha256_file, write_json_atomic
+    from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.robots import robot_spec
     from export.cells.sampling import chunk_seed, sample_cell
     from export.cells.scene import require_mujoco

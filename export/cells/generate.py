@@ -13,7 +13,6 @@ command regenerates it. A chunk whose manifest exists is skipped (resume).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -24,13 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, save_episode
-from edge.fileio import write_json_atomic
+from edge.fileio import sha256_file, write_json_atomic
 from export.cells.robots import robot_spec
 from export.cells.sampling import CellParams, chunk_seed, sample_cell
 from export.cells.scene import CellScene, RenderSettings
 from export.cells.trajectories import SweepSegment, calibration_sweep, random_trajectory
 
-__all__ = ["GenerateOptions", "CellGenerator", "generate_chunk", "sha256_file"]
+__all__ = ["GenerateOptions", "CellGenerator", "generate_chunk"]
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +60,6 @@ class GenerateOptions:
     segmentation: bool = True
 
 
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class CellGenerator:
