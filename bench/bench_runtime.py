@@ -9,11 +9,11 @@ Measures, on the given backend (default ONNX Runtime CPU):
    model), and the per-candidate throughput ratio;
 2. time to the first predicted frame from a cold process with a cached context
    (a subprocess: imports, model load, context read, encode start, one step);
-3. time to obtain the context: read from a cache file vs re-encoded from the calibration
-   episode (encoder + calibration graphs);
+3. time to obtain the context: read from the calibration cache vs re-encoded from the
+   calibration episode (encoder + calibration graphs);
 4. peak resident memory of a ``simulate`` subprocess;
-5. the PyTorch step-by-step comparison, through :func:`torch_step_by_step_fps` (a hook
-   filled in by the model's owner; it reports n/a until then).
+5. the PyTorch step-by-step comparison, through :func:`torch_step_by_step_fps` (n/a
+   where torch is not installed).
 
 Prints a table and writes JSON. ``--synthetic tiny|contract`` writes a synthetic model
 (``tests/fixtures/tiny_model.py``) first: ``tiny`` = the test sizes, ``contract`` = the
