@@ -33,7 +33,7 @@ from pathlib import Path
 from edge.bundle_format import MANIFEST_NAME, BundleError, BundleManifest
 from edge.bundle_keys import trusted_keys
 from edge.bundle_reader import read_bundle
-from edge.fileio import write_json_atomic
+from edge.fileio import fsync_dir, write_json_atomic
 from edge.state import state_root
 
 __all__ = [
@@ -60,12 +60,6 @@ def bundles_dir() -> Path:
     return state_root() / "bundles"
 
 
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextmanager
@@ -173,7 +167,7 @@ def _switch(root: Path, slot: str) -> None:
     tmp.unlink(missing_ok=True)
     os.symlink(slot, tmp)
     os.replace(tmp, root / ACTIVE)
-    _fsync_dir(root)
+    fsync_dir(root)
 
 
 def _cleanup(root: Path) -> None:
@@ -181,7 +175,7 @@ def _cleanup(root: Path) -> None:
     for p in root.iterdir():
         if p.name.endswith((".partial", ".old")) and p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
-    _fsync_dir(root)
+    fsync_dir(root)
 
 
 def install_bundle(path: str | os.PathLike[str], *, target: str,
@@ -227,7 +221,7 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
             utc = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             write_json_atomic(staging / RECORD, {"utc": utc, "source": Path(path).name,
                                                  "key_id": verified.key_id})
-            _fsync_dir(staging)
+            fsync_dir(staging)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -235,10 +229,10 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         final = r / slot
         if final.exists():
             os.rename(final, r / f"{slot}.old")
-            _fsync_dir(r)
+            fsync_dir(r)
         step("retired")
         os.rename(staging, final)
-        _fsync_dir(r)
+        fsync_dir(r)
         step("slot-ready")
         _switch(r, slot)
         step("switched")

@@ -26,7 +26,7 @@ import numpy as np
 
 from edge.cache_types import CacheKey, CacheValueError
 from edge.episode import Episode, load_episode
-from edge.fileio import atomic_write
+from edge.fileio import atomic_write, fsync_dir
 from edge.fileio import file_digest as sha256_file  # (hex sha256, size in bytes)
 
 __all__ = [
@@ -129,13 +129,6 @@ def episode_digest(episode: Episode) -> str:
     return h.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a rename into ``path`` durable before the index row that refers to it."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class BlobStore:
@@ -170,7 +163,7 @@ class BlobStore:
         sha = sha256_bytes(data)
         if not self.keep(sha):
             atomic_write(self.path(sha), lambda f: f.write(data))
-            _fsync_dir(self.path(sha).parent)
+            fsync_dir(self.path(sha).parent)
         return sha, len(data)
 
     def adopt(self, staged: Path) -> tuple[str, int]:
@@ -182,7 +175,7 @@ class BlobStore:
             path = self.path(sha)
             path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, path)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         return sha, size
 
     def keep(self, sha: str) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "file_digest", "sha256_file", "write_json_atomic"]
+__all__ = ["atomic_write", "file_digest", "fsync_dir", "sha256_file", "write_json_atomic"]
 
 
 def _umask() -> int:
@@ -73,3 +73,12 @@ def file_digest(path: str | os.PathLike[str]) -> tuple[str, int]:
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """Hex sha256 of a file's bytes."""
     return file_digest(path)[0]
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory, so that a rename into it is durable (POSIX)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
