@@ -7,11 +7,8 @@ Faults mirror :class:`~firmware_bridge.testing.fake_servo.Faults`; see :class:`F
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
-import shutil
-import tempfile
 import time
 import tty
 from dataclasses import dataclass
@@ -19,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..frame_format import encode_frame
+from .child_device import ChildPtyDevice
 
 __all__ = ["FakeFramedDevice", "FramedFaults"]
 
@@ -38,7 +36,7 @@ class FramedFaults:
     seed: int = 0
 
 
-def _run(link, joints, rate_hz, count, f: FramedFaults, ready, stop):
+def _run(joints, rate_hz, count, f: FramedFaults, link, ready, stop):
     rng = random.Random(f.seed)
     j = np.arange(joints, dtype=np.float64)
 
@@ -93,7 +91,7 @@ def _run(link, joints, rate_hz, count, f: FramedFaults, ready, stop):
     stop.wait(2.0)
 
 
-class FakeFramedDevice:
+class FakeFramedDevice(ChildPtyDevice):
     """Run the fake device in a child process; use as a context manager.
 
     Args:
@@ -104,40 +102,14 @@ class FakeFramedDevice:
         path: the port path (a symlink to the current pty), set by :meth:`start`.
     """
 
+    name = "fake framed device"
+    prefix = "fakeframe-"
+
     def __init__(self, joints: int = 6, rate_hz: float = 1000.0, count: int = 0,
                  faults: FramedFaults | None = None):
+        super().__init__()
         self.joints, self.rate_hz, self.count = joints, rate_hz, count
         self.faults = faults or FramedFaults()
-        self._proc = None
 
-    def start(self) -> str:
-        """Start streaming; returns the port path."""
-        self._dir = tempfile.mkdtemp(prefix="fakeframe-")
-        self.path = os.path.join(self._dir, "tty")
-        ctx = mp.get_context("fork")
-        ready, self._stop = ctx.Event(), ctx.Event()
-        self._proc = ctx.Process(target=_run, daemon=True, args=(
-            self.path, self.joints, self.rate_hz, self.count, self.faults, ready, self._stop))
-        self._proc.start()
-        if not ready.wait(5.0):
-            self.stop()
-            raise RuntimeError("fake framed device did not start within 5 s")
-        return self.path
-
-    def stop(self) -> None:
-        """Stop the child and remove its files."""
-        if self._proc is not None:
-            self._stop.set()
-            self._proc.join(2.0)
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join()
-            self._proc = None
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> FakeFramedDevice:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def _child(self):
+        return _run, (self.joints, self.rate_hz, self.count, self.faults)

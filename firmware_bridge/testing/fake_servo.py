@@ -12,17 +12,15 @@ encoding: two's complement for Dynamixel, sign-magnitude for Feetech).
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import select
-import shutil
 import struct
-import tempfile
 import time
 import tty
 from dataclasses import dataclass, field
 
+from .child_device import ChildPtyDevice
 from .servo_packets import dxl_status, parse_dxl, parse_sts, sts_status
 
 __all__ = ["FakeServoBus", "Faults"]
@@ -185,7 +183,7 @@ def _serve(protocol, ids, faults, link, ready, stop):
     _Bus(protocol, ids, faults, link, ready).serve(stop)
 
 
-class FakeServoBus:
+class FakeServoBus(ChildPtyDevice):
     """Run a fake bus in a child process; use as a context manager.
 
     Args:
@@ -195,41 +193,14 @@ class FakeServoBus:
         path: the port path to open (a symlink to the current pty), set by :meth:`start`.
     """
 
+    name = "fake servo bus"
+    prefix = "fakebus-"
+
     def __init__(self, protocol: str, ids, faults: Faults | None = None):
         if protocol not in ("dxl", "sts"):
             raise ValueError(f"protocol: expected 'dxl' or 'sts', found {protocol!r}")
+        super().__init__()
         self.protocol, self.ids, self.faults = protocol, list(ids), faults or Faults()
-        self.path = ""
-        self._proc = None
 
-    def start(self) -> str:
-        """Start the child process; returns the port path once it exists."""
-        self._dir = tempfile.mkdtemp(prefix="fakebus-")
-        self.path = os.path.join(self._dir, "tty")
-        ctx = mp.get_context("fork")
-        ready, self._stop = ctx.Event(), ctx.Event()
-        self._proc = ctx.Process(target=_serve, daemon=True, args=(
-            self.protocol, self.ids, self.faults, self.path, ready, self._stop))
-        self._proc.start()
-        if not ready.wait(5.0):
-            self.stop()
-            raise RuntimeError("fake servo bus did not start within 5 s")
-        return self.path
-
-    def stop(self) -> None:
-        """Stop the child process and remove its files."""
-        if self._proc is not None:
-            self._stop.set()
-            self._proc.join(2.0)
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join()
-            self._proc = None
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> FakeServoBus:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def _child(self):
+        return _serve, (self.protocol, self.ids, self.faults)
