@@ -66,8 +66,9 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)
     t = sub.add_parser("train", help="run one training stage (progress, checkpoints, resume)",
                        description="Run one training stage. Checkpoints go to OUT/<stage>.pt; "
-                                   "--resume continues. For several processes: torchrun "
-                                   "--nproc_per_node N -m export.train ... (same options).")
+                                   "--resume continues. For several processes on one host: torchrun "
+                                   "--standalone --nproc_per_node N -m export.train ... "
+                                   "(same options).")
     add_train_arguments(t)
     t.set_defaults(func=_run_train)
     e = sub.add_parser("eval", help="zero-shot evaluation on every split and variant",

@@ -16,8 +16,9 @@ Stages (``syncedge model train --stage ...``):
 
 Checkpoints (``OUT/<stage>.pt``) are written atomically every ``--checkpoint-every`` steps
 and at the end; ``--resume`` continues from one. A checkpoint from another architecture or
-configuration is refused by name. Run several processes with ``torchrun --nproc_per_node N
--m export.train ...`` (gloo on CPUs, nccl on GPUs); rank 0 writes.
+configuration is refused by name. Run several processes with ``torchrun --standalone
+--nproc_per_node N -m export.train ...`` (gloo on CPUs, nccl on GPUs; on several hosts use
+torchrun's rendezvous options instead of ``--standalone``); rank 0 writes.
 """
 
 from __future__ import annotations
@@ -82,13 +83,38 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig | None = None) -> dict[st
     return ck
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 def _ddp() -> tuple[int, int]:
+    """Join the process group torchrun describes (``WORLD_SIZE`` > 1); (rank, world size).
+
+    With gloo and every process on this host (``MASTER_ADDR`` a loopback address), gloo's
+    pairs are bound to the loopback interface (``GLOO_SOCKET_IFNAME``, unless already set)
+    instead of whatever address the host name resolves to, so single-host runs do not depend
+    on the host's name resolution.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not torch.distributed.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if (backend == "gloo" and os.environ.get("MASTER_ADDR", "") in _LOOPBACK
+                and "GLOO_SOCKET_IFNAME" not in os.environ):
+            loopback = _loopback_interface()
+            if loopback:
+                os.environ["GLOO_SOCKET_IFNAME"] = loopback
         torch.distributed.init_process_group(backend)
     rank = torch.distributed.get_rank() if world > 1 else 0
     return rank, world
+
+
+def _loopback_interface() -> str | None:
+    """Name of this host's loopback network interface (``lo`` on Linux), or None."""
+    import socket
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((n for n in names if n == "lo" or n.startswith("lo")), None)
 
 
 # -- batches ------------------------------------------------------------------------------
@@ -337,7 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m export.train`` (and torchrun)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args = build_parser().parse_args(argv)
-    path = train_stage(options_from_args(args))
+    try:
+        path = train_stage(options_from_args(args))
+    finally:
+        # leave the process group before exiting, so no rank's transport outlives a peer's
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     print(json.dumps({"checkpoint": str(path)}))
     return 0
 

@@ -75,15 +75,31 @@ def test_onnx_export_matches_the_contract(run: Path, tmp_path: Path) -> None:
     assert man.provenance["command"] == "test"
 
 
+def _worker_errors(stderr: str) -> str:
+    """The lines of a torchrun log that say why a worker died (they scroll out of the tail)."""
+    keys = ("Error", "error", "terminate", "what()", "Abort", "enforce", "Traceback")
+    return "\n".join(line for line in stderr.splitlines() if any(k in line for k in keys))[-3000:]
+
+
+def _gloo_transport_abort(stderr: str) -> bool:
+    """A worker aborted inside gloo's TCP transport (an uncaught gloo exception in its
+    connection thread, e.g. pytorch/pytorch#188266), not in this project's code."""
+    return "terminate called after throwing an instance of 'gloo::" in stderr
+
+
 def test_two_gloo_processes_train_with_ddp(data: Path, run: Path, tmp_path: Path) -> None:
     out = tmp_path / "ddp"
     out.mkdir()
     (out / "ae.pt").write_bytes((run / "ae.pt").read_bytes())
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", "29517", "-m", "export.train", "--stage", "dynamics",
-           "--data", str(data), "--out", str(out), "--steps", "2", "--batch", "2",
-           "--rollout", "2", "--log-every", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", "-m", "export.train", "--stage", "dynamics", "--data", str(data), "--out",
+           str(out), "--steps", "2", "--batch", "2", "--rollout", "2", "--log-every", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert load_checkpoint(out / "dynamics.pt")["step"] == 2
+    if proc.returncode != 0 and _gloo_transport_abort(proc.stderr):
+        # one more try only for the upstream transport abort; any other failure fails here
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, _worker_errors(proc.stderr) + "\n...\n" + proc.stderr[-1500:]
+    ck = load_checkpoint(out / "dynamics.pt")
+    assert ck["step"] == 2 and [h["step"] for h in ck["history"]] == [1, 2]
