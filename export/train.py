@@ -4,14 +4,17 @@ Stages (``syncedge model train --stage ...``):
 
 - ``ae``: encoder and decoder on frames of the training split; L1 plus a squared error
   weighted 8x on robot pixels (the robot mask is training data only), so motion survives.
-- ``keypoint``: the end-effector keypoint regressor on ground-truth frames (evaluation only).
+- ``keypoint``: the end-effector keypoint regressor on ground-truth frames (evaluation only),
+  a fraction of them degraded (blur, dimming, contrast, noise; ``--keypoint-augment``) so
+  that it still finds the arm in predicted frames.
 - ``dynamics``: calibration and step networks on latents of the frozen encoder (squared
   latent error weighted 10x on latent cells the robot covers), with
   SyncWorld's recipe scaled down (Yang et al., arXiv 2609.09155): random relabelling of the
   action channels (consistent across calibration, history and future actions; never a
   held-out convention), the calibration dropped in a fraction of samples (then with a full
   real history), the recent history masked in a fraction of samples (only the newest
-  latent kept), and an unrolled multi-step loss so rollouts stay sharp.
+  latent kept), optionally a fraction of windows started from one frame with the runtime's
+  padding (``--single-frame-start``), and an unrolled multi-step loss so rollouts stay sharp.
   ``--no-calibration`` trains the baseline with a learned constant context instead.
 
 Checkpoints (``OUT/<stage>.pt``) are written atomically every ``--checkpoint-every`` steps
@@ -181,6 +184,10 @@ class LatentSet:
             idx = np.arange(t0 - s + 1, t0 + 1)
             lat = z[np.clip(idx, 0, None)]
             act = np.where((idx >= 1)[:, None], a[np.clip(idx - 1, 0, None)], 0.0)
+            if (opts is not None and opts.single_frame_start > 0 and not drop
+                    and rng.random() < opts.single_frame_start):
+                lat = z[t0][None].expand(s, *z.shape[1:])  # the runtime's padding
+                act = np.zeros_like(act)
             cal_a = cell.cal_actions
             fut = a[t0:t0 + rollout]
             if opts is not None:
@@ -221,6 +228,38 @@ def _dyn_loss(model: WorldModel, b: dict[str, torch.Tensor]) -> torch.Tensor:
     pred = model.rollout(start, b["actions"], ctx, b["hist_latents"], b["hist_actions"])
     w = b["weights"]  # (B, R, 1, h, w)
     return (((pred - b["targets"]) ** 2) * w).mean() / w.mean()
+
+
+def degrade_frames(frames: torch.Tensor, rng: np.random.Generator,
+                   fraction: float) -> torch.Tensor:
+    """Degrade a random ``fraction`` of uint8 frames ``[B, H, W, 3]`` the way predicted
+    frames differ from rendered ones: Gaussian blur (sigma 0.5-2.5 px), dimming (x0.6-1.0),
+    lower contrast (x0.5-1.0 about the frame mean) and noise (sigma up to 6/255).
+    Returns uint8 frames of the same shape; labels (keypoints) are unchanged, since none of
+    these moves anything."""
+    if fraction <= 0:
+        return frames
+    pick = np.flatnonzero(rng.random(len(frames)) < fraction)
+    if not len(pick):
+        return frames
+    x = frames[pick].permute(0, 3, 1, 2).to(torch.float32) / 255.0
+    out = []
+    for img in x:
+        sigma = float(rng.uniform(0.5, 2.5))
+        radius = int(math.ceil(2 * sigma))
+        k = torch.exp(-0.5 * (torch.arange(-radius, radius + 1, dtype=torch.float32) / sigma) ** 2)
+        k = (k / k.sum()).to(img.dtype)
+        pad = F.pad(img[None], (radius, radius, radius, radius), mode="replicate")
+        b = F.conv2d(pad, k.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)
+        b = F.conv2d(b, k.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)[0]
+        mean = b.mean()
+        b = (b - mean) * float(rng.uniform(0.5, 1.0)) + mean
+        b = b * float(rng.uniform(0.6, 1.0))
+        b = b + torch.from_numpy(rng.normal(0, rng.uniform(0, 6 / 255), b.shape).astype(np.float32))
+        out.append(b)
+    result = frames.clone()
+    result[pick] = (torch.stack(out).clamp(0, 1) * 255 + 0.5).to(torch.uint8).permute(0, 2, 3, 1)
+    return result
 
 
 def _kp_loss(net: KeypointNet, frames: torch.Tensor, ee: torch.Tensor) -> torch.Tensor:
@@ -325,7 +364,10 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
             g["lr"] = lr
         if opts.stage in ("ae", "keypoint"):
             idx = rng.integers(len(frames), size=opts.batch)
-            batch = {"frames": torch.from_numpy(frames[idx]),
+            picked = torch.from_numpy(frames[idx])
+            if opts.stage == "keypoint":
+                picked = degrade_frames(picked, rng, opts.keypoint_augment)
+            batch = {"frames": picked,
                      "masks": torch.from_numpy(masks[idx]), "ee": torch.from_numpy(ee[idx])}
         else:
             batch = latents.batch(rng, opts.batch, cfg, opts.rollout, opts)

@@ -30,6 +30,8 @@ class TrainOptions:
     log_every: int = 25
     threads: int = 0
     limit_cells: int | None = None
+    keypoint_augment: float = 0.5
+    single_frame_start: float = 0.0
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,6 +52,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=200)
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--single-frame-start", type=float, default=0.0,
+                   help="dynamics stage: fraction of training windows that start from one "
+                        "frame with the runtime's padding (that frame repeated, zero actions), "
+                        "as a rollout from a start frame does; the calibration is then the "
+                        "only evidence of how the actions move the arm (default 0)")
+    p.add_argument("--keypoint-augment", type=float, default=0.5,
+                   help="keypoint stage: fraction of training frames degraded (blur, dimming, "
+                        "lower contrast, noise) so the regressor also reads predicted frames, "
+                        "which are blurrier and dimmer than rendered ones (default 0.5)")
     p.add_argument("--limit-cells", type=int, default=None, help="use only the first N cells")
 
 

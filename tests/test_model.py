@@ -14,7 +14,14 @@ from export.cells.sampling import Convention, is_held_out_convention
 from export.data import Cell, Motion, relabel, sample_relabelling
 from export.errors import ExportError
 from export.model import ModelConfig, WorldModel
-from export.train import ARCH, LatentSet, TrainOptions, load_checkpoint, save_checkpoint
+from export.train import (
+    ARCH,
+    LatentSet,
+    TrainOptions,
+    degrade_frames,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 CFG = ModelConfig(latent_channels=4, latent_size=4, ae_width=8, history=3, max_dof=3,
                   segment_frames=8, context_channels=6, step_width=8, step_blocks=1,
@@ -178,3 +185,46 @@ def test_checkpoint_from_another_architecture_is_refused(tmp_path) -> None:
     path.write_bytes(b"garbage")
     with pytest.raises(ExportError, match="not a readable checkpoint"):
         load_checkpoint(path)
+
+
+def test_keypoint_degradation_changes_frames_but_not_where_the_arm_is() -> None:
+    frames = np.full((6, 64, 64, 3), 40, np.uint8)
+    for i in range(6):  # a bright block in a different place in every frame
+        frames[i, 10 + 5 * i:18 + 5 * i, 20 + 3 * i:30 + 3 * i] = 220
+    x = torch.from_numpy(frames)
+    rng = np.random.default_rng(0)
+    assert torch.equal(degrade_frames(x, rng, 0.0), x)
+    out = degrade_frames(x, rng, 1.0)
+    assert out.shape == x.shape and out.dtype == torch.uint8
+    assert torch.equal(x, torch.from_numpy(frames))  # the input is not modified
+    ys, xs = np.mgrid[:64, :64]
+    for before, after in zip(frames, out.numpy(), strict=True):
+        block = before.mean(-1) > 100
+        assert np.abs(after.astype(int) - before)[block].mean() > 10  # visibly degraded
+        assert after.max() < 220  # dimmer, blurred peak
+        cen = []
+        for img in (before, after):
+            w = img.mean(-1) - np.median(img.mean(-1))
+            w = np.where(w > 0.3 * w.max(), w, 0)
+            cen.append([(w * xs).sum() / w.sum(), (w * ys).sum() / w.sum()])
+        assert np.allclose(cen[0], cen[1], atol=0.6)  # the block did not move
+
+
+def test_single_frame_start_pads_the_history_like_the_runtime() -> None:
+    rng = np.random.default_rng(0)
+    cell = _cell(rng)
+    latents = LatentSet([cell], _model())
+    z = latents.motion_latents[0][0]
+    padded = TrainOptions(stage="dynamics", data="", out="", steps=1, calibration_dropout=0.0,
+                          history_mask=0.0, single_frame_start=1.0)
+    real = dataclasses.replace(padded, single_frame_start=0.0)
+    seen_real_history = False
+    for seed in range(10):
+        b = latents.batch(np.random.default_rng(seed), 2, CFG, 3, padded)
+        for hl, ha, tgt in zip(b["hist_latents"], b["hist_actions"], b["targets"], strict=True):
+            t0 = next(t for t in range(len(z) - 3) if torch.equal(tgt, z[t + 1:t + 4]))
+            assert all(torch.equal(h, z[t0]) for h in hl)  # the start frame, repeated
+            assert not ha.any()  # with zero actions
+        r = latents.batch(np.random.default_rng(seed), 2, CFG, 3, real)
+        seen_real_history |= not torch.equal(r["hist_latents"][:, 0], r["hist_latents"][:, -1])
+    assert seen_real_history
