@@ -22,7 +22,9 @@ from export.cells.trajectories import (
     SEGMENT_FRAMES,
     calibration_sweep,
     motion_range,
+    motion_trajectory,
     random_trajectory,
+    two_joint_trajectory,
 )
 from export.errors import CellError
 
@@ -155,3 +157,37 @@ def test_random_trajectory_is_smooth_and_within_range() -> None:
     assert step.max() < 0.35 and step.mean() > 0.02
     accel = np.abs(np.diff(q, 2, axis=0))
     assert accel.max() < 0.2
+
+
+def test_two_joint_trajectory_moves_few_joints_gently() -> None:
+    spec = robot_spec("ur5e")
+    lo, hi = motion_range(spec)
+    q = two_joint_trajectory(np.random.default_rng(4), spec, 64)
+    wide = random_trajectory(np.random.default_rng(4), spec, 64)
+    assert q.shape == (64, 6)
+    assert (q >= lo - 1e-12).all() and (q <= hi + 1e-12).all()
+    step = np.abs(np.diff(q, axis=0))
+    assert step.max() < 0.2 and step.mean() > 0.01
+    moving = (step > 0.02).sum(1).mean()
+    assert moving < 3.5 < (np.abs(np.diff(wide, axis=0)) > 0.02).sum(1).mean()
+    assert np.abs(np.diff(q, 2, axis=0)).max() < 0.15
+
+
+def test_motion_trajectory_dispatches_and_refuses_unknown_profiles() -> None:
+    spec = robot_spec("ur5e")
+    a = motion_trajectory(np.random.default_rng(1), spec, 20, "two_joint")
+    assert np.array_equal(a, two_joint_trajectory(np.random.default_rng(1), spec, 20))
+    b = motion_trajectory(np.random.default_rng(1), spec, 20, "all_joints")
+    assert np.array_equal(b, random_trajectory(np.random.default_rng(1), spec, 20))
+    with pytest.raises(CellError, match="unknown motion profile 'wild'"):
+        motion_trajectory(np.random.default_rng(1), spec, 20, "wild")
+    with pytest.raises(CellError, match="at least 2 frames"):
+        two_joint_trajectory(np.random.default_rng(1), spec, 1)
+
+
+def test_generate_options_refuse_an_unknown_motion_profile() -> None:
+    from export.cells.generate import GenerateOptions
+
+    assert GenerateOptions().motion == "two_joint"
+    with pytest.raises(CellError, match="motion profile 'wild'"):
+        GenerateOptions(motion="wild")

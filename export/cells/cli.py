@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from export.cells.trajectories import MOTION_PROFILES
+
 __all__ = ["register", "parse_chunks", "write_sample_cell"]
 
 SAMPLE_DIR = Path("samples") / "cell_sample"
@@ -52,7 +54,7 @@ def _run_generate(args: argparse.Namespace) -> int:
                            motion_frames=args.motion_frames, fps=args.fps,
                            width=args.size, height=args.size,
                            face_budget=None if args.no_decimate else args.face_budget,
-                           segmentation=not args.no_segmentation)
+                           segmentation=not args.no_segmentation, motion=args.motion)
     chunks = parse_chunks(args.chunks)
     cmd = _command_line()
     t0 = time.perf_counter()
@@ -89,7 +91,7 @@ def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
     from export.cells.robots import robot_spec
     from export.cells.sampling import chunk_seed, sample_cell
     from export.cells.scene import require_mujoco
-    from export.cells.trajectories import random_trajectory
+    from export.cells.trajectories import motion_trajectory
 
     mujoco = require_mujoco()
 
@@ -99,7 +101,7 @@ def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
     with CellGenerator(opts) as gen:
         eps = gen.cell_episodes(cell)
         rng = np.random.default_rng(cell.seed + 1)
-        q = random_trajectory(rng, robot_spec(cell.robot), motion_frames)
+        q = motion_trajectory(rng, robot_spec(cell.robot), motion_frames, opts.motion)
         eps["test"] = gen.render_episode(cell, q, "validation")
     files = {}
     for name, ep in eps.items():
@@ -112,7 +114,8 @@ def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
         "command": f"syncedge cells sample --out {out}",
         "split": "test_all", "seed": seed, "cell": cell.to_json_dict(),
         "options": {"width": opts.width, "height": opts.height, "fps": opts.fps,
-                    "test_frames": motion_frames, "face_budget": opts.face_budget},
+                    "test_frames": motion_frames, "face_budget": opts.face_budget,
+                    "motion": opts.motion},
         "renderer": {"mujoco": mujoco.__version__},
         "files": files,
     }
@@ -183,6 +186,9 @@ def register(subparsers: Any) -> None:
     g.add_argument("--cells-per-chunk", type=int, default=16)
     g.add_argument("--motion-episodes", type=int, default=2, help="per cell (default 2)")
     g.add_argument("--motion-frames", type=int, default=32, help="per episode (default 32)")
+    g.add_argument("--motion", choices=MOTION_PROFILES, default="two_joint",
+                   help="motion-episode profile: two_joint (two joints move at a time; default) "
+                        "or all_joints (every joint at once)")
     g.add_argument("--fps", type=float, default=10.0, help="frame rate, Hz (default 10)")
     g.add_argument("--size", type=int, default=64, help="image width = height, px (default 64)")
     g.add_argument("--face-budget", type=int, default=8000,

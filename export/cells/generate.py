@@ -27,7 +27,13 @@ from edge.fileio import sha256_file, write_json_atomic
 from export.cells.robots import robot_spec
 from export.cells.sampling import CellParams, chunk_seed, sample_cell
 from export.cells.scene import CellScene, RenderSettings
-from export.cells.trajectories import SweepSegment, calibration_sweep, random_trajectory
+from export.cells.trajectories import (
+    MOTION_PROFILES,
+    SweepSegment,
+    calibration_sweep,
+    motion_trajectory,
+)
+from export.errors import CellError
 
 __all__ = ["GenerateOptions", "CellGenerator", "generate_chunk"]
 
@@ -48,6 +54,12 @@ class GenerateOptions:
         width, height: image size, px.
         face_budget: mesh decimation budget (``None``: original meshes).
         segmentation: also render the robot mask (evaluation only).
+        motion: motion-episode profile, ``two_joint`` (two joints move at a time) or
+            ``all_joints`` (every joint at once; the profile of data made before
+            ``two_joint`` existed), see :func:`~export.cells.trajectories.motion_trajectory`.
+
+    Raises:
+        CellError: an unknown motion profile.
     """
 
     cells_per_chunk: int = 16
@@ -58,7 +70,12 @@ class GenerateOptions:
     height: int = 64
     face_budget: int | None = 8000
     segmentation: bool = True
+    motion: str = "two_joint"
 
+    def __post_init__(self) -> None:
+        if self.motion not in MOTION_PROFILES:
+            raise CellError(f"motion profile {self.motion!r}: expected one of "
+                            f"{list(MOTION_PROFILES)}")
 
 
 
@@ -151,7 +168,7 @@ class CellGenerator:
         q_cal, sweep = calibration_sweep(rng, spec, start)
         out = {"calibration": self.render_episode(cell, q_cal, "calibration", sweep)}
         for m in range(o.motion_episodes):
-            q = random_trajectory(rng, spec, o.motion_frames)
+            q = motion_trajectory(rng, spec, o.motion_frames, o.motion)
             out[f"motion-{m:02d}"] = self.render_episode(cell, q, "motion")
         return out
 

@@ -13,12 +13,15 @@ from export.cells.robots import RobotSpec
 from export.errors import CellError
 
 __all__ = [
+    "MOTION_PROFILES",
     "SEGMENT_FRAMES",
     "SWEEP_PROFILE",
     "SweepSegment",
     "calibration_sweep",
     "motion_range",
+    "motion_trajectory",
     "random_trajectory",
+    "two_joint_trajectory",
 ]
 
 #: Frames per DoF segment of a calibration episode (out 3, pause 1, back 3, pause 1).
@@ -29,8 +32,16 @@ SWEEP_PROFILE = np.array([0.25, 0.5, 0.25, 0.0, -0.25, -0.5, -0.25, 0.0])
 SWEEP_AMPLITUDE_RAD = (0.30, 0.50)
 #: Half-width of the motion range around the home pose, rad.
 MOTION_HALF_RANGE_RAD = 0.7
-#: Frames between random waypoints of a motion trajectory.
+#: Frames between random waypoints of an all-joints motion trajectory.
 WAYPOINT_SPACING = 6
+#: Frames between waypoints of a two-joint motion trajectory.
+TWO_JOINT_SPACING = 4
+#: Range of one joint's move between two waypoints of a two-joint trajectory, rad.
+TWO_JOINT_STEP_RAD = (0.25, 0.45)
+#: Half-width of a two-joint trajectory's start pose around the home pose, rad.
+TWO_JOINT_START_RAD = 0.3
+#: Motion profiles of generated motion episodes (see :func:`motion_trajectory`).
+MOTION_PROFILES = ("two_joint", "all_joints")
 
 
 @dataclass(frozen=True)
@@ -77,13 +88,70 @@ def random_trajectory(rng: np.random.Generator, spec: RobotSpec, num_frames: int
     if start_rad is not None:
         way[1] = np.clip(start_rad, lo, hi)
     way[0] = way[1] - (way[2] - way[1])  # phantom point: start with the first segment's slope
-    t = np.arange(num_frames) / WAYPOINT_SPACING
+    return np.clip(_catmull_rom(way, num_frames, WAYPOINT_SPACING), lo, hi)
+
+
+def _catmull_rom(way: np.ndarray, num_frames: int, spacing: int) -> np.ndarray:
+    """Sample a C1 Catmull-Rom spline through waypoints ``way[1:]`` (``way[0]`` is the
+    phantom point before the first), ``spacing`` frames apart: float64 ``[T, n]``."""
+    t = np.arange(num_frames) / spacing
     i = np.floor(t).astype(int) + 1
     u = (t - np.floor(t))[:, None]
-    p0, p1, p2, p3 = way[i - 1], way[i], way[i + 1], way[np.minimum(i + 2, k)]
-    q = 0.5 * ((2 * p1) + (-p0 + p2) * u + (2 * p0 - 5 * p1 + 4 * p2 - p3) * u**2
-               + (-p0 + 3 * p1 - 3 * p2 + p3) * u**3)
+    p0, p1, p2, p3 = way[i - 1], way[i], way[i + 1], way[np.minimum(i + 2, len(way) - 1)]
+    return 0.5 * ((2 * p1) + (-p0 + p2) * u + (2 * p0 - 5 * p1 + 4 * p2 - p3) * u**2
+                  + (-p0 + 3 * p1 - 3 * p2 + p3) * u**3)
+
+
+def two_joint_trajectory(rng: np.random.Generator, spec: RobotSpec,
+                         num_frames: int) -> np.ndarray:
+    """A smooth random joint trajectory in which two joints move at a time.
+
+    Starts within :data:`TWO_JOINT_START_RAD` of the home pose; at every waypoint
+    (:data:`TWO_JOINT_SPACING` frames apart) two random joints move by
+    :data:`TWO_JOINT_STEP_RAD` in a random direction (reversed where it would leave
+    :func:`motion_range`) while the others hold; a Catmull-Rom spline joins the waypoints.
+    At 10 Hz and 64x64 px the end effector moves about 1.6 px per frame (10 px over 16
+    frames), so each frame's change stays close to what one calibration segment shows,
+    unlike :func:`random_trajectory`, which moves every joint at once.
+
+    Returns:
+        float64 ``[T, n]`` joint positions, rad.
+
+    Raises:
+        CellError: ``num_frames < 2``.
+    """
+    if num_frames < 2:
+        raise CellError(f"a trajectory needs at least 2 frames, found {num_frames}")
+    lo, hi = motion_range(spec)
+    n = spec.num_dof
+    home = np.asarray(spec.home_rad)
+    cur = np.clip(home + rng.uniform(-TWO_JOINT_START_RAD, TWO_JOINT_START_RAD, n), lo, hi)
+    way = [cur.copy()]
+    for _ in range(num_frames // TWO_JOINT_SPACING + 3):
+        cur = cur.copy()
+        for j in rng.choice(n, size=2, replace=False):
+            step = rng.uniform(*TWO_JOINT_STEP_RAD) * rng.choice([-1, 1])
+            if not lo[j] <= cur[j] + step <= hi[j]:
+                step = -step
+            cur[j] = np.clip(cur[j] + step, lo[j], hi[j])
+        way.append(cur)
+    q = _catmull_rom(np.array([way[0], *way]), num_frames, TWO_JOINT_SPACING)
     return np.clip(q, lo, hi)
+
+
+def motion_trajectory(rng: np.random.Generator, spec: RobotSpec, num_frames: int,
+                      profile: str = "two_joint") -> np.ndarray:
+    """A motion episode's joint trajectory, float64 ``[T, n]`` rad, of the named profile:
+    ``two_joint`` (:func:`two_joint_trajectory`) or ``all_joints`` (:func:`random_trajectory`).
+
+    Raises:
+        CellError: an unknown profile, or ``num_frames < 2``.
+    """
+    if profile == "two_joint":
+        return two_joint_trajectory(rng, spec, num_frames)
+    if profile == "all_joints":
+        return random_trajectory(rng, spec, num_frames)
+    raise CellError(f"unknown motion profile {profile!r}; expected one of {list(MOTION_PROFILES)}")
 
 
 def calibration_sweep(rng: np.random.Generator, spec: RobotSpec,
