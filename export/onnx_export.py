@@ -9,6 +9,7 @@ JetPack 6 parses), and passes the ONNX checker and strict shape inference.
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import warnings
@@ -169,7 +170,9 @@ def eval_summary(path: str | Path) -> dict[str, Any]:
 
 
 def training_provenance(run: str | Path) -> dict[str, Any]:
-    """Per training stage: options (data, seed, steps, ...) and step count, from checkpoints."""
+    """Per training stage: options (data, seed, steps, ...) and step count, from checkpoints;
+    under ``data``, per training data folder: its chunks, the stages that used it, the
+    commands that made it and the generation options."""
     from export.train import load_checkpoint
 
     out: dict[str, Any] = {}
@@ -180,17 +183,22 @@ def training_provenance(run: str | Path) -> dict[str, Any]:
             opts = {k: v for k, v in ck.get("options", {}).items()}
             out[name] = {"step": ck["step"], "options": opts,
                          "final_loss": ck["history"][-1]["loss"] if ck.get("history") else None}
-    data = next((v["options"].get("data") for v in out.values() if v["options"].get("data")),
-                None)
-    if data:
-        import json
-
-        chunks = sorted(Path(data).glob("train/chunk-*/manifest.json"))
+    # every data set a stage trained on: stages may use different ones (e.g. the autoencoder
+    # on one motion profile, the dynamics on another)
+    out["data"] = {}
+    for stage in list(out):
+        path = out[stage].get("options", {}).get("data") if stage != "data" else None
+        if not path or path in out["data"]:
+            continue
+        chunks = sorted(Path(path).glob("train/chunk-*/manifest.json"))
         mans = [json.loads(c.read_text()) for c in chunks]
-        out["data"] = {"split": "train", "chunks": len(mans),
-                       "commands": sorted({m.get("command", "") for m in mans}),
-                       "chunk_seeds": "export.cells.sampling.chunk_seed('train', i)",
-                       "options": mans[0]["options"] if mans else None}
+        out["data"][path] = {
+            "split": "train", "chunks": len(mans),
+            "stages": [k for k, v in out.items() if k != "data"
+                       and v.get("options", {}).get("data") == path],
+            "commands": sorted({m.get("command", "") for m in mans}),
+            "chunk_seeds": "export.cells.sampling.chunk_seed('train', i)",
+            "options": mans[0]["options"] if mans else None}
     return out
 
 

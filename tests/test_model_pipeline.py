@@ -73,6 +73,9 @@ def test_onnx_export_matches_the_contract(run: Path, tmp_path: Path) -> None:
     assert man.contract.context_shape == (7, 16, 16, 16)
     assert man.extra["keypoint"]["file"] == "keypoint.onnx"
     assert man.provenance["command"] == "test"
+    data = next(iter(man.provenance["training"]["data"].values()))
+    assert data["stages"] == ["ae", "keypoint", "dynamics", "dynamics_nocal"]
+    assert data["options"]["motion"] == "two_joint"
 
 
 def _worker_errors(stderr: str) -> str:
