@@ -30,7 +30,7 @@ class TrainOptions:
     log_every: int = 25
     threads: int = 0
     limit_cells: int | None = None
-    keypoint_augment: float = 0.5
+    keypoint_augment: float = 0.0
     single_frame_start: float = 0.0
 
 
@@ -57,10 +57,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "frame with the runtime's padding (that frame repeated, zero actions), "
                         "as a rollout from a start frame does; the calibration is then the "
                         "only evidence of how the actions move the arm (default 0)")
-    p.add_argument("--keypoint-augment", type=float, default=0.5,
+    p.add_argument("--keypoint-augment", type=float, default=0.0,
                    help="keypoint stage: fraction of training frames degraded (blur, dimming, "
                         "lower contrast, noise) so the regressor also reads predicted frames, "
-                        "which are blurrier and dimmer than rendered ones (default 0.5)")
+                        "which are blurrier and dimmer than rendered ones (default 0)")
     p.add_argument("--limit-cells", type=int, default=None, help="use only the first N cells")
 
 

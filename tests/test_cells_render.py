@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from edge.cli import main
 from edge.episode import load_episode
 from export.cells.generate import CellGenerator, GenerateOptions, generate_chunk
 from export.cells.sampling import chunk_seed, sample_cell
-from export.errors import RendererUnavailableError
+from export.errors import CellError, RendererUnavailableError
 
 SMALL = GenerateOptions(cells_per_chunk=1, motion_episodes=1, motion_frames=8)
 
@@ -34,6 +35,16 @@ def test_chunk_regenerates_identically_and_is_skipped_when_complete(chunk: Path,
     mtime = again.stat().st_mtime_ns
     generate_chunk("test_convention", 0, tmp_path, SMALL)
     assert again.stat().st_mtime_ns == mtime
+    # a complete chunk made with other options is refused, not silently mixed in
+    with pytest.raises(CellError, match=r"motion: 'all_joints' there, 'two_joint' asked"):
+        generate_chunk("test_convention", 0, tmp_path,
+                       dataclasses.replace(SMALL, motion="two_joint"))
+    # chunks written before the motion option existed count as all_joints
+    old = json.loads(again.read_text())
+    del old["options"]["motion"]
+    again.write_text(json.dumps(old))
+    generate_chunk("test_convention", 0, tmp_path, SMALL)
+    assert json.loads(again.read_text()) == old
 
 
 def test_calibration_episode_sweeps_each_channel_alone_with_visible_motion(chunk: Path) -> None:

@@ -188,6 +188,6 @@ def test_motion_trajectory_dispatches_and_refuses_unknown_profiles() -> None:
 def test_generate_options_refuse_an_unknown_motion_profile() -> None:
     from export.cells.generate import GenerateOptions
 
-    assert GenerateOptions().motion == "two_joint"
+    assert GenerateOptions().motion == "all_joints"
     with pytest.raises(CellError, match="motion profile 'wild'"):
         GenerateOptions(motion="wild")

@@ -75,7 +75,7 @@ def test_onnx_export_matches_the_contract(run: Path, tmp_path: Path) -> None:
     assert man.provenance["command"] == "test"
     data = next(iter(man.provenance["training"]["data"].values()))
     assert data["stages"] == ["ae", "keypoint", "dynamics", "dynamics_nocal"]
-    assert data["options"]["motion"] == "two_joint"
+    assert data["options"]["motion"] == "all_joints"
 
 
 def _worker_errors(stderr: str) -> str:

@@ -186,9 +186,9 @@ def register(subparsers: Any) -> None:
     g.add_argument("--cells-per-chunk", type=int, default=16)
     g.add_argument("--motion-episodes", type=int, default=2, help="per cell (default 2)")
     g.add_argument("--motion-frames", type=int, default=32, help="per episode (default 32)")
-    g.add_argument("--motion", choices=MOTION_PROFILES, default="two_joint",
-                   help="motion-episode profile: two_joint (two joints move at a time; default) "
-                        "or all_joints (every joint at once)")
+    g.add_argument("--motion", choices=MOTION_PROFILES, default="all_joints",
+                   help="motion-episode profile: all_joints (every joint at once; default, the "
+                        "reference model's data) or two_joint (two joints move at a time)")
     g.add_argument("--fps", type=float, default=10.0, help="frame rate, Hz (default 10)")
     g.add_argument("--size", type=int, default=64, help="image width = height, px (default 64)")
     g.add_argument("--face-budget", type=int, default=8000,

@@ -13,6 +13,7 @@ command regenerates it. A chunk whose manifest exists is skipped (resume).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -54,9 +55,9 @@ class GenerateOptions:
         width, height: image size, px.
         face_budget: mesh decimation budget (``None``: original meshes).
         segmentation: also render the robot mask (evaluation only).
-        motion: motion-episode profile, ``two_joint`` (two joints move at a time) or
-            ``all_joints`` (every joint at once; the profile of data made before
-            ``two_joint`` existed), see :func:`~export.cells.trajectories.motion_trajectory`.
+        motion: motion-episode profile, ``all_joints`` (every joint at once; the reference
+            model's data) or ``two_joint`` (two joints move at a time), see
+            :func:`~export.cells.trajectories.motion_trajectory`.
 
     Raises:
         CellError: an unknown motion profile.
@@ -70,7 +71,7 @@ class GenerateOptions:
     height: int = 64
     face_budget: int | None = 8000
     segmentation: bool = True
-    motion: str = "two_joint"
+    motion: str = "all_joints"
 
     def __post_init__(self) -> None:
         if self.motion not in MOTION_PROFILES:
@@ -173,10 +174,31 @@ class CellGenerator:
         return out
 
 
+def _check_same_options(manifest_path: Path, options: GenerateOptions) -> None:
+    """A complete chunk is reused only if it was made with the same options.
+
+    Raises:
+        CellError: naming the manifest and each option that differs (found, wanted).
+    """
+    try:
+        found = json.loads(manifest_path.read_text())["options"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CellError(f"{manifest_path}: unreadable chunk manifest ({exc}); remove the "
+                        "chunk folder to regenerate it") from None
+    found = {"motion": "all_joints", **found}  # chunks made before the option existed
+    wanted = asdict(options)
+    diff = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
+    if diff:
+        detail = ", ".join(f"{k}: {a!r} there, {b!r} asked" for k, (a, b) in diff.items())
+        raise CellError(f"{manifest_path}: chunk made with other options ({detail}); "
+                        "use another --out or remove the chunk folder")
+
+
 def generate_chunk(split: str, chunk: int, out_dir: str | os.PathLike[str],
                    options: GenerateOptions | None = None, command: str = "",
                    progress: Callable[[str], None] | None = None) -> Path:
-    """Render one seeded chunk of ``split`` under ``out_dir``; skip it if already complete.
+    """Render one seeded chunk of ``split`` under ``out_dir``; skip it if already complete
+    (made with the same options; a complete chunk made with other options is refused).
 
     Returns:
         The chunk's manifest path.
@@ -187,6 +209,7 @@ def generate_chunk(split: str, chunk: int, out_dir: str | os.PathLike[str],
     chunk_dir = Path(out_dir) / split / f"chunk-{chunk:04d}"
     manifest_path = chunk_dir / "manifest.json"
     if manifest_path.is_file():
+        _check_same_options(manifest_path, options)
         log.info("%s exists: chunk complete, skipped", manifest_path)
         return manifest_path
     seed = chunk_seed(split, chunk)

@@ -140,7 +140,7 @@ def two_joint_trajectory(rng: np.random.Generator, spec: RobotSpec,
 
 
 def motion_trajectory(rng: np.random.Generator, spec: RobotSpec, num_frames: int,
-                      profile: str = "two_joint") -> np.ndarray:
+                      profile: str = "all_joints") -> np.ndarray:
     """A motion episode's joint trajectory, float64 ``[T, n]`` rad, of the named profile:
     ``two_joint`` (:func:`two_joint_trajectory`) or ``all_joints`` (:func:`random_trajectory`).
 
