@@ -117,7 +117,7 @@ def _loopback_interface() -> str | None:
         names = [name for _, name in socket.if_nameindex()]
     except OSError:
         return None
-    return next((n for n in names if n == "lo" or n.startswith("lo")), None)
+    return "lo" if "lo" in names else next((n for n in names if n.startswith("lo")), None)
 
 
 # -- batches ------------------------------------------------------------------------------
@@ -233,33 +233,24 @@ def _dyn_loss(model: WorldModel, b: dict[str, torch.Tensor]) -> torch.Tensor:
 def degrade_frames(frames: torch.Tensor, rng: np.random.Generator,
                    fraction: float) -> torch.Tensor:
     """Degrade a random ``fraction`` of uint8 frames ``[B, H, W, 3]`` the way predicted
-    frames differ from rendered ones: Gaussian blur (sigma 0.5-2.5 px), dimming (x0.6-1.0),
-    lower contrast (x0.5-1.0 about the frame mean) and noise (sigma up to 6/255).
-    Returns uint8 frames of the same shape; labels (keypoints) are unchanged, since none of
+    frames differ from rendered ones: Gaussian blur (sigma 0.5-2.5 px), lower contrast
+    (x0.5-1.0 about the frame mean), dimming (x0.6-1.0) and noise (sigma up to 6/255).
+    Returns new uint8 frames of the same shape; labels (keypoints) stay valid, since none of
     these moves anything."""
-    if fraction <= 0:
-        return frames
-    pick = np.flatnonzero(rng.random(len(frames)) < fraction)
+    import cv2
+
+    pick = np.flatnonzero(rng.random(len(frames)) < fraction) if fraction > 0 else []
     if not len(pick):
         return frames
-    x = frames[pick].permute(0, 3, 1, 2).to(torch.float32) / 255.0
-    out = []
-    for img in x:
-        sigma = float(rng.uniform(0.5, 2.5))
-        radius = int(math.ceil(2 * sigma))
-        k = torch.exp(-0.5 * (torch.arange(-radius, radius + 1, dtype=torch.float32) / sigma) ** 2)
-        k = (k / k.sum()).to(img.dtype)
-        pad = F.pad(img[None], (radius, radius, radius, radius), mode="replicate")
-        b = F.conv2d(pad, k.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)
-        b = F.conv2d(b, k.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)[0]
-        mean = b.mean()
-        b = (b - mean) * float(rng.uniform(0.5, 1.0)) + mean
-        b = b * float(rng.uniform(0.6, 1.0))
-        b = b + torch.from_numpy(rng.normal(0, rng.uniform(0, 6 / 255), b.shape).astype(np.float32))
-        out.append(b)
-    result = frames.clone()
-    result[pick] = (torch.stack(out).clamp(0, 1) * 255 + 0.5).to(torch.uint8).permute(0, 2, 3, 1)
-    return result
+    out = frames.numpy().copy()
+    for i in pick:
+        img = cv2.GaussianBlur(out[i].astype(np.float32) / 255.0, (0, 0),
+                               float(rng.uniform(0.5, 2.5)), borderType=cv2.BORDER_REPLICATE)
+        mean = img.mean()
+        img = ((img - mean) * rng.uniform(0.5, 1.0) + mean) * rng.uniform(0.6, 1.0)
+        img = img + rng.normal(0.0, rng.uniform(0.0, 6 / 255), img.shape)
+        out[i] = np.clip(img * 255 + 0.5, 0, 255).astype(np.uint8)
+    return torch.from_numpy(out)
 
 
 def _kp_loss(net: KeypointNet, frames: torch.Tensor, ee: torch.Tensor) -> torch.Tensor:
