@@ -79,7 +79,6 @@ class GenerateOptions:
                             f"{list(MOTION_PROFILES)}")
 
 
-
 class CellGenerator:
     """Renders cells into :class:`~edge.episode.Episode` objects, one scene per robot.
 
