@@ -106,3 +106,34 @@ def test_two_gloo_processes_train_with_ddp(data: Path, run: Path, tmp_path: Path
     assert proc.returncode == 0, _worker_errors(proc.stderr) + "\n...\n" + proc.stderr[-1500:]
     ck = load_checkpoint(out / "dynamics.pt")
     assert ck["step"] == 2 and [h["step"] for h in ck["history"]] == [1, 2]
+
+
+def test_single_host_gloo_is_bound_to_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    import torch
+
+    import export.train as train
+
+    seen = {}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.distributed, "init_process_group",
+                        lambda backend: seen.update(backend=backend,
+                                                    ifname=os.environ.get("GLOO_SOCKET_IFNAME")))
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: 1)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    loopback = next(n for _, n in socket.if_nameindex() if n.startswith("lo"))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert train._ddp() == (1, 2)
+    assert seen == {"backend": "gloo", "ifname": loopback}
+    # another host as master, or an interface the user chose: left alone
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME")
+    monkeypatch.setenv("MASTER_ADDR", "10.1.2.3")
+    train._ddp()
+    assert seen["ifname"] is None
+    monkeypatch.setenv("MASTER_ADDR", "localhost")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
+    train._ddp()
+    assert seen["ifname"] == "eth7"
