@@ -49,12 +49,17 @@ class ModelConfig:
     step_blocks: int = 3
     use_calibration: bool = True
     baseline_action_scale_rad: float = 0.3
+    global_token_channels: int = 0  # G: learned token channels pooled over the whole grid
 
     def __post_init__(self) -> None:
         if self.context_channels <= self.latent_channels:
             raise ValueError(f"context_channels ({self.context_channels}) must exceed "
                              f"latent_channels ({self.latent_channels}): a token holds the "
                              f"latent displacement plus learned channels")
+        if not 0 <= self.global_token_channels < self.context_channels - self.latent_channels:
+            raise ValueError(f"global_token_channels ({self.global_token_channels}) must be "
+                             f">= 0 and below context_channels - latent_channels "
+                             f"({self.context_channels - self.latent_channels})")
 
     @property
     def calibration_frames(self) -> int:
@@ -69,7 +74,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelConfig:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; keys an older configuration lacks take their defaults."""
         d = dict(d)
         d["sweep_out_rows"] = tuple(d["sweep_out_rows"])
         return cls(**d)
@@ -140,7 +145,9 @@ class CalibrationNet(nn.Module):
     the outward rows is largest; its token is computed from that segment's latents (rest pose
     and displacement, out and back averaged) and divided by the channel's signed swept
     amplitude. A token's first C channels are the segment's latent displacement itself, the
-    rest are learned from the rest pose and the displacement. Channels that are masked or
+    rest are learned from the rest pose and the displacement: per latent cell, and, if
+    ``global_token_channels`` G > 0, G of them pooled over the whole grid (the same value in
+    every cell: what this DoF is, wherever its motion shows). Channels that are masked or
     never swept get a zero token.
     """
 
@@ -151,11 +158,18 @@ class CalibrationNet(nn.Module):
         if cfg.use_calibration:
             # A token is the segment's raw latent displacement (C channels: a first-order
             # picture of what a unit of this channel's action does) plus D - C learned ones.
+            g = cfg.global_token_channels
             self.token = nn.Sequential(
                 nn.Conv2d(2 * c, 2 * d, 3, padding=1), _act(),
                 nn.Conv2d(2 * d, 2 * d, 3, padding=1), _act(),
-                nn.Conv2d(2 * d, d - c, 1),
+                nn.Conv2d(2 * d, d - c - g, 1),
             )
+            if g:
+                self.token_global = nn.Sequential(
+                    nn.Conv2d(2 * c, 32, 3, stride=2, padding=1), _act(),
+                    nn.Conv2d(32, 32, 3, stride=2, padding=1), _act(),
+                    nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, g),
+                )
         else:
             k, h = cfg.max_dof, cfg.latent_size
             self.learned = nn.Parameter(torch.zeros(k, d, h, h))
@@ -191,8 +205,12 @@ class CalibrationNet(nn.Module):
         end = z[:, seg: k * seg + 1: seg]  # back at rest
         disp = 0.5 * ((z_out - starts) + (back - end))  # (N, K, C, h, w)
         feat = torch.cat([starts, disp], 2).flatten(0, 1)  # (N*K, 2C, h, w)
-        learned = self.token(feat).reshape(n, k, cfg.context_channels - cfg.latent_channels,
-                                           *disp.shape[-2:])
+        learned = self.token(feat)
+        if cfg.global_token_channels:
+            pooled = self.token_global(feat)[:, :, None, None]
+            learned = torch.cat([learned, pooled.expand(-1, -1, *feat.shape[-2:])], 1)
+        learned = learned.reshape(n, k, cfg.context_channels - cfg.latent_channels,
+                                  *disp.shape[-2:])
         tokens = torch.cat([disp, learned], 2)  # (N, K, D, h, w)
         per_channel = torch.einsum("nka,nkdhw->nadhw", onehot, tokens)  # (N, A, D, h, w)
         scale = valid / safe  # (N, A): 1 / amplitude, 0 for absent channels

@@ -79,8 +79,9 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig | None = None) -> dict[st
     if not isinstance(ck, dict) or ck.get("arch") != ARCH:
         found = ck.get("arch") if isinstance(ck, dict) else type(ck).__name__
         raise ExportError(f"{path}: checkpoint of architecture {found!r}; expected {ARCH!r}")
-    if cfg is not None and ck.get("config") != cfg.to_dict():
-        diff = {k: (v, cfg.to_dict().get(k)) for k, v in ck["config"].items()
+    found_cfg = ModelConfig.from_dict(ck["config"]).to_dict() if "config" in ck else None
+    if cfg is not None and found_cfg != cfg.to_dict():
+        diff = {k: (v, cfg.to_dict().get(k)) for k, v in (found_cfg or {}).items()
                 if cfg.to_dict().get(k) != v}
         raise ExportError(f"{path}: checkpoint configuration differs (checkpoint, wanted): {diff}")
     return ck
@@ -288,7 +289,13 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
     if opts.threads:
         torch.set_num_threads(opts.threads)
     rank, world = _ddp()
-    cfg = cfg or ModelConfig(use_calibration=not opts.no_calibration)
+    if cfg is None:
+        try:
+            cfg = ModelConfig(use_calibration=not opts.no_calibration,
+                              global_token_channels=(0 if opts.no_calibration
+                                                     else opts.global_token_channels))
+        except ValueError as exc:
+            raise ExportError(f"--global-token-channels: {exc}") from None
     out = Path(opts.out)
     name = {"ae": "ae", "keypoint": "keypoint",
             "dynamics": "dynamics" if cfg.use_calibration else "dynamics_nocal"}[opts.stage]

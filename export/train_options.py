@@ -32,6 +32,7 @@ class TrainOptions:
     limit_cells: int | None = None
     keypoint_augment: float = 0.0
     single_frame_start: float = 0.0
+    global_token_channels: int = 0
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,6 +58,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "frame with the runtime's padding (that frame repeated, zero actions), "
                         "as a rollout from a start frame does; the calibration is then the "
                         "only evidence of how the actions move the arm (default 0)")
+    p.add_argument("--global-token-channels", type=int, default=0,
+                   help="dynamics stage: learned calibration-token channels pooled over the "
+                        "whole latent grid, G of the context's learned channels (default 0)")
     p.add_argument("--keypoint-augment", type=float, default=0.0,
                    help="keypoint stage: fraction of training frames degraded (blur, dimming, "
                         "lower contrast, noise) so the regressor also reads predicted frames, "

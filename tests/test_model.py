@@ -59,8 +59,9 @@ def _context(model: WorldModel, ep: Episode, actions: np.ndarray | None = None) 
     return model.calibration(lat, torch.from_numpy(acts), torch.from_numpy(mask))
 
 
-def test_calibrated_model_is_invariant_to_channel_relabelling() -> None:
-    model = _model()
+@pytest.mark.parametrize("global_channels", [0, 1])
+def test_calibrated_model_is_invariant_to_channel_relabelling(global_channels: int) -> None:
+    model = _model(dataclasses.replace(CFG, global_token_channels=global_channels))
     ep = _calibration()
     rng = np.random.default_rng(1)
     start = torch.randn(2, 4, 4, 4)
@@ -174,6 +175,17 @@ def test_relabelling_never_produces_a_held_out_convention() -> None:
             assert not is_held_out_convention(r.compose(conv))
 
 
+def test_global_token_channels_are_constant_over_the_grid() -> None:
+    cfg = dataclasses.replace(CFG, global_token_channels=1)
+    ctx = _context(_model(cfg), _calibration())
+    assert ctx.shape == (3, 6, 4, 4)
+    glob = ctx[:, -1]  # the last learned channel is the pooled one
+    assert torch.allclose(glob, glob[:, :1, :1].expand_as(glob))
+    assert not torch.allclose(ctx[:, -2], ctx[:, -2, :1, :1].expand_as(ctx[:, -2]))
+    with pytest.raises(ValueError, match="global_token_channels"):
+        dataclasses.replace(CFG, global_token_channels=2)  # D - C = 2 learned channels
+
+
 def test_checkpoint_from_another_architecture_is_refused(tmp_path) -> None:
     path = tmp_path / "ae.pt"
     save_checkpoint(path, {"arch": "some-other-net", "config": {}})
@@ -182,6 +194,12 @@ def test_checkpoint_from_another_architecture_is_refused(tmp_path) -> None:
     save_checkpoint(path, {"arch": ARCH, "config": CFG.to_dict()})
     with pytest.raises(ExportError, match=r"configuration differs.*step_width"):
         load_checkpoint(path, dataclasses.replace(CFG, step_width=16))
+    older = CFG.to_dict()  # made before global_token_channels existed: still CFG
+    del older["global_token_channels"]
+    save_checkpoint(path, {"arch": ARCH, "config": older})
+    assert load_checkpoint(path, CFG)["config"] == older
+    with pytest.raises(ExportError, match=r"configuration differs.*global_token_channels"):
+        load_checkpoint(path, dataclasses.replace(CFG, global_token_channels=1))
     path.write_bytes(b"garbage")
     with pytest.raises(ExportError, match="not a readable checkpoint"):
         load_checkpoint(path)
