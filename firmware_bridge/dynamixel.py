@@ -67,6 +67,7 @@ class DynamixelStream(ServoBusStream):
     SDK_MODULE = "dynamixel_sdk"
     SDK_LIBRARY = "dynamixel-sdk"
     READ_LENGTH = READ_LENGTH
+    PACKET_HANDLER_ARG = 2.0  # protocol 2.0
 
     def __init__(self, url, port, ids, *, zero_tick: int = 2048,
                  torque_constant_nm_per_a: float = TORQUE_CONSTANT_NM_PER_A, **kw):
@@ -77,24 +78,9 @@ class DynamixelStream(ServoBusStream):
         self._tick_ms = 0
 
     @classmethod
-    def from_url(cls, url, target, opts, **kw):
-        """Build from a parsed URL."""
-        args = dict(ids=opts.ids(), baud=opts.int("baud", 1_000_000, 9600),
-                    timeout_s=opts.float("timeout_s", 0.02, 0.0),
-                    zero_tick=opts.int("zero_tick", 2048),
-                    torque_constant_nm_per_a=opts.float("torque_constant_nm_per_a",
-                                                        TORQUE_CONSTANT_NM_PER_A, 0.0),
-                    rate_hz=opts.float("rate_hz", 0.0, 0.0),
-                    read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
-        opts.finish()
-        args.update(kw)
-        return cls(url, target, **args)
-
-    def _make_handlers(self, sdk):
-        from .sdk_port import make_port_handler
-
-        port = make_port_handler(sdk.PortHandler, self.port, self.baud, self.timeout_s)
-        return port, sdk.PacketHandler(2.0)
+    def _url_options(cls, opts) -> dict:
+        return dict(torque_constant_nm_per_a=opts.float("torque_constant_nm_per_a",
+                                                        TORQUE_CONSTANT_NM_PER_A, 0.0))
 
     def _sync_read_tx(self) -> int:
         return self._ph.syncReadTx(self._port, READ_START, READ_LENGTH, list(self.ids),

@@ -69,6 +69,7 @@ class FeetechStream(ServoBusStream):
     SDK_MODULE = "scservo_sdk"
     SDK_LIBRARY = "feetech-servo-sdk"
     READ_LENGTH = READ_LENGTH
+    PACKET_HANDLER_ARG = 0  # little-endian words (STS)
 
     def __init__(self, url, port, ids, *, zero_tick: int = 2048,
                  stall_torque_nm: float = STALL_TORQUE_NM, **kw):
@@ -76,23 +77,8 @@ class FeetechStream(ServoBusStream):
         self.zero_tick, self.stall_torque_nm = zero_tick, stall_torque_nm
 
     @classmethod
-    def from_url(cls, url, target, opts, **kw):
-        """Build from a parsed URL."""
-        args = dict(ids=opts.ids(), baud=opts.int("baud", 1_000_000, 9600),
-                    timeout_s=opts.float("timeout_s", 0.02, 0.0),
-                    zero_tick=opts.int("zero_tick", 2048),
-                    stall_torque_nm=opts.float("stall_torque_nm", STALL_TORQUE_NM, 0.0),
-                    rate_hz=opts.float("rate_hz", 0.0, 0.0),
-                    read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
-        opts.finish()
-        args.update(kw)
-        return cls(url, target, **args)
-
-    def _make_handlers(self, sdk):
-        from .sdk_port import make_port_handler
-
-        port = make_port_handler(sdk.PortHandler, self.port, self.baud, self.timeout_s)
-        return port, sdk.PacketHandler(0)  # 0: little-endian words (STS)
+    def _url_options(cls, opts) -> dict:
+        return dict(stall_torque_nm=opts.float("stall_torque_nm", STALL_TORQUE_NM, 0.0))
 
     def _sync_read_tx(self) -> int:
         return self._ph.syncReadTx(self._port, READ_START, READ_LENGTH, list(self.ids),

@@ -43,10 +43,35 @@ class ServoBusStream(JointStream):
     def joint_names(self) -> list[str]:
         return [f"id{i}" for i in self.ids]
 
+    @classmethod
+    def from_url(cls, url, target, opts, **kw):
+        """Build from a parsed URL: the options every servo bus has, plus the transport's own
+        (:meth:`_url_options`)."""
+        args = dict(ids=opts.ids(), baud=opts.int("baud", 1_000_000, 9600),
+                    timeout_s=opts.float("timeout_s", 0.02, 0.0),
+                    zero_tick=opts.int("zero_tick", 2048),
+                    **cls._url_options(opts),
+                    rate_hz=opts.float("rate_hz", 0.0, 0.0),
+                    read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
+        opts.finish()
+        args.update(kw)
+        return cls(url, target, **args)
+
+    @classmethod
+    def _url_options(cls, opts) -> dict:
+        """The transport's own URL options, as constructor keyword arguments."""
+        return {}
+
     # -- protocol specifics -------------------------------------------------------------
-    @abc.abstractmethod
+    #: The argument of the SDK's ``PacketHandler`` (protocol version or word order).
+    PACKET_HANDLER_ARG: float = 0
+
     def _make_handlers(self, sdk):
         """Return ``(port_handler, packet_handler)`` for the opened port."""
+        from .sdk_port import make_port_handler
+
+        port = make_port_handler(sdk.PortHandler, self.port, self.baud, self.timeout_s)
+        return port, sdk.PacketHandler(self.PACKET_HANDLER_ARG)
 
     @abc.abstractmethod
     def _sync_read_tx(self) -> int:
