@@ -78,7 +78,7 @@ class DynamixelStream(ServoBusStream):
         self._tick_ms = 0
 
     @classmethod
-    def _url_options(cls, opts) -> dict:
+    def _bus_options(cls, opts) -> dict:
         return dict(torque_constant_nm_per_a=opts.float("torque_constant_nm_per_a",
                                                         TORQUE_CONSTANT_NM_PER_A, 0.0))
 

@@ -50,14 +50,11 @@ class EthercatStream(JointStream):
         self.cycles = 0
 
     @classmethod
-    def from_url(cls, url, target, opts, **kw):
-        """Build from a parsed URL."""
-        args = dict(cycle_us=opts.int("cycle_us", 1000, 0), timeout_us=opts.int("timeout_us", 2000, 1),
+    def _url_options(cls, opts) -> dict:
+        return dict(cycle_us=opts.int("cycle_us", 1000, 0),
+                    timeout_us=opts.int("timeout_us", 2000, 1),
                     state_timeout_s=opts.float("state_timeout_s", 3.0, 0.0),
                     read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
-        opts.finish()
-        args.update(kw)
-        return cls(url, target, **args)
 
     @property
     def joint_names(self) -> list[str]:

@@ -77,7 +77,7 @@ class FeetechStream(ServoBusStream):
         self.zero_tick, self.stall_torque_nm = zero_tick, stall_torque_nm
 
     @classmethod
-    def _url_options(cls, opts) -> dict:
+    def _bus_options(cls, opts) -> dict:
         return dict(stall_torque_nm=opts.float("stall_torque_nm", STALL_TORQUE_NM, 0.0))
 
     def _sync_read_tx(self) -> int:

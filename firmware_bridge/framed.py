@@ -39,15 +39,11 @@ class FramedStream(JointStream):
         self._last_seq: int | None = None
 
     @classmethod
-    def from_url(cls, url, target, opts, **kw):
-        """Build from a parsed URL."""
-        args = dict(joints=opts.int("joints", 6, 1, MAX_JOINTS),
+    def _url_options(cls, opts) -> dict:
+        return dict(joints=opts.int("joints", 6, 1, MAX_JOINTS),
                     baud=opts.int("baud", 921600, 1200),
                     frame_timeout_s=opts.float("frame_timeout_s", 0.05, 0.0),
                     read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
-        opts.finish()
-        args.update(kw)
-        return cls(url, target, **args)
 
     @property
     def joint_names(self) -> list[str]:

@@ -28,12 +28,8 @@ class ReplayStream(JointStream):
         self._log = None
 
     @classmethod
-    def from_url(cls, url, target, opts, **kw):
-        """Build from a parsed URL."""
-        args = dict(speed=opts.float("speed", 1.0, 0.0), loop=bool(opts.int("loop", 0, 0, 1)))
-        opts.finish()
-        args.update(kw)
-        return cls(url, target, **args)
+    def _url_options(cls, opts) -> dict:
+        return dict(speed=opts.float("speed", 1.0, 0.0), loop=bool(opts.int("loop", 0, 0, 1)))
 
     @property
     def joint_names(self) -> list[str]:

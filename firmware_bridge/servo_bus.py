@@ -44,21 +44,17 @@ class ServoBusStream(JointStream):
         return [f"id{i}" for i in self.ids]
 
     @classmethod
-    def from_url(cls, url, target, opts, **kw):
-        """Build from a parsed URL: the options every servo bus has, plus the transport's own
-        (:meth:`_url_options`)."""
-        args = dict(ids=opts.ids(), baud=opts.int("baud", 1_000_000, 9600),
+    def _url_options(cls, opts) -> dict:
+        """The options every servo bus has, plus the transport's own (:meth:`_bus_options`)."""
+        return dict(ids=opts.ids(), baud=opts.int("baud", 1_000_000, 9600),
                     timeout_s=opts.float("timeout_s", 0.02, 0.0),
                     zero_tick=opts.int("zero_tick", 2048),
-                    **cls._url_options(opts),
+                    **cls._bus_options(opts),
                     rate_hz=opts.float("rate_hz", 0.0, 0.0),
                     read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
-        opts.finish()
-        args.update(kw)
-        return cls(url, target, **args)
 
     @classmethod
-    def _url_options(cls, opts) -> dict:
+    def _bus_options(cls, opts) -> dict:
         """The transport's own URL options, as constructor keyword arguments."""
         return {}
 

@@ -78,6 +78,22 @@ class JointStream(abc.ABC):
         self._next_tick_ns = 0
         self._last_counter = None
 
+    @classmethod
+    def from_url(cls, url: str, target: str, opts, **kw) -> JointStream:
+        """Build from a parsed URL (see :func:`firmware_bridge.url.stream_for_url`): the
+        transport's own options (:meth:`_url_options`), unknown ones refused, then ``kw`` on
+        top; ``target`` is the URL's device path, interface or file."""
+        args = cls._url_options(opts)
+        opts.finish()
+        args.update(kw)
+        make: Callable[..., JointStream] = cls  # concrete transports take (url, target, ...)
+        return make(url, target, **args)
+
+    @classmethod
+    def _url_options(cls, opts) -> dict:
+        """This transport's URL options, parsed from ``opts``, as constructor keywords."""
+        return {}
+
     # -- to implement -------------------------------------------------------------------
     @property
     @abc.abstractmethod
