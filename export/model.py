@@ -267,8 +267,10 @@ class WorldModel(nn.Module):
 
     @torch.no_grad()
     def encode_frames(self, frames_hwc: Tensor, batch: int = 256) -> Tensor:
-        """uint8 ``[N, H, W, 3]`` -> latents ``[N, C, h, w]`` in chunks."""
-        out = [self.encoder(frames_hwc[i:i + batch].permute(0, 3, 1, 2))
+        """uint8 ``[N, H, W, 3]`` -> latents ``[N, C, h, w]`` in chunks, on the model's device
+        (frames are moved there chunk by chunk)."""
+        device = next(self.encoder.parameters()).device
+        out = [self.encoder(frames_hwc[i:i + batch].to(device).permute(0, 3, 1, 2))
                for i in range(0, len(frames_hwc), batch)]
         return torch.cat(out)
 

@@ -21,7 +21,9 @@ Checkpoints (``OUT/<stage>.pt``) are written atomically every ``--checkpoint-eve
 and at the end; ``--resume`` continues from one. A checkpoint from another architecture or
 configuration is refused by name. Run several processes with ``torchrun --standalone
 --nproc_per_node N -m export.train ...`` (gloo on CPUs, nccl on GPUs; on several hosts use
-torchrun's rendezvous options instead of ``--standalone``); rank 0 writes.
+torchrun's rendezvous options instead of ``--standalone``); rank 0 writes. ``--device cuda``
+trains on NVIDIA GPUs (one per process, ``LOCAL_RANK``; nccl between processes); batches are
+still assembled on the CPU, and checkpoints hold CPU tensors so they load anywhere.
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig | None = None) -> dict[st
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def _ddp() -> tuple[int, int]:
-    """Join the process group torchrun describes (``WORLD_SIZE`` > 1); (rank, world size).
+def _ddp(backend: str = "gloo") -> tuple[int, int]:
+    """Join the process group torchrun describes (``WORLD_SIZE`` > 1) over ``backend``
+    (``gloo`` for CPU training, ``nccl`` for GPUs); (rank, world size).
 
     With gloo and every process on this host (``MASTER_ADDR`` a loopback address), gloo's
     pairs are bound to the loopback interface (``GLOO_SOCKET_IFNAME``, unless already set)
@@ -100,7 +103,6 @@ def _ddp() -> tuple[int, int]:
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not torch.distributed.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
         if (backend == "gloo" and os.environ.get("MASTER_ADDR", "") in _LOOPBACK
                 and "GLOO_SOCKET_IFNAME" not in os.environ):
             loopback = _loopback_interface()
@@ -109,6 +111,43 @@ def _ddp() -> tuple[int, int]:
         torch.distributed.init_process_group(backend)
     rank = torch.distributed.get_rank() if world > 1 else 0
     return rank, world
+
+
+def _training_device(name: str) -> torch.device:
+    """The device this process trains on: ``cpu``, or ``cuda`` (the GPU numbered by torchrun's
+    ``LOCAL_RANK``, 0 without torchrun).
+
+    Raises:
+        ExportError: ``cuda`` asked for where PyTorch finds no CUDA GPU, or an unknown name.
+    """
+    if name == "cpu":
+        return torch.device("cpu")
+    if name != "cuda":
+        raise ExportError(f"--device: unknown device {name!r}; expected 'cpu' or 'cuda'")
+    if not torch.cuda.is_available():
+        raise ExportError("--device cuda: PyTorch finds no CUDA GPU here (use --device cpu)")
+    index = int(os.environ.get("LOCAL_RANK", "0"))
+    if index >= torch.cuda.device_count():
+        raise ExportError(f"--device cuda: LOCAL_RANK {index} but only "
+                          f"{torch.cuda.device_count()} GPU(s) here")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``module``'s state dict with every tensor on the CPU (checkpoints load anywhere)."""
+    return {k: v.detach().cpu() for k, v in module.state_dict().items()}
+
+
+def _cpu_tree(obj: Any) -> Any:
+    """``obj`` (nested dicts and lists, e.g. an optimizer state) with tensors on the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_tree(v) for v in obj)
+    return obj
 
 
 def _loopback_interface() -> str | None:
@@ -151,25 +190,32 @@ def _motion_weights(mask: np.ndarray | None, size: int) -> torch.Tensor:
 
 
 class LatentSet:
-    """Every cell's calibration and motion latents, encoded once by the frozen encoder."""
+    """Every cell's calibration and motion latents, encoded once by the frozen encoder (on
+    the model's device) and kept on the CPU, where batches are assembled."""
 
     def __init__(self, cells: list[Cell], model: WorldModel):
         self.cells = cells
-        self.cal_latents = []
+        self.cal_latents: list[torch.Tensor] = []
         self.motion_latents = []
         self.motion_weights = []
         size = model.cfg.latent_size
         with torch.no_grad():
             for c in cells:
-                self.cal_latents.append(model.encode_frames(torch.from_numpy(c.cal_frames)))
-                self.motion_latents.append([model.encode_frames(torch.from_numpy(m.frames))
+                self.cal_latents.append(
+                    model.encode_frames(torch.from_numpy(c.cal_frames)).cpu())
+                self.motion_latents.append([model.encode_frames(torch.from_numpy(m.frames)).cpu()
                                             for m in c.motions])
                 self.motion_weights.append([_motion_weights(m.robot_mask, size)
                                             for m in c.motions])
+        self.cal_store = torch.stack(self.cal_latents)  # (cells, K*L+1, C, h, w)
 
     def batch(self, rng: np.random.Generator, size: int, cfg: ModelConfig, rollout: int,
               opts: TrainOptions | None = None) -> dict[str, torch.Tensor]:
-        """A training batch of windows with augmentation (see the module docstring)."""
+        """A training batch of windows with augmentation (see the module docstring).
+
+        The calibration latents are not copied into the batch: ``cal_index`` (int64 ``[B]``)
+        names each sample's cell, whose latents are ``cal_store[cal_index]`` (gathered where
+        the store lives, e.g. once on the GPU, instead of copying ~0.5 MB per sample)."""
         s = cfg.history
         hl, ha, fa, tgt, cl, ca, dm, wt = [], [], [], [], [], [], [], []
         for _ in range(size):
@@ -205,12 +251,12 @@ class LatentSet:
             weights = self.motion_weights[i][j]
             wt.append(weights[t0 + 1:t0 + 1 + rollout] if len(weights)
                       else torch.ones(rollout, 1, *z.shape[-2:]))
-            cl.append(self.cal_latents[i])
+            cl.append(i)
             ca.append(torch.from_numpy(np.asarray(cal_a, np.float32)))
             dm.append(torch.from_numpy(np.asarray(mask, np.float32)))
         return {"hist_latents": torch.stack(hl), "hist_actions": torch.stack(ha),
                 "actions": torch.stack(fa), "targets": torch.stack(tgt),
-                "cal_latents": torch.stack(cl), "cal_actions": torch.stack(ca),
+                "cal_index": torch.tensor(cl, dtype=torch.int64), "cal_actions": torch.stack(ca),
                 "dof_mask": torch.stack(dm), "weights": torch.stack(wt)}
 
 
@@ -288,7 +334,10 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
         raise ExportError(f"unknown stage {opts.stage!r}; expected one of {list(STAGES)}")
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    rank, world = _ddp()
+    device = _training_device(opts.device)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # shapes are fixed for the whole run
+    rank, world = _ddp("nccl" if device.type == "cuda" else "gloo")
     if cfg is None:
         try:
             cfg = ModelConfig(use_calibration=not opts.no_calibration,
@@ -318,6 +367,9 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
         net = torch.nn.ModuleDict({"calibration": model.calibration, "step": model.step})
     else:
         net = torch.nn.ModuleDict({"encoder": model.encoder, "decoder": model.decoder})
+    model.to(device)
+    if keypoint is not None:
+        keypoint.to(device)
     opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=opts.lr,
                             weight_decay=1e-4)
     step0 = 0
@@ -336,7 +388,8 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
         p.requires_grad_(id(p) in trained and p.requires_grad)
     loss_module: torch.nn.Module = _StageLoss(opts.stage, model, keypoint)
     if world > 1:
-        loss_module = torch.nn.parallel.DistributedDataParallel(loss_module)
+        loss_module = torch.nn.parallel.DistributedDataParallel(
+            loss_module, device_ids=[device.index] if device.type == "cuda" else None)
     if opts.stage in ("ae", "keypoint"):
         frames, masks, ee = _frame_pool(cells)
         if opts.stage == "keypoint":
@@ -344,18 +397,19 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
             frames, masks, ee = frames[ok], masks[ok], ee[ok]
     else:
         latents = LatentSet(cells, model)
+        cal_store = latents.cal_store.to(device)
 
     def payload(step: int) -> dict[str, Any]:
-        weights = ({k: v.state_dict() for k, v in net.items()}
-                   if isinstance(net, torch.nn.ModuleDict) else {"keypoint": net.state_dict()})
+        weights = ({k: _cpu_state(v) for k, v in net.items()}
+                   if isinstance(net, torch.nn.ModuleDict) else {"keypoint": _cpu_state(net)})
         return {"arch": ARCH, "config": cfg.to_dict(), "stage": opts.stage, "step": step,
-                "weights": weights, "optimizer": opt.state_dict(), "history": history,
-                "options": vars(opts), "data_seed": opts.seed,
-                **({"encoder": model.encoder.state_dict(),
-                    "decoder": model.decoder.state_dict()} if opts.stage == "ae" else {})}
+                "weights": weights, "optimizer": _cpu_tree(opt.state_dict()),
+                "history": history, "options": vars(opts), "data_seed": opts.seed,
+                **({"encoder": _cpu_state(model.encoder),
+                    "decoder": _cpu_state(model.decoder)} if opts.stage == "ae" else {})}
 
     t0 = time.perf_counter()
-    running = 0.0
+    running = torch.zeros((), device=device)  # summed on the device: no sync per step
     for step in range(step0, opts.steps):
         lr = opts.lr * 0.5 * (1 + math.cos(math.pi * step / max(opts.steps, 1)))
         for g in opt.param_groups:
@@ -369,22 +423,25 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
                      "masks": torch.from_numpy(masks[idx]), "ee": torch.from_numpy(ee[idx])}
         else:
             batch = latents.batch(rng, opts.batch, cfg, opts.rollout, opts)
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        if "cal_index" in batch:
+            batch["cal_latents"] = cal_store[batch.pop("cal_index")]
         loss = loss_module(batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
-        running += float(loss.detach())
+        running += loss.detach()
         done = step + 1
         if rank == 0 and (done % opts.log_every == 0 or done == opts.steps):
             rate = (done - step0) / (time.perf_counter() - t0)
-            avg = running / (opts.log_every if done % opts.log_every == 0
-                             else done % opts.log_every or 1)
+            avg = float(running) / (opts.log_every if done % opts.log_every == 0
+                                    else done % opts.log_every or 1)
             history.append({"step": done, "loss": avg, "lr": lr})
             msg = (f"{opts.stage} step {done}/{opts.steps} loss {avg:.5f} lr {lr:.2e} "
                    f"{rate:.2f} steps/s eta {(opts.steps - done) / max(rate, 1e-9) / 60:.1f} min")
             (progress or log.info)(msg)
-            running = 0.0
+            running.zero_()
         if rank == 0 and (done % opts.checkpoint_every == 0 or done == opts.steps):
             save_checkpoint(ck_path, payload(done))
     if world > 1:

@@ -33,6 +33,7 @@ class TrainOptions:
     keypoint_augment: float = 0.0
     single_frame_start: float = 0.0
     global_token_channels: int = 0
+    device: str = "cpu"
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,6 +66,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="keypoint stage: fraction of training frames degraded (blur, dimming, "
                         "lower contrast, noise) so the regressor also reads predicted frames, "
                         "which are blurrier and dimmer than rendered ones (default 0)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where the networks train: cpu (default) or cuda (an NVIDIA GPU; with "
+                        "torchrun, each process takes the GPU numbered by its LOCAL_RANK and "
+                        "the processes talk over nccl); batches are assembled on the CPU")
     p.add_argument("--limit-cells", type=int, default=None, help="use only the first N cells")
 
 

@@ -246,3 +246,31 @@ def test_single_frame_start_pads_the_history_like_the_runtime() -> None:
         r = latents.batch(np.random.default_rng(seed), 2, CFG, 3, real)
         seen_real_history |= not torch.equal(r["hist_latents"][:, 0], r["hist_latents"][:, -1])
     assert seen_real_history
+
+
+def test_batch_names_each_samples_own_calibration() -> None:
+    rng = np.random.default_rng(5)
+    cells = [_cell(rng), _cell(rng)]
+    cells[1] = dataclasses.replace(cells[1], cell_id="c1",
+                                   cal_frames=255 - cells[1].cal_frames)
+    latents = LatentSet(cells, _model())
+    assert latents.cal_store.shape == (2, *latents.cal_latents[0].shape)
+    opts = TrainOptions(stage="dynamics", data="", out="", steps=1, calibration_dropout=0.0,
+                        history_mask=0.0)
+    b = latents.batch(np.random.default_rng(0), 16, CFG, 3, opts)
+    assert b["cal_index"].dtype == torch.int64 and set(b["cal_index"].tolist()) == {0, 1}
+    for i, tgt in zip(b["cal_index"].tolist(), b["targets"], strict=True):
+        z = latents.motion_latents[i][0]  # the window comes from the same cell's motion
+        assert any(torch.equal(tgt, z[t + 1:t + 4]) for t in range(len(z) - 3))
+        assert torch.equal(latents.cal_store[i], latents.cal_latents[i])
+
+
+def test_cuda_training_without_a_gpu_is_refused_by_name() -> None:
+    from export.train import _training_device
+
+    assert _training_device("cpu") == torch.device("cpu")
+    with pytest.raises(ExportError, match="--device: unknown device 'tpu'"):
+        _training_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ExportError, match="--device cuda: PyTorch finds no CUDA GPU"):
+            _training_device("cuda")

@@ -50,6 +50,22 @@ def test_stages_write_checkpoints_and_resume(run: Path, data: Path) -> None:
     assert ck["step"] == 3 and [h["step"] for h in ck["history"]] == [1, 2, 3]
 
 
+@pytest.mark.gpu
+def test_cuda_training_writes_checkpoints_that_load_on_the_cpu(run: Path, data: Path,
+                                                               tmp_path: Path) -> None:
+    import shutil
+
+    import torch
+
+    shutil.copy(run / "ae.pt", tmp_path / "ae.pt")
+    train_stage(TrainOptions(stage="dynamics", data=str(data), out=str(tmp_path), steps=3,
+                             batch=4, rollout=3, log_every=1, device="cuda"))
+    ck = load_checkpoint(tmp_path / "dynamics.pt")
+    tensors = [t for sd in ck["weights"].values() for t in sd.values()]
+    assert ck["step"] == 3 and all(t.device == torch.device("cpu") for t in tensors)
+    assert all(torch.isfinite(t).all() for t in tensors if t.is_floating_point())
+
+
 def test_eval_writes_every_split_and_variant(run: Path, data: Path, tmp_path: Path) -> None:
     result = evaluate(EvalOptions(run=str(run), data=str(data), horizon=4, probe_steps=2))
     assert set(result["splits"]) == set(EVAL_SPLITS)
