@@ -144,6 +144,7 @@ class _Evaluator:
         self.kp = load_keypoint(opts.run)
         self.cfg = self.model.cfg
         self.rng = np.random.default_rng(opts.seed)
+        self.last_sheet: np.ndarray | None = None  # rollouts of the last split evaluated
 
     @torch.no_grad()
     def contexts(self, cells: list[Cell]) -> dict[str, torch.Tensor]:
@@ -214,6 +215,8 @@ class _Evaluator:
                                                                               start[i])[0])
                                   for i in range(len(cells))])) for k in range(t)]
         probe = self.probe(cells, ctx)
+        self.last_sheet = rollout_sheet(start, gt, preds["calibrated"], preds["zeroed"],
+                                        [c.cell_id for c in cells])
         return {"cells": len(cells), "per_cell": per_cell, "per_step": per_step,
                 "probe": probe, "ae_ceiling": ae_rec,
                 "cell_ids": [c.cell_id for c in cells]}
@@ -290,14 +293,47 @@ def _paired(per_cell: dict[str, dict[str, list[float]]], metric: str, other: str
             else float("nan")}
 
 
-def evaluate(opts: EvalOptions, splits: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run the evaluation; returns the JSON-ready result (tables, paired stats, targets)."""
+def rollout_sheet(start: np.ndarray, truth: np.ndarray, calibrated: np.ndarray,
+                  zeroed: np.ndarray, cell_ids: list[str], max_cells: int = 8) -> np.ndarray:
+    """Contact sheet of rollouts, one row per cell (the first ``max_cells``): the start frame,
+    ground truth at steps 4, 8, 12 and 16 (or the horizon's quarters), the calibrated
+    prediction at the same steps, and the zeroed-calibration prediction at the last step.
+
+    Args:
+        start: uint8 ``[B, H, W, 3]``; truth, calibrated, zeroed: uint8 ``[B, T, H, W, 3]``.
+        cell_ids: ``B`` names, drawn on each row's first tile.
+
+    Returns:
+        uint8 RGB image (see :func:`edge.visual.contact_sheet`).
+    """
+    from edge.visual import contact_sheet
+
+    t = truth.shape[1]
+    steps = sorted({max(1, round(t * k / 4)) for k in (1, 2, 3, 4)})
+    rows, labels = [], []
+    for i in range(min(max_cells, len(start))):
+        rows.append(np.concatenate([start[i][None], truth[i, [k - 1 for k in steps]],
+                                    calibrated[i, [k - 1 for k in steps]], zeroed[i, -1:]]))
+        labels.append([] if i else ["start"] + [f"gt {k}" for k in steps]
+                       + [f"cal {k}" for k in steps] + [f"zero {t}"])
+    labels[0][0] = ""  # the row label (cell id) goes on the first tile
+    return contact_sheet(rows, row_labels=cell_ids[:len(rows)], tile_labels=labels, scale=2)
+
+
+def evaluate(opts: EvalOptions, splits: dict[str, str] | None = None,
+             sheets: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """Run the evaluation; returns the JSON-ready result (tables, paired stats, targets).
+
+    If ``sheets`` is given, it receives per split name a contact sheet of rollouts
+    (:func:`rollout_sheet`)."""
     ev = _Evaluator(opts)
     splits = splits or SPLITS
     result: dict[str, Any] = {"options": vars(opts), "splits": {}}
     for name, split in splits.items():
         log.info("evaluating %s (%s)", name, split)
         r = ev.split(split)
+        if sheets is not None and ev.last_sheet is not None:
+            sheets[name] = ev.last_sheet
         summary = {v: {k: float(np.nanmean(vals)) for k, vals in r["per_cell"][v].items()}
                    for v in VARIANTS}
         paired = {}

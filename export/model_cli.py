@@ -32,14 +32,20 @@ def _run_eval(args: argparse.Namespace) -> int:
     opts = EvalOptions(run=args.run, data=args.data, horizon=args.horizon,
                        max_cells=args.max_cells, seed=args.seed,
                        residual_decoding=args.residual_decoding)
-    result = evaluate(opts)
+    from edge.visual import write_png
+
+    sheets: dict[str, Any] = {}
+    result = evaluate(opts, sheets=sheets)
     table = format_table(result)
     print(table)
     out = Path(args.out)
     write_json_atomic(out / "eval.json", _finite(result))
     (out / "eval.txt").write_text(table + "\n")
     plot_error_growth(result, out / "error_growth.png")
-    print(f"wrote {out / 'eval.json'}, {out / 'eval.txt'}, {out / 'error_growth.png'}")
+    for name, sheet in sheets.items():
+        write_png(out / f"rollouts_{name}.png", sheet)
+    print(f"wrote {out / 'eval.json'}, {out / 'eval.txt'}, {out / 'error_growth.png'}, "
+          f"{out}/rollouts_<split>.png")
     return 0
 
 
@@ -73,8 +79,10 @@ def register(subparsers: Any) -> None:
     t.set_defaults(func=_run_train)
     e = sub.add_parser("eval", help="zero-shot evaluation on every split and variant",
                        description="16-step open-loop rollouts on every split with every "
-                                   "variant; prints a table, writes eval.json, eval.txt and "
-                                   "error_growth.png.")
+                                   "variant; prints a table, writes eval.json, eval.txt, "
+                                   "error_growth.png and a contact sheet of rollouts per "
+                                   "split (rollouts_<split>.png: start, ground truth and "
+                                   "calibrated prediction at 4 steps, zeroed at the last).")
     e.add_argument("--run", default="runs/reference", help="checkpoint folder")
     e.add_argument("--data", default="data/cells", help="generated cells")
     e.add_argument("--out", default="runs/reference/eval", help="output folder")

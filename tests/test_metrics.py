@@ -105,3 +105,20 @@ def test_stacks_pool_over_frames() -> None:
     pred[1, 2, 2, 1] = 50
     assert masked_psnr(pred, truth, m) == pytest.approx(10 * math.log10(255**2 / (100 / 3)))
     assert psnr(pred, truth) == pytest.approx(10 * math.log10(255**2 / (100 / 96)))
+
+
+def test_rollout_sheet_places_each_frame_in_its_column() -> None:
+    from export.evaluate import rollout_sheet
+
+    b, t, h = 3, 16, 8
+    colour = lambda v: np.full((h, h, 3), v, np.uint8)  # noqa: E731
+    start = np.stack([colour(10 + i) for i in range(b)])
+    truth = np.stack([[colour(100 + k) for k in range(t)] for _ in range(b)])
+    cal = np.stack([[colour(150 + k) for k in range(t)] for _ in range(b)])
+    zero = np.stack([[colour(200 + i) for _ in range(t)] for i in range(b)])
+    sheet = rollout_sheet(start, truth, cal, zero, ["a", "b", "c"], max_cells=2)
+    tile = (h + 2) * 2  # 2 px gap, scaled x2
+    assert sheet.shape == (2 * tile, 10 * tile, 3)
+    centre = lambda r, c: sheet[r * tile + h, c * tile + h, 0]  # noqa: E731
+    # columns: start, truth at 4/8/12/16, calibrated at 4/8/12/16, zeroed at 16
+    assert [centre(1, c) for c in range(10)] == [11, 103, 107, 111, 115, 153, 157, 161, 165, 201]
