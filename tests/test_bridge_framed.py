@@ -151,8 +151,16 @@ def test_bridge_framed_corrupt_every_n():
     with FakeFramedDevice(3, 1000.0, faults=FramedFaults(corrupt_every=10)) as dev, \
             open_framed(dev) as s:
         samples = [s.read() for _ in range(90)]
-    assert s.stats.crc_errors >= 8 and s.stats.gaps == s.stats.crc_errors
-    assert all(x.missed == 1 for x in samples if x.status & Status.GAP)
+    # Frames k with k % 10 == 9 are corrupted: each is dropped and the next sample reports a
+    # gap of exactly that frame. (The decoder may also count a corrupted frame read before the
+    # first sample or after the last one, which no sample can show as a gap.)
+    counters = [x.device_counter for x in samples]
+    corrupted = [k for k in range(counters[0], counters[-1]) if k % 10 == 9]
+    assert sorted(set(range(counters[0], counters[-1] + 1)) - set(counters)) == corrupted
+    gaps = [x for x in samples if x.status & Status.GAP]
+    assert [x.device_counter - 1 for x in gaps] == corrupted and len(corrupted) >= 8
+    assert all(x.missed == 1 for x in gaps) and s.stats.gaps == len(corrupted)
+    assert len(corrupted) <= s.stats.crc_errors <= len(corrupted) + 2
 
 
 def test_bridge_framed_unplug_and_replug():
