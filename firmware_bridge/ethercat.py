@@ -23,12 +23,16 @@ from __future__ import annotations
 import math
 import struct
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .ecat_tables import AL, CIA402
 from .errors import ProtocolError, require
 from .stream import CycleError, JointStream, LinkLostError, Reading
+
+if TYPE_CHECKING:
+    import pysoem
 
 __all__ = ["EthercatStream"]
 
@@ -45,7 +49,7 @@ class EthercatStream(JointStream):
         kw.setdefault("rate_hz", 1e6 / cycle_us if cycle_us else 0.0)
         super().__init__(url, **kw)
         self.iface, self.timeout_us, self.state_timeout_s = iface, timeout_us, state_timeout_s
-        self._master = None
+        self._master: pysoem.Master | None = None
         self.layout: list[dict] = []
         self.cycles = 0
 
@@ -104,9 +108,10 @@ class EthercatStream(JointStream):
             raise LinkLostError(f"{self.iface}: expected at least one EtherCAT slave, found none")
         m.config_map()
         if m.state_check(AL["SAFEOP"], int(self.state_timeout_s * 1e6)) != AL["SAFEOP"]:
+            found = self._states()  # read before closing: closing forgets the master
             self._close()
             raise ProtocolError(f"{self.url}: expected all slaves in SAFE-OP after mapping, "
-                                f"found {self._states()}")
+                                f"found {found}")
         self.layout = [self._map_slave(k, s) for k, s in enumerate(m.slaves)]
         m.send_processdata()
         m.receive_processdata(self.timeout_us)
@@ -117,14 +122,18 @@ class EthercatStream(JointStream):
             m.send_processdata()
             m.receive_processdata(self.timeout_us)
             if time.monotonic() > end:
+                found = self._states()
                 self._close()
                 raise ProtocolError(f"{self.url}: expected all slaves in OP within "
-                                    f"{self.state_timeout_s} s, found {self._states()}")
+                                    f"{self.state_timeout_s} s, found {found}")
 
     def _states(self) -> str:
-        self._master.read_state()
+        m = self._master
+        if m is None:
+            return "no master (link closed)"
+        m.read_state()
         return ", ".join(f"slave{k} AL 0x{s.state:02X} code 0x{s.al_status:04X}"
-                         for k, s in enumerate(self._master.slaves))
+                         for k, s in enumerate(m.slaves))
 
     def _close(self) -> None:
         if self._master is not None:
