@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -273,7 +274,7 @@ def key_id(public_key: Any) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
-def load_public_key(path: str | Path) -> Any:
+def load_public_key(path: str | os.PathLike[str]) -> Any:
     """Load an Ed25519 public key from a PEM file (SubjectPublicKeyInfo).
 
     Returns:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -153,7 +154,7 @@ def _verify_slot_files(d: Path, manifest: BundleManifest) -> None:
         h = hashlib.sha256()
         try:
             with open(p, "rb") as fh:
-                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                for block in iter(functools.partial(fh.read, 1 << 20), b""):
                     h.update(block)
         except FileNotFoundError:
             raise BundleError(f"{p}: missing from slot {d.name}") from None

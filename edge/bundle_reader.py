@@ -102,8 +102,8 @@ def _check_member(m: tarfile.TarInfo, where: str) -> None:
 
 
 def _stream(tar: tarfile.TarFile, m: tarfile.TarInfo, where: str,
-            *sinks: Callable[[bytes], None]) -> str:
-    """Feed the member's bytes to every sink; return their sha256."""
+            *sinks: Callable[[bytes], object]) -> str:
+    """Feed the member's bytes to every sink (return values ignored); return their sha256."""
     h = hashlib.sha256()
     f = tar.extractfile(m)
     if f is None:  # pragma: no cover - regular files always have data
@@ -145,7 +145,8 @@ def _read_small(tar: tarfile.TarFile, m: tarfile.TarInfo | None, expected: str,
     return b"".join(parts)
 
 
-def _open_out(dest: Path | None, name: str) -> tuple[IO[bytes] | None, Callable[[bytes], None]]:
+def _open_out(dest: Path | None,
+              name: str) -> tuple[IO[bytes] | None, Callable[[bytes], object]]:
     if dest is None:
         return None, lambda b: None
     fd = os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -13,6 +13,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from edge import cache_index as ix
 from edge.cache_blobs import BlobStore
@@ -67,19 +68,24 @@ def collect_garbage(conn: sqlite3.Connection, blobs: BlobStore, grace_s: float) 
     """See :meth:`CalibrationCache.gc`."""
     integrity = str(conn.execute("PRAGMA quick_check").fetchone()[0])
     now = time.time()
-    named, temps = [], []
+    named: list[str] = []  # blobs
+    temps: list[Path] = []  # leftovers of interrupted writes, anything not named like a blob
     for sha, path, mtime in blobs.scan():
         if now - mtime < grace_s:
             continue
-        (named if sha else temps).append(sha or path)
-    removed, freed = [], 0
+        if sha:
+            named.append(sha)
+        else:
+            temps.append(path)
+    removed: list[str] = []
+    freed = 0
     if named:
         with ix.write_transaction(conn):
             for sha in named:
                 if not ix.is_referenced(conn, sha):
                     freed += blobs.unlink(sha)
                     removed.append(sha)
-    removed_tmp = []
+    removed_tmp: list[str] = []
     for path in temps:
         try:
             if path.is_dir():

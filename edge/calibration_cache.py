@@ -28,6 +28,7 @@ frame. Guarantees:
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import logging
 import os
@@ -337,7 +338,8 @@ class CalibrationCache:
         if len(parts) != 4 or not all(parts) or len(parts[3]) < 4:
             raise CacheKeyError(f"key {text!r}: expected CELL/CAMERA/ROBOT/MODEL_SHA256 (the "
                                 f"model sha256 or at least its first 4 hex digits)")
-        hits = [i.key for i in self.list(*parts[:3], model_prefix=parts[3].lower())]
+        hits = [i.key for i in self.list(parts[0], parts[1], parts[2],
+                                         model_prefix=parts[3].lower())]
         if not hits:
             raise CacheKeyError(f"key {text!r}: expected a cached entry, found none "
                                 f"(see: syncedge cache list)")
@@ -350,7 +352,8 @@ class CalibrationCache:
         """Bytes of every distinct blob the index refers to."""
         return ix.total_bytes(self._conn)
 
-    def quarantine(self) -> list[QuarantineRecord]:
+    # (builtins.list: the method list() above shadows the builtin in this class body)
+    def quarantine(self) -> builtins.list[QuarantineRecord]:
         """Every quarantine record, oldest first."""
         return ix.quarantine_records(self._conn)
 
@@ -409,7 +412,8 @@ class CalibrationCache:
                                    info.blobs().items()}))
         return write_archive(Path(path), entries)
 
-    def import_(self, path: str | os.PathLike[str], *, replace: bool = False) -> list[CacheKey]:
+    def import_(self, path: str | os.PathLike[str], *,
+                replace: bool = False) -> builtins.list[CacheKey]:
         """Validate every entry of an archive made by :meth:`export`, then store them.
 
         Raises:

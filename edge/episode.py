@@ -329,7 +329,11 @@ def save_episode(episode: Episode, path: str | os.PathLike[str]) -> Path:
         raise EpisodeError(f"metadata is not strict JSON: {exc}", path=path,
                            field="metadata") from None
     arrays[_META_KEY] = np.frombuffer(blob, dtype=np.uint8)
-    return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+    # mypy matches **arrays against savez_compressed's keyword `allow_pickle: bool` too;
+    # the keys are array names only (numpy>=1.24 has no such keyword for savez at all).
+    return atomic_write(
+        path, lambda f: np.savez_compressed(f, **arrays)  # type: ignore[arg-type]
+    )
 
 
 def load_episode(path: str | os.PathLike[str]) -> Episode:

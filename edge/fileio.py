@@ -23,13 +23,13 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None],
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object],
                  mode: int = 0o666) -> Path:
     """Call ``write(f)`` on a temporary binary file, then move it over ``path``.
 
     Args:
         path: final file path; parent folders are created.
-        write: writes the content to the open file object.
+        write: writes the content to the open file object (its return value is ignored).
         mode: permission bits before the umask (default: like ``open``).
 
     Returns:

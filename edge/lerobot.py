@@ -106,7 +106,11 @@ def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     try:
-        states, acts, ts, fidx, eidx = [], [], [], [], []
+        states: list[np.ndarray] = []  # per frame: joint state row (A,)
+        acts: list[np.ndarray] = []  # per frame: action row (A,)
+        ts: list[np.float32] = []  # per frame: timestamp within its episode, s
+        fidx: list[int] = []  # per frame: frame index within its episode
+        eidx: list[int] = []  # per frame: episode index
         ep_rows: dict[str, list[Any]] = {k: [] for k in (
             "episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
             "dataset_from_index", "dataset_to_index", f"videos/{camera_key}/chunk_index",

@@ -10,6 +10,7 @@ to the video) and never yields a held-out convention.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,8 +58,9 @@ def _pad_actions(a: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-def load_cells(root: str | Path, splits: list[str], max_dof: int = 7, segment_frames: int = 8,
-               limit: int | None = None, with_masks: bool = True) -> list[Cell]:
+def load_cells(root: str | os.PathLike[str], splits: list[str], max_dof: int = 7,
+               segment_frames: int = 8, limit: int | None = None,
+               with_masks: bool = True) -> list[Cell]:
     """Load every complete chunk of ``splits`` under ``root`` (``OUT/<split>/chunk-*/``).
 
     Raises:

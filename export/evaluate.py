@@ -35,6 +35,7 @@ from edge.metrics import bootstrap_mean_ci, direction_agreement, motion_mask, ps
 from edge.metrics import masked_psnr as _masked_psnr
 from export.cells.sampling import CellParams, Convention
 from export.data import Cell, load_cells, relabel
+from export.errors import ExportError
 from export.model import KeypointNet, ModelConfig, WorldModel
 from export.train import load_checkpoint
 
@@ -136,6 +137,18 @@ def _decode(model: WorldModel, z: torch.Tensor, start: torch.Tensor, z0: torch.T
     return to_uint8(dec + base)
 
 
+def _required(a: np.ndarray | None, cell: Cell, field: str) -> np.ndarray:
+    """``a``, an optional array of ``cell``'s first motion episode that evaluation needs.
+
+    Raises:
+        ExportError: naming the cell and the field, if the episode does not carry it.
+    """
+    if a is None:
+        raise ExportError(f"cell {cell.cell_id}: its motion episode has no {field}; evaluation "
+                          f"needs generated episodes ('syncedge cells generate'), which carry it")
+    return a
+
+
 class _Evaluator:
     def __init__(self, opts: EvalOptions):
         self.opts = opts
@@ -193,7 +206,7 @@ class _Evaluator:
         start = np.stack([c.motions[0].frames[0] for c in cells])
         gt = np.stack([c.motions[0].frames[1:t + 1] for c in cells])
         acts = np.stack([c.motions[0].actions[:t] for c in cells])
-        ee_gt = np.stack([c.motions[0].ee_px[1:t + 1] for c in cells])
+        ee_gt = np.stack([_required(c.motions[0].ee_px, c, "ee_px")[1:t + 1] for c in cells])
         preds = self.rollouts(start, acts, ctx)
         ae_rec = self.autoencoder_ceiling(gt, start)
         per_cell: dict[str, dict[str, list[float]]] = {v: {} for v in VARIANTS}
@@ -253,7 +266,7 @@ class _Evaluator:
             for i, cell in enumerate(cells):
                 params = cell_from_json(cell.params)
                 n = cell.num_dof
-                q0 = cell.motions[0].joint_positions[0, :n]
+                q0 = _required(cell.motions[0].joint_positions, cell, "joint_positions")[0, :n]
                 acts = np.zeros((n, o.probe_steps, self.cfg.max_dof), np.float32)
                 ee_true = []
                 start = None
@@ -262,9 +275,12 @@ class _Evaluator:
                     q = q0[None] + np.cumsum(np.vstack([np.zeros((1, n)),
                                                         acts[c, :, :n]]), 0)
                     ep = gen.render_episode(params, params.convention.to_canonical(q), "motion")
-                    ee_true.append(ep.ee_px[-1] - ep.ee_px[0])
+                    ee_px = ep.ee_px
+                    assert ee_px is not None  # render_episode always sets it
+                    ee_true.append(ee_px[-1] - ee_px[0])
                     start = ep.frames[0]
                 true.append(np.stack(ee_true))
+                assert start is not None  # np.stack raised above unless the loop ran
                 starts = np.repeat(start[None], n, 0)
                 one = {k: v[i:i + 1].expand(n, *v.shape[1:]) for k, v in ctx.items()}
                 preds = self.rollouts(starts, acts, one)

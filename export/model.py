@@ -311,6 +311,10 @@ class KeypointNet(nn.Module):
     (control measured on predicted frames), never as a model input.
     """
 
+    # pixel coordinates of the soft-argmax grid (buffers registered in __init__)
+    xs: Tensor
+    ys: Tensor
+
     def __init__(self, width: int = 32, image_size: int = 64):
         super().__init__()
         self.net = nn.Sequential(

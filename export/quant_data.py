@@ -105,13 +105,14 @@ def load_quant_calibration_cells(data: str | os.PathLike[str],
     return cells
 
 
-def _windows(z: np.ndarray, actions: np.ndarray, s: int) -> list[tuple[np.ndarray, ...]]:
+def _windows(z: np.ndarray, actions: np.ndarray,
+             s: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """History windows of one episode: (hist latents [S,C,h,w], hist actions [S,A], action [A]).
 
     ``z [T, C, h, w]`` latents, ``actions [T, A]``; slot tau holds (z_tau, a_{tau-1});
     times before 0 are the start latent with a zero action (the runtime's padding).
     """
-    out = []
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     zero = np.zeros_like(actions[0])
     for t in range(len(z) - 1):
         taus = range(t - s + 1, t + 1)
@@ -150,7 +151,9 @@ def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
     pick = rng.choice(len(frames), size=min(samples, len(frames)), replace=False)
     feeds: dict[str, list[Feeds]] = {"encoder": [
         {"frames": np.ascontiguousarray(frames[i].transpose(2, 0, 1)[None])} for i in pick]}
-    contexts, windows, latents = [], [], []
+    contexts: list[np.ndarray] = []
+    windows: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []  # (cell, *window)
+    latents: list[np.ndarray] = []
     for i, cell in enumerate(cells):
         cal_lat = np.stack([model.encode(f) for f in cell.cal_frames])  # (K*L+1, C, h, w)
         contexts.append(model.calibrate(cal_lat, cell.cal_actions, cell.dof_mask))

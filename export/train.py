@@ -286,7 +286,8 @@ def degrade_frames(frames: torch.Tensor, rng: np.random.Generator,
     these moves anything."""
     import cv2
 
-    pick = np.flatnonzero(rng.random(len(frames)) < fraction) if fraction > 0 else []
+    pick: np.ndarray | list[int] = (np.flatnonzero(rng.random(len(frames)) < fraction)
+                                    if fraction > 0 else [])
     if not len(pick):
         return frames
     out = frames.numpy().copy()

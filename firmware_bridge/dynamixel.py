@@ -74,7 +74,7 @@ class DynamixelStream(ServoBusStream):
         super().__init__(url, port, ids, **kw)
         self.zero_tick = zero_tick
         self.torque_constant_nm_per_a = torque_constant_nm_per_a
-        self._tick_last = None
+        self._tick_last: int | None = None
         self._tick_ms = 0
 
     @classmethod
@@ -83,8 +83,10 @@ class DynamixelStream(ServoBusStream):
                                                         TORQUE_CONSTANT_NM_PER_A, 0.0))
 
     def _sync_read_tx(self) -> int:
-        return self._ph.syncReadTx(self._port, READ_START, READ_LENGTH, list(self.ids),
-                                   len(self.ids), False)
+        ph = self._ph
+        assert ph is not None  # called by _cycle() only while the port is open
+        return ph.syncReadTx(self._port, READ_START, READ_LENGTH, list(self.ids),
+                             len(self.ids), False)
 
     def _decode(self, data, errors, receipt_ns) -> Reading:
         pos = (_field(data, "present_position") - self.zero_tick) * (2 * math.pi / TICKS_PER_REV)

@@ -81,8 +81,10 @@ class FeetechStream(ServoBusStream):
         return dict(stall_torque_nm=opts.float("stall_torque_nm", STALL_TORQUE_NM, 0.0))
 
     def _sync_read_tx(self) -> int:
-        return self._ph.syncReadTx(self._port, READ_START, READ_LENGTH, list(self.ids),
-                                   len(self.ids))
+        ph = self._ph
+        assert ph is not None  # called by _cycle() only while the port is open
+        return ph.syncReadTx(self._port, READ_START, READ_LENGTH, list(self.ids),
+                             len(self.ids))
 
     def _decode(self, data, errors, receipt_ns) -> Reading:
         pos = (_field(data, "present_position") - self.zero_tick) * (2 * math.pi / STEPS_PER_REV)

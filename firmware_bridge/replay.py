@@ -11,7 +11,7 @@ import os
 import time
 
 from .errors import BridgeError
-from .jointlog import read_joint_log
+from .jointlog import JointLog, read_joint_log
 from .stream import JointStream, LinkLostError, Reading
 
 __all__ = ["ReplayStream"]
@@ -25,7 +25,7 @@ class ReplayStream(JointStream):
     def __init__(self, url: str, path: str, *, speed: float = 1.0, loop: bool = False, **kw):
         super().__init__(url, **kw)
         self.path, self.speed, self.loop = path, speed, loop
-        self._log = None
+        self._log: JointLog | None = None
 
     @classmethod
     def _url_options(cls, opts) -> dict:
@@ -38,8 +38,8 @@ class ReplayStream(JointStream):
     def _open(self) -> None:
         if not os.path.exists(self.path):
             raise LinkLostError(f"no joint log at {self.path}")
-        self._log = read_joint_log(self.path)
-        if not self._log.samples:
+        self._log = log = read_joint_log(self.path)
+        if not log.samples:
             raise BridgeError(f"{self.path}: expected at least one sample, found none")
         self._i = 0
         self._start_ns = time.monotonic_ns()
@@ -48,7 +48,9 @@ class ReplayStream(JointStream):
         pass
 
     def _cycle(self) -> Reading:
-        samples = self._log.samples
+        log = self._log
+        assert log is not None  # set by _open(); read() runs cycles only while open
+        samples = log.samples
         if self._i >= len(samples):
             if not self.loop:
                 raise BridgeError(f"{self.url}: end of the log after {len(samples)} samples")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import abc
 import time
+import types
+from typing import Any
 
 import numpy as np
 
@@ -34,9 +36,10 @@ class ServoBusStream(JointStream):
                  timeout_s: float = 0.02, **kw):
         super().__init__(url, **kw)
         self.port, self.ids, self.baud, self.timeout_s = port, list(ids), baud, timeout_s
-        self._sdk = None
-        self._port = None
-        self._ph = None
+        self._sdk: types.ModuleType | None = None
+        # the SDK's PortHandler and PacketHandler (the SDKs have no type information)
+        self._port: Any | None = None
+        self._ph: Any | None = None
         self.cycles = 0
 
     @property
@@ -93,23 +96,25 @@ class ServoBusStream(JointStream):
             self._port = None
 
     def _cycle(self) -> Reading:
-        if self._port is None:
+        port = self._port
+        if port is None:
             raise LinkLostError(f"{self.port}: not open")
-        sdk = self._sdk
+        sdk, ph = self._sdk, self._ph
+        assert sdk is not None and ph is not None  # _open() sets them with the port
         self.cycles += 1
         rc = self._sync_read_tx()
         if rc != sdk.COMM_SUCCESS:
-            self._port.is_using = False
+            port.is_using = False
             raise CycleError("lost", f"{self.port}: sync read not sent: "
-                             f"{self._ph.getTxRxResult(rc)}")
+                             f"{ph.getTxRxResult(rc)}")
         data = np.zeros((len(self.ids), self.READ_LENGTH), dtype=np.uint8)
         errors = np.zeros(len(self.ids), dtype=np.uint8)
         for k, sid in enumerate(self.ids):
-            values, rc, err = self._ph.readRx(self._port, sid, self.READ_LENGTH)
+            values, rc, err = ph.readRx(port, sid, self.READ_LENGTH)
             if rc != sdk.COMM_SUCCESS or len(values) != self.READ_LENGTH:
                 kind = {sdk.COMM_RX_TIMEOUT: "timeout", sdk.COMM_RX_CORRUPT: "crc"}.get(rc, "lost")
                 raise CycleError(kind, f"{self.port}: expected a status packet from id {sid}, "
-                                 f"found {self._ph.getTxRxResult(rc)}")
+                                 f"found {ph.getTxRxResult(rc)}")
             data[k] = values
             errors[k] = err
         return self._decode(data, errors, time.monotonic_ns())
@@ -123,8 +128,13 @@ class ServoBusStream(JointStream):
         drain_until_quiet(self._port.ser, quiet_s=2 * self.timeout_s, limit_s=10 * self.timeout_s)
 
     def _ping(self, sid: int) -> tuple[int, int]:
-        model, rc, err = self._ph.ping(self._port, sid)[:3]
-        return (model, err) if rc == self._sdk.COMM_SUCCESS else (-1, rc)
+        ph = self._ph
+        if ph is None:  # never opened: what calling ping on None raised before
+            raise AttributeError("'NoneType' object has no attribute 'ping'")
+        model, rc, err = ph.ping(self._port, sid)[:3]
+        sdk = self._sdk
+        assert sdk is not None  # _open() loads the SDK before making the handlers
+        return (model, err) if rc == sdk.COMM_SUCCESS else (-1, rc)
 
     def describe(self) -> dict:
         """Ping every configured id; report model numbers (``-1``: no answer)."""

@@ -76,7 +76,7 @@ class JointStream(abc.ABC):
         self.stats = StreamStats()
         self.is_open = False
         self._next_tick_ns = 0
-        self._last_counter = None
+        self._last_counter: int | None = None
 
     @classmethod
     def from_url(cls, url: str, target: str, opts, **kw) -> JointStream:

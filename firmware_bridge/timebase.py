@@ -36,15 +36,18 @@ class ClockEstimator:
             raise BridgeError(f"ClockEstimator window: expected >= 2, found {window}")
         self.window = window
         self._pairs: deque = deque()
-        self._d0 = self._h0 = None
+        self._d0: int | None = None
+        self._h0: int | None = None
         self._sx = self._sy = self._sxx = self._sxy = 0.0
 
     def update(self, device_ns: int, host_ns: int) -> None:
         """Add one (device stamp, host stamp) pair, both ns."""
         if self._d0 is None:
             self._d0, self._h0 = device_ns, host_ns
-        x = (device_ns - self._d0) / 1e9
-        y = (host_ns - self._h0) / 1e9 - x
+        d0, h0 = self._d0, self._h0
+        assert h0 is not None  # set together with _d0
+        x = (device_ns - d0) / 1e9
+        y = (host_ns - h0) / 1e9 - x
         self._pairs.append((x, y))
         self._sx += x
         self._sy += y
@@ -79,8 +82,10 @@ class ClockEstimator:
     def to_host(self, device_ns: int) -> int:
         """Map a device stamp (ns) to the host clock (ns). Raises before two pairs."""
         a, b = self._fit()
-        x = (device_ns - self._d0) / 1e9
-        return int(self._h0 + round((x + a + b * x) * 1e9))
+        d0, h0 = self._d0, self._h0
+        assert d0 is not None and h0 is not None  # _fit() raised unless pairs were added
+        x = (device_ns - d0) / 1e9
+        return int(h0 + round((x + a + b * x) * 1e9))
 
 
 def samples_to_arrays(samples: list[JointSample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ Each transport validates its own query options and quotes its expected form on e
 
 from __future__ import annotations
 
+import builtins
 import importlib
 from urllib.parse import parse_qsl
 
@@ -114,7 +115,10 @@ class Options:
         """Pop a string option."""
         return self._opts.pop(key, default)
 
-    def int(self, key: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
+    # The methods below are named str/int/float, which shadow the builtins in later
+    # annotations of this class body; those annotations name them as builtins.*.
+    def int(self, key: builtins.str, default: builtins.int, lo: builtins.int | None = None,
+            hi: builtins.int | None = None) -> builtins.int:
         """Pop an integer option within ``[lo, hi]``."""
         raw = self._opts.pop(key, None)
         if raw is None:
@@ -127,7 +131,8 @@ class Options:
             raise self._fail(key, f"an integer in [{lo}, {hi}]", raw)
         return v
 
-    def float(self, key: str, default: float, lo: float | None = None) -> float:
+    def float(self, key: builtins.str, default: builtins.float,
+              lo: builtins.float | None = None) -> builtins.float:
         """Pop a float option ``>= lo``."""
         raw = self._opts.pop(key, None)
         if raw is None:
@@ -140,7 +145,8 @@ class Options:
             raise self._fail(key, f"a number >= {lo}", raw)
         return v
 
-    def ids(self, key: str = "ids", default: str | None = None) -> list[int]:
+    def ids(self, key: builtins.str = "ids",
+            default: builtins.str | None = None) -> list[builtins.int]:
         """Pop a servo id list (see :func:`parse_ids`); required when ``default`` is None."""
         raw = self._opts.pop(key, default)
         if raw is None:

@@ -96,9 +96,12 @@ def _check(lib: Any, call: str, result: int) -> None:
         raise CudaDriverError(f"{call}: expected CUDA_SUCCESS, found {text}")
 
 
-def count_graph_nodes(graph: int, lib: Any = None) -> Counter:
+def count_graph_nodes(graph: int | None, lib: Any = None) -> Counter:
     """Count a ``CUgraph``'s nodes by type name (see :data:`NODE_TYPES`), child graphs
-    included (a child-graph node counts as ``"graph"`` and its nodes are added)."""
+    included (a child-graph node counts as ``"graph"`` and its nodes are added).
+
+    ``graph`` is the handle as an int, or None for NULL (as ``ctypes.c_void_p.value``
+    gives it); the driver reports a NULL graph as an error."""
     lib = lib if lib is not None else load_driver()
     count = ctypes.c_size_t(0)
     _check(lib, "cuGraphGetNodes", lib.cuGraphGetNodes(graph, None, ctypes.byref(count)))

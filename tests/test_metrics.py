@@ -122,3 +122,15 @@ def test_rollout_sheet_places_each_frame_in_its_column() -> None:
     centre = lambda r, c: sheet[r * tile + h, c * tile + h, 0]  # noqa: E731
     # columns: start, truth at 4/8/12/16, calibrated at 4/8/12/16, zeroed at 16
     assert [centre(1, c) for c in range(10)] == [11, 103, 107, 111, 115, 153, 157, 161, 165, 201]
+
+
+def test_evaluation_names_a_cell_whose_episode_lacks_a_needed_array() -> None:
+    import types
+
+    from export.errors import ExportError
+    from export.evaluate import _required
+
+    cell = types.SimpleNamespace(cell_id="test_convention-0000-007")
+    assert _required(np.zeros(2), cell, "ee_px").shape == (2,)
+    with pytest.raises(ExportError, match="cell test_convention-0000-007: .* no ee_px"):
+        _required(None, cell, "ee_px")

@@ -82,7 +82,9 @@ class _JointReader(threading.Thread):
 
     def __init__(self, stream: Any):
         super().__init__(name="joint-reader", daemon=True)
-        self.stream, self.samples, self.error = stream, [], None
+        self.stream = stream
+        self.samples: list[Any] = []
+        self.error: str | None = None
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
 

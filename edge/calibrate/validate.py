@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ __all__ = ["fidelity", "keypoint_probe", "load_keypoint", "predict"]
 MOTION_THRESHOLD = 8  # uint8 units, as edge.commands.simulate
 
 
-def _mean(values: list[float | None]) -> float | None:
+def _mean(values: Sequence[float | None]) -> float | None:
     v = [x for x in values if x is not None and math.isfinite(x)]
     return round(float(np.mean(v)), 4) if v else None
 
@@ -82,7 +83,8 @@ def _kp(session: Any, frame: np.ndarray) -> np.ndarray:
 def keypoint_probe(model: WorldModel, contexts: dict[str, CalibrationContext],
                    calibration: Episode, session: Any) -> dict[str, Any]:
     """Per-DoF control probe on the calibration sweeps (see the module docstring)."""
-    true_d, pred_d = [], {k: [] for k in contexts}
+    true_d: list[np.ndarray] = []
+    pred_d: dict[str, list[np.ndarray]] = {k: [] for k in contexts}
     per_dof: dict[str, dict[str, Any]] = {}
     for seg in calibration.metadata.segments:
         s = seg.start

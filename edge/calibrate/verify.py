@@ -46,7 +46,9 @@ def _grey(img: np.ndarray) -> np.ndarray:
 def _orb(ref: np.ndarray, live: np.ndarray) -> dict[str, Any] | None:
     import cv2
 
-    orb = cv2.ORB_create(1000, fastThreshold=5, edgeThreshold=8, patchSize=15)
+    # cv2's bundled stubs omit the legacy ORB_create alias, which exists at runtime
+    orb = cv2.ORB_create(  # type: ignore[attr-defined]
+        1000, fastThreshold=5, edgeThreshold=8, patchSize=15)
     k1, d1 = orb.detectAndCompute(ref, None)
     k2, d2 = orb.detectAndCompute(live, None)
     if d1 is None or d2 is None or len(k1) < 4 or len(k2) < 4:
@@ -54,8 +56,8 @@ def _orb(ref: np.ndarray, live: np.ndarray) -> dict[str, Any] | None:
     matches = cv2.BFMatcher(cv2.NORM_HAMMING, crossCheck=True).match(d1, d2)
     if len(matches) < 4:
         return None
-    src = np.float32([k1[m.queryIdx].pt for m in matches])
-    dst = np.float32([k2[m.trainIdx].pt for m in matches])
+    src = np.array([k1[m.queryIdx].pt for m in matches], dtype=np.float32)
+    dst = np.array([k2[m.trainIdx].pt for m in matches], dtype=np.float32)
     m, inl = cv2.estimateAffinePartial2D(src, dst, method=cv2.RANSAC,
                                          ransacReprojThreshold=1.5, maxIters=4000,
                                          confidence=0.999)

@@ -69,7 +69,8 @@ def _resolution(args: argparse.Namespace) -> tuple[int, int]:
     if getattr(args, "model", None):
         from edge.manifest import load_manifest
 
-        return tuple(load_manifest(Path(args.model) / "model.json").contract.resolution)
+        # (H, W); from_json already made it a tuple
+        return load_manifest(Path(args.model) / "model.json").contract.resolution
     try:
         h, w = (int(v) for v in args.size.lower().split("x"))
     except ValueError:
@@ -152,10 +153,10 @@ def run_record(args: argparse.Namespace) -> int:
             try:
                 raw = record(cam, joints, prog, opts)
             except RecordingError as exc:
-                raw = getattr(exc, "recording", None)
-                if raw is None or not raw.frames:
+                partial = getattr(exc, "recording", None)
+                if partial is None or not partial.frames:
                     raise
-                kept = _keep_partial(raw, prog, _aopts(args, prog, size, cam, joints), out)
+                kept = _keep_partial(partial, prog, _aopts(args, prog, size, cam, joints), out)
                 raise RecordingError(f"{exc}; partial recording kept at {kept}", kept) from None
         finally:
             joints.close()

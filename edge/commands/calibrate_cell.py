@@ -99,6 +99,7 @@ def run_verify(args: argparse.Namespace) -> int:
         describe = cam.describe()
     finally:
         cam.close()
+    assert frame is not None  # the loop reads at least once
     result = compare_frames(entry.reference_frame, frame,
                             VerifyOptions(max_shift_frac=args.max_shift_frac,
                                           max_rotation_deg=args.max_rotation_deg))

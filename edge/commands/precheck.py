@@ -101,10 +101,13 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             q0 = episode.joint_positions[0]
         ctx = get_context(args, model, episode, context_source)
         meta = episode.metadata if episode is not None else None
-        stale = stale_gate(args, model.sha256, args.camera_id or (meta and meta.camera_id),
-                           args.robot_id or (meta and meta.robot_id))
+        # (an EpisodeMetadata is always true, so this is what ``meta and meta.camera_id`` was)
+        stale = stale_gate(args, model.sha256,
+                           args.camera_id or (meta.camera_id if meta is not None else None),
+                           args.robot_id or (meta.robot_id if meta is not None else None))
         if stale:
             print(f"warning: {stale}", file=sys.stderr)
+        names: list[str] | None
         if args.policy:
             if not args.horizon or args.horizon < 1:
                 raise RuntimeInputError("--horizon: required (>= 1) with --policy")

@@ -145,7 +145,7 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
                 s = int(over[0])
                 v._fail(s, "keep_out", f"{int(moved[v.index, s])} px moved inside the keep-out "
                         f"regions (allowed {ko.max_moved_pixels}) at step {s}")
-    goal_ssim = [None] * n
+    goal_ssim: list[float | None] = [None] * n
     if rules.goal is not None:
         if goal is None or goal.shape != start.shape:
             raise RuntimeInputError(f"{rules.goal.image}: expected a goal image of shape "

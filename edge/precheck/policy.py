@@ -48,8 +48,10 @@ class OnnxPolicy:
             return self
         if not self.path.is_file():
             raise RuntimeInputError(f"{self.path}: no such policy file")
-        runner = OrtCpuRunner(self.path, self.intra_op_num_threads).activate()
+        runner = OrtCpuRunner(self.path, self.intra_op_num_threads)
+        runner.activate()
         sess = runner._session
+        assert sess is not None  # activate() loaded the session
         ins = {i.name: i.shape for i in sess.get_inputs()}
         outs = {o.name: o.shape for o in sess.get_outputs()}
         if set(ins) != {"frame", "joint_state"} or "action" not in outs:

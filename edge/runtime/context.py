@@ -105,8 +105,10 @@ def pad_calibration(model: WorldModel, episode: Episode, where: str = "calibrati
     c = model.contract
     if not np.isfinite(episode.actions).all():
         raise RuntimeInputError(f"{where}: actions contain NaN or inf")
-    return prepare_calibration(episode, c.max_dof, c.segment_frames, tuple(c.resolution),
-                               tuple(c.sweep_out_rows), source=where)
+    # prepare_calibration takes any (H, W) / (first, last+1) pair (it only indexes them and
+    # compares tuple(resolution)), so the contract's tuples are passed as they are
+    return prepare_calibration(episode, c.max_dof, c.segment_frames, c.resolution,
+                               c.sweep_out_rows, source=where)
 
 
 def encode_calibration(model: WorldModel, episode: Episode,

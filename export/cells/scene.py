@@ -232,7 +232,13 @@ class CellScene:
         # Release the GL context before interpreter teardown unloads EGL (a renderer freed
         # later fails noisily in its finaliser).
         ref = weakref.ref(self)
-        atexit.register(lambda: (scene := ref()) is not None and scene.close())
+
+        def _close_at_exit() -> None:
+            scene = ref()
+            if scene is not None:
+                scene.close()
+
+        atexit.register(_close_at_exit)
 
     # -- cell appearance ---------------------------------------------------------------
     def apply_cell(self, cell: Any) -> None:

@@ -93,6 +93,7 @@ class VirtualCell:
         self.truth: list[tuple[int, np.ndarray]] = []  # (capture host ns, q) for tests
         self.refs = 0
         self.controller_rate = 1.0  # controller clock seconds per host second
+        self._key: tuple[str, int, str | None] | None = None  # set by shared()
 
     @classmethod
     def shared(cls, opts: dict[str, str]) -> VirtualCell:
@@ -116,7 +117,9 @@ class VirtualCell:
         with _LOCK:
             self.refs -= 1
             if self.refs <= 0:
-                _CELLS.pop(getattr(self, "_key", None), None)
+                key = self._key
+                if key is not None:
+                    _CELLS.pop(key, None)
 
     # -- the world ------------------------------------------------------------------------
     def advance(self, host_ns: int) -> None:
@@ -174,13 +177,15 @@ def _forward(azimuth_deg: float, elevation_deg: float) -> np.ndarray:
     return np.array([np.cos(e) * np.cos(a), np.cos(e) * np.sin(a), np.sin(e)])
 
 
-def _panned_lookat(p: CellParams, pan_deg: float, tilt_deg: float) -> tuple[float, ...]:
+def _panned_lookat(p: CellParams, pan_deg: float,
+                   tilt_deg: float) -> tuple[float, float, float]:
     """The look-at point after turning the camera about its own position (a nudged
     camera), not orbiting the look-at point (MuJoCo free camera: position = lookat -
     distance * forward)."""
     d = p.distance_m * (_forward(p.azimuth_deg + pan_deg, p.elevation_deg + tilt_deg)
                         - _forward(p.azimuth_deg, p.elevation_deg))
-    return tuple(float(v) for v in np.asarray(p.lookat) + d)
+    x, y, z = (float(v) for v in np.asarray(p.lookat) + d)
+    return x, y, z
 
 
 def _scene(robot: str, width: int, height: int) -> CellScene:
@@ -225,10 +230,11 @@ class SimCamera:
         self.url = url
         self.cell = VirtualCell.shared(cell_opts)
         p = self.cell.params
+        r, g, b = p.ambient_rgb
         view = dataclasses.replace(
             p, azimuth_deg=p.azimuth_deg + move, elevation_deg=p.elevation_deg + tilt,
             lookat=_panned_lookat(p, move, tilt),
-            ambient_rgb=tuple(min(1.0, c * light) for c in p.ambient_rgb),
+            ambient_rgb=(min(1.0, r * light), min(1.0, g * light), min(1.0, b * light)),
             lights=tuple({**li, "diffuse": [min(1.0, c * light) for c in li["diffuse"]]}
                          for li in p.lights))
         if point == "away":
@@ -309,12 +315,13 @@ class SimJointStream(JointStream):
     def from_url(cls, url: str, target: str, opts: Options, **kw: Any) -> SimJointStream:
         """Build from a parsed URL (see ``firmware_bridge.url.stream_for_url``)."""
         cell_opts = {k: v for k in _CELL_KEYS if (v := opts.str(k)) is not None}
-        args = dict(device_rate_hz=opts.float("rate_hz", 200.0, 1.0),
-                    latency_s=opts.float("latency_ms", 3.0, 0.0) / 1e3,
-                    drift=opts.float("drift_ppm", -150.0, -1e5) * 1e-6,
-                    jitter_s=opts.float("jitter_ms", 0.2, 0.0) / 1e3,
-                    drop=opts.float("drop", 0.01, 0.0), start_s=opts.float("start_s", 0.5, 0.0),
-                    drop_dof=opts.str("drop_dof", "") or "")
+        args: dict[str, Any] = dict(  # constructor keywords of mixed types
+            device_rate_hz=opts.float("rate_hz", 200.0, 1.0),
+            latency_s=opts.float("latency_ms", 3.0, 0.0) / 1e3,
+            drift=opts.float("drift_ppm", -150.0, -1e5) * 1e-6,
+            jitter_s=opts.float("jitter_ms", 0.2, 0.0) / 1e3,
+            drop=opts.float("drop", 0.01, 0.0), start_s=opts.float("start_s", 0.5, 0.0),
+            drop_dof=opts.str("drop_dof", "") or "")
         opts.finish()
         args.update(kw)
         return cls(url, cell_opts, **args)

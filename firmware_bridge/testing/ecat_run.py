@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from ..ethercat import EthercatStream
 from ..sample import Status
 from ..url import stream_for_url
 from .ecat_slave import SlaveFaults, serve
@@ -53,6 +54,7 @@ def main(argv=None) -> int:
     try:
         t_open = time.monotonic()
         with stream_for_url(f"ethercat://ecm0?cycle_us={a.cycle_us}") as s:
+            assert isinstance(s, EthercatStream)  # what an ethercat:// URL makes
             out["bringup_s"] = time.monotonic() - t_open
             out["describe"] = s.describe()
             samples = [s.read() for _ in range(a.cycles)]

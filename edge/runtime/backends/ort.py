@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edge.runtime.backends.base import Runner
 from edge.runtime.errors import BackendError, BackendUnavailableError
+
+if TYPE_CHECKING:
+    import onnxruntime
 
 __all__ = ["OrtCpuRunner", "OrtCudaRunner", "OrtRunner", "OrtTensorrtRunner"]
 
@@ -37,8 +41,8 @@ class OrtRunner(Runner):
         super().__init__(path)
         self.intra_op_num_threads = intra_op_num_threads
         self.provider_options = dict(provider_options or {})
-        self._session = None
-        self._binding = None
+        self._session: onnxruntime.InferenceSession | None = None
+        self._binding: onnxruntime.IOBinding | None = None
 
     def _activate(self) -> None:
         try:
@@ -62,33 +66,36 @@ class OrtRunner(Runner):
         if self.provider != "CPUExecutionProvider":
             providers.append(("CPUExecutionProvider", {}))
         try:
-            self._session = ort.InferenceSession(str(self.path), sess_options=opts,
-                                                 providers=providers)
+            session = ort.InferenceSession(str(self.path), sess_options=opts,
+                                           providers=providers)
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise BackendError(f"{self.path}: ONNX Runtime could not load the graph: "
                                f"{exc}") from exc
-        self.input_names = tuple(i.name for i in self._session.get_inputs())
-        self.output_names = tuple(o.name for o in self._session.get_outputs())
-        self._binding = self._session.io_binding()
+        self._session = session
+        self.input_names = tuple(i.name for i in session.get_inputs())
+        self.output_names = tuple(o.name for o in session.get_outputs())
+        self._binding = session.io_binding()
 
     def _infer(self, feeds: Mapping[str, np.ndarray],
                outputs: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        session, io = self._session, self._binding
+        # both set by _activate; Runner.infer() calls _infer only while active
+        assert session is not None and io is not None
         try:
             if not outputs:
-                values = self._session.run(None, dict(feeds))
+                values = session.run(None, dict(feeds))
                 return dict(zip(self.output_names, values, strict=True))
-            io = self._binding
             io.clear_binding_inputs()
             io.clear_binding_outputs()
             for name, arr in feeds.items():
                 io.bind_cpu_input(name, arr)
             for name in self.output_names:
-                arr = outputs.get(name)
-                if arr is None:
+                out = outputs.get(name)
+                if out is None:
                     io.bind_output(name, "cpu")
                 else:
-                    io.bind_output(name, "cpu", 0, arr.dtype, list(arr.shape), arr.ctypes.data)
-            self._session.run_with_iobinding(io)
+                    io.bind_output(name, "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
+            session.run_with_iobinding(io)
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise BackendError(f"{self.path.name}: inference failed: {exc}") from exc
         result = dict(outputs)
