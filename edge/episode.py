@@ -249,7 +249,7 @@ def _validate(ep: Episode, path: object) -> None:
         if (d <= 0).any():
             i = int(np.argmax(d <= 0))
             _fail(path, "timestamps",
-                  f"expected strictly increasing seconds, found {ts[i]!r} then {ts[i + 1]!r} "
+                  f"expected strictly increasing seconds, found {float(ts[i])!r} then {float(ts[i + 1])!r} "
                   f"at index {i + 1}")
     a = actions.shape[1]
     m = ep.metadata
