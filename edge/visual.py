@@ -64,10 +64,11 @@ def contact_sheet(rows: Sequence[np.ndarray], row_labels: Sequence[str] | None =
     for i, r in enumerate(rows):
         for j, frame in enumerate(r):
             tile = cv2.resize(frame, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
+            parts = [row_labels[i]] if j == 0 and row_labels is not None else []
             if tile_labels is not None and j < len(tile_labels[i]) and tile_labels[i][j]:
-                tile = label_tile(tile, tile_labels[i][j])
-            if j == 0 and row_labels is not None:
-                tile = label_tile(tile, row_labels[i])
+                parts.append(tile_labels[i][j])
+            if parts:  # one label per tile: the row's label first, so they never overlap
+                tile = label_tile(tile, " ".join(parts))
             sheet[i * th:i * th + h * scale, j * tw:j * tw + w * scale] = tile
     return sheet
 
