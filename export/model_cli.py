@@ -28,6 +28,7 @@ def _run_train(args: argparse.Namespace) -> int:
 def _run_eval(args: argparse.Namespace) -> int:
     from edge.fileio import write_json_atomic
     from export.evaluate import EvalOptions, evaluate, format_table, plot_error_growth
+    from export.parity_gates import json_safe
 
     opts = EvalOptions(run=args.run, data=args.data, horizon=args.horizon,
                        max_cells=args.max_cells, seed=args.seed,
@@ -39,7 +40,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     table = format_table(result)
     print(table)
     out = Path(args.out)
-    write_json_atomic(out / "eval.json", _finite(result))
+    write_json_atomic(out / "eval.json", json_safe(result))
     (out / "eval.txt").write_text(table + "\n")
     plot_error_growth(result, out / "error_growth.png")
     for name, sheet in sheets.items():
@@ -47,19 +48,6 @@ def _run_eval(args: argparse.Namespace) -> int:
     print(f"wrote {out / 'eval.json'}, {out / 'eval.txt'}, {out / 'error_growth.png'}, "
           f"{out}/rollouts_<split>.png")
     return 0
-
-
-def _finite(obj: Any) -> Any:
-    """The same structure with NaN and infinities as ``null`` (strict JSON)."""
-    import math
-
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def register(subparsers: Any) -> None:
