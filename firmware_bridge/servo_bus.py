@@ -128,16 +128,21 @@ class ServoBusStream(JointStream):
         drain_until_quiet(self._port.ser, quiet_s=2 * self.timeout_s, limit_s=10 * self.timeout_s)
 
     def _ping(self, sid: int) -> tuple[int, int]:
-        ph = self._ph
-        if ph is None:  # never opened: what calling ping on None raised before
-            raise AttributeError("'NoneType' object has no attribute 'ping'")
-        model, rc, err = ph.ping(self._port, sid)[:3]
+        ph, port = self._ph, self._port
+        if ph is None or port is None:
+            raise LinkLostError(f"{self.port}: not open; open the stream before describing "
+                                f"the bus")
+        model, rc, err = ph.ping(port, sid)[:3]
         sdk = self._sdk
         assert sdk is not None  # _open() loads the SDK before making the handlers
         return (model, err) if rc == sdk.COMM_SUCCESS else (-1, rc)
 
     def describe(self) -> dict:
-        """Ping every configured id; report model numbers (``-1``: no answer)."""
+        """Ping every configured id; report model numbers (``-1``: no answer).
+
+        Raises:
+            LinkLostError: the stream is not open.
+        """
         found = {}
         for sid in self.ids:
             model, _ = self._ping(sid)

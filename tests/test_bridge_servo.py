@@ -167,3 +167,15 @@ def test_bridge_servo_missing_sdk_names_the_extra(monkeypatch):
     s = stream_for_url("dxl:///dev/null?ids=1", do_not_open=True)
     with pytest.raises(MissingDependencyError, match=r"pip install 'syncedge\[bridge\]'"):
         s.open()
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_describing_a_closed_bus_says_it_is_not_open(proto):
+    from firmware_bridge.stream import LinkLostError
+
+    with FakeServoBus(proto, range(1, 3)) as bus:
+        s = stream_for_url(f"{proto}://{bus.path}?ids=1-2")
+        assert set(s.describe()["models"]) == {1, 2}
+        s.close()
+        with pytest.raises(LinkLostError, match="not open; open the stream before describing"):
+            s.describe()
