@@ -330,9 +330,9 @@ def rollout_sheet(start: np.ndarray, truth: np.ndarray, calibrated: np.ndarray,
     for i in range(min(max_cells, len(start))):
         rows.append(np.concatenate([start[i][None], truth[i, [k - 1 for k in steps]],
                                     calibrated[i, [k - 1 for k in steps]], zeroed[i, -1:]]))
-        labels.append([] if i else ["start"] + [f"gt {k}" for k in steps]
+        # the first tile carries the row label (the cell id); step labels on the first row
+        labels.append([] if i else [""] + [f"gt {k}" for k in steps]
                        + [f"cal {k}" for k in steps] + [f"zero {t}"])
-    labels[0][0] = ""  # the row label (cell id) goes on the first tile
     return contact_sheet(rows, row_labels=cell_ids[:len(rows)], tile_labels=labels, scale=2)
 
 

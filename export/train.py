@@ -134,11 +134,6 @@ def _training_device(name: str) -> torch.device:
     return torch.device("cuda", index)
 
 
-def _cpu_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """``module``'s state dict with every tensor on the CPU (checkpoints load anywhere)."""
-    return {k: v.detach().cpu() for k, v in module.state_dict().items()}
-
-
 def _cpu_tree(obj: Any) -> Any:
     """``obj`` (nested dicts and lists, e.g. an optimizer state) with tensors on the CPU."""
     if isinstance(obj, torch.Tensor):
@@ -195,19 +190,24 @@ class LatentSet:
 
     def __init__(self, cells: list[Cell], model: WorldModel):
         self.cells = cells
-        self.cal_latents: list[torch.Tensor] = []
+        cal_latents: list[torch.Tensor] = []
         self.motion_latents = []
         self.motion_weights = []
         size = model.cfg.latent_size
         with torch.no_grad():
             for c in cells:
-                self.cal_latents.append(
+                cal_latents.append(
                     model.encode_frames(torch.from_numpy(c.cal_frames)).cpu())
                 self.motion_latents.append([model.encode_frames(torch.from_numpy(m.frames)).cpu()
                                             for m in c.motions])
                 self.motion_weights.append([_motion_weights(m.robot_mask, size)
                                             for m in c.motions])
-        self.cal_store = torch.stack(self.cal_latents)  # (cells, K*L+1, C, h, w)
+        self.cal_store = torch.stack(cal_latents)  # (cells, K*L+1, C, h, w)
+
+    @property
+    def cal_latents(self) -> list[torch.Tensor]:
+        """Each cell's calibration latents ``[K*L+1, C, h, w]`` (views of ``cal_store``)."""
+        return list(self.cal_store.unbind(0))
 
     def batch(self, rng: np.random.Generator, size: int, cfg: ModelConfig, rollout: int,
               opts: TrainOptions | None = None) -> dict[str, torch.Tensor]:
@@ -401,13 +401,16 @@ def train_stage(opts: TrainOptions, cfg: ModelConfig | None = None,
         cal_store = latents.cal_store.to(device)
 
     def payload(step: int) -> dict[str, Any]:
-        weights = ({k: _cpu_state(v) for k, v in net.items()}
-                   if isinstance(net, torch.nn.ModuleDict) else {"keypoint": _cpu_state(net)})
+        # every tensor on the CPU, so checkpoints load anywhere
+        weights = ({k: _cpu_tree(v.state_dict()) for k, v in net.items()}
+                   if isinstance(net, torch.nn.ModuleDict)
+                   else {"keypoint": _cpu_tree(net.state_dict())})
         return {"arch": ARCH, "config": cfg.to_dict(), "stage": opts.stage, "step": step,
                 "weights": weights, "optimizer": _cpu_tree(opt.state_dict()),
                 "history": history, "options": vars(opts), "data_seed": opts.seed,
-                **({"encoder": _cpu_state(model.encoder),
-                    "decoder": _cpu_state(model.decoder)} if opts.stage == "ae" else {})}
+                **({"encoder": _cpu_tree(model.encoder.state_dict()),
+                    "decoder": _cpu_tree(model.decoder.state_dict())}
+                   if opts.stage == "ae" else {})}
 
     t0 = time.perf_counter()
     running = torch.zeros((), device=device)  # summed on the device: no sync per step
