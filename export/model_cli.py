@@ -35,8 +35,16 @@ def _run_eval(args: argparse.Namespace) -> int:
                        residual_decoding=args.residual_decoding)
     from edge.visual import write_png
 
+    from export.evaluate import SPLITS
+
+    unknown = [name for name in args.split or [] if name not in SPLITS]
+    if unknown:
+        print(f"error: unknown split {unknown[0]!r} for --split; expected one of "
+              f"{', '.join(SPLITS)}", file=sys.stderr)
+        return 2
+    splits = {name: SPLITS[name] for name in args.split} if args.split else None
     sheets: dict[str, Any] = {}
-    result = evaluate(opts, sheets=sheets)
+    result = evaluate(opts, splits=splits, sheets=sheets)
     table = format_table(result)
     print(table)
     out = Path(args.out)
@@ -77,6 +85,11 @@ def register(subparsers: Any) -> None:
     e.add_argument("--horizon", type=int, default=16)
     e.add_argument("--max-cells", type=int, default=None, help="cells per split (default all)")
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--split", action="append", metavar="NAME",
+                   help="evaluate only this split: in_distribution, held_out_camera, "
+                        "held_out_robot, held_out_convention or all_held_out (repeatable; "
+                        "default all five). The held-out camera and robot targets need "
+                        "in_distribution too")
     e.add_argument("--residual-decoding", action="store_true",
                    help="decode as start + dec(z_t) - dec(z_0) (default: plain decoding)")
     e.set_defaults(func=_run_eval)

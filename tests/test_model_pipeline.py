@@ -81,6 +81,24 @@ def test_eval_writes_every_split_and_variant(run: Path, data: Path, tmp_path: Pa
     json.dumps(result, allow_nan=True)
 
 
+def test_eval_cli_evaluates_only_the_named_split(run: Path, data: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from edge.cli import main
+
+    out = tmp_path / "eval"
+    rc = main(["model", "eval", "--run", str(run), "--data", str(data), "--out", str(out),
+               "--horizon", "4", "--split", "held_out_convention"])
+    assert rc == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert list(result["splits"]) == ["held_out_convention"]
+    assert "hard_floor_ci_excludes_zero" in result["targets"]
+    assert (out / "rollouts_held_out_convention.png").exists()
+    assert not (out / "rollouts_in_distribution.png").exists()
+    assert main(["model", "eval", "--run", str(run), "--data", str(data), "--out", str(out),
+                 "--split", "test_convention"]) == 2
+    assert "unknown split 'test_convention'" in capsys.readouterr().err
+
+
 def test_onnx_export_matches_the_contract(run: Path, tmp_path: Path) -> None:
     path = export_model(ExportOptions(run=str(run), out=str(tmp_path / "model"),
                                       batch_sizes=(1, 2), command="test"))
