@@ -27,16 +27,13 @@ def _run_train(args: argparse.Namespace) -> int:
 
 def _run_eval(args: argparse.Namespace) -> int:
     from edge.fileio import write_json_atomic
-    from export.evaluate import EvalOptions, evaluate, format_table, plot_error_growth
+    from edge.visual import write_png
+    from export.evaluate import SPLITS, EvalOptions, evaluate, format_table, plot_error_growth
     from export.parity_gates import json_safe
 
     opts = EvalOptions(run=args.run, data=args.data, horizon=args.horizon,
                        max_cells=args.max_cells, seed=args.seed,
                        residual_decoding=args.residual_decoding)
-    from edge.visual import write_png
-
-    from export.evaluate import SPLITS
-
     unknown = [name for name in args.split or [] if name not in SPLITS]
     if unknown:
         print(f"error: unknown split {unknown[0]!r} for --split; expected one of "
