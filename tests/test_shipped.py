@@ -44,3 +44,46 @@ def test_readme_main_job_runs_on_the_shipped_model(tmp_path: Path) -> None:
     assert (out / "contact_sheet.png").stat().st_size > 1000
     text = json.dumps(metrics)
     assert "psnr" in text.lower()
+
+
+CHECKPOINTS = MODELS / "reference-checkpoints"
+
+
+def test_reference_checkpoints_match_their_manifest_and_the_shipped_graphs() -> None:
+    """The committed training checkpoints are the ones models/reference was exported from:
+    same configuration, and every FP32 graph gives the checkpoint's outputs."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    from export.evaluate import load_world_model
+    from export.onnx_export import graph_modules
+
+    man = json.loads((CHECKPOINTS / "manifest.json").read_text())
+    assert set(man["files"]) == {"ae.pt", "keypoint.pt", "dynamics.pt", "dynamics_nocal.pt"}
+    for name, entry in man["files"].items():
+        assert sha256_file(CHECKPOINTS / name) == entry["sha256"], name
+        assert entry["command"].startswith("syncedge model train")
+    model = load_world_model(CHECKPOINTS)
+    shipped = load_model_dir(MODELS / "reference")
+    assert shipped.provenance["config"] == model.cfg.to_dict()
+    cal = np.load(SAMPLE / "calibration.npz")
+    with torch.no_grad():
+        cal_latents = model.encoder(torch.from_numpy(cal["frames"]).permute(0, 3, 1, 2))
+    rng = np.random.default_rng(0)
+    inputs = {
+        "encoder": {"frames": cal["frames"][:1].transpose(0, 3, 1, 2).copy()},
+        "calibration": {"calibration_latents": cal_latents.numpy(),
+                        "calibration_actions": cal["actions"],
+                        "dof_mask": np.ones(7, np.float32)},
+    }
+    graphs = graph_modules(model, batch_sizes=(1,))
+    for graph, (module, specs, _) in graphs.items():
+        feed = inputs.get(graph) or {
+            s.name: (0.3 * rng.standard_normal(s.shape)).astype(np.float32) for s in specs}
+        sess = ort.InferenceSession(str(MODELS / "reference" / f"{graph}.onnx"),
+                                    providers=["CPUExecutionProvider"])
+        (got,) = sess.run(None, feed)
+        with torch.no_grad():
+            want = module.eval()(*(torch.from_numpy(feed[s.name]) for s in specs)).numpy()
+        assert np.abs(got - want).max() < 1e-4, graph
