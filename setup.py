@@ -17,12 +17,15 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["edge*", "kernels*", "firmware_bridge*", "export*"]),
+    # firmware_bridge/firmware holds the device-side C sources (no Python): a data package
+    packages=find_packages(include=["edge*", "kernels*", "firmware_bridge*", "export*"])
+    + ["firmware_bridge.firmware"],
     include_package_data=True,
     package_data={
         "edge": ["py.typed"],
         "kernels": ["*.cu", "*.cuh", "*.h", "*.cpp", "*.fatbin", "fatbin.json", "py.typed"],
-        "firmware_bridge": ["firmware/*", "py.typed"],
+        "firmware_bridge": ["py.typed"],
+        "firmware_bridge.firmware": ["*.c", "*.h"],
         "export": ["py.typed", "engine/trt_onnx_ops.json"],
     },
     install_requires=[

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from edge import __version__
+from edge.commands.helptext import STATE_ROOT_HELP
 from edge.errors import EdgeError
 
 __all__ = ["build_parser", "main", "run_parsed"]
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
             "calibration episode on a cell, cache its context, and simulate what actions "
             "will do in that cell, offline."
         ),
+        epilog=STATE_ROOT_HELP,
     )
     parser.add_argument("--version", action="version", version=f"syncedge {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
@@ -53,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # PyOpenGL (MuJoCo rendering) logs optional accelerators at INFO
+        logging.getLogger("OpenGL").setLevel(logging.WARNING)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -58,7 +58,7 @@ def register_engine(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--graph", action="append", help="only this graph key (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when cached")
     p.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace, MiB")
-    p.add_argument("--cache-dir", help="engine cache (default: STATE_ROOT/engines)")
+    p.add_argument("--cache-dir", help="engine cache (default: STATE_ROOT/engines; see syncedge --help)")
     p.set_defaults(func=_run_engine)
 
 

@@ -34,12 +34,14 @@ def _run_eval(args: argparse.Namespace) -> int:
     opts = EvalOptions(run=args.run, data=args.data, horizon=args.horizon,
                        max_cells=args.max_cells, seed=args.seed,
                        residual_decoding=args.residual_decoding)
-    unknown = [name for name in args.split or [] if name not in SPLITS]
+    by_folder = {folder: name for name, folder in SPLITS.items()}
+    names = [by_folder.get(name, name) for name in args.split or []]
+    unknown = [name for name in names if name not in SPLITS]
     if unknown:
-        print(f"error: unknown split {unknown[0]!r} for --split; expected one of "
-              f"{', '.join(SPLITS)}", file=sys.stderr)
+        print(f"syncedge model eval: error: unknown split {unknown[0]!r} for --split; expected "
+              f"one of {', '.join(SPLITS)} (or {', '.join(by_folder)})", file=sys.stderr)
         return 2
-    splits = {name: SPLITS[name] for name in args.split} if args.split else None
+    splits = {name: SPLITS[name] for name in names} if names else None
     sheets: dict[str, Any] = {}
     result = evaluate(opts, splits=splits, sheets=sheets)
     table = format_table(result)
@@ -48,10 +50,10 @@ def _run_eval(args: argparse.Namespace) -> int:
     write_json_atomic(out / "eval.json", json_safe(result))
     (out / "eval.txt").write_text(table + "\n")
     plot_error_growth(result, out / "error_growth.png")
+    written = [out / "eval.json", out / "eval.txt", out / "error_growth.png"]
     for name, sheet in sheets.items():
-        write_png(out / f"rollouts_{name}.png", sheet)
-    print(f"wrote {out / 'eval.json'}, {out / 'eval.txt'}, {out / 'error_growth.png'}, "
-          f"{out}/rollouts_<split>.png")
+        written.append(write_png(out / f"rollouts_{name}.png", sheet))
+    print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
 
@@ -76,17 +78,25 @@ def register(subparsers: Any) -> None:
                                    "error_growth.png and a contact sheet of rollouts per "
                                    "split (rollouts_<split>.png: start, ground truth and "
                                    "calibrated prediction at 4 steps, zeroed at the last).")
-    e.add_argument("--run", default="runs/reference", help="checkpoint folder")
-    e.add_argument("--data", default="data/cells", help="generated cells")
-    e.add_argument("--out", default="runs/reference/eval", help="output folder")
-    e.add_argument("--horizon", type=int, default=16)
+    e.add_argument("--run", default="runs/reference",
+                   help="checkpoint folder with ae.pt, keypoint.pt, dynamics.pt and "
+                        "dynamics_nocal.pt (default runs/reference; the shipped model's: "
+                        "models/reference-checkpoints)")
+    e.add_argument("--data", default="data/cells",
+                   help="generated cells, one folder per split (default data/cells)")
+    e.add_argument("--out", default="runs/reference/eval",
+                   help="output folder (default runs/reference/eval)")
+    e.add_argument("--horizon", type=int, default=16,
+                   help="open-loop rollout steps from the start frame (default 16)")
     e.add_argument("--max-cells", type=int, default=None, help="cells per split (default all)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=int, default=0,
+                   help="seed of the other cell and mislabelling draws (default 0)")
     e.add_argument("--split", action="append", metavar="NAME",
-                   help="evaluate only this split: in_distribution, held_out_camera, "
-                        "held_out_robot, held_out_convention or all_held_out (repeatable; "
-                        "default all five). The held-out camera and robot targets need "
-                        "in_distribution too")
+                   help="evaluate only this split, named as in the table (in_distribution, "
+                        "held_out_camera, held_out_robot, held_out_convention, all_held_out) "
+                        "or by its data folder (val, test_camera, test_robot, "
+                        "test_convention, test_all); repeatable; default all five. The "
+                        "held-out camera and robot targets need in_distribution too")
     e.add_argument("--residual-decoding", action="store_true",
                    help="decode as start + dec(z_t) - dec(z_0) (default: plain decoding)")
     e.set_defaults(func=_run_eval)

@@ -38,21 +38,37 @@ class TrainOptions:
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """Add the training options to ``p``."""
-    p.add_argument("--stage", required=True, choices=STAGES)
+    p.add_argument("--stage", required=True, choices=STAGES,
+                   help="ae: frame autoencoder; keypoint: end-effector keypoint regressor "
+                        "(needs OUT/ae.pt); dynamics: calibration network and step network "
+                        "on the frozen autoencoder's latents (needs OUT/ae.pt)")
     p.add_argument("--data", default="data/cells", help="generated cells (default data/cells)")
-    p.add_argument("--out", default="runs/reference", help="checkpoint folder")
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rollout", type=int, default=6, help="unrolled steps of the dynamics loss")
-    p.add_argument("--calibration-dropout", type=float, default=0.15)
-    p.add_argument("--history-mask", type=float, default=0.15)
+    p.add_argument("--out", default="runs/reference",
+                   help="checkpoint folder; the stage writes OUT/<stage>.pt, the model without "
+                        "calibration OUT/dynamics_nocal.pt (default runs/reference)")
+    p.add_argument("--steps", type=int, required=True,
+                   help="optimizer steps in all (with --resume: the total, not more steps); "
+                        "the cosine learning-rate schedule ends at this step")
+    p.add_argument("--batch", type=int, default=32,
+                   help="samples per step in each process (default 32)")
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (default 2e-3)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of sampling, augmentation and initialisation (default 0)")
+    p.add_argument("--rollout", type=int, default=6,
+                   help="dynamics stage: unrolled steps of the loss (default 6)")
+    p.add_argument("--calibration-dropout", type=float, default=0.15,
+                   help="dynamics stage: fraction of samples whose calibration is zeroed, "
+                        "with a full real history instead (default 0.15)")
+    p.add_argument("--history-mask", type=float, default=0.15,
+                   help="dynamics stage: fraction of samples whose recent history latents "
+                        "are masked, so frames cannot just be copied (default 0.15)")
     p.add_argument("--no-calibration", action="store_true",
                    help="train the baseline without calibration (learned constant context)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/<stage>.pt")
-    p.add_argument("--checkpoint-every", type=int, default=200)
-    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--checkpoint-every", type=int, default=200,
+                   help="steps between checkpoints (written atomically; default 200)")
+    p.add_argument("--log-every", type=int, default=25,
+                   help="steps between progress lines (default 25)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--single-frame-start", type=float, default=0.0,
                    help="dynamics stage: fraction of training windows that start from one "

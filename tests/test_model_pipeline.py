@@ -87,16 +87,19 @@ def test_eval_cli_evaluates_only_the_named_split(run: Path, data: Path, tmp_path
 
     out = tmp_path / "eval"
     rc = main(["model", "eval", "--run", str(run), "--data", str(data), "--out", str(out),
-               "--horizon", "4", "--split", "held_out_convention"])
+               "--horizon", "4", "--split", "test_convention"])  # its data folder's name
     assert rc == 0
     result = json.loads((out / "eval.json").read_text())
     assert list(result["splits"]) == ["held_out_convention"]
     assert "hard_floor_ci_excludes_zero" in result["targets"]
     assert (out / "rollouts_held_out_convention.png").exists()
     assert not (out / "rollouts_in_distribution.png").exists()
+    assert "wrote" in capsys.readouterr().out
     assert main(["model", "eval", "--run", str(run), "--data", str(data), "--out", str(out),
-                 "--split", "test_convention"]) == 2
-    assert "unknown split 'test_convention'" in capsys.readouterr().err
+                 "--split", "held_out_convention", "--split", "convention"]) == 2
+    err = capsys.readouterr().err
+    assert "syncedge model eval: error: unknown split 'convention'" in err
+    assert "held_out_convention" in err and "test_convention" in err
 
 
 def test_onnx_export_matches_the_contract(run: Path, tmp_path: Path) -> None:

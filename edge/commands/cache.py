@@ -1,7 +1,8 @@
 """``syncedge cache list|show|import|export|gc|remove``: inspect and move calibrations.
 
-Every verb takes ``--root DIR`` (default: ``state_root()/calibration``, see
-:mod:`edge.state`). Keys are written ``CELL/CAMERA/ROBOT/MODEL`` where MODEL is the model
+Every verb takes ``--root DIR`` (default: ``STATE_ROOT/calibration``; STATE_ROOT is
+``$SYNCEDGE_HOME``, else ``/var/lib/syncedge`` on a device, else
+``~/.local/share/syncedge``, see :mod:`edge.state`). Keys are written ``CELL/CAMERA/ROBOT/MODEL`` where MODEL is the model
 sha256 or at least its first 4 hex digits.
 """
 
@@ -12,6 +13,8 @@ import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
+
+from edge.commands.helptext import plain
 
 __all__ = ["register"]
 
@@ -164,10 +167,11 @@ def register(subparsers: Any) -> None:
     """Add the ``cache`` subcommand group to ``subparsers`` (argparse)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", type=Path, default=None,
-                        help="cache root folder (default: STATE_ROOT/calibration)")
+                        help="cache root folder (default: STATE_ROOT/calibration; see syncedge --help)")
     p = subparsers.add_parser(
         "cache", help="list, show, import, export and clean calibration cache entries",
-        description=__doc__.splitlines()[0])
+        description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cache_command", metavar="VERB", required=True)
 
     def selectors(sp: argparse.ArgumentParser, cell_required: bool) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from edge.calibrate.errors import RecordingError
 from edge.calibrate.spec import RobotSpec, load_robot_spec
+from edge.commands.helptext import plain
 from edge.errors import EdgeError, MissingDependencyError
 from edge.fileio import write_json_atomic
 
@@ -229,7 +230,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from edge.commands import calibrate_cell
 
     p = subparsers.add_parser("calibrate", help="plan, record, check, store, verify and "
-                              "validate a cell's calibration", description=__doc__.splitlines()[0])
+                              "validate a cell's calibration", description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="calibrate_command", metavar="STEP", required=True)
 
     q = sub.add_parser("plan", help="write the sweep program for a robot spec")

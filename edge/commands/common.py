@@ -38,7 +38,7 @@ __all__ = ["StagedOutput", "add_context_args", "add_model_args", "default_contex
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--backend``, ``--threads``."""
     p.add_argument("--model", metavar="DIR", help="model folder with model.json (default: "
-                   "<state root>/bundles/active)")
+                   "STATE_ROOT/bundles/active; see syncedge --help)")
     p.add_argument("--backend", default="cpu", choices=BACKEND_NAMES + ("auto",),
                    help=f"inference backend (default cpu; auto tries {', '.join(AUTO_ORDER)})")
     p.add_argument("--threads", type=int, default=None, metavar="N",
@@ -56,7 +56,7 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dof", type=int, default=None,
                    help="controllable DoFs with --cell (default: the action width)")
     p.add_argument("--cache-dir", metavar="DIR",
-                   help="calibration cache root (default: <state root>/calibration)")
+                   help="calibration cache root (default: STATE_ROOT/calibration; see syncedge --help)")
 
 
 def open_model(args: argparse.Namespace) -> WorldModel:

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from edge.commands.common import run_command
+from edge.commands.helptext import plain
 from edge.runtime.backends import BACKEND_NAMES, backend_availability, resolve_backend
 from edge.runtime.backends.probe import Availability, cuda_driver_status, kernels_status
 from edge.runtime.errors import BackendUnavailableError
@@ -18,7 +19,8 @@ __all__ = ["collect", "main", "register", "run"]
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``doctor`` subcommand."""
     p = subparsers.add_parser("doctor", help="report which backends and kernels can run here",
-                              description=__doc__.splitlines()[0])
+                              description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
     return p

@@ -23,6 +23,7 @@ from edge.commands.common import (
     open_model,
     run_command,
 )
+from edge.commands.helptext import plain
 from edge.commands.simulate import sheet_columns
 from edge.fileio import write_json_atomic
 from edge.precheck.evaluate import PrecheckResult, evaluate
@@ -39,7 +40,8 @@ __all__ = ["main", "register", "report_image", "run"]
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``precheck`` subcommand."""
     p = subparsers.add_parser("precheck", help="check candidate actions or a policy against "
-                              "rules in the world model", description=__doc__.splitlines()[0])
+                              "rules in the world model", description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_context_args(p)
     p.add_argument("--start", required=True, metavar="FRAME|EPISODE",
                    help="start frame (PNG/JPEG/.npy) or an episode .npz (its first frame)")

@@ -24,6 +24,7 @@ from edge.commands.common import (
     open_model,
     run_command,
 )
+from edge.commands.helptext import plain
 from edge.fileio import write_json_atomic
 from edge.metrics import masked_psnr, motion_mask, psnr, ssim
 from edge.runtime.errors import RuntimeInputError
@@ -40,7 +41,8 @@ MOTION_THRESHOLD = 8  # uint8 units: a ground-truth pixel moved if it changed by
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``simulate`` subcommand."""
     p = subparsers.add_parser("simulate", help="predict frames for candidate actions",
-                              description=__doc__.splitlines()[0])
+                              description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_context_args(p)
     p.add_argument("--start", required=True, metavar="FRAME|EPISODE",
                    help="start frame (PNG/JPEG/.npy) or an episode .npz (its first frame)")

@@ -180,10 +180,14 @@ def register(subparsers: Any) -> None:
                                    "regenerates identically and a complete chunk is skipped.")
     g.add_argument("--split", required=True,
                    choices=["train", "val", "test_camera", "test_robot", "test_convention",
-                            "test_all"])
+                            "test_all"],
+                   help="train, val (in-distribution), or a held-out split: test_camera, "
+                        "test_robot, test_convention (controller conventions no training cell "
+                        "uses), test_all (all three held out)")
     g.add_argument("--chunks", default="0", help="chunk indices: N, A-B or a list (default 0)")
     g.add_argument("--out", default="data/cells", help="output folder (default data/cells)")
-    g.add_argument("--cells-per-chunk", type=int, default=16)
+    g.add_argument("--cells-per-chunk", type=int, default=16,
+                   help="cells rendered per chunk (default 16)")
     g.add_argument("--motion-episodes", type=int, default=2, help="per cell (default 2)")
     g.add_argument("--motion-frames", type=int, default=32, help="per episode (default 32)")
     g.add_argument("--motion", choices=MOTION_PROFILES, default="all_joints",
