@@ -26,12 +26,20 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from edge.bundle_format import MANIFEST_NAME, BundleError, BundleManifest
+from edge.bundle_format import (
+    MANIFEST_NAME,
+    SIGNATURE_NAME,
+    BundleError,
+    BundleManifest,
+    BundleSignature,
+    verify_signature,
+)
 from edge.bundle_keys import trusted_keys
 from edge.bundle_reader import read_bundle
 from edge.fileio import fsync_dir, write_json_atomic
@@ -241,15 +249,45 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         return _slot_info(r, slot, slot)
 
 
-def rollback(root: str | os.PathLike[str] | None = None) -> SlotInfo:
-    """Make the other slot (the previous model) active again, after re-verifying its files.
+def _verify_slot_trust(d: Path, manifest: BundleManifest, trusted: Mapping[str, Any],
+                       target: str | None) -> None:
+    """The slot's signature against the keys trusted now, and its target against the device's,
+    so a retired key or another target's bundle cannot come back through a rollback."""
+    where = str(d / SIGNATURE_NAME)
+    try:
+        signature = BundleSignature.from_bytes((d / SIGNATURE_NAME).read_bytes(), where)
+    except FileNotFoundError:
+        raise BundleError(f"{where}: missing; the slot is incomplete") from None
+    try:
+        verify_signature((d / MANIFEST_NAME).read_bytes(), signature, trusted, where)
+    except BundleError as exc:
+        raise BundleError(f"{exc}; refusing to roll back to slot {d.name}") from None
+    if target is not None and manifest.target != target:
+        raise BundleError(f"{d / MANIFEST_NAME}: slot {d.name} holds a bundle built for target "
+                          f"{manifest.target!r}, but this device is {target!r}; refusing to "
+                          f"roll back to it (override the device target with "
+                          f"--target/SYNCEDGE_TARGET)")
 
+
+def rollback(root: str | os.PathLike[str] | None = None, *, target: str | None = None,
+             keys_dir: str | os.PathLike[str] | None = None) -> SlotInfo:
+    """Make the other slot (the previous model) active again, after re-verifying it as an
+    install would: every file's sha256, the signature with the keys trusted now, the target.
+
+    Args:
+        root: the bundles folder (default ``state_root()/bundles``).
+        target: the device's target; a slot built for another one is refused (None: not
+            checked).
+        keys_dir: trusted keys folder (default ``root/keys``).
     Returns:
         The new active slot's :class:`SlotInfo`.
     Raises:
-        BundleError: nothing installed, or the other slot is empty, incomplete or corrupt.
+        BundleError: nothing installed; the other slot is empty, incomplete or corrupt; its
+            signing key is no longer trusted; it was built for another target. The active
+            slot is then unchanged.
     """
     r = Path(root if root is not None else bundles_dir())
+    trusted = trusted_keys(keys_dir if keys_dir is not None else r / "keys")
     with _locked(r):
         active = active_slot(r)
         if active is None:
@@ -259,6 +297,7 @@ def rollback(root: str | os.PathLike[str] | None = None) -> SlotInfo:
         if info.state != "complete" or info.manifest is None:
             raise BundleError(f"{r / other}: slot is {info.state}; there is no previous model "
                               f"to roll back to")
+        _verify_slot_trust(r / other, info.manifest, trusted, target)
         _verify_slot_files(r / other, info.manifest)
         _switch(r, other)
         return _slot_info(r, other, other)

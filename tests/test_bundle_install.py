@@ -75,6 +75,30 @@ def test_rollback_refuses_a_corrupt_previous_slot(tmp_path):
     assert active_slot(env.root) == "b"
 
 
+def test_rollback_refuses_a_retired_key_and_another_target(tmp_path):
+    env = make_env(tmp_path)
+    keys = env.root / "keys"
+    install_bundle(env.bundle(0), target="cpu", root=env.root)  # slot a, old key
+    new_priv, new_pub, new_id = generate_keypair(tmp_path / "keys2", "oem2")
+    add_key(new_pub, keys)
+    install_bundle(env.bundle(1, key=new_priv), target="cpu", root=env.root)  # slot b
+    remove_key(env.key_id, keys)  # the old key is retired (say, compromised)
+    with pytest.raises(BundleError, match=rf"a/bundle\.sig: signed by key {env.key_id}, which is "
+                                          r"not trusted.*refusing to roll back to slot a"):
+        rollback(env.root, target="cpu")
+    assert active_slot(env.root) == "b"
+    # a slot built for another target does not come back either
+    orin = tmp_path / "orin.bundle"
+    build_bundle(env.model(2), orin, target="jetson-orin-sm87", private_key_path=new_priv)
+    install_bundle(orin, target="jetson-orin-sm87", root=env.root)  # into slot a
+    install_bundle(env.bundle(3, key=new_priv), target="cpu", root=env.root)  # slot b
+    with pytest.raises(BundleError, match="built for target 'jetson-orin-sm87', but this "
+                                          "device is 'cpu'; refusing to roll back"):
+        rollback(env.root, target="cpu")
+    assert active_slot(env.root) == "b"
+    assert rollback(env.root, target="jetson-orin-sm87").slot == "a"
+
+
 def test_extra_files_travel_in_the_bundle(tmp_path):
     env = make_env(tmp_path)
     extra = tmp_path / "keypoints.onnx"

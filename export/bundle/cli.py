@@ -101,8 +101,9 @@ def _run_list(args: argparse.Namespace) -> int:
 
 def _run_rollback(args: argparse.Namespace) -> int:
     from edge.bundle_install import rollback
+    from edge.device_target import device_target
 
-    info = rollback(_root(args))
+    info = rollback(_root(args), target=device_target(args.target), keys_dir=_keys_dir(args))
     m = info.manifest
     assert m is not None
     print(f"rolled back to slot {info.slot}: {m.model_name} {m.model_variant} "
@@ -176,8 +177,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(ls)
     ls.set_defaults(func=_run_list)
 
-    r = sub.add_parser("rollback", help="switch back to the previous slot")
+    r = sub.add_parser("rollback", help="switch back to the previous slot",
+                       description="Make the other slot active again (rolling back twice "
+                                   "returns to the newer model). The slot is checked as an "
+                                   "install would be: files, signature with the keys trusted "
+                                   "now, target.")
     _common(r)
+    r.add_argument("--target", help="the device's target (default: $SYNCEDGE_TARGET or "
+                                    "detected)")
     r.set_defaults(func=_run_rollback)
 
     ks = sub.add_parser("keys", help="trusted public keys (rotation: add new, then remove old)")
