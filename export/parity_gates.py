@@ -145,8 +145,9 @@ def require_parity(manifest: ModelManifest, where: str = "model.json") -> dict[s
         ParityError: naming ``where`` and the fix: record missing, failed, for another
             variant, or made for other graphs.
     """
-    fix = ("run 'syncedge export check MODEL_DIR --run RUN --data DATA' (or pass "
-           "--force-unchecked to build anyway, recorded in the bundle)")
+    folder = Path(where).parent if Path(where).name == "model.json" else Path("MODEL_DIR")
+    fix = (f"run 'syncedge export check {folder} --run RUN --data DATA' with the default "
+           f"gates (or pass --force-unchecked to build anyway, recorded in the bundle)")
     rec = manifest.evaluation.get("parity") if isinstance(manifest.evaluation, Mapping) \
         else None
     if not isinstance(rec, Mapping):
@@ -157,14 +158,35 @@ def require_parity(manifest: ModelManifest, where: str = "model.json") -> dict[s
         raise ParityError(f"{where}: evaluation.parity.status is {rec.get('status')!r}: the "
                           f"{manifest.variant} gate ({gate.get('metric', '?')}) measured "
                           f"{gate.get('value')} against a limit of {gate.get('limit')}; "
-                          f"this variant must not ship")
+                          f"this variant must not ship: re-export or re-quantise it and "
+                          f"check again (--force-unchecked builds anyway, recorded in the "
+                          f"bundle)")
     if rec.get("variant") != manifest.variant:
         raise ParityError(f"{where}: evaluation.parity is for variant {rec.get('variant')!r}, "
                           f"the model is {manifest.variant!r}; {fix}")
     if rec.get("graphs_sha256") != graphs_digest(manifest):
         raise ParityError(f"{where}: evaluation.parity was recorded for other graphs "
                           f"(graphs_sha256 differs); {fix}")
+    loosened = _loosened(manifest.variant, rec)
+    if loosened:
+        raise ParityError(f"{where}: evaluation.parity passed gates looser than the defaults "
+                          f"({'; '.join(loosened)}); {fix}")
     return dict(rec)
+
+
+def _loosened(variant: str, rec: Mapping[str, Any]) -> list[str]:
+    """What in a parity record is looser than :class:`Gates`' defaults (limit, horizon)."""
+    default = Gates()
+    limits = {"fp32": default.fp32_max_abs, "int8": default.int8_psnr_loss_db,
+              "fp16": default.fp16_psnr_loss_db}
+    out = []
+    limit = rec.get("gate", {}).get("limit")
+    if variant in limits and not (isinstance(limit, (int, float)) and limit <= limits[variant]):
+        out.append(f"limit {limit} where the default is {limits[variant]:g}")
+    horizon = rec.get("gates", {}).get("horizon", default.horizon)
+    if not (isinstance(horizon, int) and horizon >= default.horizon):
+        out.append(f"horizon {horizon} steps where the default is {default.horizon}")
+    return out
 
 
 def format_parity_table(records: Mapping[str, Mapping[str, Any]]) -> str:

@@ -75,7 +75,7 @@ def test_bundle_refuses_unchecked_model_unless_forced(tmp_path) -> None:
     assert not (tmp_path / "m.bundle").exists()
     assert _build(model, tmp_path, "--force-unchecked") == 0
     created = _bundle_manifest(tmp_path / "m.bundle").created
-    assert created["parity"].startswith("unchecked: built with --force-unchecked (")
+    assert created["parity"].startswith("forced: built with --force-unchecked (")
     assert "evaluation.parity is missing" in created["parity"]
 
 
@@ -85,6 +85,27 @@ def test_bundle_refuses_failed_model_unless_forced(tmp_path) -> None:
         _build(model, tmp_path)
     assert _build(model, tmp_path, "--force-unchecked") == 0
     assert "status is 'failed'" in _bundle_manifest(tmp_path / "m.bundle").created["parity"]
+
+
+def test_bundle_refuses_a_record_that_passed_loosened_gates(tmp_path, capsys) -> None:
+    model = make_tiny_model(tmp_path / "m", parity=None)
+    record_parity(model, {"variant": "fp32", "gates": {"horizon": 16},
+                          "gate": judge("fp32", _figures(1e-3), Gates(fp32_max_abs=1e-2))})
+    with pytest.raises(BundleError, match=r"passed gates looser than the defaults \(limit "
+                                          r"0\.01 where the default is 0\.0001\).*export check "
+                                          rf"{model} --run"):
+        _build(model, tmp_path)
+    record_parity(model, {"variant": "fp32", "gates": {"horizon": 2},
+                          "gate": judge("fp32", _figures(), Gates())})
+    with pytest.raises(BundleError, match="horizon 2 steps where the default is 16"):
+        _build(model, tmp_path)
+    assert _build(model, tmp_path, "--force-unchecked") == 0
+    assert _bundle_manifest(tmp_path / "m.bundle").created["parity"].startswith("forced")
+    capsys.readouterr()
+    assert run_cli("bundle", "verify", str(tmp_path / "m.bundle"), "--pubkey",
+                   str(tmp_path / "keys" / "oem.pub.pem")) == 0
+    assert "warning: parity not passed: forced: built with --force-unchecked" in \
+        capsys.readouterr().out
 
 
 def test_bundle_refuses_a_record_made_for_other_graphs_or_variant(tmp_path) -> None:

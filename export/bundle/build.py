@@ -159,9 +159,10 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
 
     The model must carry a passed parity record for its own graphs (``model.json``
     ``evaluation.parity``, written by ``syncedge export check``;
-    :func:`export.parity_gates.require_parity`). ``force_unchecked`` builds anyway and
-    records why in the bundle manifest (``created.parity``); otherwise ``created.parity``
-    is ``"passed"``.
+    :func:`export.parity_gates.require_parity`: passed, with gates no looser than the
+    defaults, for its own graphs and variant). ``force_unchecked`` builds anyway and
+    records why in the bundle manifest (``created.parity``: ``"forced: ..."``); otherwise
+    ``created.parity`` is ``"passed"``.
 
     Raises:
         BundleError: unknown target, a bad or clashing extra file name, an unusable key,
@@ -178,7 +179,7 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
     except ParityError as exc:
         if not force_unchecked:
             raise BundleError(f"refusing to bundle: {exc}") from None
-        parity = f"unchecked: built with --force-unchecked ({exc})"
+        parity = f"forced: built with --force-unchecked ({exc})"
     files: dict[str, Path] = {"model.json": model_dir / "model.json"}
     for g in model.graphs.values():
         files[g.file] = model_dir / g.file

@@ -12,6 +12,7 @@ import shlex
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 __all__ = ["register"]
 
@@ -47,6 +48,12 @@ def _run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parity_warning(m: Any) -> str:
+    """A line to print when the bundle was built without a passed parity record."""
+    parity = str(m.created.get("parity", "not recorded"))
+    return "" if parity == "passed" else f"\nwarning: parity not passed: {parity}"
+
+
 def _trusted(args: argparse.Namespace) -> dict:
     from edge.bundle_format import key_id, load_public_key
     from edge.bundle_keys import trusted_keys
@@ -67,7 +74,7 @@ def _run_verify(args: argparse.Namespace) -> int:
     m = v.manifest
     print(f"{args.bundle}: OK: {m.model_name} {m.model_variant} for {m.target}, "
           f"{len(m.files)} files verified, signed by key {v.key_id}, created "
-          f"{m.created.get('utc', '?')}")
+          f"{m.created.get('utc', '?')}{_parity_warning(m)}")
     return 0
 
 
@@ -81,7 +88,7 @@ def _run_install(args: argparse.Namespace) -> int:
     m = info.manifest
     assert m is not None
     print(f"installed {m.model_name} {m.model_variant} ({m.model_sha256[:12]}) into slot "
-          f"{info.slot}; now active")
+          f"{info.slot}; now active{_parity_warning(m)}")
     return 0
 
 
@@ -95,7 +102,8 @@ def _run_list(args: argparse.Namespace) -> int:
         else:
             m = s.manifest
             print(f"{mark} {s.slot}  {m.model_name} {m.model_variant} target={m.target} "
-                  f"model={m.model_sha256[:12]} key={m.key_id} installed={s.installed_utc}")
+                  f"model={m.model_sha256[:12]} key={m.key_id} installed={s.installed_utc} "
+                  f"parity={'passed' if m.created.get('parity') == 'passed' else 'FORCED'}")
     return 0
 
 
