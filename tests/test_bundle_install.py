@@ -112,6 +112,31 @@ def test_extra_files_travel_in_the_bundle(tmp_path):
                      extras=[env.model() / "encoder.onnx"])
 
 
+def test_an_extra_file_model_json_lists_must_be_the_one_it_records(tmp_path):
+    import dataclasses
+    import hashlib
+
+    from edge.manifest import save_manifest
+
+    env = make_env(tmp_path)
+    model = env.model()
+    right = tmp_path / "keypoint.onnx"
+    right.write_bytes(b"the regressor exported with this model")
+    man = load_model_dir(model)
+    save_manifest(dataclasses.replace(man, extra={"keypoint": {
+        "file": "keypoint.onnx", "sha256": hashlib.sha256(right.read_bytes()).hexdigest()}}),
+        model / "model.json")
+    out = tmp_path / "x.bundle"
+    wrong = tmp_path / "other" / "keypoint.onnx"
+    wrong.parent.mkdir()
+    wrong.write_bytes(b"a decoder graph")
+    with pytest.raises(BundleError, match=r"keypoint\.onnx: sha256 .* differs from model\.json "
+                                          r"extra\.keypoint\.sha256"):
+        build_bundle(model, out, target="cpu", private_key_path=env.key, extras=[wrong])
+    build_bundle(model, out, target="cpu", private_key_path=env.key, extras=[right])
+    assert out.is_file()
+
+
 def test_key_rotation_add_new_then_retire_old(tmp_path):
     env = make_env(tmp_path)
     keys = env.root / "keys"

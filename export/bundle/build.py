@@ -23,7 +23,7 @@ from edge.bundle_format import (
     check_target,
     key_id,
 )
-from edge.fileio import atomic_write, file_digest
+from edge.fileio import atomic_write, file_digest, sha256_file
 from edge.manifest import load_model_dir
 
 __all__ = ["generate_keypair", "load_private_key", "pack_bundle", "build_bundle"]
@@ -155,7 +155,8 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
     """Build a signed bundle from a model folder.
 
     The payload is ``model.json``, every graph it lists (verified against their sha256
-    first) and each extra file (e.g. a keypoint regressor ONNX), under its base name.
+    first) and each extra file (e.g. a keypoint regressor ONNX), under its base name; an
+    extra file that ``model.json`` ``extra`` lists by name must have the sha256 it records.
 
     The model must carry a passed parity record for its own graphs (``model.json``
     ``evaluation.parity``, written by ``syncedge export check``;
@@ -183,12 +184,19 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
     files: dict[str, Path] = {"model.json": model_dir / "model.json"}
     for g in model.graphs.values():
         files[g.file] = model_dir / g.file
+    listed = {str(e["file"]): (k, e.get("sha256")) for k, e in model.extra.items()
+              if isinstance(e, Mapping) and "file" in e}
     for x in extras:
         p = Path(x)
         if not p.is_file():
             raise BundleError(f"{p}: extra file not found")
         if p.name in files:
             raise BundleError(f"{p}: extra file name {p.name!r} clashes with a model file")
+        key, sha = listed.get(p.name, (None, None))
+        if sha is not None and sha256_file(p) != sha:
+            raise BundleError(f"{p}: sha256 {sha256_file(p)[:12]}... differs from model.json "
+                              f"extra.{key}.sha256 {str(sha)[:12]}...; pass the {key} file "
+                              f"exported with this model")
         files[p.name] = p
     key = load_private_key(private_key_path)
     return pack_bundle(files, out_path, target=target, model_name=model.name,
