@@ -300,7 +300,8 @@ def load_public_key(path: str | os.PathLike[str]) -> Any:
 
 
 def verify_signature(manifest_bytes: bytes, signature: BundleSignature,
-                     trusted: Mapping[str, Any], where: str) -> str:
+                     trusted: Mapping[str, Any], where: str, *,
+                     keys_given: bool = False) -> str:
     """Check ``signature`` over ``manifest_bytes`` with the trusted key it names.
 
     Args:
@@ -308,6 +309,8 @@ def verify_signature(manifest_bytes: bytes, signature: BundleSignature,
         signature: parsed ``bundle.sig``.
         trusted: key id -> Ed25519 public key.
         where: the bundle file, for messages.
+        keys_given: ``trusted`` are keys named on the command line (``--pubkey``), not the
+            device's trusted keys (changes only the message).
     Returns:
         The key id that verified.
     Raises:
@@ -317,9 +320,13 @@ def verify_signature(manifest_bytes: bytes, signature: BundleSignature,
     from cryptography.exceptions import InvalidSignature
 
     key = trusted.get(signature.key_id)
+    if key is None and keys_given:
+        raise BundleError(f"{where}: signed by key {signature.key_id}, not by the key given "
+                          f"with --pubkey ({', '.join(sorted(trusted)) or 'none'}); pass the "
+                          f"public key of the key that signed it")
     if key is None:
         raise BundleError(f"{where}: signed by key {signature.key_id}, which is not trusted on "
-                          f"this device (trusted: {sorted(trusted) or 'none'}); add the OEM's "
+                          f"this device (trusted: {', '.join(sorted(trusted)) or 'none'}); add the OEM's "
                           f"public key with 'syncedge bundle keys add'")
     try:
         key.verify(signature.signature, manifest_bytes)

@@ -157,7 +157,8 @@ def _open_out(dest: Path | None,
 def read_bundle(path: str | os.PathLike[str], trusted: Mapping[str, Any],
                 dest: str | os.PathLike[str] | None = None, *,
                 target: str | None = None,
-                on_file: Callable[[str], None] | None = None) -> VerifiedBundle:
+                on_file: Callable[[str], None] | None = None,
+                keys_given: bool = False) -> VerifiedBundle:
     """Verify a bundle and (with ``dest``) unpack its payload into an empty folder.
 
     Args:
@@ -169,6 +170,8 @@ def read_bundle(path: str | os.PathLike[str], trusted: Mapping[str, Any],
         target: when given, the bundle's target must equal it.
         on_file: called with each payload file name after it is written (used by tests to
             interrupt an install midway).
+        keys_given: ``trusted`` came from the command line (``--pubkey``), not the device
+            (messages only).
     Returns:
         The :class:`VerifiedBundle`.
     Raises:
@@ -189,7 +192,7 @@ def read_bundle(path: str | os.PathLike[str], trusted: Mapping[str, Any],
         manifest_bytes = _read_small(tar, next(members, None), MANIFEST_NAME, where)
         sig_bytes = _read_small(tar, next(members, None), SIGNATURE_NAME, where)
         sig = BundleSignature.from_bytes(sig_bytes, f"{where}:{SIGNATURE_NAME}")
-        kid = verify_signature(manifest_bytes, sig, trusted, where)
+        kid = verify_signature(manifest_bytes, sig, trusted, where, keys_given=keys_given)
         manifest = BundleManifest.from_bytes(manifest_bytes, f"{where}:{MANIFEST_NAME}")
         if manifest.key_id != kid:
             raise BundleError(f"{where}:{MANIFEST_NAME}.key_id: {manifest.key_id} differs from "

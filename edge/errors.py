@@ -37,7 +37,8 @@ class MissingDependencyError(EdgeError, ImportError):
     def __init__(self, library: str, extra: str, purpose: str):
         super().__init__(
             f"{purpose} needs the '{library}' library, which is not installed; "
-            f"install it with: pip install 'syncedge[{extra}]'"
+            f"install it with: pip install 'syncedge[{extra}]' (from a source checkout: "
+            f"pip install '.[{extra}]')"
         )
         self.library = library
         self.extra = extra

@@ -21,6 +21,7 @@ __all__ = ["SUBCOMMANDS", "register", "register_engine", "register_check_ops", "
 def _run_engine(args: argparse.Namespace) -> int:
     from edge.device_target import cuda_compute_capability
     from edge.engine_cache import EngineCache
+    from edge.manifest import load_model_dir
     from export.engine.builder import (
         EngineBuildError,
         TensorRT,
@@ -28,6 +29,7 @@ def _run_engine(args: argparse.Namespace) -> int:
         import_tensorrt,
     )
 
+    load_model_dir(args.model_dir)  # a wrong folder is named before anything else
     trt = import_tensorrt()
     cc = cuda_compute_capability()
     if cc is None:

@@ -72,7 +72,7 @@ def load_cells(root: str | os.PathLike[str], splits: list[str], max_dof: int = 7
         manifests = sorted((root / split).glob("chunk-*/manifest.json"))
         if not manifests:
             raise ExportError(f"{root / split}: no complete chunk (no chunk-*/manifest.json); "
-                              f"generate it with 'syncedge cells generate --split {split}'")
+                              f"generate it with 'syncedge cells generate --split {split} --out {root}'")
         for mpath in manifests:
             man = json.loads(mpath.read_text())
             by_cell: dict[str, list[str]] = {}

@@ -77,3 +77,18 @@ def test_detect_target(tmp_path):
     assert detect_target(missing, lambda: (9, 0), machine="x86_64") == "x86-sm90"
     with pytest.raises(BundleError, match="compute capability 8.9"):
         detect_target(missing, lambda: (8, 9), machine="x86_64")
+
+
+def test_verify_with_another_public_key_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
+    model = make_tiny_model(tmp_path / "model")
+    _run("bundle", "keygen", "--out", str(tmp_path / "a"))
+    _run("bundle", "keygen", "--out", str(tmp_path / "b"))
+    out = tmp_path / "b.bundle"
+    _run("bundle", "build", str(model), "--target", "cpu", "--key",
+         str(tmp_path / "a" / "oem.key.pem"), "--out", str(out))
+    with pytest.raises(BundleError, match=r"signed by key \w+, not by the key given with "
+                                          r"--pubkey \(\w+\); pass the public key"):
+        _run("bundle", "verify", str(out), "--pubkey", str(tmp_path / "b" / "oem.pub.pem"))
+    with pytest.raises(BundleError, match=r"not trusted on this device \(trusted: none\)"):
+        _run("bundle", "verify", str(out))

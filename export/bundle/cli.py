@@ -70,7 +70,8 @@ def _run_verify(args: argparse.Namespace) -> int:
 
     target = check_target(args.target, "--target") if args.target else None
     with tempfile.TemporaryDirectory(prefix="syncedge-verify-") as tmp:
-        v = read_bundle(args.bundle, _trusted(args), tmp, target=target)
+        v = read_bundle(args.bundle, _trusted(args), tmp, target=target,
+                        keys_given=bool(args.pubkey))
     m = v.manifest
     print(f"{args.bundle}: OK: {m.model_name} {m.model_variant} for {m.target}, "
           f"{len(m.files)} files verified, signed by key {v.key_id}, created "

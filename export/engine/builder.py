@@ -51,7 +51,9 @@ def import_tensorrt() -> ModuleType:
     try:
         import tensorrt
     except ImportError:
-        raise MissingDependencyError("tensorrt", "nvidia", "building TensorRT engines") from None
+        raise MissingDependencyError("tensorrt", "nvidia",
+                                     "building TensorRT engines (on the NVIDIA device that "
+                                     "runs them, e.g. a JetPack Jetson)") from None
     return tensorrt
 
 
