@@ -132,7 +132,9 @@ def quarantine_blob(conn: sqlite3.Connection, blobs: BlobStore, info: EntryInfo,
 
 
 def _raise(key: CacheKey, fault: Fault, moved: str, path: Path) -> NoReturn:
-    what = ("the context was dropped: re-encode it from the calibration episode"
+    what = ("the context was dropped: re-encode it from the cached calibration episode "
+            f"('syncedge calibrate store --cell {key.cell_id} --camera-id {key.camera_id} "
+            f"--robot-id {key.robot_id} --model DIR')"
             if fault.role == "context" else
             "the entry was removed: store the calibration again or import it from an archive")
     raise CacheCorruptError(

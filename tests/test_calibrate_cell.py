@@ -149,3 +149,42 @@ def test_store_refuses_a_failed_check_unless_forced(cell, tmp_path: Path, capsys
         (info,) = cache.list()
         assert info.forced and info.forced_reason == "joint 1 limit stop, to be moved"
         assert cache.get(info.key).report["verdict"] == "fail"
+
+
+def test_cache_entry_for_another_model_and_mismatched_episodes(cell, tmp_path: Path,
+                                                               monkeypatch, capsys) -> None:
+    """store --cell re-encodes the cached episode for another model; validate refuses
+    another cell's episode; verify needs no model."""
+    import dataclasses
+
+    from edge.calibration_cache import CalibrationCache
+    from edge.episode import save_episode
+    from tests.calib_cell_helpers import ROOT
+
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))  # no active bundle
+    cache = tmp_path / "cache"
+    fp32 = ["--model", str(cell["model"]), "--cache-dir", str(cache), "--threads", "1"]
+    assert cli("store", str(cell["episode"]), *fp32) == 0
+    other = ROOT / "models" / "reference-int8"
+    if not (other / "model.json").is_file() or cell["model"] == other:
+        pytest.skip("needs the shipped INT8 model")
+    int8 = ["--model", str(other), "--cache-dir", str(cache), "--threads", "1"]
+    capsys.readouterr()
+    assert cli("validate", "--cell", "cell-3", "--episode", str(cell["episode"]), *int8,
+               "--out", str(tmp_path / "v")) == 2
+    assert "cached for other models" in capsys.readouterr().err
+    assert cli("store", "--cell", "cell-3", *int8) == 0
+    with CalibrationCache(cache) as c:
+        infos = c.list(cell_id="cell-3")
+        assert len(infos) == 2 and len({i.episode_sha256 for i in infos}) == 1
+    ep = load_episode(cell["episode"])
+    stranger = save_episode(dataclasses.replace(
+        ep, metadata=dataclasses.replace(ep.metadata, cell_id="cell-9")), tmp_path / "c9.npz")
+    capsys.readouterr()
+    assert cli("validate", "--cell", "cell-3", "--episode", str(stranger), *int8,
+               "--out", str(tmp_path / "v")) == 2
+    err = capsys.readouterr().err
+    assert "a validation episode of cell/camera/robot cell-9/" in err and "cell-3/" in err
+    assert not (tmp_path / "v").exists()
+    assert cli("verify", "--camera", CELL, "--cell", "cell-3", "--cache-dir", str(cache)) == 0
+    assert capsys.readouterr().out.startswith("VALID")

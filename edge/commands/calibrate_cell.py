@@ -26,22 +26,78 @@ def _cache(args: argparse.Namespace):
     return CalibrationCache(Path(args.cache_dir) if args.cache_dir else default_root())
 
 
-def _key(cache: Any, args: argparse.Namespace, model_sha256: str):
-    """The one cached entry of ``--cell`` (and ``--camera-id``/``--robot-id``) for the model."""
+def _key(cache: Any, args: argparse.Namespace, model_sha256: str | None):
+    """The one cached entry of ``--cell`` (and ``--camera-id``/``--robot-id``) for the model
+    (``None``: for any model, the cell's camera and robot still unique)."""
     infos = cache.list(cell_id=args.cell, camera_id=args.camera_id, robot_id=args.robot_id,
                        model_prefix=model_sha256)
-    if len(infos) != 1:
-        raise CalibrateError(
-            f"calibration cache: expected one entry for cell {args.cell!r} (camera "
-            f"{args.camera_id or 'any'}, robot {args.robot_id or 'any'}) and model "
-            f"{model_sha256[:12]}..., found {len(infos)}; store the calibration first or pass "
-            f"--camera-id/--robot-id")
-    return infos[0].key
+    pairs = {(i.key.camera_id, i.key.robot_id) for i in infos}
+    if len(pairs) == 1 and (model_sha256 is None or len(infos) == 1):
+        return infos[0].key
+    where = (f"cell {args.cell!r} (camera {args.camera_id or 'any'}, robot "
+             f"{args.robot_id or 'any'})")
+    model = f" and model {model_sha256[:12]}..." if model_sha256 else ""
+    if len(pairs) > 1:
+        found = ", ".join(f"{c}/{r}" for c, r in sorted(pairs))
+        raise CalibrateError(f"calibration cache: {where}{model} matches several cameras or "
+                             f"robots ({found}); pass --camera-id and --robot-id")
+    others = cache.list(cell_id=args.cell, camera_id=args.camera_id, robot_id=args.robot_id)
+    if others:
+        shas = ", ".join(sorted({i.key.model_sha256[:12] for i in others}))
+        raise CalibrateError(f"calibration cache: no entry for {where}{model}; it is cached "
+                             f"for other models ({shas}): encode it for this one with "
+                             f"'syncedge calibrate store --cell {args.cell} --model DIR'")
+    raise CalibrateError(f"calibration cache: no entry for {where}; store the calibration "
+                         f"first ('syncedge calibrate store EPISODE')")
+
+
+def _store_from_cache(args: argparse.Namespace) -> int:
+    """Encode a cell's cached calibration episode for ``--model`` and cache the context
+    (another model's entry, or this model's after its context was evicted or dropped)."""
+    import dataclasses
+
+    from edge.cache_types import CacheKey
+    from edge.runtime.context import encode_calibration
+
+    model = open_model(args)
+    try:
+        with _cache(args) as cache:
+            src = _key(cache, args, None)
+            entry = cache.get(src)
+            if entry is None:
+                raise CalibrateError(f"calibration cache: entry {src.short} vanished; try "
+                                     f"again")
+            t0 = time.perf_counter()
+            ctx = encode_calibration(model, entry.episode, where=f"cache:{src.short}")
+            encode_s = time.perf_counter() - t0
+            key = CacheKey(src.cell_id, src.camera_id, src.robot_id, model.sha256)
+            report = {**entry.report, "stored": {
+                "model": str(model.model_dir), "model_sha256": model.sha256,
+                "encode_s": round(encode_s, 4), "forced": entry.info.forced,
+                "forced_reason": entry.info.forced_reason,
+                "from_cache_entry": dataclasses.asdict(src), "stored_at_s": round(time.time(), 3)}}
+            cache.put(key, entry.episode, ctx.values, report, entry.reference_frame,
+                      forced=entry.info.forced, forced_reason=entry.info.forced_reason)
+    finally:
+        model.deactivate()
+    print(f"stored {key.cell_id}/{key.camera_id}/{key.robot_id}/{key.model_sha256[:12]} from "
+          f"the cached episode of {src.short} (context {list(ctx.values.shape)}, encoded in "
+          f"{encode_s:.2f} s)")
+    return 0
 
 
 def run_store(args: argparse.Namespace) -> int:
     """Check, encode and cache a calibration episode (refused on a failed check unless
-    ``--force REASON``)."""
+    ``--force REASON``); with ``--cell`` instead of an episode, encode the cell's cached
+    episode for the model."""
+    if args.cell:
+        if args.episode or args.force or args.reference:
+            raise CalibrateError("store: pass an EPISODE file, or --cell to encode a cached "
+                                 "episode, not both (--force and --reference go with EPISODE)")
+        return _store_from_cache(args)
+    if not args.episode:
+        raise CalibrateError("store: pass an EPISODE file, or --cell ID to encode the cell's "
+                             "cached episode for --model")
     from edge.cache_types import CacheKey
     from edge.calibrate.check import EpisodeArrays, check_arrays
     from edge.episode import load_episode
@@ -87,7 +143,10 @@ def run_verify(args: argparse.Namespace) -> int:
     from edge.calibrate.verify import VerifyOptions, compare_frames
     from edge.manifest import model_sha256
 
-    sha = model_sha256(args.model) if args.model else model_sha256(_active())
+    active = _active()
+    # the reference frame is the cell's, whichever model encoded the context
+    sha = model_sha256(args.model) if args.model else \
+        (model_sha256(active) if (active / "model.json").is_file() else None)
     with _cache(args) as cache:
         key = _key(cache, args, sha)
         entry = cache.get(key)
@@ -142,7 +201,9 @@ def run_validate(args: argparse.Namespace) -> int:
             entry = cache.get(key)
             cached = context_from_source(cache, model, key.cell_id, key.camera_id,
                                          key.robot_id)
-        n = ep.num_dof
+        _check_validation_episode(ep, str(args.episode or args.camera), key,
+                                  entry.episode.num_dof)
+        n = entry.episode.num_dof
         ctx = CalibrationContext(cached.values, model.sha256, n, f"cache:{key.cell_id}")
         zero = CalibrationContext(np.zeros_like(cached.values), model.sha256, n, "zeroed")
         start, acts = ep.frames[0], ep.actions[:-1].astype(np.float32)
@@ -196,10 +257,30 @@ def run_validate(args: argparse.Namespace) -> int:
     c, z = fid["calibrated"], fid["zeroed"]
     print(f"calibrated: PSNR {c['psnr_db']} dB, motion PSNR {c['motion_psnr_db']} dB; zeroed: "
           f"PSNR {z['psnr_db']} dB, motion PSNR {z['motion_psnr_db']} dB over {c['steps']} steps")
-    print(f"control probe: {'available' if probe['available'] else probe['reason']}")
+    if probe["available"]:
+        shares = ", ".join(f"{k} {v['right_direction']} ({v['cases']} cases)"
+                           for k, v in probe.items() if isinstance(v, dict) and "right_direction" in v)
+        print(f"control probe, share of per-DoF sweeps moving the end effector the true way: "
+              f"{shares}")
+    else:
+        print(f"control probe: not available: {probe['reason']}")
     for p in paths:
         print(p)
     return 0
+
+
+def _check_validation_episode(ep: Any, where: str, key: Any, num_dof: int) -> None:
+    """The validation episode must come from the cached cell and have its DoF count."""
+    meta = ep.metadata
+    got = (meta.cell_id, meta.camera_id, meta.robot_id)
+    want = (key.cell_id, key.camera_id, key.robot_id)
+    if got != want:
+        raise CalibrateError(f"{where}: a validation episode of cell/camera/robot "
+                             f"{'/'.join(got)}, but the cached calibration is of "
+                             f"{'/'.join(want)}; validate a cell with its own episode")
+    if ep.num_dof != num_dof:
+        raise CalibrateError(f"{where}: {ep.num_dof} action channels, but the cell's cached "
+                             f"calibration has {num_dof} DoFs")
 
 
 def _record_validation(args: argparse.Namespace, model: Any):
@@ -234,8 +315,16 @@ def _record_validation(args: argparse.Namespace, model: Any):
 
 def register_steps(sub: argparse._SubParsersAction) -> None:
     """Add ``store``, ``verify`` and ``validate`` to the ``calibrate`` group."""
-    s = sub.add_parser("store", help="encode the context and write the cache entry")
-    s.add_argument("episode", metavar="EPISODE")
+    s = sub.add_parser("store", help="encode the context and write the cache entry",
+                       description="Check a calibration episode, encode its context with "
+                                   "--model and write the cache entry. With --cell instead of "
+                                   "EPISODE: encode the episode the cache already holds for "
+                                   "that cell for --model (a new model, or a context that was "
+                                   "evicted or dropped as corrupt).")
+    s.add_argument("episode", metavar="EPISODE", nargs="?", help="calibration episode (.npz)")
+    s.add_argument("--cell", metavar="ID", help="encode this cell's cached episode instead")
+    s.add_argument("--camera-id", help="with --cell, when the cell has several cameras")
+    s.add_argument("--robot-id", help="with --cell, when the cell has several robots")
     s.add_argument("--force", metavar="REASON", default="",
                    help="store although the check failed, recording REASON")
     s.add_argument("--reference", metavar="PNG",

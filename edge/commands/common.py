@@ -103,11 +103,50 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
     if not camera or not robot:
         raise RuntimeInputError("--cell: the cache key needs --camera-id and --robot-id "
                                 "(or an episode as --start, whose metadata has them)")
-    ctx = context_from_source(source or default_context_source(args.cache_dir), model,
-                              args.cell, camera, robot)
-    if args.dof is not None:
-        ctx = CalibrationContext(ctx.values, ctx.model_sha256, int(args.dof), ctx.source)
-    return ctx
+    src = source or default_context_source(args.cache_dir)
+    try:
+        ctx = context_from_source(src, model, args.cell, camera, robot)
+    except RuntimeInputError:
+        hint = _other_models_hint(src, args.cell, camera, robot)
+        if not hint:
+            raise
+        raise RuntimeInputError(f"calibration cache: no context for cell {args.cell!r}, camera "
+                                f"{camera!r}, robot {robot!r} and model {model.sha256[:12]}...; "
+                                f"{hint}") from None
+    cached = _cached_dof(src, args.cell, camera, robot, model.sha256)
+    if args.dof is not None and cached is not None and int(args.dof) != cached:
+        raise RuntimeInputError(f"--dof {args.dof}: the cached calibration of cell "
+                                f"{args.cell!r} (camera {camera!r}, robot {robot!r}) has "
+                                f"{cached} DoFs; drop --dof or pass --dof {cached}")
+    num_dof = int(args.dof) if args.dof is not None else cached
+    return CalibrationContext(ctx.values, ctx.model_sha256, num_dof, ctx.source)
+
+
+def _cached_dof(source: ContextSource, cell: str, camera: str, robot: str,
+                model_sha256: str) -> int | None:
+    """The cell's DoF count from its cached calibration episode (None if the source does
+    not keep episodes)."""
+    from edge.cache_types import CacheKey
+
+    get = getattr(source, "get", None)
+    if get is None:
+        return None
+    entry = get(CacheKey(cell, camera, robot, model_sha256))
+    return None if entry is None else int(entry.episode.num_dof)
+
+
+def _other_models_hint(source: ContextSource, cell: str, camera: str, robot: str) -> str:
+    """When the cache holds the cell's episode but no context for this model: how to add it."""
+    lister = getattr(source, "list", None)
+    if lister is None:
+        return ""
+    entries = lister(cell_id=cell, camera_id=camera, robot_id=robot)
+    if not entries:
+        return ""
+    shas = ", ".join(sorted(i.key.model_sha256[:12] for i in entries))
+    return (f"the cache holds this cell's calibration episode (with contexts for models "
+            f"{shas}): encode the context for this model with 'syncedge calibrate store --cell "
+            f"{cell} --camera-id {camera} --robot-id {robot} --model DIR'")
 
 
 class StagedOutput:
