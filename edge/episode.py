@@ -39,6 +39,7 @@ from edge.errors import EpisodeError
 from edge.fileio import atomic_write
 
 __all__ = [
+    "check_npz_signature",
     "EPISODE_SCHEMA_VERSION",
     "EPISODE_KINDS",
     "DOF_UNITS",
@@ -336,6 +337,23 @@ def save_episode(episode: Episode, path: str | os.PathLike[str]) -> Path:
     )
 
 
+def check_npz_signature(path: Path) -> None:
+    """Refuse a file that is not a zip archive (an ``.npz``) before NumPy reads it.
+
+    Raises:
+        EpisodeError: naming the file and what it starts with.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise EpisodeError(f"cannot read it ({exc.strerror})", path=path) from None
+    if head != b"PK\x03\x04":
+        raise EpisodeError(f"not an episode file: expected a NumPy .npz archive (a zip file, "
+                           f"as 'syncedge calibrate record' writes), found a file starting "
+                           f"with {head!r}", path=path)
+
+
 def load_episode(path: str | os.PathLike[str]) -> Episode:
     """Read and validate an episode file written by :func:`save_episode`.
 
@@ -346,6 +364,7 @@ def load_episode(path: str | os.PathLike[str]) -> Episode:
     path = Path(path)
     if not path.is_file():
         raise EpisodeError("no such episode file", path=path)
+    check_npz_signature(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
             keys = set(npz.files)

@@ -188,3 +188,22 @@ def test_cache_entry_for_another_model_and_mismatched_episodes(cell, tmp_path: P
     assert not (tmp_path / "v").exists()
     assert cli("verify", "--camera", CELL, "--cell", "cell-3", "--cache-dir", str(cache)) == 0
     assert capsys.readouterr().out.startswith("VALID")
+
+
+def test_check_says_a_validation_episode_is_not_a_calibration(cell, tmp_path: Path,
+                                                             capsys) -> None:
+    import dataclasses
+
+    from edge.episode import save_episode
+
+    ep = load_episode(cell["episode"])
+    val = save_episode(dataclasses.replace(
+        ep, metadata=dataclasses.replace(ep.metadata, kind="validation")), tmp_path / "v.npz")
+    assert cli("check", str(val)) == 1
+    report = json.loads((tmp_path / "v.check" / "report.json").read_text())
+    assert [r["code"] for r in report["reasons"]] == ["not_calibration"]
+    (tmp_path / "plan.json").write_text("{}")
+    assert cli("check", str(tmp_path / "plan.json")) == 2
+    err = capsys.readouterr().err
+    assert err.count("not an episode file: expected a NumPy .npz archive") == 1
+    assert "allow_pickle" not in err

@@ -151,6 +151,9 @@ def test_cli_list_show_export_import_gc(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "checksums  verified" in out and "FORCED     j1 clipped" in out
     assert "float32 (3, 4, 4, 4)" in out
+    assert "  coverage   " in out and "the whole report: --json" in out
+    assert _cli("cache", "list", "--root", str(root), "--cell", "cell-9") == 0
+    assert "no calibration entries match cell cell-9 under" in capsys.readouterr().out
     archive = tmp_path / "cell-1.zip"
     assert _cli("cache", "export", "--root", str(root), "--cell", "cell-1", "--out",
                 str(archive)) == 0
@@ -188,6 +191,8 @@ def test_cli_errors_are_one_line_exit_2(tmp_path: Path, capsys, monkeypatch) -> 
     err = capsys.readouterr().err
     assert err.startswith("syncedge cache: error: key 'nope/x/y/abcd': expected a cached entry")
     assert len(err.strip().splitlines()) == 1
+    assert cli.main(["cache", "import", "--root", str(tmp_path), str(tmp_path / "no.zip")]) == 2
+    assert capsys.readouterr().err.strip().endswith("no.zip: no such archive file")
 
 
 class _EP:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from edge.calibrate.plan import DEFAULT_MIN_FRACTION, SEGMENT_FRAMES, SWEEP_PROFILE
-from edge.episode import Episode, load_episode
+from edge.episode import Episode, check_npz_signature, load_episode
 from edge.errors import EpisodeError
 
 __all__ = ["CheckOptions", "EpisodeArrays", "check_arrays", "coverage_sheets", "load_for_check"]
@@ -93,6 +93,8 @@ def load_for_check(path: str | os.PathLike[str]) -> EpisodeArrays:
         EpisodeError: the file is not an episode at all (missing, corrupt, no arrays).
     """
     path = Path(path)
+    if path.is_file():
+        check_npz_signature(path)  # not an archive at all: say so once
     try:
         return EpisodeArrays.from_episode(load_episode(path))
     except EpisodeError as exc:
@@ -203,6 +205,11 @@ def check_arrays(arr: EpisodeArrays, opts: CheckOptions | None = None) -> dict[s
     frac = opts.min_fraction if opts.min_fraction is not None else \
         float(program.get("min_fraction", DEFAULT_MIN_FRACTION))
     reasons: list[dict] = []
+    kind = meta.get("kind")
+    if kind is not None and kind != "calibration":
+        reasons.append(_reason("not_calibration", f"the episode's kind is {kind!r}, expected "
+                               f"'calibration': check the episode recorded with the sweep "
+                               f"plan ('calibrate plan' without --motion)"))
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         reasons.append(_reason("dof_duplicated", f"DoF name(s) {dup} appear more than once in "

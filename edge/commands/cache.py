@@ -66,8 +66,12 @@ def _run_list(args: argparse.Namespace) -> int:
                           "total_bytes": total, "quarantine_records": quarantined},
                          indent=2, sort_keys=True))
         return 0
+    filters = [f"{n} {v}" for n, v in (("cell", args.cell), ("camera", args.camera),
+                                       ("robot", args.robot), ("model", args.model)) if v]
     if not infos:
-        print(f"no calibration entries under {args.root or 'the default root'}")
+        where = args.root or "the default root"
+        print(f"no calibration entries match {', '.join(filters)} under {where}" if filters
+              else f"no calibration entries under {where}")
     else:
         rows = [["CELL", "CAMERA", "ROBOT", "MODEL", "EPISODE", "CONTEXT", "LAST USED",
                  "FLAGS"]]
@@ -112,7 +116,11 @@ def _run_show(args: argparse.Namespace) -> int:
         print(f"  created    {_when(d['created_s'])}   last used {_when(d['last_used_s'])}")
         if d["forced"]:
             print(f"  FORCED     {d['forced_reason']}")
-        print(f"  report     {json.dumps(d['report'], sort_keys=True)}")
+        r = d["report"]
+        reasons = ", ".join(sorted({x.get("code", "?") for x in r.get("reasons", [])}))
+        print(f"  coverage   {r.get('verdict', '?')}"
+              + (f" ({reasons})" if reasons else "")
+              + f", {len(r.get('dofs') or [])} DoFs checked (the whole report: --json)")
         print("  checksums  verified")
     return 0
 
@@ -132,6 +140,10 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_import(args: argparse.Namespace) -> int:
+    from edge.cache_types import CacheArchiveError
+
+    if not args.file.is_file():
+        raise CacheArchiveError(f"{args.file}: no such archive file")
     with _open(args) as cache:
         keys = cache.import_(args.file, replace=args.replace)
     for k in keys:
