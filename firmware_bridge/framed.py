@@ -12,7 +12,7 @@ from collections import deque
 
 from .frame_format import MAX_JOINTS, FrameDecoder
 from .serial_io import open_serial, read_some
-from .stream import CycleError, JointStream, LinkLostError, Reading
+from .stream import CycleError, JointStream, LinkLostError, Reading, positional_names
 
 __all__ = ["FramedStream"]
 
@@ -47,7 +47,7 @@ class FramedStream(JointStream):
 
     @property
     def joint_names(self) -> list[str]:
-        return [f"joint{j}" for j in range(self.joints)]
+        return positional_names(self.joints)
 
     def _open(self) -> None:
         self._ser = open_serial(self.port, self.baud)

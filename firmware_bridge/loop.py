@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .stream import CycleError, JointStream, Reading
+from .stream import CycleError, JointStream, Reading, positional_names
 
 __all__ = ["LoopStream"]
 
@@ -42,7 +42,7 @@ class LoopStream(JointStream):
 
     @property
     def joint_names(self) -> list[str]:
-        return [f"joint{j}" for j in range(self._n)]
+        return positional_names(self._n)
 
     def _open(self) -> None:
         self._t0 = time.monotonic_ns()

@@ -18,7 +18,21 @@ import numpy as np
 from .errors import BridgeError, BridgeTimeoutError, DeviceGoneError
 from .sample import JointSample, Status, StreamStats
 
-__all__ = ["CycleError", "JointStream", "LinkLostError", "Reading"]
+__all__ = ["CycleError", "JointStream", "LinkLostError", "Reading", "positional_names",
+           "names_are_positional"]
+
+
+def positional_names(count: int) -> list[str]:
+    """Placeholder names ``joint0 .. joint{count-1}`` for a device that reports no names."""
+    return [f"joint{j}" for j in range(count)]
+
+
+def names_are_positional(names: list[str]) -> bool:
+    """Whether ``names`` only number the channels (:func:`positional_names`, or servo ids
+    ``id<N>``) rather than name the controller's joints: a program must then be matched
+    to the channels by position, not by name."""
+    return bool(names) and (names == positional_names(len(names))
+                            or all(n.startswith("id") and n[2:].isdigit() for n in names))
 
 
 class CycleError(BridgeError):

@@ -56,15 +56,28 @@ class AssembleOptions:
 
 
 def _channels(program: JointProgram, names: list[str]) -> tuple[list[int], list[int], str]:
-    """(program channel, stream channel) pairs by name, else by position when counts match."""
-    if set(program.dof_names) & set(names):
-        pc = [i for i, n in enumerate(program.dof_names) if n in names]
-        return pc, [names.index(program.dof_names[i]) for i in pc], "by name"
-    if len(names) == len(program.dof_names):
+    """(program channel, stream channel) pairs: by position when the stream only numbers
+    its channels (it reports no names), else by name.
+
+    Raises:
+        RecordingError: unnamed channels of another count, or named channels sharing no
+            name with the program (a plan for another robot).
+    """
+    from firmware_bridge.stream import names_are_positional
+
+    want = list(program.dof_names)
+    if names_are_positional(names):
+        if len(names) != len(want):
+            raise RecordingError(f"joint stream: {len(names)} unnamed channels ({names[0]} ..."
+                                 f" {names[-1]}), expected the program's {len(want)} DoFs "
+                                 f"{want} in the controller's channel order")
         return list(range(len(names))), list(range(len(names))), "by position"
-    raise RecordingError(f"joint stream channels {names}: expected the program's DoFs "
-                         f"{list(program.dof_names)} by name (or as many channels), found "
-                         f"no match")
+    if set(want) & set(names):
+        pc = [i for i, n in enumerate(want) if n in names]
+        return pc, [names.index(want[i]) for i in pc], "by name"
+    raise RecordingError(f"joint stream channels {names} share no name with the program's "
+                         f"DoFs {want} (a program for robot {program.robot!r}): plan for the "
+                         f"robot on this stream")
 
 
 def _joint_host_stamps(samples: list[Any]) -> tuple[np.ndarray, str, float | None]:
