@@ -201,19 +201,27 @@ def format_parity_table(records: Mapping[str, Mapping[str, Any]]) -> str:
         for k, v in r["one_step_max_abs"].items():
             lines.append(f"  {k:14} {_num(v, '16.3e')}")
         ro = r["rollout"]
-        lines.append(f"  {'step':>4} {'PSNR FP32':>10} {'PSNR ' + r['variant']:>10} "
-                     f"{'loss dB':>8} {'latent max abs':>15}")
-        for t, (a, b, d, e) in enumerate(zip(ro["reference_psnr_db"], ro["psnr_db"],
-                                             ro["psnr_loss_db"], ro["latent_max_abs"],
-                                             strict=True)):
+        lines.append(f"  {'step':>4} {'PSNR torch':>10} {'PSNR ' + r['variant']:>10} "
+                     f"{'loss dB':>8} {'vs torch dB':>11} {'latent max abs':>15}")
+        vs = ro.get("psnr_vs_fp32_db") or [None] * len(ro["psnr_db"])
+        for t, (a, b, d, v, e) in enumerate(zip(ro["reference_psnr_db"], ro["psnr_db"],
+                                                ro["psnr_loss_db"], vs, ro["latent_max_abs"],
+                                                strict=True)):
             lines.append(f"  {t + 1:4d} {_num(a, '10.2f')} {_num(b, '10.2f')} {_num(d, '8.3f')} "
-                         f"{_num(e, '15.3e')}")
+                         f"{_num(v, '11.2f')} {_num(e, '15.3e')}")
+        lines.append("  (PSNR against ground truth of the PyTorch FP32 rollout and of this "
+                     "folder's; loss = torch - this; vs torch: this folder's frames against "
+                     "PyTorch's)")
     return "\n".join(lines)
 
 
 def _num(v: float | None, fmt: str) -> str:
     width = int(fmt.split(".")[0])
-    return f"{'n/a':>{width}}" if v is None else format(v, fmt)
+    if v is None:
+        return f"{'n/a':>{width}}"
+    if fmt.endswith("f"):  # no "-0.000" for a loss that rounds to zero
+        v = round(v, int(fmt.split(".")[1][:-1])) + 0.0
+    return format(v, fmt)
 
 
 def gates_dict(gates: Gates) -> dict[str, Any]:
