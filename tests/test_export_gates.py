@@ -160,3 +160,16 @@ def test_quantise_and_bundle_build_need_no_torch(tmp_path) -> None:
                          text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("ok")
+
+
+def test_parity_table_names_its_columns_and_prints_no_negative_zero() -> None:
+    from export.parity_gates import format_parity_table
+
+    rec = {"variant": "int8", "gate": judge("int8", _figures(), Gates()),
+           "one_step_max_abs": {"encoder": 1e-7},
+           "rollout": {"reference_psnr_db": [30.0, 29.0], "psnr_db": [30.0, 29.0001],
+                       "psnr_loss_db": [0.0, -0.0001], "psnr_vs_fp32_db": [45.0, 44.0],
+                       "latent_max_abs": [1e-3, 2e-3]}}
+    text = format_parity_table({"m-int8": rec})
+    assert "PSNR torch  PSNR int8" in text and "vs torch dB" in text
+    assert "-0.000" not in text and "   0.000" in text and "44.00" in text
