@@ -168,7 +168,8 @@ def _verify_slot_files(d: Path, manifest: BundleManifest) -> None:
             raise BundleError(f"{p}: missing from slot {d.name}") from None
         if h.hexdigest() != f.sha256:
             raise BundleError(f"{p}: sha256 does not match the slot's {MANIFEST_NAME}; the "
-                              f"slot is corrupt")
+                              f"slot is corrupt: install a bundle again (it replaces this "
+                              f"slot) instead of rolling back")
 
 
 def _switch(root: Path, slot: str) -> None:
