@@ -16,19 +16,30 @@ import numpy as np
 from edge.errors import EdgeError
 from edge.fileio import atomic_write
 
-__all__ = ["contact_sheet", "write_png", "write_mp4", "label_tile"]
+__all__ = ["contact_sheet", "write_png", "write_mp4", "label_tile", "row_label_height"]
 
 
-def label_tile(tile: np.ndarray, text: str) -> np.ndarray:
-    """Return a copy of an RGB uint8 ``[h, w, 3]`` tile with ``text`` in its top-left corner."""
+def label_tile(tile: np.ndarray, text: str, size_for_px: int | None = None) -> np.ndarray:
+    """Return a copy of an RGB uint8 ``[h, w, 3]`` tile with ``text`` in its top-left corner,
+    its size set for a tile ``size_for_px`` wide (default: this tile's width)."""
     import cv2
 
     out = np.ascontiguousarray(tile).copy()
-    scale = max(0.3, out.shape[1] / 420.0)
+    scale = _text_scale(size_for_px or out.shape[1])
     for color, thick in (((0, 0, 0), 3), ((255, 255, 255), 1)):
         cv2.putText(out, text, (3, int(12 * scale / 0.35)), cv2.FONT_HERSHEY_SIMPLEX, scale,
                     color, thick, cv2.LINE_AA)
     return out
+
+
+def _text_scale(width_px: int) -> float:
+    return max(0.3, width_px / 420.0)
+
+
+def row_label_height(tile_width_px: int) -> int:
+    """Height in px of the band :func:`contact_sheet` draws a row label in, for tiles
+    ``tile_width_px`` wide (after scaling)."""
+    return int(12 * _text_scale(tile_width_px) / 0.35) + 6
 
 
 def contact_sheet(rows: Sequence[np.ndarray], row_labels: Sequence[str] | None = None,
@@ -39,13 +50,15 @@ def contact_sheet(rows: Sequence[np.ndarray], row_labels: Sequence[str] | None =
     Args:
         rows: each uint8 ``[T_i, H, W, 3]``; rows may have different T (shorter rows are
             padded with grey).
-        row_labels: one label per row, drawn on its first tile.
+        row_labels: one label per row, drawn in a band above the row, across its whole
+            width (:func:`row_label_height`), so long labels are not cut at a tile.
         tile_labels: optional per-tile labels (e.g. the step index).
         scale: integer upscaling (nearest neighbour), so small frames stay readable.
         gap_px: grey gap between tiles, px (before scaling).
 
     Returns:
-        uint8 ``[R*(H+gap)*scale, maxT*(W+gap)*scale, 3]``.
+        uint8 ``[R*(band + (H+gap)*scale), maxT*(W+gap)*scale, 3]``, band being
+        :func:`row_label_height` with row labels and 0 without.
     Raises:
         EdgeError: if the rows differ in frame size or are not uint8 RGB.
     """
@@ -59,17 +72,20 @@ def contact_sheet(rows: Sequence[np.ndarray], row_labels: Sequence[str] | None =
             raise EdgeError(f"contact sheet: row {i} has dtype {r.dtype} shape {r.shape}; "
                             f"expected uint8 (T, {h}, {w}, 3)")
     cols = max(len(r) for r in rows)
-    th, tw = (h + gap_px) * scale, (w + gap_px) * scale
+    band = row_label_height(w * scale) if row_labels is not None else 0
+    th, tw = band + (h + gap_px) * scale, (w + gap_px) * scale
     sheet = np.full((len(rows) * th, cols * tw, 3), 64, np.uint8)
     for i, r in enumerate(rows):
+        if band:
+            sheet[i * th:i * th + band] = label_tile(sheet[i * th:i * th + band],
+                                                     row_labels[i],  # type: ignore[index]
+                                                     size_for_px=w * scale)
         for j, frame in enumerate(r):
             tile = cv2.resize(frame, (w * scale, h * scale), interpolation=cv2.INTER_NEAREST)
-            parts = [row_labels[i]] if j == 0 and row_labels is not None else []
             if tile_labels is not None and j < len(tile_labels[i]) and tile_labels[i][j]:
-                parts.append(tile_labels[i][j])
-            if parts:  # one label per tile: the row's label first, so they never overlap
-                tile = label_tile(tile, " ".join(parts))
-            sheet[i * th:i * th + h * scale, j * tw:j * tw + w * scale] = tile
+                tile = label_tile(tile, tile_labels[i][j])
+            y = i * th + band
+            sheet[y:y + h * scale, j * tw:j * tw + w * scale] = tile
     return sheet
 
 

@@ -116,10 +116,13 @@ def test_rollout_sheet_places_each_frame_in_its_column() -> None:
     truth = np.stack([[colour(100 + k) for k in range(t)] for _ in range(b)])
     cal = np.stack([[colour(150 + k) for k in range(t)] for _ in range(b)])
     zero = np.stack([[colour(200 + i) for _ in range(t)] for i in range(b)])
+    from edge.visual import row_label_height
+
     sheet = rollout_sheet(start, truth, cal, zero, ["a", "b", "c"], max_cells=2)
     tile = (h + 2) * 2  # 2 px gap, scaled x2
-    assert sheet.shape == (2 * tile, 10 * tile, 3)
-    centre = lambda r, c: sheet[r * tile + h, c * tile + h, 0]  # noqa: E731
+    band = row_label_height(h * 2)  # the cell id above each row
+    assert sheet.shape == (2 * (band + tile), 10 * tile, 3)
+    centre = lambda r, c: sheet[r * (band + tile) + band + h, c * tile + h, 0]  # noqa: E731
     # columns: start, truth at 4/8/12/16, calibrated at 4/8/12/16, zeroed at 16
     assert [centre(1, c) for c in range(10)] == [11, 103, 107, 111, 115, 153, 157, 161, 165, 201]
 

@@ -131,3 +131,25 @@ def test_policy_with_wrong_width_is_refused(setup, capsys) -> None:
     assert rc == 2
     assert "joint_state width 5" in capsys.readouterr().err
     assert not setup["out"].exists()
+
+
+def test_rules_speak_of_the_cells_dofs_when_the_model_has_more(setup) -> None:
+    """A 2-DoF cell on the 3-DoF model: 3-wide candidates are accepted (the third channel is
+    masked off), and the rules and joint state are the cell's 2 DoFs; the masked channel is
+    not checked."""
+    tmp = setup["tmp"]
+    cal2 = save_episode(calibration_episode(2, 4, 16, 16, seed=1), tmp / "cal2.npz")
+    acts = np.zeros((1, 4, 3), np.float32)
+    acts[0, :, 0] = 0.02
+    acts[0, :, 2] = 5.0  # far beyond every bound, on the channel the cell does not have
+    np.save(tmp / "wide.npy", acts)
+    (tmp / "rules2.yaml").write_text(
+        "max_step_action: 0.4\njoint_limits:\n  lower: [-1, -1]\n  upper: [1, 1]\n")
+    rc = run_command("precheck", precheck.register, [
+        "--calibration", str(cal2), "--start", str(setup["ep"]), "--rules",
+        str(tmp / "rules2.yaml"), "--model", str(tiny_model_dir()), "--threads", "1",
+        "--joint-state", "0,0", "--actions", str(tmp / "wide.npy"), "--out",
+        str(tmp / "out2")])
+    assert rc == 0
+    rep = json.loads((tmp / "out2" / "report.json").read_text())
+    assert rep["verdicts"][0]["passed"]

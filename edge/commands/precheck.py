@@ -82,7 +82,7 @@ def report_image(result: PrecheckResult, start: np.ndarray, frames: np.ndarray) 
         verdict = "PASS" if v.passed else f"FAIL {v.first_fail_rule}@{v.first_fail_step}"
         chosen = " CHOSEN" if i == result.chosen else ""
         labels.append(f"#{v.rank} {v.name} {verdict}{chosen}")
-        tiles.append([""] + [f"t{c}" for c in cols])
+        tiles.append(["start"] + [f"t{c + 1}" for c in cols])
     return contact_sheet(rows, labels, tiles, scale=max(2, 256 // start.shape[0]))
 
 
@@ -126,6 +126,12 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
             rollout.check_actions(actions, str(args.actions))
             frames = rollout.run(start, actions)
+        # the rules speak of the cell's DoFs: drop the channels the DoF mask switches off
+        ctrl = rollout.mask != 0
+        if actions.shape[-1] == len(ctrl) and not ctrl.all():
+            actions = actions[..., ctrl]
+            if q0 is not None and len(q0) == len(ctrl):
+                q0 = np.asarray(q0)[ctrl]
         result = evaluate(rules, start, q0, actions, frames, names, goal)
         report = {
             "rules": str(args.rules), "model": str(model.model_dir),
