@@ -6,15 +6,16 @@ import dataclasses
 
 import numpy as np
 import pytest
-import torch
 
-from edge.calibration_input import CalibrationInputError, prepare_calibration
-from edge.episode import CalibrationSegment, Episode, EpisodeMetadata
-from export.cells.sampling import Convention, is_held_out_convention
-from export.data import Cell, Motion, relabel, sample_relabelling
-from export.errors import ExportError
-from export.model import ModelConfig, WorldModel
-from export.train import (
+torch = pytest.importorskip("torch", reason="training tests need torch (pip install '.[train]')")
+
+from edge.calibration_input import CalibrationInputError, prepare_calibration  # noqa: E402
+from edge.episode import CalibrationSegment, Episode, EpisodeMetadata  # noqa: E402
+from export.cells.sampling import Convention, is_held_out_convention  # noqa: E402
+from export.data import Cell, Motion, relabel, sample_relabelling  # noqa: E402
+from export.errors import ExportError  # noqa: E402
+from export.model import ModelConfig, WorldModel  # noqa: E402
+from export.train import (  # noqa: E402
     ARCH,
     LatentSet,
     TrainOptions,

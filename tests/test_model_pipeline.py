@@ -11,13 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.manifest import load_model_dir
-from export.cells.generate import GenerateOptions, generate_chunk
-from export.cells.sampling import SPLITS
-from export.evaluate import SPLITS as EVAL_SPLITS
-from export.evaluate import EvalOptions, evaluate, format_table, plot_error_growth
-from export.onnx_export import ExportOptions, export_model
-from export.train import TrainOptions, load_checkpoint, train_stage
+pytest.importorskip("torch", reason="training tests need torch (pip install '.[train]')")
+pytest.importorskip("mujoco", reason="rendering cells needs MuJoCo (pip install '.[train]')")
+
+from edge.manifest import load_model_dir  # noqa: E402
+from export.cells.generate import GenerateOptions, generate_chunk  # noqa: E402
+from export.cells.sampling import SPLITS  # noqa: E402
+from export.evaluate import SPLITS as EVAL_SPLITS  # noqa: E402
+from export.evaluate import EvalOptions, evaluate, format_table, plot_error_growth  # noqa: E402
+from export.onnx_export import ExportOptions, export_model  # noqa: E402
+from export.train import TrainOptions, load_checkpoint, train_stage  # noqa: E402
 
 TINY = GenerateOptions(cells_per_chunk=1, motion_episodes=1, motion_frames=12)
 

@@ -54,8 +54,9 @@ def test_reference_checkpoints_match_their_manifest_and_the_shipped_graphs() -> 
     same configuration, and every FP32 graph gives the checkpoint's outputs."""
     import numpy as np
     import onnxruntime as ort
-    import torch
 
+    torch = pytest.importorskip("torch", reason="the checkpoints need torch "
+                                "(pip install '.[train]')")
     from export.evaluate import load_world_model
     from export.onnx_export import graph_modules
 
