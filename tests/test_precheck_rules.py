@@ -49,7 +49,7 @@ def test_good_rules_parse(tmp_path: Path) -> None:
     ("{}", "no rules"),
     ("keep_out: [unclosed", "not valid YAML"),
     ("- just\n- a list\n", "expected a mapping"),
-    ("speed_limit: 3\n", r"rules.yaml.speed_limit: unknown key"),
+    ("speed_limit: 3\n", r"rules.yaml:speed_limit: unknown key"),
     ("keep_out:\n  motion_threshold: 5\n  regions: []\n", r"keep_out.regions: expected a non"),
     ("keep_out:\n  regions: [{polygon: [[0,0],[1,0],[1,1]]}]\n",
      r"keep_out.motion_threshold: missing key"),
@@ -65,7 +65,12 @@ def test_good_rules_parse(tmp_path: Path) -> None:
     ("joint_limits:\n  lower: [1]\n  upper: [0]\n", "lower <= upper"),
     ("joint_limits:\n  lower: [0]\n", r"joint_limits.upper: missing key"),
     ("max_step_action: fast\n", r"max_step_action: expected a finite number"),
-    ("max_step_action: -1\n", r"max_step_action: expected a value in"),
+    ("max_step_action: -1\n", r"max_step_action: expected a value >= 0, found -1"),
+    ("keep_out:\n  motion_threshold: 5\n  max_moved_pixels: 2.7\n"
+     "  regions: [{polygon: [[0,0],[1,0],[1,1]]}]\n",
+     r"keep_out.max_moved_pixels: expected a whole number of pixels, found 2.7"),
+    ("keep_out:\n  motion_threshold: 5\n  regions: [{polygon: [[0,0],[0.5,0.5],[1,1]]}]\n",
+     r"regions\[0\].polygon: encloses no area"),
     ("goal:\n  image: nowhere.png\n  min_ssim: 0.5\n", r"goal.image: no such file"),
     ("goal:\n  image: goal.npy\n  min_ssim: 2\n", r"goal.min_ssim: expected a value in"),
 ])

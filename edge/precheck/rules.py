@@ -86,12 +86,13 @@ def _keys(d: Any, where: str, allowed: dict[str, bool]) -> Mapping[str, Any]:
     """Check ``d`` is a mapping with only ``allowed`` keys (value: required)."""
     if not isinstance(d, Mapping):
         raise RulesError(f"{where}: expected a mapping, found {type(d).__name__}")
+    sep = "." if ":" in where else ":"  # file:key at the top level, key.sub below it
     for k in d:
         if k not in allowed:
-            raise RulesError(f"{where}.{k}: unknown key; expected one of {sorted(allowed)}")
+            raise RulesError(f"{where}{sep}{k}: unknown key; expected one of {sorted(allowed)}")
     for k, required in allowed.items():
         if required and k not in d:
-            raise RulesError(f"{where}.{k}: missing key")
+            raise RulesError(f"{where}{sep}{k}: missing key")
     return d
 
 
@@ -99,7 +100,9 @@ def _num(v: Any, where: str, lo: float | None = None, hi: float | None = None) -
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
         raise RulesError(f"{where}: expected a finite number, found {v!r}")
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise RulesError(f"{where}: expected a value in [{lo}, {hi}], found {v!r}")
+        want = f"in [{lo:g}, {hi:g}]" if lo is not None and hi is not None else \
+            f">= {lo:g}" if lo is not None else f"<= {hi:g}"
+        raise RulesError(f"{where}: expected a value {want}, found {v!r}")
     return float(v)
 
 
@@ -115,6 +118,9 @@ def _parse_keep_out(d: Any, w: str) -> KeepOutRule:
     if thr != int(thr):
         raise RulesError(f"{w}.motion_threshold: expected an integer 0..255, found {thr}")
     allowed = _num(d.get("max_moved_pixels", 0), f"{w}.max_moved_pixels", 0)
+    if allowed != int(allowed):
+        raise RulesError(f"{w}.max_moved_pixels: expected a whole number of pixels, found "
+                         f"{allowed:g}")
     regions = d["regions"]
     if not isinstance(regions, list) or not regions:
         raise RulesError(f"{w}.regions: expected a non-empty list of regions, found {regions!r}")
@@ -131,6 +137,11 @@ def _parse_keep_out(d: Any, w: str) -> KeepOutRule:
                 raise RulesError(f"{rw}.polygon[{j}]: expected [x, y], found {p!r}")
             poly.append((_num(p[0], f"{rw}.polygon[{j}][0]", 0, 1),
                          _num(p[1], f"{rw}.polygon[{j}][1]", 0, 1)))
+        xs, ys = np.array(poly).T
+        area = 0.5 * abs(float(np.dot(xs, np.roll(ys, 1)) - np.dot(ys, np.roll(xs, 1))))
+        if area < 1e-6:
+            raise RulesError(f"{rw}.polygon: encloses no area (its points are on one line), so "
+                             f"it could never see motion; found {pts!r}")
         out.append(KeepOutRegion(str(r.get("name", f"region-{i}")), tuple(poly)))
     return KeepOutRule(tuple(out), int(thr), int(allowed))
 
