@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch", reason="training tests need torch (pip install '.[train]')")
-pytest.importorskip("mujoco", reason="rendering cells needs MuJoCo (pip install '.[train]')")
+if importlib.util.find_spec("mujoco") is None:  # not imported here: MUJOCO_GL is set first
+    pytest.skip("rendering cells needs MuJoCo (pip install '.[train]')", allow_module_level=True)
 
 from edge.manifest import load_model_dir  # noqa: E402
 from export.cells.generate import GenerateOptions, generate_chunk  # noqa: E402
