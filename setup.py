@@ -45,7 +45,8 @@ setup(
         # dependencies (see scripts/install.sh and README.md).
         "train": TRAIN,
         # Servo buses and EtherCAT.
-        "bridge": ["dynamixel-sdk>=3.7", "feetech-servo-sdk>=1.0", "pysoem>=1.1.13"],
+        # dynamixel-sdk 3.8.4 is the first with syncReadTx(..., fast_option)
+        "bridge": ["dynamixel-sdk>=3.8.4", "feetech-servo-sdk>=1.0", "pysoem>=1.1.13"],
         # NVIDIA devices (JetPack): TensorRT and pycuda.
         "nvidia": ["tensorrt>=10.3", "pycuda>=2024.1"],
         "test": TEST,

@@ -72,8 +72,9 @@ def run_parsed(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except (EdgeError, OSError) as exc:
-        if isinstance(exc, OSError) and not getattr(exc, "filename", None):
-            raise
+        if isinstance(exc, OSError) and not isinstance(exc, EdgeError) \
+                and not getattr(exc, "filename", None):
+            raise  # an OSError of ours (device gone, timeout) is a project error: one line
         print(f"syncedge {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -56,3 +56,19 @@ def test_bridge_cli_unknown_scheme_is_one_line_error():
 
     with pytest.raises(UrlError, match="expected one of the schemes .* found 'can'"):
         run(["bridge", "probe", "can://vcan0"])
+
+
+def test_device_gone_and_timeouts_print_one_line_not_a_traceback(capsys) -> None:
+    import argparse
+
+    from edge.cli import run_parsed
+    from firmware_bridge.errors import BridgeTimeoutError, DeviceGoneError
+
+    for exc in (DeviceGoneError("frame:///dev/ttyACM0: the device vanished"),
+                BridgeTimeoutError("frame:///dev/ttyACM0: no valid sample within 1 s")):
+        def boom(args, exc=exc):
+            raise exc
+        assert run_parsed(argparse.Namespace(func=boom, command="bridge")) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("syncedge bridge: error: frame:///dev/ttyACM0") and \
+            len(err.strip().splitlines()) == 1
