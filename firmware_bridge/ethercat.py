@@ -167,6 +167,11 @@ class EthercatStream(JointStream):
             if not out_of_op or wkc != predicted:
                 raise CycleError("lost", f"{self.iface}: cycle {self.cycles}: working counter "
                                  f"expected {expected}, found {wkc}")
+            no_inputs = [f"slave{k} AL 0x{s.state:02X} code 0x{s.al_status:04X}"
+                         for k, s in out_of_op if s.state & 0x0F != AL["SAFEOP"]]
+            if no_inputs:  # below SAFE-OP a slave's input buffer is not refreshed: stale
+                raise CycleError("lost", f"{self.iface}: cycle {self.cycles}: no fresh inputs "
+                                 f"from {', '.join(no_inputs)} (below SAFE-OP)")
             fault = "outputs not applied: " + ", ".join(
                 f"slave{k} AL 0x{s.state:02X} code 0x{s.al_status:04X}" for k, s in out_of_op)
         pos, vel, eff = (np.empty(len(self.layout)) for _ in range(3))

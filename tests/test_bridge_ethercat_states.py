@@ -39,3 +39,34 @@ def test_slaves_not_reaching_safeop_raise_protocol_error_naming_their_states(mon
                                             r"code 0x001B"):
         stream._open()
     assert master.closed and stream._master is None
+
+
+def test_a_slave_below_safeop_loses_the_cycle_instead_of_reporting_stale_inputs():
+    """Two slaves; slave 1 falls to PRE-OP. Its working-counter share is 0, so the counter
+    matches the prediction, but its input buffer was not refreshed: no sample, a lost cycle
+    naming it (its old position must never come out as fresh)."""
+    import struct
+
+    from firmware_bridge.stream import CycleError
+
+    def slave(state: int, pos: int) -> types.SimpleNamespace:
+        inp = bytearray(10)
+        struct.pack_into("<i", inp, 0, pos)
+        return types.SimpleNamespace(state=state, al_status=0, input=bytes(inp))
+
+    master = types.SimpleNamespace(
+        slaves=[slave(AL["OP"], 1000), slave(AL["PREOP"], 777777)], expected_wkc=6,
+        send_processdata=lambda: None, receive_processdata=lambda timeout_us: 3,
+        read_state=lambda: None)
+    stream = ethercat.EthercatStream("ethercat://fake0", "fake0")
+    stream._master = master
+    stream.layout = [{"name": f"slave{k}", "offsets": {0x6064: 0, 0x606C: 4, 0x6077: 8},
+                      "rad_per_inc": 1.0, "nm_per_permille": 1.0} for k in range(2)]
+    with pytest.raises(CycleError, match=r"no fresh inputs from slave1 AL 0x02 .*below "
+                                         r"SAFE-OP"):
+        stream._cycle()
+    master.slaves[1].state = AL["SAFEOP"] | 0x10  # inputs still exchanged: a FAULT sample
+    master.receive_processdata = lambda timeout_us: 4
+    reading = stream._cycle()
+    assert reading.fault.startswith("outputs not applied: slave1 AL 0x14")
+    assert list(reading.position_rad) == [1000.0, 777777.0]
