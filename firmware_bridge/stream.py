@@ -28,11 +28,12 @@ def positional_names(count: int) -> list[str]:
 
 
 def names_are_positional(names: list[str]) -> bool:
-    """Whether ``names`` only number the channels (:func:`positional_names`, or servo ids
-    ``id<N>``) rather than name the controller's joints: a program must then be matched
-    to the channels by position, not by name."""
+    """Whether ``names`` only number the channels (:func:`positional_names`, servo ids
+    ``id<N>``, EtherCAT ``slave<k>:<device name>`` in chain order) rather than name the
+    controller's joints: a program must then be matched to the channels by position."""
     return bool(names) and (names == positional_names(len(names))
-                            or all(n.startswith("id") and n[2:].isdigit() for n in names))
+                            or all(n.startswith("id") and n[2:].isdigit() for n in names)
+                            or all(n.startswith(f"slave{k}:") for k, n in enumerate(names)))
 
 
 class CycleError(BridgeError):

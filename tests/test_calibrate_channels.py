@@ -18,6 +18,8 @@ def test_unnamed_serial_channels_pair_by_position_not_by_overlapping_names() -> 
     # pairing by name would shift every joint by one channel
     names = positional_names(7)
     assert names_are_positional(names) and names_are_positional(["id1", "id2"])
+    assert names_are_positional(["slave0:drive", "slave1:drive"])
+    assert not names_are_positional(["slave1:drive", "slave0:drive"])
     assert _channels(PANDA, names) == (list(range(7)), list(range(7)), "by position")
     with pytest.raises(RecordingError, match=r"6 unnamed channels \(joint0 ... joint5\), "
                                              r"expected the program's 7 DoFs"):
