@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import math
 from urllib.parse import parse_qsl
 
 from .errors import UrlError
@@ -128,7 +129,9 @@ class Options:
         except ValueError:
             raise self._fail(key, "an integer", raw) from None
         if (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise self._fail(key, f"an integer in [{lo}, {hi}]", raw)
+            want = f"in [{lo}, {hi}]" if lo is not None and hi is not None else \
+                f">= {lo}" if lo is not None else f"<= {hi}"
+            raise self._fail(key, f"an integer {want}", raw)
         return v
 
     def float(self, key: builtins.str, default: builtins.float,
@@ -141,6 +144,8 @@ class Options:
             v = float(raw)
         except ValueError:
             raise self._fail(key, "a number", raw) from None
+        if not math.isfinite(v):
+            raise self._fail(key, "a finite number", raw)
         if lo is not None and not v >= lo:
             raise self._fail(key, f"a number >= {lo}", raw)
         return v

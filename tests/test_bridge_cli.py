@@ -72,3 +72,15 @@ def test_device_gone_and_timeouts_print_one_line_not_a_traceback(capsys) -> None
         err = capsys.readouterr().err
         assert err.startswith("syncedge bridge: error: frame:///dev/ttyACM0") and \
             len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("url, match", [
+    ("frame:///dev/x?joints=6&frame_timeout_s=inf", "'frame_timeout_s' expected a finite number"),
+    ("frame:///dev/x?joints=6&read_timeout_s=nan", "'read_timeout_s' expected a finite number"),
+    ("frame:///dev/x?joints=0", r"'joints' expected an integer in \[1, 32\], found '0'"),
+])
+def test_url_options_must_be_finite_and_in_range(url: str, match: str) -> None:
+    from firmware_bridge.errors import UrlError
+
+    with pytest.raises(UrlError, match=match):
+        run(["bridge", "probe", url])
