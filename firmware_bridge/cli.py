@@ -48,14 +48,22 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
+    from .errors import BridgeError, EndOfLogError
     from .jointlog import JointLogWriter
     from .url import stream_for_url
 
+    ended = ""
     with stream_for_url(args.url) as s, JointLogWriter(args.out, args.url, s.joint_names) as w:
-        stats = s.run(w.write, seconds=args.seconds)
+        try:
+            stats = s.run(w.write, seconds=args.seconds)
+        except EndOfLogError as exc:  # a replayed log shorter than --seconds: stop there
+            stats, ended = s.stats, f" ({exc})"
+        except BridgeError:
+            w.close(s.stats)  # the log keeps the statistics up to the failure
+            raise
         w.close(stats)
     d = stats.as_dict()
     print(f"wrote {d['samples']} samples to {args.out}: {d['rate_hz']:.1f} Hz, "
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
-          f"{d['reconnects']} reconnects", file=sys.stdout)
+          f"{d['reconnects']} reconnects{ended}", file=sys.stdout)
     return 0

@@ -13,6 +13,7 @@ __all__ = [
     "BridgeError",
     "BridgeTimeoutError",
     "DeviceGoneError",
+    "EndOfLogError",
     "FrameError",
     "MissingDependencyError",
     "ProtocolError",
@@ -35,6 +36,10 @@ class BridgeTimeoutError(BridgeError, TimeoutError):
 
 class DeviceGoneError(BridgeError, ConnectionError):
     """The device path vanished (unplugged) and did not come back within the deadline."""
+
+
+class EndOfLogError(BridgeError):
+    """A replayed joint log has no more samples (and was not asked to loop)."""
 
 
 class ProtocolError(BridgeError):

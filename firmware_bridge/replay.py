@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import time
 
-from .errors import BridgeError
+from .errors import BridgeError, EndOfLogError
 from .jointlog import JointLog, read_joint_log
+from .sample import Status
 from .stream import JointStream, LinkLostError, Reading
 
 __all__ = ["ReplayStream"]
@@ -53,7 +54,8 @@ class ReplayStream(JointStream):
         samples = log.samples
         if self._i >= len(samples):
             if not self.loop:
-                raise BridgeError(f"{self.url}: end of the log after {len(samples)} samples")
+                raise EndOfLogError(f"{self.url}: end of the log after {len(samples)} "
+                                    f"samples")
             self._i = 0
             self._start_ns = time.monotonic_ns()
         s = samples[self._i]
@@ -63,5 +65,7 @@ class ReplayStream(JointStream):
             delay = due - time.monotonic_ns()
             if delay > 0:
                 time.sleep(delay / 1e9)
+        # a recorded gap replays as a gap: the cycles missed before this sample
         return Reading(s.position_rad, s.velocity_rad_s, s.effort_nm, time.monotonic_ns(),
-                       s.device_counter, s.device_stamp_ns, s.fault)
+                       s.device_counter, s.device_stamp_ns, s.fault,
+                       skipped=s.missed if s.status & Status.GAP else 0)

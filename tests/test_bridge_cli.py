@@ -40,7 +40,16 @@ def test_bridge_cli_record_then_replay(tmp_path, capsys):
     with stream_for_url(f"replay://{log}?speed=0") as r:
         back = [r.read() for _ in range(len(jl.samples))]
     assert [b.device_counter for b in back] == [s.device_counter for s in jl.samples]
+    # recorded gaps replay as gaps, with the same missed counts
+    assert [(b.status & Status.GAP, b.missed) for b in back] == \
+        [(s.status & Status.GAP, s.missed) for s in jl.samples]
     json.dumps(jl.stats)
+    # a replay shorter than --seconds ends the recording there, with its statistics
+    again = tmp_path / "again.jsonl"
+    assert run(["bridge", "record", f"replay://{log}?speed=0", "--seconds", "30",
+                "--out", str(again)]) == 0
+    assert "end of the log after" in capsys.readouterr().out
+    assert read_joint_log(again).stats["samples"] == len(jl.samples)
 
 
 def test_bridge_cli_trace_wrapper_writes_a_log(tmp_path):
