@@ -74,19 +74,26 @@ class EthercatStream(JointStream):
         return struct.unpack(fmt, raw[:struct.calcsize(fmt)].ljust(struct.calcsize(fmt), b"\0"))[0]
 
     def _map_slave(self, k: int, slave) -> dict:
-        pdo = self._sdo(slave, 0x1C13, 1, "<H")
-        count = self._sdo(slave, pdo, 0, "<B")
-        offsets, off = {}, 0
-        for sub in range(1, count + 1):
-            entry = self._sdo(slave, pdo, sub, "<I")
-            index, bits = entry >> 16, entry & 0xFF
-            offsets[index] = off
-            off += bits // 8
+        # every TxPDO assigned in 0x1C13 (its sub 0 counts them), entries packed in order of
+        # assignment, sizes in bits (ETG.1000.6 / CiA 301 PDO mapping: index 16 | sub 8 |
+        # bit length 8); padding entries (index 0) only advance the offset
+        pdos = [self._sdo(slave, 0x1C13, i, "<H")
+                for i in range(1, self._sdo(slave, 0x1C13, 0, "<B") + 1)]
+        offsets: dict[int, int] = {}
+        bit = 0
+        for pdo in pdos:
+            for sub in range(1, self._sdo(slave, pdo, 0, "<B") + 1):
+                entry = self._sdo(slave, pdo, sub, "<I")
+                index, bits = entry >> 16, entry & 0xFF
+                if index and bit % 8 == 0:
+                    offsets.setdefault(index, bit // 8)
+                bit += bits
         need = {CIA402[n][0] for n in ("position_actual", "velocity_actual", "torque_actual")}
         if not need <= set(offsets):
-            raise ProtocolError(f"{self.url}: slave {k} {slave.name!r}: TxPDO 0x{pdo:04X} "
-                                f"expected objects {sorted(hex(i) for i in need)}, found "
-                                f"{sorted(hex(i) for i in offsets)}")
+            found = ", ".join(f"0x{p:04X}" for p in pdos) or "none"
+            raise ProtocolError(f"{self.url}: slave {k} {slave.name!r}: TxPDOs ({found}) "
+                                f"expected objects {sorted(hex(i) for i in need)} on byte "
+                                f"boundaries, found {sorted(hex(i) for i in offsets)}")
         inc = self._sdo(slave, 0x608F, 1, "<I")
         revs = self._sdo(slave, 0x608F, 2, "<I") or 1
         rated_mnm = self._sdo(slave, 0x6076, 0, "<I")

@@ -70,3 +70,35 @@ def test_a_slave_below_safeop_loses_the_cycle_instead_of_reporting_stale_inputs(
     reading = stream._cycle()
     assert reading.fault.startswith("outputs not applied: slave1 AL 0x14")
     assert list(reading.position_rad) == [1000.0, 777777.0]
+
+
+def test_pdo_mapping_reads_every_assigned_txpdo_in_bits():
+    """Two TxPDOs assigned in 0x1C13 and an 8-bit padding entry: the byte offsets follow
+    all of them (the first TxPDO alone lacks velocity and torque)."""
+    import struct
+
+    def entry(index: int, bits: int) -> int:
+        return index << 16 | bits
+
+    sdo = {(0x1C13, 0): struct.pack("<B", 2), (0x1C13, 1): struct.pack("<H", 0x1A00),
+           (0x1C13, 2): struct.pack("<H", 0x1A01),
+           (0x1A00, 0): struct.pack("<B", 2), (0x1A00, 1): struct.pack("<I", entry(0x6041, 16)),
+           (0x1A00, 2): struct.pack("<I", entry(0x6064, 32)),
+           (0x1A01, 0): struct.pack("<B", 3), (0x1A01, 1): struct.pack("<I", entry(0, 8)),
+           (0x1A01, 2): struct.pack("<I", entry(0x606C, 32)),
+           (0x1A01, 3): struct.pack("<I", entry(0x6077, 16)),
+           (0x608F, 1): struct.pack("<I", 4096), (0x608F, 2): struct.pack("<I", 1),
+           (0x6076, 0): struct.pack("<I", 2000)}
+
+    class Err(Exception):
+        pass
+
+    slave = types.SimpleNamespace(name="drive", man=1, id=2,
+                                  sdo_read=lambda index, sub: sdo[(index, sub)])
+    stream = ethercat.EthercatStream("ethercat://fake0", "fake0")
+    stream._pysoem = types.SimpleNamespace(SdoError=Err, MailboxError=Err, WkcError=Err)
+    layout = stream._map_slave(0, slave)
+    assert layout["offsets"] == {0x6041: 0, 0x6064: 2, 0x606C: 7, 0x6077: 11}
+    sdo[(0x1C13, 0)] = struct.pack("<B", 1)  # only the first TxPDO assigned
+    with pytest.raises(ProtocolError, match=r"TxPDOs \(0x1A00\) expected objects"):
+        stream._map_slave(0, slave)
