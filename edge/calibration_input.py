@@ -36,10 +36,15 @@ def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
     Returns:
         frames uint8 ``[K*L+1, H, W, 3]``, actions float32 ``[K*L+1, A]``, mask float32 ``[A]``.
     Raises:
-        CalibrationInputError: more DoFs than A, a frame count that is not n*L+1 (a missing or
-            extra DoF segment), a DoF without a segment of its own, or another resolution.
+        CalibrationInputError: not a calibration episode, more DoFs than A, a frame count
+            that is not n*L+1 (a missing or extra DoF segment), a DoF without a segment of
+            its own, or another resolution.
     """
     who = f"{source}: " if source else ""
+    if ep.metadata.kind != "calibration":
+        raise CalibrationInputError(f"{who}a {ep.metadata.kind!r} episode; expected a "
+                                    f"calibration episode (kind 'calibration', the sweep "
+                                    f"recorded with 'syncedge calibrate record')")
     n = ep.num_dof
     if n > max_dof:
         raise CalibrationInputError(f"{who}calibration episode has action width {n}; the model "

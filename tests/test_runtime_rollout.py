@@ -242,6 +242,13 @@ def test_calibration_padding_and_mask(model) -> None:
         pad_calibration(model, calibration_episode(3, 5, 16, 16))
     with pytest.raises(CalibrationInputError, match="8x8; the model takes 16x16"):
         pad_calibration(model, calibration_episode(2, 4, 8, 8))
+    import dataclasses
+
+    ep = calibration_episode(2, 4, 16, 16)
+    motion = dataclasses.replace(ep, metadata=dataclasses.replace(ep.metadata, kind="motion"))
+    with pytest.raises(CalibrationInputError, match="a 'motion' episode; expected a "
+                                                    "calibration episode"):
+        pad_calibration(model, motion)
 
 
 def test_context_from_source(model, ctx) -> None:

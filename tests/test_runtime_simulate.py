@@ -53,6 +53,10 @@ def test_simulate_episode_writes_video_sheet_and_metrics(files) -> None:
     assert {"psnr_db", "ssim", "motion_psnr_db"} <= set(m["per_step"][0])
     assert m["model_sha256"] and m["timings_s"]["first_frame"] > 0
     assert not list(out.parent.glob(".out.staging-*"))
+    args = _parse([*_base(files), "--start", str(files["ep"]), "--backend", "auto"])
+    assert args.func(args) == 0  # auto resolves to the CPU here; the report says which
+    m = json.loads((out / "metrics.json").read_text())
+    assert (m["backend"], m["backend_requested"]) == ("cpu", "auto")
 
 
 def test_simulate_frame_with_actions_and_cell_context(files, tmp_path: Path) -> None:

@@ -226,7 +226,7 @@ def run_validate(args: argparse.Namespace) -> int:
             "cell": {"cell_id": key.cell_id, "camera_id": key.camera_id,
                      "robot_id": key.robot_id, "robot": entry.episode.metadata.robot},
             "model": {"dir": str(model.model_dir), "sha256": model.sha256,
-                      "backend": args.backend},
+                      "backend": model.backend},
             "validation_episode": {"source": str(args.episode or args.camera),
                                    "frames": ep.num_frames, "kind": ep.metadata.kind,
                                    "fps": ep.metadata.fps},

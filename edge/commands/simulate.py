@@ -112,7 +112,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             truth = episode.frames[1:1 + horizon]
         report = {
             "model": str(model.model_dir), "model_sha256": model.sha256,
-            "backend": args.backend, "context": ctx.source, "start": str(args.start),
+            "backend": model.backend, "backend_requested": args.backend,
+            "context": ctx.source, "start": str(args.start),
             "actions": str(args.actions) if args.actions else "start episode",
             "candidates": n, "horizon": horizon, "names": names or [f"candidate-{i}"
                                                                      for i in range(n)],

@@ -64,6 +64,13 @@ class WorldModel:
         self._manifest = manifest
         return self
 
+    @property
+    def backend(self) -> str:
+        """The backend the graphs run on (``auto`` resolved), e.g. ``"cpu"``; ``""`` when
+        not activated."""
+        names = {r.backend for r in self._runners.values()}
+        return ",".join(sorted(names))
+
     def deactivate(self) -> None:
         """Free every runner."""
         for r in self._runners.values():
