@@ -21,6 +21,7 @@ Every cycle the working counter is checked against ``master.expected_wkc``:
 from __future__ import annotations
 
 import math
+import os
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -103,12 +104,20 @@ class EthercatStream(JointStream):
 
     def _open(self) -> None:
         self._pysoem = pysoem = require("pysoem", "pysoem", "the EtherCAT transport")
+        if not self.iface:
+            raise LinkLostError(f"{self.url}: no network interface given (expected "
+                                f"ethercat://eth0)")
         m = pysoem.Master()
         try:
             m.open(self.iface)
         except Exception as exc:  # pysoem raises ConnectionError or a generic error
-            raise LinkLostError(f"{self.iface}: cannot open (root or CAP_NET_RAW needed): "
-                                f"{exc}") from exc
+            if not os.path.exists(f"/sys/class/net/{self.iface}"):
+                why = "no such network interface (see 'ip link')"
+            elif os.geteuid() != 0:
+                why = "raw sockets need root or CAP_NET_RAW"
+            else:
+                why = str(exc)
+            raise LinkLostError(f"{self.iface}: cannot open: {why}") from exc
         self._master = m
         if m.config_init() <= 0:
             self._close()

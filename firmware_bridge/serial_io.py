@@ -29,9 +29,14 @@ def open_serial(target: str, baudrate: int) -> serial.SerialBase:
     if "://" not in target and not os.path.exists(target):
         raise LinkLostError(f"{target}: no such device")
     try:
-        return serial.serial_for_url(target, baudrate=baudrate, timeout=0)
+        ser = serial.serial_for_url(target, baudrate=baudrate, timeout=0)
     except (serial.SerialException, OSError) as exc:
         raise LinkLostError(f"{target}: cannot open: {exc}") from exc
+    try:  # bytes queued before the port was opened are old: never deliver them as fresh
+        ser.reset_input_buffer()
+    except (serial.SerialException, OSError, NotImplementedError):
+        pass  # some URL handlers have no input buffer to reset
+    return ser
 
 
 def read_some(ser: serial.SerialBase, timeout_s: float, limit: int = 4096) -> bytes:

@@ -47,7 +47,7 @@ def test_good_rules_parse(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text, match", [
     ("", "the rules file is empty"),
     ("{}", "no rules"),
-    ("keep_out: [unclosed", "not valid YAML"),
+    ("keep_out: [unclosed", r"not valid YAML at line 1, column 20: expected ',' or ']'"),
     ("- just\n- a list\n", "expected a mapping"),
     ("speed_limit: 3\n", r"rules.yaml:speed_limit: unknown key"),
     ("keep_out:\n  motion_threshold: 5\n  regions: []\n", r"keep_out.regions: expected a non"),

@@ -104,6 +104,9 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     if case == "no_actions":
         np.save(tmp_path / "s.npy", np.zeros((16, 16, 3), np.uint8))
         return ["--start", str(tmp_path / "s.npy")]
+    if case == "missing_png":
+        np.save(tmp_path / "a.npy", np.zeros((4, 3), np.float32))
+        return ["--start", str(tmp_path / "nowhere.png"), "--actions", str(tmp_path / "a.npy")]
     if case == "calibration_size":
         save_episode(calibration_episode(3, 4, 8, 8), tmp_path / "small.npz")
         return ["--start", start, "--calibration", str(tmp_path / "small.npz")]
@@ -117,6 +120,7 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     ("inf", r"a.csv: expected finite actions, found inf"),
     ("frame", r"s.png: expected a start frame of \(16, 16\) px"),
     ("no_actions", r"--actions: required"),
+    ("missing_png", r"nowhere.png: no such image file"),
     ("calibration_size", r"small.npz: calibration frames are 8x8; the model takes 16x16"),
 ])
 def test_bad_inputs_exit_2_and_write_nothing(files, tmp_path: Path, capsys, case: str,

@@ -162,8 +162,11 @@ def load_rules(path: str | os.PathLike[str]) -> Rules:
         raise RulesError(f"{path}: cannot read the rules file: {exc.strerror}") from None
     try:
         d = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RulesError(f"{path}: not valid YAML: {exc}") from None
+    except yaml.YAMLError as exc:  # one line: the problem and where
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RulesError(f"{path}: not valid YAML{where}: {what}") from None
     if d is None:
         raise RulesError(f"{path}: the rules file is empty; expected at least one of "
                          f"{list(RULE_ORDER)}")

@@ -32,6 +32,8 @@ def load_image(path: str | os.PathLike[str]) -> np.ndarray:
     elif path.suffix.lower() in _IMAGE_EXT:
         import cv2
 
+        if not path.is_file():  # before OpenCV, which would print its own warning
+            raise RuntimeInputError(f"{path}: no such image file")
         bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
         if bgr is None:
             raise RuntimeInputError(f"{path}: cannot read the image (missing or not an image)")
