@@ -41,8 +41,19 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "STATE_ROOT/bundles/active; see syncedge --help)")
     p.add_argument("--backend", default="cpu", choices=BACKEND_NAMES + ("auto",),
                    help=f"inference backend (default cpu; auto tries {', '.join(AUTO_ORDER)})")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                    help="ONNX Runtime intra-op threads (default: one per core)")
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {v}")
+    return v
 
 
 def add_context_args(p: argparse.ArgumentParser) -> None:
