@@ -62,6 +62,13 @@ def test_candidates_verdicts_ranking_and_report(setup, capsys) -> None:
     assert "CHOSEN" not in capsys.readouterr().err
 
 
+def test_horizon_with_actions_is_refused(setup, capsys) -> None:
+    rc = run_command("precheck", precheck.register,
+                     _argv(setup, "--actions", str(setup["acts"]), "--horizon", "9"))
+    assert rc == 2 and "--horizon goes with --policy" in capsys.readouterr().err
+    assert not setup["out"].exists()
+
+
 def test_exit_code_1_when_nothing_passes(setup) -> None:
     setup["rules"].write_text("max_step_action: 0.001\n")
     rc = run_command("precheck", precheck.register,

@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     src.add_argument("--actions", metavar="FILE",
                      help="candidate action sequences (.npy/.csv/.json), rad|m per step")
     src.add_argument("--policy", metavar="ONNX", help="a policy to roll out in the model")
-    p.add_argument("--horizon", type=int, default=None, help="steps with --policy")
+    p.add_argument("--horizon", type=int, default=None,
+                   help="steps with --policy (with --actions: the file's step count)")
     p.add_argument("--joint-state", metavar="Q", help="start joint positions: 'q0,q1,...' or "
                    "a .npy/.json/.csv file (default: the start episode's first row)")
     p.add_argument("--rules", required=True, metavar="YAML", help="rules file")
@@ -121,6 +122,9 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                 actions, frames = rollout_policy(rollout, policy, start, q0, args.horizon)
             names = ["policy"]
         else:
+            if args.horizon is not None:
+                raise RuntimeInputError("--horizon goes with --policy; with --actions the "
+                                        "horizon is the file's step count")
             actions, names = load_actions(args.actions)
             n, horizon = actions.shape[:2]
             rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
