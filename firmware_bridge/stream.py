@@ -203,7 +203,7 @@ class JointStream(abc.ABC):
         if not self.is_open:
             raise BridgeError(f"{self.url}: stream is closed; call open() first")
         deadline_ns = time.monotonic_ns() + int(self.read_timeout_s * 1e9)
-        missed = 0
+        missed = timeouts = 0
         last_error: Exception | None = None
         while True:
             self._pace()
@@ -216,6 +216,7 @@ class JointStream(abc.ABC):
                 self.stats.lost_cycles += 1
                 if exc.kind == "timeout":
                     self.stats.timeouts += 1
+                    timeouts += 1
                 elif exc.kind == "crc":
                     self.stats.crc_errors += 1
                 self._recover(exc)
@@ -230,6 +231,7 @@ class JointStream(abc.ABC):
                 )
         if self.stats.samples == 0:  # waiting for the first sample is start-up, not a gap
             self.stats.lost_cycles -= missed
+            self.stats.timeouts -= timeouts
             missed = 0
         if r.skipped > missed:  # the device's counter shows cycles the bridge never saw
             self.stats.lost_cycles += r.skipped - missed
