@@ -65,7 +65,8 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--camera-id", help="cache key with --cell (default: the start episode's)")
     p.add_argument("--robot-id", help="cache key with --cell (default: the start episode's)")
     p.add_argument("--dof", type=int, default=None,
-                   help="controllable DoFs with --cell (default: the action width)")
+                   help="controllable DoFs with --cell (default: those of the cell's cached "
+                        "calibration episode)")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="calibration cache root (default: STATE_ROOT/calibration; see syncedge --help)")
 
