@@ -87,12 +87,15 @@ def decode_frame(block: bytes) -> BridgeFrame:
     """Decode one COBS block (the bytes between two 0x00 delimiters).
 
     Raises:
-        FrameError: bad COBS, wrong length for the joint count, CRC mismatch, or unknown version.
+        FrameError: bad COBS, a joint count outside 1..MAX_JOINTS, wrong length for the
+            joint count, CRC mismatch, or unknown version.
     """
     raw = cobs_decode(block)
     if len(raw) < HEADER_SIZE + CRC_SIZE:
         raise FrameError(f"frame: expected at least {HEADER_SIZE + CRC_SIZE} bytes, found {len(raw)}")
     version, flags, j, _, seq, t_us = _HEADER.unpack_from(raw)
+    if not 1 <= j <= MAX_JOINTS:
+        raise FrameError(f"frame: expected a joint count 1..{MAX_JOINTS}, found {j}")
     if len(raw) != frame_size(j):
         raise FrameError(f"frame: expected {frame_size(j)} bytes for {j} joints, found {len(raw)}")
     (crc,) = struct.unpack_from("<I", raw, len(raw) - CRC_SIZE)

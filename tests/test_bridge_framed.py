@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +71,13 @@ def test_bridge_framed_crc_and_length_errors():
         decode_frame(cobs_encode(bytes(raw)))
     with pytest.raises(FrameError, match="expected 44 bytes for 2 joints, found 43"):
         decode_frame(cobs_encode(bytes(raw[:-1])))
+    # a joint count outside 1..32 is refused even with a consistent length and CRC
+    for j in (0, 33):
+        body = bytearray(16 + 12 * j)
+        body[0], body[2] = 1, j  # version 1, J
+        framed = bytes(body) + zlib.crc32(bytes(body)).to_bytes(4, "little")
+        with pytest.raises(FrameError, match=f"joint count 1..32, found {j}"):
+            decode_frame(cobs_encode(framed))
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
