@@ -188,6 +188,10 @@ def test_cache_entry_for_another_model_and_mismatched_episodes(cell, tmp_path: P
     assert not (tmp_path / "v").exists()
     assert cli("verify", "--camera", CELL, "--cell", "cell-3", "--cache-dir", str(cache)) == 0
     assert capsys.readouterr().out.startswith("VALID")
+    # validate records ordinary motion: the calibration sweep program is refused
+    assert cli("validate", "--cell", "cell-3", "--camera", CELL, "--joints", CELL, "--plan",
+               str(cell["plan"]), *fp32, "--out", str(tmp_path / "v")) == 2
+    assert "a calibration program; validate records ordinary motion" in capsys.readouterr().err
 
 
 def test_check_says_a_validation_episode_is_not_a_calibration(cell, tmp_path: Path,

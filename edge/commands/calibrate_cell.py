@@ -294,6 +294,9 @@ def _record_validation(args: argparse.Namespace, model: Any):
         raise CalibrateError("validate: pass --episode FILE, or --camera, --joints and --plan "
                              "to record the validation episode")
     prog = load_program(args.plan)
+    if prog.kind != "motion":
+        raise CalibrateError(f"{args.plan}: a {prog.kind} program; validate records ordinary "
+                             f"motion: write one with 'syncedge calibrate plan --motion'")
     cam = open_camera(args.camera)
     try:
         joints = open_joints(args.joints)
