@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
-import functools
-import hashlib
 import json
 import os
 import shutil
@@ -42,7 +40,7 @@ from edge.bundle_format import (
 )
 from edge.bundle_keys import trusted_keys
 from edge.bundle_reader import read_bundle
-from edge.fileio import fsync_dir, write_json_atomic
+from edge.fileio import fsync_dir, sha256_file, write_json_atomic
 from edge.state import state_root
 
 __all__ = [
@@ -159,14 +157,11 @@ def list_slots(root: str | os.PathLike[str] | None = None) -> tuple[SlotInfo, ..
 def _verify_slot_files(d: Path, manifest: BundleManifest) -> None:
     for f in manifest.files:
         p = d / f.name
-        h = hashlib.sha256()
         try:
-            with open(p, "rb") as fh:
-                for block in iter(functools.partial(fh.read, 1 << 20), b""):
-                    h.update(block)
+            digest = sha256_file(p)
         except FileNotFoundError:
             raise BundleError(f"{p}: missing from slot {d.name}") from None
-        if h.hexdigest() != f.sha256:
+        if digest != f.sha256:
             raise BundleError(f"{p}: sha256 does not match the slot's {MANIFEST_NAME}; the "
                               f"slot is corrupt: install a bundle again (it replaces this "
                               f"slot) instead of rolling back")

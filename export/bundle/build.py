@@ -193,8 +193,9 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
         if p.name in files:
             raise BundleError(f"{p}: extra file name {p.name!r} clashes with a model file")
         key, sha = listed.get(p.name, (None, None))
-        if sha is not None and sha256_file(p) != sha:
-            raise BundleError(f"{p}: sha256 {sha256_file(p)[:12]}... differs from model.json "
+        found = sha256_file(p) if sha is not None else None
+        if found is not None and found != sha:
+            raise BundleError(f"{p}: sha256 {found[:12]}... differs from model.json "
                               f"extra.{key}.sha256 {str(sha)[:12]}...; pass the {key} file "
                               f"exported with this model")
         files[p.name] = p
