@@ -28,6 +28,10 @@ from edge.fileio import atomic_write, sha256_file
 
 __all__ = [
     "MANIFEST_SCHEMA_VERSION",
+    "FAMILIES",
+    "CALIBRATION_MODES",
+    "UPGRADE_COMMAND",
+    "upgrade_manifest_dict",
     "GRAPH_NAMES",
     "ManifestError",
     "TensorSpec",
@@ -40,9 +44,19 @@ __all__ = [
     "save_manifest",
 ]
 
-MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SCHEMA_VERSION = 2
 GRAPH_NAMES = ("encoder", "calibration", "step", "decoder")
 _DTYPES = ("float32", "float16", "uint8", "int32", "int64", "bool")
+#: Model families (``contract.family``): ``latent`` (autoencoder + latent step, schema 1's
+#: only family) and ``warp`` (the start frame warped inside the decoder graph).
+FAMILIES = ("latent", "warp")
+#: ``contract.calibration_mode``: ``calibration`` (reads the cell's calibration episode) or
+#: ``history`` (trained without calibration: the start frame and the actions only).
+CALIBRATION_MODES = ("calibration", "history")
+#: ``contract.warping``: where warping and compositing run.
+WARPING = ("none", "decoder_graph")
+#: How to upgrade a schema-1 model folder (graphs unchanged, model.json rewritten).
+UPGRADE_COMMAND = "syncedge export upgrade MODEL_DIR"
 
 
 class ManifestError(EdgeError, ValueError):
@@ -168,6 +182,15 @@ class ModelContract:
         uint8_conversion: ``"clip01_round_half_up_nan_error"``.
         action_normalisation: how actions are normalised inside the graphs.
         frame_normalisation: how frames are normalised inside the encoder.
+        family: one of :data:`FAMILIES`.
+        calibration_mode: one of :data:`CALIBRATION_MODES`.
+        warping: one of :data:`WARPING` (``decoder_graph``: GridSample inside the decoder).
+        calibration_amplitude_rad: (low, high) magnitude of a DoF's calibration sweep the
+            model accepts, rad (the range it was trained on); ingest refuses others.
+        state_layout: for the warp family, the channel blocks of the latent (the runtime
+            state): name -> (first, last + 1); empty for the latent family.
+        decoder_outputs: output names of the decoder graphs, ``frames`` first
+            (``robot_mask`` float32 ``[B, 1, H, W]`` in [0, 1] where the model predicts it).
     """
 
     resolution: tuple[int, int]
@@ -186,6 +209,12 @@ class ModelContract:
     uint8_conversion: str = "clip01_round_half_up_nan_error"
     action_normalisation: str = "divided by the swept amplitude of the channel's segment"
     frame_normalisation: str = "x / 255 inside the encoder"
+    family: str = "latent"
+    calibration_mode: str = "calibration"
+    warping: str = "none"
+    calibration_amplitude_rad: tuple[float, float] = (0.3, 0.5)
+    state_layout: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    decoder_outputs: tuple[str, ...] = ("frames",)
 
     @property
     def calibration_frames(self) -> int:
@@ -194,14 +223,92 @@ class ModelContract:
 
     @classmethod
     def from_json(cls, d: Any, where: str = "model.json:contract") -> ModelContract:
-        """Parse and check; raises :class:`ManifestError` naming the key path."""
+        """Parse and check keys, value types and allowed values; raises
+        :class:`ManifestError` naming the key path, what was expected and what was found."""
         kw = _strict(cls, d, where)
-        for k in ("resolution", "latent_shape", "sweep_out_rows", "context_shape"):
-            kw[k] = tuple(kw[k])
-        if kw["ring_order"] != "oldest_first":
-            raise ManifestError(f"{where}.ring_order: expected 'oldest_first', "
-                                f"found {kw['ring_order']!r}")
+        for k in ("history_length", "max_dof", "calibration_segments", "segment_frames"):
+            _check_int(kw[k], f"{where}.{k}", low=1)
+        for k, n in (("resolution", 2), ("latent_shape", 3), ("sweep_out_rows", 2)):
+            kw[k] = _int_tuple(kw[k], f"{where}.{k}", n)
+        kw["context_shape"] = _int_tuple(kw["context_shape"], f"{where}.context_shape", None)
+        kw["frame_rate_hz"] = _check_number(kw["frame_rate_hz"], f"{where}.frame_rate_hz",
+                                            positive=True)
+        _check_bool(kw["residual_decoding"], f"{where}.residual_decoding")
+        for k in ("action_units", "action_normalisation", "frame_normalisation"):
+            _check_str(kw[k], f"{where}.{k}")
+        for k, allowed in (("ring_order", ("oldest_first",)),
+                           ("history_padding", ("start_latent_zero_action",)),
+                           ("uint8_conversion", ("clip01_round_half_up_nan_error",)),
+                           ("family", FAMILIES), ("calibration_mode", CALIBRATION_MODES),
+                           ("warping", WARPING)):
+            if k in kw:
+                _check_str(kw[k], f"{where}.{k}", allowed)
+        if "calibration_amplitude_rad" in kw:
+            amp = kw["calibration_amplitude_rad"]
+            if not isinstance(amp, list) or len(amp) != 2:
+                raise ManifestError(f"{where}.calibration_amplitude_rad: expected [low, high] "
+                                    f"rad, found {amp!r}")
+            lo = _check_number(amp[0], f"{where}.calibration_amplitude_rad[0]", positive=True)
+            hi = _check_number(amp[1], f"{where}.calibration_amplitude_rad[1]", positive=True)
+            if lo > hi:
+                raise ManifestError(f"{where}.calibration_amplitude_rad: low {lo} above high "
+                                    f"{hi}")
+            kw["calibration_amplitude_rad"] = (lo, hi)
+        if "state_layout" in kw:
+            lay = kw["state_layout"]
+            if not isinstance(lay, Mapping):
+                raise ManifestError(f"{where}.state_layout: expected a JSON object, found "
+                                    f"{type(lay).__name__}")
+            kw["state_layout"] = {str(k): _int_tuple(v, f"{where}.state_layout.{k}", 2)
+                                  for k, v in lay.items()}
+        if "decoder_outputs" in kw:
+            outs = kw["decoder_outputs"]
+            if not isinstance(outs, list) or not outs or outs[0] != "frames" \
+                    or not set(outs) <= {"frames", "robot_mask"} or len(set(outs)) != len(outs):
+                raise ManifestError(f"{where}.decoder_outputs: expected ['frames'] or "
+                                    f"['frames', 'robot_mask'], found {outs!r}")
+            kw["decoder_outputs"] = tuple(outs)
+        if kw.get("family", "latent") == "warp" and not kw.get("state_layout"):
+            raise ManifestError(f"{where}.state_layout: the warp family needs its state "
+                                "layout")
         return cls(**kw)
+
+
+def _check_bool(v: Any, where: str) -> bool:
+    if not isinstance(v, bool):
+        raise ManifestError(f"{where}: expected true or false, found {v!r}")
+    return v
+
+
+def _check_int(v: Any, where: str, low: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ManifestError(f"{where}: expected an integer, found {v!r}")
+    if low is not None and v < low:
+        raise ManifestError(f"{where}: expected an integer >= {low}, found {v}")
+    return v
+
+
+def _check_number(v: Any, where: str, positive: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ManifestError(f"{where}: expected a number, found {v!r}")
+    if positive and not v > 0:
+        raise ManifestError(f"{where}: expected a number > 0, found {v}")
+    return float(v)
+
+
+def _check_str(v: Any, where: str, allowed: tuple[str, ...] | None = None) -> str:
+    if not isinstance(v, str):
+        raise ManifestError(f"{where}: expected a string, found {v!r}")
+    if allowed is not None and v not in allowed:
+        raise ManifestError(f"{where}: expected one of {list(allowed)}, found {v!r}")
+    return v
+
+
+def _int_tuple(v: Any, where: str, n: int | None) -> tuple[int, ...]:
+    if not isinstance(v, list) or (n is not None and len(v) != n) or not v:
+        want = f"a list of {n} integers" if n else "a non-empty list of integers"
+        raise ManifestError(f"{where}: expected {want}, found {v!r}")
+    return tuple(_check_int(x, f"{where}[{i}]", low=0) for i, x in enumerate(v))
 
 
 @dataclass(frozen=True)
@@ -264,6 +371,13 @@ class ModelManifest:
         if version > MANIFEST_SCHEMA_VERSION:
             raise ManifestError(f"{where}:schema_version: {version} is newer than this syncedge "
                                 f"reads ({MANIFEST_SCHEMA_VERSION}); upgrade syncedge")
+        if version < MANIFEST_SCHEMA_VERSION:
+            raise ManifestError(f"{where}:schema_version: {version} is an older model schema "
+                                f"than this syncedge reads ({MANIFEST_SCHEMA_VERSION}); "
+                                f"upgrade the model folder with "
+                                f"'{UPGRADE_COMMAND.replace('MODEL_DIR', _folder_of(where))}' "
+                                f"(its graphs stay as they are), then rebuild any bundle "
+                                f"made from it")
         kw = _strict(cls, d, where)
         if kw["variant"] not in ("fp32", "int8", "fp16"):
             raise ManifestError(f"{where}:variant: expected fp32, int8 or fp16, "
@@ -284,6 +398,39 @@ class ModelManifest:
             raise ManifestError(f"{where}:graphs: expected step_bN and decoder_bN for the same "
                                 f"batch sizes, found step {sorted(steps)}, decoder {sorted(decs)}")
         return cls(**kw)
+
+
+def _folder_of(where: str) -> str:
+    """The model folder of a ``.../model.json`` location (``MODEL_DIR`` if unknown)."""
+    p = Path(where.split(":")[0])
+    return str(p.parent) if p.name == "model.json" else "MODEL_DIR"
+
+
+def upgrade_manifest_dict(d: Mapping[str, Any], where: str = "model.json") -> dict[str, Any]:
+    """A schema-1 ``model.json`` dictionary rewritten as schema 2 (the latent family; the
+    accepted calibration amplitudes its training data used, 0.3-0.5 rad; history mode for a
+    model trained without calibration). A schema-2 dictionary is returned unchanged.
+
+    Raises:
+        ManifestError: not a model manifest, or a schema this function does not know.
+    """
+    if not isinstance(d, Mapping) or not isinstance(d.get("schema_version"), int):
+        raise ManifestError(f"{where}: not a model manifest (no integer schema_version)")
+    out = json.loads(json.dumps(d))
+    if out["schema_version"] == MANIFEST_SCHEMA_VERSION:
+        return out
+    if out["schema_version"] != 1:
+        raise ManifestError(f"{where}:schema_version: {out['schema_version']}: expected 1 or 2")
+    c = out.get("contract")
+    if not isinstance(c, dict):
+        raise ManifestError(f"{where}:contract: expected a JSON object")
+    history = "calibrated" not in str(c.get("action_normalisation", "calibrated"))
+    c.update({"family": "latent", "calibration_mode": "history" if history else "calibration",
+              "warping": "none", "calibration_amplitude_rad": [0.3, 0.5], "state_layout": {},
+              "decoder_outputs": ["frames"]})
+    out["schema_version"] = MANIFEST_SCHEMA_VERSION
+    ModelManifest.from_json_dict(out, where)  # the result must parse
+    return out
 
 
 def load_manifest(path: str | os.PathLike[str]) -> ModelManifest:

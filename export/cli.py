@@ -15,7 +15,7 @@ from collections.abc import Callable
 from export.variant_cli import register_check, register_onnx, register_quantise
 
 __all__ = ["SUBCOMMANDS", "register", "register_engine", "register_check_ops", "register_onnx",
-           "register_quantise", "register_check"]
+           "register_quantise", "register_check", "register_upgrade"]
 
 
 def _run_engine(args: argparse.Namespace) -> int:
@@ -44,6 +44,42 @@ def _run_engine(args: argparse.Namespace) -> int:
         why = f" ({r.reason})" if r.reason else ""
         print(f"{r.graph}: {r.action}{why} -> {r.path}")
     return 0
+
+
+def _run_upgrade(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from edge.fileio import atomic_write
+    from edge.manifest import ManifestError, load_model_dir, upgrade_manifest_dict
+
+    path = Path(args.model_dir) / "model.json"
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no model manifest here") from None
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{path}: invalid JSON: {exc}") from None
+    before = d.get("schema_version")
+    new = upgrade_manifest_dict(d, str(path))
+    if before == new["schema_version"]:
+        print(f"{path}: already schema {before}; nothing to do")
+        return 0
+    text = json.dumps(new, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    load_model_dir(args.model_dir)  # graphs still match
+    print(f"{path}: schema {before} -> {new['schema_version']} (graphs unchanged; the model's "
+          f"sha256 changed: re-encode cached calibrations with 'syncedge calibrate store "
+          f"--cell ID --model {args.model_dir}' and rebuild bundles made from it)")
+    return 0
+
+
+def register_upgrade(sub: argparse._SubParsersAction) -> None:
+    """Add ``export upgrade``: rewrite an older model.json in the current schema."""
+    p = sub.add_parser("upgrade", help="rewrite a model folder's older model.json (schema 1) "
+                                       "in the current schema; graphs unchanged")
+    p.add_argument("model_dir", help="model folder (model.json + graphs)")
+    p.set_defaults(func=_run_upgrade)
 
 
 def register_engine(sub: argparse._SubParsersAction) -> None:
@@ -100,6 +136,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     register_check,
     register_engine,
     register_check_ops,
+    register_upgrade,
 ]
 
 
