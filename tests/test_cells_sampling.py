@@ -7,8 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from export.cells.robots import HELD_OUT_ROBOTS, ROBOTS, TRAIN_ROBOTS, robot_spec
+from export.cells.robots import HELD_OUT_ROBOTS, ROBOTS, STRESS_ROBOTS, TRAIN_ROBOTS, robot_spec
 from export.cells.sampling import (
+    DISTANCE_M,
+    ELEVATION_DEG,
+    FOVY_DEG,
     HELD_OUT_AZIMUTH_DEG,
     SPLITS,
     TRAIN_AZIMUTH_DEG,
@@ -45,8 +48,19 @@ def test_splits_are_disjoint_in_their_held_out_factors() -> None:
     for s, cs in cells.items():
         held_robot = s in ("test_robot", "test_all")
         held_cam = s in ("test_camera", "test_all")
-        held_conv = s in ("test_convention", "test_all")
+        held_conv = s in ("test_convention", "test_all", "stress")
+        if s == "stress":
+            for c in cs:
+                assert c.robot in STRESS_ROBOTS and is_held_out_convention(c.convention)
+                assert not in_band(c, TRAIN_AZIMUTH_DEG) and not in_band(c, HELD_OUT_AZIMUTH_DEG)
+                assert not ELEVATION_DEG[0] <= c.elevation_deg <= ELEVATION_DEG[1]
+                assert not DISTANCE_M[0] <= c.distance_m <= DISTANCE_M[1]
+                assert not FOVY_DEG[0] <= c.fovy_deg <= FOVY_DEG[1]
+                assert not 0.3 <= c.ambient_rgb[0] <= 0.5
+                assert all(not 0.5 <= li["diffuse"][1] <= 0.9 for li in c.lights)
+            continue
         for c in cs:
+            assert c.robot not in STRESS_ROBOTS
             assert (c.robot in HELD_OUT_ROBOTS) == held_robot, (s, c.robot)
             assert in_band(c, HELD_OUT_AZIMUTH_DEG if held_cam else TRAIN_AZIMUTH_DEG), s
             assert is_held_out_convention(c.convention) == held_conv, s

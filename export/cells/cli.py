@@ -42,6 +42,18 @@ def parse_chunks(text: str) -> list[int]:
     return out
 
 
+def _parse_range(text: str, flag: str) -> tuple[float, float]:
+    """``"LO-HI"`` (two positive numbers) -> ``(lo, hi)``; CellError naming ``flag``."""
+    from export.errors import CellError
+
+    parts = text.split("-")
+    try:
+        lo, hi = (float(p) for p in parts)
+    except ValueError:
+        raise CellError(f"{flag} {text!r}: expected LOW-HIGH in rad, e.g. 0.2-0.8") from None
+    return lo, hi
+
+
 def _command_line() -> str:
     return "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
@@ -54,7 +66,9 @@ def _run_generate(args: argparse.Namespace) -> int:
                            motion_frames=args.motion_frames, fps=args.fps,
                            width=args.size, height=args.size,
                            face_budget=None if args.no_decimate else args.face_budget,
-                           segmentation=not args.no_segmentation, motion=args.motion)
+                           segmentation=not args.no_segmentation, motion=args.motion,
+                           sweep_amplitude_rad=_parse_range(args.sweep_amplitude,
+                                                            "--sweep-amplitude"))
     chunks = parse_chunks(args.chunks)
     cmd = _command_line()
     t0 = time.perf_counter()
@@ -180,10 +194,11 @@ def register(subparsers: Any) -> None:
                                    "regenerates identically and a complete chunk is skipped.")
     g.add_argument("--split", required=True,
                    choices=["train", "val", "test_camera", "test_robot", "test_convention",
-                            "test_all"],
+                            "test_all", "stress"],
                    help="train, val (in-distribution), or a held-out split: test_camera, "
                         "test_robot, test_convention (controller conventions no training cell "
-                        "uses), test_all (all three held out)")
+                        "uses), test_all (all three held out), stress (a robot, camera and "
+                        "light outside every other split's)")
     g.add_argument("--chunks", default="0", help="chunk indices: N, A-B or a list (default 0)")
     g.add_argument("--out", default="data/cells", help="output folder (default data/cells)")
     g.add_argument("--cells-per-chunk", type=int, default=16,
@@ -193,6 +208,9 @@ def register(subparsers: Any) -> None:
     g.add_argument("--motion", choices=MOTION_PROFILES, default="all_joints",
                    help="motion-episode profile: all_joints (every joint at once; default, the "
                         "reference model's data) or two_joint (two joints move at a time)")
+    g.add_argument("--sweep-amplitude", default="0.3-0.5",
+                   help="LOW-HIGH magnitude of each DoF's calibration sweep, rad (default "
+                        "0.3-0.5; the warp model trains on 0.2-0.8)")
     g.add_argument("--fps", type=float, default=10.0, help="frame rate, Hz (default 10)")
     g.add_argument("--size", type=int, default=64, help="image width = height, px (default 64)")
     g.add_argument("--face-budget", type=int, default=8000,

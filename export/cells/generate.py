@@ -30,6 +30,7 @@ from export.cells.sampling import CellParams, chunk_seed, sample_cell
 from export.cells.scene import CellScene, RenderSettings
 from export.cells.trajectories import (
     MOTION_PROFILES,
+    SWEEP_AMPLITUDE_RAD,
     SweepSegment,
     calibration_sweep,
     motion_trajectory,
@@ -58,6 +59,8 @@ class GenerateOptions:
         motion: motion-episode profile, ``all_joints`` (every joint at once; the reference
             model's data) or ``two_joint`` (two joints move at a time), see
             :func:`~export.cells.trajectories.motion_trajectory`.
+        sweep_amplitude_rad: (low, high) magnitude of each DoF's calibration sweep, rad
+            (:data:`~export.cells.trajectories.SWEEP_AMPLITUDE_RAD` by default).
 
     Raises:
         CellError: an unknown motion profile.
@@ -72,11 +75,16 @@ class GenerateOptions:
     face_budget: int | None = 8000
     segmentation: bool = True
     motion: str = "all_joints"
+    sweep_amplitude_rad: tuple[float, float] = SWEEP_AMPLITUDE_RAD
 
     def __post_init__(self) -> None:
         if self.motion not in MOTION_PROFILES:
             raise CellError(f"motion profile {self.motion!r}: expected one of "
                             f"{list(MOTION_PROFILES)}")
+        lo, hi = (float(v) for v in self.sweep_amplitude_rad)
+        if not 0.0 < lo <= hi <= 1.5:
+            raise CellError(f"sweep amplitude {lo}-{hi} rad: expected 0 < low <= high <= 1.5")
+        object.__setattr__(self, "sweep_amplitude_rad", (lo, hi))
 
 
 class CellGenerator:
@@ -165,7 +173,7 @@ class CellGenerator:
         rng = np.random.default_rng(cell.seed)
         home = np.asarray(spec.home_rad)
         start = home + rng.uniform(-0.1, 0.1, size=spec.num_dof)
-        q_cal, sweep = calibration_sweep(rng, spec, start)
+        q_cal, sweep = calibration_sweep(rng, spec, start, o.sweep_amplitude_rad)
         out = {"calibration": self.render_episode(cell, q_cal, "calibration", sweep)}
         for m in range(o.motion_episodes):
             q = motion_trajectory(rng, spec, o.motion_frames, o.motion)
@@ -184,8 +192,9 @@ def _check_same_options(manifest_path: Path, options: GenerateOptions) -> None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CellError(f"{manifest_path}: unreadable chunk manifest ({exc}); remove the "
                         "chunk folder to regenerate it") from None
-    found = {"motion": "all_joints", **found}  # chunks made before the option existed
-    wanted = asdict(options)
+    # chunks made before an option existed
+    found = {"motion": "all_joints", "sweep_amplitude_rad": list(SWEEP_AMPLITUDE_RAD), **found}
+    wanted = json.loads(json.dumps(asdict(options)))
     diff = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
     if diff:
         detail = ", ".join(f"{k}: {a!r} there, {b!r} asked" for k, (a, b) in diff.items())

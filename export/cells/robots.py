@@ -16,7 +16,8 @@ from pathlib import Path
 
 from export.errors import CellError
 
-__all__ = ["MAX_DOF", "RobotSpec", "ROBOTS", "TRAIN_ROBOTS", "HELD_OUT_ROBOTS", "robot_spec", "assets_root"]
+__all__ = ["MAX_DOF", "RobotSpec", "ROBOTS", "TRAIN_ROBOTS", "HELD_OUT_ROBOTS", "STRESS_ROBOTS",
+           "robot_spec", "assets_root"]
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,25 @@ ROBOTS: dict[str, RobotSpec] = {
             ((-6.28319, 6.28319), (-2.059, 2.0944), (-6.28319, 6.28319), (-0.19198, 3.927),
              (-6.28319, 6.28319), (-1.69297, 3.14159), (-6.28319, 6.28319)),
         ),
+        RobotSpec(
+            # Boston Dynamics Spot's arm, 6 DoF; home: robosuite's SpotArm.init_qpos, ranges
+            # from its robot.xml.
+            "spot_arm", "spot_arm",
+            ("arm_sh0", "arm_sh1", "arm_el0", "arm_el1", "arm_wr0", "arm_wr1"),
+            (0.0, -1.2, 1.85, 0.0, 0.862, 0.0),
+            ((-2.61799, 3.14159), (-3.14159, 0.523599), (0.0, 3.14159), (-2.79253, 2.79253),
+             (-1.8326, 1.8326), (-2.87979, 2.87979)),
+        ),
     ]
 }
 
 #: Robots never seen in training; the held-out-robot and all-held-out splits use them.
 HELD_OUT_ROBOTS: tuple[str, ...] = ("kinova3",)
+#: The stress split's robot: used by no other split.
+STRESS_ROBOTS: tuple[str, ...] = ("spot_arm",)
 #: Robots of the training and validation splits.
-TRAIN_ROBOTS: tuple[str, ...] = tuple(n for n in ROBOTS if n not in HELD_OUT_ROBOTS)
+TRAIN_ROBOTS: tuple[str, ...] = tuple(n for n in ROBOTS
+                                      if n not in HELD_OUT_ROBOTS + STRESS_ROBOTS)
 #: The largest DoF count of any robot: the action width A of generated data.
 MAX_DOF = max(r.num_dof for r in ROBOTS.values())
 

@@ -12,7 +12,14 @@ split                     robot             camera azimuth (deg)   convention
 ``test_robot``            held-out robots   training band          training conventions
 ``test_convention``       training robots   training band          held-out conventions
 ``test_all``              held-out robots   held-out band          held-out conventions
+``stress``                the stress robot  stress band            held-out conventions
 ========================  ================  =====================  =====================
+
+The ``stress`` split goes outside every other range at once: a robot no other split uses
+(:data:`~export.cells.robots.STRESS_ROBOTS`), a camera azimuth, elevation, distance and
+field of view outside the training and held-out bands, and dimmer or brighter light than
+any training cell (:data:`STRESS_CAMERA`, :data:`STRESS_LIGHT`). Its chunks for the
+reported evaluation are fixed as chunks 0-1 (32 cells).
 
 Held-out conventions are a fixed set defined by a hash of the (permutation, signs) pair
 (:func:`is_held_out_convention`, about one in eight of all conventions); training
@@ -28,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from export.cells.robots import HELD_OUT_ROBOTS, TRAIN_ROBOTS, robot_spec
+from export.cells.robots import HELD_OUT_ROBOTS, STRESS_ROBOTS, TRAIN_ROBOTS, robot_spec
 from export.cells.scene import TABLE_CENTER
 from export.errors import CellError
 
@@ -44,7 +51,7 @@ __all__ = [
     "sample_convention",
 ]
 
-SPLITS = ("train", "val", "test_camera", "test_robot", "test_convention", "test_all")
+SPLITS = ("train", "val", "test_camera", "test_robot", "test_convention", "test_all", "stress")
 #: Camera azimuth bands (MuJoCo free camera, degrees; 180 looks at the robot's front).
 TRAIN_AZIMUTH_DEG = (125.0, 205.0)
 HELD_OUT_AZIMUTH_DEG = (205.0, 235.0)
@@ -55,6 +62,17 @@ LOOKAT_M = (0.32, 0.0, 0.62)
 LOOKAT_JITTER_M = 0.08
 
 _HELD_OUT_CONVENTION_FRACTION = 32  # of 256 hash buckets
+
+#: Stress-split camera ranges, each outside every other split's: (low, high) pairs, one
+#: drawn at random per cell for each quantity.
+STRESS_CAMERA = {
+    "azimuth_deg": ((95.0, 122.0), (238.0, 255.0)),
+    "elevation_deg": ((-52.0, -40.0), (-10.0, -5.0)),
+    "distance_m": ((1.05, 1.25), (1.85, 2.1)),
+    "fovy_deg": ((30.0, 36.0), (54.0, 60.0)),
+}
+#: Stress-split light: light intensity and ambient outside the training ranges.
+STRESS_LIGHT = {"intensity": ((0.2, 0.42), (0.95, 1.0)), "ambient": ((0.12, 0.26), (0.55, 0.7))}
 
 
 @dataclass(frozen=True)
@@ -196,8 +214,9 @@ def sample_cell(rng: np.random.Generator, split: str, cell_id: str,
         raise CellError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
     held_robot = split in ("test_robot", "test_all")
     held_camera = split in ("test_camera", "test_all")
-    held_conv = split in ("test_convention", "test_all")
-    allowed = HELD_OUT_ROBOTS if held_robot else TRAIN_ROBOTS
+    held_conv = split in ("test_convention", "test_all", "stress")
+    stress = split == "stress"
+    allowed = STRESS_ROBOTS if stress else HELD_OUT_ROBOTS if held_robot else TRAIN_ROBOTS
     if robot is None:
         robot = str(rng.choice(allowed))
     elif robot not in allowed:
@@ -213,6 +232,8 @@ def sample_cell(rng: np.random.Generator, split: str, cell_id: str,
         radius = rng.uniform(0.8, 2.5)
         warm = rng.uniform(-0.25, 0.25)
         intensity = rng.uniform(0.5, 0.9)
+        if stress:
+            intensity = rng.uniform(*STRESS_LIGHT["intensity"][int(rng.integers(2))])
         lights.append({
             "pos": [float(radius * np.cos(theta)), float(radius * np.sin(theta)),
                     float(rng.uniform(1.5, 3.0))],
@@ -226,16 +247,21 @@ def sample_cell(rng: np.random.Generator, split: str, cell_id: str,
                    float(rng.uniform(-0.33, 0.33))],
             "rgb": list(_rgb(rng, 0.05, 0.95)),
         })
+    cam = {"azimuth_deg": float(rng.uniform(*az)),
+           "elevation_deg": float(rng.uniform(*ELEVATION_DEG)),
+           "distance_m": float(rng.uniform(*DISTANCE_M)),
+           "fovy_deg": float(rng.uniform(*FOVY_DEG))}
+    ambient = _rgb(rng, 0.3, 0.5)
+    if stress:
+        cam = {k: float(rng.uniform(*v[int(rng.integers(2))])) for k, v in STRESS_CAMERA.items()}
+        ambient = _rgb(rng, *STRESS_LIGHT["ambient"][int(rng.integers(2))])
     return CellParams(
         cell_id=cell_id,
         split=split,
         robot=robot,
-        azimuth_deg=float(rng.uniform(*az)),
-        elevation_deg=float(rng.uniform(*ELEVATION_DEG)),
-        distance_m=float(rng.uniform(*DISTANCE_M)),
-        fovy_deg=float(rng.uniform(*FOVY_DEG)),
         lookat=lookat,  # type: ignore[arg-type]
-        ambient_rgb=_rgb(rng, 0.3, 0.5),
+        ambient_rgb=ambient,
+        **cam,
         lights=tuple(lights),
         floor_rgb=_rgb(rng, 0.1, 0.8),
         wall_rgb=_rgb(rng, 0.1, 0.9),

@@ -103,7 +103,7 @@ def _catmull_rom(way: np.ndarray, num_frames: int, spacing: int) -> np.ndarray:
 
 
 def two_joint_trajectory(rng: np.random.Generator, spec: RobotSpec,
-                         num_frames: int) -> np.ndarray:
+                         num_frames: int, start_rad: np.ndarray | None = None) -> np.ndarray:
     """A smooth random joint trajectory in which two joints move at a time.
 
     Starts within :data:`TWO_JOINT_START_RAD` of the home pose; at every waypoint
@@ -112,7 +112,8 @@ def two_joint_trajectory(rng: np.random.Generator, spec: RobotSpec,
     :func:`motion_range`) while the others hold; a Catmull-Rom spline joins the waypoints.
     At 10 Hz and 64x64 px the end effector moves about 1.6 px per frame (10 px over 16
     frames), so each frame's change stays close to what one calibration segment shows,
-    unlike :func:`random_trajectory`, which moves every joint at once.
+    unlike :func:`random_trajectory`, which moves every joint at once. ``start_rad``, if
+    given, replaces the random start pose (clipped to the motion range).
 
     Returns:
         float64 ``[T, n]`` joint positions, rad.
@@ -126,6 +127,8 @@ def two_joint_trajectory(rng: np.random.Generator, spec: RobotSpec,
     n = spec.num_dof
     home = np.asarray(spec.home_rad)
     cur = np.clip(home + rng.uniform(-TWO_JOINT_START_RAD, TWO_JOINT_START_RAD, n), lo, hi)
+    if start_rad is not None:
+        cur = np.clip(np.asarray(start_rad, dtype=np.float64), lo, hi)
     way = [cur.copy()]
     for _ in range(num_frames // TWO_JOINT_SPACING + 3):
         cur = cur.copy()
@@ -140,27 +143,31 @@ def two_joint_trajectory(rng: np.random.Generator, spec: RobotSpec,
 
 
 def motion_trajectory(rng: np.random.Generator, spec: RobotSpec, num_frames: int,
-                      profile: str = "all_joints") -> np.ndarray:
+                      profile: str = "all_joints",
+                      start_rad: np.ndarray | None = None) -> np.ndarray:
     """A motion episode's joint trajectory, float64 ``[T, n]`` rad, of the named profile:
-    ``two_joint`` (:func:`two_joint_trajectory`) or ``all_joints`` (:func:`random_trajectory`).
+    ``two_joint`` (:func:`two_joint_trajectory`) or ``all_joints`` (:func:`random_trajectory`),
+    from ``start_rad`` (canonical order, rad) if given.
 
     Raises:
         CellError: an unknown profile, or ``num_frames < 2``.
     """
     if profile == "two_joint":
-        return two_joint_trajectory(rng, spec, num_frames)
+        return two_joint_trajectory(rng, spec, num_frames, start_rad)
     if profile == "all_joints":
-        return random_trajectory(rng, spec, num_frames)
+        return random_trajectory(rng, spec, num_frames, start_rad)
     raise CellError(f"unknown motion profile {profile!r}; expected one of {list(MOTION_PROFILES)}")
 
 
-def calibration_sweep(rng: np.random.Generator, spec: RobotSpec,
-                      start_rad: np.ndarray) -> tuple[np.ndarray, list[SweepSegment]]:
+def calibration_sweep(rng: np.random.Generator, spec: RobotSpec, start_rad: np.ndarray,
+                      amplitude_rad: tuple[float, float] = SWEEP_AMPLITUDE_RAD,
+                      ) -> tuple[np.ndarray, list[SweepSegment]]:
     """The joint trajectory of a calibration episode and its segments.
 
     Every DoF is swept once, in a random order, while the others hold: out over three
     frames, pause, back over three frames, pause (:data:`SWEEP_PROFILE`), with a random
-    sign and magnitude (:data:`SWEEP_AMPLITUDE_RAD`). Where the drawn direction would leave
+    sign and magnitude (uniform in ``amplitude_rad``, by default
+    :data:`SWEEP_AMPLITUDE_RAD`). Where the drawn direction would leave
     the joint limits, the sweep goes the other way. After the sweep every joint is back at
     its start pose. This follows SyncWorld's calibration generator (Yang et al., arXiv
     2609.09155): one clip per camera view, K segments of a few frames each.
@@ -177,7 +184,7 @@ def calibration_sweep(rng: np.random.Generator, spec: RobotSpec,
     deltas = np.zeros((n * SEGMENT_FRAMES, n))
     segments = []
     for k, j in enumerate(order):
-        amp = float(rng.uniform(*SWEEP_AMPLITUDE_RAD)) * float(rng.choice([-1.0, 1.0]))
+        amp = float(rng.uniform(*amplitude_rad)) * float(rng.choice([-1.0, 1.0]))
         if not lim[j, 0] <= start[j] + amp <= lim[j, 1]:
             amp = -amp
         if not lim[j, 0] <= start[j] + amp <= lim[j, 1]:
