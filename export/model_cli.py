@@ -57,6 +57,58 @@ def _run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_train_warp(args: argparse.Namespace) -> int:
+    from export.train_warp import main
+
+    return main(args.argv)
+
+
+def _run_eval_frames(args: argparse.Namespace) -> int:
+    from edge.fileio import write_json_atomic
+    from export.evaluate_frames import (
+        SPLITS,
+        FramesEvalOptions,
+        evaluate_frames,
+        format_frames_table,
+        save_sheets,
+    )
+    from export.parity_gates import json_safe
+
+    models: dict[str, tuple[str, str]] = {}
+    for spec in args.model:
+        label, _, rest = spec.partition("=")
+        family, _, run = rest.partition(":")
+        if not label or family not in ("latent", "warp") or not run:
+            print(f"syncedge model eval-frames: error: --model {spec!r}: expected "
+                  "LABEL=latent:RUN or LABEL=warp:RUN", file=sys.stderr)
+            return 2
+        models[label] = (family, run)
+    by_folder = {folder: name for name, folder in SPLITS.items()}
+    names = [by_folder.get(n, n) for n in args.split or []]
+    unknown = [n for n in names if n not in SPLITS]
+    if unknown:
+        print(f"syncedge model eval-frames: error: unknown split {unknown[0]!r}; expected one "
+              f"of {', '.join(SPLITS)}", file=sys.stderr)
+        return 2
+    opts = FramesEvalOptions(data=args.data, models=models, keypoint_run=args.keypoint_run,
+                             max_cells=args.max_cells, seed=args.seed)
+    if names:
+        opts.splits = {n: SPLITS[n] for n in names}
+    if args.variants:
+        opts.variants = tuple(v.strip() for v in args.variants.split(","))
+    result = evaluate_frames(opts)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sheets = save_sheets(result, out)
+    table = format_frames_table(result)
+    print(table)
+    write_json_atomic(out / "eval_frames.json", json_safe(result))
+    (out / "eval_frames.txt").write_text(table + "\n")
+    print("wrote " + ", ".join(str(p) for p in [out / "eval_frames.json",
+                                                 out / "eval_frames.txt", *sheets]))
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add ``model`` and its subcommands to the ``syncedge`` parser."""
     from export.train_options import add_train_arguments
@@ -100,3 +152,30 @@ def register(subparsers: Any) -> None:
     e.add_argument("--residual-decoding", action="store_true",
                    help="decode as start + dec(z_t) - dec(z_0) (default: plain decoding)")
     e.set_defaults(func=_run_eval)
+    tw = sub.add_parser("train-warp", help="train the warp world model (progress, checkpoints, "
+                                           "resume)", add_help=False,
+                        description="Train the warp world model; see --help.")
+    tw.add_argument("argv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    tw.set_defaults(func=_run_train_warp)
+    ef = sub.add_parser(
+        "eval-frames", help="evaluation that blur cannot fool: futures retrieval, zero-action "
+                            "fidelity, whole-frame PSNR/SSIM per step against copy-last, "
+                            "oracle-flow warp",
+        description="Evaluate one or more models on the same cells and the same rendered "
+                    "candidate futures (cached under DATA/<split>/futures/); prints a table, "
+                    "writes eval_frames.json, eval_frames.txt and rollouts_<split>.png.")
+    ef.add_argument("--model", action="append", required=True, metavar="LABEL=FAMILY:RUN",
+                    help="a model to evaluate: latent:RUN (ae.pt, dynamics.pt, ...) or "
+                         "warp:RUN (warp.pt, optional warp_nocal.pt); repeatable")
+    ef.add_argument("--data", default="data/cells", help="generated cells (default data/cells)")
+    ef.add_argument("--out", required=True, help="output folder")
+    ef.add_argument("--keypoint-run", default="models/latent-checkpoints",
+                    help="folder with keypoint.pt, the end-effector reader")
+    ef.add_argument("--max-cells", type=int, default=64, help="cells per split (default 64)")
+    ef.add_argument("--seed", type=int, default=0)
+    ef.add_argument("--variants", help="comma list of variants to roll out (default all: "
+                                       "calibrated, zeroed, other_cell, mislabelled, "
+                                       "no_calibration); copy_last always")
+    ef.add_argument("--split", action="append", metavar="NAME",
+                    help="only this split (table name or data folder); repeatable")
+    ef.set_defaults(func=_run_eval_frames)

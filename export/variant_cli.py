@@ -19,11 +19,27 @@ def _command() -> str:
 def _run_onnx(args: argparse.Namespace) -> int:
     from export.onnx_export import ExportOptions, eval_summary, export_model
 
-    evaluation = eval_summary(args.eval) if args.eval else None
-    path = export_model(ExportOptions(run=args.run, out=args.out,
-                                      batch_sizes=tuple(args.batch_sizes), name=args.name,
-                                      command=_command()), evaluation=evaluation)
-    print(f"{path}: fp32 model, graphs checked (ONNX checker, strict shape inference)")
+    from pathlib import Path
+
+    warp = (Path(args.run) / "warp.pt").is_file() or args.history
+    if warp:
+        import json
+
+        from export.warp_export import export_warp_model
+
+        evaluation = json.loads(Path(args.eval).read_text()) if args.eval else None
+        path = export_warp_model(args.run, args.out, tuple(args.batch_sizes),
+                                 name=args.name if args.name != "syncedge-reference" else
+                                 ("syncedge-warp-history" if args.history else "syncedge-warp"),
+                                 command=_command(), history=args.history,
+                                 evaluation=evaluation)
+    else:
+        evaluation = eval_summary(args.eval) if args.eval else None
+        path = export_model(ExportOptions(run=args.run, out=args.out,
+                                          batch_sizes=tuple(args.batch_sizes), name=args.name,
+                                          command=_command()), evaluation=evaluation)
+    print(f"{path}: fp32 {'warp' if warp else 'latent'} model, graphs checked (ONNX checker, "
+          f"strict shape inference)")
     return 0
 
 
@@ -31,13 +47,18 @@ def register_onnx(sub: argparse._SubParsersAction) -> None:
     """Add ``export onnx``: a trained run -> an FP32 model folder."""
     p = sub.add_parser("onnx", help="export a trained run to an FP32 model folder "
                                     "(model.json + ONNX graphs, opset 18, static shapes)")
-    p.add_argument("--run", required=True, help="training run folder (ae.pt, dynamics.pt)")
+    p.add_argument("--run", required=True,
+                   help="training run folder: warp.pt (the warp model) or ae.pt and "
+                        "dynamics.pt (the latent model)")
+    p.add_argument("--history", action="store_true",
+                   help="export the run's warp_nocal.pt as the history-mode model")
     p.add_argument("--out", required=True, help="model folder to write")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16],
                    help="batch sizes of the step and decoder graphs (default 1 16)")
     p.add_argument("--name", default="syncedge-reference", help="model name in model.json")
-    p.add_argument("--eval", help="eval.json from 'syncedge model eval': its tables and targets "
-                                  "go into model.json's evaluation")
+    p.add_argument("--eval", help="latent: eval.json from 'syncedge model eval' (its tables and "
+                                  "targets go into model.json's evaluation); warp: a JSON "
+                                  "summary of 'syncedge model eval-frames' stored as it is")
     p.set_defaults(func=_run_onnx)
 
 
@@ -71,13 +92,21 @@ def register_quantise(sub: argparse._SubParsersAction) -> None:
 
 def _run_check(args: argparse.Namespace) -> int:
     from edge.fileio import write_json_atomic
-    from export.parity import PARITY_SPLITS, CheckOptions, check_variant, reference_cases
+    from export.parity import (
+        PARITY_SPLITS,
+        CheckOptions,
+        check_variant,
+        folders_family,
+        reference_cases,
+    )
     from export.parity_gates import Gates, format_parity_table, record_parity
 
     gates = Gates(fp32_max_abs=args.fp32_max_abs, int8_psnr_loss_db=args.int8_loss_db,
                   fp16_psnr_loss_db=args.fp16_loss_db, horizon=args.horizon)
+    family, mode = folders_family(args.model_dir)
     opts = CheckOptions(run=args.run, data=args.data, splits=tuple(args.split or PARITY_SPLITS),
-                        max_cells=args.max_cells, gates=gates)
+                        max_cells=args.max_cells, gates=gates, family=family,
+                        calibration_mode=mode)
     model, cases = reference_cases(opts)
     records = {}
     for d in args.model_dir:
@@ -104,7 +133,9 @@ def register_check(sub: argparse._SubParsersAction) -> None:
                                    "one fails (its model.json records the failure and "
                                    "'bundle build' refuses it).")
     p.add_argument("model_dir", nargs="+", help="model folders (fp32, int8, fp16)")
-    p.add_argument("--run", required=True, help="the training run the model came from")
+    p.add_argument("--run", required=True, help="the training run the model came from "
+                                                "(ae.pt + dynamics.pt, or warp.pt for the "
+                                                "warp family)")
     p.add_argument("--data", required=True, help="cells root")
     p.add_argument("--split", action="append", default=None,
                    help="held-out split (repeatable; default test_all and test_convention)")

@@ -1,0 +1,164 @@
+"""ONNX export of the warp model (``syncedge export onnx --run RUN`` with ``RUN/warp.pt``).
+
+The same four graph roles and tensor names as the latent family (docs/architecture.md,
+"Model contract"), so the runtime, the ring buffer and the kernels are unchanged; the
+"latent" is the warp model's state (:class:`~export.warp_model.StateLayout`, recorded in
+``contract.state_layout``). Warping and compositing run inside the decoder graph
+(ONNX GridSample, bilinear, border padding, ``align_corners=0``), which also outputs the
+robot mask. Opset 18, static shapes, embedded weights.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from edge.fileio import sha256_file
+from edge.manifest import GraphSpec, ModelContract, ModelManifest, TensorSpec, save_manifest
+from export.errors import ExportError
+from export.warp_model import WarpConfig, WarpModel
+
+__all__ = ["load_warp_model", "warp_contract", "warp_graph_modules", "export_warp_model"]
+
+
+def load_warp_model(run: str | Path, history: bool = False) -> WarpModel:
+    """The warp model of a run folder: ``warp.pt`` (``warp_nocal.pt`` with ``history``).
+
+    Raises:
+        ExportError: the checkpoint is missing or unreadable.
+    """
+    path = Path(run) / ("warp_nocal.pt" if history else "warp.pt")
+    if not path.is_file():
+        raise ExportError(f"{path}: no warp checkpoint; train one with 'syncedge model "
+                          f"train-warp --out {run}{' --no-calibration' if history else ''}'")
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    model = WarpModel(WarpConfig.from_dict(ck["config"]))
+    model.load_state_dict(ck["model"])
+    return model.eval()
+
+
+def warp_contract(cfg: WarpConfig, frame_rate_hz: float = 10.0) -> ModelContract:
+    """The :class:`~edge.manifest.ModelContract` of a warp configuration."""
+    h = cfg.grid
+    history = not cfg.use_calibration
+    return ModelContract(
+        resolution=(cfg.image_size, cfg.image_size),
+        latent_shape=(cfg.layout.channels, h, h), history_length=cfg.history,
+        max_dof=cfg.max_dof, calibration_segments=cfg.max_dof,
+        segment_frames=cfg.segment_frames, sweep_out_rows=cfg.sweep_out_rows,
+        frame_rate_hz=frame_rate_hz, action_units="rad (m for prismatic joints)",
+        context_shape=(cfg.max_dof, cfg.context_channels, h, h), residual_decoding=False,
+        action_normalisation=("none: each channel's accumulated action, in the direction of "
+                              "its calibration sweep, enters as sin and 1 - cos"
+                              if not history else "none: learned tokens per channel index"),
+        frame_normalisation="x / 255 inside the encoder; the state carries the start frame",
+        family="warp", calibration_mode="history" if history else "calibration",
+        warping="decoder_graph", calibration_amplitude_rad=cfg.sweep_amplitude_rad,
+        state_layout=cfg.layout.ranges, decoder_outputs=("frames", "robot_mask"))
+
+
+class _Calibration(nn.Module):
+    def __init__(self, model: WarpModel):
+        super().__init__()
+        self.net = model.calibration
+
+    def forward(self, calibration_latents: Tensor, calibration_actions: Tensor,
+                dof_mask: Tensor) -> Tensor:
+        return self.net(calibration_latents, calibration_actions, dof_mask)
+
+
+class _Step(nn.Module):
+    def __init__(self, model: WarpModel):
+        super().__init__()
+        self.net = model.step
+
+    def forward(self, history_latents: Tensor, history_actions: Tensor, action: Tensor,
+                context: Tensor) -> Tensor:
+        return self.net(history_latents, history_actions, action, context)
+
+
+def warp_graph_modules(model: WarpModel, batch_sizes: tuple[int, ...] = (1, 16)
+                       ) -> dict[str, tuple[nn.Module, tuple[TensorSpec, ...],
+                                            tuple[TensorSpec, ...]]]:
+    """Graph name -> (module, input specs, output specs) for every graph of the contract."""
+    cfg = model.cfg
+    c, h, s, a = cfg.layout.channels, cfg.grid, cfg.history, cfg.max_dof
+    hw, tc, d = cfg.image_size, cfg.calibration_frames, cfg.context_channels
+    st = "warp state (contract.state_layout)"
+    ctx = TensorSpec("context", (a, d, h, h), "float32", "context per action channel")
+    out: dict[str, Any] = {
+        "encoder": (model.encoder,
+                    (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB", (0, 255)),),
+                    (TensorSpec("latents", (1, c, h, h), "float32", st),)),
+        "calibration": (_Calibration(model),
+                        (TensorSpec("calibration_latents", (tc, c, h, h), "float32", st),
+                         TensorSpec("calibration_actions", (tc, a), "float32", "rad"),
+                         TensorSpec("dof_mask", (a,), "float32", "1 controllable, 0 absent",
+                                    (0, 1))),
+                        (ctx,)),
+    }
+    for b in batch_sizes:
+        out[f"step_b{b}"] = (
+            _Step(model),
+            (TensorSpec("history_latents", (b, s, c, h, h), "float32", st),
+             TensorSpec("history_actions", (b, s, a), "float32", "rad"),
+             TensorSpec("action", (b, a), "float32", "rad"), ctx),
+            (TensorSpec("next_latent", (b, c, h, h), "float32", st),))
+        out[f"decoder_b{b}"] = (
+            model.decoder,
+            (TensorSpec("latents", (b, c, h, h), "float32", st),),
+            (TensorSpec("frames", (b, 3, hw, hw), "float32", "RGB in [0, 1]", (0, 1)),
+             TensorSpec("robot_mask", (b, 1, hw, hw), "float32", "robot probability", (0, 1))))
+    return out
+
+
+def export_warp_model(run: str, out_dir: str, batch_sizes: tuple[int, ...] = (1, 16),
+                      name: str = "syncedge-warp", command: str = "", history: bool = False,
+                      evaluation: dict[str, Any] | None = None) -> Path:
+    """Export a warp run into ``out_dir``; returns the model.json path.
+
+    Raises:
+        ExportError: a missing checkpoint, or a graph failing the checker or shape inference.
+    """
+    from export.onnx_export import OPSET, _export_graph, git_commit
+
+    model = load_warp_model(run, history)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    graphs: dict[str, GraphSpec] = {}
+    for gname, (module, ins, outs) in warp_graph_modules(model, batch_sizes).items():
+        path = out / f"{gname}.onnx"
+        _export_graph(module, ins, outs, path)
+        batch = ins[0].shape[0] if gname.startswith(("step", "decoder", "encoder")) else 1
+        graphs[gname] = GraphSpec(path.name, sha256_file(path), batch, ins, outs)
+    extra: dict[str, Any] = {}
+    ck = torch.load(Path(run) / ("warp_nocal.pt" if history else "warp.pt"), map_location="cpu",
+                    weights_only=False)
+    prov = {"command": command or "syncedge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
+            "git_commit": git_commit(), "config": model.cfg.to_dict(),
+            "training": {"step": ck["step"], "options": ck["options"], "cells": ck.get("cells"),
+                         "final_loss": ck["history"][-1][1] if ck["history"] else None},
+            "torch": torch.__version__}
+    kp = Path(run) / "keypoint.pt"
+    if kp.is_file():
+        from export.evaluate import load_keypoint
+
+        net = load_keypoint(run)
+        hw = model.cfg.image_size
+        path = out / "keypoint.onnx"
+        _export_graph(net, (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB",
+                                       (0, 255)),),
+                      (TensorSpec("ee_px", (1, 2), "float32", "pixel x, y"),), path)
+        extra["keypoint"] = {"file": path.name, "sha256": sha256_file(path),
+                             "purpose": "end-effector keypoint regressor (evaluation only)"}
+    manifest = ModelManifest(name=name, variant="fp32", opset=OPSET,
+                             contract=warp_contract(model.cfg), graphs=graphs, provenance=prov,
+                             evaluation=evaluation or {}, extra=extra)
+    if len(graphs) < 4:
+        raise ExportError("internal: a graph is missing")
+    return save_manifest(manifest, out / "model.json")
