@@ -1,0 +1,83 @@
+"""The blur-proof evaluation metrics on hand-made arrays with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from export.errors import ExportError
+from export.evaluate_frames import (
+    PSNR_CAP_DB,
+    blur_control,
+    frame_psnr,
+    oracle_flow_warp,
+    retrieval_hits,
+    static_mask,
+)
+
+
+def _frames(values: list[int]) -> np.ndarray:
+    return np.stack([np.full((4, 4, 3), v, np.uint8) for v in values])
+
+
+def test_retrieval_counts_only_strictly_nearest_own_future() -> None:
+    truths = _frames([0, 100, 200])
+    # pred 0 is nearest its own truth; pred 1 sits nearer truth 2; pred 2 exactly between
+    # truths 1 and 2 (150): a tie with its own truth is a miss
+    preds = _frames([10, 160, 150])
+    assert retrieval_hits(preds, truths).tolist() == [True, False, False]
+
+
+def test_retrieval_of_identical_predictions_is_all_ties() -> None:
+    truths = _frames([0, 100, 200, 50])
+    preds = _frames([100, 100, 100, 100])  # one prediction for every candidate
+    assert retrieval_hits(preds, truths).tolist() == [False, True, False, False]
+    same = _frames([7, 7])
+    assert retrieval_hits(same, same).tolist() == [False, False]  # truths tie
+
+
+def test_retrieval_refuses_mismatched_stacks() -> None:
+    with pytest.raises(ExportError, match="two"):
+        retrieval_hits(_frames([0, 1]), _frames([0, 1, 2]))
+    with pytest.raises(ExportError):
+        retrieval_hits(_frames([0]), _frames([0]))
+
+
+def test_frame_psnr_known_values_cap_and_mask() -> None:
+    a = np.zeros((2, 2, 3), np.uint8)
+    b = a.copy()
+    b[0, 0] = 255  # 3 of 12 values differ by 255: MSE = 255^2 / 4
+    assert frame_psnr(b, a) == pytest.approx(10 * math.log10(4))
+    assert frame_psnr(a, a) == PSNR_CAP_DB
+    m = np.zeros((2, 2), bool)
+    m[0, 0] = True
+    assert frame_psnr(b, a, m) == pytest.approx(0.0)
+    assert frame_psnr(b, a, ~m) == PSNR_CAP_DB
+    assert math.isnan(frame_psnr(b, a, np.zeros((2, 2), bool)))
+
+
+def test_static_mask_marks_pixels_that_never_change() -> None:
+    start = np.zeros((2, 3, 3), np.uint8)
+    truth = np.zeros((4, 2, 3, 3), np.uint8)
+    truth[2, 1, 2, 0] = 1  # one pixel changes at one step, in one channel
+    want = np.ones((2, 3), bool)
+    want[1, 2] = False
+    assert np.array_equal(static_mask(truth, start), want)
+
+
+def test_blur_control_blurs_an_edge_and_keeps_flat_images() -> None:
+    flat = np.full((1, 16, 16, 3), 90, np.uint8)
+    assert np.array_equal(blur_control(flat), flat)
+    edge = np.zeros((1, 16, 16, 3), np.uint8)
+    edge[:, :, 8:] = 255
+    out = blur_control(edge)
+    assert 0 < out[0, 8, 7, 0] < 255 and out.shape == edge.shape
+
+
+def test_oracle_flow_warp_of_a_static_scene_is_the_start_frame() -> None:
+    rng = np.random.default_rng(0)
+    start = (rng.random((32, 32, 3)) * 255).astype(np.uint8)
+    out = oracle_flow_warp(start, np.stack([start, start]))
+    assert np.abs(out.astype(int) - start.astype(int)).max() <= 1
