@@ -34,7 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edge.runtime.model import load_model  # noqa: E402
-from export.parity import CheckOptions, ReferenceCase, check_variant, reference_cases  # noqa: E402
+from export.parity import (  # noqa: E402
+    CheckOptions,
+    ReferenceCase,
+    check_variant,
+    folders_family,
+    reference_cases,
+)
 from export.parity_gates import Gates  # noqa: E402
 from export.quantise import QuantiseOptions, quantise_model  # noqa: E402
 
@@ -80,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench_export.json"))
     args = ap.parse_args(argv)
 
+    family, mode = folders_family([str(args.model)])
     opts = CheckOptions(run=str(args.run), data=str(args.data), max_cells=args.max_cells,
-                        gates=Gates())
+                        gates=Gates(), family=family, calibration_mode=mode)
     torch_model, cases = reference_cases(opts)
     with tempfile.TemporaryDirectory(prefix="syncedge-bench-export-") as tmp:
         folders = {"fp32": args.model}

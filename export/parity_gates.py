@@ -12,10 +12,17 @@ Gates (:class:`Gates`):
   for the decoder), on the same inputs, at every step of the 16-step rollout (the step
   graph is fed the PyTorch rollout's history at each step).
 - **int8**: the rollout PSNR against ground truth loses at most ``int8_psnr_loss_db``
-  (0.5 dB) to the FP32 rollout, at every one of the 16 steps (mean over cells).
+  (0.5 dB) to the FP32 rollout, at every one of the 16 steps (mean over cells), on the
+  whole frame and, where the record has the figure, in the motion region (the pixels
+  whose true frame differs from the start frame; mean over the cells with such pixels).
 - **fp16**: the same with ``fp16_psnr_loss_db`` (0.1 dB): FP16 keeps an 11-bit mantissa in
   the convolutions only, so a loss above 0.1 dB points to a conversion fault (an overflow
   or a normalisation moved to FP16), not to expected rounding.
+
+``syncedge export check`` measures the motion region for every family; ``bundle build``
+requires it of the warp family's INT8 and FP16 records (:data:`MOTION_GATED_FAMILIES`),
+whose whole frame is mostly the start frame copied. Records of the latent family made
+before the motion region was measured stay valid.
 """
 
 from __future__ import annotations
@@ -31,9 +38,8 @@ from typing import Any
 from edge.manifest import ModelManifest, load_model_dir, save_manifest
 from export.errors import ExportError
 
-__all__ = ["Gates", "ParityError", "gates_dict", "graphs_digest", "json_safe", "judge",
-           "record_parity",
-           "require_parity", "format_parity_table"]
+__all__ = ["MOTION_GATED_FAMILIES", "Gates", "ParityError", "gates_dict", "graphs_digest",
+           "json_safe", "judge", "record_parity", "require_parity", "format_parity_table"]
 
 
 class ParityError(ExportError, ValueError):
@@ -72,15 +78,20 @@ def judge(variant: str, figures: Mapping[str, Any], gates: Gates) -> dict[str, A
     Args:
         variant: ``"fp32"``, ``"int8"`` or ``"fp16"``.
         figures: needs ``one_step_max_abs`` (graph key -> float) for fp32 and
-            ``rollout.psnr_loss_db`` (per-step list, dB) for int8/fp16.
+            ``rollout.psnr_loss_db`` (per-step list, dB) for int8/fp16; an int8/fp16
+            gate also covers ``rollout.motion_psnr_loss_db`` when present (per step, dB;
+            None for a step without moving pixels).
         gates: the limits.
 
     Returns:
-        ``{"name", "metric", "value", "limit", "unit", "passed"}``; a NaN value fails.
+        ``{"name", "metric", "value", "limit", "unit", "passed"}`` (plus ``region_values``,
+        the whole-frame and motion-region maxima, when the motion region was measured); a
+        NaN value fails.
 
     Raises:
         ParityError: unknown variant or a figure missing.
     """
+    gate: dict[str, Any]
     try:
         if variant == "fp32":
             values = [float(v) for v in figures["one_step_max_abs"].values()]
@@ -89,11 +100,19 @@ def judge(variant: str, figures: Mapping[str, Any], gates: Gates) -> dict[str, A
                     "abs error against PyTorch", "limit": limit,
                     "unit": "latent units ([0, 1] for the decoder)"}
         elif variant in ("int8", "fp16"):
-            values = [float(v) for v in figures["rollout"]["psnr_loss_db"]]
+            ro = figures["rollout"]
+            values = [float(v) for v in ro["psnr_loss_db"]]
             limit = gates.int8_psnr_loss_db if variant == "int8" else gates.fp16_psnr_loss_db
-            gate = {"name": variant, "metric": f"max over {len(figures['rollout']['psnr_loss_db'])}"
-                    " rollout steps of the mean (over cells) PSNR loss against the FP32 "
-                    "rollout, both against ground truth", "limit": limit, "unit": "dB"}
+            gate = {"name": variant, "metric": f"max over {len(ro['psnr_loss_db'])} rollout "
+                    "steps of the mean (over cells) PSNR loss against the FP32 rollout, both "
+                    "against ground truth", "limit": limit, "unit": "dB"}
+            if ro.get("motion_psnr_loss_db") is not None:
+                motion = [float(v) for v in ro["motion_psnr_loss_db"] if v is not None]
+                gate["metric"] += (", on the whole frame and in the motion region (pixels "
+                                   "whose true frame differs from the start frame)")
+                gate["region_values"] = {"whole_frame": _max_or_none(values),
+                                         "motion_region": _max_or_none(motion)}
+                values = values + motion
         else:
             raise ParityError(f"variant: expected fp32, int8 or fp16, found {variant!r}")
     except (KeyError, ValueError, TypeError) as exc:
@@ -107,6 +126,11 @@ def judge(variant: str, figures: Mapping[str, Any], gates: Gates) -> dict[str, A
     value = max(values) if finite else None  # NaN/inf (a broken graph) fails
     passed = value is not None and value <= limit
     return {**gate, "value": value, "passed": bool(passed)}
+
+
+def _max_or_none(values: list[float]) -> float | None:
+    """The largest value; None when there is none or one is NaN/inf."""
+    return max(values) if values and all(math.isfinite(v) for v in values) else None
 
 
 def json_safe(obj: Any) -> Any:
@@ -167,15 +191,23 @@ def require_parity(manifest: ModelManifest, where: str = "model.json") -> dict[s
     if rec.get("graphs_sha256") != graphs_digest(manifest):
         raise ParityError(f"{where}: evaluation.parity was recorded for other graphs "
                           f"(graphs_sha256 differs); {fix}")
-    loosened = _loosened(manifest.variant, rec)
+    loosened = _loosened(manifest.variant, rec, manifest.contract.family)
     if loosened:
         raise ParityError(f"{where}: evaluation.parity passed gates looser than the defaults "
                           f"({'; '.join(loosened)}); {fix}")
     return dict(rec)
 
 
-def _loosened(variant: str, rec: Mapping[str, Any]) -> list[str]:
-    """What in a parity record is looser than :class:`Gates`' defaults (limit, horizon)."""
+#: Families whose INT8/FP16 gate must also have been measured in the motion region: the
+#: warp family's frames are the start frame resampled, so the whole frame is mostly the
+#: static background that every variant reproduces, and a whole-frame loss hides errors
+#: where the robot moves.
+MOTION_GATED_FAMILIES = ("warp",)
+
+
+def _loosened(variant: str, rec: Mapping[str, Any], family: str = "latent") -> list[str]:
+    """What in a parity record is looser than :class:`Gates`' defaults (limit, horizon, and
+    for :data:`MOTION_GATED_FAMILIES` the motion region)."""
     default = Gates()
     limits = {"fp32": default.fp32_max_abs, "int8": default.int8_psnr_loss_db,
               "fp16": default.fp16_psnr_loss_db}
@@ -186,6 +218,11 @@ def _loosened(variant: str, rec: Mapping[str, Any]) -> list[str]:
     horizon = rec.get("gates", {}).get("horizon", default.horizon)
     if not (isinstance(horizon, int) and horizon >= default.horizon):
         out.append(f"horizon {horizon} steps where the default is {default.horizon}")
+    regions = rec.get("gate", {}).get("region_values")
+    if family in MOTION_GATED_FAMILIES and variant in ("int8", "fp16") \
+            and not (isinstance(regions, Mapping) and "motion_region" in regions):
+        out.append(f"no motion-region figure: a {family}-family {variant} gate must also "
+                   f"be measured in the motion region (re-run export check)")
     return out
 
 
@@ -197,21 +234,33 @@ def format_parity_table(records: Mapping[str, Mapping[str, Any]]) -> str:
         value = "NaN/inf" if g["value"] is None else f"{g['value']:.3g}"
         lines.append(f"{where}  [{r['variant']}]  {'PASSED' if g['passed'] else 'FAILED'}: "
                      f"{value} (limit {g['limit']:g} {g['unit']})")
-        lines.append(f"  {'graph':14} {'one-step max abs':>16}")
+        width = max([14, *(len(k) for k in r["one_step_max_abs"])])
+        lines.append(f"  {'graph':{width}} {'one-step max abs':>16}")
         for k, v in r["one_step_max_abs"].items():
-            lines.append(f"  {k:14} {_num(v, '16.3e')}")
+            lines.append(f"  {k:{width}} {_num(v, '16.3e')}")
         ro = r["rollout"]
+        motion = "motion_psnr_loss_db" in ro
         lines.append(f"  {'step':>4} {'PSNR torch':>10} {'PSNR ' + r['variant']:>10} "
-                     f"{'loss dB':>8} {'vs torch dB':>11} {'latent max abs':>15}")
-        vs = ro.get("psnr_vs_fp32_db") or [None] * len(ro["psnr_db"])
-        for t, (a, b, d, v, e) in enumerate(zip(ro["reference_psnr_db"], ro["psnr_db"],
-                                                ro["psnr_loss_db"], vs, ro["latent_max_abs"],
-                                                strict=True)):
+                     f"{'loss dB':>8} {'vs torch dB':>11} {'latent max abs':>15}"
+                     + (f" {'motion torch':>12} {'motion ' + r['variant']:>11} "
+                        f"{'motion loss':>11}" if motion else ""))
+        n = len(ro["psnr_db"])
+        vs = ro.get("psnr_vs_fp32_db") or [None] * n
+        m_ref = ro.get("reference_motion_psnr_db") or [None] * n
+        m_var = ro.get("motion_psnr_db") or [None] * n
+        m_loss = ro.get("motion_psnr_loss_db") or [None] * n
+        for t, (a, b, d, v, e, ma, mb, md) in enumerate(zip(
+                ro["reference_psnr_db"], ro["psnr_db"], ro["psnr_loss_db"], vs,
+                ro["latent_max_abs"], m_ref, m_var, m_loss, strict=True)):
             lines.append(f"  {t + 1:4d} {_num(a, '10.2f')} {_num(b, '10.2f')} {_num(d, '8.3f')} "
-                         f"{_num(v, '11.2f')} {_num(e, '15.3e')}")
+                         f"{_num(v, '11.2f')} {_num(e, '15.3e')}"
+                         + (f" {_num(ma, '12.2f')} {_num(mb, '11.2f')} {_num(md, '11.3f')}"
+                            if motion else ""))
         lines.append("  (PSNR against ground truth of the PyTorch FP32 rollout and of this "
                      "folder's; loss = torch - this; vs torch: this folder's frames against "
-                     "PyTorch's)")
+                     "PyTorch's" + ("; motion: the same over the pixels whose true frame "
+                                    "differs from the start frame, n/a where none does)"
+                                    if motion else ")"))
     return "\n".join(lines)
 
 

@@ -15,11 +15,25 @@ torch):
   the runtime pads: start latent, zero action) with the next action and the cell's
   context; one cell per batch, since the context is shared by the batch;
 - ``decoder_bB``: latents of training frames.
+
+Where the windows' and the decoder's latents come from depends on the model family
+(``contract.family``, :data:`STATE_SOURCES`):
+
+- ``latent``: the encoder's latents of every frame of the motion episodes (teacher-forced
+  windows), as listed above;
+- ``warp``: the latent is the warp state, whose motion block is zero right after the
+  encoder and non-zero only once step graphs have run, so encoder outputs would fit the
+  decoder's motion path on zeros. The states are made by rolling the FP32 step graph out
+  over the episode's real actions from the encoded start state (starts every
+  :data:`ROLLOUT_HORIZON` frames, horizons 1..16): the step windows are those of the
+  rollouts and the decoder reads the rolled-out states (horizons 1..16, never the start
+  state).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,11 +43,13 @@ import numpy as np
 from export.data import Cell, load_cells, relabel, sample_relabelling
 from export.errors import ExportError
 
-__all__ = ["QUANT_CALIBRATION_SPLIT", "QuantCalibrationSet", "build_quant_calibration_set",
-           "load_quant_calibration_cells"]
+__all__ = ["QUANT_CALIBRATION_SPLIT", "ROLLOUT_HORIZON", "STATE_SOURCES", "QuantCalibrationSet",
+           "build_quant_calibration_set", "load_quant_calibration_cells", "rollout_states"]
 
 #: The only split the quantisation calibration set is drawn from.
 QUANT_CALIBRATION_SPLIT = "train"
+#: Longest rollout of the warp family's states (the parity gates' horizon).
+ROLLOUT_HORIZON = 16
 
 Feeds = dict[str, np.ndarray]
 
@@ -48,12 +64,15 @@ class QuantCalibrationSet:
         feeds: graph key (``"encoder"``, ``"calibration"``, ``"step_b16"``, ...) -> list of
             feed dictionaries (input name -> array of the graph's static shape and dtype).
         seed: the seed that chose frames, windows and relabellings.
+        states: how the step windows' and the decoder's latents were made
+            (:data:`STATE_SOURCES`).
     """
 
     data: str
     cell_ids: tuple[str, ...]
     feeds: dict[str, list[Feeds]] = field(default_factory=dict)
     seed: int = 0
+    states: str = ""
 
     def for_graph(self, key: str) -> list[Feeds]:
         """The feeds of graph ``key``.
@@ -67,10 +86,14 @@ class QuantCalibrationSet:
         return self.feeds[key]
 
     def describe(self) -> dict[str, Any]:
-        """JSON-ready provenance: data root, split, cells, samples per graph, seed."""
-        return {"data": self.data, "split": QUANT_CALIBRATION_SPLIT,
-                "cells": list(self.cell_ids), "seed": self.seed,
-                "samples": {k: len(v) for k, v in sorted(self.feeds.items())}}
+        """JSON-ready provenance: data root, split, cells, samples per graph, seed and
+        (where known) where the step and decoder latents came from."""
+        out: dict[str, Any] = {"data": self.data, "split": QUANT_CALIBRATION_SPLIT,
+                               "cells": list(self.cell_ids), "seed": self.seed,
+                               "samples": {k: len(v) for k, v in sorted(self.feeds.items())}}
+        if self.states:
+            out["states"] = self.states
+        return out
 
 
 def load_quant_calibration_cells(data: str | os.PathLike[str],
@@ -109,17 +132,89 @@ def _windows(z: np.ndarray, actions: np.ndarray,
              s: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """History windows of one episode: (hist latents [S,C,h,w], hist actions [S,A], action [A]).
 
-    ``z [T, C, h, w]`` latents, ``actions [T, A]``; slot tau holds (z_tau, a_{tau-1});
-    times before 0 are the start latent with a zero action (the runtime's padding).
+    ``z [T, C, h, w]`` latents, ``actions [T - 1, A]`` or longer; slot tau holds
+    (z_tau, a_{tau-1}); times before 0 are the start latent with a zero action (the
+    runtime's padding). One window per step t < T - 1.
     """
-    out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    zero = np.zeros_like(actions[0])
-    for t in range(len(z) - 1):
+    return list(_windows_online(list(z), actions[:len(z) - 1], s))
+
+
+def rollout_states(model: Any, start_latent: np.ndarray, actions: np.ndarray,
+                   context: np.ndarray) -> np.ndarray:
+    """Roll the FP32 step graph out from one start latent, as the runtime does.
+
+    Args:
+        model: an activated :class:`edge.runtime.model.WorldModel`.
+        start_latent: ``[C, h, w]``, the encoder's output for the start frame.
+        actions: ``[T, A]`` rad, one per step.
+        context: the cell's context ``[K, D, h, w]``.
+
+    Returns:
+        ``[T + 1, C, h, w]``: the start latent, then the state after each step.
+    """
+    s = model.contract.history_length
+    b = model.batch_sizes[0]  # the rows beyond the first repeat it
+    states = [start_latent]
+    out = np.empty((b, *start_latent.shape), np.float32)
+
+    def rows(x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.broadcast_to(x, (b, *x.shape)))
+
+    for hist_l, hist_a, act in _windows_online(states, actions, s):
+        model.step(b, {"history_latents": rows(hist_l), "history_actions": rows(hist_a),
+                       "action": rows(act), "context": context}, out)
+        states.append(out[0].copy())
+    return np.stack(states)
+
+
+def _windows_online(states: list[np.ndarray], actions: np.ndarray, s: int
+                    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The windows of steps t = 0..len(actions)-1 (see :func:`_windows`) over a state list
+    the caller may extend while iterating (window t reads ``states[:t + 1]``)."""
+    zero = np.zeros(actions.shape[1:], actions.dtype)
+    for t in range(len(actions)):
         taus = range(t - s + 1, t + 1)
-        hist_l = np.stack([z[max(tau, 0)] for tau in taus])  # (S, C, h, w)
+        hist_l = np.stack([states[max(tau, 0)] for tau in taus])  # (S, C, h, w)
         hist_a = np.stack([actions[tau - 1] if tau >= 1 else zero for tau in taus])  # (S, A)
-        out.append((hist_l, hist_a, actions[t]))
+        yield hist_l, hist_a, actions[t]
+
+
+#: Per stretch of a motion episode: (latents ``[T, C, h, w]`` the step windows are cut
+#: from, their actions ``[T - 1 or more, A]``, the decoder's latents ``[N, C, h, w]``).
+Sequences = list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def _encoded_states(model: Any, frames: np.ndarray, actions: np.ndarray,
+                    context: np.ndarray) -> Sequences:
+    """Latent family: the encoder's latents of every frame (teacher-forced windows; the
+    decoder reads the same latents)."""
+    z = np.stack([model.encode(f) for f in frames])  # (T, C, h, w)
+    return [(z, actions, z)]
+
+
+def _rolled_out_states(model: Any, frames: np.ndarray, actions: np.ndarray,
+                       context: np.ndarray) -> Sequences:
+    """Warp family: from the encoded frame at every :data:`ROLLOUT_HORIZON`-th step, the
+    FP32 step graph rolled out over the episode's actions (horizons 1..16); the decoder
+    reads the rolled-out states, not the start state (its motion block is zero)."""
+    out: Sequences = []
+    for start in range(0, len(frames) - 1, ROLLOUT_HORIZON):
+        h = min(ROLLOUT_HORIZON, len(frames) - 1 - start)
+        acts = actions[start:start + h]
+        z = rollout_states(model, model.encode(frames[start]), acts, context)  # (h+1, C, h, w)
+        out.append((z, acts, z[1:]))
     return out
+
+
+#: ``contract.family`` -> (how the latents are made, what the describe() record says).
+STATE_SOURCES: dict[str, tuple[Callable[[Any, np.ndarray, np.ndarray, np.ndarray], Sequences],
+                               str]] = {
+    "latent": (_encoded_states, "encoder latents of the motion episodes' frames"),
+    "warp": (_rolled_out_states,
+             f"states of the FP32 step graph rolled out over the motion episodes' actions "
+             f"from the encoded start state (horizons 1..{ROLLOUT_HORIZON}); the decoder "
+             f"reads the rolled-out states"),
+}
 
 
 def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
@@ -129,7 +224,8 @@ def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
 
     Args:
         model: an activated :class:`edge.runtime.model.WorldModel` of the FP32 model folder
-            (its encoder and calibration graphs make the latents and contexts).
+            (its encoder and calibration graphs make the latents and contexts; for the warp
+            family its step graph makes the rolled-out states, :data:`STATE_SOURCES`).
         data: cells root; only ``DATA/train`` is read.
         max_cells: training cells to use.
         samples: feeds per graph (encoder frames, calibration episodes, step and decoder
@@ -140,9 +236,13 @@ def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
         :class:`QuantCalibrationSet` with feeds for every graph of ``model``.
 
     Raises:
-        ExportError: see :func:`load_quant_calibration_cells`.
+        ExportError: see :func:`load_quant_calibration_cells`; a family without a recipe.
     """
     c = model.contract
+    if c.family not in STATE_SOURCES:
+        raise ExportError(f"contract.family {c.family!r}: no quantisation calibration recipe; "
+                          f"expected one of {sorted(STATE_SOURCES)}")
+    make_states, states_doc = STATE_SOURCES[c.family]
     rng = np.random.default_rng(seed)
     cells = load_quant_calibration_cells(data, max_cells=max_cells, max_dof=c.max_dof,
                                          segment_frames=c.segment_frames)
@@ -167,11 +267,11 @@ def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
                         "calibration_actions": relabel(cell.cal_actions, r),
                         "dof_mask": cell.dof_mask})
         for mo in cell.motions:
-            z = np.stack([model.encode(f) for f in mo.frames])  # (T, C, h, w)
-            latents.append(z)
             acts = mo.actions.copy()
             acts[:, n:] = 0.0
-            windows.extend((i, *w) for w in _windows(z, acts, c.history_length))
+            for z, z_acts, z_dec in make_states(model, mo.frames, acts, contexts[i]):
+                latents.append(z_dec)
+                windows.extend((i, *w) for w in _windows(z, z_acts, c.history_length))
     if not windows:
         raise ExportError(f"{Path(data) / QUANT_CALIBRATION_SPLIT}: no motion episodes with "
                           f"two or more frames for the step graph's quantisation calibration")
@@ -188,4 +288,5 @@ def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
                           "action": np.stack([w[3] for w in chosen]),
                           "context": contexts[cell_i]})
             decs.append({"latents": all_latents[rng.integers(len(all_latents), size=b)]})
-    return QuantCalibrationSet(str(data), tuple(cell.cell_id for cell in cells), feeds, seed)
+    return QuantCalibrationSet(str(data), tuple(cell.cell_id for cell in cells), feeds, seed,
+                               states_doc)

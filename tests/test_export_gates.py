@@ -173,3 +173,41 @@ def test_parity_table_names_its_columns_and_prints_no_negative_zero() -> None:
     text = format_parity_table({"m-int8": rec})
     assert "PSNR torch  PSNR int8" in text and "vs torch dB" in text
     assert "-0.000" not in text and "   0.000" in text and "44.00" in text
+
+
+def _motion_figures(whole: float, motion: list[float | None]) -> dict:
+    return {"rollout": {"psnr_loss_db": [whole] * len(motion), "motion_psnr_loss_db": motion}}
+
+
+@pytest.mark.parametrize(("variant", "motion", "passed"), [
+    ("int8", [0.1, 0.49, None], True),  # None: a step without moving pixels
+    ("int8", [0.1, 0.51, None], False),  # the whole frame passes, the moving region fails
+    ("fp16", [0.0, 0.11, 0.0], False),
+    ("int8", [0.1, math.nan, 0.0], False),  # a broken rollout fails
+])
+def test_gate_covers_the_motion_region(variant, motion, passed) -> None:
+    g = judge(variant, _motion_figures(0.05, motion), Gates())
+    assert g["passed"] is passed
+    assert "motion region" in g["metric"]
+    assert g["region_values"]["whole_frame"] == 0.05
+    if passed:
+        assert g["value"] == g["region_values"]["motion_region"] == max(
+            v for v in motion if v is not None)
+
+
+def test_bundle_requires_the_motion_region_of_warp_records_only(tmp_path) -> None:
+    latent = make_tiny_model(tmp_path / "m", variant="int8", parity=None)
+    rec = {"variant": "int8", "gates": {"horizon": 16},
+           "gate": judge("int8", _figures(loss=0.1), Gates())}
+    record_parity(latent, rec)
+    assert require_parity(load_model_dir(latent))["status"] == "passed"  # latent: as before
+    man = load_model_dir(latent)
+    warp = dataclasses.replace(man, contract=dataclasses.replace(
+        man.contract, family="warp", state_layout={"pixels": (0, 2)}))
+    with pytest.raises(ParityError, match="a warp-family int8 gate must also be measured in "
+                                          "the motion region"):
+        require_parity(warp)
+    rec["gate"] = judge("int8", _motion_figures(0.1, [0.2] * 16), Gates())
+    record_parity(latent, rec)
+    man = load_model_dir(latent)
+    assert require_parity(dataclasses.replace(man, contract=warp.contract))["status"] == "passed"

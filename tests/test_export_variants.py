@@ -1,9 +1,12 @@
 """Export at smoke size: ``export onnx``, ``export quantise`` (INT8 QDQ, FP16), the
 quantisation calibration set (training cells only) and the parity gates of ``export check``,
-ending in ``bundle build`` accepting checked variants and refusing failed ones."""
+ending in ``bundle build`` accepting checked variants and refusing failed ones; for the
+latent family (a 2-step smoke run) and the warp family (a tiny randomly initialised
+``warp.pt`` on the same cells)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -22,7 +25,7 @@ from export_helpers import (
 from onnx import TensorProto, numpy_helper
 
 from edge.bundle_format import BundleError
-from edge.manifest import load_model_dir
+from edge.manifest import load_model_dir, save_manifest
 from export.errors import ExportError
 from export.quant_data import build_quant_calibration_set, load_quant_calibration_cells
 from export.quantise import REDUCED_PRECISION_OPS
@@ -213,3 +216,138 @@ def test_quantise_refuses_bad_sources(smoke, tmp_path) -> None:
     with pytest.raises(ExportError, match="must differ from the source model folder"):
         run_cli("export", "quantise", str(smoke["fp32"]), "--variant", "fp16", "--out",
                 str(smoke["fp32"]))
+
+
+# -- the warp family -----------------------------------------------------------------------
+
+WARP_SIZES = {"feat_channels": 8, "motion_channels": 8, "global_channels": 4,
+              "summary_channels": 4, "cal_width": 8, "dec_width": 8}
+
+
+@pytest.fixture(scope="module")
+def warp(smoke, tmp_path_factory) -> dict[str, Path]:
+    """A tiny randomly initialised warp model on the smoke cells: its run, FP32 folder and
+    INT8/FP16 variants."""
+    import torch
+
+    from export.warp_export import export_warp_model
+    from export.warp_model import WarpConfig, WarpModel
+
+    root = tmp_path_factory.mktemp("warp")
+    run = root / "run"
+    run.mkdir()
+    torch.manual_seed(0)
+    cfg = WarpConfig(**WARP_SIZES)
+    torch.save({"model": WarpModel(cfg).state_dict(), "config": cfg.to_dict(), "step": 0,
+                "options": {}, "history": [], "cells": 0}, run / "warp.pt")
+    paths = {"run": run, "data": smoke["data"], "fp32": root / "fp32", "int8": root / "int8",
+             "fp16": root / "fp16"}
+    export_warp_model(str(run), str(paths["fp32"]))
+    for v in ("int8", "fp16"):
+        assert run_cli("export", "quantise", str(paths["fp32"]), "--variant", v, "--data",
+                       str(smoke["data"]), "--out", str(paths[v]), "--samples", "8") == 0
+    return paths
+
+
+def test_warp_quantisation_feeds_are_fp32_rollout_states(warp) -> None:
+    """The decoder and step feeds are states of the FP32 step graph rolled out over the
+    training cell's motion actions (horizons 1..16), never the encoder's zero-motion state."""
+    from edge.runtime.model import load_model
+    from export.quant_data import ROLLOUT_HORIZON, rollout_states
+
+    (train,) = load_quant_calibration_cells(warp["data"])
+    mo = train.motions[0]
+    acts = mo.actions.copy()
+    acts[:, train.num_dof:] = 0.0
+    with load_model(warp["fp32"]) as wm:
+        lay = wm.contract.state_layout
+        qset = build_quant_calibration_set(wm, warp["data"], samples=4)
+        cal_lat = np.stack([wm.encode(f) for f in train.cal_frames])
+        ctx = wm.calibrate(cal_lat, train.cal_actions, train.dof_mask)
+        # the episode's stretches: frames 0..16 and 16..19
+        states = {0: rollout_states(wm, wm.encode(mo.frames[0]), acts[:ROLLOUT_HORIZON], ctx),
+                  16: rollout_states(wm, wm.encode(mo.frames[16]), acts[16:19], ctx)}
+    assert "rolled out" in qset.describe()["states"]
+    a, b = lay["motion"]
+    horizons: set[tuple[int, int]] = set()
+    decs = [r for f in qset.for_graph("decoder_b16") + qset.for_graph("decoder_b1")
+            for r in f["latents"]]
+    assert len(decs) == 4 * 17
+    for row in decs:
+        assert np.abs(row[a:b]).max() > 0  # moved: never a start state (zero motion)
+        hits = [(s, h) for s, z in states.items() for h in range(1, len(z))
+                if np.allclose(row, z[h], atol=1e-6)]
+        assert hits, "a decoder feed that is not a rolled-out state"
+        horizons.add(hits[0])
+    assert len(horizons) > 5  # several horizons, not one
+    for f in qset.for_graph("step_b16"):
+        for hist, act in zip(f["history_latents"], f["action"], strict=True):
+            newest = hist[-1]
+            hits = [(s, h) for s, z in states.items() for h in range(len(z) - 1)
+                    if np.allclose(newest, z[h], atol=1e-6)
+                    and np.allclose(act, acts[s + h])]
+            assert hits, "a step window that is not on a rollout"
+    # the calibration graph still reads encoder outputs: zero motion there
+    assert not np.abs(qset.for_graph("calibration")[0]["calibration_latents"][:, a:b]).any()
+
+
+def test_latent_quantisation_feeds_stay_encoder_latents(smoke) -> None:
+    from edge.runtime.model import load_model
+
+    (train,) = load_quant_calibration_cells(smoke["data"])
+    with load_model(smoke["fp32"]) as wm:
+        qset = build_quant_calibration_set(wm, smoke["data"], samples=2)
+        z = np.stack([wm.encode(f) for f in train.motions[0].frames])
+    assert qset.describe()["states"].startswith("encoder latents")
+    for row in qset.for_graph("decoder_b16")[0]["latents"]:
+        assert np.abs(z - row).reshape(len(z), -1).max(1).min() == 0.0
+
+
+def test_warp_check_passes_in_the_motion_region_and_bundles(warp, smoke, tmp_path,
+                                                           capsys) -> None:
+    dirs = [str(warp[v]) for v in ("fp32", "int8", "fp16")]
+    out = tmp_path / "parity.json"
+    assert run_cli("export", "check", *dirs, "--run", str(warp["run"]), "--data",
+                   str(warp["data"]), "--out", str(out)) == 0
+    text = capsys.readouterr().out
+    assert "3 passed, 0 failed" in text and "motion loss" in text
+    records = json.loads(out.read_text())
+    fp32 = records[dirs[0]]
+    assert fp32["gate"]["passed"]
+    assert {"decoder_b1.robot_mask", "decoder_b16.robot_mask"} <= set(fp32["one_step_max_abs"])
+    assert fp32["run"] == str(warp["run"])
+    for d in dirs[1:]:
+        rec = records[d]
+        ro = rec["rollout"]
+        assert len(ro["motion_psnr_loss_db"]) == 16 and ro["motion_threshold"] == 8
+        assert all(n == 2 for n in ro["motion_cells"])  # both cells move at every step
+        assert 0 < min(ro["motion_fraction"]) and max(ro["motion_fraction"]) < 1
+        regions = rec["gate"]["region_values"]
+        assert regions["motion_region"] == pytest.approx(max(ro["motion_psnr_loss_db"]))
+        assert rec["gate"]["value"] == max(regions.values())
+        assert "motion region" in rec["gate"]["metric"]
+    assert run_cli("bundle", "keygen", "--out", str(tmp_path / "keys")) == 0
+    for d in dirs[1:]:
+        assert run_cli("bundle", "build", d, "--target", "cpu", "--key",
+                       str(tmp_path / "keys" / "oem.key.pem"), "--out",
+                       str(tmp_path / "w.bundle")) == 0
+        assert "parity passed" in capsys.readouterr().out
+    # a warp INT8 record without the motion region (an older check) is refused
+    old = tmp_path / "int8-whole-frame-only"
+    shutil.copytree(dirs[1], old)
+    man = load_model_dir(old)
+    rec = dict(man.evaluation["parity"])
+    rec["gate"] = {k: v for k, v in rec["gate"].items() if k != "region_values"}
+    save_manifest(dataclasses.replace(man, evaluation={"parity": rec}), old / "model.json")
+    with pytest.raises(BundleError, match="must also be measured in the motion region"):
+        run_cli("bundle", "build", str(old), "--target", "cpu", "--key",
+                str(tmp_path / "keys" / "oem.key.pem"), "--out", str(tmp_path / "x.bundle"))
+
+
+def test_check_refuses_mixed_families_and_a_run_of_the_other_family(warp, smoke) -> None:
+    with pytest.raises(ExportError, match="different families"):
+        run_cli("export", "check", str(smoke["fp32"]), str(warp["fp32"]), "--run",
+                str(warp["run"]), "--data", str(smoke["data"]))
+    with pytest.raises(ExportError, match="no warp checkpoint"):
+        run_cli("export", "check", str(warp["fp32"]), "--run", str(smoke["run"]), "--data",
+                str(smoke["data"]))
