@@ -70,7 +70,11 @@ def torch_step_by_step_fps(model_dir: Path, batch: int, horizon: int,
 
     man = load_manifest(model_dir / "model.json")
     run = man.provenance.get("run")
-    if run and (Path(run) / "dynamics.pt").is_file():
+    if man.contract.family == "warp":
+        from export.warp_model import WarpConfig, WarpModel
+
+        net = WarpModel(WarpConfig.from_dict(man.provenance["config"])).eval()
+    elif run and (Path(run) / "dynamics.pt").is_file():
         net = load_world_model(run)
     elif "config" in man.provenance:
         net = TorchWorldModel(ModelConfig.from_dict(man.provenance["config"])).eval()
@@ -89,19 +93,24 @@ def torch_step_by_step_fps(model_dir: Path, batch: int, horizon: int,
     hist_l, hist_a = np.empty_like(ring_l), np.empty_like(ring_a)
     mask = np.ones(a, np.uint8)
     best = float("inf")
+
+    def dec(z: torch.Tensor) -> torch.Tensor:
+        out = net.decoder(z)
+        return out[0] if isinstance(out, tuple) else out  # the warp decoder adds its mask
+
     with torch.inference_mode():
         ctx = torch.from_numpy(rng.normal(0, 0.1, c.context_shape).astype(np.float32))
         for rep in range(repeats + 1):  # the first run warms up
             t0 = time.perf_counter()
             x = torch.from_numpy(start).permute(0, 3, 1, 2)
             z0 = net.encoder(x)
-            offset = np.ascontiguousarray((x.float() / 255.0 - net.decoder(z0)).numpy())
+            offset = np.ascontiguousarray((x.float() / 255.0 - dec(z0)).numpy())
             wi = ring_fill(ring_l, ring_a, z0.reshape(batch, -1).numpy())
             for t in range(horizon):
                 ring_linearise(ring_l, ring_a, wi, hist_l, hist_a)
                 nxt = net.step(torch.from_numpy(hist_l).reshape(batch, s, ch, lh, lw),
                                torch.from_numpy(hist_a), torch.from_numpy(actions[:, t]), ctx)
-                decode_frames(net.decoder(nxt).numpy(), offset)
+                decode_frames(dec(nxt).numpy(), offset if c.residual_decoding else None)
                 wi = ring_push(ring_l, ring_a, wi, nxt.reshape(batch, -1).numpy(),
                                actions[:, t], mask)
             if rep:

@@ -21,7 +21,8 @@ class CalibrationInputError(EdgeError, ValueError):
 
 def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
                         resolution: tuple[int, int] | None = None,
-                        out_rows: tuple[int, int] = (0, 3), source: object = None
+                        out_rows: tuple[int, int] = (0, 3), source: object = None,
+                        amplitude_rad: tuple[float, float] | None = None,
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Check and pad a calibration episode for the calibration graph.
 
@@ -32,13 +33,16 @@ def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
         resolution: the model's (H, W); ``None`` skips the check.
         out_rows: action rows of each segment's outward phase.
         source: file name for messages.
+        amplitude_rad: the (low, high) sweep magnitude the model accepts
+            (``contract.calibration_amplitude_rad``), rad; ``None`` skips the check.
 
     Returns:
         frames uint8 ``[K*L+1, H, W, 3]``, actions float32 ``[K*L+1, A]``, mask float32 ``[A]``.
     Raises:
         CalibrationInputError: not a calibration episode, more DoFs than A, a frame count
             that is not n*L+1 (a missing or extra DoF segment), a DoF without a segment of
-            its own, or another resolution.
+            its own, another resolution, or a sweep magnitude outside ``amplitude_rad``
+            (naming the DoF and the range).
     """
     who = f"{source}: " if source else ""
     if ep.metadata.kind != "calibration":
@@ -73,6 +77,16 @@ def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
             raise CalibrationInputError(
                 f"{who}DoFs {shared} moved most in the same segment {int(owner[c])}: each DoF "
                 f"needs a sweep segment of its own")
+    if amplitude_rad is not None:
+        lo, hi = amplitude_rad
+        for c in range(n):
+            amp = abs(float(seg[owner[c], out_rows[0]:out_rows[1], c].sum()))
+            # 1% slack: a recorded sweep is resampled and rounded to float32
+            if not lo * 0.99 <= amp <= hi * 1.01:
+                raise CalibrationInputError(
+                    f"{who}DoF '{names[c]}' swept {amp:.3f} rad; this model accepts sweeps of "
+                    f"{lo:g}-{hi:g} rad (model.json contract.calibration_amplitude_rad): "
+                    f"record the sweep again with an amplitude in that range")
     total = max_dof * segment_frames + 1
     frames = np.concatenate([ep.frames, np.repeat(ep.frames[-1:], total - ep.num_frames, 0)])
     actions = np.zeros((total, max_dof), np.float32)

@@ -117,13 +117,17 @@ def run_store(args: argparse.Namespace) -> int:
     model = open_model(args)
     try:
         t0 = time.perf_counter()
-        ctx = encode_calibration(model, ep, where=str(args.episode))
+        # a forced store keeps what the technician chose, a sweep outside the model's
+        # amplitude range included (the report records that the range was not checked)
+        ctx = encode_calibration(model, ep, where=str(args.episode),
+                                 check_amplitude=not args.force)
         encode_s = time.perf_counter() - t0
         key = CacheKey(ep.metadata.cell_id, ep.metadata.camera_id, ep.metadata.robot_id,
                        model.sha256)
         report["stored"] = {"model": str(model.model_dir), "model_sha256": model.sha256,
                             "encode_s": round(encode_s, 4), "forced": bool(args.force),
                             "forced_reason": args.force or "",
+                            "amplitude_range_checked": not args.force,
                             "reference": str(ref_path) if ref_path.is_file() else "frame 0",
                             "stored_at_s": round(time.time(), 3)}
         with _cache(args) as cache:

@@ -57,11 +57,14 @@ def _positive_int(text: str) -> int:
 
 
 def add_context_args(p: argparse.ArgumentParser) -> None:
-    """``--cell`` | ``--calibration`` and the cache key options."""
-    g = p.add_mutually_exclusive_group(required=True)
+    """``--cell`` | ``--calibration`` (neither: history mode) and the cache key options."""
+    g = p.add_mutually_exclusive_group(required=False)
     g.add_argument("--cell", metavar="ID", help="take the context from the calibration cache")
     g.add_argument("--calibration", metavar="FILE",
-                   help="encode this calibration episode (.npz) into the context")
+                   help="encode this calibration episode (.npz) into the context; without "
+                        "--cell or --calibration a history-mode model (trained without "
+                        "calibration, e.g. models/reference-history) runs from the start "
+                        "frame and the actions alone")
     p.add_argument("--camera-id", help="cache key with --cell (default: the start episode's)")
     p.add_argument("--robot-id", help="cache key with --cell (default: the start episode's)")
     p.add_argument("--dof", type=int, default=None,
@@ -109,6 +112,9 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
     if args.calibration:
         episode = load_episode(args.calibration)
         return encode_calibration(model, episode, where=str(args.calibration))
+    if not args.cell:
+        return history_context(model, args.dof if args.dof is not None else
+                               (start_episode.num_dof if start_episode is not None else None))
     meta = start_episode.metadata if start_episode is not None else None
     camera = args.camera_id or (meta.camera_id if meta else None)
     robot = args.robot_id or (meta.robot_id if meta else None)
@@ -132,6 +138,42 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
                                 f"{cached} DoFs; drop --dof or pass --dof {cached}")
     num_dof = int(args.dof) if args.dof is not None else cached
     return CalibrationContext(ctx.values, ctx.model_sha256, num_dof, ctx.source)
+
+
+def history_context(model: WorldModel, num_dof: int | None) -> CalibrationContext:
+    """History mode: the context of a model trained without calibration (SyncWorld's
+    fallback when no calibration exists), from its calibration graph on an empty episode
+    (the graph reads only the DoF mask). Prints one line saying so.
+
+    Raises:
+        RuntimeInputError: the model reads a calibration (``contract.calibration_mode`` is
+            ``calibration``), or the DoF count is unknown or above the model's.
+    """
+    import sys
+
+    import numpy as np
+
+    c = model.contract
+    if c.calibration_mode != "history":
+        raise RuntimeInputError(
+            f"{model.model_dir}: no --calibration or --cell given, and this model reads a "
+            f"cell's calibration (model.json contract.calibration_mode 'calibration'); pass "
+            f"one, or run history mode with a model trained without calibration "
+            f"(--model models/reference-history)")
+    n = c.max_dof if num_dof is None else int(num_dof)
+    if not 1 <= n <= c.max_dof:
+        raise RuntimeInputError(f"--dof {n}: expected 1..{c.max_dof} (the model's max DoF)")
+    ch, h, w = c.latent_shape
+    t = c.calibration_frames
+    mask = np.zeros(c.max_dof, np.float32)
+    mask[:n] = 1.0
+    values = model.calibrate(np.zeros((t, ch, h, w), np.float32),
+                             np.zeros((t, c.max_dof), np.float32), mask)
+    print(f"history mode: no calibration; {model.model_dir.name} predicts from the start frame "
+          f"and the actions alone ({n} DoFs), without this cell's camera, robot or channel "
+          f"convention", file=sys.stderr)
+    return CalibrationContext(values=np.ascontiguousarray(values, np.float32),
+                              model_sha256=model.sha256, num_dof=n, source="history mode")
 
 
 def _cached_dof(source: ContextSource, cell: str, camera: str, robot: str,

@@ -87,19 +87,23 @@ def check_context(model: WorldModel, ctx: CalibrationContext) -> None:
         raise ContextMismatchError(f"context ({ctx.source or 'given'}): contains NaN or inf")
 
 
-def pad_calibration(model: WorldModel, episode: Episode, where: str = "calibration episode"
+def pad_calibration(model: WorldModel, episode: Episode, where: str = "calibration episode",
+                    check_amplitude: bool = True
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pad a calibration episode to the model's K*L+1 frames and A channels.
 
     An episode with n < A DoFs has fewer frames (8n + 1): the last frame is repeated with
     zero actions, extra action channels are zero and the DoF mask is 1 for the first n.
+    Each DoF's sweep magnitude must lie in ``contract.calibration_amplitude_rad`` unless
+    ``check_amplitude`` is false (a technician's forced store).
 
     Returns:
         frames uint8 ``[K*L+1, H, W, 3]``, actions float32 ``[K*L+1, A]``, mask float32 ``[A]``.
 
     Raises:
         CalibrationInputError: wrong resolution, too many DoFs, a missing or extra DoF
-            segment, or a DoF without a sweep segment of its own.
+            segment, a DoF without a sweep segment of its own, or a sweep magnitude outside
+            the model's range (naming the DoF and the range).
         RuntimeInputError: non-finite actions.
     """
     c = model.contract
@@ -108,17 +112,20 @@ def pad_calibration(model: WorldModel, episode: Episode, where: str = "calibrati
     # prepare_calibration takes any (H, W) / (first, last+1) pair (it only indexes them and
     # compares tuple(resolution)), so the contract's tuples are passed as they are
     return prepare_calibration(episode, c.max_dof, c.segment_frames, c.resolution,
-                               c.sweep_out_rows, source=where)
+                               c.sweep_out_rows, source=where,
+                               amplitude_rad=c.calibration_amplitude_rad if check_amplitude
+                               else None)
 
 
 def encode_calibration(model: WorldModel, episode: Episode,
-                       where: str = "calibration episode") -> CalibrationContext:
+                       where: str = "calibration episode",
+                       check_amplitude: bool = True) -> CalibrationContext:
     """Encode a calibration episode into this model's context (encoder + calibration graphs).
 
     Returns:
         :class:`CalibrationContext` with ``num_dof`` = the episode's DoF count.
     """
-    frames, actions, mask = pad_calibration(model, episode, where)
+    frames, actions, mask = pad_calibration(model, episode, where, check_amplitude)
     c, h, w = model.contract.latent_shape
     latents = np.empty((len(frames), c, h, w), np.float32)
     for i, f in enumerate(frames):
