@@ -272,6 +272,8 @@ class FramesEvalOptions:
                                            "no_calibration", "copy_last")
     #: variants rolled out (besides copy_last); None: every variant a model has
     variants: tuple[str, ...] | None = None
+    #: per model label, variants that replace ``variants`` for that model
+    model_variants: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _progress(msg: str, t0: float) -> None:
@@ -376,8 +378,8 @@ def evaluate_frames(opts: FramesEvalOptions) -> dict[str, Any]:
             zero = np.zeros((1, h, acts.shape[-1]), np.float32)
             for label, pr in preds.items():
                 rows = per_cell.setdefault(label, {})
-                chosen = tuple(v for v in pr.variants
-                               if opts.variants is None or v in opts.variants)
+                want = opts.model_variants.get(label, opts.variants)
+                chosen = tuple(v for v in pr.variants if want is None or v in want)
                 for v in chosen + ("copy_last",):
                     r = rows.setdefault(v, {})
                     if v == "copy_last":

@@ -96,6 +96,13 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
         opts.splits = {n: SPLITS[n] for n in names}
     if args.variants:
         opts.variants = tuple(v.strip() for v in args.variants.split(","))
+    for spec in args.variants_of or []:
+        label, _, names = spec.partition("=")
+        if label not in models or not names:
+            print(f"syncedge model eval-frames: error: --variants-of {spec!r}: expected "
+                  f"LABEL=v1,v2 with a LABEL given to --model", file=sys.stderr)
+            return 2
+        opts.model_variants[label] = tuple(v.strip() for v in names.split(","))
     result = evaluate_frames(opts)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -176,6 +183,8 @@ def register(subparsers: Any) -> None:
     ef.add_argument("--variants", help="comma list of variants to roll out (default all: "
                                        "calibrated, zeroed, other_cell, mislabelled, "
                                        "no_calibration); copy_last always")
+    ef.add_argument("--variants-of", action="append", metavar="LABEL=V1,V2",
+                    help="variants of one model (replaces --variants for it); repeatable")
     ef.add_argument("--split", action="append", metavar="NAME",
                     help="only this split (table name or data folder); repeatable")
     ef.set_defaults(func=_run_eval_frames)

@@ -24,13 +24,25 @@ def test_sample_cell_matches_its_manifest() -> None:
         assert sha256_file(SAMPLE / name) == entry["sha256"], name
 
 
-@pytest.mark.parametrize("variant", ["reference", "reference-int8", "reference-fp16"])
+SHIPPED = sorted(p.name for p in MODELS.iterdir() if (p / "model.json").is_file())
+
+
+def test_the_shipped_model_folders_are_the_documented_ones() -> None:
+    assert {"reference", "reference-history", "latent-reference"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("variant", SHIPPED)
 def test_shipped_models_verify_and_passed_their_gates(variant: str) -> None:
     folder = MODELS / variant
     man = load_model_dir(folder)
     assert man.contract.resolution == (64, 64) and man.contract.max_dof == 7
-    assert man.evaluation["parity"]["status"] == "passed"
     assert man.provenance["command"].startswith("syncedge export")
+    if man.variant != "fp32":
+        assert man.evaluation["parity"]["status"] == "passed"
+    family = "latent" if variant.startswith("latent") else "warp"
+    assert man.contract.family == family
+    mode = "history" if variant == "reference-history" else "calibration"
+    assert man.contract.calibration_mode == mode
 
 
 def test_readme_main_job_runs_on_the_shipped_model(tmp_path: Path) -> None:
@@ -46,12 +58,66 @@ def test_readme_main_job_runs_on_the_shipped_model(tmp_path: Path) -> None:
     assert "psnr" in text.lower()
 
 
-CHECKPOINTS = MODELS / "reference-checkpoints"
+CHECKPOINTS = MODELS / "latent-checkpoints"
+WARP_CHECKPOINTS = MODELS / "reference-checkpoints"
 
 
-def test_reference_checkpoints_match_their_manifest_and_the_shipped_graphs() -> None:
-    """The committed training checkpoints are the ones models/reference was exported from:
-    same configuration, and every FP32 graph gives the checkpoint's outputs."""
+@pytest.mark.parametrize("folder,checkpoint", [("reference", "warp.pt"),
+                                               ("reference-history", "warp_nocal.pt")])
+def test_warp_checkpoints_match_their_manifest_and_the_shipped_graphs(folder: str,
+                                                                      checkpoint: str) -> None:
+    """The committed warp checkpoints are the ones the shipped warp models were exported
+    from: same configuration, and every FP32 graph gives the checkpoint's outputs."""
+    import numpy as np
+    import onnxruntime as ort
+
+    torch = pytest.importorskip("torch", reason="the checkpoints need torch "
+                                "(pip install '.[train]')")
+    from export.warp_export import load_warp_model, warp_graph_modules
+
+    man = json.loads((WARP_CHECKPOINTS / "manifest.json").read_text())
+    assert {"warp.pt", "warp_nocal.pt", "keypoint.pt"} <= set(man["files"])
+    for name, entry in man["files"].items():
+        assert sha256_file(WARP_CHECKPOINTS / name) == entry["sha256"], name
+        assert entry["command"].startswith("syncedge model train")
+    model = load_warp_model(WARP_CHECKPOINTS, history=checkpoint == "warp_nocal.pt")
+    shipped = load_model_dir(MODELS / folder)
+    assert shipped.provenance["config"] == model.cfg.to_dict()
+    cal = np.load(SAMPLE / "calibration.npz")
+    with torch.no_grad():
+        cal_states = torch.cat([model.encoder(torch.from_numpy(f[None]).permute(0, 3, 1, 2))
+                                for f in cal["frames"]])
+    start = torch.from_numpy(cal["frames"][:1]).permute(0, 3, 1, 2)
+    with torch.no_grad():
+        ctx = model.calibration(cal_states, torch.from_numpy(cal["actions"]),
+                                torch.ones(7))
+        z = model.step(model.encoder(start)[:, None], torch.zeros(1, 1, 7),
+                       torch.full((1, 7), 0.2), ctx)
+    inputs = {
+        "encoder": {"frames": start.numpy().copy()},
+        "calibration": {"calibration_latents": cal_states.numpy(),
+                        "calibration_actions": cal["actions"],
+                        "dof_mask": np.ones(7, np.float32)},
+        "step_b1": {"history_latents": z[:, None].numpy(),
+                    "history_actions": np.zeros((1, 1, 7), np.float32),
+                    "action": np.full((1, 7), 0.1, np.float32), "context": ctx.numpy()},
+        "decoder_b1": {"latents": z.numpy()},
+    }
+    for graph, (module, specs, _) in warp_graph_modules(model, batch_sizes=(1,)).items():
+        sess = ort.InferenceSession(str(MODELS / folder / f"{graph}.onnx"),
+                                    providers=["CPUExecutionProvider"])
+        got = sess.run(None, inputs[graph])
+        with torch.no_grad():
+            want = module.eval()(*(torch.from_numpy(inputs[graph][s.name]) for s in specs))
+        want = want if isinstance(want, tuple) else (want,)
+        for g, w in zip(got, want, strict=True):
+            assert np.abs(g - w.numpy()).max() < 1e-4, graph
+
+
+def test_latent_checkpoints_match_their_manifest_and_the_shipped_graphs() -> None:
+    """The committed training checkpoints are the ones models/latent-reference was
+    exported from: same configuration, and every FP32 graph gives the checkpoint's
+    outputs."""
     import numpy as np
     import onnxruntime as ort
 
@@ -66,7 +132,7 @@ def test_reference_checkpoints_match_their_manifest_and_the_shipped_graphs() -> 
         assert sha256_file(CHECKPOINTS / name) == entry["sha256"], name
         assert entry["command"].startswith("syncedge model train")
     model = load_world_model(CHECKPOINTS)
-    shipped = load_model_dir(MODELS / "reference")
+    shipped = load_model_dir(MODELS / "latent-reference")
     assert shipped.provenance["config"] == model.cfg.to_dict()
     cal = np.load(SAMPLE / "calibration.npz")
     with torch.no_grad():
@@ -82,7 +148,7 @@ def test_reference_checkpoints_match_their_manifest_and_the_shipped_graphs() -> 
     for graph, (module, specs, _) in graphs.items():
         feed = inputs.get(graph) or {
             s.name: (0.3 * rng.standard_normal(s.shape)).astype(np.float32) for s in specs}
-        sess = ort.InferenceSession(str(MODELS / "reference" / f"{graph}.onnx"),
+        sess = ort.InferenceSession(str(MODELS / "latent-reference" / f"{graph}.onnx"),
                                     providers=["CPUExecutionProvider"])
         (got,) = sess.run(None, feed)
         with torch.no_grad():
