@@ -58,9 +58,12 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _run_train_warp(args: argparse.Namespace) -> int:
-    from export.train_warp import main
+    import json
 
-    return main(args.argv)
+    from export.train_warp import options_from_args, train_warp
+
+    print(json.dumps({"checkpoint": str(train_warp(options_from_args(args)))}))
+    return 0
 
 
 def _run_eval_frames(args: argparse.Namespace) -> int:
@@ -159,10 +162,11 @@ def register(subparsers: Any) -> None:
     e.add_argument("--residual-decoding", action="store_true",
                    help="decode as start + dec(z_t) - dec(z_0) (default: plain decoding)")
     e.set_defaults(func=_run_eval)
+    from export.train_warp import DESCRIPTION, add_arguments as add_warp_arguments
+
     tw = sub.add_parser("train-warp", help="train the warp world model (progress, checkpoints, "
-                                           "resume)", add_help=False,
-                        description="Train the warp world model; see --help.")
-    tw.add_argument("argv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+                                           "resume)", description=DESCRIPTION)
+    add_warp_arguments(tw)
     tw.set_defaults(func=_run_train_warp)
     ef = sub.add_parser(
         "eval-frames", help="evaluation that blur cannot fool: futures retrieval, zero-action "

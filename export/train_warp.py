@@ -36,7 +36,8 @@ import numpy as np
 
 from export.errors import ExportError
 
-__all__ = ["WarpTrainOptions", "PairSet", "train_warp", "main"]
+__all__ = ["WarpTrainOptions", "PairSet", "train_warp", "add_arguments", "options_from_args",
+           "main"]
 
 
 @dataclass
@@ -318,13 +319,13 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
     return ckpt_path
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Options of ``syncedge model train-warp``."""
-    p = argparse.ArgumentParser(
-        prog="syncedge model train-warp",
-        description="Train the warp world model (export/warp_model.py) on generated cells; "
-                    "writes OUT/warp.pt (OUT/warp_nocal.pt with --no-calibration) every "
-                    "--save-every steps; --resume continues it.")
+DESCRIPTION = ("Train the warp world model (export/warp_model.py) on generated cells; writes "
+               "OUT/warp.pt (OUT/warp_nocal.pt with --no-calibration) every --save-every "
+               "steps; --resume continues it.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``syncedge model train-warp``."""
     p.add_argument("--data", action="append", required=True,
                    help="a cells folder with a train split (repeat for several)")
     p.add_argument("--out", required=True, help="run folder")
@@ -351,13 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--init", help="warm start from another warp checkpoint (tensors that fit)")
     p.add_argument("--joint-width", type=int, default=0,
                    help="width of the step's per-DoF flow network (0: none)")
-    return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; prints the checkpoint path."""
-    args = build_parser().parse_args(argv)
-    opts = WarpTrainOptions(data=args.data, out=args.out, steps=args.steps,
+def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
+    """:class:`WarpTrainOptions` from parsed :func:`add_arguments` options."""
+    return WarpTrainOptions(data=args.data, out=args.out, steps=args.steps,
                             cells_per_batch=args.cells_per_batch,
                             pairs_per_cell=args.pairs_per_cell, lr=args.lr, seed=args.seed,
                             device=args.device, threads=args.threads, bf16=args.bf16,
@@ -366,7 +365,13 @@ def main(argv: list[str] | None = None) -> int:
                             flow_weight=args.flow_weight, flow_floor=args.flow_floor,
                             mask_weight=args.mask_weight, fill_weight=args.fill_weight,
                             init=args.init, joint_width=args.joint_width)
-    print(json.dumps({"checkpoint": str(train_warp(opts))}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (``python -m export.train_warp``); prints the checkpoint path."""
+    p = argparse.ArgumentParser(prog="python -m export.train_warp", description=DESCRIPTION)
+    add_arguments(p)
+    print(json.dumps({"checkpoint": str(train_warp(options_from_args(p.parse_args(argv))))}))
     return 0
 
 
