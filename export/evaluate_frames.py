@@ -123,9 +123,32 @@ class _Predictor:
     """A model family behind one interface: contexts per variant, rollouts to uint8."""
 
     variants: tuple[str, ...] = ()
+    model: Any = None
+    nocal: Any = None
+
+    def _calibration_input(self, cell: Any) -> Any:
+        """What the family's calibration network reads of a cell's calibration frames."""
+        raise NotImplementedError
 
     def contexts(self, cells: list, rng: np.random.Generator) -> dict[str, list[Any]]:
-        raise NotImplementedError
+        """Per variant, one context per cell (``other_cell``: the next cell's)."""
+        import torch
+
+        m = self.model
+        out: dict[str, list[Any]] = {v: [] for v in self.variants}
+        mis = _mislabelled(cells, rng)
+        with torch.no_grad():
+            for i, c in enumerate(cells):
+                x = self._calibration_input(c)
+                act = torch.from_numpy(c.cal_actions)
+                mask = torch.from_numpy(c.dof_mask)
+                out["calibrated"].append(m.calibration(x, act, mask))
+                out["zeroed"].append(m.calibration(x, act, mask * 0))
+                out["mislabelled"].append(m.calibration(x, torch.from_numpy(mis[i]), mask))
+                if self.nocal is not None:
+                    out["no_calibration"].append(self.nocal.calibration(x, act, mask))
+        out["other_cell"] = out["calibrated"][1:] + out["calibrated"][:1]
+        return out
 
     def rollout(self, variant: str, ctx: Any, start: np.ndarray,
                 actions: np.ndarray) -> np.ndarray:
@@ -155,23 +178,8 @@ class _LatentPredictor(_Predictor):
         self.variants = ("calibrated", "zeroed", "other_cell", "mislabelled") + \
             (("no_calibration",) if self.nocal is not None else ())
 
-    def contexts(self, cells: list, rng: np.random.Generator) -> dict[str, list[Any]]:
-        torch = self.torch
-        m = self.model
-        out: dict[str, list[Any]] = {v: [] for v in self.variants}
-        mis = _mislabelled(cells, rng)
-        with torch.no_grad():
-            for i, c in enumerate(cells):
-                lat = m.encode_frames(torch.from_numpy(c.cal_frames))
-                act = torch.from_numpy(c.cal_actions)
-                mask = torch.from_numpy(c.dof_mask)
-                out["calibrated"].append(m.calibration(lat, act, mask))
-                out["zeroed"].append(m.calibration(lat, act, mask * 0))
-                out["mislabelled"].append(m.calibration(lat, torch.from_numpy(mis[i]), mask))
-                if self.nocal is not None:
-                    out["no_calibration"].append(self.nocal.calibration(lat, act, mask))
-        out["other_cell"] = out["calibrated"][1:] + out["calibrated"][:1]
-        return out
+    def _calibration_input(self, cell: Any) -> Any:
+        return self.model.encode_frames(self.torch.from_numpy(cell.cal_frames))
 
     def rollout(self, variant: str, ctx: Any, start: np.ndarray,
                 actions: np.ndarray) -> np.ndarray:
@@ -208,26 +216,11 @@ class _WarpPredictor(_Predictor):
         self.variants = ("calibrated", "zeroed", "other_cell", "mislabelled") + \
             (("no_calibration",) if self.nocal is not None else ())
 
-    def contexts(self, cells: list, rng: np.random.Generator) -> dict[str, list[Any]]:
-        torch = self.torch
+    def _calibration_input(self, cell: Any) -> Any:
         from export.train_warp import calibration_states
 
-        m = self.model
-        out: dict[str, list[Any]] = {v: [] for v in self.variants}
-        mis = _mislabelled(cells, rng)
-        with torch.no_grad():
-            for i, c in enumerate(cells):
-                fr = torch.from_numpy(c.cal_frames).permute(0, 3, 1, 2)[None]
-                st = calibration_states(m, fr)[0]
-                act = torch.from_numpy(c.cal_actions)
-                mask = torch.from_numpy(c.dof_mask)
-                out["calibrated"].append(m.calibration(st, act, mask))
-                out["zeroed"].append(m.calibration(st, act, mask * 0))
-                out["mislabelled"].append(m.calibration(st, torch.from_numpy(mis[i]), mask))
-                if self.nocal is not None:
-                    out["no_calibration"].append(self.nocal.calibration(st, act, mask))
-        out["other_cell"] = out["calibrated"][1:] + out["calibrated"][:1]
-        return out
+        fr = self.torch.from_numpy(cell.cal_frames).permute(0, 3, 1, 2)[None]
+        return calibration_states(self.model, fr)[0]
 
     def rollout(self, variant: str, ctx: Any, start: np.ndarray,
                 actions: np.ndarray) -> np.ndarray:

@@ -162,7 +162,8 @@ def register(subparsers: Any) -> None:
     e.add_argument("--residual-decoding", action="store_true",
                    help="decode as start + dec(z_t) - dec(z_0) (default: plain decoding)")
     e.set_defaults(func=_run_eval)
-    from export.train_warp import DESCRIPTION, add_arguments as add_warp_arguments
+    from export.train_warp import DESCRIPTION
+    from export.train_warp import add_arguments as add_warp_arguments
 
     tw = sub.add_parser("train-warp", help="train the warp world model (progress, checkpoints, "
                                            "resume)", description=DESCRIPTION)

@@ -210,7 +210,7 @@ def _warm_start(model: Any, path: str) -> None:
                 continue
             if w.shape == v.shape:
                 v.copy_(w)
-            elif w.dim() == v.dim() and all(a <= b for a, b in zip(w.shape, v.shape)):
+            elif w.dim() == v.dim() and all(a <= b for a, b in zip(w.shape, v.shape, strict=True)):
                 v.zero_()
                 v[tuple(slice(0, n) for n in w.shape)] = w
             else:

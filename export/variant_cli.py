@@ -17,9 +17,9 @@ def _command() -> str:
 
 
 def _run_onnx(args: argparse.Namespace) -> int:
-    from export.onnx_export import ExportOptions, eval_summary, export_model
-
     from pathlib import Path
+
+    from export.onnx_export import ExportOptions, eval_summary, export_model
 
     warp = (Path(args.run) / "warp.pt").is_file() or args.history
     if warp:

@@ -50,6 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from export.model import ResBlock
+
 __all__ = ["WarpConfig", "StateLayout", "WarpModel", "warp", "identity_grid"]
 
 
@@ -170,17 +172,8 @@ def warp(image: Tensor, flow: Tensor, base: Tensor) -> Tensor:
                          align_corners=False)
 
 
-class _Res(nn.Module):
-    """Two 3x3 convolutions with a skip connection (with biases: static features)."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.c1 = nn.Conv2d(width, width, 3, padding=1)
-        self.c2 = nn.Conv2d(width, width, 3, padding=1)
-        self.act = _act()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x + self.c2(self.act(self.c1(self.act(x))))
+#: Two 3x3 convolutions with a skip connection (with biases: static features).
+_Res = ResBlock
 
 
 class _ZeroRes(nn.Module):

@@ -32,13 +32,14 @@ def _f(v: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def merge(paths: list[str]) -> dict:
-    """One result with every split of the given files (later files win on a clash)."""
-    out: dict = {"splits": {}, "targets": {}}
+    """One result with every split of the given files (later files win on a clash),
+    with the targets recomputed over all of them."""
+    from export.evaluate_frames import _targets
+
+    out: dict = {"splits": {}}
     for p in paths:
-        r = json.loads(Path(p).read_text())
-        out["splits"].update(r["splits"])
-        for label, per in r["targets"].items():
-            out["targets"].setdefault(label, {}).update(per)
+        out["splits"].update(json.loads(Path(p).read_text())["splits"])
+    out["targets"] = _targets(out)  # across files too (held-out robot vs in-distribution)
     return out
 
 
@@ -93,13 +94,43 @@ def split_table(name: str, s: dict) -> list[str]:
     return lines + [""]
 
 
+def compact_table(r: dict) -> list[str]:
+    """One row per split: the warp model, the latent model and copy-last side by side."""
+    lines = ["| split (cells) | PSNR@16 warp / latent / copy-last | SSIM@16 | motion PSNR@16 "
+             "| retrieval@8 (blurred truth) | EE px@16 (reader on truth) | warp - latent PSNR@16 |",
+             "|---|---|---|---|---|---|---|"]
+    for name in [n for n in ORDER if n in r["splits"]]:
+        s = r["splits"][name]
+        w = s["models"]["warp"]["summary"]
+        lat = s["models"]["latent"]["summary"]["calibrated"]
+        c, cl = w["calibrated"], w["copy_last"]
+
+        def trio(k: str, fmt: str = "{:.2f}", rows: tuple = (c, lat, cl)) -> str:
+            return " / ".join(fmt.format(x[k][-1]) for x in rows)
+
+        a = np.array([x[-1] for x in s["models"]["warp"]["per_cell"]["calibrated"]["psnr"]])
+        b = np.array([x[-1] for x in s["models"]["latent"]["per_cell"]["calibrated"]["psnr"]])
+        mean, lo, hi = bootstrap_mean_ci(a - b)
+        ret = " / ".join(f"{x['retrieval/all_joints/8']:.2f}" for x in (c, lat, cl))
+        ee = " / ".join(f"{x['ee_error_px']:.1f}" for x in (c, lat, cl))
+        lines.append(f"| {name} ({s['cells']}) | {trio('psnr')} | {trio('ssim', '{:.3f}')} | "
+                     f"{trio('motion_psnr')} | {ret} ({s['blurred_truth_retrieval']['all_joints/8']:.2f}) "
+                     f"| {ee} ({s['ee_reader_error_on_truth_px']:.1f}) | {mean:+.2f} [{lo:+.2f}, {hi:+.2f}] |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the tables; optionally write the merged summary (means, targets) as JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+", help="eval_frames.json files")
     ap.add_argument("--json", help="write the merged summary (no per-cell rows) here")
+    ap.add_argument("--compact", action="store_true",
+                    help="only the one-row-per-split table (warp, latent, copy-last)")
     args = ap.parse_args(argv)
     r = merge(args.results)
+    if args.compact:
+        print("\n".join(compact_table(r)))
+        return 0
     for name in [n for n in ORDER if n in r["splits"]]:
         print("\n".join(split_table(name, r["splits"][name])))
     print("targets:")
