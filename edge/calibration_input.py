@@ -79,14 +79,17 @@ def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
                 f"needs a sweep segment of its own")
     if amplitude_rad is not None:
         lo, hi = amplitude_rad
+        bad = []
         for c in range(n):
             amp = abs(float(seg[owner[c], out_rows[0]:out_rows[1], c].sum()))
             # 1% slack: a recorded sweep is resampled and rounded to float32
             if not lo * 0.99 <= amp <= hi * 1.01:
-                raise CalibrationInputError(
-                    f"{who}DoF '{names[c]}' swept {amp:.3f} rad; this model accepts sweeps of "
-                    f"{lo:g}-{hi:g} rad (model.json contract.calibration_amplitude_rad): "
-                    f"record the sweep again with an amplitude in that range")
+                bad.append(f"'{names[c]}' swept {amp:.3f} rad")
+        if bad:
+            raise CalibrationInputError(
+                f"{who}DoF {', '.join(bad)}; this model accepts sweeps of {lo:g}-{hi:g} rad "
+                f"(model.json contract.calibration_amplitude_rad): record the sweep again with "
+                f"amplitudes in that range")
     total = max_dof * segment_frames + 1
     frames = np.concatenate([ep.frames, np.repeat(ep.frames[-1:], total - ep.num_frames, 0)])
     actions = np.zeros((total, max_dof), np.float32)

@@ -77,7 +77,12 @@ def _run_upgrade(args: argparse.Namespace) -> int:
 def register_upgrade(sub: argparse._SubParsersAction) -> None:
     """Add ``export upgrade``: rewrite an older model.json in the current schema."""
     p = sub.add_parser("upgrade", help="rewrite a model folder's older model.json (schema 1) "
-                                       "in the current schema; graphs unchanged")
+                                       "in the current schema; graphs unchanged",
+                       description="Rewrite a schema-1 model.json (made before the warp "
+                                   "model; the latent family) as schema 2: family latent, "
+                                   "accepted calibration sweeps 0.3-0.5 rad, graphs "
+                                   "unchanged. The model's sha256 changes: re-encode cached "
+                                   "calibrations and rebuild bundles made from the folder.")
     p.add_argument("model_dir", help="model folder (model.json + graphs)")
     p.set_defaults(func=_run_upgrade)
 

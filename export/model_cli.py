@@ -57,9 +57,20 @@ def _run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _need_torch(purpose: str) -> None:
+    """Raise the one-line install hint when torch is missing (no traceback)."""
+    import importlib.util
+
+    from edge.errors import MissingDependencyError
+
+    if importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError("torch", "train", purpose)
+
+
 def _run_train_warp(args: argparse.Namespace) -> int:
     import json
 
+    _need_torch("syncedge model train-warp")
     from export.train_warp import options_from_args, train_warp
 
     print(json.dumps({"checkpoint": str(train_warp(options_from_args(args)))}))
@@ -67,6 +78,7 @@ def _run_train_warp(args: argparse.Namespace) -> int:
 
 
 def _run_eval_frames(args: argparse.Namespace) -> int:
+    _need_torch("syncedge model eval-frames")
     from edge.fileio import write_json_atomic
     from export.evaluate_frames import (
         SPLITS,
@@ -166,7 +178,8 @@ def register(subparsers: Any) -> None:
     from export.train_warp import add_arguments as add_warp_arguments
 
     tw = sub.add_parser("train-warp", help="train the warp world model (progress, checkpoints, "
-                                           "resume)", description=DESCRIPTION)
+                                           "resume)", description=DESCRIPTION,
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_warp_arguments(tw)
     tw.set_defaults(func=_run_train_warp)
     ef = sub.add_parser(

@@ -330,25 +330,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a cells folder with a train split (repeat for several)")
     p.add_argument("--out", required=True, help="run folder")
     p.add_argument("--steps", type=int, default=3000, help="optimizer steps in all")
-    p.add_argument("--cells-per-batch", type=int, default=6)
-    p.add_argument("--pairs-per-cell", type=int, default=6)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cells-per-batch", type=int, default=6, help="cells per optimizer step")
+    p.add_argument("--pairs-per-cell", type=int, default=6,
+                   help="(start, target) pairs per cell, 1-16 frames apart")
+    p.add_argument("--lr", type=float, default=2e-3,
+                   help="peak learning rate (100 warm-up steps, then cosine to 5%%)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the batch draws")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--save-every", type=int, default=200)
+    p.add_argument("--resume", action="store_true",
+                   help="continue OUT's checkpoint (the schedule is recomputed for --steps)")
+    p.add_argument("--save-every", type=int, default=200, help="checkpoint every N steps")
     p.add_argument("--flow-weight", type=float, default=0.05,
                    help="weight of the DIS-flow loss at the start (decays linearly to "
                         "--flow-floor times it)")
-    p.add_argument("--flow-floor", type=float, default=0.1)
+    p.add_argument("--flow-floor", type=float, default=0.1,
+                   help="the DIS-flow weight at the last step, as a fraction of --flow-weight")
     p.add_argument("--mask-weight", type=float, default=0.1, help="robot-mask BCE weight")
     p.add_argument("--fill-weight", type=float, default=0.0,
                    help="weight of the fill-weight BCE against the uncovered pixels")
     p.add_argument("--no-calibration", action="store_true",
                    help="the history-mode baseline: learned tokens per channel index")
-    p.add_argument("--max-cells", type=int, default=None)
+    p.add_argument("--max-cells", type=int, default=None,
+                   help="at most this many training cells per --data folder")
     p.add_argument("--init", help="warm start from another warp checkpoint (tensors that fit)")
     p.add_argument("--joint-width", type=int, default=0,
                    help="width of the step's per-DoF flow network (0: none)")

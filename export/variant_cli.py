@@ -17,6 +17,12 @@ def _command() -> str:
 
 
 def _run_onnx(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from edge.errors import MissingDependencyError
+
+    if importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError("torch", "train", "syncedge export onnx")
     from pathlib import Path
 
     from export.onnx_export import ExportOptions, eval_summary, export_model
@@ -46,7 +52,13 @@ def _run_onnx(args: argparse.Namespace) -> int:
 def register_onnx(sub: argparse._SubParsersAction) -> None:
     """Add ``export onnx``: a trained run -> an FP32 model folder."""
     p = sub.add_parser("onnx", help="export a trained run to an FP32 model folder "
-                                    "(model.json + ONNX graphs, opset 18, static shapes)")
+                                    "(model.json + ONNX graphs, opset 18, static shapes)",
+                       description="Export a trained run to an FP32 model folder: model.json "
+                                   "and the encoder, calibration, step_bB and decoder_bB "
+                                   "graphs (opset 18, static shapes, ONNX checker and strict "
+                                   "shape inference). A run with warp.pt gives the warp model "
+                                   "(--history: its warp_nocal.pt, the history-mode model); "
+                                   "one with ae.pt and dynamics.pt the latent model.")
     p.add_argument("--run", required=True,
                    help="training run folder: warp.pt (the warp model) or ae.pt and "
                         "dynamics.pt (the latent model)")

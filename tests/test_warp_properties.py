@@ -115,9 +115,11 @@ def test_a_sweep_outside_the_accepted_amplitudes_is_refused_naming_the_dof(model
     lo, hi = model.contract.calibration_amplitude_rad
     big = dataclasses.replace(calibration, actions=(calibration.actions * (1.05 * hi / 0.46))
                               .astype(np.float32))
-    with pytest.raises(CalibrationInputError, match=r"DoF '\w+' swept .* rad; this model "
-                                                    r"accepts sweeps of"):
+    with pytest.raises(CalibrationInputError, match=r"DoF '\w+' swept .* rad.*; this model "
+                                                    r"accepts sweeps of") as exc:
         encode_calibration(model, big)
+    named = [n for n in calibration.metadata.dof_names if f"'{n}'" in str(exc.value)]
+    assert len(named) >= 2, str(exc.value)  # every DoF outside the range, not the first
 
 
 HISTORY = ROOT / "models" / "reference-history"
@@ -133,6 +135,10 @@ def test_history_mode_runs_without_a_calibration_and_says_so(tmp_path, capsys):
     assert (tmp_path / "h" / "metrics.json").is_file()
     assert main(["simulate", "--model", str(MODEL), *args]) == 2
     assert "--model models/reference-history" in capsys.readouterr().err
+    # a calibration given to a history-mode model is said to be ignored, not silently used
+    assert main(["simulate", "--model", str(HISTORY), "--calibration",
+                 str(SAMPLE / "calibration.npz"), *args[:2], "--out", str(tmp_path / "h2")]) == 0
+    assert "is ignored" in capsys.readouterr().err
 
 
 def test_history_mode_zero_actions_reproduce_the_start_frame(start):
