@@ -82,21 +82,27 @@ def contract_for(cfg: ModelConfig, frame_rate_hz: float = 10.0,
                               else f"divided by {cfg.baseline_action_scale_rad} rad"))
 
 
-def graph_modules(model: WorldModel, batch_sizes: tuple[int, ...] = BATCH_SIZES
-                  ) -> dict[str, tuple[nn.Module, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]]:
-    """Graph name -> (module, input specs, output specs) for every graph of the contract."""
-    cfg = model.cfg
-    c, h, s, a = cfg.latent_channels, cfg.latent_size, cfg.history, cfg.max_dof
-    hw = cfg.image_size
-    tc, d = cfg.calibration_frames, cfg.context_channels
-    lat = "latent"
+def contract_graphs(modules: dict[str, nn.Module], c: int, h: int, s: int, a: int, hw: int,
+                    tc: int, d: int, unit: str, batch_sizes: tuple[int, ...],
+                    robot_mask: bool = False
+                    ) -> dict[str, tuple[nn.Module, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]]:
+    """Graph name -> (module, input specs, output specs) of the four graph roles.
+
+    Args:
+        modules: ``encoder``, ``calibration``, ``step`` and ``decoder`` modules.
+        c, h: latent channels and grid size (h = w); s: history slots S; a: action width A;
+            hw: frame size; tc: calibration frames K*L+1; d: context channels D.
+        unit: what the latent is (the ``unit`` of its specs).
+        batch_sizes: the step and decoder batch sizes.
+        robot_mask: the decoder also outputs ``robot_mask`` float32 ``[B, 1, H, W]``.
+    """
     ctx = TensorSpec("context", (a, d, h, h), "float32", "context per action channel")
     out: dict[str, Any] = {
-        "encoder": (model.encoder,
+        "encoder": (modules["encoder"],
                     (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB", (0, 255)),),
-                    (TensorSpec("latents", (1, c, h, h), "float32", lat),)),
-        "calibration": (_Calibration(model),
-                        (TensorSpec("calibration_latents", (tc, c, h, h), "float32", lat),
+                    (TensorSpec("latents", (1, c, h, h), "float32", unit),)),
+        "calibration": (modules["calibration"],
+                        (TensorSpec("calibration_latents", (tc, c, h, h), "float32", unit),
                          TensorSpec("calibration_actions", (tc, a), "float32", "rad"),
                          TensorSpec("dof_mask", (a,), "float32", "1 controllable, 0 absent",
                                     (0, 1))),
@@ -104,16 +110,30 @@ def graph_modules(model: WorldModel, batch_sizes: tuple[int, ...] = BATCH_SIZES
     }
     for b in batch_sizes:
         out[f"step_b{b}"] = (
-            _Step(model),
-            (TensorSpec("history_latents", (b, s, c, h, h), "float32", lat),
+            modules["step"],
+            (TensorSpec("history_latents", (b, s, c, h, h), "float32", unit),
              TensorSpec("history_actions", (b, s, a), "float32", "rad"),
              TensorSpec("action", (b, a), "float32", "rad"), ctx),
-            (TensorSpec("next_latent", (b, c, h, h), "float32", lat),))
-        out[f"decoder_b{b}"] = (
-            model.decoder,
-            (TensorSpec("latents", (b, c, h, h), "float32", lat),),
-            (TensorSpec("frames", (b, 3, hw, hw), "float32", "RGB in [0, 1]", (0, 1)),))
+            (TensorSpec("next_latent", (b, c, h, h), "float32", unit),))
+        outs: tuple[TensorSpec, ...] = (
+            TensorSpec("frames", (b, 3, hw, hw), "float32", "RGB in [0, 1]", (0, 1)),)
+        if robot_mask:
+            outs += (TensorSpec("robot_mask", (b, 1, hw, hw), "float32", "robot probability",
+                                (0, 1)),)
+        out[f"decoder_b{b}"] = (modules["decoder"],
+                                (TensorSpec("latents", (b, c, h, h), "float32", unit),), outs)
     return out
+
+
+def graph_modules(model: WorldModel, batch_sizes: tuple[int, ...] = BATCH_SIZES
+                  ) -> dict[str, tuple[nn.Module, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]]:
+    """Graph name -> (module, input specs, output specs) for every graph of the contract."""
+    cfg = model.cfg
+    mods = {"encoder": model.encoder, "calibration": _Calibration(model), "step": _Step(model),
+            "decoder": model.decoder}
+    return contract_graphs(mods, cfg.latent_channels, cfg.latent_size, cfg.history,
+                           cfg.max_dof, cfg.image_size, cfg.calibration_frames,
+                           cfg.context_channels, "latent", batch_sizes)
 
 
 def _example(spec: TensorSpec) -> Tensor:

@@ -85,36 +85,16 @@ class _Step(nn.Module):
 def warp_graph_modules(model: WarpModel, batch_sizes: tuple[int, ...] = (1, 16)
                        ) -> dict[str, tuple[nn.Module, tuple[TensorSpec, ...],
                                             tuple[TensorSpec, ...]]]:
-    """Graph name -> (module, input specs, output specs) for every graph of the contract."""
+    """Graph name -> (module, input specs, output specs) for every graph of the contract
+    (:func:`export.onnx_export.contract_graphs`; the decoder also outputs the robot mask)."""
+    from export.onnx_export import contract_graphs
+
     cfg = model.cfg
-    c, h, s, a = cfg.layout.channels, cfg.grid, cfg.history, cfg.max_dof
-    hw, tc, d = cfg.image_size, cfg.calibration_frames, cfg.context_channels
-    st = "warp state (contract.state_layout)"
-    ctx = TensorSpec("context", (a, d, h, h), "float32", "context per action channel")
-    out: dict[str, Any] = {
-        "encoder": (model.encoder,
-                    (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB", (0, 255)),),
-                    (TensorSpec("latents", (1, c, h, h), "float32", st),)),
-        "calibration": (_Calibration(model),
-                        (TensorSpec("calibration_latents", (tc, c, h, h), "float32", st),
-                         TensorSpec("calibration_actions", (tc, a), "float32", "rad"),
-                         TensorSpec("dof_mask", (a,), "float32", "1 controllable, 0 absent",
-                                    (0, 1))),
-                        (ctx,)),
-    }
-    for b in batch_sizes:
-        out[f"step_b{b}"] = (
-            _Step(model),
-            (TensorSpec("history_latents", (b, s, c, h, h), "float32", st),
-             TensorSpec("history_actions", (b, s, a), "float32", "rad"),
-             TensorSpec("action", (b, a), "float32", "rad"), ctx),
-            (TensorSpec("next_latent", (b, c, h, h), "float32", st),))
-        out[f"decoder_b{b}"] = (
-            model.decoder,
-            (TensorSpec("latents", (b, c, h, h), "float32", st),),
-            (TensorSpec("frames", (b, 3, hw, hw), "float32", "RGB in [0, 1]", (0, 1)),
-             TensorSpec("robot_mask", (b, 1, hw, hw), "float32", "robot probability", (0, 1))))
-    return out
+    mods = {"encoder": model.encoder, "calibration": _Calibration(model), "step": _Step(model),
+            "decoder": model.decoder}
+    return contract_graphs(mods, cfg.layout.channels, cfg.grid, cfg.history, cfg.max_dof,
+                           cfg.image_size, cfg.calibration_frames, cfg.context_channels,
+                           "warp state (contract.state_layout)", batch_sizes, robot_mask=True)
 
 
 def export_warp_model(run: str, out_dir: str, batch_sizes: tuple[int, ...] = (1, 16),
