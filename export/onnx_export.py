@@ -46,9 +46,11 @@ class ExportOptions:
 
 
 class _Calibration(nn.Module):
-    def __init__(self, model: WorldModel):
+    """The calibration network with the graph's input names (either model family)."""
+
+    def __init__(self, model: nn.Module):
         super().__init__()
-        self.net = model.calibration
+        self.net: nn.Module = model.calibration  # type: ignore[assignment]
 
     def forward(self, calibration_latents: Tensor, calibration_actions: Tensor,
                 dof_mask: Tensor) -> Tensor:
@@ -56,9 +58,11 @@ class _Calibration(nn.Module):
 
 
 class _Step(nn.Module):
-    def __init__(self, model: WorldModel):
+    """The step network with the graph's input names (either model family)."""
+
+    def __init__(self, model: nn.Module):
         super().__init__()
-        self.net = model.step
+        self.net: nn.Module = model.step  # type: ignore[assignment]
 
     def forward(self, history_latents: Tensor, history_actions: Tensor, action: Tensor,
                 context: Tensor) -> Tensor:

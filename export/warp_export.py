@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from edge.fileio import sha256_file
 from edge.manifest import GraphSpec, ModelContract, ModelManifest, TensorSpec, save_manifest
@@ -62,32 +62,12 @@ def warp_contract(cfg: WarpConfig, frame_rate_hz: float = 10.0) -> ModelContract
         state_layout=cfg.layout.ranges, decoder_outputs=("frames", "robot_mask"))
 
 
-class _Calibration(nn.Module):
-    def __init__(self, model: WarpModel):
-        super().__init__()
-        self.net = model.calibration
-
-    def forward(self, calibration_latents: Tensor, calibration_actions: Tensor,
-                dof_mask: Tensor) -> Tensor:
-        return self.net(calibration_latents, calibration_actions, dof_mask)
-
-
-class _Step(nn.Module):
-    def __init__(self, model: WarpModel):
-        super().__init__()
-        self.net = model.step
-
-    def forward(self, history_latents: Tensor, history_actions: Tensor, action: Tensor,
-                context: Tensor) -> Tensor:
-        return self.net(history_latents, history_actions, action, context)
-
-
 def warp_graph_modules(model: WarpModel, batch_sizes: tuple[int, ...] = (1, 16)
                        ) -> dict[str, tuple[nn.Module, tuple[TensorSpec, ...],
                                             tuple[TensorSpec, ...]]]:
     """Graph name -> (module, input specs, output specs) for every graph of the contract
     (:func:`export.onnx_export.contract_graphs`; the decoder also outputs the robot mask)."""
-    from export.onnx_export import contract_graphs
+    from export.onnx_export import _Calibration, _Step, contract_graphs
 
     cfg = model.cfg
     mods = {"encoder": model.encoder, "calibration": _Calibration(model), "step": _Step(model),
