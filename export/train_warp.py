@@ -65,6 +65,7 @@ class WarpTrainOptions:
     max_cells: int | None = None
     init: str | None = None
     joint_width: int = 0
+    contrast_weight: float = 0.0
 
 
 class PairSet:
@@ -99,11 +100,13 @@ class PairSet:
         self.n = len(cells)
 
     def batch(self, rng: np.random.Generator, cells: int, pairs: int,
-              horizon: int) -> dict[str, Any]:
+              horizon: int, shared_start: bool = False) -> dict[str, Any]:
         """A batch: ``cell`` index per pair ``[P]``, ``start``/``target`` uint8
         ``[P, 3, H, W]``, ``cum`` float32 ``[P, A]`` (summed actions from start to target,
         rad), ``mask0``/``mask`` float32 ``[P, 1, H, W]``, ``dis`` float32 ``[P, 2, H, W]``
-        (DIS flow from target to start, px) and the calibration tensors of the chosen cells."""
+        (DIS flow from target to start, px) and the calibration tensors of the chosen cells.
+        With ``shared_start`` a cell's pairs share one episode and start frame (distinct
+        targets), for the contrastive loss."""
         import cv2
         import torch
 
@@ -113,11 +116,18 @@ class PairSet:
             cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
         for j, ci in enumerate(idx):
             eps = self.motions[ci]
-            for _ in range(pairs):
-                fr, cs, mk = eps[rng.integers(len(eps))]
+            if shared_start:  # (drawn only then: the independent draws stay as they were)
+                shared = eps[rng.integers(len(eps))]
+                s0 = int(rng.integers(0, shared[0].shape[0] - horizon))
+                ds = rng.choice(np.arange(1, horizon + 1), size=pairs, replace=False)
+            for k in range(pairs):
+                fr, cs, mk = shared if shared_start else eps[rng.integers(len(eps))]
                 t_count = fr.shape[0]
-                d = int(rng.integers(1, min(horizon, t_count - 1) + 1))
-                s = int(rng.integers(0, t_count - d))
+                if shared_start:
+                    s, d = s0, int(ds[k])
+                else:
+                    d = int(rng.integers(1, min(horizon, t_count - 1) + 1))
+                    s = int(rng.integers(0, t_count - d))
                 t = s + d
                 st.append(fr[s])
                 tg.append(fr[t])
@@ -159,7 +169,8 @@ def calibration_states(model: Any, cal_frames: Any) -> Any:
 
 
 def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float = 0.1,
-           fill_weight: float = 0.0) -> tuple[Any, dict[str, float]]:
+           fill_weight: float = 0.0, contrast_weight: float = 0.0,
+           pairs: int = 1) -> tuple[Any, dict[str, float]]:
     """Total loss and its parts for one batch (see the module docstring)."""
     import torch
     import torch.nn.functional as F
@@ -190,8 +201,22 @@ def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float
     fill_loss = F.binary_cross_entropy(out["o"].clamp(1e-4, 1 - 1e-4), uncover)
     total = (photo + mask_weight * mask_loss + flow_weight * flow_loss
              + fill_weight * fill_loss)
+    contrast = torch.zeros(())
+    if contrast_weight and pairs > 1:
+        # futures retrieval as a loss: within one start, each prediction must be nearer its
+        # own target than the other targets (mean squared error over the moving region)
+        p = out["frames"].reshape(-1, pairs, *out["frames"].shape[1:])
+        tr = truth.reshape(p.shape)
+        reg = region.reshape(-1, pairs, 1, *region.shape[2:]).amax(1, keepdim=True)
+        dist = (((p[:, :, None] - tr[:, None]) ** 2) * reg[:, :, None]).flatten(3).sum(-1)
+        dist = dist / reg.flatten(2).sum(-1)[:, :, None].clamp(min=1.0)
+        logits = -dist / 0.002
+        target = torch.arange(pairs, device=logits.device).expand(logits.shape[0], -1)
+        contrast = F.cross_entropy(logits.flatten(0, 1), target.flatten())
+        total = total + contrast_weight * contrast
     return total, {"photo": float(photo.detach()), "mask": float(mask_loss.detach()),
-                   "flow": float(flow_loss.detach()), "fill": float(fill_loss.detach())}
+                   "flow": float(flow_loss.detach()), "fill": float(fill_loss.detach()),
+                   "contrast": float(contrast.detach())}
 
 
 def _warm_start(model: Any, path: str) -> None:
@@ -296,10 +321,11 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
         for g in optim.param_groups:
             g["lr"] = lr_at(step)
         b = pairs.batch(rng, min(opts.cells_per_batch, pairs.n), opts.pairs_per_cell,
-                        opts.horizon)
+                        opts.horizon, shared_start=opts.contrast_weight > 0)
         fw = opts.flow_weight * max(opts.flow_floor, 1.0 - step / max(1, opts.steps))
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts.bf16):
-            loss, parts = losses(model, b, fw, opts.mask_weight, opts.fill_weight)
+            loss, parts = losses(model, b, fw, opts.mask_weight, opts.fill_weight,
+                                 opts.contrast_weight, opts.pairs_per_cell)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -311,7 +337,7 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
             el = time.perf_counter() - t0
             print(f"step {step + 1}/{opts.steps} loss {float(loss):.4f} photo "
                   f"{parts['photo']:.4f} mask {parts['mask']:.4f} flow {parts['flow']:.3f} "
-                  f"fill {parts['fill']:.3f} "
+                  f"fill {parts['fill']:.3f} contrast {parts['contrast']:.3f} "
                   f"lr {lr_at(step):.2e} {seen / el:.1f} pairs/s", file=sys.stderr, flush=True)
         if (step + 1) % opts.save_every == 0:
             _save(ckpt_path, payload(step + 1))
@@ -357,6 +383,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", help="warm start from another warp checkpoint (tensors that fit)")
     p.add_argument("--joint-width", type=int, default=0,
                    help="width of the step's per-DoF flow network (0: none)")
+    p.add_argument("--contrast-weight", type=float, default=0.0,
+                   help="weight of the futures-retrieval loss: a cell's pairs share one start "
+                        "and each prediction must be nearest its own target (0: off, pairs "
+                        "drawn independently)")
 
 
 def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
@@ -369,7 +399,8 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                             no_calibration=args.no_calibration, max_cells=args.max_cells,
                             flow_weight=args.flow_weight, flow_floor=args.flow_floor,
                             mask_weight=args.mask_weight, fill_weight=args.fill_weight,
-                            init=args.init, joint_width=args.joint_width)
+                            init=args.init, joint_width=args.joint_width,
+                            contrast_weight=args.contrast_weight)
 
 
 def main(argv: list[str] | None = None) -> int:
