@@ -94,3 +94,14 @@ def test_ranking_prefers_less_keepout_energy_then_smaller_actions() -> None:
     res = evaluate(rules, start, None, actions, frames)
     assert all(v.passed for v in res.verdicts)
     assert res.ranking == [1, 2, 0] and res.chosen == 1
+
+
+def test_max_step_action_is_inclusive_at_the_limit_in_the_actions_precision() -> None:
+    """A float32 action clipped at the bound (float32(0.05) > 0.05 in float64) passes; the
+    next float32 above it fails."""
+    start, frames, actions = _case(n=2)
+    actions[0, 1, 0] = np.float32(0.05)
+    actions[1, 1, 0] = np.nextafter(np.float32(0.05), np.float32(1.0))
+    res = evaluate(Rules(Path("r.yaml"), max_step_action=(0.05,)), start, None, actions, frames)
+    assert res.verdicts[0].passed, res.verdicts[0].detail
+    assert not res.verdicts[1].passed and res.verdicts[1].first_fail_step == 1
