@@ -2,7 +2,8 @@
 
 Per candidate and step t (predicted frame t is the scene after action t):
 
-- ``max_step_action``: |action[t, j]| <= bound[j] (rad|m per step).
+- ``max_step_action``: |action[t, j]| <= bound[j] (rad|m per step), compared in the
+  actions' precision (a float32 action clipped at the bound passes).
 - ``joint_limits``: lower <= q0 + sum(actions[0..t]) <= upper.
 - ``keep_out``: moved pixels inside the keep-out mask (a pixel moved if max over channels
   |pred - start| > motion_threshold) <= max_moved_pixels (``kernels.reference`` scores).
@@ -104,7 +105,10 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
                                  else f"candidate-{i}") for i in range(n)]
     if rules.max_step_action is not None:
         bound = _width_check(rules.max_step_action, a, f"{rules.path}:max_step_action")
-        over = np.abs(actions) > bound  # (N, T, A)
+        # compare in the actions' precision, inclusive at the limit: a float32 action that a
+        # policy clipped at the bound equals float32(bound), which is above the float64 one
+        dt = actions.dtype if actions.dtype.kind == "f" else np.dtype(np.float64)
+        over = np.abs(actions).astype(dt) > bound.astype(dt)  # (N, T, A)
         for v in verdicts:
             hits = np.argwhere(over[v.index])
             if len(hits):
