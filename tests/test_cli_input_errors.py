@@ -1,0 +1,42 @@
+"""Bad simulate inputs end in one line naming the path and what was expected (exit 2),
+never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edge.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "samples" / "cell_sample"
+BASE = ["simulate", "--model", str(ROOT / "models" / "reference"), "--calibration",
+        str(SAMPLE / "calibration.npz")]
+
+
+def _run(args: list[str], capsys) -> tuple[int, str]:
+    code = main(BASE + args)
+    return code, capsys.readouterr().err
+
+
+def test_an_empty_actions_file_is_named(tmp_path: Path, capsys) -> None:
+    empty = tmp_path / "empty.npy"
+    empty.write_bytes(b"")
+    code, err = _run(["--start", str(SAMPLE / "test.npz"), "--actions", str(empty),
+                      "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and f"{empty}: " in err and "empty" in err.lower()
+    assert "Traceback" not in err
+
+
+def test_a_folder_as_start_says_so(tmp_path: Path, capsys) -> None:
+    code, err = _run(["--start", str(tmp_path), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "is a folder" in err and "found ''" not in err
+
+
+def test_an_existing_file_as_out_says_so(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "taken"
+    f.write_text("x")
+    code, err = _run(["--start", str(SAMPLE / "test.npz"), "--out", str(f)], capsys)
+    assert code == 2 and f"{f}: " in err and "folder" in err
+    assert f.read_text() == "x"
