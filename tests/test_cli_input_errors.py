@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from edge.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -211,6 +211,20 @@ def _other_models_hint(source: ContextSource, cell: str, camera: str, robot: str
             f"{cell} --camera-id {camera} --robot-id {robot} --model DIR'")
 
 
+def check_out_dir(out_dir: str | os.PathLike[str]) -> Path:
+    """``--out``: a folder to (over)write; refuse an existing file before any work.
+
+    Raises:
+        RuntimeInputError: ``out_dir`` (or a parent) is an existing file.
+    """
+    p = Path(out_dir)
+    for q in (p, *p.parents):
+        if q.exists() and not q.is_dir():
+            raise RuntimeInputError(f"{q}: an existing file; --out takes a folder (give "
+                                    f"another path, or remove the file)")
+    return p
+
+
 class StagedOutput:
     """Write several files, then publish them all under their final names at once.
 
@@ -223,7 +237,7 @@ class StagedOutput:
     """
 
     def __init__(self, out_dir: str | os.PathLike[str]):
-        self.out_dir = Path(out_dir)
+        self.out_dir = check_out_dir(out_dir)
         self._stage: Path | None = None
         self._names: list[str] = []
 

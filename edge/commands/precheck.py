@@ -19,6 +19,7 @@ from edge.commands.common import (
     StagedOutput,
     add_context_args,
     add_model_args,
+    check_out_dir,
     get_context,
     open_model,
     run_command,
@@ -90,6 +91,7 @@ def report_image(result: PrecheckResult, start: np.ndarray, frames: np.ndarray) 
 def run(args: argparse.Namespace, context_source=None) -> int:
     """Run ``precheck`` for parsed arguments; returns 0 if a candidate passes, else 1."""
     rules = load_rules(args.rules)
+    check_out_dir(args.out)  # before any work
     model = open_model(args)
     try:
         start, episode = load_start(args.start, model.contract.resolution)

@@ -20,6 +20,7 @@ from edge.commands.common import (
     StagedOutput,
     add_context_args,
     add_model_args,
+    check_out_dir,
     get_context,
     open_model,
     run_command,
@@ -82,6 +83,7 @@ def sheet_columns(t: int, n: int = MAX_SHEET_TILES) -> np.ndarray:
 def run(args: argparse.Namespace, context_source=None) -> int:
     """Run ``simulate`` for parsed arguments; returns the exit code (0)."""
     t_start = time.perf_counter()
+    check_out_dir(args.out)  # before any work
     model = open_model(args)
     try:
         start, episode = load_start(args.start, model.contract.resolution)

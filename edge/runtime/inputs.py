@@ -24,10 +24,13 @@ _IMAGE_EXT = (".png", ".jpg", ".jpeg", ".bmp")
 def load_image(path: str | os.PathLike[str]) -> np.ndarray:
     """An RGB image uint8 ``[H, W, 3]`` from PNG/JPEG/BMP or ``.npy``."""
     path = Path(path)
+    if path.is_dir():
+        raise RuntimeInputError(f"{path}: is a folder; expected an image file (.png, .jpg, "
+                                f".bmp, .npy) or an episode .npz")
     if path.suffix.lower() == ".npy":
         try:
             img = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError) as exc:
             raise RuntimeInputError(f"{path}: cannot read the image: {exc}") from None
     elif path.suffix.lower() in _IMAGE_EXT:
         import cv2
@@ -130,9 +133,12 @@ def load_actions(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str] | 
     if not path.is_file():
         raise RuntimeInputError(f"{path}: no such actions file")
     if ext == ".npy":
+        if path.stat().st_size == 0:
+            raise RuntimeInputError(f"{path}: an empty file; expected a NumPy .npy array of "
+                                    f"actions [T, A] or [N, T, A]")
         try:
             arr = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError) as exc:
             raise RuntimeInputError(f"{path}: cannot read: {exc}") from None
     elif ext == ".csv":
         arr = _from_csv(path)
