@@ -38,3 +38,29 @@ def test_an_existing_file_as_out_says_so(tmp_path: Path, capsys) -> None:
     code, err = _run(["--start", str(SAMPLE / "test.npz"), "--out", str(f)], capsys)
     assert code == 2 and f"{f}: " in err and "folder" in err
     assert f.read_text() == "x"
+
+
+def test_ctrl_c_is_one_line_and_exit_130(capsys) -> None:
+    import argparse
+
+    from edge.cli import run_parsed
+
+    def interrupted(_: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    code = run_parsed(argparse.Namespace(func=interrupted, command="simulate"))
+    assert code == 130 and "interrupted" in capsys.readouterr().err
+
+
+def test_a_folder_where_a_file_is_expected_is_named(tmp_path: Path, capsys) -> None:
+    import argparse
+
+    from edge.cli import run_parsed
+
+    def opens_a_folder(_: argparse.Namespace) -> int:
+        open(tmp_path, "rb")  # noqa: SIM115 - the error is the point
+        return 0
+
+    code = run_parsed(argparse.Namespace(func=opens_a_folder, command="bundle"))
+    err = capsys.readouterr().err
+    assert code == 2 and f"{tmp_path}: is a folder; expected a file" in err
