@@ -67,16 +67,39 @@ def run_parsed(args: argparse.Namespace) -> int:
     """Run a parsed subcommand (``args.func``) and return its exit code.
 
     Project errors (:class:`edge.errors.EdgeError`) and file errors print one line on stderr
-    and give exit code 2; anything else is a bug and keeps its traceback.
+    and give exit code 2; Ctrl-C prints one line and gives 130; anything else is a bug and
+    keeps its traceback.
     """
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"syncedge {args.command}: interrupted (outputs are written all at once, so "
+              f"none was left half-written)", file=sys.stderr)
+        return 130
     except (EdgeError, OSError) as exc:
         if isinstance(exc, OSError) and not isinstance(exc, EdgeError) \
                 and not getattr(exc, "filename", None):
             raise  # an OSError of ours (device gone, timeout) is a project error: one line
-        print(f"syncedge {args.command}: error: {exc}", file=sys.stderr)
+        print(f"syncedge {args.command}: error: {_file_error(exc)}", file=sys.stderr)
         return 2
+
+
+def _file_error(exc: BaseException) -> str:
+    """A file-system error as 'PATH: what is wrong; what was expected'."""
+    name = getattr(exc, "filename", None)
+    if isinstance(exc, EdgeError) or not name:
+        return str(exc)
+    if isinstance(exc, IsADirectoryError):
+        return f"{name}: is a folder; expected a file"
+    if isinstance(exc, NotADirectoryError):
+        return f"{name}: a file where a folder is expected"
+    if isinstance(exc, FileExistsError):
+        return f"{name}: already exists; give another path or remove it"
+    if isinstance(exc, FileNotFoundError):
+        return f"{name}: no such file or folder"
+    if isinstance(exc, PermissionError):
+        return f"{name}: permission denied"
+    return f"{name}: {getattr(exc, 'strerror', None) or exc}"
 
 
 if __name__ == "__main__":
