@@ -64,3 +64,28 @@ def test_a_folder_where_a_file_is_expected_is_named(tmp_path: Path, capsys) -> N
     code = run_parsed(argparse.Namespace(func=opens_a_folder, command="bundle"))
     err = capsys.readouterr().err
     assert code == 2 and f"{tmp_path}: is a folder; expected a file" in err
+
+
+def test_simulate_writes_the_predicted_frames_losslessly(tmp_path: Path) -> None:
+    import numpy as np
+
+    from edge.episode import load_episode
+    from edge.runtime.context import encode_calibration
+    from edge.runtime.model import load_model
+    from edge.runtime.rollout import Rollout
+
+    out = tmp_path / "o"
+    assert main(BASE + ["--start", str(SAMPLE / "test.npz"), "--out", str(out)]) == 0
+    with np.load(out / "prediction.npz", allow_pickle=False) as z:
+        frames, times, names = z["frames"], z["step_times_s"], z["candidate_names"]
+    ep = load_episode(SAMPLE / "test.npz")
+    t = ep.num_frames - 1
+    assert frames.dtype == np.uint8 and frames.shape == (1, t, 64, 64, 3)
+    assert np.allclose(times, np.arange(1, t + 1) / 10.0) and list(names) == ["candidate-0"]
+    m = load_model(ROOT / "models" / "reference")
+    try:
+        ctx = encode_calibration(m, load_episode(SAMPLE / "calibration.npz"))
+        want = Rollout(m, ctx, max_horizon=t).run(ep.frames[0], ep.actions[None, :t])
+    finally:
+        m.deactivate()
+    assert np.array_equal(frames, want)
