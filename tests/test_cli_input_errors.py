@@ -81,7 +81,10 @@ def test_simulate_writes_the_predicted_frames_losslessly(tmp_path: Path) -> None
     ep = load_episode(SAMPLE / "test.npz")
     t = ep.num_frames - 1
     assert frames.dtype == np.uint8 and frames.shape == (1, t, 64, 64, 3)
-    assert np.allclose(times, np.arange(1, t + 1) / 10.0) and list(names) == ["candidate-0"]
+    import json
+
+    report = json.loads((out / "metrics.json").read_text())
+    assert np.allclose(times, np.arange(1, t + 1) / 10.0) and list(names) == report["names"]
     m = load_model(ROOT / "models" / "reference")
     try:
         ctx = encode_calibration(m, load_episode(SAMPLE / "calibration.npz"))

@@ -47,7 +47,7 @@ def test_simulate_episode_writes_video_sheet_and_metrics(files) -> None:
     assert args.func(args) == 0
     out = files["out"]
     assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "metrics.json",
-                                                     "prediction.mp4"]
+                                                     "prediction.mp4", "prediction.npz"]
     m = json.loads((out / "metrics.json").read_text())
     assert m["horizon"] == 6 and len(m["per_step"]) == 6
     assert {"psnr_db", "ssim", "motion_psnr_db"} <= set(m["per_step"][0])

@@ -13,6 +13,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -144,6 +145,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         video = np.concatenate(list(pred), axis=2)  # candidates side by side (T, H, N*W, 3)
         with StagedOutput(args.out) as out:
             write_mp4(out.path("prediction.mp4"), video, model.contract.frame_rate_hz)
+            _write_frames(out.path("prediction.npz"), pred, model.contract.frame_rate_hz,
+                          report["names"])
             write_png(out.path("contact_sheet.png"), sheet)
             report["timings_s"]["total"] = round(time.perf_counter() - t_start, 6)
             write_json_atomic(out.path("metrics.json"), report)
@@ -157,6 +160,20 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         print(f"mean PSNR {s['psnr_db']} dB, SSIM {s['ssim']}, motion PSNR "
               f"{s['motion_psnr_db']} dB over {horizon} steps")
     return 0
+
+
+def _write_frames(path: Path, frames: np.ndarray, fps: float, names: list[str]) -> None:
+    """The predicted frames, lossless, for other tools: ``frames`` uint8 ``[N, T, H, W, 3]``,
+    ``step_times_s`` float64 ``[T]`` (step k at k / fps after the start frame) and
+    ``candidate_names`` (``np.load(path, allow_pickle=False)`` reads it)."""
+    import io
+
+    buf = io.BytesIO()
+    t = frames.shape[1]
+    np.savez_compressed(buf, frames=np.ascontiguousarray(frames, np.uint8),
+                        step_times_s=np.arange(1, t + 1, dtype=np.float64) / fps,
+                        candidate_names=np.asarray(names, dtype=str))
+    path.write_bytes(buf.getvalue())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
