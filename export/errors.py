@@ -2,7 +2,7 @@
 
 from edge.errors import EdgeError
 
-__all__ = ["ExportError", "CellError", "RendererUnavailableError"]
+__all__ = ["ExportError", "CellError", "RendererUnavailableError", "require_torch"]
 
 
 class ExportError(EdgeError):
@@ -15,3 +15,18 @@ class CellError(ExportError, ValueError):
 
 class RendererUnavailableError(ExportError, RuntimeError):
     """MuJoCo cannot create an offscreen OpenGL context (no EGL or OSMesa)."""
+
+
+def require_torch(purpose: str) -> None:
+    """Raise :class:`edge.errors.MissingDependencyError` (the one-line install hint) when
+    torch is not installed, before a command imports it.
+
+    Args:
+        purpose: what needs it, e.g. ``"syncedge export onnx"``.
+    """
+    import importlib.util
+
+    from edge.errors import MissingDependencyError
+
+    if importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError("torch", "train", purpose)

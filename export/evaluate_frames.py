@@ -201,18 +201,12 @@ class _WarpPredictor(_Predictor):
     def __init__(self, run: str):
         import torch
 
-        from export.warp_model import WarpConfig, WarpModel
+        from export.warp_export import load_warp_model
 
         self.torch = torch
-
-        def load(name: str) -> Any:
-            ck = torch.load(Path(run) / name, map_location="cpu", weights_only=False)
-            model = WarpModel(WarpConfig.from_dict(ck["config"]))
-            model.load_state_dict(ck["model"])
-            return model.eval()
-
-        self.model = load("warp.pt")
-        self.nocal = load("warp_nocal.pt") if (Path(run) / "warp_nocal.pt").is_file() else None
+        self.model = load_warp_model(run)
+        self.nocal = load_warp_model(run, history=True) \
+            if (Path(run) / "warp_nocal.pt").is_file() else None
         self.variants = ("calibrated", "zeroed", "other_cell", "mislabelled") + \
             (("no_calibration",) if self.nocal is not None else ())
 

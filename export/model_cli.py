@@ -25,6 +25,21 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _split_names(requested: list[str] | None, splits: dict[str, str],
+                 command: str) -> list[str] | None:
+    """``--split`` values (table names or data folders) as table names; None (after
+    printing the error) for an unknown one."""
+    by_folder = {folder: name for name, folder in splits.items()}
+    names = [by_folder.get(name, name) for name in requested or []]
+    unknown = [name for name in names if name not in splits]
+    if unknown:
+        print(f"syncedge model {command}: error: unknown split {unknown[0]!r} for --split; "
+              f"expected one of {', '.join(splits)} (or {', '.join(by_folder)})",
+              file=sys.stderr)
+        return None
+    return names
+
+
 def _run_eval(args: argparse.Namespace) -> int:
     from edge.fileio import write_json_atomic
     from edge.visual import write_png
@@ -34,12 +49,8 @@ def _run_eval(args: argparse.Namespace) -> int:
     opts = EvalOptions(run=args.run, data=args.data, horizon=args.horizon,
                        max_cells=args.max_cells, seed=args.seed,
                        residual_decoding=args.residual_decoding)
-    by_folder = {folder: name for name, folder in SPLITS.items()}
-    names = [by_folder.get(name, name) for name in args.split or []]
-    unknown = [name for name in names if name not in SPLITS]
-    if unknown:
-        print(f"syncedge model eval: error: unknown split {unknown[0]!r} for --split; expected "
-              f"one of {', '.join(SPLITS)} (or {', '.join(by_folder)})", file=sys.stderr)
+    names = _split_names(args.split, SPLITS, "eval")
+    if names is None:
         return 2
     splits = {name: SPLITS[name] for name in names} if names else None
     sheets: dict[str, Any] = {}
@@ -57,20 +68,12 @@ def _run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _need_torch(purpose: str) -> None:
-    """Raise the one-line install hint when torch is missing (no traceback)."""
-    import importlib.util
-
-    from edge.errors import MissingDependencyError
-
-    if importlib.util.find_spec("torch") is None:
-        raise MissingDependencyError("torch", "train", purpose)
-
-
 def _run_train_warp(args: argparse.Namespace) -> int:
     import json
 
-    _need_torch("syncedge model train-warp")
+    from export.errors import require_torch
+
+    require_torch("syncedge model train-warp")
     from export.train_warp import options_from_args, train_warp
 
     print(json.dumps({"checkpoint": str(train_warp(options_from_args(args)))}))
@@ -78,7 +81,9 @@ def _run_train_warp(args: argparse.Namespace) -> int:
 
 
 def _run_eval_frames(args: argparse.Namespace) -> int:
-    _need_torch("syncedge model eval-frames")
+    from export.errors import require_torch
+
+    require_torch("syncedge model eval-frames")
     from edge.fileio import write_json_atomic
     from export.evaluate_frames import (
         SPLITS,
@@ -98,12 +103,8 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
                   "LABEL=latent:RUN or LABEL=warp:RUN", file=sys.stderr)
             return 2
         models[label] = (family, run)
-    by_folder = {folder: name for name, folder in SPLITS.items()}
-    names = [by_folder.get(n, n) for n in args.split or []]
-    unknown = [n for n in names if n not in SPLITS]
-    if unknown:
-        print(f"syncedge model eval-frames: error: unknown split {unknown[0]!r}; expected one "
-              f"of {', '.join(SPLITS)}", file=sys.stderr)
+    names = _split_names(args.split, SPLITS, "eval-frames")
+    if names is None:
         return 2
     opts = FramesEvalOptions(data=args.data, models=models, keypoint_run=args.keypoint_run,
                              max_cells=args.max_cells, seed=args.seed)

@@ -98,6 +98,7 @@ class PairSet:
                             torch.from_numpy(m.robot_mask)))
             self.motions.append(eps)
         self.n = len(cells)
+        self._flow: Any = None
 
     def batch(self, rng: np.random.Generator, cells: int, pairs: int,
               horizon: int, shared_start: bool = False) -> dict[str, Any]:
@@ -112,8 +113,10 @@ class PairSet:
 
         idx = rng.choice(self.n, size=cells, replace=False)
         st, tg, cum, m0, m1, dis, owner = [], [], [], [], [], [], []
-        flow_est = cv2.DISOpticalFlow_create(  # type: ignore[attr-defined]
-            cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
+        if self._flow is None:  # made once: a DIS estimator holds no state between calls
+            self._flow = cv2.DISOpticalFlow_create(  # type: ignore[attr-defined]
+                cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
+        flow_est = self._flow
         for j, ci in enumerate(idx):
             eps = self.motions[ci]
             if shared_start:  # (drawn only then: the independent draws stay as they were)

@@ -17,13 +17,11 @@ def _command() -> str:
 
 
 def _run_onnx(args: argparse.Namespace) -> int:
-    import importlib.util
-
-    from edge.errors import MissingDependencyError
-
-    if importlib.util.find_spec("torch") is None:
-        raise MissingDependencyError("torch", "train", "syncedge export onnx")
     from pathlib import Path
+
+    from export.errors import require_torch
+
+    require_torch("syncedge export onnx")
 
     from export.onnx_export import ExportOptions, eval_summary, export_model
 

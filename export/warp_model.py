@@ -141,10 +141,6 @@ class StateLayout:
         a, b = self.ranges[name]
         return z[:, a:b]
 
-    def to_json(self) -> dict[str, list[int]]:
-        """``{name: [first, last + 1]}``."""
-        return {k: list(v) for k, v in self.ranges.items()}
-
 
 def _act() -> nn.Module:
     return nn.SiLU()
@@ -170,10 +166,6 @@ def warp(image: Tensor, flow: Tensor, base: Tensor) -> Tensor:
     grid = base + flow.permute(0, 2, 3, 1) * (2.0 / size)
     return F.grid_sample(image, grid, mode="bilinear", padding_mode="border",
                          align_corners=False)
-
-
-#: Two 3x3 convolutions with a skip connection (with biases: static features).
-_Res = ResBlock
 
 
 class _ZeroRes(nn.Module):
@@ -204,7 +196,7 @@ class FrameEncoder(nn.Module):
             nn.Conv2d(3, w // 2, 3, padding=1), _act(),
             nn.Conv2d(w // 2, w, 4, stride=2, padding=1), _act(),
             nn.Conv2d(w, w, 4, stride=2, padding=1), _act(),
-            _Res(w), _Res(w),
+            ResBlock(w), ResBlock(w),
         )
 
     def forward(self, frames_u8: Tensor) -> Tensor:
@@ -237,7 +229,7 @@ class CalibrationReader(nn.Module):
                 nn.Conv2d(10, w // 2, 3, padding=1), _act(),
                 nn.Conv2d(w // 2, w, 4, stride=2, padding=1), _act(),
                 nn.Conv2d(w, w, 4, stride=2, padding=1), _act(),
-                _Res(w), _Res(w),
+                ResBlock(w), ResBlock(w),
             )
             self.local = nn.Conv2d(w, 2 * (m - g) + cfg.summary_channels, 1)
             self.glob = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
@@ -368,7 +360,7 @@ class WarpDecoder(nn.Module):
         self.cfg = cfg
         w, f, s = cfg.dec_width, cfg.feat_channels, cfg.summary_channels
         w32 = w // 2
-        self.static16 = nn.Sequential(nn.Conv2d(f + s, w, 1), _act(), _Res(w))
+        self.static16 = nn.Sequential(nn.Conv2d(f + s, w, 1), _act(), ResBlock(w))
         self.inp = nn.Conv2d(cfg.motion_channels + (2 if cfg.joint_width else 0), w, 1,
                              bias=False)
         self.blocks16 = nn.ModuleList([_ZeroRes(w, w) for _ in range(2)])

@@ -109,20 +109,20 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
         RuntimeInputError: missing cache key parts, no cached context, a bad episode.
         ContextMismatchError: the cached context does not fit the model.
     """
+    history_dof = args.dof if args.dof is not None else \
+        (start_episode.num_dof if start_episode is not None else None)
     if model.contract.calibration_mode == "history" and (args.calibration or args.cell):
         import sys
 
         given = f"--calibration {args.calibration}" if args.calibration else f"--cell {args.cell}"
         print(f"history mode: {model.model_dir.name} was trained without calibration and does "
               f"not read one; {given} is ignored", file=sys.stderr)
-        return history_context(model, args.dof if args.dof is not None else
-                               (start_episode.num_dof if start_episode is not None else None))
+        return history_context(model, history_dof)
     if args.calibration:
         episode = load_episode(args.calibration)
         return encode_calibration(model, episode, where=str(args.calibration))
     if not args.cell:
-        return history_context(model, args.dof if args.dof is not None else
-                               (start_episode.num_dof if start_episode is not None else None))
+        return history_context(model, history_dof)
     meta = start_episode.metadata if start_episode is not None else None
     camera = args.camera_id or (meta.camera_id if meta else None)
     robot = args.robot_id or (meta.robot_id if meta else None)
