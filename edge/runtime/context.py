@@ -25,6 +25,7 @@ __all__ = [
     "context_from_source",
     "dof_mask_for",
     "encode_calibration",
+    "model_timing",
     "pad_calibration",
 ]
 
@@ -87,12 +88,37 @@ def check_context(model: WorldModel, ctx: CalibrationContext) -> None:
         raise ContextMismatchError(f"context ({ctx.source or 'given'}): contains NaN or inf")
 
 
+def model_timing(model: WorldModel, episode: Episode, where: str = "calibration episode",
+                 check_amplitude: bool = True) -> tuple[Episode, dict]:
+    """The calibration episode in this model's timing and resolution
+    (``edge.calibrate.ingest``: a sweep recorded at any speed, rate, order, sign or frame
+    size is segmented and its frames picked at the model's poses; one already in the
+    model's timing is returned as it is).
+
+    Returns:
+        ``(episode, report)``: ``report["normalised"]`` says whether anything was done.
+    Raises:
+        CalibrationInputError (``IngestError``): naming ``where``, the DoF and the frames.
+    """
+    from edge.calibrate.ingest import IngestError, IngestOptions, ingest_calibration
+
+    c = model.contract
+    opts = IngestOptions(amplitude_rad=c.calibration_amplitude_rad if check_amplitude
+                         else None)
+    try:
+        return ingest_calibration(episode, (int(c.resolution[0]), int(c.resolution[1])),
+                                  c.segment_frames, opts, fps=c.frame_rate_hz)
+    except IngestError as exc:
+        raise IngestError(exc.code, f"{where}: {exc}", exc.dof, exc.frames) from None
+
+
 def pad_calibration(model: WorldModel, episode: Episode, where: str = "calibration episode",
                     check_amplitude: bool = True
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pad a calibration episode to the model's K*L+1 frames and A channels.
 
-    An episode with n < A DoFs has fewer frames (8n + 1): the last frame is repeated with
+    The episode is first brought into the model's timing (:func:`model_timing`). An
+    episode with n < A DoFs has fewer frames (8n + 1): the last frame is repeated with
     zero actions, extra action channels are zero and the DoF mask is 1 for the first n.
     Each DoF's sweep magnitude must lie in ``contract.calibration_amplitude_rad`` unless
     ``check_amplitude`` is false (a technician's forced store).
@@ -109,6 +135,7 @@ def pad_calibration(model: WorldModel, episode: Episode, where: str = "calibrati
     c = model.contract
     if not np.isfinite(episode.actions).all():
         raise RuntimeInputError(f"{where}: actions contain NaN or inf")
+    episode, _ = model_timing(model, episode, where, check_amplitude)
     # prepare_calibration takes any (H, W) / (first, last+1) pair (it only indexes them and
     # compares tuple(resolution)), so the contract's tuples are passed as they are
     return prepare_calibration(episode, c.max_dof, c.segment_frames, c.resolution,

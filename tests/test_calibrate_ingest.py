@@ -1,0 +1,225 @@
+"""Calibration ingest (edge.calibrate.ingest): sweeps of any timing into the model's.
+
+Synthetic action arrays only: a sweep of each DoF in turn with a given camera rate, phase
+duration, pause, amplitude, order and sign (linear or eased, as a drive with acceleration
+limits moves). Each frame's pixels carry its own index, so the test can see which recorded
+frame became which output frame.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from edge.calibrate.ingest import (
+    IngestError,
+    IngestOptions,
+    ingest_calibration,
+    normalise_calibration,
+    positions_at_frames,
+    segment_sweeps,
+)
+from edge.calibrate.plan import SWEEP_PROFILE
+from edge.calibration_input import prepare_calibration
+from edge.episode import Episode, EpisodeMetadata, actions_from_positions
+
+AMP_RANGE = (0.2, 0.8)  # the shipped model's contract.calibration_amplitude_rad
+OPTS = IngestOptions(amplitude_rad=AMP_RANGE)
+
+
+def sweep_positions(amps, order, rate_hz, phase_s, pause_s, lead_s=0.5, eased=True,
+                    offset_s=0.0):
+    """float64 [T, n] positions sampled at rate_hz: each DoF (in ``order``) out over
+    phase_s, pause, back over phase_s, pause; returns (times_s, q)."""
+    n = len(amps)
+    seg = 2 * phase_s + 2 * pause_s
+    total = lead_s + n * seg + lead_s
+    t = offset_s + np.arange(int(total * rate_hz)) / rate_hz
+    q = np.zeros((len(t), n))
+    for k, c in enumerate(order):
+        t0 = lead_s + k * seg
+        u_out = np.clip((t - t0) / phase_s, 0, 1)
+        u_back = np.clip((t - t0 - phase_s - pause_s) / phase_s, 0, 1)
+        if eased:
+            u_out = 0.5 - 0.5 * np.cos(np.pi * u_out)
+            u_back = 0.5 - 0.5 * np.cos(np.pi * u_back)
+        q[:, c] += amps[c] * (u_out - u_back)
+    return t - t[0], q
+
+
+def episode_from(q, times_s, size=(16, 16), kind="calibration", names=None):
+    n = q.shape[1]
+    frames = np.zeros((len(q), *size, 3), np.uint8)
+    frames[..., 0] = (np.arange(len(q)) % 256)[:, None, None]
+    frames[..., 1] = (np.arange(len(q)) // 256)[:, None, None]
+    names = names or tuple(f"j{i}" for i in range(n))
+    meta = EpisodeMetadata(cell_id="c", camera_id="cam", robot_id="r", robot="test",
+                           dof_names=names, dof_units=("rad",) * n, fps=10.0, kind=kind)
+    return Episode(frames=frames, actions=actions_from_positions(q),
+                   timestamps=np.asarray(times_s, np.float64), metadata=meta,
+                   joint_positions=np.asarray(q, np.float64)).validate()
+
+
+def source_index(frame):
+    return int(frame[0, 0, 0]) + 256 * int(frame[0, 0, 1])
+
+
+def _check_normalised(ep_out, q, amps, order):
+    n = len(amps)
+    assert ep_out.num_frames == 8 * n + 1
+    assert [s.dof for s in ep_out.metadata.segments] == [f"j{c}" for c in order]
+    src = [source_index(f) for f in ep_out.frames]
+    assert src == ep_out.metadata.extra["ingest"]["source_frames"]
+    assert src == sorted(src)  # time order kept
+    for k, c in enumerate(order):
+        rows = q[src[8 * k:8 * k + 9], c] / amps[c]  # the 9 poses as fractions
+        want = np.concatenate([[0.0], np.cumsum(SWEEP_PROFILE)])
+        assert np.abs(rows - want).max() <= 0.2, (k, rows)
+        others = np.delete(q[src[8 * k:8 * k + 9]], c, axis=1)
+        assert np.abs(others).max() <= 0.05 * np.abs(amps).max()  # the others held
+        seg = ep_out.metadata.segments[k]
+        assert seg.amplitude == pytest.approx(q[src[8 * k + 3], c] - q[src[8 * k], c], abs=1e-6)
+        assert abs(seg.amplitude) >= 0.75 * abs(amps[c])
+
+
+RATES = (10.0, 15.0, 30.0)
+PHASES = (0.3, 0.6, 1.0, 2.0)
+AMPS = (0.21, 0.5, 0.79)  # the range less the peak a frame can miss
+
+
+@pytest.mark.parametrize("rate_hz,phase_s,amp", list(itertools.product(RATES, PHASES, AMPS)))
+def test_every_timing_within_the_ranges_is_accepted(rate_hz, phase_s, amp):
+    rng = np.random.default_rng(int(rate_hz * 100 + phase_s * 10 + amp * 1000))
+    n = 7
+    order = list(rng.permutation(n))
+    signs = rng.choice([-1.0, 1.0], size=n)
+    amps = signs * amp * rng.uniform(0.99, 1.01, size=n)
+    pause_s = float(rng.choice([0.1, 0.5, 1.0]))
+    t, q = sweep_positions(amps, order, rate_hz, phase_s, pause_s, eased=bool(rng.integers(2)),
+                           offset_s=float(rng.uniform(0, 1 / rate_hz)))
+    ep = episode_from(q, t)
+    out, report = ingest_calibration(ep, (16, 16), 8, OPTS)
+    assert report["normalised"] is True
+    _check_normalised(out, q, amps, order)
+    # the model's own input check takes it, amplitude range included
+    frames, actions, mask = prepare_calibration(out, 7, 8, (16, 16), amplitude_rad=AMP_RANGE)
+    assert frames.shape == (57, 16, 16, 3) and mask.sum() == 7
+
+
+def test_fewer_dofs_other_frame_size_and_no_pauses():
+    amps = np.array([0.4, -0.3, 0.6])
+    t, q = sweep_positions(amps, [2, 0, 1], 30.0, 0.5, 0.0)
+    ep = episode_from(q, t, size=(48, 64))
+    out, report = ingest_calibration(ep, (16, 16), 8, OPTS)
+    assert out.frames.shape == (25, 16, 16, 3)
+    assert report["recorded_resolution"] == [48, 64] and report["resolution"] == [16, 16]
+    _check_normalised(out, q, amps, [2, 0, 1])
+    # without a pause the pause frame is the peak frame or its neighbour within 3%
+    src = report["source_frames"]
+    assert src[4] - src[3] in (0, 1)
+    assert abs(out.actions[3, 2]) <= 0.03 * 0.6
+
+
+def test_the_planner_timing_passes_through_unchanged():
+    amps = np.array([0.3, -0.45])
+    q = np.zeros((17, 2))
+    for k, c in enumerate([1, 0]):
+        q[8 * k + 1:8 * k + 9, c] = np.cumsum(SWEEP_PROFILE) * amps[c]
+    ep = episode_from(q, np.arange(17) / 10.0)
+    out, report = ingest_calibration(ep, (16, 16), 8, OPTS)
+    assert out is ep and report["normalised"] is False
+    # and forced through the segmenter it picks the same frames
+    out2, rep2 = normalise_calibration(ep, (16, 16), OPTS)
+    assert rep2["source_frames"] == list(range(17))
+    np.testing.assert_array_equal(out2.actions, ep.actions)
+
+
+def test_a_joint_stream_at_another_rate_is_interpolated_to_the_frames():
+    amps = np.array([0.5, 0.35])
+    tj, qj = sweep_positions(amps, [0, 1], 250.0, 0.8, 0.2)  # joints at 250 Hz
+    tf = np.arange(0, tj[-1], 1 / 15.0)  # camera at 15 Hz
+    qf = positions_at_frames(tf, tj, qj)
+    ep = episode_from(np.zeros_like(qf), tf)  # no positions of its own at the frames
+    out, report = normalise_calibration(ep, None, OPTS, joint_times_s=tj, joint_positions=qj)
+    assert report["positions_from"].startswith("joint stream")
+    _check_normalised(out, qf, amps, [0, 1])
+
+
+def _refused(code, q, t, opts=OPTS):
+    with pytest.raises(IngestError) as exc:
+        ingest_calibration(episode_from(q, t), (16, 16), 8, opts)
+    assert exc.value.code == code, str(exc.value)
+    return exc.value
+
+
+def test_amplitude_just_below_and_above_the_range_is_refused():
+    t, q = sweep_positions(np.array([0.4, 0.195]), [0, 1], 10.0, 0.5, 0.2)
+    e = _refused("amplitude", q, t)
+    assert e.dof == "j1" and "0.195" in str(e) and "0.2-0.8" in str(e)
+    t, q = sweep_positions(np.array([-0.81, 0.4]), [1, 0], 10.0, 0.5, 0.2)
+    e = _refused("amplitude", q, t)
+    assert e.dof == "j0" and "0.810" in str(e)
+
+
+def test_a_sweep_faster_than_the_camera_is_refused():
+    # 0.1 s out at 10 Hz: at most one frame between home and the peak
+    t, q = sweep_positions(np.array([0.4, 0.5]), [0, 1], 10.0, 0.1, 0.3, eased=False,
+                           offset_s=0.03)
+    assert np.sum((np.abs(q[:, 0]) > 0.01) & (np.abs(q[:, 0]) < 0.39)) <= 2
+    e = _refused("unseen", q, t)
+    assert e.dof in ("j0", "j1") and "sweep slower" in str(e)
+
+
+def test_two_dofs_moving_at_once_are_refused_naming_both():
+    t, q = sweep_positions(np.array([0.4, 0.5, 0.3]), [0, 1, 2], 15.0, 0.5, 0.2)
+    i = np.flatnonzero(np.abs(q[:, 1]) > 0.2)[:5]
+    q[i, 2] += 0.1  # j2 moves while j1 sweeps
+    e = _refused("simultaneous", q, t)
+    assert "'j1'" in str(e) and "'j2'" in str(e) and e.frames[0] >= i[0]
+    # a holding joint that wanders a little is not a second sweep
+    t, q = sweep_positions(np.array([0.4, 0.5, 0.3]), [0, 1, 2], 15.0, 0.5, 0.2)
+    q[i, 2] += 0.03
+    out, _ = ingest_calibration(episode_from(q, t), (16, 16), 8, OPTS)
+    assert out.num_frames == 25
+
+
+def test_a_dof_never_swept_is_refused():
+    t, q = sweep_positions(np.array([0.4, 0.0, 0.3]), [0, 1, 2], 10.0, 0.5, 0.2)
+    e = _refused("never_swept", q, t)
+    assert e.dof == "j1"
+
+
+def test_a_dof_that_goes_out_and_never_comes_back_is_refused():
+    t, q = sweep_positions(np.array([0.4, 0.5]), [0, 1], 10.0, 0.5, 0.2)
+    last = np.flatnonzero(np.abs(q[:, 1]) > 0.45)[0]
+    q[last:, 1] = q[last, 1]  # j1 stays out
+    e = _refused("no_return", q, t)
+    assert e.dof == "j1" and str(last - 0) in str(e) or e.frames is not None
+
+
+def test_a_second_excursion_of_a_dof_is_recorded_and_the_larger_used():
+    t, q = sweep_positions(np.array([0.4, 0.5]), [0, 1], 10.0, 0.5, 0.2, lead_s=1.0)
+    q[2:5, 0] = [0.05, 0.08, 0.05]  # a small nudge of j0 in the lead-in
+    sweeps = segment_sweeps(q, ("j0", "j1"), OPTS)
+    s0 = next(s for s in sweeps if s.dof == "j0")
+    assert s0.ignored == ((3, 3),) and abs(s0.amplitude) == pytest.approx(0.4, abs=0.01)
+
+
+def test_a_validation_episode_is_not_a_calibration():
+    t, q = sweep_positions(np.array([0.4]), [0], 10.0, 0.5, 0.2)
+    with pytest.raises(IngestError) as exc:
+        normalise_calibration(episode_from(q, t, kind="validation"), (16, 16), OPTS)
+    assert exc.value.code == "not_calibration"
+
+
+@pytest.mark.parametrize("eased", [False, True])
+def test_the_slowest_camera_sees_the_fastest_accepted_sweep_at_any_phase(eased):
+    # 0.3 s per phase at 10 Hz (the planner's own speed): accepted whatever the camera's
+    # phase against the motion
+    for offset in np.linspace(0, 0.1, 21)[:-1]:
+        t, q = sweep_positions(np.array([0.4, -0.5]), [1, 0], 10.0, 0.3, 0.1, eased=eased,
+                               offset_s=float(offset))
+        out, _ = ingest_calibration(episode_from(q, t), (16, 16), 8, OPTS)
+        assert out.num_frames == 17
