@@ -223,3 +223,36 @@ def test_the_slowest_camera_sees_the_fastest_accepted_sweep_at_any_phase(eased):
                                offset_s=float(offset))
         out, _ = ingest_calibration(episode_from(q, t), (16, 16), 8, OPTS)
         assert out.num_frames == 17
+
+
+def drawn_episode(q, times_s):
+    """An episode whose frames show each DoF as a block moving in its own column."""
+    ep = episode_from(q, times_s, size=(32, 32))
+    frames = np.full((len(q), 32, 32, 3), 40, np.uint8)
+    for c in range(q.shape[1]):
+        y = (14 + np.round(q[:, c] * 20)).astype(int)
+        for i in range(len(q)):
+            frames[i, y[i]:y[i] + 4, 4 * c + 1:4 * c + 4] = 230
+    from dataclasses import replace
+    return replace(ep, frames=frames).validate()
+
+
+def test_check_reports_a_slow_sweep_as_its_normalised_episode():
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+
+    t, q = sweep_positions(np.array([0.4, -0.5, 0.3]), [2, 0, 1], 30.0, 1.0, 0.5)
+    report = check_arrays(EpisodeArrays.from_episode(drawn_episode(q, t)))
+    assert report["verdict"] == "pass", report["reasons"]
+    assert report["frames"] == 25 and report["ingest"]["recorded_frames"] == len(q)
+    assert [d["dof"] for d in report["dofs"]] == ["j0", "j1", "j2"]
+
+
+def test_check_gives_the_one_real_reason_of_a_broken_sweep():
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+
+    t, q = sweep_positions(np.array([0.4, 0.5, 0.3]), [0, 1, 2], 15.0, 0.5, 0.2)
+    q[np.flatnonzero(np.abs(q[:, 1]) > 0.2), 2] += 0.1  # j2 moves while j1 sweeps
+    report = check_arrays(EpisodeArrays.from_episode(drawn_episode(q, t)))
+    assert report["verdict"] == "fail"
+    assert [r["code"] for r in report["reasons"]] == ["simultaneous"]
+    assert report["dofs"] == []
