@@ -7,7 +7,11 @@ code                              failure
 ================================  =========================================================
 ``dof_duplicated``                two channels share a name
 ``dof_missing``                   a DoF of the program is not in the episode
-``frame_count``                   not ``8 n + 1`` frames for n DoFs
+``frame_count``                   not ``8 n + 1`` frames for n DoFs (an episode that
+                                  cannot be validated; a valid one of another timing is
+                                  normalised first, see :func:`check_arrays`)
+``never_swept``, ``simultaneous``, ingest's refusals of an episode of another timing
+``no_return``, ``unseen``         (``edge.calibrate.ingest``)
 ``partial_recording``             the recording ended before the program did
 ``dof_not_moving``                a DoF did not move in its segment (stuck, not executing)
 ``sweep_clipped``                 a DoF stopped while commanded to move (a joint limit or an
@@ -38,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from edge.calibrate.plan import DEFAULT_MIN_FRACTION, SEGMENT_FRAMES, SWEEP_PROFILE
-from edge.episode import Episode, check_npz_signature, load_episode
+from edge.episode import Episode, EpisodeMetadata, check_npz_signature, load_episode
 from edge.errors import EpisodeError
 
 __all__ = ["CheckOptions", "EpisodeArrays", "check_arrays", "coverage_sheets", "load_for_check"]
@@ -188,8 +192,34 @@ def _dof_report(arr: EpisodeArrays, c: int, name: str, frac: float, q: np.ndarra
     return rep, reasons
 
 
+def _check_normalised(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any]:
+    """Check a calibration episode of another timing through its normalised episode
+    (``edge.calibrate.ingest``); an episode ingest refuses gets that one reason."""
+    from edge.calibrate.ingest import IngestError, normalise_calibration
+
+    try:
+        ep, ingest = normalise_calibration(Episode(
+            arr.frames, arr.actions, arr.timestamps, EpisodeMetadata.from_json_dict(arr.meta),
+            arr.joint_positions), None, fps=float(arr.meta.get("fps") or 10.0))
+    except IngestError as exc:
+        return {"verdict": "fail", "reasons": [_reason(exc.code, str(exc), exc.dof)],
+                "dofs": [], "frames": len(arr.frames),
+                "dof_names": list(arr.meta.get("dof_names") or []),
+                "fps": arr.meta.get("fps"), "validation_error": None,
+                "ingest": {"normalised": False, "refused": exc.code,
+                           "frames": list(exc.frames) if exc.frames else None}}
+    report = check_arrays(EpisodeArrays.from_episode(ep), opts)
+    report["ingest"] = ingest
+    return report
+
+
 def check_arrays(arr: EpisodeArrays, opts: CheckOptions | None = None) -> dict[str, Any]:
     """Check a calibration episode's coverage.
+
+    A calibration episode of another timing than ``8 n + 1`` frames is first normalised
+    (``edge.calibrate.ingest``, recorded under ``report["ingest"]``) and the normalised
+    episode is checked; one that ingest refuses fails with that one reason (its code:
+    ``never_swept``, ``simultaneous``, ``no_return``, ``unseen``).
 
     Returns:
         The report: ``verdict`` (``"pass"``/``"fail"``), ``reasons`` (code, dof, message),
@@ -197,6 +227,11 @@ def check_arrays(arr: EpisodeArrays, opts: CheckOptions | None = None) -> dict[s
         ``recording`` figures and the thresholds used.
     """
     opts = opts or CheckOptions()
+    t0, n0 = len(arr.frames), arr.actions.shape[1]
+    partial = not ((arr.meta.get("extra") or {}).get("recording") or {}).get("complete", True)
+    if arr.meta.get("kind") == "calibration" and t0 != n0 * SEGMENT_FRAMES + 1 \
+            and arr.validation_error is None and not partial:
+        return _check_normalised(arr, opts)
     meta = arr.meta
     names = list(meta.get("dof_names") or [])
     extra = meta.get("extra") or {}
