@@ -256,3 +256,29 @@ def test_check_gives_the_one_real_reason_of_a_broken_sweep():
     assert report["verdict"] == "fail"
     assert [r["code"] for r in report["reasons"]] == ["simultaneous"]
     assert report["dofs"] == []
+
+
+def test_store_keeps_the_episode_in_the_model_timing_with_what_ingest_did(tmp_path):
+    from edge.cache_types import CacheKey
+    from edge.calibration_cache import CalibrationCache
+    from edge.commands import calibrate
+    from edge.commands.common import run_command
+    from edge.episode import save_episode
+    from edge.manifest import load_manifest
+
+    model = "models/reference"
+    t, q = sweep_positions(np.array([0.4, -0.5, 0.3]), [2, 0, 1], 30.0, 1.0, 0.5)
+    save_episode(drawn_episode(q, t), tmp_path / "slow.npz")
+    assert run_command("calibrate", calibrate.register, [
+        "store", str(tmp_path / "slow.npz"), "--model", model, "--cache-dir",
+        str(tmp_path / "cache"), "--threads", "1"]) == 0
+    import hashlib
+    sha = hashlib.sha256(open(f"{model}/model.json", "rb").read()).hexdigest()
+    with CalibrationCache(tmp_path / "cache") as cache:
+        entry = cache.get(CacheKey("c", "cam", "r", sha))
+    assert entry is not None
+    assert entry.episode.num_frames == 25 and entry.episode.resolution == (64, 64)
+    ing = entry.report["ingest"]
+    assert ing["normalised"] is True and ing["recorded_frames"] == len(q)
+    assert [s["dof"] for s in ing["sweeps"]] == ["j2", "j0", "j1"]
+    assert tuple(load_manifest(f"{model}/model.json").contract.resolution) == (64, 64)

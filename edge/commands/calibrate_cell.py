@@ -101,7 +101,7 @@ def run_store(args: argparse.Namespace) -> int:
     from edge.cache_types import CacheKey
     from edge.calibrate.check import EpisodeArrays, check_arrays
     from edge.episode import load_episode
-    from edge.runtime.context import encode_calibration
+    from edge.runtime.context import encode_calibration, model_timing
     from edge.runtime.inputs import load_image
 
     ep = load_episode(args.episode)
@@ -118,7 +118,10 @@ def run_store(args: argparse.Namespace) -> int:
     try:
         t0 = time.perf_counter()
         # a forced store keeps what the technician chose, a sweep outside the model's
-        # amplitude range included (the report records that the range was not checked)
+        # amplitude range included (the report records that the range was not checked);
+        # the entry keeps the episode in the model's timing, with what ingest did
+        ep, report["ingest"] = model_timing(model, ep, where=str(args.episode),
+                                            check_amplitude=not args.force)
         ctx = encode_calibration(model, ep, where=str(args.episode),
                                  check_amplitude=not args.force)
         encode_s = time.perf_counter() - t0
