@@ -282,3 +282,49 @@ def test_store_keeps_the_episode_in_the_model_timing_with_what_ingest_did(tmp_pa
     assert ing["normalised"] is True and ing["recorded_frames"] == len(q)
     assert [s["dof"] for s in ing["sweeps"]] == ["j2", "j0", "j1"]
     assert tuple(load_manifest(f"{model}/model.json").contract.resolution) == (64, 64)
+
+
+def test_a_slow_planned_sweep_is_what_ingest_accepts():
+    from edge.calibrate.errors import PlanError
+    from edge.calibrate.plan import SWEEP_PROFILE as PROFILE
+    from edge.calibrate.plan import plan_sweep, sweep_profile
+    from edge.calibrate.spec import robot_spec_from_dict
+
+    spec = robot_spec_from_dict({"robot": "toy", "frame_rate_hz": 30, "dofs": [
+        {"name": f"j{i}", "lower": -1.5, "upper": 1.5, "home": 0.0, "sweep_max": 0.5}
+        for i in range(4)]})
+    prog = plan_sweep(spec, 3, phase_s=1.2, pause_s=0.4, amplitude=(0.25, 0.6))
+    seg = prog.sweeps[0].stop - prog.sweeps[0].start
+    assert seg == 2 * 36 + 2 * 12 and prog.episode_frames == 4 * seg + 1
+    assert all(0.25 <= abs(s.amplitude) <= 0.6 for s in prog.sweeps)
+    q = prog.episode_positions()
+    out, report = ingest_calibration(episode_from(q, np.arange(len(q)) / 30.0), (16, 16), 8,
+                                     OPTS)
+    assert out.num_frames == 33 and [s.dof for s in out.metadata.segments] == \
+        [s.dof for s in prog.sweeps]
+    # 3 frames eased out is the generator's own profile
+    np.testing.assert_allclose(sweep_profile(10.0, 0.3, 0.1), PROFILE, atol=1e-12)
+    with pytest.raises(PlanError, match="at least 3 frames per phase"):
+        plan_sweep(spec, 3, phase_s=0.05)
+
+
+def test_plan_cli_takes_the_sweep_timing_and_amplitude(tmp_path, capsys):
+    import json as _json
+
+    from edge.commands import calibrate
+    from edge.commands.common import run_command
+
+    spec = tmp_path / "toy.yaml"
+    spec.write_text("robot: toy\nframe_rate_hz: 15\ndofs:\n"
+                    "  - {name: a, lower: -1.5, upper: 1.5, home: 0.0, sweep_max: 0.5}\n"
+                    "  - {name: b, lower: -1.5, upper: 1.5, home: 0.0, sweep_max: 0.5}\n")
+    assert run_command("calibrate", calibrate.register, [
+        "plan", "--robot", str(spec), "--seed", "1", "--sweep-seconds", "0.8",
+        "--pause-seconds", "0.2", "--amplitude", "0.3-0.4", "--out", str(tmp_path / "p")]) == 0
+    d = _json.loads((tmp_path / "p.json").read_text())
+    assert d["segment_frames"] == 2 * 12 + 2 * 3 and d["model_timing"] is False
+    assert all(0.3 <= abs(s["amplitude"]) <= 0.4 for s in d["sweeps"])
+    with pytest.raises(SystemExit):
+        run_command("calibrate", calibrate.register, [
+            "plan", "--robot", str(spec), "--amplitude", "0.4", "--out", str(tmp_path / "q")])
+    assert "expected LOW-HIGH" in capsys.readouterr().err

@@ -12,6 +12,11 @@ magnitude are random (magnitude in ``[sweep_min, sweep_max]``); where the drawn 
 would leave the limits (less a margin) the sweep goes the other way. The episode recorded
 from it has ``8 n + 1`` frames; segment k covers action rows ``[8k, 8k + 8)``.
 
+A slower sweep (``phase_s``, ``pause_s``: a drive with acceleration limits, a camera at
+another rate) eases out over ``phase_s``, holds ``pause_s``, eases back and holds again;
+its episode has ``L n + 1`` frames and is brought into the model's timing on use
+(``edge.calibrate.ingest``).
+
 Files: JSON (everything, :func:`save_program` / :func:`load_program`) and CSV (``time_s``
 then one column per DoF, one row per knot) for controllers that take a table.
 """
@@ -32,8 +37,9 @@ from edge.calibrate.errors import PlanError
 from edge.calibrate.spec import LIMIT_MARGIN, RobotSpec
 from edge.fileio import atomic_write
 
-__all__ = ["PROGRAM_FORMAT", "SEGMENT_FRAMES", "SWEEP_PROFILE", "JointProgram", "PlannedSweep",
-           "load_program", "plan_motion", "plan_sweep", "save_program"]
+__all__ = ["MIN_PHASE_FRAMES", "PROGRAM_FORMAT", "SEGMENT_FRAMES", "SWEEP_PROFILE", "JointProgram",
+           "PlannedSweep", "load_program", "plan_motion", "plan_sweep", "save_program",
+           "sweep_profile"]
 
 PROGRAM_FORMAT = "syncedge-joint-program"
 PROGRAM_SCHEMA_VERSION = 1
@@ -112,8 +118,50 @@ def _holds(spec: RobotSpec, lead_in_s: float, lead_out_s: float) -> tuple[int, i
             max(1, int(round(lead_out_s * spec.frame_rate_hz))))
 
 
+#: Fewest frames per phase of a timed sweep (``--sweep-seconds``): with fewer the camera
+#: cannot see the poses ingest picks (``edge.calibrate.ingest``, ``unseen``).
+MIN_PHASE_FRAMES = 3
+
+
+def sweep_profile(frame_rate_hz: float, phase_s: float | None = None,
+                  pause_s: float | None = None) -> np.ndarray:
+    """Per-frame position change of one DoF's sweep, as a share of its amplitude.
+
+    Args:
+        frame_rate_hz: knot rate, Hz.
+        phase_s: duration of the out and of the back phase, s; None (and ``pause_s``
+            None): the generator's profile :data:`SWEEP_PROFILE` (8 frames).
+        pause_s: hold at the peak and at home after each phase, s (None: one frame).
+
+    Returns:
+        float64 ``[L]`` (sums to 0): out over ``round(phase_s * rate)`` frames eased in and
+        out (``0.5 - 0.5 cos``, as a drive with acceleration limits moves), the pause, back
+        the same way, the pause.
+    Raises:
+        PlanError: a phase of fewer than :data:`MIN_PHASE_FRAMES` frames, or a negative pause.
+    """
+    if phase_s is None and pause_s is None:
+        return np.asarray(SWEEP_PROFILE, np.float64)
+    phase_s = 3.0 / frame_rate_hz if phase_s is None else float(phase_s)
+    move = int(round(phase_s * frame_rate_hz))
+    if move < MIN_PHASE_FRAMES:
+        raise PlanError(f"--sweep-seconds {phase_s:g}: expected at least {MIN_PHASE_FRAMES} "
+                        f"frames per phase at {frame_rate_hz:g} Hz (>= "
+                        f"{MIN_PHASE_FRAMES / frame_rate_hz:g} s): a faster sweep is not seen "
+                        f"by the camera at the poses the model reads")
+    hold = 1 if pause_s is None else int(round(float(pause_s) * frame_rate_hz))
+    if hold < 0:
+        raise PlanError(f"--pause-seconds {pause_s:g}: expected >= 0 s")
+    u = 0.5 - 0.5 * np.cos(np.pi * np.arange(move + 1) / move)
+    out = np.diff(u)
+    z = np.zeros(hold)
+    return np.concatenate([out, z, -out, z])
+
+
 def plan_sweep(spec: RobotSpec, seed: int, lead_in_s: float = 1.0, lead_out_s: float = 1.0,
-               min_fraction: float = DEFAULT_MIN_FRACTION) -> JointProgram:
+               min_fraction: float = DEFAULT_MIN_FRACTION, phase_s: float | None = None,
+               pause_s: float | None = None,
+               amplitude: tuple[float, float] | None = None) -> JointProgram:
     """Draw the calibration sweep program of a robot.
 
     Args:
@@ -121,31 +169,46 @@ def plan_sweep(spec: RobotSpec, seed: int, lead_in_s: float = 1.0, lead_out_s: f
         seed: random seed (order, signs, magnitudes).
         lead_in_s, lead_out_s: holds at the home pose before and after the sweep, s.
         min_fraction: share of each amplitude the check will require.
+        phase_s, pause_s: a slower sweep (:func:`sweep_profile`); None for both: the
+            model's own timing (8 frames per DoF).
+        amplitude: (low, high) magnitude drawn for each DoF, rad|m (None: the spec's
+            ``sweep_min`` to each DoF's ``sweep_max``); keep it within the model's
+            ``contract.calibration_amplitude_rad``.
 
     Returns:
-        :class:`JointProgram` of ``lead_in + 8 n + 1 + lead_out`` knots.
+        :class:`JointProgram` of ``lead_in + L n + 1 + lead_out`` knots (L = 8 in the
+        model's timing, else the length of :func:`sweep_profile`).
     Raises:
-        PlanError: a DoF that cannot sweep ``sweep_min`` within its limits either way.
+        PlanError: a DoF that cannot sweep the smallest amplitude within its limits either
+            way, a bad amplitude range, or a phase too short for the camera.
     """
     rng = np.random.default_rng(seed)
     n = len(spec.dofs)
     home = np.array([d.home for d in spec.dofs])
+    profile = sweep_profile(spec.frame_rate_hz, phase_s, pause_s)
+    seg_len = len(profile)
+    if amplitude is not None:
+        lo_amp, hi_amp = float(amplitude[0]), float(amplitude[1])
+        if not 0 < lo_amp <= hi_amp:
+            raise PlanError(f"--amplitude {lo_amp:g}-{hi_amp:g}: expected 0 < LOW <= HIGH")
     order = rng.permutation(n)
-    deltas = np.zeros((n * SEGMENT_FRAMES, n))
+    deltas = np.zeros((n * seg_len, n))
     sweeps = []
     for k, j in enumerate(order):
         d = spec.dofs[j]
-        mag = float(rng.uniform(spec.sweep_min, max(spec.sweep_min, d.sweep_max)))
+        low, high = (lo_amp, hi_amp) if amplitude is not None else \
+            (spec.sweep_min, max(spec.sweep_min, d.sweep_max))
+        mag = float(rng.uniform(low, high))
         sign = float(rng.choice([-1.0, 1.0]))
         room = {1.0: d.upper - LIMIT_MARGIN - d.home, -1.0: d.home - d.lower - LIMIT_MARGIN}
         if room[sign] < mag:
             sign = -sign if room[-sign] >= room[sign] else sign
             mag = min(mag, room[sign])
-        if mag < spec.sweep_min:
-            raise PlanError(f"DoF {d.name}: cannot sweep {spec.sweep_min} {d.unit} from home "
+        if mag < low:
+            raise PlanError(f"DoF {d.name}: cannot sweep {low} {d.unit} from home "
                             f"{d.home} within [{d.lower}, {d.upper}]")
-        rows = slice(k * SEGMENT_FRAMES, (k + 1) * SEGMENT_FRAMES)
-        deltas[rows, j] = np.asarray(SWEEP_PROFILE) * sign * mag
+        rows = slice(k * seg_len, (k + 1) * seg_len)
+        deltas[rows, j] = profile * sign * mag
         sweeps.append(PlannedSweep(d.name, rows.start, rows.stop, round(sign * mag, 6)))
     sweep_q = np.vstack([home, home + np.cumsum(deltas, axis=0)])
     sweep_q[-1] = home  # exactly back where it started
@@ -191,10 +254,13 @@ def plan_motion(spec: RobotSpec, seed: int, frames: int = 24, half_range: float 
 
 
 def _to_json(p: JointProgram) -> dict[str, Any]:
+    seg = p.sweeps[0].stop - p.sweeps[0].start if p.sweeps else SEGMENT_FRAMES
     return {"format": PROGRAM_FORMAT, "schema_version": PROGRAM_SCHEMA_VERSION,
             "kind": p.kind, "robot": p.robot, "dof_names": list(p.dof_names),
             "dof_units": list(p.dof_units), "frame_rate_hz": p.frame_rate_hz,
-            "segment_frames": SEGMENT_FRAMES, "sweep_profile": list(SWEEP_PROFILE),
+            "segment_frames": seg,
+            "model_timing": seg == SEGMENT_FRAMES,
+            "sweep_profile": list(SWEEP_PROFILE) if seg == SEGMENT_FRAMES else None,
             "lead_in_frames": p.lead_in_frames, "lead_out_frames": p.lead_out_frames,
             "episode_frames": p.episode_frames, "duration_s": round(p.duration_s, 6),
             "min_fraction": p.min_fraction, "seed": p.seed, "lower": list(p.lower),

@@ -80,6 +80,18 @@ def _resolution(args: argparse.Namespace) -> tuple[int, int]:
     return h, w
 
 
+def _amplitude_range(text: str) -> tuple[float, float]:
+    """``LOW-HIGH`` in rad|m, e.g. ``0.25-0.6``."""
+    try:
+        lo, hi = (float(v) for v in text.split("-"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW-HIGH in rad (e.g. 0.25-0.6), found "
+                                         f"{text!r}") from None
+    if not 0 < lo <= hi:
+        raise argparse.ArgumentTypeError(f"expected 0 < LOW <= HIGH, found {text!r}")
+    return lo, hi
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """``calibrate plan``: write PREFIX.json and PREFIX.csv."""
     from edge.calibrate.plan import plan_motion, plan_sweep, save_program
@@ -90,7 +102,9 @@ def run_plan(args: argparse.Namespace) -> int:
         prog = plan_motion(spec, seed, args.frames, lead_in_s=args.lead_in_s,
                            lead_out_s=args.lead_out_s)
     else:
-        prog = plan_sweep(spec, seed, args.lead_in_s, args.lead_out_s, args.min_fraction)
+        prog = plan_sweep(spec, seed, args.lead_in_s, args.lead_out_s, args.min_fraction,
+                          phase_s=args.sweep_seconds, pause_s=args.pause_seconds,
+                          amplitude=args.amplitude)
     out = Path(args.out)
     paths = save_program(prog, out.with_suffix(".json"), out.with_suffix(".csv"))
     for s in prog.sweeps:
@@ -245,6 +259,16 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     q.add_argument("--lead-out-s", type=float, default=1.0)
     q.add_argument("--min-fraction", type=float, default=0.8,
                    help="share of each amplitude the check requires (default 0.8)")
+    q.add_argument("--sweep-seconds", type=float, default=None, metavar="S",
+                   help="a slower sweep: each DoF eases out over S seconds and back over S "
+                        "(at least 3 frames; default: the model's own timing, 3 frames out, "
+                        "1 pause, 3 back, 1 pause)")
+    q.add_argument("--pause-seconds", type=float, default=None, metavar="S",
+                   help="hold at the peak and at home after each phase, s (default one frame)")
+    q.add_argument("--amplitude", type=_amplitude_range, default=None, metavar="LOW-HIGH",
+                   help="sweep magnitude range, rad|m (default: the spec's sweep_min to each "
+                        "DoF's sweep_max); keep it inside the model's "
+                        "contract.calibration_amplitude_rad (model.json)")
     q.add_argument("--motion", action="store_true",
                    help="an ordinary-motion program for 'validate' instead of the sweep")
     q.add_argument("--frames", type=int, default=24, help="episode frames with --motion")
