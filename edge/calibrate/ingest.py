@@ -15,11 +15,11 @@ sign, with pauses of any length (or none) carries the same information. Ingest r
    where it is further from its home (the first frame's position) than its threshold
    (``max(floor, 0.15 * its peak excursion)``); each maximal run of away frames is an
    excursion. A DoF's sweep is its largest excursion: out from the last frame at home
-   before it (within 1% of the amplitude of its nearest approach to home) to its peak (the
+   before it (within 0.2% of the amplitude of its nearest approach to home) to its peak (the
    frame furthest from home), back from the peak to the first frame at home after it.
 3. Frame picking: for each of the poses ``0.25 A, 0.75 A`` out and ``0.75 A, 0.25 A``
    back, the frame of that phase nearest the pose in position; the peak frame for ``A``
-   and, for the pause, the last frame still within 3% of the peak (the peak frame again
+   and, for the pause, the last frame still within 0.2% of the peak (the peak frame again
    where the sweep did not pause); the first home frame after the sweep and the last home
    frame before the next one for the two home poses. Frames are
    centre-cropped and area-resized to the model's resolution
@@ -61,10 +61,10 @@ __all__ = ["IngestError", "IngestOptions", "Sweep", "ingest_calibration",
 #: Fractions of the amplitude at the 9 poses of one segment (frame 8k .. 8k+8).
 SEGMENT_POSES = (0.0, 0.25, 0.75, 1.0, 1.0, 0.75, 0.25, 0.0, 0.0)
 #: A frame within this share of the amplitude from the peak is still at the peak (pause).
-HOLD_FRACTION = 0.03
+HOLD_FRACTION = 0.002
 #: A frame within this share of the amplitude of the channel's nearest approach to home is
 #: at home (the start and end of a sweep).
-HOME_FRACTION = 0.01
+HOME_FRACTION = 0.002
 
 
 class IngestError(CalibrationInputError):
@@ -321,7 +321,8 @@ def is_model_timing(ep: Episode, segment_frames: int,
 
 
 #: Per-frame lists of ``extra["recording"]`` (indexed by recorded frame), remapped to the
-#: output frames by normalisation.
+#: output frames by normalisation; its knot gaps are cleared (the frames are picked by
+#: pose, and a pose no frame shows is refused as ``unseen``).
 _PER_FRAME = ("tick_offset_s", "pair_error_s")
 
 
@@ -333,8 +334,10 @@ def _remap_recording(rec: dict[str, Any], picks: list[int]) -> dict[str, Any]:
         if isinstance(v, list) and len(v) > max(picks):
             out[k] = [v[i] for i in picks]
     if isinstance(rec.get("gaps"), list):
-        gaps = {int(g) for g in rec["gaps"]}
-        out["gaps"] = [k for k, i in enumerate(picks) if i in gaps]
+        # a knot without a frame near its time does not matter once frames are picked by
+        # their measured pose (a missing pose is ingest's 'unseen'): kept as a count
+        out["gaps_before_ingest"] = len(rec["gaps"])
+        out["gaps"] = []
     return out
 
 
