@@ -328,3 +328,24 @@ def test_plan_cli_takes_the_sweep_timing_and_amplitude(tmp_path, capsys):
         run_command("calibrate", calibrate.register, [
             "plan", "--robot", str(spec), "--amplitude", "0.4", "--out", str(tmp_path / "q")])
     assert "expected LOW-HIGH" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("size", [(96, 96), (480, 640)])
+def test_the_model_takes_a_calibration_at_the_camera_frame_size(size):
+    from edge.runtime.context import encode_calibration, model_timing
+    from edge.runtime.model import load_model
+
+    amps = np.array([0.4, -0.3])
+    q = np.zeros((17, 2))
+    for k, c in enumerate([1, 0]):
+        q[8 * k + 1:8 * k + 9, c] = np.cumsum(SWEEP_PROFILE) * amps[c]
+    ep = episode_from(q, np.arange(17) / 10.0, size=size)
+    model = load_model("models/reference", intra_op_num_threads=1)
+    try:
+        out, report = model_timing(model, ep)
+        assert out.resolution == (64, 64) and report["recorded_resolution"] == list(size)
+        assert out.num_frames == 17
+        ctx = encode_calibration(model, ep)
+        assert ctx.values.shape == tuple(model.contract.context_shape)
+    finally:
+        model.deactivate()
