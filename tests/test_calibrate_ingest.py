@@ -349,3 +349,32 @@ def test_the_model_takes_a_calibration_at_the_camera_frame_size(size):
         assert ctx.values.shape == tuple(model.contract.context_shape)
     finally:
         model.deactivate()
+
+
+def test_ingest_cli_writes_the_episode_in_the_model_timing(tmp_path, capsys):
+    from edge.commands import calibrate
+    from edge.commands.common import run_command
+    from edge.episode import load_episode, save_episode
+
+    t, q = sweep_positions(np.array([0.4, -0.5]), [1, 0], 30.0, 1.0, 0.3)
+    save_episode(episode_from(q, t, size=(48, 64)), tmp_path / "slow.npz")
+    argv = ["ingest", str(tmp_path / "slow.npz"), "--model", "models/reference", "--out",
+            str(tmp_path / "norm.npz")]
+    assert run_command("calibrate", calibrate.register, argv) == 0
+    out = load_episode(tmp_path / "norm.npz")
+    assert out.num_frames == 17 and out.resolution == (64, 64)
+    assert out.metadata.extra["ingest"]["recorded_frames"] == len(q)
+    text = capsys.readouterr().out
+    assert "j1" in text and f"{len(q)} recorded frames -> 17 at 64x64" in text
+    # an existing output is refused before any work
+    assert run_command("calibrate", calibrate.register, argv) == 2
+    assert "exists" in capsys.readouterr().err
+    # a broken sweep: the one reason, exit 2
+    q2 = q.copy()
+    q2[np.flatnonzero(np.abs(q[:, 0]) > 0.2), 1] += 0.2
+    save_episode(episode_from(q2, t), tmp_path / "both.npz")
+    assert run_command("calibrate", calibrate.register, [
+        "ingest", str(tmp_path / "both.npz"), "--model", "models/reference", "--out",
+        str(tmp_path / "n2.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "moved at the same time" in err and not (tmp_path / "n2.npz").exists()

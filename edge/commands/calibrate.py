@@ -1,9 +1,11 @@
-"""``syncedge calibrate``: plan, record, check, store, verify and validate a cell's calibration.
+"""``syncedge calibrate``: plan, record, ingest, check, store, verify and validate a cell's
+calibration.
 
 Subcommands (the technician's procedure is docs/calibration.md):
 
 - ``plan``: the sweep program for a robot spec, as JSON and CSV, with its duration;
 - ``record``: camera (OpenCV) and joints (firmware_bridge URL) into a calibration episode;
+- ``ingest``: a calibration episode of any timing or frame size in the model's timing;
 - ``check``: the coverage report (JSON, contact sheets); exit 1 on failure;
 - ``store``: encode the context and write the calibration cache entry;
 - ``verify``: compare a live frame with the reference frame (moved camera?); exit 1 if stale;
@@ -239,6 +241,36 @@ def run_check(args: argparse.Namespace) -> int:
     return 0 if report["verdict"] == "pass" else 1
 
 
+def run_ingest(args: argparse.Namespace) -> int:
+    """``calibrate ingest``: write the episode in the model's timing and resolution."""
+    from edge.calibrate.ingest import IngestOptions, ingest_calibration, normalise_calibration
+    from edge.episode import load_episode, save_episode
+    from edge.manifest import load_manifest
+
+    out = Path(args.out)
+    if out.exists():
+        raise EdgeError(f"{out}: exists; expected a new episode path (nothing was written)")
+    ep = load_episode(args.episode)
+    c = load_manifest(Path(args.model) / "model.json").contract
+    opts = IngestOptions(amplitude_rad=None if args.no_amplitude_check
+                         else c.calibration_amplitude_rad)
+    size = (int(c.resolution[0]), int(c.resolution[1]))
+    if args.always:
+        norm, report = normalise_calibration(ep, size, opts, fps=c.frame_rate_hz)
+    else:
+        norm, report = ingest_calibration(ep, size, c.segment_frames, opts,
+                                          fps=c.frame_rate_hz)
+    for s in report.get("sweeps", []):
+        print(f"{s['dof']:<24} {s['amplitude']:+.3f}  frames {s['frames'][0]}..{s['frames'][1]}"
+              f"  out {s['out_s']:.2f} s  pause {s['pause_s']:.2f} s  back {s['back_s']:.2f} s"
+              f"  worst pose error {max(s['pose_error']):.2f}")
+    print(f"{report['recorded_frames']} recorded frames -> {norm.num_frames} at "
+          f"{norm.resolution[0]}x{norm.resolution[1]}"
+          + ("" if report["normalised"] else f" (unchanged: {report['reason']})"))
+    print(save_episode(norm, out))
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``calibrate`` group."""
     from edge.commands import calibrate_cell
@@ -293,6 +325,25 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--start-timeout-s", type=float, default=30.0,
                    help="how long to wait for the robot to start moving")
     r.set_defaults(func=run_record)
+
+    g = sub.add_parser(
+        "ingest", help="a calibration episode of any timing in the model's timing",
+        description=plain("""Write a calibration episode recorded at any camera rate, sweep
+        speed, pause, DoF order or sign, or frame size in the model's timing (8 frames per
+        DoF at its poses, the model's resolution), with what was done in
+        metadata.extra.ingest. check, store, validate, simulate and precheck do the same on
+        their own; this writes it for inspection or for other tools. Refusals
+        (never_swept, simultaneous, no_return, unseen, amplitude) name the DoF and the
+        frames; see docs/calibration.md."""))
+    g.add_argument("episode", metavar="EPISODE", help="the recorded calibration episode (.npz)")
+    g.add_argument("--model", required=True, metavar="DIR",
+                   help="the model whose timing, resolution and amplitude range apply")
+    g.add_argument("--out", required=True, metavar="EPISODE", help="new episode file (.npz)")
+    g.add_argument("--always", action="store_true",
+                   help="segment and pick frames even when it is already in the model's timing")
+    g.add_argument("--no-amplitude-check", action="store_true",
+                   help="accept sweeps outside contract.calibration_amplitude_rad")
+    g.set_defaults(func=run_ingest)
 
     c = sub.add_parser("check", help="coverage report of a calibration episode")
     c.add_argument("episode", metavar="EPISODE")
