@@ -232,13 +232,35 @@ class _WarpPredictor(_Predictor):
         return to_uint8(frames).reshape(m, t, *start.shape)
 
 
+class _CalibrationFlowPredictor(_Predictor):
+    """The hand-made calibration reading (``export/calibration_flow.py``), no model file."""
+
+    variants = ("calibrated", "zeroed")
+
+    def contexts(self, cells: list, rng: np.random.Generator) -> dict[str, list[Any]]:
+        from export.calibration_flow import CalibrationFlow
+
+        cal = [CalibrationFlow(c.cal_frames, c.cal_actions * c.dof_mask) for c in cells]
+        return {"calibrated": cal, "zeroed": [None] * len(cells)}
+
+    def rollout(self, variant: str, ctx: Any, start: np.ndarray,
+                actions: np.ndarray) -> np.ndarray:
+        if ctx is None:  # zeroed: nothing moves
+            return np.repeat(np.repeat(start[None, None], actions.shape[1], 1),
+                             actions.shape[0], 0)
+        return ctx.rollout(start, actions)
+
+
 def make_predictor(family: str, run: str) -> _Predictor:
-    """``latent`` (checkpoints ae.pt, dynamics.pt, ...) or ``warp`` (warp.pt)."""
+    """``latent`` (checkpoints ae.pt, dynamics.pt, ...), ``warp`` (warp.pt) or ``calflow``
+    (the hand-made calibration reading; ``run`` is ignored)."""
     if family == "latent":
         return _LatentPredictor(run)
     if family == "warp":
         return _WarpPredictor(run)
-    raise ExportError(f"model family {family!r}: expected latent or warp")
+    if family == "calflow":
+        return _CalibrationFlowPredictor()
+    raise ExportError(f"model family {family!r}: expected latent, warp or calflow")
 
 
 # -- evaluation ---------------------------------------------------------------------------

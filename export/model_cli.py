@@ -98,9 +98,10 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
     for spec in args.model:
         label, _, rest = spec.partition("=")
         family, _, run = rest.partition(":")
-        if not label or family not in ("latent", "warp") or not run:
+        if not label or family not in ("latent", "warp", "calflow") or not run:
             print(f"syncedge model eval-frames: error: --model {spec!r}: expected "
-                  "LABEL=latent:RUN or LABEL=warp:RUN", file=sys.stderr)
+                  "LABEL=latent:RUN, LABEL=warp:RUN or LABEL=calflow:- (the hand-made "
+                  "calibration flow, export/calibration_flow.py)", file=sys.stderr)
             return 2
         models[label] = (family, run)
     names = _split_names(args.split, SPLITS, "eval-frames")
@@ -191,8 +192,9 @@ def register(subparsers: Any) -> None:
                     "candidate futures (cached under DATA/<split>/futures/); prints a table, "
                     "writes eval_frames.json, eval_frames.txt and rollouts_<split>.png.")
     ef.add_argument("--model", action="append", required=True, metavar="LABEL=FAMILY:RUN",
-                    help="a model to evaluate: latent:RUN (ae.pt, dynamics.pt, ...) or "
-                         "warp:RUN (warp.pt, optional warp_nocal.pt); repeatable")
+                    help="a model to evaluate: latent:RUN (ae.pt, dynamics.pt, ...), "
+                         "warp:RUN (warp.pt, optional warp_nocal.pt) or calflow:- (the "
+                         "hand-made per-DoF calibration flow, no model file); repeatable")
     ef.add_argument("--data", default="data/cells", help="generated cells (default data/cells)")
     ef.add_argument("--out", required=True, help="output folder")
     ef.add_argument("--keypoint-run", default="models/latent-checkpoints",
