@@ -4,6 +4,7 @@ Subcommands (the technician's procedure is docs/calibration.md):
 
 - ``plan``: the sweep program for a robot spec, as JSON and CSV, with its duration;
 - ``record``: camera (OpenCV) and joints (firmware_bridge URL) into a calibration episode;
+- ``import``: a calibration or validation episode from a ROS 2 bag or a LeRobot dataset;
 - ``check``: the coverage report (JSON, contact sheets); exit 1 on failure;
 - ``store``: encode the context and write the calibration cache entry;
 - ``verify``: compare a live frame with the reference frame (moved camera?); exit 1 if stale;
@@ -227,7 +228,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``calibrate`` group."""
-    from edge.commands import calibrate_cell
+    from edge.commands import calibrate_cell, calibrate_import
 
     p = subparsers.add_parser("calibrate", help="plan, record, check, store, verify and "
                               "validate a cell's calibration", description=plain(__doc__),
@@ -278,4 +279,5 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c.set_defaults(func=run_check)
 
     calibrate_cell.register_steps(sub)
+    calibrate_import.register_import(sub)
     return p
