@@ -16,8 +16,8 @@ pytest.importorskip("rosbags", reason="pip install 'syncedge[ros]'")
 from edge.calibrate.errors import RecordingImportError  # noqa: E402
 from edge.calibrate.recording_import import ImportOptions, import_recording  # noqa: E402
 from edge.calibrate.rosbag_import import pair_positions  # noqa: E402
-from edge.episode import Episode, EpisodeMetadata, actions_from_positions, load_episode  # noqa: E402
-from tests.calib_cell_helpers import cli  # noqa: E402
+from edge.episode import actions_from_positions, load_episode  # noqa: E402
+from tests.calib_cell_helpers import cli, sweep_episode  # noqa: E402
 from tests.rosbag_helpers import (  # noqa: E402
     NAMES,
     T0,
@@ -140,35 +140,12 @@ def test_pairing_interpolates_each_joint_on_its_own_samples() -> None:
         pair_positions(frames, joints, ["a", "b"], 0.2, "x")
 
 
-def _sweep_episode(kind: str = "calibration") -> Episode:
-    """7 DoFs swept out and back (the planner's 8-frame segments), 64x64: each DoF
-    brightens its own band of the picture, so the check passes."""
-    n, seg = 7, 8
-    q = np.zeros((n * seg + 1, n))
-    rng = np.random.default_rng(3)
-    for k in range(n):
-        amp = rng.uniform(0.3, 0.5) * rng.choice([-1, 1])
-        steps = np.array([0.25, 0.5, 0.25, 0, -0.25, -0.5, -0.25, 0]) * amp
-        q[k * seg + 1:(k + 1) * seg + 1, k] = np.cumsum(steps)
-    if kind == "validation":
-        q = np.cumsum(rng.normal(0, 0.03, (24, n)), axis=0)
-    frames = np.full((len(q), 64, 64, 3), 40, np.uint8)
-    for k in range(n):
-        frames[:, :, 9 * k:9 * k + 8, :] = (120 + 200 * q[:, k])[:, None, None, None] \
-            .clip(0, 255).astype(np.uint8)
-    meta = EpisodeMetadata("cell-1", "cam-1", "robot-1", "toy", tuple(f"j{i}" for i in
-                                                                       range(n)),
-                           ("rad",) * n, 10.0, kind=kind, source="test")
-    return Episode(frames, actions_from_positions(q), np.arange(len(q)) / 10.0, meta,
-                   joint_positions=q)
-
-
 @pytest.mark.parametrize("storage,image", [("mcap", "png"), ("sqlite3", "rgb8")])
 def test_imported_bag_goes_through_check_store_and_validate(tmp_path: Path, storage: str,
                                                             image: str, monkeypatch,
                                                             capsys) -> None:
     monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
-    src = _sweep_episode()
+    src = sweep_episode()
     bag = write_episode_bag(src, tmp_path / "cal_bag", storage=storage, image=image)
     ids = ["--cell", "cell-1", "--camera-id", "cam-1", "--robot-id", "robot-1"]
     assert cli("import", str(bag), "--out", str(tmp_path / "cal.npz"), *ids) == 0
@@ -185,7 +162,7 @@ def test_imported_bag_goes_through_check_store_and_validate(tmp_path: Path, stor
     model = ["--model", str(ROOT / "models" / "reference"), "--cache-dir",
              str(tmp_path / "cache"), "--threads", "1"]
     assert cli("store", str(tmp_path / "cal.npz"), *model) == 0
-    vbag = write_episode_bag(_sweep_episode("validation"), tmp_path / "val_bag",
+    vbag = write_episode_bag(sweep_episode("validation"), tmp_path / "val_bag",
                              storage=storage, image=image)
     assert cli("import", str(vbag), "--out", str(tmp_path / "val.npz"), *ids, "--kind",
                "validation") == 0
@@ -214,7 +191,7 @@ def test_import_cli_refuses_bad_input_and_writes_nothing(tmp_path: Path, capsys)
 def test_lerobot_episode_imports_as_calibration_or_validation(tmp_path: Path) -> None:
     from edge.lerobot import write_lerobot
 
-    cal, val = _sweep_episode(), _sweep_episode("validation")
+    cal, val = sweep_episode(), sweep_episode("validation")
     root = write_lerobot([cal, val], tmp_path / "ds")
     with pytest.raises(RecordingImportError, match=r"2 episodes; pass --episode-index N \(0..1\)"):
         import_recording(root, OPTS)
