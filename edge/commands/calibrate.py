@@ -68,11 +68,17 @@ def _robot_spec(text: str, fps: float | None) -> RobotSpec:
 
 
 def _resolution(args: argparse.Namespace) -> tuple[int, int]:
-    if getattr(args, "model", None):
-        from edge.manifest import load_manifest
+    """The episode's (H, W): ``--model``'s, else ``--size``, else the active bundle's, else
+    64x64."""
+    from edge.commands.common import active_bundle_dir
+    from edge.manifest import load_manifest
 
+    if getattr(args, "model", None):
         # (H, W); from_json already made it a tuple
         return load_manifest(Path(args.model) / "model.json").contract.resolution
+    if args.size is None:
+        active = active_bundle_dir() / "model.json"
+        return load_manifest(active).contract.resolution if active.is_file() else (64, 64)
     try:
         h, w = (int(v) for v in args.size.lower().split("x"))
     except ValueError:
@@ -261,7 +267,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--camera-id", help="camera id (default CELL-cam)")
     r.add_argument("--robot-id", help="robot unit id (default CELL-ROBOT)")
     r.add_argument("--model", metavar="DIR", help="take the resolution from this model")
-    r.add_argument("--size", default="64x64", help="HEIGHTxWIDTH without --model")
+    r.add_argument("--size", default=None, metavar="HxW",
+                   help="HEIGHTxWIDTH without --model (default: the active bundle's "
+                        "resolution, else 64x64)")
     r.add_argument("--tolerance-s", type=float, default=0.02, help="pairing tolerance, s")
     r.add_argument("--camera-latency-s", type=float, default=None,
                    help="exposure-to-stamp delay of the camera, s")
