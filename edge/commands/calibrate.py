@@ -29,7 +29,8 @@ from edge.commands.helptext import plain
 from edge.errors import EdgeError, MissingDependencyError
 from edge.fileio import write_json_atomic
 
-__all__ = ["open_joints", "register", "run_check", "run_plan", "run_record", "sim_module"]
+__all__ = ["default_check_dir", "open_joints", "register", "run_check", "run_plan", "run_record",
+           "sim_module"]
 
 
 def sim_module():
@@ -205,6 +206,14 @@ def _aopts(args, prog, size, cam, joints):
         else float(getattr(joints, "latency_s", 0.0)))
 
 
+def default_check_dir(episode: str | Path) -> Path:
+    """Where ``check`` writes without ``--out``: ``STATE_ROOT/checks/<episode name without
+    .npz>`` (never beside the episode, which may sit in a read-only or shared folder)."""
+    from edge.state import state_root
+
+    return state_root() / "checks" / Path(episode).name.removesuffix(".npz")
+
+
 def run_check(args: argparse.Namespace) -> int:
     """``calibrate check``: report.json, coverage.png and one sheet per DoF; exit 1 on fail."""
     from edge.calibrate.check import CheckOptions, check_arrays, coverage_sheets, load_for_check
@@ -214,7 +223,7 @@ def run_check(args: argparse.Namespace) -> int:
     arr = load_for_check(args.episode)
     report = check_arrays(arr, CheckOptions(min_fraction=args.min_fraction))
     report["episode"] = str(args.episode)
-    out_dir = Path(args.out or str(args.episode).removesuffix(".npz") + ".check")
+    out_dir = Path(args.out) if args.out else default_check_dir(args.episode)
     with StagedOutput(out_dir) as out:
         write_json_atomic(out.path("report.json"), report)
         for name, img in coverage_sheets(arr, report).items():
@@ -281,7 +290,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="coverage report of a calibration episode")
     c.add_argument("episode", metavar="EPISODE")
-    c.add_argument("--out", metavar="DIR", help="report folder (default EPISODE.check)")
+    c.add_argument("--out", metavar="DIR", help="report folder (default "
+                   "STATE_ROOT/checks/EPISODE_NAME; see syncedge --help)")
     c.add_argument("--min-fraction", type=float, default=None,
                    help="override the program's required share of each amplitude")
     c.set_defaults(func=run_check)
