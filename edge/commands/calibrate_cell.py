@@ -239,8 +239,7 @@ def run_validate(args: argparse.Namespace) -> int:
             entry = cache.get(key)
             cached = context_from_source(cache, model, key.cell_id, key.camera_id,
                                          key.robot_id)
-        _check_validation_episode(ep, str(args.episode or args.camera), key,
-                                  entry.episode.num_dof)
+        _check_validation_episode(ep, str(args.episode or args.camera), key, entry.episode)
         n = entry.episode.num_dof
         ctx = CalibrationContext(cached.values, model.sha256, n, f"cache:{key.cell_id}")
         zero = CalibrationContext(np.zeros_like(cached.values), model.sha256, n, "zeroed")
@@ -307,18 +306,35 @@ def run_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_validation_episode(ep: Any, where: str, key: Any, num_dof: int) -> None:
-    """The validation episode must come from the cached cell and have its DoF count."""
+def _check_validation_episode(ep: Any, where: str, key: Any, calibration: Any) -> None:
+    """The validation episode must come from the cached cell, have its DoF count, and not
+    be the calibration itself (an in-sample report would measure nothing the context has
+    not seen).
+
+    Raises:
+        CalibrateError: naming the episode, what it is and what to record instead.
+    """
     meta = ep.metadata
+    record = ("record a validation episode of ordinary motion ('syncedge calibrate plan "
+              "--motion' and 'calibrate record', or 'calibrate import --kind validation')")
     got = (meta.cell_id, meta.camera_id, meta.robot_id)
     want = (key.cell_id, key.camera_id, key.robot_id)
     if got != want:
         raise CalibrateError(f"{where}: a validation episode of cell/camera/robot "
                              f"{'/'.join(got)}, but the cached calibration is of "
                              f"{'/'.join(want)}; validate a cell with its own episode")
-    if ep.num_dof != num_dof:
+    if meta.kind == "calibration":
+        raise CalibrateError(f"{where}: a calibration episode (kind 'calibration'); validating "
+                             f"a cell with its calibration is in-sample and says nothing about "
+                             f"motion the context has not seen: {record}")
+    if ep.num_dof != calibration.num_dof:
         raise CalibrateError(f"{where}: {ep.num_dof} action channels, but the cell's cached "
-                             f"calibration has {num_dof} DoFs")
+                             f"calibration has {calibration.num_dof} DoFs")
+    if ep.frames.shape == calibration.frames.shape and \
+            np.array_equal(ep.frames, calibration.frames):
+        raise CalibrateError(f"{where}: its frames are the cached calibration's own frames "
+                             f"(kind {meta.kind!r}), so the report would be in-sample: "
+                             f"{record}")
 
 
 def _record_validation(args: argparse.Namespace, model: Any):
