@@ -212,10 +212,17 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.out:
         write_json_atomic(args.out, result)
     state = "VALID" if result["valid"] else "STALE"
-    print(f"{state}: shift {result['shift_px']} px ({result['shift_frac']:.2%} of the width), "
-          f"rotation {result['rotation_deg']:+.2f} deg, scale {result['scale']:.4f} "
-          f"[{result['method']}]")
-    for r in result["reasons"]:
+    measured = (f"shift {result['shift_px']} px ({result['shift_frac']:.2%} of the width), "
+                f"rotation {result['rotation_deg']:+.2f} deg, scale {result['scale']:.4f} "
+                f"[{result['method']}]")
+    reasons = list(result["reasons"])
+    if result["resolution_differs"]:
+        # the one real reason first; the figures were measured after cropping and resizing
+        print(f"{state}: {reasons.pop(0)}")
+        print(f"  measured after cropping and resizing to the reference: {measured}")
+    else:
+        print(f"{state}: {measured}")
+    for r in reasons:
         print(f"  {r}")
     return 0 if result["valid"] else 1
 
