@@ -258,6 +258,11 @@ def test_cache_rebuild_restores_every_entry_from_the_blobs(tmp_path: Path, capsy
             assert e.report["n"] == i and e.episode.metadata.cell_id == key.cell_id
             assert e.info.forced == (i == 2)
     assert list((root / "quarantine").glob("index-*.sqlite3"))
+    # on a sound index, rebuilding changes nothing
+    assert cli_cache("rebuild", "--root", str(root)) == 0
+    assert "restored 3 entries" in capsys.readouterr().out
+    with CalibrationCache(root) as c:
+        assert {i.key for i in c.list()} == set(entries)
 
 
 def test_cache_rebuild_skips_damaged_entries_and_keeps_evicted_contexts_out(
@@ -276,6 +281,10 @@ def test_cache_rebuild_skips_damaged_entries_and_keeps_evicted_contexts_out(
     (root / "index.sqlite3").unlink()
     for side in ("index.sqlite3-wal", "index.sqlite3-shm"):
         (root / side).unlink(missing_ok=True)
+    assert cli_cache("list", "--root", str(root)) == 0  # opens a new, empty index
+    assert (f"3 entry record(s) under {root}/entries are not in the index (a lost or "
+            f"replaced index?): run 'syncedge cache rebuild --root {root}'") in \
+        capsys.readouterr().out
     assert cli_cache("rebuild", "--root", str(root)) == 0
     out = capsys.readouterr().out
     assert "restored 2 entries" in out and f"skipped {keys[0].short}: report blob" in out

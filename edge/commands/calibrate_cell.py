@@ -57,13 +57,13 @@ def _key(cache: Any, args: argparse.Namespace, model_sha256: str | None):
     others = cache.list(cell_id=args.cell, camera_id=args.camera_id, robot_id=args.robot_id)
     if others:
         shas = ", ".join(sorted({i.key.model_sha256[:12] for i in others}))
-        pairs = sorted({(i.key.camera_id, i.key.robot_id) for i in others})
-        if len(pairs) > 1:
-            found = ", ".join(f"{c}/{r}" for c, r in pairs)
+        other_pairs = sorted({(i.key.camera_id, i.key.robot_id) for i in others})
+        if len(other_pairs) > 1:
+            found = ", ".join(f"{c}/{r}" for c, r in other_pairs)
             raise CalibrateError(f"calibration cache: no entry for {where}{model}; it is "
                                  f"cached for other models ({shas}) with several cameras or "
                                  f"robots ({found}); pass --camera-id and --robot-id")
-        cmd = store_command(args, args.cell, *pairs[0])
+        cmd = store_command(args, args.cell, *other_pairs[0])
         raise CalibrateError(f"calibration cache: no entry for {where}{model}; it is cached "
                              f"for other models ({shas}): encode it for this one with "
                              f"'{cmd}'")
