@@ -123,7 +123,7 @@ def rebuild_index(root: str | os.PathLike[str]) -> RebuildReport:
                 reasons.append(f"malformed row ({exc})")
                 continue
             except Fault as fault:
-                reasons.append(f"{fault.role} blob {fault.reason}")
+                reasons.append(f"{fault.role} blob failed verification ({fault.reason})")
                 continue
             restored.append(info)
             if no_ctx:

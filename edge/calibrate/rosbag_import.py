@@ -135,11 +135,13 @@ def pair_positions(frame_s: np.ndarray, joints: dict[str, tuple[np.ndarray, np.n
         bad = np.flatnonzero(gap > max_gap_s)
         if bad.size:
             i = int(bad[0])
+            o = float(frame_s[0])  # times from the first frame read better than epochs
             raise RecordingImportError(
-                f"{where}: joint {n!r}: the frame at {t[i]:.3f} s falls between samples "
-                f"{s0[i]:.3f} and {s1[i]:.3f} s ({gap[i] * 1e3:.0f} ms apart; expected at "
-                f"most {max_gap_s * 1e3:.0f} ms): the joint stream has a gap there (record "
-                f"again, or raise --max-joint-gap-s)")
+                f"{where}: joint {n!r}: the frame at {t[i] - o:+.3f} s (from the first frame) "
+                f"falls between samples at {s0[i] - o:+.3f} and {s1[i] - o:+.3f} s "
+                f"({gap[i] * 1e3:.0f} ms apart; expected at most {max_gap_s * 1e3:.0f} ms): "
+                f"the joint stream has a gap there (record again, or raise "
+                f"--max-joint-gap-s)")
         w = np.where(gap > 0, (t - s0) / np.where(gap > 0, gap, 1.0), 0.0)
         q[:, c] = v[j - 1] + w * (v[j] - v[j - 1])
         err = np.maximum(err, np.minimum(np.abs(t - s0), np.abs(s1 - t)))
