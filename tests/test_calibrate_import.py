@@ -68,6 +68,15 @@ def test_bag_frames_and_joints_paired_by_header_stamp(tmp_path: Path, storage: s
     assert err.shape == (12,) and err.max() <= 0.5 / joint_hz + 1e-6
 
 
+@pytest.mark.parametrize("storage,suffix", [("mcap", ".mcap"), ("sqlite3", ".db3")])
+def test_the_storage_file_itself_is_accepted(tmp_path: Path, storage: str, suffix: str) -> None:
+    bag = write_bag(tmp_path / "bag", storage=storage)
+    [file] = bag.glob(f"*{suffix}")
+    ep = import_recording(file, OPTS)
+    assert ep.num_frames == 12 and ep.metadata.extra["import"]["storage"] == storage
+    assert ep.metadata.source == f"rosbag2:{file}"
+
+
 def test_default_joint_order_is_the_first_message_s_and_joints_select(tmp_path: Path) -> None:
     bag = write_bag(tmp_path / "bag", shuffle_joint_order=True)
     ep = import_recording(bag, OPTS)

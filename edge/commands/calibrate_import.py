@@ -20,6 +20,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from edge.calibrate.errors import RecordingImportError
@@ -61,9 +62,14 @@ def run_import(args: argparse.Namespace) -> int:
                           joint_topic=args.joint_topic, episode_index=args.episode_index,
                           camera_key=args.camera_key)
     ref = out.with_name(out.name.removesuffix(".npz") + ".reference.png")
-    # the episode last: once it exists under its name, its reference frame does too
-    write_png(ref, ep.frames[0])
-    save_episode(ep, out)
+    # both or neither: the reference frame is staged, the episode written, then the frame
+    # moved under its name (an earlier pair is replaced, never half of it)
+    staged = write_png(ref.with_name(f".{ref.name}.staged"), ep.frames[0])
+    try:
+        save_episode(ep, out)
+        os.replace(staged, ref)
+    finally:
+        staged.unlink(missing_ok=True)
     imp = ep.metadata.extra["import"]
     h, w = ep.resolution
     print(f"{ep.metadata.kind} episode: {ep.num_frames} frames of {w}x{h} px at "
