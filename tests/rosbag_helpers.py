@@ -80,7 +80,8 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
               frames_out_of_order: bool = False, joint_lead_s: float = 0.05,
               image_topic: str | None = "/camera/image_raw",
               joint_topic: str | None = "/joint_states", zero_stamps: bool = False,
-              joint_gap: tuple[float, float] | None = None) -> Path:
+              joint_gap: tuple[float, float] | None = None,
+              joints_out_of_order: bool = False, repeat_stamp_of: int | None = None) -> Path:
     """Write a bag at ``path`` (a folder that must not exist); returns ``path``.
 
     Args:
@@ -94,6 +95,9 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
         image_topic, joint_topic: ``None`` leaves that topic out.
         zero_stamps: header stamps left at zero (a driver that does not stamp).
         joint_gap: ``(start_s, stop_s)`` after ``T0`` with no joint message.
+        joints_out_of_order: joint messages are written in a scrambled order (stamps right).
+        repeat_stamp_of: frame ``k + 1`` carries frame ``k``'s stamp (a driver repeating
+            a stamp).
     """
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import Stores, get_typestore
@@ -108,7 +112,8 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
         if frames_out_of_order:
             order = [1, 0, 3, 2] + order[4:-2] + [order[-1], order[-2]]
         for rank, k in enumerate(order):
-            t = T0 + k / camera_hz
+            t = T0 + (k - 1 if repeat_stamp_of is not None and k == repeat_stamp_of + 1
+                      else k) / camera_hz
             msg, mtype = _image(ts, image, frame_value(k), 0.0 if zero_stamps else t)
             types[image_topic] = mtype
             # the bag time is arrival order: rank, not the frame's stamp
@@ -130,7 +135,10 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
                 header=header, name=sel, position=q.astype(np.float64),
                 velocity=np.zeros(0, np.float64), effort=np.zeros(0, np.float64))
             types[joint_topic] = "sensor_msgs/msg/JointState"
-            msgs.append((int((t + 0.001) * 1e9), joint_topic,
+            # arrival order: scrambled in blocks of 5 when asked (the stamps stay right)
+            arrival = T0 - joint_lead_s + ((i // 5) * 5 + (4 - i % 5)) / joint_hz \
+                if joints_out_of_order else t
+            msgs.append((int((arrival + 0.001) * 1e9), joint_topic,
                          bytes(ts.serialize_cdr(msg, "sensor_msgs/msg/JointState"))))
     msgs.sort(key=lambda m: m[0])
     with Writer(path, version=9, storage_plugin=plugin) as w:

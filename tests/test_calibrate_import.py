@@ -77,6 +77,44 @@ def test_the_storage_file_itself_is_accepted(tmp_path: Path, storage: str, suffi
     assert ep.metadata.source == f"rosbag2:{file}"
 
 
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_joint_messages_out_of_stamp_order_are_sorted(tmp_path: Path, storage: str) -> None:
+    bag = write_bag(tmp_path / "bag", storage=storage, joints_out_of_order=True)
+    ep = import_recording(bag, dataclasses.replace(OPTS, joint_names=NAMES))
+    np.testing.assert_allclose(ep.joint_positions, true_positions(T0 + ep.timestamps),
+                               atol=1e-9)
+
+
+def test_a_repeated_frame_stamp_is_dropped_and_the_check_reports_it(tmp_path: Path) -> None:
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+
+    bag = write_bag(tmp_path / "bag", repeat_stamp_of=4)
+    ep = import_recording(bag, OPTS)
+    assert ep.num_frames == 11 and ep.metadata.extra["import"]["frames_duplicate_stamp"] == 1
+    assert int(ep.frames[4, 5, 5, 0]) == frame_value(4)  # the first of the two is kept
+    codes = [r["code"] for r in check_arrays(EpisodeArrays.from_episode(ep))["reasons"]]
+    assert "stamps_not_monotonic" in codes
+
+
+def test_unsupported_image_encoding_names_it_and_the_fix() -> None:
+    from types import SimpleNamespace
+
+    from edge.calibrate.rosbag_import import decode_image
+
+    msg = SimpleNamespace(encoding="16UC1", height=2, width=2, step=4,
+                          data=np.zeros(8, np.uint8))
+    with pytest.raises(RecordingImportError, match=r"bag: topic '/d' message 3: Image encoding "
+                       r"'16UC1': expected one of \['bgr8', 'bgra8', 'mono8', 'rgb8', 'rgba8'\] "
+                       r"\(republish the camera as rgb8"):
+        decode_image(msg, "sensor_msgs/msg/Image", "bag: topic '/d' message 3")
+    short = SimpleNamespace(encoding="rgb8", height=2, width=2, step=6, data=np.zeros(8, np.uint8))
+    with pytest.raises(RecordingImportError, match="expected at least 12 data bytes"):
+        decode_image(short, "sensor_msgs/msg/Image", "bag")
+    bad = SimpleNamespace(format="jpeg", data=np.frombuffer(b"not a jpeg", np.uint8))
+    with pytest.raises(RecordingImportError, match="expected JPEG or PNG data OpenCV can decode"):
+        decode_image(bad, "sensor_msgs/msg/CompressedImage", "bag")
+
+
 def test_default_joint_order_is_the_first_message_s_and_joints_select(tmp_path: Path) -> None:
     bag = write_bag(tmp_path / "bag", shuffle_joint_order=True)
     ep = import_recording(bag, OPTS)
