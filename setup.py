@@ -8,7 +8,8 @@ TRAIN = [
     "fast-simplification>=0.1.9",
     "matplotlib>=3.7",
 ]
-TEST = ["pytest>=8", "ruff>=0.6", "mypy>=1.10"]
+ROS = ["rosbags>=0.10"]
+TEST = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", *ROS]
 
 setup(
     name="syncedge",
@@ -49,6 +50,8 @@ setup(
         "bridge": ["dynamixel-sdk>=3.8.4", "feetech-servo-sdk>=1.0", "pysoem>=1.1.13"],
         # NVIDIA devices (JetPack): TensorRT and pycuda.
         "nvidia": ["tensorrt>=10.3", "pycuda>=2024.1"],
+        # Import calibration episodes from ROS 2 bags (rosbag2, MCAP or SQLite3; no ROS).
+        "ros": ROS,
         "test": TEST,
     },
     entry_points={

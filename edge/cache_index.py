@@ -113,8 +113,8 @@ def connect(root: Path, busy_timeout_s: float) -> sqlite3.Connection:
     except sqlite3.DatabaseError as exc:
         raise CacheIndexError(
             f"{path}: expected a calibration-cache index (SQLite), found an unreadable file "
-            f"({exc}); move it aside: the blobs stay, and entries can be imported again "
-            f"from exported archives") from None
+            f"({exc}); rebuild it from the blobs with 'syncedge cache rebuild --root "
+            f"{root}' (or import entries again from exported archives)") from None
     if version > INDEX_SCHEMA_VERSION:
         conn.close()
         raise CacheIndexError(f"{path}: index schema version {version} is newer than this "

@@ -31,6 +31,7 @@ __all__ = [
     "EntryInfo",
     "GcReport",
     "QuarantineRecord",
+    "RebuildReport",
 ]
 
 #: The blobs an entry refers to, in the order they are written.
@@ -276,3 +277,24 @@ class GcReport:
     removed_temp_files: tuple[str, ...]
     quarantine: tuple[QuarantineRecord, ...]
     integrity: str
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    """What :func:`edge.cache_rebuild.rebuild_index` did.
+
+    Attributes:
+        restored: the keys of the entries in the new index, sorted.
+        without_context: those among them whose context blob was missing or damaged (the
+            entry keeps its episode: re-encode with ``syncedge calibrate store --cell``).
+        skipped: ``(key text, reason)`` per entry that could not be restored (a damaged or
+            missing episode, report or reference blob; an unreadable record).
+        old_index: where the previous index file was moved (``None``: there was none).
+        sources: how many candidate rows came from the old index and from the records.
+    """
+
+    restored: tuple[CacheKey, ...]
+    without_context: tuple[CacheKey, ...]
+    skipped: tuple[tuple[str, str], ...]
+    old_index: str | None
+    sources: Mapping[str, int]

@@ -19,6 +19,7 @@ import numpy as np
 
 from edge import cache_index as ix
 from edge.cache_blobs import BlobFault, BlobStore, check_episode, npy_load
+from edge.cache_records import remove_record
 from edge.cache_types import CacheCorruptError, CacheError, CacheKey, CacheKeyError, EntryInfo
 from edge.episode import load_episode
 
@@ -86,6 +87,9 @@ def parse_row(conn: sqlite3.Connection, root: Path, row: sqlite3.Row) -> EntryIn
                            (row["rowid"],)).fetchone()
         if now is not None and ix.row_json(now) == ix.row_json(row):
             conn.execute("DELETE FROM entries WHERE rowid = ?", (row["rowid"],))
+            k = key_or_none(row)
+            if k is not None:
+                remove_record(root, k)
             ix.add_quarantine(conn, key_or_none(row), "row", "", "", reason, ix.row_json(row))
     raise CacheCorruptError(
         f"calibration cache {root / ix.INDEX_NAME}: {reason}; expected a well-formed entry, "
@@ -126,6 +130,9 @@ def quarantine_blob(conn: sqlite3.Connection, blobs: BlobStore, info: EntryInfo,
                              (r["rowid"],))
             else:
                 conn.execute("DELETE FROM entries WHERE rowid = ?", (r["rowid"],))
+                k = key_or_none(r)
+                if k is not None:
+                    remove_record(blobs.root, k)
             ix.add_quarantine(conn, key_or_none(r), fault.role, fault.sha, moved, fault.reason,
                               ix.row_json(r))
     _raise(info.key, fault, moved, path)

@@ -5,6 +5,9 @@ docs/calibration-cache.md)::
 
     ROOT/index.sqlite3        SQLite index in WAL mode (one row per key)
     ROOT/blobs/ab/cdef...     content-addressed blobs (file name = sha256 of its bytes)
+    ROOT/entries/             one JSON record per entry, a copy of its index row
+                              (edge/cache_records.py): 'syncedge cache rebuild' rebuilds
+                              the index from them and the blobs
     ROOT/quarantine/          corrupt blobs moved out of use
     ROOT/tmp/                 episode files being staged
 
@@ -50,6 +53,7 @@ from edge.cache_blobs import (
     episode_digest,
     npy_bytes,
 )
+from edge.cache_records import remove_record, write_record
 from edge.cache_types import (
     CacheConflictError,
     CacheCorruptError,
@@ -193,6 +197,10 @@ class CalibrationCache:
             old = ix.select_row(self._conn, key)
             ix.upsert_entry(self._conn, info)
             evicted = self._evict_over_cap(key)
+        # the record after the commit: a writer killed before it leaves no record of an
+        # entry that was never committed (a missing or older record only makes 'cache
+        # rebuild' verify its blobs and skip what is gone)
+        write_record(self.root, info)
         stale = list(evicted)
         if old is not None:
             stale += [old[f"{r}_sha256"] for r in ("episode", "report", "reference", "context")]
@@ -236,6 +244,7 @@ class CalibrationCache:
             if row is None:
                 return False
             ix.delete_entry(self._conn, key)
+        remove_record(self.root, key)
         self._unlink_unreferenced(row[f"{r}_sha256"] for r in
                                   ("episode", "report", "reference", "context"))
         return True

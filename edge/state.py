@@ -7,8 +7,9 @@ device); otherwise ``$XDG_DATA_HOME/syncedge`` (default ``~/.local/share/syncedg
 Layout::
 
     ROOT/bundles/{a,b,active,keys/}    device bundle slots and trusted public keys
-    ROOT/calibration/                  calibration cache (SQLite index + blobs)
+    ROOT/calibration/                  calibration cache (SQLite index, blobs, entry records)
     ROOT/engines/                      TensorRT engine cache
+    ROOT/checks/<episode name>/        'calibrate check' reports written without --out
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from edge.calibrate.assemble import AssembleOptions, assemble_episode
 from edge.calibrate.camera import open_camera
 from edge.calibrate.check import EpisodeArrays, check_arrays
@@ -11,7 +13,7 @@ from edge.calibrate.plan import JointProgram, plan_sweep
 from edge.calibrate.record import RawRecording, RecordOptions, record
 from edge.commands import calibrate
 from edge.commands.common import run_command
-from edge.episode import Episode
+from edge.episode import Episode, EpisodeMetadata, actions_from_positions
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "sim://cell?split=test_all&seed=3"
@@ -66,3 +68,29 @@ def codes(camera_query: str = "", joint_query: str = "") -> dict:
     """The check report of a recording with these virtual-cell options."""
     _, ep, _, _ = record_sim(camera_query, joint_query)
     return check_arrays(EpisodeArrays.from_episode(ep))
+
+
+def sweep_episode(kind: str = "calibration") -> Episode:
+    """Cell ``cell-1``/``cam-1``/``robot-1``, 7 DoFs, 64x64, 10 Hz, with joint positions.
+
+    ``calibration``: every DoF swept out and back in the planner's 8-frame segments (57
+    frames), each DoF brightening its own band of the picture, so the check passes.
+    ``validation``: 24 frames of small random motion of every DoF."""
+    n, seg = 7, 8
+    q = np.zeros((n * seg + 1, n))
+    rng = np.random.default_rng(3)
+    for k in range(n):
+        amp = rng.uniform(0.3, 0.5) * rng.choice([-1, 1])
+        steps = np.array([0.25, 0.5, 0.25, 0, -0.25, -0.5, -0.25, 0]) * amp
+        q[k * seg + 1:(k + 1) * seg + 1, k] = np.cumsum(steps)
+    if kind == "validation":
+        q = np.cumsum(rng.normal(0, 0.03, (24, n)), axis=0)
+    frames = np.full((len(q), 64, 64, 3), 40, np.uint8)
+    for k in range(n):
+        frames[:, :, 9 * k:9 * k + 8, :] = (120 + 200 * q[:, k])[:, None, None, None] \
+            .clip(0, 255).astype(np.uint8)
+    meta = EpisodeMetadata("cell-1", "cam-1", "robot-1", "toy", tuple(f"j{i}" for i in
+                                                                       range(n)),
+                           ("rad",) * n, 10.0, kind=kind, source="test")
+    return Episode(frames, actions_from_positions(q), np.arange(len(q)) / 10.0, meta,
+                   joint_positions=q)

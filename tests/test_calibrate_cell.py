@@ -119,7 +119,8 @@ def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:
     assert "partial_recording" in {r["code"] for r in report["reasons"]}
 
 
-def test_duplicated_dof_names_are_reported(cell, tmp_path: Path) -> None:
+def test_duplicated_dof_names_are_reported(cell, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
     ep = load_episode(cell["episode"])
     meta = ep.metadata.to_json_dict()
     meta["dof_names"][2] = meta["dof_names"][0]
@@ -128,7 +129,7 @@ def test_duplicated_dof_names_are_reported(cell, tmp_path: Path) -> None:
               "metadata_json": np.frombuffer(json.dumps(meta).encode(), np.uint8)}
     np.savez_compressed(tmp_path / "dup.npz", **arrays)
     assert cli("check", str(tmp_path / "dup.npz")) == 1
-    report = json.loads((tmp_path / "dup.check" / "report.json").read_text())
+    report = json.loads((tmp_path / "home" / "checks" / "dup" / "report.json").read_text())
     dup = [r for r in report["reasons"] if r["code"] == "dof_duplicated"]
     assert dup and meta["dof_names"][0] in dup[0]["message"]
 
@@ -195,16 +196,18 @@ def test_cache_entry_for_another_model_and_mismatched_episodes(cell, tmp_path: P
 
 
 def test_check_says_a_validation_episode_is_not_a_calibration(cell, tmp_path: Path,
-                                                             capsys) -> None:
+                                                             capsys, monkeypatch) -> None:
     import dataclasses
 
     from edge.episode import save_episode
 
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
     ep = load_episode(cell["episode"])
     val = save_episode(dataclasses.replace(
         ep, metadata=dataclasses.replace(ep.metadata, kind="validation")), tmp_path / "v.npz")
     assert cli("check", str(val)) == 1
-    report = json.loads((tmp_path / "v.check" / "report.json").read_text())
+    assert not (tmp_path / "v.check").exists()  # written under the state root instead
+    report = json.loads((tmp_path / "home" / "checks" / "v" / "report.json").read_text())
     assert [r["code"] for r in report["reasons"]] == ["not_calibration"]
     (tmp_path / "plan.json").write_text("{}")
     assert cli("check", str(tmp_path / "plan.json")) == 2

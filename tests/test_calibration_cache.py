@@ -39,7 +39,9 @@ def test_round_trip_returns_every_part(cache: CalibrationCache) -> None:
     got = cache.get_context(k.cell_id, k.camera_id, k.robot_id, k.model_sha256)
     assert got is not None and np.array_equal(got, ctx)
     layout = sorted(p.name for p in cache.root.iterdir())
-    assert layout[:4] == ["blobs", "index.sqlite3", "index.sqlite3-shm", "index.sqlite3-wal"]
+    assert layout[:5] == ["blobs", "entries", "index.sqlite3", "index.sqlite3-shm",
+                          "index.sqlite3-wal"]
+    assert len(list((cache.root / "entries").glob("*.json"))) == 1  # the entry's record
     sha = e.info.context_sha256
     assert blob_file(cache, sha) == cache.root / "blobs" / sha[:2] / sha[2:]
 

@@ -144,7 +144,7 @@ def test_unreadable_index_is_a_clear_error(tmp_path: Path) -> None:
     root.mkdir()
     (root / "index.sqlite3").write_bytes(b"this is not a database" * 100)
     with pytest.raises(CacheIndexError, match="index.sqlite3: expected a calibration-cache "
-                                              "index.*move it aside"):
+                                              "index.*'syncedge cache rebuild --root "):
         CalibrationCache(root)
 
 

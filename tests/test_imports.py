@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BLOCKED = ["torch", "mujoco", "tensorrt", "pycuda", "pysoem", "fast_simplification"]
+BLOCKED = ["torch", "mujoco", "tensorrt", "pycuda", "pysoem", "fast_simplification", "rosbags"]
 
 SCRIPT = f"""
 import importlib, pkgutil, sys

@@ -242,9 +242,13 @@ def check_arrays(arr: EpisodeArrays, opts: CheckOptions | None = None) -> dict[s
     reasons: list[dict] = []
     kind = meta.get("kind")
     if kind is not None and kind != "calibration":
+        # the one real reason: per-DoF sweep figures of an episode that sweeps nothing
+        # would only contradict it
         reasons.append(_reason("not_calibration", f"the episode's kind is {kind!r}, expected "
                                f"'calibration': check the episode recorded with the sweep "
                                f"plan ('calibrate plan' without --motion)"))
+        return _report(arr, reasons, [], names, frac, rec, np.zeros(0), opts.tolerance_s,
+                       opts)
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         reasons.append(_reason("dof_duplicated", f"DoF name(s) {dup} appear more than once in "
@@ -300,8 +304,15 @@ def check_arrays(arr: EpisodeArrays, opts: CheckOptions | None = None) -> dict[s
         dofs.append(rep)
         reasons.extend(rs)
     reasons.extend(_distinct(arr, dofs, opts))
+    return _report(arr, reasons, dofs, names, frac, rec, pe, tol, opts)
+
+
+def _report(arr: EpisodeArrays, reasons: list[dict], dofs: list[dict], names: list[str],
+            frac: float, rec: dict, pe: np.ndarray, tol: float,
+            opts: CheckOptions) -> dict[str, Any]:
+    fps = float(arr.meta.get("fps") or 0) or 1.0
     return {"verdict": "fail" if reasons else "pass", "reasons": reasons, "dofs": dofs,
-            "frames": t, "dof_names": names, "fps": fps, "min_fraction": frac,
+            "frames": len(arr.frames), "dof_names": names, "fps": fps, "min_fraction": frac,
             "validation_error": arr.validation_error,
             "recording": {k: rec.get(k) for k in ("duration_s", "wall_s", "camera_frames",
                                                   "joint_samples", "joint_drift_ppm",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from edge.errors import EdgeError
 
 __all__ = ["CalibrateError", "CameraError", "CameraDisconnectedError", "PlanError",
-           "RecordingError", "StaleCalibrationError"]
+           "RecordingError", "RecordingImportError", "StaleCalibrationError"]
 
 
 class CalibrateError(EdgeError):
@@ -30,6 +30,11 @@ class RecordingError(CalibrateError):
     def __init__(self, message: str, partial_path: object = None):
         super().__init__(message)
         self.partial_path = partial_path
+
+
+class RecordingImportError(CalibrateError, ValueError):
+    """A recording made elsewhere (a rosbag2 bag, a LeRobot dataset) cannot be imported as an
+    episode; the message names the file, the topic or field, what was expected and the fix."""
 
 
 class StaleCalibrationError(CalibrateError):

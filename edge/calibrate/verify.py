@@ -89,12 +89,16 @@ def compare_frames(reference: np.ndarray, live: np.ndarray,
                    opts: VerifyOptions | None = None) -> dict[str, Any]:
     """Compare a live frame with the reference frame (RGB uint8 ``[H, W, 3]`` each).
 
-    The live frame is centre-cropped and resized to the reference's size first.
+    A live frame of another size than the reference is a camera in another mode (or
+    another camera): the calibration is not valid for it, and the first reason says so
+    (``resolution_differs``). The live frame is then centre-cropped and resized to the
+    reference's size so that the shift, rotation and scale are still measured.
 
     Returns:
         JSON-ready result: ``valid`` (bool), ``method`` (``"orb"`` or ``"phase"``),
         ``shift_px`` [x, y], ``shift_frac`` (of the width), ``rotation_deg``, ``scale``,
-        ``reasons`` (what exceeded its tolerance), both measures and the tolerances.
+        ``reasons`` (what exceeded its tolerance), ``size`` and ``live_size`` ([H, W] px),
+        ``resolution_differs``, both measures and the tolerances.
     Raises:
         CalibrateError: a frame that is not RGB uint8.
     """
@@ -105,6 +109,8 @@ def compare_frames(reference: np.ndarray, live: np.ndarray,
             found = (img.dtype, img.shape) if isinstance(img, np.ndarray) else type(img)
             raise CalibrateError(f"verify: expected the {name} frame as uint8 [H, W, 3] RGB, "
                                  f"found {found}")
+    live_hw = live.shape[:2]
+    resolution_differs = live_hw != reference.shape[:2]
     live = fit_frame(live, reference.shape[:2])
     g_ref, g_live = _grey(reference), _grey(live)
     orb = _orb(g_ref, g_live)
@@ -118,6 +124,11 @@ def compare_frames(reference: np.ndarray, live: np.ndarray,
     w = reference.shape[1]
     shift_frac = math.hypot(*shift) / w
     reasons = []
+    if resolution_differs:
+        rh, rw = reference.shape[:2]
+        reasons.append(f"resolution differs: the camera gives {live_hw[1]}x{live_hw[0]} px, "
+                       f"the calibration's reference frame is {rw}x{rh} px (another camera "
+                       f"mode or camera): set the camera to {rw}x{rh} or recalibrate the cell")
     if shift_frac > opts.max_shift_frac:
         reasons.append(f"image shifted {math.hypot(*shift):.2f} px ({shift_frac:.2%} of the "
                        f"width; tolerance {opts.max_shift_frac:.2%})")
@@ -129,4 +140,6 @@ def compare_frames(reference: np.ndarray, live: np.ndarray,
             "shift_px": [round(v, 3) for v in shift], "shift_frac": round(shift_frac, 5),
             "rotation_deg": round(rot, 4), "scale": round(scale, 5), "reasons": reasons,
             "orb": orb, "phase": phase, "tolerances": asdict(opts),
-            "size": [int(reference.shape[0]), int(reference.shape[1])]}
+            "size": [int(reference.shape[0]), int(reference.shape[1])],
+            "live_size": [int(live_hw[0]), int(live_hw[1])],
+            "resolution_differs": bool(resolution_differs)}

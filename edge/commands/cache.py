@@ -1,4 +1,4 @@
-"""``syncedge cache list|show|import|export|gc|remove``: inspect and move calibrations.
+"""``syncedge cache list|show|import|export|gc|remove|rebuild``: inspect and move calibrations.
 
 Every verb takes ``--root DIR`` (default: ``STATE_ROOT/calibration``; STATE_ROOT is
 ``$SYNCEDGE_HOME``, else ``/var/lib/syncedge`` on a device, else
@@ -56,11 +56,14 @@ def _info_json(info: Any) -> dict[str, Any]:
 
 
 def _run_list(args: argparse.Namespace) -> int:
+    from edge.cache_records import read_records
+
     with _open(args) as cache:
         infos = cache.list(cell_id=args.cell, camera_id=args.camera, robot_id=args.robot,
                            model_prefix=args.model)
         quarantined = len(cache.quarantine())
         total = cache.total_bytes()
+        records = 0 if infos else len(read_records(cache.root))
     if args.json:
         print(json.dumps({"entries": [_info_json(i) for i in infos],
                           "total_bytes": total, "quarantine_records": quarantined},
@@ -72,6 +75,10 @@ def _run_list(args: argparse.Namespace) -> int:
         where = args.root or "the default root"
         print(f"no calibration entries match {', '.join(filters)} under {where}" if filters
               else f"no calibration entries under {where}")
+        if not filters and records:
+            print(f"{records} entry record(s) under {where}/entries are not in the index "
+                  f"(a lost or replaced index?): run 'syncedge cache rebuild"
+                  f"{' --root ' + str(args.root) if args.root else ''}'")
     else:
         rows = [["CELL", "CAMERA", "ROBOT", "MODEL", "EPISODE", "CONTEXT", "LAST USED",
                  "FLAGS"]]
@@ -175,6 +182,31 @@ def _run_gc(args: argparse.Namespace) -> int:
     return 0 if rep.integrity == "ok" else 1
 
 
+def _run_rebuild(args: argparse.Namespace) -> int:
+    from edge.cache_rebuild import rebuild_index
+    from edge.calibration_cache import default_root
+
+    root = args.root if args.root is not None else default_root()
+    rep = rebuild_index(root)
+    n = len(rep.restored)
+    print(f"restored {n} entr{'y' if n == 1 else 'ies'} into {root / 'index.sqlite3'} (from "
+          f"{rep.sources['old_index_rows']} readable row(s) of the old index and "
+          f"{rep.sources['records']} entry record(s))")
+    for key in rep.without_context:
+        print(f"  {key.short}: context blob missing or damaged; encode it again with "
+              f"'syncedge calibrate store --cell {key.cell_id} --camera-id {key.camera_id} "
+              f"--robot-id {key.robot_id} --model DIR' (DIR: the model with sha256 "
+              f"{key.model_sha256[:12]}...)")
+    for what, why in rep.skipped:
+        print(f"skipped {what}: {why}")
+    if rep.old_index:
+        print(f"moved the old index to {rep.old_index}")
+    if rep.skipped:
+        print("skipped entries: store the calibration again, or import it from an archive "
+              "('syncedge cache import FILE')")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add the ``cache`` subcommand group to ``subparsers`` (argparse)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -222,3 +254,14 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--grace-s", type=float, default=3600.0,
                     help="keep unreferenced files younger than this (s; default 3600)")
     sp.set_defaults(func=_run_gc)
+
+    sp = sub.add_parser(
+        "rebuild", parents=[common],
+        help="rebuild a corrupt or lost index from the entry records and the blobs",
+        description="Rebuild ROOT/index.sqlite3 from the readable rows of the old index and "
+                    "the entry records under ROOT/entries/, restoring every entry whose "
+                    "episode, report and reference blobs verify (a missing or damaged "
+                    "context is left out: encode it again with 'syncedge calibrate store "
+                    "--cell'). The old index moves to ROOT/quarantine/. Stop other "
+                    "processes using the cache first.")
+    sp.set_defaults(func=_run_rebuild)

@@ -5,6 +5,7 @@ Subcommands (the technician's procedure is docs/calibration.md):
 
 - ``plan``: the sweep program for a robot spec, as JSON and CSV, with its duration;
 - ``record``: camera (OpenCV) and joints (firmware_bridge URL) into a calibration episode;
+- ``import``: a calibration or validation episode from a ROS 2 bag or a LeRobot dataset;
 - ``ingest``: a calibration episode of any timing or frame size in the model's timing;
 - ``check``: the coverage report (JSON, contact sheets); exit 1 on failure;
 - ``store``: encode the context and write the calibration cache entry;
@@ -30,7 +31,8 @@ from edge.commands.helptext import plain
 from edge.errors import EdgeError, MissingDependencyError
 from edge.fileio import write_json_atomic
 
-__all__ = ["open_joints", "register", "run_check", "run_plan", "run_record", "sim_module"]
+__all__ = ["default_check_dir", "open_joints", "register", "run_check", "run_plan", "run_record",
+           "sim_module"]
 
 
 def sim_module():
@@ -69,11 +71,17 @@ def _robot_spec(text: str, fps: float | None) -> RobotSpec:
 
 
 def _resolution(args: argparse.Namespace) -> tuple[int, int]:
-    if getattr(args, "model", None):
-        from edge.manifest import load_manifest
+    """The episode's (H, W): ``--model``'s, else ``--size``, else the active bundle's, else
+    64x64."""
+    from edge.commands.common import active_bundle_dir
+    from edge.manifest import load_manifest
 
+    if getattr(args, "model", None):
         # (H, W); from_json already made it a tuple
         return load_manifest(Path(args.model) / "model.json").contract.resolution
+    if args.size is None:
+        active = active_bundle_dir() / "model.json"
+        return load_manifest(active).contract.resolution if active.is_file() else (64, 64)
     try:
         h, w = (int(v) for v in args.size.lower().split("x"))
     except ValueError:
@@ -214,6 +222,14 @@ def _aopts(args, prog, size, cam, joints):
         else float(getattr(joints, "latency_s", 0.0)))
 
 
+def default_check_dir(episode: str | Path) -> Path:
+    """Where ``check`` writes without ``--out``: ``STATE_ROOT/checks/<episode name without
+    .npz>`` (never beside the episode, which may sit in a read-only or shared folder)."""
+    from edge.state import state_root
+
+    return state_root() / "checks" / Path(episode).name.removesuffix(".npz")
+
+
 def run_check(args: argparse.Namespace) -> int:
     """``calibrate check``: report.json, coverage.png and one sheet per DoF; exit 1 on fail."""
     from edge.calibrate.check import CheckOptions, check_arrays, coverage_sheets, load_for_check
@@ -223,7 +239,7 @@ def run_check(args: argparse.Namespace) -> int:
     arr = load_for_check(args.episode)
     report = check_arrays(arr, CheckOptions(min_fraction=args.min_fraction))
     report["episode"] = str(args.episode)
-    out_dir = Path(args.out or str(args.episode).removesuffix(".npz") + ".check")
+    out_dir = Path(args.out) if args.out else default_check_dir(args.episode)
     with StagedOutput(out_dir) as out:
         write_json_atomic(out.path("report.json"), report)
         for name, img in coverage_sheets(arr, report).items():
@@ -273,7 +289,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``calibrate`` group."""
-    from edge.commands import calibrate_cell
+    from edge.commands import calibrate_cell, calibrate_import
 
     p = subparsers.add_parser("calibrate", help="plan, record, check, store, verify and "
                               "validate a cell's calibration", description=plain(__doc__),
@@ -316,7 +332,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--camera-id", help="camera id (default CELL-cam)")
     r.add_argument("--robot-id", help="robot unit id (default CELL-ROBOT)")
     r.add_argument("--model", metavar="DIR", help="take the resolution from this model")
-    r.add_argument("--size", default="64x64", help="HEIGHTxWIDTH without --model")
+    r.add_argument("--size", default=None, metavar="HxW",
+                   help="HEIGHTxWIDTH without --model (default: the active bundle's "
+                        "resolution, else 64x64)")
     r.add_argument("--tolerance-s", type=float, default=0.02, help="pairing tolerance, s")
     r.add_argument("--camera-latency-s", type=float, default=None,
                    help="exposure-to-stamp delay of the camera, s")
@@ -347,10 +365,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="coverage report of a calibration episode")
     c.add_argument("episode", metavar="EPISODE")
-    c.add_argument("--out", metavar="DIR", help="report folder (default EPISODE.check)")
+    c.add_argument("--out", metavar="DIR", help="report folder (default "
+                   "STATE_ROOT/checks/EPISODE_NAME; see syncedge --help)")
     c.add_argument("--min-fraction", type=float, default=None,
                    help="override the program's required share of each amplitude")
     c.set_defaults(func=run_check)
 
     calibrate_cell.register_steps(sub)
+    calibrate_import.register_import(sub)
     return p

@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 
 from edge.calibrate.errors import CalibrateError
-from edge.commands.common import StagedOutput, add_model_args, open_model
+from edge.commands.common import (
+    StagedOutput,
+    active_bundle_dir,
+    add_model_args,
+    describe_model,
+    open_model,
+    store_command,
+)
 from edge.fileio import write_json_atomic
 
 __all__ = ["register_steps", "run_store", "run_validate", "run_verify"]
@@ -28,7 +35,13 @@ def _cache(args: argparse.Namespace):
 
 def _key(cache: Any, args: argparse.Namespace, model_sha256: str | None):
     """The one cached entry of ``--cell`` (and ``--camera-id``/``--robot-id``) for the model
-    (``None``: for any model, the cell's camera and robot still unique)."""
+    (``None``: for any model, the cell's camera and robot still unique).
+
+    Raises:
+        CalibrateError: no entry, several cameras or robots, or entries for other models
+            only (naming the model in use, the active bundle when ``--model`` was not
+            given, and the exact command that encodes the context for it).
+    """
     infos = cache.list(cell_id=args.cell, camera_id=args.camera_id, robot_id=args.robot_id,
                        model_prefix=model_sha256)
     pairs = {(i.key.camera_id, i.key.robot_id) for i in infos}
@@ -36,7 +49,7 @@ def _key(cache: Any, args: argparse.Namespace, model_sha256: str | None):
         return infos[0].key
     where = (f"cell {args.cell!r} (camera {args.camera_id or 'any'}, robot "
              f"{args.robot_id or 'any'})")
-    model = f" and model {model_sha256[:12]}..." if model_sha256 else ""
+    model = f" and {describe_model(args, model_sha256)}" if model_sha256 else ""
     if len(pairs) > 1:
         found = ", ".join(f"{c}/{r}" for c, r in sorted(pairs))
         raise CalibrateError(f"calibration cache: {where}{model} matches several cameras or "
@@ -44,11 +57,38 @@ def _key(cache: Any, args: argparse.Namespace, model_sha256: str | None):
     others = cache.list(cell_id=args.cell, camera_id=args.camera_id, robot_id=args.robot_id)
     if others:
         shas = ", ".join(sorted({i.key.model_sha256[:12] for i in others}))
+        other_pairs = sorted({(i.key.camera_id, i.key.robot_id) for i in others})
+        if len(other_pairs) > 1:
+            found = ", ".join(f"{c}/{r}" for c, r in other_pairs)
+            raise CalibrateError(f"calibration cache: no entry for {where}{model}; it is "
+                                 f"cached for other models ({shas}) with several cameras or "
+                                 f"robots ({found}); pass --camera-id and --robot-id")
+        cmd = store_command(args, args.cell, *other_pairs[0])
         raise CalibrateError(f"calibration cache: no entry for {where}{model}; it is cached "
                              f"for other models ({shas}): encode it for this one with "
-                             f"'syncedge calibrate store --cell {args.cell} --model DIR'")
+                             f"'{cmd}'")
     raise CalibrateError(f"calibration cache: no entry for {where}; store the calibration "
                          f"first ('syncedge calibrate store EPISODE')")
+
+
+def _reference_key(cache: Any, args: argparse.Namespace, model_sha256: str | None):
+    """The entry whose reference frame ``verify`` compares with: the model's own when it has
+    one; without ``--model``, any entry of the cell (the reference frame is the cell's, not
+    a model's), with a note on stderr when the active bundle has no context yet."""
+    if args.model or model_sha256 is None:
+        return _key(cache, args, model_sha256)
+    try:
+        return _key(cache, args, model_sha256)
+    except CalibrateError:
+        key = _key(cache, args, None)  # refuses as before when the cell has no entry
+    import sys
+
+    print(f"note: {describe_model(args, model_sha256)} has no context for cell "
+          f"{key.cell_id!r} yet; the reference frame comes from its entry for model "
+          f"{key.model_sha256[:12]}...; encode the context for the active bundle with "
+          f"'{store_command(args, key.cell_id, key.camera_id, key.robot_id)}'",
+          file=sys.stderr)
+    return key
 
 
 def _store_from_cache(args: argparse.Namespace) -> int:
@@ -150,12 +190,12 @@ def run_verify(args: argparse.Namespace) -> int:
     from edge.calibrate.verify import VerifyOptions, compare_frames
     from edge.manifest import model_sha256
 
-    active = _active()
+    active = active_bundle_dir()
     # the reference frame is the cell's, whichever model encoded the context
     sha = model_sha256(args.model) if args.model else \
         (model_sha256(active) if (active / "model.json").is_file() else None)
     with _cache(args) as cache:
-        key = _key(cache, args, sha)
+        key = _reference_key(cache, args, sha)
         entry = cache.get(key)
     cam = open_camera(args.camera)
     try:
@@ -175,18 +215,19 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.out:
         write_json_atomic(args.out, result)
     state = "VALID" if result["valid"] else "STALE"
-    print(f"{state}: shift {result['shift_px']} px ({result['shift_frac']:.2%} of the width), "
-          f"rotation {result['rotation_deg']:+.2f} deg, scale {result['scale']:.4f} "
-          f"[{result['method']}]")
-    for r in result["reasons"]:
+    measured = (f"shift {result['shift_px']} px ({result['shift_frac']:.2%} of the width), "
+                f"rotation {result['rotation_deg']:+.2f} deg, scale {result['scale']:.4f} "
+                f"[{result['method']}]")
+    reasons = list(result["reasons"])
+    if result["resolution_differs"]:
+        # the one real reason first; the figures were measured after cropping and resizing
+        print(f"{state}: {reasons.pop(0)}")
+        print(f"  measured after cropping and resizing to the reference: {measured}")
+    else:
+        print(f"{state}: {measured}")
+    for r in reasons:
         print(f"  {r}")
     return 0 if result["valid"] else 1
-
-
-def _active() -> Path:
-    from edge.state import state_root
-
-    return state_root() / "bundles" / "active"
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -208,8 +249,7 @@ def run_validate(args: argparse.Namespace) -> int:
             entry = cache.get(key)
             cached = context_from_source(cache, model, key.cell_id, key.camera_id,
                                          key.robot_id)
-        _check_validation_episode(ep, str(args.episode or args.camera), key,
-                                  entry.episode.num_dof)
+        _check_validation_episode(ep, str(args.episode or args.camera), key, entry.episode)
         n = entry.episode.num_dof
         ctx = CalibrationContext(cached.values, model.sha256, n, f"cache:{key.cell_id}")
         zero = CalibrationContext(np.zeros_like(cached.values), model.sha256, n, "zeroed")
@@ -276,18 +316,35 @@ def run_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_validation_episode(ep: Any, where: str, key: Any, num_dof: int) -> None:
-    """The validation episode must come from the cached cell and have its DoF count."""
+def _check_validation_episode(ep: Any, where: str, key: Any, calibration: Any) -> None:
+    """The validation episode must come from the cached cell, have its DoF count, and not
+    be the calibration itself (an in-sample report would measure nothing the context has
+    not seen).
+
+    Raises:
+        CalibrateError: naming the episode, what it is and what to record instead.
+    """
     meta = ep.metadata
+    record = ("record a validation episode of ordinary motion ('syncedge calibrate plan "
+              "--motion' and 'calibrate record', or 'calibrate import --kind validation')")
     got = (meta.cell_id, meta.camera_id, meta.robot_id)
     want = (key.cell_id, key.camera_id, key.robot_id)
     if got != want:
         raise CalibrateError(f"{where}: a validation episode of cell/camera/robot "
                              f"{'/'.join(got)}, but the cached calibration is of "
                              f"{'/'.join(want)}; validate a cell with its own episode")
-    if ep.num_dof != num_dof:
+    if meta.kind == "calibration":
+        raise CalibrateError(f"{where}: a calibration episode (kind 'calibration'); validating "
+                             f"a cell with its calibration is in-sample and says nothing about "
+                             f"motion the context has not seen: {record}")
+    if ep.num_dof != calibration.num_dof:
         raise CalibrateError(f"{where}: {ep.num_dof} action channels, but the cell's cached "
-                             f"calibration has {num_dof} DoFs")
+                             f"calibration has {calibration.num_dof} DoFs")
+    if ep.frames.shape == calibration.frames.shape and \
+            np.array_equal(ep.frames, calibration.frames):
+        raise CalibrateError(f"{where}: its frames are the cached calibration's own frames "
+                             f"(kind {meta.kind!r}), so the report would be in-sample: "
+                             f"{record}")
 
 
 def _record_validation(args: argparse.Namespace, model: Any):

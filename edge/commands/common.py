@@ -31,8 +31,9 @@ from edge.runtime.errors import RuntimeInputError
 from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
 
-__all__ = ["StagedOutput", "add_context_args", "add_model_args", "default_context_source",
-           "get_context", "open_model", "run_command"]
+__all__ = ["StagedOutput", "active_bundle_dir", "add_context_args", "add_model_args",
+           "default_context_source", "describe_model", "get_context", "model_dir_of",
+           "open_model", "run_command", "store_command"]
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -74,11 +75,56 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
                    help="calibration cache root (default: STATE_ROOT/calibration; see syncedge --help)")
 
 
+def active_bundle_dir() -> Path:
+    """``STATE_ROOT/bundles/active``: the installed model every command defaults to."""
+    return state_root() / "bundles" / "active"
+
+
+def model_dir_of(args: argparse.Namespace) -> Path:
+    """The model folder a command uses: ``--model`` if given, else the active bundle."""
+    return Path(args.model) if getattr(args, "model", None) else active_bundle_dir()
+
+
+def describe_model(args: argparse.Namespace, sha256: str) -> str:
+    """How messages name the model in use: ``the active bundle PATH (model SHA12...)``
+    without ``--model``, ``model PATH (SHA12...)`` with it."""
+    if getattr(args, "model", None):
+        return f"model {args.model} ({sha256[:12]}...)"
+    return f"the active bundle {active_bundle_dir()} (model {sha256[:12]}...)"
+
+
+def store_command(args: argparse.Namespace, cell: str, camera: str, robot: str) -> str:
+    """The exact ``syncedge calibrate store --cell ...`` command that encodes a cell's cached
+    calibration episode for the model in use (``--model`` and ``--cache-dir`` as given;
+    without ``--model``, store uses the active bundle too)."""
+    import shlex
+
+    argv = ["syncedge", "calibrate", "store", "--cell", cell, "--camera-id", camera,
+            "--robot-id", robot]
+    if getattr(args, "model", None):
+        argv += ["--model", str(args.model)]
+    if getattr(args, "cache_dir", None):
+        argv += ["--cache-dir", str(args.cache_dir)]
+    return " ".join(shlex.quote(a) for a in argv)
+
+
 def open_model(args: argparse.Namespace) -> WorldModel:
-    """Load and verify the model named by ``--model`` with ``--backend``/``--threads``."""
-    model_dir = Path(args.model) if args.model else state_root() / "bundles" / "active"
+    """Load and verify the model named by ``--model`` (default: the active bundle) with
+    ``--backend``/``--threads``.
+
+    Raises:
+        RuntimeInputError: the folder has no ``model.json`` (without ``--model``: no bundle
+            is installed), naming the folder and what to do.
+    """
+    model_dir = model_dir_of(args)
     if not (model_dir / "model.json").is_file():
-        raise RuntimeInputError(f"{model_dir}: no model.json here; pass --model DIR")
+        if not getattr(args, "model", None):
+            raise RuntimeInputError(
+                f"no --model given and no active bundle at {model_dir}: install one with "
+                f"'syncedge bundle install BUNDLE', or pass --model DIR (a model folder with "
+                f"model.json, e.g. models/reference)")
+        raise RuntimeInputError(f"{model_dir}: no model.json here; expected a model folder "
+                                f"(e.g. models/reference): pass --model DIR")
     return load_model(model_dir, backend=args.backend, intra_op_num_threads=args.threads)
 
 
@@ -133,12 +179,12 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
     try:
         ctx = context_from_source(src, model, args.cell, camera, robot)
     except RuntimeInputError:
-        hint = _other_models_hint(src, args.cell, camera, robot)
+        hint = _other_models_hint(src, args, camera, robot)
         if not hint:
             raise
         raise RuntimeInputError(f"calibration cache: no context for cell {args.cell!r}, camera "
-                                f"{camera!r}, robot {robot!r} and model {model.sha256[:12]}...; "
-                                f"{hint}") from None
+                                f"{camera!r}, robot {robot!r} and "
+                                f"{describe_model(args, model.sha256)}; {hint}") from None
     cached = _cached_dof(src, args.cell, camera, robot, model.sha256)
     if args.dof is not None and cached is not None and int(args.dof) != cached:
         raise RuntimeInputError(f"--dof {args.dof}: the cached calibration of cell "
@@ -197,18 +243,19 @@ def _cached_dof(source: ContextSource, cell: str, camera: str, robot: str,
     return None if entry is None else int(entry.episode.num_dof)
 
 
-def _other_models_hint(source: ContextSource, cell: str, camera: str, robot: str) -> str:
+def _other_models_hint(source: ContextSource, args: argparse.Namespace, camera: str,
+                       robot: str) -> str:
     """When the cache holds the cell's episode but no context for this model: how to add it."""
     lister = getattr(source, "list", None)
     if lister is None:
         return ""
-    entries = lister(cell_id=cell, camera_id=camera, robot_id=robot)
+    entries = lister(cell_id=args.cell, camera_id=camera, robot_id=robot)
     if not entries:
         return ""
     shas = ", ".join(sorted(i.key.model_sha256[:12] for i in entries))
     return (f"the cache holds this cell's calibration episode (with contexts for models "
-            f"{shas}): encode the context for this model with 'syncedge calibrate store --cell "
-            f"{cell} --camera-id {camera} --robot-id {robot} --model DIR'")
+            f"{shas}): encode the context for this model with "
+            f"'{store_command(args, args.cell, camera, robot)}'")
 
 
 def check_out_dir(out_dir: str | os.PathLike[str]) -> Path:

@@ -8,7 +8,7 @@ __all__ = ["STATE_ROOT_HELP", "plain"]
 
 STATE_ROOT_HELP = ("STATE_ROOT is $SYNCEDGE_HOME if set, else /var/lib/syncedge on a flashed "
                    "device, else $XDG_DATA_HOME/syncedge (~/.local/share/syncedge); it holds "
-                   "bundles/, calibration/ and engines/.")
+                   "bundles/, calibration/, engines/ and checks/.")
 
 
 def plain(doc: str | None) -> str:

@@ -1,0 +1,268 @@
+"""Import a calibration or validation episode from a recording made elsewhere.
+
+Two sources, told apart by their layout (never by guessing at names):
+
+- a **rosbag2** recording (ROS 2; a folder with ``metadata.yaml`` and its ``.mcap`` or
+  ``.db3`` storage file, or that file itself) with a ``sensor_msgs/msg/JointState`` topic
+  and a ``sensor_msgs/msg/Image`` or ``sensor_msgs/msg/CompressedImage`` topic, read with
+  the ``rosbags`` package (:mod:`edge.calibrate.rosbag_import`);
+- a **LeRobot** dataset (layout v3.0: a folder with ``meta/info.json``), read with
+  :func:`edge.lerobot.read_lerobot`.
+
+Either way the result is an ordinary :class:`~edge.episode.Episode` of kind
+``calibration`` or ``validation``: frames at the camera's own size and rate, joint
+positions paired to each frame by time, ``actions[t] = q[t+1] - q[t]``, and what the import
+did in ``metadata.extra["import"]`` (plus the pairing figures ``calibrate check`` reads in
+``metadata.extra["recording"]``). It is written with :func:`edge.episode.save_episode` and
+goes through ``calibrate check`` / ``store`` / ``validate`` like a recorded episode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge.calibrate.errors import RecordingImportError
+from edge.episode import DOF_UNITS, Episode, EpisodeMetadata, actions_from_positions
+
+__all__ = ["IMPORT_FORMATS", "IMPORT_KINDS", "ImportOptions", "detect_format",
+           "episode_from_samples", "import_lerobot", "import_recording"]
+
+#: The recording formats :func:`import_recording` reads.
+IMPORT_FORMATS = ("rosbag2", "lerobot")
+#: The episode kinds an import may produce.
+IMPORT_KINDS = ("calibration", "validation")
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """What the imported episode is and how to read the recording.
+
+    Attributes:
+        cell_id: the cell's id (the calibration cache key's first part).
+        camera_id: the camera's id (default ``CELL-cam``).
+        robot_id: the robot unit's id (default ``CELL-ROBOT``).
+        robot: the robot model's name (default: the dataset's ``robot_type``, else
+            ``"robot"``).
+        kind: ``"calibration"`` (a sweep of every DoF) or ``"validation"`` (ordinary
+            motion for ``calibrate validate``).
+        joint_names: the joints to keep, in the controller's channel order (default: every
+            joint of the recording, in the order it first names them).
+        prismatic: joints whose unit is m (the others are rad).
+        tolerance_s: largest distance from a frame to its nearest joint sample that
+            ``calibrate check`` accepts, s (recorded as ``recording.tolerance_s``).
+        max_joint_gap_s: rosbag2 only: frames between two joint samples further apart than
+            this are refused (no position to pair them with), s.
+        stamps: rosbag2 only: ``"header"`` (the messages' ``header.stamp``, the default) or
+            ``"bag"`` (when the messages were written), for drivers that leave the header
+            stamp at zero.
+    """
+
+    cell_id: str
+    camera_id: str | None = None
+    robot_id: str | None = None
+    robot: str | None = None
+    kind: str = "calibration"
+    joint_names: tuple[str, ...] | None = None
+    prismatic: tuple[str, ...] = ()
+    tolerance_s: float = 0.02
+    max_joint_gap_s: float = 0.25
+    stamps: str = "header"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cell_id, str) or not self.cell_id:
+            raise RecordingImportError(f"import: expected a cell id, found {self.cell_id!r}")
+        if self.kind not in IMPORT_KINDS:
+            raise RecordingImportError(f"import: kind: expected one of {list(IMPORT_KINDS)}, "
+                                       f"found {self.kind!r}")
+        if self.stamps not in ("header", "bag"):
+            raise RecordingImportError(f"import: stamps: expected 'header' or 'bag', found "
+                                       f"{self.stamps!r}")
+        if self.joint_names is not None:
+            dup = sorted({n for n in self.joint_names if self.joint_names.count(n) > 1})
+            if not self.joint_names or dup:
+                raise RecordingImportError(f"import: joint names: expected distinct names, "
+                                           f"found {list(self.joint_names)}")
+        if not (self.tolerance_s > 0 and self.max_joint_gap_s > 0):
+            raise RecordingImportError(f"import: expected positive tolerance_s and "
+                                       f"max_joint_gap_s, found {self.tolerance_s}, "
+                                       f"{self.max_joint_gap_s}")
+
+
+def detect_format(source: str | os.PathLike[str]) -> str:
+    """Which format ``source`` is in, from its layout: ``"rosbag2"`` or ``"lerobot"``.
+
+    Raises:
+        RecordingImportError: ``source`` is missing or neither layout.
+    """
+    p = Path(source)
+    if p.is_dir() and (p / "meta" / "info.json").is_file():
+        return "lerobot"
+    if p.is_dir() and (p / "metadata.yaml").is_file():
+        return "rosbag2"
+    if p.is_file() and p.suffix in (".mcap", ".db3"):
+        return "rosbag2"
+    what = "no such file or folder" if not p.exists() else "neither layout"
+    raise RecordingImportError(
+        f"{p}: {what}; expected a rosbag2 recording (a folder with metadata.yaml and its "
+        f".mcap or .db3 file, or that file) or a LeRobot v3.0 dataset (a folder with "
+        f"meta/info.json)")
+
+
+def import_recording(source: str | os.PathLike[str], options: ImportOptions, *,
+                     image_topic: str | None = None, joint_topic: str | None = None,
+                     episode_index: int | None = None, camera_key: str | None = None
+                     ) -> Episode:
+    """Import one episode from a rosbag2 recording or a LeRobot dataset (see the module
+    docstring).
+
+    Args:
+        source: the bag (folder or storage file) or the dataset folder.
+        options: ids, kind, joints and pairing options.
+        image_topic, joint_topic: rosbag2: the topics (default: the bag's only Image or
+            CompressedImage topic, its only JointState topic).
+        episode_index, camera_key: LeRobot: which episode (default: the only one) and
+            which video feature (default: the first).
+
+    Returns:
+        A validated episode: frames uint8 ``[T, H, W, 3]`` at the camera's size,
+        timestamps float64 ``[T]`` s from the first frame, joint positions float64
+        ``[T, A]`` (rad or m), actions float32 ``[T, A]``.
+    Raises:
+        RecordingImportError: a missing topic or feature, an unreadable message, frames
+            that cannot be paired (the file, topic or field named, and the fix).
+        MissingDependencyError: rosbag2 without the ``rosbags`` package.
+    """
+    fmt = detect_format(source)
+    if fmt == "lerobot":
+        if image_topic or joint_topic:
+            raise RecordingImportError(f"{source}: a LeRobot dataset has no topics; drop "
+                                       f"--image-topic/--joint-topic (use --camera-key)")
+        return import_lerobot(source, options, episode_index=episode_index,
+                              camera_key=camera_key)
+    if episode_index is not None or camera_key is not None:
+        raise RecordingImportError(f"{source}: a rosbag2 recording; --episode-index and "
+                                   f"--camera-key are for LeRobot datasets (use "
+                                   f"--image-topic/--joint-topic)")
+    from edge.calibrate.rosbag_import import import_rosbag2
+
+    return import_rosbag2(source, options, image_topic=image_topic, joint_topic=joint_topic)
+
+
+def _units(names: Sequence[str], options: ImportOptions, where: str) -> tuple[str, ...]:
+    unknown = [n for n in options.prismatic if n not in names]
+    if unknown:
+        raise RecordingImportError(f"{where}: prismatic joint(s) {unknown} are not among the "
+                                   f"imported joints {list(names)}")
+    units = tuple("m" if n in options.prismatic else "rad" for n in names)
+    assert all(u in DOF_UNITS for u in units)
+    return units
+
+
+def episode_from_samples(frames: np.ndarray, stamps_s: np.ndarray, positions: np.ndarray,
+                         names: Sequence[str], options: ImportOptions, *, source: str,
+                         robot: str | None, camera: dict[str, Any], extra: dict[str, Any],
+                         where: str) -> Episode:
+    """Build and validate the imported episode.
+
+    Args:
+        frames: uint8 ``[T, H, W, 3]`` RGB at the camera's own size.
+        stamps_s: float64 ``[T]`` seconds, strictly increasing (any origin: the episode's
+            timestamps start at 0).
+        positions: float64 ``[T, A]`` joint positions paired to the frames (rad or m).
+        names: the ``A`` joint names, in channel order.
+        options: ids and kind.
+        source, robot, camera, extra: metadata fields (``extra`` gets the import's record).
+        where: the recording, for messages.
+
+    Raises:
+        RecordingImportError: fewer than two frames, or a rate that cannot be estimated.
+    """
+    t = len(frames)
+    if t < 2:
+        raise RecordingImportError(f"{where}: expected at least 2 frames paired with joint "
+                                   f"positions, found {t}")
+    ts = np.asarray(stamps_s, np.float64)
+    fps = float(1.0 / np.median(np.diff(ts)))
+    robot_name = options.robot or robot or "robot"
+    meta = EpisodeMetadata(
+        cell_id=options.cell_id, camera_id=options.camera_id or f"{options.cell_id}-cam",
+        robot_id=options.robot_id or f"{options.cell_id}-{robot_name}", robot=robot_name,
+        dof_names=tuple(names), dof_units=_units(names, options, where), fps=round(fps, 6),
+        kind=options.kind, source=source, camera=camera, extra=extra)
+    q = np.ascontiguousarray(positions, np.float64)
+    ep = Episode(frames=np.ascontiguousarray(frames, np.uint8),
+                 actions=actions_from_positions(q), timestamps=ts - ts[0], metadata=meta,
+                 joint_positions=q)
+    return ep.validate(where)
+
+
+def _select(names: list[str], options: ImportOptions, where: str) -> list[int]:
+    """Column indices of ``options.joint_names`` in ``names`` (all when not given)."""
+    if options.joint_names is None:
+        return list(range(len(names)))
+    missing = [n for n in options.joint_names if n not in names]
+    if missing:
+        raise RecordingImportError(f"{where}: joint(s) {missing} are not in the recording; "
+                                   f"found {names} (pass --joints with names from that list)")
+    return [names.index(n) for n in options.joint_names]
+
+
+def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
+                   episode_index: int | None = None, camera_key: str | None = None) -> Episode:
+    """One episode of a LeRobot v3.0 dataset as a calibration or validation episode.
+
+    Frames keep the dataset's size and rate; ``observation.state`` gives the joint
+    positions (one row per frame, so pairing is the dataset's own); ``action`` (LeRobot's
+    absolute targets) is not used. syncedge metadata written with the dataset
+    (``meta/syncedge_episodes.json``) is kept where ``options`` leaves it open.
+
+    Raises:
+        RecordingImportError: no such episode, several episodes and no index, an unknown
+            joint.
+        EpisodeError: the dataset is malformed (from :func:`edge.lerobot.read_lerobot`).
+    """
+    from edge.lerobot import read_lerobot
+
+    where = str(root)
+    episodes = read_lerobot(root, camera_key=camera_key)
+    if episode_index is None:
+        if len(episodes) != 1:
+            raise RecordingImportError(f"{where}: {len(episodes)} episodes; pass "
+                                       f"--episode-index N (0..{len(episodes) - 1})")
+        episode_index = 0
+    if not 0 <= episode_index < len(episodes):
+        raise RecordingImportError(f"{where}: episode index {episode_index}: expected "
+                                   f"0..{len(episodes) - 1}")
+    ep = episodes[episode_index]
+    assert ep.joint_positions is not None  # read_lerobot pairs observation.state
+    names = list(ep.metadata.dof_names)
+    cols = _select(names, options, where)
+    kept = [names[c] for c in cols]
+    m = ep.metadata
+    defaults = m.source.startswith("lerobot:")  # no syncedge metadata in the dataset
+    opts = dataclasses.replace(
+        options,
+        camera_id=options.camera_id or (None if defaults else m.camera_id),
+        robot_id=options.robot_id or (None if defaults else m.robot_id),
+        prismatic=options.prismatic or tuple(n for n, u in zip(m.dof_names, m.dof_units,
+                                                                strict=True)
+                                             if u == "m" and n in kept))
+    extra = {**dict(m.extra), "import": {
+        "format": "lerobot", "source": where, "episode_index": episode_index,
+        "camera_key": camera_key or "first video feature", "frames": ep.num_frames,
+        "joints": kept, "kind_in_dataset": m.kind}}
+    out = episode_from_samples(ep.frames, ep.timestamps, ep.joint_positions[:, cols], kept,
+                               opts, source=f"lerobot:{where}#episode={episode_index}",
+                               robot=m.robot if m.robot != "unknown" else None,
+                               camera=dict(m.camera), extra=extra, where=where)
+    segs = tuple(s for s in m.segments if s.dof in kept) if options.kind == "calibration" \
+        else ()
+    return dataclasses.replace(out, metadata=dataclasses.replace(out.metadata, segments=segs)
+                               ).validate(where)

@@ -1,0 +1,345 @@
+"""A calibration or validation episode from a ROS 2 recording (rosbag2, MCAP or SQLite3).
+
+Read with the ``rosbags`` package (pure Python, no ROS install; imported here only, at
+first use; ``pip install 'syncedge[ros]'``). Messages (ROS 2 ``sensor_msgs``):
+
+- ``sensor_msgs/msg/JointState``: ``name[]`` and ``position[]`` (rad, or m for a prismatic
+  joint). Joints are matched by name in every message, so messages may list them in any
+  order, and a message may carry only some of them (several publishers on one topic).
+- ``sensor_msgs/msg/Image`` with encoding ``rgb8``, ``bgr8``, ``rgba8``, ``bgra8`` or
+  ``mono8`` (row stride ``step`` honoured), or ``sensor_msgs/msg/CompressedImage`` (JPEG or
+  PNG, decoded with OpenCV).
+
+Time: each message's ``header.stamp`` (or, with ``stamps="bag"``, the time the bag
+recorded it). Frames are sorted by stamp (bags store messages in arrival order, which is
+not always stamp order); a frame whose stamp repeats an earlier one is dropped and counted
+(``recording.camera_stamps_non_monotonic``, which ``calibrate check`` reports). Each joint's
+position at a frame's stamp is interpolated linearly between that joint's two samples
+around it; frames before the first or after the last joint sample are dropped at the ends
+(counted), and a frame between two samples further apart than ``max_joint_gap_s`` is
+refused. ``recording.pair_error_s`` holds, per frame, the distance to the nearest joint
+sample (largest over the joints), which ``calibrate check`` compares with ``tolerance_s``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge.calibrate.errors import RecordingImportError
+from edge.calibrate.recording_import import ImportOptions, episode_from_samples
+from edge.episode import Episode
+from edge.errors import MissingDependencyError
+
+__all__ = ["IMAGE_ENCODINGS", "IMAGE_TYPES", "JOINT_TYPE", "decode_image", "import_rosbag2",
+           "pair_positions"]
+
+JOINT_TYPE = "sensor_msgs/msg/JointState"
+IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+#: ``sensor_msgs/msg/Image`` encodings read (REP 104 names): channels and channel order.
+IMAGE_ENCODINGS = {"rgb8": (3, "rgb"), "bgr8": (3, "bgr"), "rgba8": (4, "rgb"),
+                   "bgra8": (4, "bgr"), "mono8": (1, "mono")}
+
+
+def _rosbags() -> tuple[Any, Any]:
+    """``(rosbags.rosbag2.Reader, typestore)``, imported here only.
+
+    Raises:
+        MissingDependencyError: ``rosbags`` is not installed.
+    """
+    try:
+        from rosbags.rosbag2 import Reader
+        from rosbags.typesys import Stores, get_typestore
+    except ImportError:
+        raise MissingDependencyError("rosbags", "ros", "reading a rosbag2 recording") \
+            from None
+    return Reader, get_typestore(Stores.LATEST)
+
+
+def decode_image(msg: Any, msgtype: str, where: str) -> np.ndarray:
+    """One image message as uint8 ``[H, W, 3]`` RGB.
+
+    Raises:
+        RecordingImportError: an unsupported encoding or format, or data of the wrong size
+            (``where`` names the bag, topic and message).
+    """
+    import cv2
+
+    if msgtype == "sensor_msgs/msg/CompressedImage":
+        buf = np.frombuffer(bytes(msg.data), np.uint8)
+        img = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
+        if img is None:
+            raise RecordingImportError(f"{where}: CompressedImage format {msg.format!r}: "
+                                       f"expected JPEG or PNG data OpenCV can decode, found "
+                                       f"{buf.size} bytes it cannot")
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    enc = str(msg.encoding).lower()
+    if enc not in IMAGE_ENCODINGS:
+        raise RecordingImportError(f"{where}: Image encoding {msg.encoding!r}: expected one of "
+                                   f"{sorted(IMAGE_ENCODINGS)} (republish the camera as rgb8 "
+                                   f"or bgr8, or record its CompressedImage topic)")
+    ch, order = IMAGE_ENCODINGS[enc]
+    h, w, step = int(msg.height), int(msg.width), int(msg.step)
+    data = np.asarray(msg.data, np.uint8).reshape(-1)
+    if h < 1 or w < 1 or step < w * ch or data.size < h * step:
+        raise RecordingImportError(f"{where}: Image {w}x{h} {enc} with step {step}: expected "
+                                   f"at least {h * max(step, w * ch)} data bytes and step >= "
+                                   f"{w * ch}, found {data.size} bytes")
+    img = data[:h * step].reshape(h, step)[:, :w * ch].reshape(h, w, ch)
+    if order == "mono":
+        return np.ascontiguousarray(np.repeat(img, 3, axis=2))
+    img = img[:, :, :3]
+    return np.ascontiguousarray(img[:, :, ::-1] if order == "bgr" else img)
+
+
+def pair_positions(frame_s: np.ndarray, joints: dict[str, tuple[np.ndarray, np.ndarray]],
+                   names: list[str], max_gap_s: float, where: str
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each joint's position at each frame's stamp, by linear interpolation in time.
+
+    Args:
+        frame_s: float64 ``[T]`` frame stamps, s, increasing.
+        joints: per joint name, ``(stamps float64 [N] s increasing, positions float64 [N])``.
+        names: the joints wanted, in channel order.
+        max_gap_s: refuse a frame between two samples of a joint further apart than this.
+        where: the recording, for messages.
+
+    Returns:
+        ``(keep bool [T], positions float64 [T', A], pair_error_s float64 [T'])``: which
+        frames lie within every joint's samples (a contiguous run), their positions, and per
+        kept frame the distance to the nearest joint sample (largest over the joints).
+    Raises:
+        RecordingImportError: no frame within the joint samples, or a frame in a gap.
+    """
+    lo = max(float(joints[n][0][0]) for n in names)
+    hi = min(float(joints[n][0][-1]) for n in names)
+    keep = (frame_s >= lo) & (frame_s <= hi)
+    if not keep.any():
+        raise RecordingImportError(
+            f"{where}: no frame lies within the joint samples (frames "
+            f"{frame_s[0]:.3f}..{frame_s[-1]:.3f} s, joints {lo:.3f}..{hi:.3f} s): expected "
+            f"both topics recorded over the same time (check the header stamps, or pass "
+            f"--stamps bag)")
+    t = frame_s[keep]
+    q = np.empty((len(t), len(names)), np.float64)
+    err = np.zeros(len(t), np.float64)
+    for c, n in enumerate(names):
+        s, v = joints[n]
+        j = np.clip(np.searchsorted(s, t, side="right"), 1, len(s) - 1)
+        s0, s1 = s[j - 1], s[j]
+        gap = s1 - s0
+        bad = np.flatnonzero(gap > max_gap_s)
+        if bad.size:
+            i = int(bad[0])
+            o = float(frame_s[0])  # times from the first frame read better than epochs
+            raise RecordingImportError(
+                f"{where}: joint {n!r}: the frame at {t[i] - o:+.3f} s (from the first frame) "
+                f"falls between samples at {s0[i] - o:+.3f} and {s1[i] - o:+.3f} s "
+                f"({gap[i] * 1e3:.0f} ms apart; expected at most {max_gap_s * 1e3:.0f} ms): "
+                f"the joint stream has a gap there (record again, or raise "
+                f"--max-joint-gap-s)")
+        w = np.where(gap > 0, (t - s0) / np.where(gap > 0, gap, 1.0), 0.0)
+        q[:, c] = v[j - 1] + w * (v[j] - v[j - 1])
+        err = np.maximum(err, np.minimum(np.abs(t - s0), np.abs(s1 - t)))
+    return keep, q, err
+
+
+def _bag_dir(source: Path) -> Path:
+    return source.parent if source.is_file() else source
+
+
+def _stamp_s(msg: Any, bag_ns: int, stamps: str) -> float:
+    if stamps == "bag":
+        return bag_ns / 1e9
+    st = msg.header.stamp
+    return int(st.sec) + int(st.nanosec) / 1e9
+
+
+def _topics(reader: Any) -> dict[str, str]:
+    return {c.topic: c.msgtype for c in reader.connections}
+
+
+def _pick(topics: dict[str, str], wanted: str | None, types: tuple[str, ...], what: str,
+          flag: str, where: str) -> str:
+    listing = ", ".join(f"{t} ({m})" for t, m in sorted(topics.items())) or "none"
+    if wanted is not None:
+        if wanted not in topics:
+            raise RecordingImportError(f"{where}: no topic {wanted!r}; expected a {what} "
+                                       f"topic, found {listing} (pass {flag} with one of them)")
+        if topics[wanted] not in types:
+            raise RecordingImportError(f"{where}: topic {wanted!r} is {topics[wanted]}; "
+                                       f"expected {' or '.join(types)}")
+        return wanted
+    found = sorted(t for t, m in topics.items() if m in types)
+    if len(found) != 1:
+        have = "none" if not found else f"{len(found)} ({', '.join(found)})"
+        raise RecordingImportError(f"{where}: expected one {what} topic ({' or '.join(types)}), "
+                                   f"found {have} among {listing}; pass {flag} TOPIC")
+    return found[0]
+
+
+def _messages(reader: Any, typestore: Any, topic: str, where: str
+              ) -> Iterator[tuple[int, int, Any, str]]:
+    conns = [c for c in reader.connections if c.topic == topic]
+    for k, (conn, bag_ns, raw) in enumerate(reader.messages(connections=conns)):
+        try:
+            msg = typestore.deserialize_cdr(raw, conn.msgtype)
+        except Exception as exc:  # rosbags raises several types for a bad message
+            raise RecordingImportError(f"{where}: topic {topic!r} message {k}: cannot decode "
+                                       f"it as {conn.msgtype} ({type(exc).__name__}: {exc})") \
+                from None
+        yield k, int(bag_ns), msg, conn.msgtype
+
+
+def _read_joints(reader: Any, typestore: Any, topic: str, stamps: str, where: str
+                 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str], int]:
+    series: dict[str, list[tuple[float, float]]] = {}
+    order: list[str] = []
+    count = 0
+    for k, bag_ns, msg, _ in _messages(reader, typestore, topic, where):
+        names = list(msg.name)
+        pos = np.asarray(msg.position, np.float64).reshape(-1)
+        if len(pos) == 0:
+            continue  # velocity- or effort-only message
+        if len(pos) != len(names):
+            raise RecordingImportError(f"{where}: topic {topic!r} message {k}: {len(names)} "
+                                       f"names but {len(pos)} positions; expected one "
+                                       f"position per name")
+        t = _stamp_s(msg, bag_ns, stamps)
+        count += 1
+        for n, v in zip(names, pos, strict=True):
+            if n not in series:
+                series[n] = []
+                order.append(n)
+            series[n].append((t, float(v)))
+    if not count:
+        raise RecordingImportError(f"{where}: topic {topic!r} has no JointState message with "
+                                   f"positions; expected the controller's joint states")
+    out = {}
+    for n, rows in series.items():
+        a = np.asarray(rows, np.float64)  # (N, 2): stamp s, position
+        a = a[np.argsort(a[:, 0], kind="stable")]
+        if stamps == "header" and a[-1, 0] == 0.0:
+            raise RecordingImportError(f"{where}: topic {topic!r}: header stamps are zero; "
+                                       f"the driver does not stamp its messages: pass "
+                                       f"--stamps bag to use the recording times")
+        keep = np.concatenate([np.diff(a[:, 0]) > 0, [True]])  # equal stamps: last wins
+        a = a[keep]
+        if len(a) < 2:
+            raise RecordingImportError(f"{where}: topic {topic!r}: joint {n!r} has "
+                                       f"{len(a)} sample(s); expected at least 2 to pair "
+                                       f"frames with")
+        out[n] = (a[:, 0], a[:, 1])
+    return out, order, count
+
+
+def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
+                   image_topic: str | None = None, joint_topic: str | None = None) -> Episode:
+    """Read a rosbag2 recording into an episode (see the module docstring).
+
+    Args:
+        source: the bag folder (``metadata.yaml``) or its ``.mcap``/``.db3`` file.
+        options: ids, kind, joints, pairing options, stamp source.
+        image_topic, joint_topic: the topics (default: the bag's only image topic, its only
+            JointState topic).
+
+    Returns:
+        A validated episode: frames uint8 ``[T, H, W, 3]`` at the camera's size and rate,
+        timestamps float64 ``[T]`` s from the first paired frame, joint positions float64
+        ``[T, A]``, actions float32 ``[T, A]``.
+    Raises:
+        MissingDependencyError: ``rosbags`` is not installed.
+        RecordingImportError: the bag cannot be opened, a topic is missing or ambiguous, a
+            message cannot be decoded, the frame size changes, or frames cannot be paired.
+    """
+    Reader, typestore = _rosbags()
+    src = Path(source)
+    bag = _bag_dir(src)
+    where = str(src)
+    try:
+        reader = Reader(bag)
+        reader.open()
+    except Exception as exc:  # rosbags' ReaderError and the storage libraries' errors
+        raise RecordingImportError(f"{where}: cannot open it as a rosbag2 recording "
+                                   f"({type(exc).__name__}: {exc}); expected a bag folder "
+                                   f"with metadata.yaml and its .mcap or .db3 file") from None
+    try:
+        topics = _topics(reader)
+        jt = _pick(topics, joint_topic, (JOINT_TYPE,), "joint state", "--joint-topic", where)
+        it = _pick(topics, image_topic, IMAGE_TYPES, "image", "--image-topic", where)
+        joints, order, n_joint_msgs = _read_joints(reader, typestore, jt, options.stamps,
+                                                   where)
+        frames: list[np.ndarray] = []
+        stamps: list[float] = []
+        frame_id = ""
+        encoding = ""
+        for k, bag_ns, msg, msgtype in _messages(reader, typestore, it, where):
+            img = decode_image(msg, msgtype, f"{where}: topic {it!r} message {k}")
+            if frames and img.shape != frames[0].shape:
+                raise RecordingImportError(
+                    f"{where}: topic {it!r} message {k}: a {img.shape[1]}x{img.shape[0]} "
+                    f"frame after {frames[0].shape[1]}x{frames[0].shape[0]} ones; expected "
+                    f"one camera mode for the whole recording")
+            frames.append(img)
+            stamps.append(_stamp_s(msg, bag_ns, options.stamps))
+            frame_id = frame_id or str(msg.header.frame_id)
+            encoding = encoding or str(getattr(msg, "encoding", "") or
+                                       getattr(msg, "format", ""))
+    finally:
+        reader.close()
+    if not frames:
+        raise RecordingImportError(f"{where}: topic {it!r} has no messages; expected the "
+                                   f"camera's frames")
+    names = order if options.joint_names is None else list(options.joint_names)
+    missing = [n for n in names if n not in joints]
+    if missing:
+        raise RecordingImportError(f"{where}: topic {jt!r}: joint(s) {missing} never appear; "
+                                   f"found {order} (pass --joints with names from that list)")
+    st = np.asarray(stamps, np.float64)
+    if options.stamps == "header" and st.max() == 0.0:
+        raise RecordingImportError(f"{where}: topic {it!r}: header stamps are zero; the "
+                                   f"driver does not stamp its frames: pass --stamps bag")
+    reordered = int((np.diff(st) < 0).sum())
+    idx = np.argsort(st, kind="stable")
+    st = st[idx]
+    first = np.concatenate([[True], np.diff(st) > 0])  # a repeated stamp: keep the first
+    duplicates = int((~first).sum())
+    idx, st = idx[first], st[first]
+    keep, q, err = pair_positions(st, joints, names, options.max_joint_gap_s, where)
+    before = int(np.argmax(keep))
+    after = int(len(keep) - 1 - np.flatnonzero(keep)[-1])
+    sel = idx[keep]
+    storage = "mcap" if any(bag.glob("*.mcap")) else "sqlite3" if any(bag.glob("*.db3")) \
+        else "unknown"
+    frames_arr = np.stack([frames[i] for i in sel])  # (T, H, W, 3) uint8
+    h, w = frames_arr.shape[1:3]
+    n_samples = {n: int(len(joints[n][0])) for n in names}
+    extra = {
+        "import": {"format": "rosbag2", "source": where, "storage": storage,
+                   "image_topic": it, "image_type": topics[it], "encoding": encoding,
+                   "joint_topic": jt, "joints_in_bag": order, "joints": names,
+                   "stamps": options.stamps, "frames_in_bag": len(frames),
+                   "frames_reordered": reordered, "frames_duplicate_stamp": duplicates,
+                   "frames_before_joints": before, "frames_after_joints": after,
+                   "joint_messages": n_joint_msgs, "joint_samples": n_samples,
+                   "pairing": "linear interpolation per joint at the frame stamp",
+                   "max_joint_gap_s": options.max_joint_gap_s},
+        "recording": {"complete": True, "duration_s": round(float(st[keep][-1] -
+                                                                  st[keep][0]), 6),
+                      "camera_frames": len(frames), "joint_samples": min(n_samples.values()),
+                      "camera_stamps_non_monotonic": duplicates, "gaps": [],
+                      "pair_error_s": [round(float(e), 6) for e in err],
+                      "tolerance_s": options.tolerance_s},
+        "equipment": {"camera": {"source": "rosbag2", "topic": it, "type": topics[it],
+                                 "frame_id": frame_id, "size": [int(w), int(h)]},
+                      "joints": {"source": "rosbag2", "topic": jt}},
+    }
+    return episode_from_samples(frames_arr, st[keep], q, names, options,
+                                source=f"rosbag2:{where}", robot=None,
+                                camera={"topic": it, "frame_id": frame_id,
+                                        "width": int(w), "height": int(h)},
+                                extra=extra, where=where)

@@ -1,0 +1,135 @@
+"""``syncedge calibrate import``: a calibration or validation episode from a ROS 2 bag or a
+LeRobot dataset.
+
+SOURCE is a rosbag2 recording (a folder with metadata.yaml and its .mcap or .db3 file, or
+that file; needs pip install 'syncedge[ros]') with a sensor_msgs/JointState topic and a
+sensor_msgs/Image or CompressedImage topic, or a LeRobot v3.0 dataset folder
+(meta/info.json). Frames keep the camera's own size and rate; each frame gets the joint
+positions at its header stamp (interpolated between the joint samples around it); frames
+are put in stamp order. Writes EPISODE (.npz, the episode format 'calibrate record'
+writes) and EPISODE.reference.png (the first frame, the reference for 'calibrate verify'),
+which then go through 'calibrate check', 'store' and 'validate' like a recorded episode.
+
+Examples:
+  syncedge calibrate import cal_bag/ --out cal.npz --cell cell-7 \\
+      --joint-topic /joint_states --image-topic /camera/color/image_raw
+  syncedge calibrate import val_bag/ --out val.npz --cell cell-7 --kind validation
+  syncedge calibrate import ~/lerobot/cell7 --episode-index 2 --out cal.npz --cell cell-7
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from edge.calibrate.errors import RecordingImportError
+from edge.commands.helptext import plain
+
+__all__ = ["register_import", "run_import"]
+
+
+def _names(text: str | None, flag: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise RecordingImportError(f"{flag}: expected comma-separated joint names like "
+                                   f"joint1,joint2, found {text!r}")
+    return names
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """Import the recording, write the episode and its reference frame, print a summary."""
+    from edge.calibrate.recording_import import ImportOptions, import_recording
+    from edge.episode import save_episode
+    from edge.visual import write_png
+
+    out = Path(args.out)
+    if out.suffix != ".npz":
+        raise RecordingImportError(f"--out {out}: expected an episode file name ending in "
+                                   f".npz (e.g. cal.npz)")
+    if out.is_dir():
+        raise RecordingImportError(f"--out {out}: a folder; expected an episode file name "
+                                   f"ending in .npz")
+    opts = ImportOptions(cell_id=args.cell, camera_id=args.camera_id, robot_id=args.robot_id,
+                         robot=args.robot, kind=args.kind,
+                         joint_names=_names(args.joints, "--joints"),
+                         prismatic=_names(args.prismatic, "--prismatic") or (),
+                         tolerance_s=args.tolerance_s, max_joint_gap_s=args.max_joint_gap_s,
+                         stamps=args.stamps)
+    ep = import_recording(args.source, opts, image_topic=args.image_topic,
+                          joint_topic=args.joint_topic, episode_index=args.episode_index,
+                          camera_key=args.camera_key)
+    ref = out.with_name(out.name.removesuffix(".npz") + ".reference.png")
+    # both or neither: the reference frame is staged, the episode written, then the frame
+    # moved under its name (an earlier pair is replaced, never half of it)
+    staged = write_png(ref.with_name(f".{ref.name}.staged"), ep.frames[0])
+    try:
+        save_episode(ep, out)
+        os.replace(staged, ref)
+    finally:
+        staged.unlink(missing_ok=True)
+    imp = ep.metadata.extra["import"]
+    h, w = ep.resolution
+    print(f"{ep.metadata.kind} episode: {ep.num_frames} frames of {w}x{h} px at "
+          f"{ep.metadata.fps:.3g} Hz, {ep.num_dof} joints ({', '.join(ep.metadata.dof_names)})"
+          f" from {imp['format']} {args.source}")
+    rec = ep.metadata.extra.get("recording") or {}
+    if imp["format"] == "rosbag2":
+        dropped = imp["frames_before_joints"] + imp["frames_after_joints"]
+        print(f"topics {imp['image_topic']} ({imp['image_type']}, {imp['encoding']}) and "
+              f"{imp['joint_topic']}; {imp['frames_reordered']} frame(s) out of stamp order "
+              f"in the bag (sorted), {imp['frames_duplicate_stamp']} with a repeated stamp "
+              f"(dropped), {dropped} outside the joint samples (dropped); max distance to a "
+              f"joint sample {max(rec['pair_error_s']) * 1e3:.1f} ms")
+    print(out)
+    print(ref)
+    return 0
+
+
+def register_import(sub: argparse._SubParsersAction) -> None:
+    """Add ``import`` to the ``calibrate`` group."""
+    from edge.calibrate.recording_import import IMPORT_KINDS
+
+    p = sub.add_parser("import", help="a calibration or validation episode from a ROS 2 bag "
+                       "or a LeRobot dataset", description=plain(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", metavar="SOURCE",
+                   help="rosbag2 folder (or its .mcap/.db3 file), or LeRobot dataset folder")
+    p.add_argument("--out", required=True, metavar="EPISODE",
+                   help="episode file to write (.npz); EPISODE.reference.png beside it")
+    p.add_argument("--cell", required=True, metavar="ID", help="cell id")
+    p.add_argument("--camera-id", help="camera id (default CELL-cam)")
+    p.add_argument("--robot-id", help="robot unit id (default CELL-ROBOT)")
+    p.add_argument("--robot", metavar="NAME",
+                   help="robot model name (default: the dataset's robot_type, else 'robot')")
+    p.add_argument("--kind", choices=IMPORT_KINDS, default="calibration",
+                   help="calibration (every DoF swept; default) or validation (ordinary "
+                        "motion for 'calibrate validate')")
+    p.add_argument("--joints", metavar="NAMES",
+                   help="comma-separated joints to keep, in the controller's channel order "
+                        "(default: every joint, in the order the recording first names them)")
+    p.add_argument("--prismatic", metavar="NAMES",
+                   help="comma-separated joints measured in m (default: all in rad)")
+    g = p.add_argument_group("rosbag2")
+    g.add_argument("--joint-topic", metavar="TOPIC",
+                   help="sensor_msgs/JointState topic (default: the bag's only one)")
+    g.add_argument("--image-topic", metavar="TOPIC",
+                   help="sensor_msgs/Image or CompressedImage topic (default: the bag's only "
+                        "one)")
+    g.add_argument("--stamps", choices=("header", "bag"), default="header",
+                   help="pair by the messages' header stamps (default) or by the times the "
+                        "bag recorded them (drivers that leave header stamps at zero)")
+    g.add_argument("--tolerance-s", type=float, default=0.02,
+                   help="largest distance from a frame to its nearest joint sample that "
+                        "'calibrate check' accepts (s, default 0.02)")
+    g.add_argument("--max-joint-gap-s", type=float, default=0.25,
+                   help="refuse frames between joint samples further apart than this (s, "
+                        "default 0.25)")
+    g = p.add_argument_group("LeRobot")
+    g.add_argument("--episode-index", type=int, metavar="N",
+                   help="which episode of the dataset (default: its only one)")
+    g.add_argument("--camera-key", metavar="KEY",
+                   help="video feature, e.g. observation.images.main (default: the first)")
+    p.set_defaults(func=run_import)

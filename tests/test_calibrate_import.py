@@ -1,0 +1,276 @@
+"""Importing calibration and validation episodes from ROS 2 bags (written with rosbags' own
+writer, MCAP and SQLite3) and from LeRobot datasets; the result goes through check, store
+and validate like a recorded episode."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rosbags", reason="pip install 'syncedge[ros]'")
+
+from edge.calibrate.errors import RecordingImportError  # noqa: E402
+from edge.calibrate.recording_import import ImportOptions, import_recording  # noqa: E402
+from edge.calibrate.rosbag_import import pair_positions  # noqa: E402
+from edge.episode import actions_from_positions, load_episode  # noqa: E402
+from tests.calib_cell_helpers import cli, sweep_episode  # noqa: E402
+from tests.rosbag_helpers import (  # noqa: E402
+    NAMES,
+    T0,
+    expected_rgb,
+    frame_value,
+    true_positions,
+    write_bag,
+    write_episode_bag,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+OPTS = ImportOptions("cell-1")
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+@pytest.mark.parametrize("camera_hz,joint_hz,image", [
+    (30.0, 100.0, "rgb8"), (15.0, 50.0, "bgr8"), (10.0, 500.0, "mono8"),
+    (30.0, 40.0, "png"), (15.0, 200.0, "jpeg")])
+def test_bag_frames_and_joints_paired_by_header_stamp(tmp_path: Path, storage: str,
+                                                      camera_hz: float, joint_hz: float,
+                                                      image: str) -> None:
+    bag = write_bag(tmp_path / "bag", storage=storage, camera_hz=camera_hz,
+                    joint_hz=joint_hz, image=image, shuffle_joint_order=True,
+                    frames_out_of_order=True)
+    ep = import_recording(bag, dataclasses.replace(OPTS, joint_names=NAMES))
+    assert ep.frames.shape == (12, 24, 32, 3) and ep.frames.dtype == np.uint8
+    assert ep.metadata.dof_names == NAMES and ep.metadata.kind == "calibration"
+    assert ep.metadata.fps == pytest.approx(camera_hz, rel=1e-4)
+    np.testing.assert_allclose(ep.timestamps, np.arange(12) / camera_hz, atol=1e-6)
+    # joints move linearly in time: interpolation at the frame stamps is exact
+    np.testing.assert_allclose(ep.joint_positions, true_positions(T0 + ep.timestamps),
+                               atol=1e-9)
+    np.testing.assert_array_equal(ep.actions, actions_from_positions(ep.joint_positions))
+    # frames in stamp order although the bag holds them in another order
+    # (JPEG: within 10 levels away from the red corner; frames differ by 23 levels)
+    tol, m = (10, 8) if image == "jpeg" else (0, 0)
+    for k, frame in enumerate(ep.frames):
+        want = expected_rgb(frame_value(k))
+        if image == "mono8":
+            want = np.repeat(want[..., :1], 3, axis=2)
+        assert np.abs(frame[m:, m:].astype(int) - want[m:, m:]).max() <= tol, k
+    if image in ("rgb8", "bgr8", "png"):
+        assert tuple(ep.frames[0, 0, 0]) == (255, 0, 0)  # channel order kept
+    imp = ep.metadata.extra["import"]
+    assert imp["storage"] == storage and imp["frames_reordered"] == 3
+    assert imp["frames_duplicate_stamp"] == 0
+    err = np.asarray(ep.metadata.extra["recording"]["pair_error_s"])
+    assert err.shape == (12,) and err.max() <= 0.5 / joint_hz + 1e-6
+
+
+@pytest.mark.parametrize("storage,suffix", [("mcap", ".mcap"), ("sqlite3", ".db3")])
+def test_the_storage_file_itself_is_accepted(tmp_path: Path, storage: str, suffix: str) -> None:
+    bag = write_bag(tmp_path / "bag", storage=storage)
+    [file] = bag.glob(f"*{suffix}")
+    ep = import_recording(file, OPTS)
+    assert ep.num_frames == 12 and ep.metadata.extra["import"]["storage"] == storage
+    assert ep.metadata.source == f"rosbag2:{file}"
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_joint_messages_out_of_stamp_order_are_sorted(tmp_path: Path, storage: str) -> None:
+    bag = write_bag(tmp_path / "bag", storage=storage, joints_out_of_order=True)
+    ep = import_recording(bag, dataclasses.replace(OPTS, joint_names=NAMES))
+    np.testing.assert_allclose(ep.joint_positions, true_positions(T0 + ep.timestamps),
+                               atol=1e-9)
+
+
+def test_a_repeated_frame_stamp_is_dropped_and_the_check_reports_it(tmp_path: Path) -> None:
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+
+    bag = write_bag(tmp_path / "bag", repeat_stamp_of=4)
+    ep = import_recording(bag, OPTS)
+    assert ep.num_frames == 11 and ep.metadata.extra["import"]["frames_duplicate_stamp"] == 1
+    assert int(ep.frames[4, 5, 5, 0]) == frame_value(4)  # the first of the two is kept
+    codes = [r["code"] for r in check_arrays(EpisodeArrays.from_episode(ep))["reasons"]]
+    assert "stamps_not_monotonic" in codes
+
+
+def test_unsupported_image_encoding_names_it_and_the_fix() -> None:
+    from types import SimpleNamespace
+
+    from edge.calibrate.rosbag_import import decode_image
+
+    msg = SimpleNamespace(encoding="16UC1", height=2, width=2, step=4,
+                          data=np.zeros(8, np.uint8))
+    with pytest.raises(RecordingImportError, match=r"bag: topic '/d' message 3: Image encoding "
+                       r"'16UC1': expected one of \['bgr8', 'bgra8', 'mono8', 'rgb8', 'rgba8'\] "
+                       r"\(republish the camera as rgb8"):
+        decode_image(msg, "sensor_msgs/msg/Image", "bag: topic '/d' message 3")
+    short = SimpleNamespace(encoding="rgb8", height=2, width=2, step=6, data=np.zeros(8, np.uint8))
+    with pytest.raises(RecordingImportError, match="expected at least 12 data bytes"):
+        decode_image(short, "sensor_msgs/msg/Image", "bag")
+    bad = SimpleNamespace(format="jpeg", data=np.frombuffer(b"not a jpeg", np.uint8))
+    with pytest.raises(RecordingImportError, match="expected JPEG or PNG data OpenCV can decode"):
+        decode_image(bad, "sensor_msgs/msg/CompressedImage", "bag")
+
+
+def test_default_joint_order_is_the_first_message_s_and_joints_select(tmp_path: Path) -> None:
+    bag = write_bag(tmp_path / "bag", shuffle_joint_order=True)
+    ep = import_recording(bag, OPTS)
+    assert sorted(ep.metadata.dof_names) == sorted(NAMES)
+    np.testing.assert_allclose(ep.joint_positions,
+                               true_positions(T0 + ep.timestamps, ep.metadata.dof_names),
+                               atol=1e-9)
+    two = import_recording(bag, dataclasses.replace(OPTS, joint_names=("joint4", "joint2"),
+                                                    prismatic=("joint2",)))
+    assert two.metadata.dof_names == ("joint4", "joint2")
+    assert two.metadata.dof_units == ("rad", "m")
+    np.testing.assert_allclose(two.joint_positions,
+                               true_positions(T0 + two.timestamps, ("joint4", "joint2")),
+                               atol=1e-9)
+
+
+def test_frames_outside_the_joint_samples_are_dropped_and_counted(tmp_path: Path) -> None:
+    bag = write_bag(tmp_path / "bag", camera_hz=10.0, joint_lead_s=-0.15)
+    ep = import_recording(bag, OPTS)
+    imp = ep.metadata.extra["import"]
+    # joints from T0 + 0.15 to T0 + 1.05: frames at 0.0, 0.1 before, 1.1 after
+    assert (imp["frames_before_joints"], imp["frames_after_joints"]) == (2, 1)
+    assert ep.num_frames == 9 and ep.timestamps[0] == 0.0
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_missing_topic_is_named_with_what_the_bag_has(tmp_path: Path, storage: str) -> None:
+    bag = write_bag(tmp_path / "noimg", storage=storage, image_topic=None)
+    with pytest.raises(RecordingImportError) as e:
+        import_recording(bag, OPTS)
+    msg = str(e.value)
+    assert str(bag) in msg and "expected one image topic" in msg
+    assert "/joint_states (sensor_msgs/msg/JointState)" in msg and "--image-topic" in msg
+    bag = write_bag(tmp_path / "nojoints", storage=storage, joint_topic=None)
+    with pytest.raises(RecordingImportError, match="expected one joint state topic"):
+        import_recording(bag, OPTS)
+    bag = write_bag(tmp_path / "both", storage=storage)
+    with pytest.raises(RecordingImportError) as e:
+        import_recording(bag, OPTS, image_topic="/camera/color")
+    assert "no topic '/camera/color'" in str(e.value)
+    assert "/camera/image_raw (sensor_msgs/msg/Image)" in str(e.value)
+    with pytest.raises(RecordingImportError, match="is sensor_msgs/msg/JointState; expected "
+                       "sensor_msgs/msg/Image or sensor_msgs/msg/CompressedImage"):
+        import_recording(bag, OPTS, image_topic="/joint_states")
+    with pytest.raises(RecordingImportError, match=r"joint\(s\) \['elbow'\] never appear"):
+        import_recording(bag, dataclasses.replace(OPTS, joint_names=("joint1", "elbow")))
+
+
+def test_zero_header_stamps_and_joint_gaps_are_refused_with_the_fix(tmp_path: Path) -> None:
+    bag = write_bag(tmp_path / "zero", zero_stamps=True)
+    with pytest.raises(RecordingImportError, match="header stamps are zero.*--stamps bag"):
+        import_recording(bag, OPTS)
+    ep = import_recording(bag, dataclasses.replace(OPTS, stamps="bag"))
+    assert ep.num_frames >= 10 and ep.metadata.extra["import"]["stamps"] == "bag"
+    bag = write_bag(tmp_path / "gap", joint_gap=(0.05, 0.35))
+    with pytest.raises(RecordingImportError) as e:
+        import_recording(bag, OPTS)
+    assert "the joint stream has a gap there" in str(e.value) and "ms apart" in str(e.value)
+
+
+def test_pairing_interpolates_each_joint_on_its_own_samples() -> None:
+    frames = np.array([0.0, 0.1, 0.2, 0.3])
+    joints = {"a": (np.array([-0.05, 0.05, 0.15, 0.25, 0.35]), np.arange(5.0)),
+              "b": (np.array([0.0, 0.3]), np.array([1.0, 4.0]))}
+    keep, q, err = pair_positions(frames, joints, ["b", "a"], 0.5, "x")
+    assert keep.all()
+    np.testing.assert_allclose(q, [[1.0, 0.5], [2.0, 1.5], [3.0, 2.5], [4.0, 3.5]])
+    np.testing.assert_allclose(err, [0.05, 0.1, 0.1, 0.05])
+    with pytest.raises(RecordingImportError, match="joint 'b'.*300 ms apart"):
+        pair_positions(frames, joints, ["a", "b"], 0.2, "x")
+
+
+@pytest.mark.parametrize("storage,image", [("mcap", "png"), ("sqlite3", "rgb8")])
+def test_imported_bag_goes_through_check_store_and_validate(tmp_path: Path, storage: str,
+                                                            image: str, monkeypatch,
+                                                            capsys) -> None:
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
+    src = sweep_episode()
+    bag = write_episode_bag(src, tmp_path / "cal_bag", storage=storage, image=image)
+    ids = ["--cell", "cell-1", "--camera-id", "cam-1", "--robot-id", "robot-1"]
+    assert cli("import", str(bag), "--out", str(tmp_path / "cal.npz"), *ids) == 0
+    out = capsys.readouterr().out
+    assert "calibration episode: 57 frames of 64x64 px at 10 Hz, 7 joints" in out
+    ep = load_episode(tmp_path / "cal.npz")
+    np.testing.assert_array_equal(ep.frames, src.frames)
+    np.testing.assert_allclose(ep.joint_positions, src.joint_positions, atol=1e-9)
+    np.testing.assert_allclose(ep.actions, src.actions, atol=1e-6)
+    assert (tmp_path / "cal.reference.png").is_file()
+    assert cli("check", str(tmp_path / "cal.npz"), "--out", str(tmp_path / "chk")) == 0
+    report = json.loads((tmp_path / "chk" / "report.json").read_text())
+    assert report["verdict"] == "pass" and len(report["dofs"]) == 7
+    model = ["--model", str(ROOT / "models" / "reference"), "--cache-dir",
+             str(tmp_path / "cache"), "--threads", "1"]
+    assert cli("store", str(tmp_path / "cal.npz"), *model) == 0
+    vbag = write_episode_bag(sweep_episode("validation"), tmp_path / "val_bag",
+                             storage=storage, image=image)
+    assert cli("import", str(vbag), "--out", str(tmp_path / "val.npz"), *ids, "--kind",
+               "validation") == 0
+    assert load_episode(tmp_path / "val.npz").metadata.kind == "validation"
+    assert cli("validate", "--cell", "cell-1", "--episode", str(tmp_path / "val.npz"),
+               *model, "--out", str(tmp_path / "commission")) == 0
+    rep = json.loads((tmp_path / "commission" / "report.json").read_text())
+    assert rep["validation_episode"]["frames"] == 24 and rep["fidelity"]["calibrated"][
+        "steps"] == 23
+
+
+def test_import_cli_refuses_bad_input_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    bag = write_bag(tmp_path / "bag", image_topic=None)
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected one image topic" in err
+    assert not out.exists() and not (tmp_path / "cal.reference.png").exists()
+    assert cli("import", str(tmp_path / "nothing"), "--out", str(out), "--cell", "c") == 2
+    assert "no such file or folder; expected a rosbag2 recording" in capsys.readouterr().err
+    assert cli("import", str(bag), "--out", str(tmp_path / "cal"), "--cell", "c") == 2
+    assert "expected an episode file name ending in .npz" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [bag]
+
+
+def test_lerobot_episode_imports_as_calibration_or_validation(tmp_path: Path) -> None:
+    from edge.lerobot import write_lerobot
+
+    cal, val = sweep_episode(), sweep_episode("validation")
+    root = write_lerobot([cal, val], tmp_path / "ds")
+    with pytest.raises(RecordingImportError, match=r"2 episodes; pass --episode-index N \(0..1\)"):
+        import_recording(root, OPTS)
+    with pytest.raises(RecordingImportError, match="a LeRobot dataset has no topics"):
+        import_recording(root, OPTS, image_topic="/cam")
+    ep = import_recording(root, OPTS, episode_index=0)
+    assert ep.metadata.kind == "calibration" and ep.metadata.cell_id == "cell-1"
+    assert ep.metadata.camera_id == "cam-1"  # from the dataset's syncedge metadata
+    assert ep.frames.shape == cal.frames.shape
+    assert np.abs(ep.frames.astype(int) - cal.frames).mean() < 2.0  # H.264, near lossless
+    np.testing.assert_allclose(ep.joint_positions, cal.joint_positions, atol=1e-6)
+    v = import_recording(root, dataclasses.replace(OPTS, kind="validation",
+                                                   camera_id="cam-9"), episode_index=1)
+    assert v.metadata.kind == "validation" and v.metadata.camera_id == "cam-9"
+    assert v.num_frames == 24 and v.metadata.extra["import"]["episode_index"] == 1
+    with pytest.raises(RecordingImportError, match="episode index 5: expected 0..1"):
+        import_recording(root, OPTS, episode_index=5)
+
+
+def test_missing_rosbags_names_the_extra(monkeypatch, tmp_path: Path) -> None:
+    import builtins
+
+    from edge.errors import MissingDependencyError
+
+    real = builtins.__import__
+
+    def block(name, *a, **k):
+        if name.startswith("rosbags"):
+            raise ImportError("blocked")
+        return real(name, *a, **k)
+
+    bag = write_bag(tmp_path / "bag")
+    monkeypatch.setattr(builtins, "__import__", block)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'syncedge\[ros\]'"):
+        import_recording(bag, OPTS)
