@@ -202,7 +202,16 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any]:
             arr.frames, arr.actions, arr.timestamps, EpisodeMetadata.from_json_dict(arr.meta),
             arr.joint_positions), None, fps=float(arr.meta.get("fps") or 10.0))
     except IngestError as exc:
-        return {"verdict": "fail", "reasons": [_reason(exc.code, str(exc), exc.dof)],
+        # what the recording itself says is wrong stays beside ingest's one reason
+        rec = (arr.meta.get("extra") or {}).get("recording") or {}
+        pre = []
+        d = np.diff(np.asarray(arr.timestamps, np.float64))
+        if (d <= 0).any() or int(rec.get("camera_stamps_non_monotonic", 0)):
+            pre.append(_reason("stamps_not_monotonic", f"expected strictly increasing "
+                               f"stamps, found {int((d <= 0).sum())} in the episode and "
+                               f"{rec.get('camera_stamps_non_monotonic', 0)} camera stamps "
+                               f"going back or repeating"))
+        return {"verdict": "fail", "reasons": [*pre, _reason(exc.code, str(exc), exc.dof)],
                 "dofs": [], "frames": len(arr.frames),
                 "dof_names": list(arr.meta.get("dof_names") or []),
                 "fps": arr.meta.get("fps"), "validation_error": None,
