@@ -26,10 +26,18 @@ def label_tile(tile: np.ndarray, text: str, size_for_px: int | None = None) -> n
 
     out = np.ascontiguousarray(tile).copy()
     scale = _text_scale(size_for_px or out.shape[1])
-    for color, thick in (((0, 0, 0), 3), ((255, 255, 255), 1)):
-        cv2.putText(out, text, (3, int(12 * scale / 0.35)), cv2.FONT_HERSHEY_SIMPLEX, scale,
-                    color, thick, cv2.LINE_AA)
+    x, y = 3, int(12 * scale / 0.35)
+    # The outline is the same thin text stamped one pixel around, so outline and text share
+    # one set of glyph advances (a thicker stroke has wider advances and drifts off the text).
+    for dx, dy in _OUTLINE_OFFSETS:
+        cv2.putText(out, text, (x + dx, y + dy), cv2.FONT_HERSHEY_SIMPLEX, scale, (0, 0, 0), 1,
+                    cv2.LINE_AA)
+    cv2.putText(out, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), 1,
+                cv2.LINE_AA)
     return out
+
+
+_OUTLINE_OFFSETS = tuple((dx, dy) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if dx or dy)
 
 
 def _text_scale(width_px: int) -> float:
