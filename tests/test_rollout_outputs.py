@@ -93,11 +93,18 @@ def test_simulate_video_puts_the_truth_beside_the_prediction_with_labels(tiny) -
     import cv2
 
     for t in (0, 5):
-        for name, want in (("truth", ep.frames[1 + t]), ("episode", pred[t])):
+        pair = {"truth": ep.frames[1 + t], "episode": pred[t]}
+        for name, other in (("truth", "episode"), ("episode", "truth")):
             y, x, h, w = video["boxes_px"][video["tiles"].index(name)]
             got = video_frames[t, y:y + h, x:x + w].astype(int)
-            big = cv2.resize(want, (w, h), interpolation=cv2.INTER_NEAREST).astype(int)
-            assert np.abs(got - big).mean() < 12, (t, name)  # H.264, not a copy
+
+            def err(img: np.ndarray, h: int = h, w: int = w, got: np.ndarray = got) -> float:
+                big = cv2.resize(img, (w, h), interpolation=cv2.INTER_NEAREST).astype(int)
+                return float(np.abs(got - big).mean())
+
+            # H.264 (yuv420p) of the tiny model's noisy frames is far from a copy: each tile
+            # is nearer its own frame than the other one
+            assert err(pair[name]) < 0.8 * err(pair[other]), (t, name)
     # the header band above the tiles carries the step counter: it differs between steps
     band = video["boxes_px"][0][0]
     assert band > 0
