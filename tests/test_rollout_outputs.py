@@ -175,3 +175,41 @@ def test_precheck_writes_the_predicted_frames_losslessly(tiny) -> None:
     finally:
         m.deactivate()
     assert np.array_equal(frames, want)
+
+
+# -- which model ran ----------------------------------------------------------------------
+
+def test_simulate_and_precheck_name_the_model_and_the_bundle_slot_that_ran(
+        tiny, monkeypatch, capsys) -> None:
+    import shutil
+
+    home = tiny["tmp"] / "home"
+    shutil.copytree(tiny_model_dir(), home / "bundles" / "b")
+    (home / "bundles" / "active").symlink_to("b")
+    monkeypatch.setenv("SYNCEDGE_HOME", str(home))
+    argv = _tiny_argv(tiny, "--start", str(tiny["ep"]))
+    del argv[argv.index("--model"):argv.index("--model") + 2]  # the active bundle
+    assert run_command("simulate", simulate.register, argv) == 0
+    printed = capsys.readouterr().out
+    m = json.loads((tiny["out"] / "metrics.json").read_text())
+    from edge.manifest import model_sha256
+
+    sha = model_sha256(home / "bundles" / "b")
+    assert m["model_id"] == {"name": "tiny-synthetic", "variant": "fp32", "sha256": sha,
+                             "bundle_slot": "b",
+                             "folder": str(home / "bundles" / "active")}
+    assert f"model tiny-synthetic fp32 {sha[:12]} from bundle slot b" in printed
+    # a model folder given with --model is no bundle slot
+    assert run_command("simulate", simulate.register,
+                       _tiny_argv(tiny, "--start", str(tiny["ep"]))) == 0
+    m = json.loads((tiny["out"] / "metrics.json").read_text())
+    assert m["model_id"]["bundle_slot"] is None
+    assert "(not an installed bundle)" in capsys.readouterr().out
+    (tiny["tmp"] / "rules.yaml").write_text("max_step_action: 0.4\n")
+    argv = [*_tiny_argv(tiny, "--start", str(tiny["ep"]), "--rules",
+                        str(tiny["tmp"] / "rules.yaml"), "--joint-state", "0,0,0"),
+            "--actions", str(tiny["ep"])]
+    del argv[argv.index("--model"):argv.index("--model") + 2]
+    assert run_command("precheck", precheck.register, argv) == 0
+    rep = json.loads((tiny["out"] / "report.json").read_text())
+    assert rep["model_id"]["bundle_slot"] == "b" and rep["model_id"]["sha256"] == sha
