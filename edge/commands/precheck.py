@@ -22,7 +22,9 @@ from edge.commands.common import (
     add_context_args,
     add_model_args,
     check_out_dir,
+    describe_model,
     get_context,
+    model_identity,
     open_model,
     run_command,
 )
@@ -165,7 +167,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         result = evaluate(rules, start, q0, actions, frames, names, goal)
         report = {
             "rules": str(args.rules), "model": str(model.model_dir),
-            "model_sha256": model.sha256, "context": ctx.source, "start": str(args.start),
+            "model_sha256": model.sha256, "model_id": model_identity(model), "context": ctx.source, "start": str(args.start),
             "candidates_from": str(args.policy or args.actions),
             "horizon": int(actions.shape[1]), "calibration_warning": stale,
             "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
@@ -186,6 +188,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             paths = out.commit()
     finally:
         model.deactivate()
+    print(describe_model(report["model_id"]))
     for i in result.ranking:
         v = result.verdicts[i]
         mark = "*" if i == result.chosen else " "

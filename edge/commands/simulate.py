@@ -24,7 +24,9 @@ from edge.commands.common import (
     add_context_args,
     add_model_args,
     check_out_dir,
+    describe_model,
     get_context,
+    model_identity,
     open_model,
     run_command,
 )
@@ -121,6 +123,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             truth = episode.frames[1:1 + horizon]
         report = {
             "model": str(model.model_dir), "model_sha256": model.sha256,
+            "model_id": model_identity(model),
             "backend": model.backend, "backend_requested": args.backend,
             "context": ctx.source, "start": str(args.start),
             "actions": str(args.actions) if args.actions else "start episode",
@@ -166,6 +169,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             paths = out.commit()
     finally:
         model.deactivate()
+    print(describe_model(report["model_id"]))
     for p in paths:
         print(p)
     if report["summary"]:
