@@ -5,8 +5,8 @@ runs, so a call past a limit ends at once with one line instead of running for m
 and failing in the video encoder or the metrics:
 
 - at most :data:`MAX_CANDIDATES` candidates (256);
-- at most :data:`MAX_HORIZON` steps (256: 25.6 s at the shipped model's 10 Hz; the model
-  is evaluated over 16 steps and its rollouts drift further with every step);
+- at most :data:`MAX_HORIZON` steps (256: 25.6 s at the shipped model's 10 Hz; its
+  published figures are for 16-step rollouts);
 - at most :data:`MAX_PREDICTED_FRAMES` candidates x steps (8192 predicted frames: about
   100 MB of 64x64 frames held at once, the rollout's preallocated output).
 """

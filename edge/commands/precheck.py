@@ -189,10 +189,12 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     finally:
         model.deactivate()
     print(describe_model(report["model_id"]))
+    width = max([16] + [len(v.name) for v in result.verdicts])
     for i in result.ranking:
         v = result.verdicts[i]
         mark = "*" if i == result.chosen else " "
-        print(f"{mark} #{v.rank:<3} {v.name:<16} {'PASS' if v.passed else 'FAIL'}  {v.detail}")
+        print(f"{mark} #{v.rank:<3} {v.name:<{width}} {'PASS' if v.passed else 'FAIL'}  "
+              f"{v.detail}")
     for p in paths:
         print(p)
     if result.chosen is None:
