@@ -102,8 +102,10 @@ def test_docs_example_rules_are_the_kits_rules_file() -> None:
 
 @pytest.mark.slow
 def test_the_kit_regenerates_identically(tmp_path: Path) -> None:
-    pytest.importorskip("mujoco")
     import importlib.util
+
+    if importlib.util.find_spec("mujoco") is None:  # not imported here: the renderer picks
+        pytest.skip("needs MuJoCo (pip install '.[train]')")  # its OpenGL backend first
 
     spec = importlib.util.spec_from_file_location("make_precheck_kit",
                                                   ROOT / "scripts" / "make_precheck_kit.py")
