@@ -165,9 +165,11 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             if q0 is not None and len(q0) == len(ctrl):
                 q0 = np.asarray(q0)[ctrl]
         result = evaluate(rules, start, q0, actions, frames, names, goal)
+        ident = model_identity(model)
         report = {
             "rules": str(args.rules), "model": str(model.model_dir),
-            "model_sha256": model.sha256, "model_id": model_identity(model), "context": ctx.source, "start": str(args.start),
+            "model_sha256": model.sha256, "model_id": ident, "context": ctx.source,
+            "start": str(args.start),
             "candidates_from": str(args.policy or args.actions),
             "horizon": int(actions.shape[1]), "calibration_warning": stale,
             "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
@@ -188,7 +190,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             paths = out.commit()
     finally:
         model.deactivate()
-    print(describe_model(report["model_id"]))
+    print(describe_model(ident))
     width = max([16] + [len(v.name) for v in result.verdicts])
     for i in result.ranking:
         v = result.verdicts[i]
