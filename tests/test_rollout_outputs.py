@@ -213,3 +213,11 @@ def test_simulate_and_precheck_name_the_model_and_the_bundle_slot_that_ran(
     assert run_command("precheck", precheck.register, argv) == 0
     rep = json.loads((tiny["out"] / "report.json").read_text())
     assert rep["model_id"]["bundle_slot"] == "b" and rep["model_id"]["sha256"] == sha
+
+
+def test_a_grid_too_large_for_h264_is_refused_before_any_rollout() -> None:
+    from edge.errors import EdgeError
+    from edge.visual import video_layout
+
+    with pytest.raises(EdgeError, match=r"H.264 takes at most 16384 px a side"):
+        video_layout([f"c{i}" for i in range(256)], (1024, 1024), truth=False)
