@@ -199,7 +199,19 @@ def video_layout(names: Sequence[str], frame_hw: tuple[int, int], truth: bool,
                  max_width_px: int = VIDEO_MAX_WIDTH_PX, gap_px: int = 4) -> VideoLayout:
     """A grid for ``len(names)`` candidates (and the truth first) that fits ``max_width_px``.
 
-    ``ceil(sqrt(k))`` columns for k tiles; frames upscaled by up to 4 while the grid fits.
+    Args:
+        names: candidate names, one tile each.
+        frame_hw: ``(H, W)`` of a frame, px.
+        truth: whether a ground-truth tile comes first.
+        max_width_px: the widest the grid may be (frames are not shrunk below 1x).
+        gap_px: grey gap between tiles, px.
+
+    Returns:
+        ``ceil(sqrt(k))`` columns for k tiles, frames upscaled by up to 4 while the grid
+        fits, even sizes (yuv420p).
+
+    Raises:
+        EdgeError: the grid is larger than H.264 allows (16384 px a side) even at 1x.
     """
     tiles = (("truth",) if truth else ()) + tuple(names)
     h, w = frame_hw
@@ -216,6 +228,10 @@ def video_layout(names: Sequence[str], frame_hw: tuple[int, int], truth: bool,
         boxes.append((header + r * (label + th + gap_px) + label, c * (tw + gap_px), th, tw))
     size = (header + rows * (label + th + gap_px) - gap_px, cols * (tw + gap_px) - gap_px)
     size = (size[0] + size[0] % 2, size[1] + size[1] % 2)  # even: yuv420p
+    if max(size) > MAX_VIDEO_SIDE_PX:
+        raise EdgeError(f"video: {k} tiles of {w}x{h} px make a {size[1]}x{size[0]} px grid; "
+                        f"H.264 takes at most {MAX_VIDEO_SIDE_PX} px a side: run fewer "
+                        f"candidates per call")
     return VideoLayout(tiles, (rows, cols), scale, header, label, size, tuple(boxes))
 
 
@@ -243,9 +259,9 @@ def video_frames(layout: VideoLayout, pred: np.ndarray, truth: np.ndarray | None
     n, t = pred.shape[:2]
     sources = ([truth] if truth is not None else []) + [pred[i] for i in range(n)]
     base = np.full((*layout.size_px, 3), 64, np.uint8)
-    for name, (y, x, _, w) in zip(layout.tiles, layout.boxes_px, strict=True):
+    for i, (name, (y, x, _, w)) in enumerate(zip(layout.tiles, layout.boxes_px, strict=True)):
         y0 = y - layout.label_px
-        text = name if name == "truth" and truth is not None else f"pred {name}"
+        text = "truth" if i == 0 and truth is not None else f"pred {name}"
         base[y0:y, x:x + w] = label_tile(base[y0:y, x:x + w], text, size_for_px=max(w, 128))
     for s in range(t):
         frame = base.copy()

@@ -107,6 +107,9 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                                     "episode")
         n, horizon = actions.shape[:2]
         check_rollout_size(n, horizon, str(args.actions or args.start))
+        names = names or [f"candidate-{i}" for i in range(n)]
+        truth_given = episode is not None and not args.actions
+        layout = video_layout(names, model.contract.resolution, truth_given)  # before work
         ctx = get_context(args, model, episode, context_source)
         rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
         rollout.check_actions(actions, str(args.actions or args.start))
@@ -118,17 +121,14 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             rollout.step()
         rollout_s = time.perf_counter() - t0
         pred = rollout.frames()  # (N, T, H, W, 3)
-        truth = None
-        if episode is not None and not args.actions:
-            truth = episode.frames[1:1 + horizon]
+        truth = episode.frames[1:1 + horizon] if truth_given and episode is not None else None
         report = {
             "model": str(model.model_dir), "model_sha256": model.sha256,
             "model_id": model_identity(model),
             "backend": model.backend, "backend_requested": args.backend,
             "context": ctx.source, "start": str(args.start),
             "actions": str(args.actions) if args.actions else "start episode",
-            "candidates": n, "horizon": horizon, "names": names or [f"candidate-{i}"
-                                                                     for i in range(n)],
+            "candidates": n, "horizon": horizon, "names": names,
             "batch_size": rollout.batch, "chunks": rollout.chunks,
             "timings_s": {"first_frame": round(first_frame_s, 6),
                           "rollout": round(rollout_s, 6),
@@ -157,7 +157,6 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         sheet = contact_sheet(rows, labels, [[f"t{c + 1}" for c in cols]] * len(rows),
                               note=note)
         fps = model.contract.frame_rate_hz
-        layout = video_layout(report["names"], pred.shape[2:4], truth is not None)
         report["video"] = layout.to_json()
         with StagedOutput(args.out) as out:
             write_mp4(out.path("prediction.mp4"), video_frames(layout, pred, truth, fps), fps,
