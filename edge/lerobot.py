@@ -4,10 +4,12 @@ Layout (LeRobot dataset format v3.0, as documented with LeRobot's ``LeRobotDatas
 
     ROOT/meta/info.json                                 codebase_version "v3.0", fps, features,
                                                         data_path, video_path, totals
-    ROOT/meta/stats.json                                per-feature min/max/mean/std/count
+    ROOT/meta/stats.json                                per feature: min/max/mean/std/count
+                                                        and quantiles q01..q99
     ROOT/meta/tasks.parquet                             task (index) -> task_index
     ROOT/meta/episodes/chunk-000/file-000.parquet       one row per episode: length, tasks,
-                                                        data/* and videos/<key>/* locations
+                                                        data/* and videos/<key>/* locations,
+                                                        stats/<feature>/<stat>
     ROOT/data/chunk-000/file-000.parquet                one row per frame
     ROOT/videos/<video_key>/chunk-000/file-000.mp4      episodes concatenated, one per camera
 
@@ -20,6 +22,10 @@ syncedge's own metadata (ids, units, segments) travels in ``meta/syncedge_episod
 a file LeRobot ignores; without it, ids are derived from the dataset and units are ``rad``.
 
 Video is H.264, yuv420p (lossy: frames round-trip to within a few grey levels).
+
+Statistics (``meta/stats.json`` and the per-episode ``stats/*`` columns) are those LeRobot
+0.4.4's writer stores, for every feature (timestamp and indices included): see
+:mod:`edge.lerobot_stats`.
 """
 
 from __future__ import annotations
@@ -37,6 +43,13 @@ import numpy as np
 
 from edge.episode import Episode, EpisodeMetadata
 from edge.errors import EpisodeError
+from edge.lerobot_stats import (
+    STAT_KEYS,
+    aggregate_stats,
+    feature_stats,
+    image_stats,
+    stats_to_json,
+)
 
 __all__ = ["CODEBASE_VERSION", "read_lerobot", "write_lerobot"]
 
@@ -66,12 +79,6 @@ def _pandas_index_metadata(index: str, column: str) -> bytes:
         "creator": {"library": "pyarrow", "version": "any"},
         "pandas_version": "2.2.0",
     }).encode()
-
-
-def _stats(x: np.ndarray) -> dict[str, Any]:
-    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-    return {"min": x.min(0).tolist(), "max": x.max(0).tolist(), "mean": x.mean(0).tolist(),
-            "std": x.std(0).tolist(), "count": [int(len(x))]}
 
 
 def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
@@ -120,6 +127,7 @@ def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
         video = tmp / VIDEO_PATH.format(video_key=camera_key, chunk_index=0, file_index=0)
         video.parent.mkdir(parents=True)
         offset = 0
+        ep_stats: list[dict[str, dict[str, np.ndarray]]] = []  # per episode: feature -> stats
         with av.open(str(video), mode="w", format="mp4") as container:
             stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
             stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
@@ -138,6 +146,15 @@ def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
                 for frame in ep.frames:
                     for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                         container.mux(packet)
+                # the features in info.json's order, as LeRobot's episode buffer holds them
+                columns = {"observation.state": q, "action": target,
+                           "timestamp": np.arange(t) / fps,  # float64, as LeRobot's buffer
+                           "frame_index": np.arange(t, dtype=np.int64),
+                           "episode_index": np.full(t, e, np.int64),
+                           "index": np.arange(offset, offset + t, dtype=np.int64),
+                           "task_index": np.zeros(t, np.int64)}
+                ep_stats.append({camera_key: image_stats(ep.frames),
+                                 **{k: feature_stats(v) for k, v in columns.items()}})
                 for key, value in (("episode_index", e), ("tasks", [task]), ("length", t),
                                    ("data/chunk_index", 0), ("data/file_index", 0),
                                    ("dataset_from_index", offset),
@@ -168,12 +185,16 @@ def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
         pq.write_table(data, data_path)
         eps_path = tmp / EPISODES_PATH.format(chunk_index=0, file_index=0)
         eps_path.parent.mkdir(parents=True)
+        meta_cols = {k: ep_rows.pop(k) for k in ("meta/episodes/chunk_index",
+                                                  "meta/episodes/file_index")}
+        for feature in ep_stats[0]:  # stats/<feature>/<stat>, before meta/episodes/*
+            ep_rows.update(_stat_columns(feature, ep_stats))
+        ep_rows.update(meta_cols)
         pq.write_table(pa.table(ep_rows), eps_path)
         tasks = pa.table({"task_index": pa.array([0], pa.int64()), "task": [task]})
         tasks = tasks.replace_schema_metadata({b"pandas": _pandas_index_metadata("task",
                                                                                  "task_index")})
         pq.write_table(tasks, tmp / "meta" / "tasks.parquet")
-        frames_all = np.concatenate([ep.frames for ep in episodes])
         scalar = {"dtype": None, "shape": [1], "names": None}
         info = {
             "codebase_version": CODEBASE_VERSION,
@@ -199,11 +220,8 @@ def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
             },
         }
         (tmp / "meta" / "info.json").write_text(json.dumps(info, indent=4))
-        stats = {"observation.state": _stats(np.asarray(states)), "action": _stats(np.asarray(acts)),
-                 camera_key: {k: (np.asarray(v).reshape(-1, 1, 1) / 255.0).tolist()
-                              if k != "count" else v
-                              for k, v in _stats(frames_all.reshape(-1, 3)).items()}}
-        (tmp / "meta" / "stats.json").write_text(json.dumps(stats))
+        stats = {f: aggregate_stats([st[f] for st in ep_stats]) for f in ep_stats[0]}
+        (tmp / "meta" / "stats.json").write_text(json.dumps(stats_to_json(stats), indent=4))
         (tmp / SIDECAR).write_text(json.dumps(
             [ep.metadata.to_json_dict() for ep in episodes], indent=1))
         if root.exists():
@@ -218,6 +236,13 @@ def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return root
+
+
+def _stat_columns(feature: str, ep_stats: Sequence[dict[str, dict[str, np.ndarray]]]
+                  ) -> dict[str, list[Any]]:
+    """``stats/<feature>/<stat>`` -> one value per episode (nested lists; int64 stays int)."""
+    per = [stats_to_json({feature: st[feature]})[feature] for st in ep_stats]
+    return {f"stats/{feature}/{k}": [p[k] for p in per] for k in STAT_KEYS}
 
 
 def _decode_all(path: Path) -> np.ndarray:

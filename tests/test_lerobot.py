@@ -11,22 +11,15 @@ import pytest
 
 from edge.errors import EpisodeError
 from edge.lerobot import read_lerobot, write_lerobot
+from tests.fixtures.lerobot_episodes import test_episodes
 from tests.helpers import make_episode
 
-
-def _smooth_episode(seed: int, t: int) -> object:
-    ep = make_episode(t=t, a=3, h=32, w=48, seed=seed)
-    yy, xx = np.mgrid[0:32, 0:48]
-    frames = np.stack([np.stack([xx * 4 + i * 3, yy * 6,
-                                 np.full_like(xx, 40 * seed)], -1) for i in range(t)])
-    import dataclasses
-
-    return dataclasses.replace(ep, frames=frames.astype(np.uint8), ee_px=None, robot_mask=None)
+LEROBOT_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "lerobot_0_4_4"
 
 
 @pytest.fixture()
 def dataset(tmp_path: Path):
-    eps = [_smooth_episode(1, 7), _smooth_episode(2, 5)]
+    eps = test_episodes()
     return eps, write_lerobot(eps, tmp_path / "ds")
 
 
@@ -80,7 +73,7 @@ def test_layout_follows_lerobot_v3(dataset) -> None:
     pandas_meta = json.loads(tasks.schema.metadata[b"pandas"])
     assert pandas_meta["index_columns"] == ["task"]
     stats = json.loads((root / "meta/stats.json").read_text())
-    assert set(stats["observation.state"]) == {"min", "max", "mean", "std", "count"}
+    assert set(stats["observation.state"]) >= {"min", "max", "mean", "std", "count"}
     import av
 
     with av.open(str(root / "videos/observation.images.main/chunk-000/file-000.mp4")) as c:
@@ -108,3 +101,85 @@ def test_bad_datasets_are_refused_by_file(tmp_path: Path, dataset) -> None:
     with pytest.raises(EpisodeError, match="differs from episode 0"):
         write_lerobot([make_episode(h=8), make_episode(h=10)], tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+# -- against what LeRobot 0.4.4's writer writes (tests/fixtures/lerobot_0_4_4) -------------
+#
+# The fixture was made from LeRobot 0.4.4's published wheel by
+# tests/fixtures/make_lerobot_fixture.py: LeRobot's own statistics code (compute_stats.py,
+# and utils.py's flatten_dict/serialize_dict/load_image_as_numpy) ran unmodified; the
+# episode buffer, the episode rows and the file writing around it were reproduced from
+# lerobot_dataset.py's source. LeRobot's writer itself was not run (it needs torch < 2.11).
+
+STAT_KEYS = ["min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"]
+
+
+def _shape(x: object) -> tuple:
+    return np.asarray(x).shape
+
+
+def _close_to_lerobot(ours: dict, theirs: dict, what: str, image: bool) -> None:
+    """Stats of one feature against LeRobot's: exact moments, quantiles within LeRobot's
+    histogram bin (5000 bins over [min, max]). LeRobot 0.4.4's image std is computed from
+    uint8 squares that wrap around (0.0058 for a channel whose std is 0.22), so an image
+    std is checked against the frames, not against it."""
+    span = np.asarray(theirs["max"], float) - np.asarray(theirs["min"], float)
+    tol = 2 * span / 5000 + 1e-9
+    for k in STAT_KEYS:
+        a, b = np.asarray(ours[k], float), np.asarray(theirs[k], float)
+        assert a.shape == b.shape, (what, k, a.shape, b.shape)
+        if k == "std" and image:
+            continue
+        if k.startswith("q"):
+            assert np.all(np.abs(a - b) <= tol), (what, k, a.ravel(), b.ravel())
+        elif k == "std":  # LeRobot: sqrt(E[x^2] - E[x]^2) in float32 for float32 features
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7, err_msg=f"{what} {k}")
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=f"{what} {k}")
+
+
+def test_stats_json_has_what_lerobots_writer_writes(dataset) -> None:
+    eps, root = dataset
+    ours = json.loads((root / "meta/stats.json").read_text())
+    theirs = json.loads((LEROBOT_FIXTURE / "stats.json").read_text())
+    assert sorted(ours) == sorted(theirs)  # every feature, indices and timestamp included
+    for feature, st in theirs.items():
+        assert list(ours[feature]) == list(st), feature  # quantiles q01..q99 included
+        for k in STAT_KEYS:  # ints stay ints (min/max of int64 features, counts)
+            flat_o = np.asarray(ours[feature][k]).ravel().tolist()
+            flat_t = np.asarray(st[k]).ravel().tolist()
+            assert [type(x) for x in flat_o] == [type(x) for x in flat_t], (feature, k)
+        _close_to_lerobot(ours[feature], st, feature, feature.startswith("observation.images"))
+    cam = np.concatenate([e.frames for e in eps]).reshape(-1, 3) / 255.0
+    np.testing.assert_allclose(np.asarray(ours["observation.images.main"]["std"]).ravel(),
+                               cam.std(0), rtol=1e-9)
+
+
+def test_episodes_parquet_has_lerobots_per_episode_stats_columns(dataset) -> None:
+    _, root = dataset
+    table = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet")
+    fixture = json.loads((LEROBOT_FIXTURE / "episodes.json").read_text())
+    import re
+
+    def types(schema: list[list[str]]) -> list[list[str]]:  # list field names vary by version
+        return [[n, re.sub(r"list<\w+: ", "list<", t)] for n, t in schema]
+
+    assert types([[f.name, str(f.type)] for f in table.schema]) == types(fixture["schema"])
+    for ours, theirs in zip(table.to_pylist(), fixture["rows"], strict=True):
+        for feature in {k.split("/")[1] for k in theirs if k.startswith("stats/")}:
+            pick = {k.split("/")[2]: v for k, v in theirs.items()
+                    if k.startswith(f"stats/{feature}/")}
+            mine = {k.split("/")[2]: v for k, v in ours.items()
+                    if k.startswith(f"stats/{feature}/")}
+            _close_to_lerobot(mine, pick, f"episode {theirs['episode_index']} {feature}",
+                              feature.startswith("observation.images"))
+
+
+def test_lerobot_fixture_matches_its_manifest() -> None:
+    import hashlib
+
+    man = json.loads((LEROBOT_FIXTURE / "manifest.json").read_text())
+    assert man["lerobot"] == "0.4.4" and "pip download lerobot==0.4.4" in man["recipe"]
+    assert "was not run" in man["made_by"]
+    for name, digest in man["files"].items():
+        assert hashlib.sha256((LEROBOT_FIXTURE / name).read_bytes()).hexdigest() == digest

@@ -32,8 +32,9 @@ from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
 
 __all__ = ["StagedOutput", "active_bundle_dir", "add_context_args", "add_model_args",
-           "default_context_source", "describe_model", "get_context", "model_dir_of",
-           "open_model", "run_command", "store_command"]
+           "default_context_source", "describe_identity", "describe_model", "get_context",
+           "model_dir_of",
+           "model_identity", "open_model", "run_command", "store_command"]
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -126,6 +127,26 @@ def open_model(args: argparse.Namespace) -> WorldModel:
         raise RuntimeInputError(f"{model_dir}: no model.json here; expected a model folder "
                                 f"(e.g. models/reference): pass --model DIR")
     return load_model(model_dir, backend=args.backend, intra_op_num_threads=args.threads)
+
+
+def model_identity(model: WorldModel) -> dict:
+    """Which model ran: ``name`` and ``variant`` (from ``model.json``), ``sha256`` (of
+    ``model.json``, the model's identity), ``bundle_slot`` (``"a"``/``"b"`` when the folder
+    is an installed bundle slot, e.g. ``STATE_ROOT/bundles/active``; else None) and
+    ``folder`` (as given). Call on an activated model."""
+    real = model.model_dir.resolve()
+    slot = real.name if real.name in ("a", "b") and (real.parent / "active").is_symlink() \
+        else None
+    return {"name": model.manifest.name, "variant": model.manifest.variant,
+            "sha256": model.sha256, "bundle_slot": slot, "folder": str(model.model_dir)}
+
+
+def describe_identity(ident: dict) -> str:
+    """One line for :func:`model_identity`'s result, e.g. ``model syncedge-warp fp32
+    385fc93cdc7b from bundle slot a (/var/lib/syncedge/bundles/active)``."""
+    where = (f"from bundle slot {ident['bundle_slot']} ({ident['folder']})"
+             if ident["bundle_slot"] else f"from {ident['folder']} (not an installed bundle)")
+    return f"model {ident['name']} {ident['variant']} {ident['sha256'][:12]} {where}"
 
 
 def default_context_source(cache_dir: str | None) -> ContextSource:

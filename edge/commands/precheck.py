@@ -1,8 +1,10 @@
 """``syncedge precheck``: simulate candidate actions (or a policy) and check them against rules.
 
 Writes into ``--out`` (all or nothing) ``report.json`` (per-candidate verdicts, first
-failing step and rule, scores, ranking, the chosen candidate) and ``report.png`` (one row
-per candidate in rank order, keep-out regions tinted red, the verdict on each row).
+failing step and rule, scores, ranking, the chosen candidate), ``report.png`` (one row
+per candidate in rank order, up to 16, keep-out regions tinted red, the verdict on each
+row) and ``prediction.npz`` (every candidate's predicted frames, lossless). At most 256
+candidates, 256 steps and 8192 predicted frames per call.
 Exit code 0 only if a candidate passes; 1 if none does; 2 on an input error.
 """
 
@@ -20,12 +22,15 @@ from edge.commands.common import (
     add_context_args,
     add_model_args,
     check_out_dir,
+    describe_identity,
     get_context,
+    model_identity,
     open_model,
     run_command,
 )
 from edge.commands.helptext import plain
-from edge.commands.simulate import sheet_columns
+from edge.commands.limits import check_horizon, check_rollout_size
+from edge.commands.simulate import MAX_SHEET_ROWS, sheet_columns, write_prediction_npz
 from edge.fileio import write_json_atomic
 from edge.precheck.evaluate import PrecheckResult, evaluate
 from edge.precheck.policy import OnnxPolicy, rollout_policy
@@ -72,12 +77,26 @@ def _tint(frames: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     return out.round().astype(np.uint8)
 
 
-def report_image(result: PrecheckResult, start: np.ndarray, frames: np.ndarray) -> np.ndarray:
-    """The report picture: the start frame, then each candidate's steps, in rank order."""
+def report_image(result: PrecheckResult, start: np.ndarray, frames: np.ndarray
+                 ) -> tuple[np.ndarray, dict]:
+    """The report picture and what it shows.
+
+    Args:
+        result: the verdicts.
+        start: uint8 ``[H, W, 3]`` start frame.
+        frames: uint8 ``[N, T, H, W, 3]`` predicted frames.
+
+    Returns:
+        ``(image uint8 [H', W', 3], shown)``: the start frame then each candidate's steps,
+        in rank order, the first :data:`MAX_SHEET_ROWS` ranks; ``shown`` says how many
+        candidates it shows of how many (``candidates_shown``, ``candidates``, ``note``: the
+        line drawn on top when some are left out, else None).
+    """
     t = frames.shape[1]
     cols = sheet_columns(t, 8)
     rows, labels, tiles = [], [], []
-    for i in result.ranking[:16]:
+    ranked = result.ranking[:MAX_SHEET_ROWS]
+    for i in ranked:
         v = result.verdicts[i]
         row = np.concatenate([start[None], frames[i, cols]])
         rows.append(_tint(row, result.keepout_mask))
@@ -85,13 +104,19 @@ def report_image(result: PrecheckResult, start: np.ndarray, frames: np.ndarray) 
         chosen = " CHOSEN" if i == result.chosen else ""
         labels.append(f"#{v.rank} {v.name} {verdict}{chosen}")
         tiles.append(["start"] + [f"t{c + 1}" for c in cols])
-    return contact_sheet(rows, labels, tiles, scale=max(2, 256 // start.shape[0]))
+    n = len(result.ranking)
+    note = None if len(ranked) == n else (f"{len(ranked)} of {n} candidates shown (ranks "
+                                          f"1-{len(ranked)}); every verdict is in report.json")
+    image = contact_sheet(rows, labels, tiles, scale=max(2, 256 // start.shape[0]), note=note)
+    return image, {"candidates_shown": len(ranked), "candidates": n, "note": note}
 
 
 def run(args: argparse.Namespace, context_source=None) -> int:
     """Run ``precheck`` for parsed arguments; returns 0 if a candidate passes, else 1."""
     rules = load_rules(args.rules)
     check_out_dir(args.out)  # before any work
+    if args.policy and args.horizon is not None:
+        check_horizon(args.horizon)
     model = open_model(args)
     try:
         start, episode = load_start(args.start, model.contract.resolution)
@@ -129,6 +154,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                                         "horizon is the file's step count")
             actions, names = load_actions(args.actions)
             n, horizon = actions.shape[:2]
+            check_rollout_size(n, horizon, str(args.actions))
             rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
             rollout.check_actions(actions, str(args.actions))
             frames = rollout.run(start, actions)
@@ -139,9 +165,11 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             if q0 is not None and len(q0) == len(ctrl):
                 q0 = np.asarray(q0)[ctrl]
         result = evaluate(rules, start, q0, actions, frames, names, goal)
+        ident = model_identity(model)
         report = {
             "rules": str(args.rules), "model": str(model.model_dir),
-            "model_sha256": model.sha256, "context": ctx.source, "start": str(args.start),
+            "model_sha256": model.sha256, "model_id": ident, "context": ctx.source,
+            "start": str(args.start),
             "candidates_from": str(args.policy or args.actions),
             "horizon": int(actions.shape[1]), "calibration_warning": stale,
             "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
@@ -152,17 +180,23 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                           "first_fail_rule": v.first_fail_rule, "detail": v.detail,
                           "scores": v.scores} for v in result.verdicts],
         }
-        image = report_image(result, start, frames)
+        image, report["report_png"] = report_image(result, start, frames)
         with StagedOutput(args.out) as out:
             write_json_atomic(out.path("report.json"), report)
             write_png(out.path("report.png"), image)
+            write_prediction_npz(out.path("prediction.npz"), frames,
+                                 model.contract.frame_rate_hz,
+                                 [v.name for v in result.verdicts])
             paths = out.commit()
     finally:
         model.deactivate()
+    print(describe_identity(ident))
+    width = max([16] + [len(v.name) for v in result.verdicts])
     for i in result.ranking:
         v = result.verdicts[i]
         mark = "*" if i == result.chosen else " "
-        print(f"{mark} #{v.rank:<3} {v.name:<16} {'PASS' if v.passed else 'FAIL'}  {v.detail}")
+        print(f"{mark} #{v.rank:<3} {v.name:<{width}} {'PASS' if v.passed else 'FAIL'}  "
+              f"{v.detail}")
     for p in paths:
         print(p)
     if result.chosen is None:

@@ -1,9 +1,11 @@
 """``syncedge simulate``: predict what candidate actions will do in a cell.
 
-Writes into ``--out`` (all or nothing): ``prediction.mp4`` (candidates side by side),
-``contact_sheet.png`` (one row per candidate; the ground truth below when the start is an
-episode whose own actions are simulated) and ``metrics.json`` (per-step PSNR, SSIM and
-motion-region PSNR against the ground truth, timings, provenance).
+Writes into ``--out`` (all or nothing): ``prediction.mp4`` (the ground truth, when the
+start is an episode whose own actions are simulated, beside each candidate, in a labelled
+grid with a step counter), ``prediction.npz`` (the predicted frames, lossless),
+``contact_sheet.png`` (one row per candidate, up to 16, the ground truth below) and
+``metrics.json`` (per-step PSNR, SSIM and motion-region PSNR against the ground truth,
+timings, provenance). At most 256 candidates, 256 steps and 8192 predicted frames per call.
 """
 
 from __future__ import annotations
@@ -22,21 +24,26 @@ from edge.commands.common import (
     add_context_args,
     add_model_args,
     check_out_dir,
+    describe_identity,
     get_context,
+    model_identity,
     open_model,
     run_command,
 )
 from edge.commands.helptext import plain
+from edge.commands.limits import check_rollout_size
 from edge.fileio import write_json_atomic
 from edge.metrics import masked_psnr, motion_mask, psnr, ssim
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import load_actions, load_start
 from edge.runtime.rollout import Rollout
-from edge.visual import contact_sheet, write_mp4, write_png
+from edge.visual import contact_sheet, video_frames, video_layout, write_mp4, write_png
 
-__all__ = ["MAX_SHEET_TILES", "main", "register", "run", "step_metrics", "sheet_columns"]
+__all__ = ["MAX_SHEET_ROWS", "MAX_SHEET_TILES", "main", "register", "run", "sheet_columns",
+           "step_metrics", "write_prediction_npz"]
 
 MAX_SHEET_TILES = 10
+MAX_SHEET_ROWS = 16  # candidates drawn on a contact sheet; the sheet says when it shows fewer
 MOTION_THRESHOLD = 8  # uint8 units: a ground-truth pixel moved if it changed by more
 
 
@@ -98,8 +105,12 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         else:
             raise RuntimeInputError("--actions: required when --start is a frame, not an "
                                     "episode")
-        ctx = get_context(args, model, episode, context_source)
         n, horizon = actions.shape[:2]
+        check_rollout_size(n, horizon, str(args.actions or args.start))
+        names = names or [f"candidate-{i}" for i in range(n)]
+        truth_given = episode is not None and not args.actions
+        layout = video_layout(names, model.contract.resolution, truth_given)  # before work
+        ctx = get_context(args, model, episode, context_source)
         rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
         rollout.check_actions(actions, str(args.actions or args.start))
         t0 = time.perf_counter()
@@ -110,16 +121,14 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             rollout.step()
         rollout_s = time.perf_counter() - t0
         pred = rollout.frames()  # (N, T, H, W, 3)
-        truth = None
-        if episode is not None and not args.actions:
-            truth = episode.frames[1:1 + horizon]
+        truth = episode.frames[1:1 + horizon] if truth_given and episode is not None else None
         report = {
             "model": str(model.model_dir), "model_sha256": model.sha256,
+            "model_id": model_identity(model),
             "backend": model.backend, "backend_requested": args.backend,
             "context": ctx.source, "start": str(args.start),
             "actions": str(args.actions) if args.actions else "start episode",
-            "candidates": n, "horizon": horizon, "names": names or [f"candidate-{i}"
-                                                                     for i in range(n)],
+            "candidates": n, "horizon": horizon, "names": names,
             "batch_size": rollout.batch, "chunks": rollout.chunks,
             "timings_s": {"first_frame": round(first_frame_s, 6),
                           "rollout": round(rollout_s, 6),
@@ -136,23 +145,30 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                                  if any(p[k] is not None for p in per) else None
                                  for k in ("psnr_db", "ssim", "motion_psnr_db")}
         cols = sheet_columns(horizon)
-        rows = [pred[i, cols] for i in range(n)]
-        labels = [f"pred {i}" for i in range(n)]
+        shown = min(n, MAX_SHEET_ROWS)
+        rows = [pred[i, cols] for i in range(shown)]
+        labels = [f"pred {i} {report['names'][i]}" for i in range(shown)]
         if truth is not None:
             rows.append(truth[cols])
             labels.append("truth")
-        sheet = contact_sheet(rows, labels, [[f"t{c + 1}" for c in cols]] * len(rows))
-        video = np.concatenate(list(pred), axis=2)  # candidates side by side (T, H, N*W, 3)
+        note = None if shown == n else (f"{shown} of {n} candidates shown (the first {shown}); "
+                                        f"every candidate is in prediction.npz")
+        report["contact_sheet"] = {"candidates_shown": shown, "candidates": n, "note": note}
+        sheet = contact_sheet(rows, labels, [[f"t{c + 1}" for c in cols]] * len(rows),
+                              note=note)
+        fps = model.contract.frame_rate_hz
+        report["video"] = layout.to_json()
         with StagedOutput(args.out) as out:
-            write_mp4(out.path("prediction.mp4"), video, model.contract.frame_rate_hz)
-            _write_frames(out.path("prediction.npz"), pred, model.contract.frame_rate_hz,
-                          report["names"])
+            write_mp4(out.path("prediction.mp4"), video_frames(layout, pred, truth, fps), fps,
+                      scale=1)
+            write_prediction_npz(out.path("prediction.npz"), pred, fps, report["names"])
             write_png(out.path("contact_sheet.png"), sheet)
             report["timings_s"]["total"] = round(time.perf_counter() - t_start, 6)
             write_json_atomic(out.path("metrics.json"), report)
             paths = out.commit()
     finally:
         model.deactivate()
+    print(describe_identity(report["model_id"]))
     for p in paths:
         print(p)
     if report["summary"]:
@@ -162,10 +178,18 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     return 0
 
 
-def _write_frames(path: Path, frames: np.ndarray, fps: float, names: list[str]) -> None:
-    """The predicted frames, lossless, for other tools: ``frames`` uint8 ``[N, T, H, W, 3]``,
-    ``step_times_s`` float64 ``[T]`` (step k at k / fps after the start frame) and
-    ``candidate_names`` (``np.load(path, allow_pickle=False)`` reads it)."""
+def write_prediction_npz(path: Path, frames: np.ndarray, fps: float, names: list[str]) -> None:
+    """Write the predicted frames losslessly for other tools (``simulate`` and ``precheck``).
+
+    Args:
+        path: the ``.npz`` file to write.
+        frames: uint8 ``[N, T, H, W, 3]``, stored as ``frames``.
+        fps: the model's frame rate, Hz: ``step_times_s`` float64 ``[T]`` holds step k's
+            time after the start frame, k / fps (k = 1..T).
+        names: N candidate names, stored as ``candidate_names`` (unicode strings).
+
+    ``np.load(path, allow_pickle=False)`` reads it.
+    """
     import io
 
     buf = io.BytesIO()
