@@ -4,52 +4,24 @@ buffers; the real TensorRT has not run here, docs/runtime.md)."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
-import stat
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_cuda import FakeCuda, install, install_tensorrt
+from device_fakes import Fakes, export_engine, make_slot
+from fake_cuda import install_tensorrt
 from fake_tensorrt import make_fake_trt
 
-import edge.runtime.backends as backends
 from edge.device_copies import copy_counts
 from edge.engine_cache import EngineCache
 from edge.manifest import load_model_dir
-from edge.runtime.backends.probe import Availability
 from edge.runtime.backends.tensorrt import TensorrtRunner
 from edge.runtime.errors import BackendError
 from edge.runtime.model import WorldModel, load_model
-from export.cli import register
 from tests.fixtures.runtime import tiny_model_dir
-
-
-class Fakes:
-    """The fake driver and TensorRT installed for one test, and the state root."""
-
-    def __init__(self, monkeypatch, tmp_path: Path):
-        self.monkeypatch, self.tmp = monkeypatch, tmp_path
-        self.cuda = FakeCuda(cc=(8, 7))
-        install(monkeypatch, self.cuda)
-        self.state = tmp_path / "state"
-        monkeypatch.setenv("SYNCEDGE_HOME", str(self.state))
-        monkeypatch.setattr("edge.device_target.cuda_compute_capability",
-                            lambda device=0: self.cuda.cc)
-        monkeypatch.setattr(backends, "cuda_driver_status",
-                            lambda: Availability("cuda-driver", True, "fake driver"))
-        self.use_trt("10.3.0.30")
-
-    def use_trt(self, version: str) -> None:
-        self.trt, self.calls = make_fake_trt(version, cuda=self.cuda)
-        install_tensorrt(self.monkeypatch, self.trt)
-
-    @property
-    def builds(self) -> int:
-        return sum(1 for c in self.calls if c[0] == "build")
 
 
 @pytest.fixture
@@ -58,28 +30,14 @@ def fakes(monkeypatch, tmp_path) -> Fakes:
 
 
 @pytest.fixture
-def slot(tmp_path) -> Path:
-    """A read-only copy of the tiny model, as installed in a bundle slot."""
-    dst = tmp_path / "bundles" / "a" / "model"
-    shutil.copytree(tiny_model_dir(), dst)
-    for p in [dst, *dst.iterdir()]:
-        p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    yield dst
-    for p in [dst, *dst.iterdir()]:
-        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+def slot(tmp_path):
+    yield from make_slot(tmp_path)
 
 
 def _tree(folder: Path) -> dict[str, tuple[int, int, str]]:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns,
                                          hashlib.sha256(p.read_bytes()).hexdigest())
             for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def export_engine(model_dir: Path, *extra: str) -> int:
-    parser = argparse.ArgumentParser(prog="syncedge")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["export", "engine", str(model_dir), *extra])
-    return args.func(args)
 
 
 def _runners(model: WorldModel) -> dict[str, TensorrtRunner]:

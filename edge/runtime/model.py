@@ -99,6 +99,14 @@ class WorldModel:
         names = {r.backend for r in self._runners.values()}
         return ",".join(sorted(names))
 
+    def engine_report(self) -> dict[str, dict[str, str]] | None:
+        """Per graph, how its TensorRT engine was obtained (``action`` loaded/built,
+        ``reason``, ``path``); None for backends without engines."""
+        rows = {k: {"action": r.engine_action, "reason": r.engine_reason,
+                    "path": str(r.engine_path)}
+                for k, r in self._runners.items() if getattr(r, "engine_action", "")}
+        return rows or None
+
     def deactivate(self) -> None:
         """Free every rollout's device buffers, the kernels and every runner."""
         for user in self._device_users:
