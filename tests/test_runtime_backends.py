@@ -105,7 +105,9 @@ def test_doctor_reports_every_backend(capsys) -> None:
     args = parser.parse_args(["doctor"])
     assert args.func(args) == 0
     text = capsys.readouterr().out
-    for name in BACKEND_NAMES + ("cuda-driver", "nvcc", "fatbin", "auto"):
+    for name in BACKEND_NAMES + ("cuda-driver", "nvcc", "fatbin", "auto", "engine-cache",
+                                 "rollout"):
         assert name in text
+    assert "host path" in text or "device path" in text
     d = doctor.collect()
     assert d["auto"] in AVAILABLE

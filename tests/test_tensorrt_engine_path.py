@@ -181,3 +181,16 @@ def test_infer_matches_onnxruntime_and_counts_its_copies(fakes, slot):
             r.enqueue({n: ptrs[n] for n in r.input_names if n != "action"}, {}, stream.handle)
         with pytest.raises(BackendError, match=r"input 'action': expected float32 \[4, 3\]"):
             r.infer({**feeds, "action": feeds["action"][:1]})
+
+
+def test_doctor_lists_the_engine_cache(fakes, slot):
+    from edge.commands.doctor import engine_cache_status
+
+    assert engine_cache_status().reason.endswith(": empty")
+    export_engine(slot, "--graph", "encoder", "--graph", "step_b1")
+    fakes.use_trt("10.3.0.31")
+    export_engine(slot, "--graph", "encoder")
+    status = engine_cache_status()
+    assert status.available
+    assert status.reason == (f"{fakes.state / 'engines'}: 2 for TensorRT 10.3.0.30 sm 8.7, "
+                             f"1 for TensorRT 10.3.0.31 sm 8.7")

@@ -31,15 +31,19 @@ class OrtRunner(Runner):
         intra_op_num_threads: threads inside one operator (None: ONNX Runtime's default,
             one per physical core).
         provider_options: options of the execution provider (passed unchanged).
+        allow_spinning: let idle intra-op threads spin between runs (default False: they
+            sleep; see :meth:`session_options`).
     """
 
     backend = "cpu"
     provider = "CPUExecutionProvider"
 
     def __init__(self, path: str | Path, intra_op_num_threads: int | None = None,
-                 provider_options: Mapping[str, object] | None = None):
+                 provider_options: Mapping[str, object] | None = None,
+                 allow_spinning: bool = False):
         super().__init__(path)
         self.intra_op_num_threads = intra_op_num_threads
+        self.allow_spinning = allow_spinning
         self.provider_options = dict(provider_options or {})
         self._session: onnxruntime.InferenceSession | None = None
         self._binding: onnxruntime.IOBinding | None = None
@@ -56,12 +60,7 @@ class OrtRunner(Runner):
                 f"backend '{self.backend}': expected {self.provider} in "
                 f"onnxruntime.get_available_providers(), found "
                 f"{ort.get_available_providers()}")
-        opts = ort.SessionOptions()
-        if self.intra_op_num_threads is not None:
-            opts.intra_op_num_threads = int(self.intra_op_num_threads)
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.log_severity_level = 3
+        opts = self.session_options()
         providers = [(self.provider, self.provider_options)]
         if self.provider != "CPUExecutionProvider":
             providers.append(("CPUExecutionProvider", {}))
@@ -75,6 +74,23 @@ class OrtRunner(Runner):
         self.input_names = tuple(i.name for i in session.get_inputs())
         self.output_names = tuple(o.name for o in session.get_outputs())
         self._binding = session.io_binding()
+
+    def session_options(self) -> onnxruntime.SessionOptions:
+        """The session options: ``intra_op_num_threads``, one inter-op thread, sequential
+        execution, warnings off, and intra-op threads that sleep instead of spinning
+        between runs unless ``allow_spinning`` (a model runs several sessions one after the
+        other; a spinning pool of the idle ones takes the cores the running one needs)."""
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        if self.intra_op_num_threads is not None:
+            opts.intra_op_num_threads = int(self.intra_op_num_threads)
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.log_severity_level = 3
+        opts.add_session_config_entry("session.intra_op.allow_spinning",
+                                      "1" if self.allow_spinning else "0")
+        return opts
 
     def _infer(self, feeds: Mapping[str, np.ndarray],
                outputs: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
