@@ -16,9 +16,10 @@ frames of both are compared (max |difference| in uint8 levels). PyTorch runs the
 ``syncedge export onnx`` exported (``export.warp_export.warp_graph_modules``) with the
 checkpoint's weights.
 
-ONNX Runtime is measured in two configurations: ``ort_before`` (the session options this
-project used before: spinning intra-op pools, one per graph) and ``ort`` (the current
-``OrtCpuRunner`` defaults). The per-operator tables come from ONNX Runtime's profiler and
+ONNX Runtime is measured in three configurations: ``ort_before`` (the session options
+this project used before: spinning intra-op pools, one per graph), ``ort`` (the current
+``OrtCpuRunner`` defaults) and ``ort_fused`` (the same with each batch's step and decoder
+fused into one graph, ``WorldModel(fuse_step_decoder=True)``). The per-operator tables come from ONNX Runtime's profiler and
 ``torch.profiler`` on separate, profiled runs (profiling adds overhead; the frames/s
 figures come from unprofiled runs). FLOPs are counted from the shapes the profiler
 records: Conv ``2*N*Cout*Hout*Wout*Cin/group*kh*kw``, Einsum ``2*prod(index sizes)``,
@@ -148,19 +149,19 @@ class _ProfiledRunner(OrtCpuRunner):
 
 
 def _model(model_dir: Path, threads: int, before: bool, profile_dir: str = "",
-           unoptimised: bool = False) -> WorldModel:
+           unoptimised: bool = False, fused: bool = False) -> WorldModel:
     if profile_dir:
         factory = lambda p: _ProfiledRunner(p, threads, profile_dir, unoptimised)  # noqa: E731
     else:  # before: the spinning pools this project used until now
         factory = lambda p: OrtCpuRunner(p, intra_op_num_threads=threads,  # noqa: E731
                                          allow_spinning=before)
-    return WorldModel(model_dir, runner_factory=factory).activate()
+    return WorldModel(model_dir, runner_factory=factory, fuse_step_decoder=fused).activate()
 
 
 def ort_rollout(model_dir: Path, n: int, horizon: int, runs: int, threads: int,
-                before: bool = False) -> dict[str, Any]:
+                before: bool = False, fused: bool = False) -> dict[str, Any]:
     """The product's rollout: first step, median frames/s, the frames of the last run."""
-    model = _model(model_dir, threads, before)
+    model = _model(model_dir, threads, before, fused=fused)
     try:
         start, actions, ctx = _inputs(model, n, horizon)
         r = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
@@ -360,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.batches:
         before = ort_rollout(args.model, n, args.horizon, args.runs, args.threads, before=True)
         ort = ort_rollout(args.model, n, args.horizon, args.runs, args.threads)
+        fused = ort_rollout(args.model, n, args.horizon, args.runs, args.threads, fused=True)
         tor = torch_rollout(args.checkpoints, args.model, n, args.horizon, args.runs,
                             args.threads, ort["start_latent"], ort["context"], ort["actions"],
                             profile=True)
@@ -372,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         row = {"batch_graph": ort["batch"],
                "ort": {k: ort[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
                "ort_before": {k: before[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
+               "ort_fused": {k: fused[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
+               "ort_fused_frames_max_abs_diff_u8": int(np.abs(
+                   fused["frames"].astype(int) - ort["frames"].astype(int)).max()),
                "torch": {k: tor[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
                "ort_vs_torch": ort["fps"] / tor["fps"],
                "ort_before_vs_torch": before["fps"] / tor["fps"],
@@ -386,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         res["batches"][str(n)] = row
         lines.append(f"batch {n} (graphs b{ort['batch']}): ONNX Runtime {ort['fps']:.1f} frames/s "
                      f"({ort['step_ms']:.2f} ms/step, first step {ort['first_step_ms']:.2f} ms); "
-                     f"before {before['fps']:.1f}; eager PyTorch {tor['fps']:.1f} "
+                     f"before {before['fps']:.1f}; step+decoder fused {fused['fps']:.1f}; eager PyTorch {tor['fps']:.1f} "
                      f"({tor['step_ms']:.2f} ms/step, first {tor['first_step_ms']:.2f} ms); "
                      f"ratio {row['ort_vs_torch']:.2f}x (target >= {TARGETS['ort_vs_torch']}x); "
                      f"frames max |diff| {row['frames_max_abs_diff_u8']} u8 levels")

@@ -303,3 +303,18 @@ def test_unexported_batch_is_a_clear_error(model, ctx) -> None:
         model.runner("step_b32")
     r = Rollout(model, ctx, max_horizon=2, max_candidates=1)
     assert r.path == "host" and r.device_graph is None
+
+
+def test_fused_step_and_decoder_give_the_same_frames(model, ctx) -> None:
+    start, actions = _inputs(5, 6, seed=4)
+    want = Rollout(model, ctx, max_horizon=6, max_candidates=5).run(start, actions)
+    from edge.runtime.backends.ort import OrtCpuRunner
+
+    def factory(p):
+        return OrtCpuRunner(p, intra_op_num_threads=1)
+
+    with WorldModel(tiny_model_dir(), runner_factory=factory, fuse_step_decoder=True) as fused:
+        assert sorted(fused._fused) == [1, 4]
+        got = Rollout(fused, ctx, max_horizon=6, max_candidates=5).run(start, actions)
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    assert (got == want).mean() > 0.99

@@ -27,15 +27,21 @@ class WorldModel:
         model_dir: folder holding ``model.json`` and the graphs.
         runner_factory: makes a runner for a graph file (default: ONNX Runtime CPU).
         verify: check every graph's sha256 against ``model.json`` on activation.
+        fuse_step_decoder: where the step and decoder runners are ONNX Runtime runners,
+            also run each batch's step and decoder as one fused graph in one session
+            (:meth:`step_decode`; ``edge.runtime.backends.ort.fuse_graphs``).
 
     The constructor only stores arguments; call :meth:`activate` (or use ``with``).
     """
 
     def __init__(self, model_dir: str | os.PathLike[str],
-                 runner_factory: RunnerFactory | None = None, verify: bool = True):
+                 runner_factory: RunnerFactory | None = None, verify: bool = True,
+                 fuse_step_decoder: bool = False):
         self.model_dir = Path(model_dir)
         self.runner_factory = runner_factory
         self.verify = verify
+        self.fuse_step_decoder = fuse_step_decoder
+        self._fused: dict[int, Runner] = {}
         self._manifest: ModelManifest | None = None
         self._sha256 = ""
         self._runners: dict[str, Runner] = {}
@@ -60,9 +66,12 @@ class WorldModel:
                 runners[key] = factory(self.model_dir / g.file).activate()
             if _device_resident(runners, manifest):
                 self._launcher = _activate_launcher()
+            elif self.fuse_step_decoder:
+                _fused_runners(manifest, runners, self._fused)
         except BaseException:
-            for r in runners.values():
+            for r in [*runners.values(), *self._fused.values()]:
                 r.deactivate()
+            self._fused = {}
             raise
         self._runners = runners
         self._sha256 = model_sha256(self.model_dir)
@@ -115,9 +124,9 @@ class WorldModel:
         if self._launcher is not None:
             self._launcher.deactivate()
             self._launcher = None
-        for r in self._runners.values():
+        for r in [*self._runners.values(), *self._fused.values()]:
             r.deactivate()
-        self._runners = {}
+        self._runners, self._fused = {}, {}
         self._manifest = None
 
     def __enter__(self) -> WorldModel:
@@ -233,6 +242,27 @@ class WorldModel:
         """
         return self._batched("step", batch).infer(feeds, {"next_latent": out})["next_latent"]
 
+    def step_decode(self, batch: int, feeds: Mapping[str, np.ndarray], next_out: np.ndarray,
+                    frames_out: np.ndarray) -> None:
+        """:meth:`step` then :meth:`decode` of its ``next_latent`` (one fused session run
+        where the model was activated with ``fuse_step_decoder``).
+
+        Args:
+            batch: an exported batch size B.
+            feeds: the step graph's inputs.
+            next_out: float32 ``[B, C, h, w]``, receives ``next_latent``.
+            frames_out: float32 ``[B, 3, H, W]``, receives the decoded frames.
+
+        Raises:
+            RolloutInputError: ``batch`` is not an exported batch size.
+        """
+        fused = self._fused.get(batch)
+        if fused is None:
+            self.step(batch, feeds, next_out)
+            self.decode(batch, next_out, frames_out)
+            return
+        fused.infer(feeds, {"next_latent": next_out, "frames": frames_out})
+
     def decode(self, batch: int, latents: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Run ``decoder_b{batch}``: latents ``[B, C, h, w]`` -> float32 ``[B, 3, H, W]`` in out.
 
@@ -247,6 +277,20 @@ def _device_resident(runners: Mapping[str, Runner], manifest: ModelManifest) -> 
     """Whether every step/decoder runner is a device executor (has ``enqueue``)."""
     batched = [r for k, r in runners.items() if k.startswith(("step_b", "decoder_b"))]
     return bool(batched) and all(callable(getattr(r, "enqueue", None)) for r in batched)
+
+
+def _fused_runners(manifest: ModelManifest, runners: Mapping[str, Runner],
+                   out: dict[int, Runner]) -> None:
+    """Per batch size, the step and decoder graphs fused into one ONNX Runtime session
+    (activated into ``out`` one by one, so a failure leaves only those to free)."""
+    from edge.runtime.backends.ort import OrtRunner, fuse_graphs
+
+    for b in manifest.batch_sizes:
+        step, dec = runners.get(f"step_b{b}"), runners.get(f"decoder_b{b}")
+        if not isinstance(step, OrtRunner) or not isinstance(dec, OrtRunner):
+            continue
+        blob = fuse_graphs(step.path, dec.path, [("next_latent", "latents")])
+        out[b] = step.derived(f"step_decoder_b{b}.onnx", blob).activate()
 
 
 def _activate_launcher() -> Any:

@@ -343,11 +343,9 @@ class Rollout:
         ref.ring_linearise(v.ring_latents, v.ring_actions, self._w, v.hist_latents,
                            v.hist_actions)
         for k in range(v.chunks):
-            self.model.step(b, v.feeds[k], v.next[k])
+            self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k])
         self._w = ref.ring_push(v.ring_latents, v.ring_actions, self._w, v.next_flat,
                                 v.action_t, self.mask)
-        for k in range(v.chunks):
-            self.model.decode(b, v.next[k], v.dec[k])
         try:
             ref.decode_frames(v.decoded, v.offset, out=self.out_frames[t, :v.rows])
         except NonFiniteOutputError as exc:
