@@ -193,6 +193,9 @@ def test_simulate_with_tensorrt_uses_the_engines_of_export_engine(fakes, slot, t
     assert m["host_copies_steps_2_to_T"]["htod"] == 0
     assert m["device_graph"]["memcpy_nodes_per_step"] == 0
     assert (out["cpu"]["rollout_path"], out["cpu"]["engines"]) == ("host", None)
+    for t in (m["timings_s"], out["cpu"]["timings_s"]):  # the first step is timed apart
+        assert t["first_frame"] > 0 and t["frames_per_s"] > 0
+        assert t["frames_per_s_note"] == "steps 2..T (the first step is first_frame)"
     for a, b in zip(m["per_step"], out["cpu"]["per_step"], strict=True):
         assert a["psnr_db"] == pytest.approx(b["psnr_db"], abs=0.05)
     assert not fakes.cuda.live
