@@ -16,7 +16,7 @@ from edge.commands import simulate
 from edge.device_copies import copy_counts, host_copy
 from edge.episode import save_episode
 from edge.runtime.context import encode_calibration
-from edge.runtime.errors import BackendError, RolloutInputError
+from edge.runtime.errors import BackendError, CallOrderError, RolloutInputError
 from edge.runtime.model import load_model
 from edge.runtime.rollout import Rollout
 from tests.fixtures.runtime import calibration_episode, motion_episode
@@ -52,7 +52,7 @@ def _inputs(n: int, t: int, seed: int = 0):
 
 
 @pytest.mark.parametrize("n", [1, 3, 6])  # b1; b4 padded; two chunks of b4
-def test_device_rollout_equals_the_host_rollout(cpu_and_device, n):
+def test_device_rollout_equals_the_host_rollout(fakes, cpu_and_device, n):
     cpu, dev, ctx = cpu_and_device
     assert dev.on_device and not cpu.on_device
     start, actions = _inputs(n, 5, seed=n)
@@ -63,6 +63,11 @@ def test_device_rollout_equals_the_host_rollout(cpu_and_device, n):
     assert got.shape == want.shape == (n, 5, 16, 16, 3)
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
     assert np.array_equal(r.run(start, actions), got)  # replay of the captured graphs
+    live = len(fakes.cuda.live)
+    r.close()  # frees this rollout's device buffers before the model goes
+    assert len(fakes.cuda.live) < live
+    with pytest.raises(CallOrderError, match="reset"):
+        r.step()
 
 
 def test_a_step_copies_nothing_between_host_and_device(fakes, cpu_and_device):

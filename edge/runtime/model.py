@@ -101,6 +101,10 @@ class WorldModel:
         """Have :meth:`deactivate` call ``user.close()`` first (device buffers of a rollout)."""
         self._device_users.append(user)
 
+    def unregister_device_user(self, user: Any) -> None:
+        """Forget ``user`` (it was closed by its owner)."""
+        self._device_users = [u for u in self._device_users if u is not user]
+
     @property
     def backend(self) -> str:
         """The backend the graphs run on (``auto`` resolved), e.g. ``"cpu"``; ``""`` when

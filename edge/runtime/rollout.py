@@ -372,6 +372,21 @@ class Rollout:
             self._fetched = self._t
         return np.ascontiguousarray(self.out_frames[:self._t, :self._n].transpose(1, 0, 2, 3, 4))
 
+    def close(self) -> None:
+        """Free the device buffers of the device path now (otherwise the model frees them
+        when it is deactivated); idempotent; a no-op on the host path."""
+        if self._device is not None:
+            self.model.unregister_device_user(self._device)
+            self._device.close()
+            self._device = None
+            self._t = -1
+
+    def __enter__(self) -> Rollout:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def run(self, start: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """Reset and predict every step: frames uint8 ``[N, T, H, W, 3]`` (on the device
         path the steps copy nothing; the frames come back once, at the end)."""
