@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from edge.device_copies import host_copy
 from kernels.cuda_graph import CapturedGraph
 from kernels.errors import KernelInputError
 from kernels.launcher import KernelLauncher, RingShape, check_nan_count
@@ -130,6 +131,7 @@ class CudaRolloutStep:
         self._steps = -1  # -1: reset() not called yet
         self._eager_steps = 0
         self._n_actions = 0
+        self._host_actions: np.ndarray | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -218,6 +220,7 @@ class CudaRolloutStep:
             )
         acts[:, : given.shape[1]] = given
         host["actions"] = acts
+        self._host_actions = acts
         if goal is not None:
             host["goal"] = _as(goal, np.uint8, (s.height, s.width, 3), "goal")
         if offset is not None:
@@ -234,7 +237,7 @@ class CudaRolloutStep:
         cuda, stream = self.launcher.driver, self.launcher.stream
         self.launcher.synchronize()
         for name, arr in host.items():
-            cuda.memcpy_htod_async(self._buf[name], arr, stream)
+            host_copy(cuda, "htod", self._buf[name], arr, stream)
         cuda.memset_d32_async(self._buf["nan_count"], 0, 1, stream)
         self.launcher.ring_fill(s.ring, self._ptr("ring_latents"), self._ptr("ring_actions"),
                                 self._ptr("hist_latents"), self._ptr("hist_actions"),
@@ -297,6 +300,48 @@ class CudaRolloutStep:
             self._graph.launch()
         self._steps += 1
 
+    def set_step_action(self, t: int, action: np.ndarray) -> None:
+        """Replace step ``t``'s candidate actions (policy mode): one host-to-device copy of
+        the whole ``[B, T, A]`` actions buffer, ordered on the stream before later steps.
+
+        Args:
+            t: step index, ``0 <= t <`` the actions given to :meth:`reset`.
+            action: float32 ``[B, A]`` (SI units).
+
+        Raises:
+            KernelInputError: before :meth:`reset`, a bad ``t``, dtype or shape.
+        """
+        if self._host_actions is None:
+            raise KernelInputError("CudaRolloutStep: call reset() before set_step_action()")
+        s = self.shapes
+        if not 0 <= int(t) < self._n_actions:
+            raise KernelInputError(f"t: expected 0..{self._n_actions - 1}, found {t!r}")
+        self.launcher.synchronize()  # the previous upload may still be reading the array
+        self._host_actions[:, int(t)] = _as(action, np.float32, (s.batch, s.action), "action")
+        host_copy(self.launcher.driver, "htod", self._buf["actions"], self._host_actions,
+                  self.launcher.stream)
+
+    def fetch_frames(self, t: int, out: np.ndarray) -> np.ndarray:
+        """Synchronise and copy step ``t``'s frames into ``out`` (uint8 ``[B, H, W, 3]``):
+        two device-to-host copies (the frames and the NaN counter).
+
+        Raises:
+            KernelInputError: ``t`` is not a step taken, or ``out`` has the wrong shape.
+            NonFiniteOutputError: the decoder produced NaN so far (the count is named).
+        """
+        s = self.shapes
+        if not 0 <= int(t) < max(self._steps, 0):
+            raise KernelInputError(f"t: expected a step taken (0..{self._steps - 1}), found {t!r}")
+        _as(out, np.uint8, (s.batch, s.height, s.width, 3), "out")
+        cuda = self.launcher.driver
+        self.launcher.synchronize()
+        nan = np.zeros(1, np.int32)
+        host_copy(cuda, "dtoh", nan, self._buf["nan_count"])
+        check_nan_count(int(nan[0]))
+        offset = int(t) * s.batch * s.height * s.width * 3
+        host_copy(cuda, "dtoh", out, self._ptr("frames") + offset)
+        return out
+
     def run(self, n_steps: int | None = None) -> None:
         """Enqueue ``n_steps`` steps (default: every remaining candidate step)."""
         remaining = self._n_actions - max(self._steps, 0)
@@ -318,18 +363,18 @@ class CudaRolloutStep:
         self.launcher.synchronize()
         s, t = self.shapes, max(self._steps, 0)
         nan = np.zeros(1, np.int32)
-        cuda.memcpy_dtoh(nan, self._buf["nan_count"])
+        host_copy(cuda, "dtoh", nan, self._buf["nan_count"])
         check_nan_count(int(nan[0]))
         frames = np.empty((s.horizon, s.batch, s.height, s.width, 3), np.uint8)
         moved = np.empty((s.horizon, s.batch), np.int32)
         energy = np.empty((s.horizon, s.batch), np.float32)
-        cuda.memcpy_dtoh(frames, self._buf["frames"])
-        cuda.memcpy_dtoh(moved, self._buf["moved"])
-        cuda.memcpy_dtoh(energy, self._buf["energy"])
+        host_copy(cuda, "dtoh", frames, self._buf["frames"])
+        host_copy(cuda, "dtoh", moved, self._buf["moved"])
+        host_copy(cuda, "dtoh", energy, self._buf["energy"])
         goal = None
         if self._has_goal:
             goal = np.empty((s.horizon, s.batch), np.float32)
-            cuda.memcpy_dtoh(goal, self._buf["goal_mse"])
+            host_copy(cuda, "dtoh", goal, self._buf["goal_mse"])
             goal = goal[:t]
         return RolloutOutputs(frames[:t], moved[:t], energy[:t], goal)
 

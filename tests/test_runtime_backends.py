@@ -105,7 +105,19 @@ def test_doctor_reports_every_backend(capsys) -> None:
     args = parser.parse_args(["doctor"])
     assert args.func(args) == 0
     text = capsys.readouterr().out
-    for name in BACKEND_NAMES + ("cuda-driver", "nvcc", "fatbin", "auto"):
+    for name in BACKEND_NAMES + ("cuda-driver", "nvcc", "fatbin", "auto", "engine-cache",
+                                 "rollout"):
         assert name in text
+    assert "host path" in text or "device path" in text
     d = doctor.collect()
     assert d["auto"] in AVAILABLE
+
+
+def test_ort_sessions_sleep_between_runs_unless_asked() -> None:
+    from edge.runtime.backends.ort import OrtCpuRunner
+
+    path = tiny_model_dir() / "encoder.onnx"
+    key = "session.intra_op.allow_spinning"
+    assert OrtCpuRunner(path, 2).session_options().get_session_config_entry(key) == "0"
+    opts = OrtCpuRunner(path, 2, allow_spinning=True).session_options()
+    assert opts.get_session_config_entry(key) == "1" and opts.intra_op_num_threads == 2

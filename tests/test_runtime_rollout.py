@@ -261,3 +261,60 @@ def test_context_from_source(model, ctx) -> None:
     src.put("c", "cam", "rob", model.sha256, ctx.values[..., :2])
     with pytest.raises(ContextMismatchError):
         context_from_source(src, model, "c", "cam", "rob")
+
+
+class _CountingRunner(FakeRunner):
+    """Counts infer() calls per graph file."""
+
+    calls: dict[str, int] = {}
+
+    def _infer(self, feeds, outputs):
+        _CountingRunner.calls[self.path.stem] = _CountingRunner.calls.get(self.path.stem, 0) + 1
+        return super()._infer(feeds, outputs)
+
+
+def test_each_request_runs_the_smallest_exported_batch_that_fits(ctx) -> None:
+    """A rollout sized for 4 candidates runs the b1 graphs for one candidate (not b4, 4x
+    the work), the b4 graphs for 3, and two b4 chunks for 6 in a rollout sized for 8."""
+    with WorldModel(tiny_model_dir(), runner_factory=_CountingRunner) as m:
+        r = Rollout(m, ctx, max_horizon=3, max_candidates=8)
+        assert (r.batch, r.chunks) == (4, 2)
+        for n, plan, calls in [(1, (1, 1), {"step_b1": 3}), (3, (4, 1), {"step_b4": 3}),
+                               (6, (4, 2), {"step_b4": 6}), (1, (1, 1), {"step_b1": 3})]:
+            start, actions = _inputs(n, 3, seed=n)
+            _CountingRunner.calls = {}
+            frames = r.run(start, actions)
+            assert (r.batch, r.chunks) == plan
+            assert {k: v for k, v in _CountingRunner.calls.items()
+                    if k.startswith("step")} == calls
+            one = Rollout(m, ctx, max_horizon=3).run(start, actions[0])
+            assert frames.shape == (n, 3, 16, 16, 3)
+            assert np.abs(frames[0].astype(int) - one[0].astype(int)).max() <= 1
+
+
+def test_unexported_batch_is_a_clear_error(model, ctx) -> None:
+    feeds = {"history_latents": np.zeros((32, 3, 4, 4, 4), np.float32)}
+    with pytest.raises(RolloutInputError, match=r"step batch 32: not exported by .*; exported "
+                                                r"batch sizes are \[1, 4\]"):
+        model.step(32, feeds, np.zeros((32, 4, 4, 4), np.float32))
+    with pytest.raises(RolloutInputError, match=r"decoder batch 2: not exported"):
+        model.decode(2, np.zeros((2, 4, 4, 4), np.float32), np.zeros((2, 3, 16, 16), np.float32))
+    with pytest.raises(RolloutInputError, match=r"graph 'step_b32': not in .*model.json"):
+        model.runner("step_b32")
+    r = Rollout(model, ctx, max_horizon=2, max_candidates=1)
+    assert r.path == "host" and r.device_graph is None
+
+
+def test_fused_step_and_decoder_give_the_same_frames(model, ctx) -> None:
+    start, actions = _inputs(5, 6, seed=4)
+    want = Rollout(model, ctx, max_horizon=6, max_candidates=5).run(start, actions)
+    from edge.runtime.backends.ort import OrtCpuRunner
+
+    def factory(p):
+        return OrtCpuRunner(p, intra_op_num_threads=1)
+
+    with WorldModel(tiny_model_dir(), runner_factory=factory, fuse_step_decoder=True) as fused:
+        assert sorted(fused._fused) == [1, 4]
+        got = Rollout(fused, ctx, max_horizon=6, max_candidates=5).run(start, actions)
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    assert (got == want).mean() > 0.99

@@ -35,8 +35,37 @@ def collect() -> dict:
         auto = resolve_backend("auto")
     except BackendUnavailableError as exc:
         auto = f"none ({exc})"
+    items.append(engine_cache_status())
+    items.append(Availability(
+        "rollout", True,
+        f"auto -> {auto}: " + ("device path (TensorRT engines as device executors, rollout "
+                               "kernels between them, one CUDA graph per step; 0 host copies "
+                               "per step by design)" if auto == "tensorrt" else
+                               "host path (each graph through ONNX Runtime, the kernels' NumPy "
+                               "twins in between; every graph run copies its inputs and "
+                               "outputs)")
+        + "; simulate's metrics.json records rollout_path and host_copies_steps_2_to_T"))
     return {"items": [{"name": a.name, "available": a.available, "reason": a.reason}
                       for a in items], "auto": auto}
+
+
+def engine_cache_status() -> Availability:
+    """The TensorRT engine cache under the state root: entries by TensorRT version and GPU
+    (read from the sidecars; nothing is loaded)."""
+    from collections import Counter
+
+    from edge.engine_cache import EngineCache
+
+    cache = EngineCache()
+    keys: Counter = Counter()
+    for side in cache.root.glob("*/*.json"):
+        try:
+            k = json.loads(side.read_text(encoding="utf-8"))["key"]
+            keys[f"TensorRT {k['trt_version']} sm {k['compute_capability']}"] += 1
+        except (OSError, ValueError, KeyError, TypeError):
+            keys["unreadable"] += 1
+    found = ", ".join(f"{n} for {what}" for what, n in sorted(keys.items())) or "empty"
+    return Availability("engine-cache", bool(keys), f"{cache.root}: {found}")
 
 
 def run(args: argparse.Namespace) -> int:

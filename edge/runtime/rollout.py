@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,7 +29,31 @@ from edge.runtime.model import WorldModel
 from kernels import reference as ref
 from kernels.errors import NonFiniteOutputError
 
+if TYPE_CHECKING:
+    from edge.runtime.device_rollout import DeviceRollout
+
 __all__ = ["Rollout", "RolloutParams"]
+
+
+@dataclass(frozen=True)
+class _PlanViews:
+    """Views of the rollout state for one plan: ``batch`` B, ``chunks``, ``rows`` = B*chunks."""
+
+    batch: int
+    chunks: int
+    rows: int
+    ring_latents: np.ndarray  # (P, S, L)
+    ring_actions: np.ndarray  # (P, S, A)
+    hist_latents: np.ndarray  # (P, S, L)
+    hist_actions: np.ndarray  # (P, S, A)
+    actions: np.ndarray  # (P, T, A)
+    action_t: np.ndarray  # (P, A)
+    next_flat: np.ndarray  # (P, L)
+    decoded: np.ndarray  # (P, 3, H, W)
+    offset: np.ndarray | None  # (P, 3, H, W)
+    feeds: list[dict[str, np.ndarray]]  # per chunk, the step graph's inputs
+    next: list[np.ndarray]  # per chunk (B, C, h, w)
+    dec: list[np.ndarray]  # per chunk (B, 3, H, W)
 
 
 @dataclass(frozen=True)
@@ -73,6 +98,8 @@ class Rollout:
             raise RolloutInputError(f"max_horizon: expected >= 1, found {max_horizon}")
         self.max_horizon = int(max_horizon)
         self.max_candidates = int(max_candidates)
+        # The plan for the most candidates sizes the state; each reset() then picks the
+        # smallest exported batch that fits its own N (one candidate never runs a b16 graph).
         self.batch, self.chunks = model.plan_batches(self.max_candidates)
         p, s, a = self.batch * self.chunks, c.history_length, c.max_dof
         ch, lh, lw = c.latent_shape
@@ -90,21 +117,41 @@ class Rollout:
         self.decoded = np.zeros((p, 3, h, w), np.float32)  # (P, 3, H, W)
         self.offset = np.zeros((p, 3, h, w), np.float32) if c.residual_decoding else None
         self.out_frames = np.zeros((self.max_horizon, p, h, w, 3), np.uint8)  # (T, P, H, W, 3)
-        # Views made once, so a step creates no arrays of its own.
-        hist5 = self.hist_latents.reshape(p, s, ch, lh, lw)
-        self._next_flat = self.next_latents.reshape(p, lat)
-        bsz = self.batch
-        self._step_feeds = [{"history_latents": hist5[k * bsz:(k + 1) * bsz],
-                             "history_actions": self.hist_actions[k * bsz:(k + 1) * bsz],
-                             "action": self.action_t[k * bsz:(k + 1) * bsz],
-                             "context": context.values} for k in range(self.chunks)]
-        self._next = [self.next_latents[k * bsz:(k + 1) * bsz] for k in range(self.chunks)]
-        self._dec = [self.decoded[k * bsz:(k + 1) * bsz] for k in range(self.chunks)]
+        self._views: dict[tuple[int, int], _PlanViews] = {}
+        self._v = self._plan_views(self.batch, self.chunks)
         self._w = 0
         self._t = -1  # -1: reset() not called
         self._n = 0
         self._horizon = 0
-        self._active_chunks = 0
+        self._fetched = -1
+        self._device: DeviceRollout | None = None
+        if model.on_device:
+            from edge.runtime.device_rollout import DeviceRollout
+
+            self._device = DeviceRollout(model, context, self.max_horizon)
+
+    def _plan_views(self, batch: int, chunks: int) -> _PlanViews:
+        """Views of the state for one plan (B, chunks), made once per plan."""
+        key = (batch, chunks)
+        if key not in self._views:
+            c = self.model.contract
+            p, s = batch * chunks, c.history_length
+            hist5 = self.hist_latents[:p].reshape(p, s, *c.latent_shape)
+            v = _PlanViews(
+                batch=batch, chunks=chunks, rows=p,
+                ring_latents=self.ring_latents[:p], ring_actions=self.ring_actions[:p],
+                hist_latents=self.hist_latents[:p], hist_actions=self.hist_actions[:p],
+                actions=self.actions[:p], action_t=self.action_t[:p],
+                next_flat=self.next_latents[:p].reshape(p, -1), decoded=self.decoded[:p],
+                offset=None if self.offset is None else self.offset[:p],
+                feeds=[{"history_latents": hist5[k * batch:(k + 1) * batch],
+                        "history_actions": self.hist_actions[k * batch:(k + 1) * batch],
+                        "action": self.action_t[k * batch:(k + 1) * batch],
+                        "context": self.context.values} for k in range(chunks)],
+                next=[self.next_latents[k * batch:(k + 1) * batch] for k in range(chunks)],
+                dec=[self.decoded[k * batch:(k + 1) * batch] for k in range(chunks)])
+            self._views[key] = v
+        return self._views[key]
 
     def _make_mask(self, a: int) -> np.ndarray:
         if self.params.dof_mask is not None:
@@ -210,32 +257,58 @@ class Rollout:
                                     f"[{n}, {h}, {w}, 3] (the model's resolution), found "
                                     f"{st.dtype} {list(st.shape)}")
         starts = st[None] if st.ndim == 3 else st
+        self.batch, self.chunks = self.model.plan_batches(n)
+        v = self._v = self._plan_views(self.batch, self.chunks)
         z = [self.model.encode(f).reshape(-1) for f in starts]
-        for i in range(self.start_latents.shape[0]):
+        for i in range(v.rows):
             self.start_latents[i] = z[i] if i < len(z) else z[0]
         self.actions[...] = 0.0
         self.actions[:n, :t] = acts
-        self._w = ref.ring_fill(self.ring_latents, self.ring_actions, self.start_latents)
-        self._n, self._horizon, self._t = n, t, 0
-        self._active_chunks = -(-n // self.batch)
-        if self.offset is not None:
-            b = self.batch
-            for k in range(self._active_chunks):
+        self._n, self._horizon, self._t, self._fetched = n, t, 0, -1
+        b = self.batch
+        if v.offset is not None:
+            for k in range(v.chunks):
                 self.model.decode(b, self.start_latents[k * b:(k + 1) * b].reshape(
-                    self._next[k].shape), self._dec[k])
+                    v.next[k].shape), v.dec[k])
             img = starts.transpose(0, 3, 1, 2).astype(np.float32) / np.float32(255.0)
-            idx = np.minimum(np.arange(self.offset.shape[0]), len(starts) - 1)
-            np.subtract(img[idx], self.decoded, out=self.offset)
+            idx = np.minimum(np.arange(v.rows), len(starts) - 1)
+            np.subtract(img[idx], v.decoded, out=v.offset)
+        if self._device is not None:
+            self._device.reset(b, v.chunks, self.start_latents[:v.rows], v.actions[:, :t],
+                               self.mask, np.ascontiguousarray(starts[0]), v.offset)
+            return
+        self._w = ref.ring_fill(v.ring_latents, v.ring_actions, self.start_latents[:v.rows])
 
-    def step(self, action: np.ndarray | None = None) -> np.ndarray:
+    @property
+    def path(self) -> str:
+        """Where the steps run: ``"device"`` (``tensorrt`` backend: engines, kernels and a
+        CUDA graph on the GPU, ``edge.cuda_step``) or ``"host"`` (each graph through its
+        runner's ``infer``, the NumPy twins of the kernels in between)."""
+        return "device" if self._device is not None else "host"
+
+    @property
+    def device_graph(self) -> dict[str, object] | None:
+        """On the device path: the captured step graph's node counts and memcpy nodes per
+        step (None before the capture); None on the host path."""
+        if self._device is None:
+            return None
+        return {"node_counts": self._device.graph_node_counts,
+                "memcpy_nodes_per_step": self._device.memcpy_nodes_per_step}
+
+    def step(self, action: np.ndarray | None = None, *, fetch: bool = True) -> np.ndarray | None:
         """Predict the next frame of every candidate.
 
         Args:
             action: optional ``[N, A']`` action of this step (policy mode); by default the
                 step's row of the actions given to :meth:`reset`.
+            fetch: on the device path, copy this step's frames to the host and return
+                them (two device-to-host copies); False leaves them on the device (the
+                step copies nothing; :meth:`frames` copies every step at once) and
+                returns None. On the host path the frames are always returned.
 
         Returns:
-            uint8 ``[N, H, W, 3]``, a view of the output buffer (valid until the next reset).
+            uint8 ``[N, H, W, 3]``, a view of the output buffer (valid until the next
+            reset), or None (device path, ``fetch=False``).
 
         Raises:
             CallOrderError: :meth:`reset` was not called, or every step is taken.
@@ -246,24 +319,35 @@ class Rollout:
         if self._t >= self._horizon:
             raise CallOrderError(f"Rollout.step: all {self._horizon} steps are taken; call "
                                  f"reset() to start again")
-        t, b = self._t, self.batch
+        t, b, v = self._t, self.batch, self._v
         if action is not None:
             full = self.check_actions(action, f"action of step {t}")
             if full.shape != (self._n, self.model.contract.max_dof):
                 raise RolloutInputError(f"action of step {t}: expected [{self._n}, A], found "
                                         f"{list(np.shape(action))}")
             self.actions[:self._n, t] = full
-        ref.select_action(self.actions, self.mask, t, out=self.action_t)
-        ref.ring_linearise(self.ring_latents, self.ring_actions, self._w, self.hist_latents,
-                           self.hist_actions)
-        for k in range(self._active_chunks):
-            self.model.step(b, self._step_feeds[k], self._next[k])
-        self._w = ref.ring_push(self.ring_latents, self.ring_actions, self._w,
-                                self._next_flat, self.action_t, self.mask)
-        for k in range(self._active_chunks):
-            self.model.decode(b, self._next[k], self._dec[k])
+            if self._device is not None:
+                self._device.set_action(t, self.actions[:v.rows, t])
+        if self._device is not None:
+            self._device.step()
+            self._t = t + 1
+            if not fetch:
+                return None
+            try:
+                self._device.fetch(t, self.out_frames[t, :v.rows])
+            except NonFiniteOutputError as exc:
+                raise RolloutInputError(f"step {t}: the decoder produced NaN ({exc}); check "
+                                        f"the model and the inputs") from exc
+            return self.out_frames[t, :self._n]
+        ref.select_action(v.actions, self.mask, t, out=v.action_t)
+        ref.ring_linearise(v.ring_latents, v.ring_actions, self._w, v.hist_latents,
+                           v.hist_actions)
+        for k in range(v.chunks):
+            self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k])
+        self._w = ref.ring_push(v.ring_latents, v.ring_actions, self._w, v.next_flat,
+                                v.action_t, self.mask)
         try:
-            ref.decode_frames(self.decoded, self.offset, out=self.out_frames[t])
+            ref.decode_frames(v.decoded, v.offset, out=self.out_frames[t, :v.rows])
         except NonFiniteOutputError as exc:
             raise RolloutInputError(f"step {t}: the decoder produced NaN ({exc}); check the "
                                     f"model and the inputs") from exc
@@ -271,16 +355,44 @@ class Rollout:
         return self.out_frames[t, :self._n]
 
     def frames(self) -> np.ndarray:
-        """The frames predicted since :meth:`reset`: uint8 ``[N, t, H, W, 3]`` (a copy)."""
+        """The frames predicted since :meth:`reset`: uint8 ``[N, t, H, W, 3]`` (a copy).
+
+        Raises:
+            CallOrderError: :meth:`reset` was not called.
+            RolloutInputError: the decoder produced NaN (device path: found here).
+        """
         if self._t < 0:
             raise CallOrderError("Rollout.frames: call reset() first")
+        if self._device is not None and self._fetched != self._t:
+            try:
+                self._device.outputs(self._t, self.out_frames[:, :self._v.rows])
+            except NonFiniteOutputError as exc:
+                raise RolloutInputError(f"the decoder produced NaN ({exc}); check the model "
+                                        f"and the inputs") from exc
+            self._fetched = self._t
         return np.ascontiguousarray(self.out_frames[:self._t, :self._n].transpose(1, 0, 2, 3, 4))
 
+    def close(self) -> None:
+        """Free the device buffers of the device path now (otherwise the model frees them
+        when it is deactivated); idempotent; a no-op on the host path."""
+        if self._device is not None:
+            self.model.unregister_device_user(self._device)
+            self._device.close()
+            self._device = None
+            self._t = -1
+
+    def __enter__(self) -> Rollout:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def run(self, start: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """Reset and predict every step: frames uint8 ``[N, T, H, W, 3]``."""
+        """Reset and predict every step: frames uint8 ``[N, T, H, W, 3]`` (on the device
+        path the steps copy nothing; the frames come back once, at the end)."""
         self.reset(start, actions)
         for _ in range(self._horizon):
-            self.step()
+            self.step(fetch=False)
         return self.frames()
 
     def stream(self, start: np.ndarray, actions: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:

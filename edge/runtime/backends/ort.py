@@ -20,7 +20,31 @@ from edge.runtime.errors import BackendError, BackendUnavailableError
 if TYPE_CHECKING:
     import onnxruntime
 
-__all__ = ["OrtCpuRunner", "OrtCudaRunner", "OrtRunner", "OrtTensorrtRunner"]
+__all__ = ["OrtCpuRunner", "OrtCudaRunner", "OrtRunner", "OrtTensorrtRunner", "fuse_graphs"]
+
+
+def fuse_graphs(first: Path, second: Path, io_map: list[tuple[str, str]]) -> bytes:
+    """One ONNX graph running ``first`` then ``second`` (graph-level fusion: one session
+    run, one thread pool, instead of two).
+
+    ``second``'s node and value names are prefixed so they cannot collide; its inputs named
+    in ``io_map`` (``(output of first, input of second)``) are fed by ``first``; the outputs
+    are ``first``'s then ``second``'s. The files are not changed.
+
+    Raises:
+        BackendError: the graphs cannot be read or composed.
+    """
+    import onnx
+    import onnx.compose
+
+    try:
+        a, b = onnx.load(str(first)), onnx.load(str(second))
+        b = onnx.compose.add_prefix(b, "fused_2/", rename_inputs=False, rename_outputs=False)
+        outputs = [o.name for o in a.graph.output] + [o.name for o in b.graph.output]
+        merged = onnx.compose.merge_models(a, b, io_map=io_map, outputs=outputs)
+    except Exception as exc:  # onnx raises ValueError, OSError, DecodeError, ...
+        raise BackendError(f"{first.name} + {second.name}: cannot fuse the graphs: {exc}") from exc
+    return merged.SerializeToString()
 
 
 class OrtRunner(Runner):
@@ -31,15 +55,22 @@ class OrtRunner(Runner):
         intra_op_num_threads: threads inside one operator (None: ONNX Runtime's default,
             one per physical core).
         provider_options: options of the execution provider (passed unchanged).
+        allow_spinning: let idle intra-op threads spin between runs (default False: they
+            sleep; see :meth:`session_options`).
+        model_bytes: the serialized graph to run instead of reading ``path`` (a graph
+            derived in memory, e.g. :func:`fuse_graphs`); ``path`` then only names it.
     """
 
     backend = "cpu"
     provider = "CPUExecutionProvider"
 
     def __init__(self, path: str | Path, intra_op_num_threads: int | None = None,
-                 provider_options: Mapping[str, object] | None = None):
+                 provider_options: Mapping[str, object] | None = None,
+                 allow_spinning: bool = False, model_bytes: bytes | None = None):
         super().__init__(path)
+        self.model_bytes = model_bytes
         self.intra_op_num_threads = intra_op_num_threads
+        self.allow_spinning = allow_spinning
         self.provider_options = dict(provider_options or {})
         self._session: onnxruntime.InferenceSession | None = None
         self._binding: onnxruntime.IOBinding | None = None
@@ -56,18 +87,13 @@ class OrtRunner(Runner):
                 f"backend '{self.backend}': expected {self.provider} in "
                 f"onnxruntime.get_available_providers(), found "
                 f"{ort.get_available_providers()}")
-        opts = ort.SessionOptions()
-        if self.intra_op_num_threads is not None:
-            opts.intra_op_num_threads = int(self.intra_op_num_threads)
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.log_severity_level = 3
+        opts = self.session_options()
         providers = [(self.provider, self.provider_options)]
         if self.provider != "CPUExecutionProvider":
             providers.append(("CPUExecutionProvider", {}))
         try:
-            session = ort.InferenceSession(str(self.path), sess_options=opts,
-                                           providers=providers)
+            source = self.model_bytes if self.model_bytes is not None else str(self.path)
+            session = ort.InferenceSession(source, sess_options=opts, providers=providers)
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise BackendError(f"{self.path}: ONNX Runtime could not load the graph: "
                                f"{exc}") from exc
@@ -75,6 +101,28 @@ class OrtRunner(Runner):
         self.input_names = tuple(i.name for i in session.get_inputs())
         self.output_names = tuple(o.name for o in session.get_outputs())
         self._binding = session.io_binding()
+
+    def derived(self, name: str, model_bytes: bytes) -> OrtRunner:
+        """A runner of the same class and options for a graph made in memory (not active)."""
+        return type(self)(self.path.with_name(name), self.intra_op_num_threads,
+                          self.provider_options, self.allow_spinning, model_bytes)
+
+    def session_options(self) -> onnxruntime.SessionOptions:
+        """The session options: ``intra_op_num_threads``, one inter-op thread, sequential
+        execution, warnings off, and intra-op threads that sleep instead of spinning
+        between runs unless ``allow_spinning`` (a model runs several sessions one after the
+        other; a spinning pool of the idle ones takes the cores the running one needs)."""
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        if self.intra_op_num_threads is not None:
+            opts.intra_op_num_threads = int(self.intra_op_num_threads)
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.log_severity_level = 3
+        opts.add_session_config_entry("session.intra_op.allow_spinning",
+                                      "1" if self.allow_spinning else "0")
+        return opts
 
     def _infer(self, feeds: Mapping[str, np.ndarray],
                outputs: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:

@@ -1,0 +1,206 @@
+"""The GPU rollout behind ``Rollout`` and ``simulate --backend tensorrt``, on the CPU: fake
+TensorRT engines, the real ``KernelLauncher`` and ``CudaRolloutStep`` on a fake driver whose
+kernels are the NumPy twins, stream capture simulated (docs/runtime.md says what this
+does and does not prove)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+from device_fakes import Fakes, export_engine, make_slot
+
+from edge.commands import simulate
+from edge.device_copies import copy_counts, host_copy
+from edge.episode import save_episode
+from edge.runtime.context import encode_calibration
+from edge.runtime.errors import BackendError, CallOrderError, RolloutInputError
+from edge.runtime.model import load_model
+from edge.runtime.rollout import Rollout
+from tests.fixtures.runtime import calibration_episode, motion_episode
+
+
+@pytest.fixture
+def fakes(monkeypatch, tmp_path) -> Fakes:
+    return Fakes(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def slot(tmp_path):
+    yield from make_slot(tmp_path)
+
+
+@pytest.fixture
+def cpu_and_device(fakes, slot):
+    export_engine(slot)
+    cpu = load_model(slot, backend="cpu", intra_op_num_threads=1)
+    dev = load_model(slot, backend="tensorrt")
+    ctx = encode_calibration(cpu, calibration_episode(3, 4, 16, 16, seed=3))
+    yield cpu, dev, ctx
+    dev.deactivate()
+    cpu.deactivate()
+    assert not fakes.cuda.live, "device memory left allocated"
+    assert fakes.cuda.context_depth == 0
+
+
+def _inputs(n: int, t: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    start = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    return start, rng.normal(0, 0.2, (n, t, 3)).astype(np.float32)
+
+
+@pytest.mark.parametrize("n", [1, 3, 6])  # b1; b4 padded; two chunks of b4
+def test_device_rollout_equals_the_host_rollout(fakes, cpu_and_device, n):
+    cpu, dev, ctx = cpu_and_device
+    assert dev.on_device and not cpu.on_device
+    start, actions = _inputs(n, 5, seed=n)
+    want = Rollout(cpu, ctx, max_horizon=5, max_candidates=6).run(start, actions)
+    r = Rollout(dev, ctx, max_horizon=5, max_candidates=6)
+    assert r.path == "device"
+    got = r.run(start, actions)
+    assert got.shape == want.shape == (n, 5, 16, 16, 3)
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    assert np.array_equal(r.run(start, actions), got)  # replay of the captured graphs
+    live = len(fakes.cuda.live)
+    r.close()  # frees this rollout's device buffers before the model goes
+    assert len(fakes.cuda.live) < live
+    with pytest.raises(CallOrderError, match="reset"):
+        r.step()
+
+
+def test_a_step_copies_nothing_between_host_and_device(fakes, cpu_and_device):
+    _, dev, ctx = cpu_and_device
+    start, actions = _inputs(4, 6)
+    r = Rollout(dev, ctx, max_horizon=6, max_candidates=4)
+    r.reset(start, actions)
+    r.step(fetch=False)  # warm-up step, then the capture
+    c0, raw0 = copy_counts(), sum(fakes.cuda.raw_copies.values())
+    for _ in range(5):
+        assert r.step(fetch=False) is None
+    assert (copy_counts() - c0).total == 0
+    assert sum(fakes.cuda.raw_copies.values()) == raw0  # nothing bypassed host_copy
+    g = r.device_graph
+    assert g["memcpy_nodes_per_step"] == 0 and g["node_counts"]["kernel"] >= 8
+    c0 = copy_counts()
+    frames = r.frames()
+    assert frames.shape == (4, 6, 16, 16, 3) and (copy_counts() - c0).dtoh > 0
+    # a fetched step is counted: its frames and the NaN counter
+    r.reset(start, actions)
+    c0 = copy_counts()
+    one = r.step()
+    assert (copy_counts() - c0).dtoh == 2 and np.array_equal(one, frames[:, 0])
+
+
+class CopyingExecutor:
+    """A step executor that (wrongly) copies its output to the host every step."""
+
+    def __init__(self, runner, cuda, launcher):
+        self.runner, self.cuda, self.launcher = runner, cuda, launcher
+        self.host = np.zeros(runner.tensor_spec("next_latent")[0], np.float32)
+
+    def enqueue(self, inputs, outputs, stream_handle):
+        self.runner.enqueue(inputs, outputs, stream_handle)
+        host_copy(self.cuda, "dtoh", self.host, outputs["next_latent"], self.launcher.stream)
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+
+def test_an_executor_that_copies_to_the_host_is_caught(fakes, cpu_and_device, monkeypatch):
+    _, dev, ctx = cpu_and_device
+    bad = CopyingExecutor(dev.runner("step_b4"), fakes.cuda, dev.kernel_launcher)
+    monkeypatch.setitem(dev._runners, "step_b4", bad)
+    start, actions = _inputs(4, 4)
+    r = Rollout(dev, ctx, max_horizon=4, max_candidates=4)
+    r.reset(start, actions)
+    c0 = copy_counts()
+    for _ in range(4):
+        r.step(fetch=False)
+    assert (copy_counts() - c0).dtoh == 2  # the eager warm-up step and the captured one
+    assert r.device_graph["memcpy_nodes_per_step"] == 1  # and every replay copies again
+
+
+def test_policy_actions_per_step_on_the_device(cpu_and_device):
+    cpu, dev, ctx = cpu_and_device
+    start, actions = _inputs(2, 4, seed=5)
+    out = {}
+    for name, m in (("cpu", cpu), ("dev", dev)):
+        r = Rollout(m, ctx, max_horizon=4, max_candidates=2)
+        r.reset(np.stack([start, start[::-1]]), horizon=4)
+        out[name] = np.stack([r.step(actions[:, t]).copy() for t in range(4)], axis=1)
+    assert np.abs(out["cpu"].astype(int) - out["dev"].astype(int)).max() <= 1
+
+
+def test_nan_from_the_decoder_engine_is_an_error(fakes, cpu_and_device, monkeypatch):
+    _, dev, ctx = cpu_and_device
+    runner = dev.runner("decoder_b1")
+
+    class NanDecoder:
+        def enqueue(self, inputs, outputs, stream_handle):
+            runner.enqueue(inputs, outputs, stream_handle)
+            view = fakes.cuda.view(outputs["frames"], np.float32, (1, 3, 16, 16))
+            fakes.cuda.enqueue(stream_handle, "kernel", lambda: view.__setitem__((0, 0, 0), np.nan))
+
+        def __getattr__(self, name):
+            return getattr(runner, name)
+
+    monkeypatch.setitem(dev._runners, "decoder_b1", NanDecoder())
+    r = Rollout(dev, ctx, max_horizon=3)
+    start, actions = _inputs(1, 3)
+    r.reset(start, actions)
+    for _ in range(3):
+        r.step(fetch=False)
+    with pytest.raises(RolloutInputError, match=r"decoder produced NaN .*found 48 NaN value"):
+        r.frames()
+
+
+def test_kernels_that_cannot_load_are_a_clear_error_not_a_cpu_fallback(fakes, slot,
+                                                                       monkeypatch):
+    export_engine(slot)
+
+    def refuse(data):
+        raise fakes.cuda.Error("no kernel image is available for execution on the device")
+
+    monkeypatch.setattr(fakes.cuda, "module_from_buffer", refuse)
+    monkeypatch.setattr("kernels.launcher.KernelLauncher._cached_cubin",
+                        lambda self, arch: (_ for _ in ()).throw(
+                            __import__("kernels.errors").errors.KernelBuildError("nvcc missing")))
+    import pycuda.driver
+
+    monkeypatch.setattr(pycuda.driver, "module_from_buffer", refuse)
+    with pytest.raises(BackendError, match=r"backend 'tensorrt': the rollout kernels cannot "
+                                           r"load on this device: .*no kernel image.*nvcc missing"):
+        load_model(slot, backend="tensorrt")
+    assert not fakes.cuda.live and fakes.cuda.context_depth == 0
+
+
+def test_simulate_with_tensorrt_uses_the_engines_of_export_engine(fakes, slot, tmp_path,
+                                                                 capsys):
+    assert export_engine(slot) == 0
+    builds = fakes.builds
+    cal = save_episode(calibration_episode(3, 4, 16, 16, seed=1), tmp_path / "cal.npz")
+    ep = save_episode(motion_episode(3, 7, 16, 16, seed=2), tmp_path / "ep.npz")
+    parser = argparse.ArgumentParser(prog="syncedge")
+    simulate.register(parser.add_subparsers(dest="command"))
+    out = {}
+    for backend in ("tensorrt", "cpu"):
+        args = parser.parse_args(["simulate", "--calibration", str(cal), "--start", str(ep),
+                                  "--model", str(slot), "--backend", backend, "--threads", "1",
+                                  "--out", str(tmp_path / backend)])
+        assert args.func(args) == 0
+        out[backend] = json.loads((tmp_path / backend / "metrics.json").read_text())
+    assert fakes.builds == builds  # every engine came from the cache export engine filled
+    m = out["tensorrt"]
+    assert (m["backend"], m["rollout_path"]) == ("tensorrt", "device")
+    assert {e["action"] for e in m["engines"].values()} == {"loaded"}
+    assert m["host_copies_steps_2_to_T"]["htod"] == 0
+    assert m["device_graph"]["memcpy_nodes_per_step"] == 0
+    assert (out["cpu"]["rollout_path"], out["cpu"]["engines"]) == ("host", None)
+    for t in (m["timings_s"], out["cpu"]["timings_s"]):  # the first step is timed apart
+        assert t["first_frame"] > 0 and t["frames_per_s"] > 0
+        assert t["frames_per_s_note"] == "steps 2..T (the first step is first_frame)"
+    for a, b in zip(m["per_step"], out["cpu"]["per_step"], strict=True):
+        assert a["psnr_db"] == pytest.approx(b["psnr_db"], abs=0.05)
+    assert not fakes.cuda.live

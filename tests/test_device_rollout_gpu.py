@@ -1,0 +1,34 @@
+"""The shipped model's rollout on a GPU through CudaRolloutStep, PyTorch modules as the
+device executors (no TensorRT here), against the CPU rollout (gpu marker: skips cleanly
+without a CUDA driver; needs pycuda and PyTorch with CUDA there)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def test_shipped_model_on_the_gpu_equals_the_cpu_rollout_with_no_host_copies():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pycuda.driver")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA GPU")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    from bench.bench_device_rollout import ROOT, _cpu_reference, _one_batch
+    from export.warp_export import load_warp_model, warp_graph_modules
+    from kernels.launcher import KernelLauncher
+
+    ref = _cpu_reference(ROOT / "models/reference", 2, 6)
+    mods = warp_graph_modules(load_warp_model(ROOT / "models/reference-checkpoints"),
+                              (ref["batch"],))
+    with KernelLauncher() as launcher:
+        row = _one_batch(launcher, mods, ref, horizon=6, runs=2)
+    for mode in ("eager", "graph"):
+        r = row[mode]
+        assert "error" not in r, r.get("traceback")
+        assert r["frames_max_abs_diff_u8"] <= 2, mode
+        assert r["host_copies_per_step"] == 0, mode
+    assert row["graph"]["memcpy_nodes_per_step"] == 0
+    assert row["graph"]["node_counts"]["kernel"] >= 8
