@@ -152,21 +152,24 @@ def draw_cell(gen: object, split: str, index: int) -> dict | None:
             "goal": goal, "true_dist": true_dist, "best": best}
 
 
-def score_cell(c: dict, frames: np.ndarray) -> dict:
-    """Verdicts for one model's predicted frames uint8 ``[M, T, H, W, 3]`` against truth."""
+def score_cell(c: dict, frames: np.ndarray, masks: np.ndarray | None = None) -> dict:
+    """Verdicts for one model's predicted frames uint8 ``[M, T, H, W, 3]`` against truth;
+    with ``masks`` (float32 ``[M, T, H, W]``, the predicted robot mask) keep-out is
+    decided on the mask (``basis: robot_mask``), else on motion."""
     start = c["futures"].frames[0, 0]
     acts = c["futures"].actions
     ko = KeepOutRule((KeepOutRegion("keep-out", tuple(c["region"])),), MOTION_THRESHOLD,
-                     MAX_MOVED)
+                     MAX_MOVED, "motion" if masks is None else "robot_mask", ENTER_PX - 1)
     path = Path("bench-precheck")
-    keep = evaluate(Rules(path, keep_out=ko), start, None, acts, frames)
+    keep = evaluate(Rules(path, keep_out=ko), start, None, acts, frames, robot_masks=masks)
     refused = np.array([not v.passed for v in keep.verdicts])
+    score = "keepout_moved_max" if masks is None else "keepout_robot_max"
     limits = evaluate(Rules(path, joint_limits=JointLimits(tuple(c["lower"]),
                                                            tuple(c["upper"]))),
                       start, c["q0"], acts, frames)
     jl_refused = np.array([not v.passed for v in limits.verdicts])
     out = {"enters": c["enters"].tolist(), "keepout_refused": refused.tolist(),
-           "keepout_moved_max": [int(v.scores["keepout_moved_max"]) for v in keep.verdicts],
+           "keepout_moved_max": [int(v.scores[score]) for v in keep.verdicts],
            "jl_correct": (jl_refused == c["exceeds"]).tolist(),
            "chosen_is_best": None, "spearman": None}
     if c["goal"] is not None:
@@ -174,7 +177,7 @@ def score_cell(c: dict, frames: np.ndarray) -> dict:
         rules = Rules(path, keep_out=ko, joint_limits=JointLimits(tuple(c["lower"]),
                                                                    tuple(c["upper"])),
                       goal=GoalRule(goal_path, -1.0))
-        full = evaluate(rules, start, c["q0"], acts, frames, goal=c["goal"])
+        full = evaluate(rules, start, c["q0"], acts, frames, goal=c["goal"], robot_masks=masks)
         out["chosen_is_best"] = bool(full.chosen == c["best"])
         pred_dist = np.array([1 - _ssim(frames[i, -1], c["goal"]) for i in range(M)])
         out["spearman"] = spearman(pred_dist, c["true_dist"])
@@ -262,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with CellGenerator(GenerateOptions(motion_episodes=0)) as gen:
             for name in args.split or list(SPLITS):
-                rows: dict[str, list[dict]] = {"shipped": [], "no_calibration": [],
-                                               "copy_last": []}
+                rows: dict[str, list[dict]] = {"shipped": [], "shipped_robot_mask": [],
+                                               "no_calibration": [], "copy_last": []}
                 skipped = 0
                 for i in range(args.cells):
                     c = draw_cell(gen, SPLITS[name], i)
@@ -278,9 +281,14 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             with contextlib.redirect_stderr(io.StringIO()):
                                 ctx = history_context(m, acts.shape[-1])
-                        frames = Rollout(m, ctx, max_horizon=STEPS, max_candidates=M).run(
-                            start, acts)
+                        with_mask = label == "shipped" and m.has_robot_mask
+                        ro = Rollout(m, ctx, max_horizon=STEPS, max_candidates=M,
+                                     robot_mask=with_mask)
+                        frames = ro.run(start, acts)
                         rows[label].append(score_cell(c, frames))
+                        if with_mask:
+                            rows["shipped_robot_mask"].append(
+                                score_cell(c, frames, ro.robot_masks()))
                     rows["copy_last"].append(score_cell(
                         c, np.repeat(start[None, None], M, 0).repeat(STEPS, 1)))
                     print(f"[{time.perf_counter() - t0:7.1f} s] {name} cell {i + 1}/"

@@ -105,3 +105,45 @@ def test_max_step_action_is_inclusive_at_the_limit_in_the_actions_precision() ->
     res = evaluate(Rules(Path("r.yaml"), max_step_action=(0.05,)), start, None, actions, frames)
     assert res.verdicts[0].passed, res.verdicts[0].detail
     assert not res.verdicts[1].passed and res.verdicts[1].first_fail_step == 1
+
+
+def test_keep_out_on_the_predicted_robot_mask() -> None:
+    start, frames, actions = _case()
+    masks = np.zeros((3, 4, H, W), np.float32)
+    masks[0, 1, 0:2, 0:2] = 0.9  # candidate 0: 4 robot pixels inside the left half, step 1
+    masks[1, :, 0:4, 6:8] = 1.0  # candidate 1: the robot stays in the right half
+    masks[2, :, 0:4, 0:4] = 0.4  # candidate 2: unsure, below 0.5: not robot
+    frames[1, 0, 1, 1] = 250  # motion inside the region that is not the robot
+    ko = KeepOutRule((LEFT_HALF,), motion_threshold=20, basis="auto")
+    res = evaluate(Rules(Path("r.yaml"), keep_out=ko), start, None, actions, frames,
+                   robot_masks=masks)
+    assert res.keepout_basis == "robot_mask"
+    v0, v1, v2 = res.verdicts
+    assert (v0.passed, v0.first_fail_step, v0.first_fail_rule) == (False, 1, "keep_out")
+    assert "4 px of the predicted robot" in v0.detail and "allowed 3" in v0.detail
+    assert v1.passed and v2.passed and v0.scores["keepout_robot_max"] == 4
+    # the same frames on motion: candidate 1's moved pixel is what refuses it
+    on_motion = Rules(Path("r.yaml"), keep_out=KeepOutRule((LEFT_HALF,), 20, basis="motion"))
+    res = evaluate(on_motion, start, None, actions, frames, robot_masks=masks)
+    assert res.keepout_basis == "motion against the start frame"
+    assert [v.passed for v in res.verdicts] == [True, False, True]
+    # basis robot_mask without a mask is an error, not a silent fallback
+    strict = Rules(Path("r.yaml"), keep_out=KeepOutRule((LEFT_HALF,), 20, basis="robot_mask"))
+    with pytest.raises(RuntimeInputError, match="predicts no robot mask"):
+        evaluate(strict, start, None, actions, frames)
+
+
+def test_motion_is_measured_against_the_zero_action_rollout() -> None:
+    start, frames, actions = _case(n=2)
+    drift = np.repeat(start[None], 4, 0).copy()
+    drift[:, 2, 2] = 180  # the model changes this pixel even when nothing moves
+    frames[:, :, 2, 2] = 180  # so every candidate shows it
+    frames[1, 3, 5, 1] = 200  # candidate 1 really moves inside the region at step 3
+    ko = KeepOutRule((LEFT_HALF,), motion_threshold=20, basis="motion")
+    rules = Rules(Path("r.yaml"), keep_out=ko)
+    against_start = evaluate(rules, start, None, actions, frames)
+    assert [v.passed for v in against_start.verdicts] == [False, False]
+    res = evaluate(rules, start, None, actions, frames, reference_frames=drift)
+    assert res.keepout_basis == "motion against the zero-action rollout"
+    assert [v.passed for v in res.verdicts] == [True, False]
+    assert res.verdicts[1].first_fail_step == 3

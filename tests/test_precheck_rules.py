@@ -95,3 +95,25 @@ def test_rasterise_known_shapes() -> None:
     tri = KeepOutRegion("tri", ((0.0, 0.0), (1.0, 0.0), (0.0, 1.0)))
     t = rasterise((tri,), 4, 4)
     assert t.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]]
+
+
+def test_keep_out_basis_and_robot_pixels_are_checked(tmp_path) -> None:
+    from edge.precheck.rules import load_rules
+    from edge.runtime.errors import RulesError
+
+    base = ("keep_out:\n  motion_threshold: 20\n  regions:\n"
+            "    - polygon: [[0, 0], [0.5, 0], [0.5, 1]]\n")
+    p = tmp_path / "r.yaml"
+    p.write_text(base + "  basis: robot_mask\n  max_robot_pixels: 6\n")
+    ko = load_rules(p).keep_out
+    assert ko is not None and (ko.basis, ko.max_robot_pixels) == ("robot_mask", 6)
+    p.write_text(base)
+    ko = load_rules(p).keep_out
+    assert ko is not None and (ko.basis, ko.max_robot_pixels) == ("auto", 3)
+    p.write_text(base + "  basis: mask\n")
+    with pytest.raises(RulesError, match=r"keep_out.basis: expected one of \['auto', "
+                                         r"'robot_mask', 'motion'\], found 'mask'"):
+        load_rules(p)
+    p.write_text(base + "  max_robot_pixels: 2.5\n")
+    with pytest.raises(RulesError, match="max_robot_pixels: expected a whole number"):
+        load_rules(p)

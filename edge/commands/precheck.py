@@ -138,13 +138,24 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         if stale:
             print(f"warning: {stale}", file=sys.stderr)
         names: list[str] | None
+        ko = rules.keep_out
+        on_mask = bool(ko is not None and ko.basis != "motion" and model.has_robot_mask
+                       and not model.on_device)
+        if ko is not None and ko.basis == "robot_mask" and not on_mask:
+            raise RuntimeInputError(
+                f"{rules.path}:keep_out.basis: robot_mask, but "
+                + ("the device rollout keeps no robot masks yet (use --backend cpu)"
+                   if model.has_robot_mask else
+                   f"{model.model_dir} predicts no robot mask (model.json "
+                   f"contract.decoder_outputs); use basis: motion"))
         if args.policy:
             if not args.horizon or args.horizon < 1:
                 raise RuntimeInputError("--horizon: required (>= 1) with --policy")
             if q0 is None:
                 raise RuntimeInputError("--joint-state: required with --policy (the policy "
                                         "reads the joint state)")
-            rollout = Rollout(model, ctx, max_horizon=args.horizon, max_candidates=1)
+            rollout = Rollout(model, ctx, max_horizon=args.horizon, max_candidates=1,
+                              robot_mask=on_mask)
             with OnnxPolicy(args.policy) as policy:
                 actions, frames = rollout_policy(rollout, policy, start, q0, args.horizon)
             names = ["policy"]
@@ -155,16 +166,25 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             actions, names = load_actions(args.actions)
             n, horizon = actions.shape[:2]
             check_rollout_size(n, horizon, str(args.actions))
-            rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
+            rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n,
+                              robot_mask=on_mask)
             rollout.check_actions(actions, str(args.actions))
             frames = rollout.run(start, actions)
+        masks = rollout.robot_masks() if on_mask else None
+        reference = None
+        if rules.keep_out is not None and not on_mask:
+            # motion is measured against the model's own zero-action rollout, so that
+            # what the model changes when nothing moves is not taken for the robot
+            zero = Rollout(model, ctx, max_horizon=int(frames.shape[1]), max_candidates=1)
+            reference = zero.run(start, np.zeros((1, int(frames.shape[1]),
+                                                  model.contract.max_dof), np.float32))[0]
         # the rules speak of the cell's DoFs: drop the channels the DoF mask switches off
         ctrl = rollout.mask != 0
         if actions.shape[-1] == len(ctrl) and not ctrl.all():
             actions = actions[..., ctrl]
             if q0 is not None and len(q0) == len(ctrl):
                 q0 = np.asarray(q0)[ctrl]
-        result = evaluate(rules, start, q0, actions, frames, names, goal)
+        result = evaluate(rules, start, q0, actions, frames, names, goal, masks, reference)
         ident = model_identity(model)
         report = {
             "rules": str(args.rules), "model": str(model.model_dir),
@@ -174,6 +194,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             "horizon": int(actions.shape[1]), "calibration_warning": stale,
             "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
             "chosen_index": result.chosen,
+            "keepout_basis": result.keepout_basis,
             "ranking": [result.verdicts[i].name for i in result.ranking],
             "verdicts": [{"index": v.index, "name": v.name, "passed": v.passed,
                           "rank": v.rank, "first_fail_step": v.first_fail_step,
@@ -191,6 +212,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     finally:
         model.deactivate()
     print(describe_identity(ident))
+    if result.keepout_basis:
+        print(f"keep-out decided on: {result.keepout_basis}")
     width = max([16] + [len(v.name) for v in result.verdicts])
     for i in result.ranking:
         v = result.verdicts[i]

@@ -5,8 +5,13 @@ Per candidate and step t (predicted frame t is the scene after action t):
 - ``max_step_action``: |action[t, j]| <= bound[j] (rad|m per step), compared in the
   actions' precision (a float32 action clipped at the bound passes).
 - ``joint_limits``: lower <= q0 + sum(actions[0..t]) <= upper.
-- ``keep_out``: moved pixels inside the keep-out mask (a pixel moved if max over channels
-  |pred - start| > motion_threshold) <= max_moved_pixels (``kernels.reference`` scores).
+- ``keep_out``: the robot stays out of the keep-out mask. Decided on the model's predicted
+  robot mask where it has one (``basis`` ``robot_mask``/``auto``: pixels with mask >= 0.5
+  inside the mask <= ``max_robot_pixels``), else on predicted motion (``basis`` ``motion``:
+  a pixel moved if max over channels |pred - reference| > motion_threshold, <=
+  ``max_moved_pixels``; the reference is the model's own zero-action rollout, never the
+  raw start frame where that rollout is given; ``kernels.reference`` scores).
+  ``PrecheckResult.keepout_basis`` says which was used.
 - ``goal``: at the last step, SSIM(pred, goal) >= min_ssim.
 
 The first failing step wins; at one step the rules are taken in the order above.
@@ -68,6 +73,7 @@ class PrecheckResult:
     ranking: list[int]
     chosen: int | None
     keepout_mask: np.ndarray | None = None  # (H, W) uint8
+    keepout_basis: str | None = None  # "robot_mask", "motion against ..." or None
 
 
 def _width_check(vec: tuple[float, ...], a: int, what: str) -> np.ndarray:
@@ -81,7 +87,8 @@ def _width_check(vec: tuple[float, ...], a: int, what: str) -> np.ndarray:
 
 def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
              actions: np.ndarray, frames: np.ndarray, names: list[str] | None = None,
-             goal: np.ndarray | None = None) -> PrecheckResult:
+             goal: np.ndarray | None = None, robot_masks: np.ndarray | None = None,
+             reference_frames: np.ndarray | None = None) -> PrecheckResult:
     """Apply the rules to every candidate.
 
     Args:
@@ -92,9 +99,14 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
         frames: uint8 ``[N, T, H, W, 3]`` predicted frames.
         names: labels per candidate.
         goal: uint8 ``[H, W, 3]`` goal image, required by the goal rule.
+        robot_masks: float32 ``[N, T, H, W]`` the model's predicted robot mask (0..1), or
+            None (a model without one); the keep-out verdict's basis (module docstring).
+        reference_frames: uint8 ``[T, H, W, 3]`` the model's zero-action rollout, the
+            reference of the motion basis (None: the start frame).
 
     Raises:
-        RuntimeInputError: widths or shapes that do not match the rules or each other.
+        RuntimeInputError: widths or shapes that do not match the rules or each other, or
+            ``basis: robot_mask`` without a predicted robot mask.
     """
     n, t, a = actions.shape
     h, w = start.shape[:2]
@@ -134,16 +146,46 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
                 v._fail(s, "joint_limits", f"joint {j} at {q[v.index, s, j]:.4g} outside "
                         f"[{lo[j]:.4g}, {hi[j]:.4g}] after step {s}")
     mask = None
+    basis = None
     moved = np.zeros((n, t), np.int32)
+    robot = np.zeros((n, t), np.int32)
     energy = np.zeros((n, t), np.float32)
     if rules.keep_out is not None:
         ko = rules.keep_out
         mask = rasterise(ko.regions, h, w)
+        if ko.basis == "robot_mask" and robot_masks is None:
+            raise RuntimeInputError(f"{rules.path}:keep_out.basis: robot_mask, but the model "
+                                    f"predicts no robot mask (model.json "
+                                    f"contract.decoder_outputs); use basis: motion")
+        if robot_masks is not None and robot_masks.shape != (n, t, h, w):
+            raise RuntimeInputError(f"robot masks: expected [{n}, {t}, {h}, {w}], found "
+                                    f"{list(robot_masks.shape)}")
+        if reference_frames is not None and reference_frames.shape != (t, h, w, 3):
+            raise RuntimeInputError(f"reference frames: expected [{t}, {h}, {w}, 3], found "
+                                    f"{list(reference_frames.shape)}")
         for s in range(t):
-            sc = ref.precheck_scores(np.ascontiguousarray(frames[:, s]), start, mask,
+            base = start if reference_frames is None else reference_frames[s]
+            sc = ref.precheck_scores(np.ascontiguousarray(frames[:, s]), base, mask,
                                      ko.motion_threshold)
             moved[:, s], energy[:, s] = sc.moved_in_keepout, sc.motion_energy
+        on_mask = robot_masks is not None and ko.basis != "motion"
+        if on_mask:
+            assert robot_masks is not None
+            inside = (robot_masks >= 0.5) & mask.astype(bool)[None, None]  # (N, T, H, W)
+            robot[...] = inside.sum(axis=(2, 3))
+            basis = "robot_mask"
+        else:
+            basis = ("motion against the zero-action rollout" if reference_frames is not None
+                     else "motion against the start frame")
         for v in verdicts:
+            if on_mask:
+                over = np.flatnonzero(robot[v.index] > ko.max_robot_pixels)
+                if len(over):
+                    s = int(over[0])
+                    v._fail(s, "keep_out", f"{int(robot[v.index, s])} px of the predicted "
+                            f"robot inside the keep-out regions (allowed "
+                            f"{ko.max_robot_pixels}) at step {s}")
+                continue
             over = np.flatnonzero(moved[v.index] > ko.max_moved_pixels)
             if len(over):
                 s = int(over[0])
@@ -162,6 +204,8 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
                         f"{rules.goal.min_ssim:.3f}")
     for v in verdicts:
         v.scores = {"keepout_moved_max": int(moved[v.index].max()),
+                    "keepout_robot_max": int(robot[v.index].max()) if basis == "robot_mask"
+                    else None,
                     "keepout_energy": float(energy[v.index].sum()),
                     "goal_ssim": goal_ssim[v.index],
                     "action_l1": float(np.abs(actions[v.index]).sum())}
@@ -177,4 +221,4 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
     for r, i in enumerate(ranking, 1):
         verdicts[i].rank = r
     chosen = next((i for i in ranking if verdicts[i].passed), None)
-    return PrecheckResult(verdicts, ranking, chosen, mask)
+    return PrecheckResult(verdicts, ranking, chosen, mask, basis)

@@ -20,8 +20,8 @@ import numpy as np
 
 from edge.runtime.errors import RulesError
 
-__all__ = ["GoalRule", "JointLimits", "KeepOutRegion", "KeepOutRule", "Rules", "load_rules",
-           "rasterise"]
+__all__ = ["KEEP_OUT_BASES", "GoalRule", "JointLimits", "KeepOutRegion", "KeepOutRule", "Rules",
+           "load_rules", "rasterise"]
 
 RULE_ORDER = ("max_step_action", "joint_limits", "keep_out", "goal")
 
@@ -34,20 +34,32 @@ class KeepOutRegion:
     polygon: tuple[tuple[float, float], ...]
 
 
+#: What a keep-out verdict is decided on (``keep_out.basis``).
+KEEP_OUT_BASES = ("auto", "robot_mask", "motion")
+
+
 @dataclass(frozen=True)
 class KeepOutRule:
-    """No predicted motion inside the regions.
+    """The robot must not enter the regions.
 
     Attributes:
         regions: the keep-out polygons.
-        motion_threshold: a pixel moved if max over channels |pred - start| exceeds this
-            (0..255 pixel-value units).
+        motion_threshold: a pixel moved if max over channels |pred - reference| exceeds
+            this (0..255 pixel-value units); the reference is the model's own zero-action
+            rollout (the start frame for a model whose zero-action rollout is exact).
         max_moved_pixels: moved pixels allowed inside the regions per step (default 0).
+        basis: ``robot_mask`` (the model's predicted robot mask: a pixel is robot where
+            the mask is >= 0.5), ``motion`` (predicted change against the reference) or
+            ``auto`` (the robot mask where the model predicts one, else motion).
+        max_robot_pixels: predicted robot pixels allowed inside the regions per step
+            (default 3: four robot pixels inside is entering).
     """
 
     regions: tuple[KeepOutRegion, ...]
     motion_threshold: int
     max_moved_pixels: int = 0
+    basis: str = "auto"
+    max_robot_pixels: int = 3
 
 
 @dataclass(frozen=True)
@@ -113,7 +125,8 @@ def _num_list(v: Any, where: str, lo: float | None = None) -> tuple[float, ...]:
 
 
 def _parse_keep_out(d: Any, w: str) -> KeepOutRule:
-    d = _keys(d, w, {"regions": True, "motion_threshold": True, "max_moved_pixels": False})
+    d = _keys(d, w, {"regions": True, "motion_threshold": True, "max_moved_pixels": False,
+                     "basis": False, "max_robot_pixels": False})
     thr = _num(d["motion_threshold"], f"{w}.motion_threshold", 0, 255)
     if thr != int(thr):
         raise RulesError(f"{w}.motion_threshold: expected an integer 0..255, found {thr}")
@@ -121,6 +134,13 @@ def _parse_keep_out(d: Any, w: str) -> KeepOutRule:
     if allowed != int(allowed):
         raise RulesError(f"{w}.max_moved_pixels: expected a whole number of pixels, found "
                          f"{allowed:g}")
+    robot = _num(d.get("max_robot_pixels", 3), f"{w}.max_robot_pixels", 0)
+    if robot != int(robot):
+        raise RulesError(f"{w}.max_robot_pixels: expected a whole number of pixels, found "
+                         f"{robot:g}")
+    basis = d.get("basis", "auto")
+    if basis not in KEEP_OUT_BASES:
+        raise RulesError(f"{w}.basis: expected one of {list(KEEP_OUT_BASES)}, found {basis!r}")
     regions = d["regions"]
     if not isinstance(regions, list) or not regions:
         raise RulesError(f"{w}.regions: expected a non-empty list of regions, found {regions!r}")
@@ -143,7 +163,7 @@ def _parse_keep_out(d: Any, w: str) -> KeepOutRule:
             raise RulesError(f"{rw}.polygon: encloses no area (its points are on one line), so "
                              f"it could never see motion; found {pts!r}")
         out.append(KeepOutRegion(str(r.get("name", f"region-{i}")), tuple(poly)))
-    return KeepOutRule(tuple(out), int(thr), int(allowed))
+    return KeepOutRule(tuple(out), int(thr), int(allowed), str(basis), int(robot))
 
 
 def load_rules(path: str | os.PathLike[str]) -> Rules:

@@ -267,6 +267,27 @@ class WorldModel:
             return
         fused.infer(feeds, {"next_latent": next_out, "frames": frames_out})
 
+    @property
+    def has_robot_mask(self) -> bool:
+        """Whether the decoder also predicts the robot mask (``contract.decoder_outputs``)."""
+        return "robot_mask" in tuple(getattr(self.contract, "decoder_outputs", ()) or ())
+
+    def decode_robot_mask(self, batch: int, latents: np.ndarray, frames_out: np.ndarray,
+                          mask_out: np.ndarray) -> np.ndarray:
+        """Run ``decoder_b{batch}`` for both outputs: latents ``[B, C, h, w]`` -> frames
+        float32 ``[B, 3, H, W]`` in ``frames_out`` and the robot mask float32
+        ``[B, 1, H, W]`` (0..1) in ``mask_out``; returns ``mask_out``.
+
+        Raises:
+            RolloutInputError: the model predicts no robot mask, or ``batch`` is not an
+                exported batch size.
+        """
+        if not self.has_robot_mask:
+            raise RolloutInputError(f"{self.model_dir}: the decoder predicts no robot mask "
+                                    f"(model.json contract.decoder_outputs)")
+        return self._batched("decoder", batch).infer(
+            {"latents": latents}, {"frames": frames_out, "robot_mask": mask_out})["robot_mask"]
+
     def decode(self, batch: int, latents: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Run ``decoder_b{batch}``: latents ``[B, C, h, w]`` -> float32 ``[B, 3, H, W]`` in out.
 

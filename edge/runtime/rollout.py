@@ -88,7 +88,7 @@ class Rollout:
 
     def __init__(self, model: WorldModel, context: CalibrationContext,
                  params: RolloutParams | None = None, max_horizon: int = 64,
-                 max_candidates: int = 1):
+                 max_candidates: int = 1, robot_mask: bool = False):
         check_context(model, context)
         c = model.contract
         self.model, self.context = model, context
@@ -117,6 +117,19 @@ class Rollout:
         self.decoded = np.zeros((p, 3, h, w), np.float32)  # (P, 3, H, W)
         self.offset = np.zeros((p, 3, h, w), np.float32) if c.residual_decoding else None
         self.out_frames = np.zeros((self.max_horizon, p, h, w, 3), np.uint8)  # (T, P, H, W, 3)
+        # The decoder's robot mask per step, kept only when asked (one more decoder run per
+        # step; the pre-check decides keep-out on it).
+        self.out_masks: np.ndarray | None = None
+        self._mask_frames: np.ndarray | None = None
+        if robot_mask:
+            if not model.has_robot_mask:
+                raise RolloutInputError(f"robot_mask: {model.model_dir} predicts no robot "
+                                        f"mask (model.json contract.decoder_outputs)")
+            if model.on_device:
+                raise RolloutInputError("robot_mask: the device rollout does not keep robot "
+                                        "masks yet; run this rollout with the CPU backend")
+            self.out_masks = np.zeros((self.max_horizon, p, 1, h, w), np.float32)
+            self._mask_frames = np.zeros((p, 3, h, w), np.float32)  # (P, 3, H, W) scratch
         self._views: dict[tuple[int, int], _PlanViews] = {}
         self._v = self._plan_views(self.batch, self.chunks)
         self._w = 0
@@ -344,6 +357,10 @@ class Rollout:
                            v.hist_actions)
         for k in range(v.chunks):
             self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k])
+            if self.out_masks is not None and self._mask_frames is not None:
+                rows = slice(k * b, (k + 1) * b)
+                self.model.decode_robot_mask(b, v.next[k], self._mask_frames[rows],
+                                             self.out_masks[t, rows])
         self._w = ref.ring_push(v.ring_latents, v.ring_actions, self._w, v.next_flat,
                                 v.action_t, self.mask)
         try:
@@ -371,6 +388,20 @@ class Rollout:
                                         f"and the inputs") from exc
             self._fetched = self._t
         return np.ascontiguousarray(self.out_frames[:self._t, :self._n].transpose(1, 0, 2, 3, 4))
+
+    def robot_masks(self) -> np.ndarray:
+        """The robot masks predicted since :meth:`reset`: float32 ``[N, t, H, W]`` (0..1, a
+        copy).
+
+        Raises:
+            CallOrderError: :meth:`reset` was not called, or the rollout was made without
+                ``robot_mask=True``.
+        """
+        if self._t < 0:
+            raise CallOrderError("Rollout.robot_masks: call reset() first")
+        if self.out_masks is None:
+            raise CallOrderError("Rollout.robot_masks: make the rollout with robot_mask=True")
+        return np.ascontiguousarray(self.out_masks[:self._t, :self._n, 0].transpose(1, 0, 2, 3))
 
     def close(self) -> None:
         """Free the device buffers of the device path now (otherwise the model frees them
