@@ -29,14 +29,15 @@ class WorldModel:
         verify: check every graph's sha256 against ``model.json`` on activation.
         fuse_step_decoder: where the step and decoder runners are ONNX Runtime runners,
             also run each batch's step and decoder as one fused graph in one session
-            (:meth:`step_decode`; ``edge.runtime.backends.ort.fuse_graphs``).
+            (:meth:`step_decode`; ``edge.runtime.backends.ort.fuse_graphs``; default on:
+            11-17% faster per step on 2 cores, docs/runtime.md "CPU rollout").
 
     The constructor only stores arguments; call :meth:`activate` (or use ``with``).
     """
 
     def __init__(self, model_dir: str | os.PathLike[str],
                  runner_factory: RunnerFactory | None = None, verify: bool = True,
-                 fuse_step_decoder: bool = False):
+                 fuse_step_decoder: bool = True):
         self.model_dir = Path(model_dir)
         self.runner_factory = runner_factory
         self.verify = verify
