@@ -116,9 +116,10 @@ class WorldModel:
     def engine_report(self) -> dict[str, dict[str, str]] | None:
         """Per graph, how its TensorRT engine was obtained (``action`` loaded/built,
         ``reason``, ``path``); None for backends without engines."""
+        engines: dict[str, Any] = {k: r for k, r in self._runners.items()
+                                   if getattr(r, "engine_action", "")}
         rows = {k: {"action": r.engine_action, "reason": r.engine_reason,
-                    "path": str(r.engine_path)}
-                for k, r in self._runners.items() if getattr(r, "engine_action", "")}
+                    "path": str(r.engine_path)} for k, r in engines.items()}
         return rows or None
 
     def deactivate(self) -> None:

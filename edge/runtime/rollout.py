@@ -399,4 +399,6 @@ class Rollout:
         """Reset, then yield ``(t, frames uint8 [N, H, W, 3])`` as each step is predicted."""
         self.reset(start, actions)
         for t in range(self._horizon):
-            yield t, self.step()
+            frames = self.step()
+            assert frames is not None  # fetch=True always returns the frames
+            yield t, frames
