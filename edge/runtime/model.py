@@ -30,7 +30,8 @@ class WorldModel:
         fuse_step_decoder: where the step and decoder runners are ONNX Runtime runners,
             also run each batch's step and decoder as one fused graph in one session
             (:meth:`step_decode`; ``edge.runtime.backends.ort.fuse_graphs``; default on:
-            11-17% faster per step on 2 cores, docs/runtime.md "CPU rollout").
+            faster at batch 16, within the noise at batch 1 on 2 cores; docs/runtime.md,
+            "CPU rollout").
 
     The constructor only stores arguments; call :meth:`activate` (or use ``with``).
     """
