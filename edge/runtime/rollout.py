@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 
@@ -295,6 +295,14 @@ class Rollout:
         return {"node_counts": self._device.graph_node_counts,
                 "memcpy_nodes_per_step": self._device.memcpy_nodes_per_step}
 
+    @overload
+    def step(self, action: np.ndarray | None = None, *,
+             fetch: Literal[True] = True) -> np.ndarray: ...
+
+    @overload
+    def step(self, action: np.ndarray | None = None, *,
+             fetch: bool) -> np.ndarray | None: ...
+
     def step(self, action: np.ndarray | None = None, *, fetch: bool = True) -> np.ndarray | None:
         """Predict the next frame of every candidate.
 
@@ -399,6 +407,4 @@ class Rollout:
         """Reset, then yield ``(t, frames uint8 [N, H, W, 3])`` as each step is predicted."""
         self.reset(start, actions)
         for t in range(self._horizon):
-            frames = self.step()
-            assert frames is not None  # fetch=True always returns the frames
-            yield t, frames
+            yield t, self.step()
