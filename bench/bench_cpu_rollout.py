@@ -16,10 +16,11 @@ frames of both are compared (max |difference| in uint8 levels). PyTorch runs the
 ``syncedge export onnx`` exported (``export.warp_export.warp_graph_modules``) with the
 checkpoint's weights.
 
-ONNX Runtime is measured in three configurations: ``ort_before`` (the session options
-this project used before: spinning intra-op pools, one per graph), ``ort`` (the current
-``OrtCpuRunner`` defaults) and ``ort_fused`` (the same with each batch's step and decoder
-fused into one graph, ``WorldModel(fuse_step_decoder=True)``). The per-operator tables come from ONNX Runtime's profiler and
+ONNX Runtime is measured in three configurations: ``ort_before`` (what this project ran
+before: spinning intra-op pools, one session per graph), ``ort`` (the current defaults:
+threads that sleep between runs, each batch's step and decoder fused into one graph,
+``WorldModel(fuse_step_decoder=True)``) and ``ort_unfused`` (the current session options
+with separate step and decoder sessions). The per-operator tables come from ONNX Runtime's profiler and
 ``torch.profiler`` on separate, profiled runs (profiling adds overhead; the frames/s
 figures come from unprofiled runs). FLOPs are counted from the shapes the profiler
 records: Conv ``2*N*Cout*Hout*Wout*Cin/group*kh*kw``, Einsum ``2*prod(index sizes)``,
@@ -149,7 +150,7 @@ class _ProfiledRunner(OrtCpuRunner):
 
 
 def _model(model_dir: Path, threads: int, before: bool, profile_dir: str = "",
-           unoptimised: bool = False, fused: bool = False) -> WorldModel:
+           unoptimised: bool = False, fused: bool = True) -> WorldModel:
     if profile_dir:
         factory = lambda p: _ProfiledRunner(p, threads, profile_dir, unoptimised)  # noqa: E731
     else:  # before: the spinning pools this project used until now
@@ -159,9 +160,9 @@ def _model(model_dir: Path, threads: int, before: bool, profile_dir: str = "",
 
 
 def ort_rollout(model_dir: Path, n: int, horizon: int, runs: int, threads: int,
-                before: bool = False, fused: bool = False) -> dict[str, Any]:
+                before: bool = False, fused: bool = True) -> dict[str, Any]:
     """The product's rollout: first step, median frames/s, the frames of the last run."""
-    model = _model(model_dir, threads, before, fused=fused)
+    model = _model(model_dir, threads, before, fused=fused and not before)
     try:
         start, actions, ctx = _inputs(model, n, horizon)
         r = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
@@ -265,7 +266,7 @@ def _profile(model_dir: Path, n: int, horizon: int, threads: int, unoptimised: b
     rows: dict[tuple[str, str], dict[str, float]] = collections.defaultdict(
         lambda: {"us": 0.0, "calls": 0, "flops": 0.0, "bytes": 0.0})
     with tempfile.TemporaryDirectory() as tmp:
-        model = _model(model_dir, threads, before=False, profile_dir=tmp,
+        model = _model(model_dir, threads, before=False, profile_dir=tmp, fused=False,
                        unoptimised=unoptimised)
         try:
             start, actions, ctx = _inputs(model, n, horizon)
@@ -297,7 +298,8 @@ def _profile(model_dir: Path, n: int, horizon: int, threads: int, unoptimised: b
 
 
 def ort_op_table(model_dir: Path, n: int, horizon: int, threads: int) -> dict[str, Any]:
-    """Per-operator times (optimised graph, as the product runs it) with FLOPs counted on
+    """Per-operator times (optimised graphs, step and decoder in separate sessions so each
+    operator is attributed to its graph) with FLOPs counted on
     the unoptimised graph (its own Conv/Einsum shapes; the optimised graph pads channels
     to the CPU's block size); memory-bound operators with bytes moved."""
     rows, wall, b = _profile(model_dir, n, horizon, threads, unoptimised=False)
@@ -343,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/cpu_rollout.json")
+    ap.add_argument("--idle-peak", type=float, default=260.0,
+                    help="GFLOP/s of the 2-thread float32 GEMM on this CPU when idle (the "
+                         "260-271 figure measured earlier); fractions are also given "
+                         "against it, since a busy machine measures a lower peak")
     args = ap.parse_args(argv)
     if args.runs < 5:
         ap.error("--runs: at least 5 (the median of at least 5 runs)")
@@ -356,12 +362,12 @@ def main(argv: list[str] | None = None) -> int:
                     "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")},
         "versions": _versions(), "threads": args.threads, "horizon": args.horizon,
         "runs": args.runs, "model": str(args.model), "gemm_peak_gflops": peak,
-        "load_avg_1m_before": load0[0], "batches": {}}
+        "idle_peak_gflops": args.idle_peak, "load_avg_1m_before": load0[0], "batches": {}}
     lines = []
     for n in args.batches:
         before = ort_rollout(args.model, n, args.horizon, args.runs, args.threads, before=True)
         ort = ort_rollout(args.model, n, args.horizon, args.runs, args.threads)
-        fused = ort_rollout(args.model, n, args.horizon, args.runs, args.threads, fused=True)
+        fused = ort_rollout(args.model, n, args.horizon, args.runs, args.threads, fused=False)
         tor = torch_rollout(args.checkpoints, args.model, n, args.horizon, args.runs,
                             args.threads, ort["start_latent"], ort["context"], ort["actions"],
                             profile=True)
@@ -374,8 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         row = {"batch_graph": ort["batch"],
                "ort": {k: ort[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
                "ort_before": {k: before[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
-               "ort_fused": {k: fused[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
-               "ort_fused_frames_max_abs_diff_u8": int(np.abs(
+               "ort_unfused": {k: fused[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
+               "ort_unfused_frames_max_abs_diff_u8": int(np.abs(
                    fused["frames"].astype(int) - ort["frames"].astype(int)).max()),
                "torch": {k: tor[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
                "ort_vs_torch": ort["fps"] / tor["fps"],
@@ -384,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
                "frames_fraction_differing": float((diff > 0).mean()),
                "mflop_per_step": step_mflop,
                "step_fraction_of_peak": step_mflop / ort["step_ms"] / peak_best,
+               "step_fraction_of_idle_peak": step_mflop / ort["step_ms"] / args.idle_peak,
+               "gemm_ops_fraction_of_idle_peak": (gemm_mflop / gemm_ms / args.idle_peak)
+               if gemm_ms else None,
                "gemm_ops_ms_per_step": gemm_ms,
                "gemm_ops_fraction_of_peak": (gemm_mflop / gemm_ms / peak_best)
                if gemm_ms else None,
@@ -391,14 +400,16 @@ def main(argv: list[str] | None = None) -> int:
         res["batches"][str(n)] = row
         lines.append(f"batch {n} (graphs b{ort['batch']}): ONNX Runtime {ort['fps']:.1f} frames/s "
                      f"({ort['step_ms']:.2f} ms/step, first step {ort['first_step_ms']:.2f} ms); "
-                     f"before {before['fps']:.1f}; step+decoder fused {fused['fps']:.1f}; eager PyTorch {tor['fps']:.1f} "
+                     f"before {before['fps']:.1f}; not fused {fused['fps']:.1f}; eager PyTorch {tor['fps']:.1f} "
                      f"({tor['step_ms']:.2f} ms/step, first {tor['first_step_ms']:.2f} ms); "
                      f"ratio {row['ort_vs_torch']:.2f}x (target >= {TARGETS['ort_vs_torch']}x); "
                      f"frames max |diff| {row['frames_max_abs_diff_u8']} u8 levels")
         lines.append(f"  {step_mflop:.1f} MFLOP/step (conv/matmul): step at "
                      f"{row['step_fraction_of_peak']:.1%} of the {peak_best:.0f} GFLOP/s GEMM "
-                     f"peak; conv/matmul operators at "
-                     f"{(row['gemm_ops_fraction_of_peak'] or 0):.1%} of peak while they run")
+                     f"peak measured in this run ({row['step_fraction_of_idle_peak']:.1%} of "
+                     f"the idle {args.idle_peak:.0f}); conv/matmul operators at "
+                     f"{(row['gemm_ops_fraction_of_peak'] or 0):.1%} of it while they run "
+                     f"({(row['gemm_ops_fraction_of_idle_peak'] or 0):.1%} of the idle peak)")
         lines.append(f"  ONNX Runtime per operator (profiled run: "
                      f"{ops['profiled_step_ms']:.2f} ms/step):")
         lines.extend(_fmt_table(ops["rows"], peak_best, n))

@@ -19,7 +19,7 @@ optional per-step fetch and a policy-mode action upload, both counted.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -56,17 +56,20 @@ class DeviceRollout:
         model.register_device_user(self)
 
     def _steps_for(self, batch: int, chunks: int) -> list[Any]:
-        from edge.cuda_step import CudaRolloutStep, StepShapes
+        from edge.cuda_step import CudaRolloutStep, DeviceExecutor, StepShapes
 
         c = self.model.contract
         have = self._steps.setdefault(batch, [])
+        ch, lh, lw = c.latent_shape
         while len(have) < chunks:
             shapes = StepShapes(batch=batch, slots=c.history_length,
-                                latent_shape=tuple(c.latent_shape), action=c.max_dof,
+                                latent_shape=(ch, lh, lw), action=c.max_dof,
                                 height=c.resolution[0], width=c.resolution[1],
                                 horizon=self.max_horizon)
-            step = CudaRolloutStep(self.launcher, self.model.runner(f"step_b{batch}"),
-                                   self.model.runner(f"decoder_b{batch}"), shapes)
+            # on the device path every step/decoder runner has enqueue (WorldModel.on_device)
+            step = CudaRolloutStep(
+                self.launcher, cast(DeviceExecutor, self.model.runner(f"step_b{batch}")),
+                cast(DeviceExecutor, self.model.runner(f"decoder_b{batch}")), shapes)
             have.append(step.activate())
         return have[:chunks]
 

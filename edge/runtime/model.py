@@ -29,14 +29,16 @@ class WorldModel:
         verify: check every graph's sha256 against ``model.json`` on activation.
         fuse_step_decoder: where the step and decoder runners are ONNX Runtime runners,
             also run each batch's step and decoder as one fused graph in one session
-            (:meth:`step_decode`; ``edge.runtime.backends.ort.fuse_graphs``).
+            (:meth:`step_decode`; ``edge.runtime.backends.ort.fuse_graphs``; default on:
+            faster at batch 16, within the noise at batch 1 on 2 cores; docs/runtime.md,
+            "CPU rollout").
 
     The constructor only stores arguments; call :meth:`activate` (or use ``with``).
     """
 
     def __init__(self, model_dir: str | os.PathLike[str],
                  runner_factory: RunnerFactory | None = None, verify: bool = True,
-                 fuse_step_decoder: bool = False):
+                 fuse_step_decoder: bool = True):
         self.model_dir = Path(model_dir)
         self.runner_factory = runner_factory
         self.verify = verify
@@ -115,9 +117,10 @@ class WorldModel:
     def engine_report(self) -> dict[str, dict[str, str]] | None:
         """Per graph, how its TensorRT engine was obtained (``action`` loaded/built,
         ``reason``, ``path``); None for backends without engines."""
+        engines: dict[str, Any] = {k: r for k, r in self._runners.items()
+                                   if getattr(r, "engine_action", "")}
         rows = {k: {"action": r.engine_action, "reason": r.engine_reason,
-                    "path": str(r.engine_path)}
-                for k, r in self._runners.items() if getattr(r, "engine_action", "")}
+                    "path": str(r.engine_path)} for k, r in engines.items()}
         return rows or None
 
     def deactivate(self) -> None:

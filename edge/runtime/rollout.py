@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 
@@ -307,6 +307,14 @@ class Rollout:
             return None
         return {"node_counts": self._device.graph_node_counts,
                 "memcpy_nodes_per_step": self._device.memcpy_nodes_per_step}
+
+    @overload
+    def step(self, action: np.ndarray | None = None, *,
+             fetch: Literal[True] = True) -> np.ndarray: ...
+
+    @overload
+    def step(self, action: np.ndarray | None = None, *,
+             fetch: bool) -> np.ndarray | None: ...
 
     def step(self, action: np.ndarray | None = None, *, fetch: bool = True) -> np.ndarray | None:
         """Predict the next frame of every candidate.
