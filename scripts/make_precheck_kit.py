@@ -101,10 +101,15 @@ def rules_text(lower: Sequence[float], upper: Sequence[float]) -> str:
 
     poly = "[" + ", ".join(f"[{x:g}, {y:g}]" for x, y in KEEP_OUT) + "]"
     return f"""\
-# keep-out: no predicted motion inside these regions (normalised image coordinates,
+# keep-out: the robot must not enter these regions (normalised image coordinates,
 # x to the right, y down, 0..1, so the file survives a change of resolution)
 keep_out:
-  motion_threshold: 20      # a pixel moved if max over channels |pred - start| > 20 (0..255)
+  # decided on predicted motion: the shipped model's robot mask fades where it is unsure,
+  # so on the mask (basis: robot_mask, the default for a model that predicts one) it misses
+  # this cell's swing (docs/runtime.md, "Pre-check against ground truth")
+  basis: motion
+  motion_threshold: 20      # a pixel moved if max over channels |pred - reference| > 20
+                            # (0..255; reference: the model's own zero-action rollout)
   max_moved_pixels: 4       # moved pixels allowed inside the regions per step (default 0)
   regions:
     - name: left-of-arm
