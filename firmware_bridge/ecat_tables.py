@@ -34,7 +34,11 @@ ESC = {
     "eeprom_data": (0x0508, 8),
     "fmmu0": (0x0600, 16),  # 16 bytes per FMMU
     "sm0": (0x0800, 8),  # 8 bytes per sync manager; status byte at +5
-    "dc_system_time": (0x0910, 8),
+    "dc_receive_time_port0": (0x0900, 4),  # a write latches the receive times
+    "dc_system_time": (0x0910, 8),  # ns since 2000-01-01 (local time + offset)
+    "dc_receive_time_ecat": (0x0918, 8),  # local time of the latch, 64 bits
+    "dc_system_time_offset": (0x0920, 8),
+    "dc_system_time_delay": (0x0928, 4),
 }
 FMMU_SIZE = 16
 SM_SIZE = 8

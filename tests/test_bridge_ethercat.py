@@ -64,3 +64,25 @@ def test_bridge_ethercat_slave_without_lrw_uses_lrd_and_lwr():
     # per datagram the counters are 1 (LRD) + 1 (LWR) instead of 3; SOEM doubles the LWR
     # count so the expected working counter is still 3 and every cycle checks out
     assert r["describe"]["expected_wkc"] == 3 and r["stats"]["lost_cycles"] == 0
+
+
+def _emulator_cycles(r: dict) -> np.ndarray:
+    """The emulator's process-data frame count behind each sample (position = 1000 * count)."""
+    return np.round(np.array(r["positions"]) / r["describe"]["slaves"][0]["rad_per_inc"]
+                    / 1000).astype(np.int64)
+
+
+@pytest.mark.parametrize("fault", ["--replay-every", "--late-every"])
+def test_bridge_ethercat_byte_identical_late_or_replayed_reply_is_a_lost_cycle(fault):
+    """Every 23rd reply is a byte-identical copy of an earlier one with the same frame index
+    (same working counter and data): a duplicate delivered one index wrap late, or a reply
+    held back one wrap and delivered in place of a later one (reordering). Only a per-cycle
+    value (the DC system time) exposes it; no such sample may come out fresh."""
+    r = scenario("--cycles", "200", fault, "23")
+    counts = _emulator_cycles(r)
+    assert np.all(np.diff(counts) > 0), "an older input was delivered as a later sample"
+    assert r["stats"]["stale_replies"] >= 7  # 200+ cycles, one copy every 23
+    gaps = [k for k, s in enumerate(r["status"]) if s & Status.GAP]
+    assert len(gaps) == r["stats"]["gaps"] and r["stats"]["lost_cycles"] >= 7
+    stamps = np.array(r["device_stamps"])
+    assert np.all(stamps > 0) and np.all(np.diff(stamps) > 0)  # DC system time, ns
