@@ -16,6 +16,16 @@ Every cycle the working counter is checked against ``master.expected_wkc``:
   1 for inputs read, 2 for outputs written): inputs are fresh, the sample is ``FAULT`` with
   "outputs not applied" and the slaves' AL status codes;
 * anything else: lost cycle.
+
+Freshness does not rest on SOEM's frame index (16 values) and the working counter alone: a
+reply that comes back one index wrap late, or a byte-identical copy of an earlier reply,
+matches both. Where the chain has a distributed clock (``config_dc``), SOEM adds an FRMW
+datagram that reads the reference slave's DC system time (register 0x0910, ETG.1000.4) into
+every process-data frame; the reply is accepted only if that time advanced since the last
+accepted reply by an amount the host's own send and receipt stamps allow (see
+:func:`dc_reply_is_current`). A reply that fails is a lost cycle (``stats.stale_replies``),
+never a sample. Without DC the bridge has no per-cycle value and says so in
+:meth:`EthercatStream.describe` (``freshness``).
 """
 
 from __future__ import annotations
@@ -35,9 +45,44 @@ from .stream import CycleError, JointStream, LinkLostError, Reading
 if TYPE_CHECKING:
     import pysoem
 
-__all__ = ["EthercatStream"]
+__all__ = ["EthercatStream", "dc_reply_is_current"]
 
 _FMT = {"u16": "<H", "i16": "<h", "u32": "<I", "i32": "<i"}
+
+#: Tolerance for the rates of the DC and host clocks, parts per million (ESC and host
+#: crystals are specified to well under 100 ppm each).
+CLOCK_RATE_TOLERANCE_PPM = 200.0
+
+
+def dc_reply_is_current(dc_ns: int, send_ns: int, receipt_ns: int, last: tuple[int, int, int],
+                        tolerance_ppm: float = CLOCK_RATE_TOLERANCE_PPM) -> bool:
+    """Whether a reply's DC system time shows it passed the slave during this cycle.
+
+    The frame of this cycle passed the reference clock after it was sent (``send_ns``) and
+    before it came back (``receipt_ns``); the last accepted frame likewise within its own
+    send and receipt. So the DC time elapsed between the two, in ns, must lie in
+    ``(send_ns - last_receipt_ns, receipt_ns - last_send_ns)``, widened by the clocks' rate
+    tolerance. A late, replayed or duplicated frame carries an older DC time and falls
+    below. Host preemption only widens the interval, so it never rejects a current reply.
+
+    Args:
+        dc_ns: the reply's DC system time (``master.dc_time``), ns; a 32-bit DC is compared
+            modulo 2**32.
+        send_ns, receipt_ns: host ``time.monotonic_ns()`` just before the send and just
+            after the receive of this cycle.
+        last: ``(dc_ns, send_ns, receipt_ns)`` of the last accepted reply.
+        tolerance_ppm: allowed rate difference of the two clocks.
+
+    Returns:
+        True if the reply is current.
+    """
+    last_dc, last_send, last_rx = last
+    delta = dc_ns - last_dc
+    if dc_ns < 1 << 32 and last_dc < 1 << 32:  # a 32-bit system time wraps every 4.3 s
+        delta %= 1 << 32
+    lo, hi = send_ns - last_rx, receipt_ns - last_send
+    slack = tolerance_ppm * 1e-6 * hi
+    return lo - slack < delta < hi + slack
 
 
 class EthercatStream(JointStream):
@@ -53,6 +98,8 @@ class EthercatStream(JointStream):
         self._master: pysoem.Master | None = None
         self.layout: list[dict] = []
         self.cycles = 0
+        self.has_dc = False
+        self._last_fresh: tuple[int, int, int] | None = None  # dc, send, receipt of last OK
 
     @classmethod
     def _url_options(cls, opts) -> dict:
@@ -128,6 +175,9 @@ class EthercatStream(JointStream):
             self._close()
             raise ProtocolError(f"{self.url}: expected all slaves in SAFE-OP after mapping, "
                                 f"found {found}")
+        # SOEM then reads the reference clock's system time in every process-data frame
+        self.has_dc = bool(m.config_dc())
+        self._last_fresh = None
         self.layout = [self._map_slave(k, s) for k, s in enumerate(m.slaves)]
         m.send_processdata()
         m.receive_processdata(self.timeout_us)
@@ -166,6 +216,7 @@ class EthercatStream(JointStream):
         if m is None:
             raise LinkLostError(f"{self.iface}: not open")
         self.cycles += 1
+        send_ns = time.monotonic_ns()
         m.send_processdata()
         wkc = m.receive_processdata(self.timeout_us)
         receipt_ns = time.monotonic_ns()
@@ -190,16 +241,33 @@ class EthercatStream(JointStream):
                                  f"from {', '.join(no_inputs)} (below SAFE-OP)")
             fault = "outputs not applied: " + ", ".join(
                 f"slave{k} AL 0x{s.state:02X} code 0x{s.al_status:04X}" for k, s in out_of_op)
+        dc_ns = -1
+        if self.has_dc:
+            dc_ns = int(m.dc_time)
+            last = self._last_fresh
+            if last is not None and not dc_reply_is_current(dc_ns, send_ns, receipt_ns, last):
+                raise CycleError("stale", f"{self.iface}: cycle {self.cycles}: expected a reply "
+                                 f"with a DC system time {(send_ns - last[2]) / 1e3:.0f}.."
+                                 f"{(receipt_ns - last[1]) / 1e3:.0f} us after the last "
+                                 f"accepted one, found {(dc_ns - last[0]) / 1e3:+.0f} us: a "
+                                 f"late, replayed or duplicated frame")
+            self._last_fresh = (dc_ns, send_ns, receipt_ns)
         pos, vel, eff = (np.empty(len(self.layout)) for _ in range(3))
         for k, (d, s) in enumerate(zip(self.layout, m.slaves, strict=True)):
             inp, o = bytes(s.input), d["offsets"]
             pos[k] = struct.unpack_from("<i", inp, o[0x6064])[0] * d["rad_per_inc"]
             vel[k] = struct.unpack_from("<i", inp, o[0x606C])[0] * d["rad_per_inc"]
             eff[k] = struct.unpack_from("<h", inp, o[0x6077])[0] * d["nm_per_permille"]
-        return Reading(pos, vel, eff, receipt_ns, device_counter=self.cycles, fault=fault)
+        # no device sequence number: the host's cycle count would say nothing about freshness
+        return Reading(pos, vel, eff, receipt_ns, device_stamp_ns=dc_ns, fault=fault)
 
     def describe(self) -> dict:
         """Slaves found, their identity and scaling."""
         return {"url": self.url, "joints": self.joint_names,
                 "slaves": [{k: v for k, v in d.items() if k != "offsets"} for d in self.layout],
-                "expected_wkc": self._master.expected_wkc if self._master else None}
+                "expected_wkc": self._master.expected_wkc if self._master else None,
+                "distributed_clock": self.has_dc,
+                "freshness": ("DC system time checked every cycle" if self.has_dc else
+                              "frame index and working counter only (no distributed clock: "
+                              "a reply one index wrap late cannot be told from a current "
+                              "one)")}

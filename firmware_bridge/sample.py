@@ -108,6 +108,8 @@ class StreamStats:
         resyncs: times the decoder skipped bytes to find the next frame or packet.
         reconnects: times the device was reopened after it vanished.
         faults: samples delivered with the ``FAULT`` flag.
+        stale_replies: replies rejected because a per-cycle value (the EtherCAT DC system
+            time) showed them to be late, replayed or duplicated (also counted as lost).
         first_ns, last_ns: receipt stamps of the first and last valid samples.
     """
 
@@ -119,6 +121,7 @@ class StreamStats:
     resyncs: int = 0
     reconnects: int = 0
     faults: int = 0
+    stale_replies: int = 0
     first_ns: int = -1
     last_ns: int = -1
     extra: dict = field(default_factory=dict)

@@ -40,7 +40,8 @@ class CycleError(BridgeError):
     """One bus cycle failed; the stream retries and marks a gap.
 
     Attributes:
-        kind: ``"timeout"``, ``"crc"`` or ``"lost"`` (which counter to bump).
+        kind: ``"timeout"``, ``"crc"``, ``"stale"`` (a late, replayed or duplicated reply) or
+            ``"lost"`` (which counter to bump besides ``lost_cycles``).
     """
 
     def __init__(self, kind: str, message: str):
@@ -203,7 +204,7 @@ class JointStream(abc.ABC):
         if not self.is_open:
             raise BridgeError(f"{self.url}: stream is closed; call open() first")
         deadline_ns = time.monotonic_ns() + int(self.read_timeout_s * 1e9)
-        missed = timeouts = 0
+        missed = timeouts = stale = 0
         last_error: Exception | None = None
         while True:
             self._pace()
@@ -219,6 +220,9 @@ class JointStream(abc.ABC):
                     timeouts += 1
                 elif exc.kind == "crc":
                     self.stats.crc_errors += 1
+                elif exc.kind == "stale":
+                    self.stats.stale_replies += 1
+                    stale += 1
                 self._recover(exc)
             except LinkLostError as exc:
                 missed += 1
@@ -232,6 +236,7 @@ class JointStream(abc.ABC):
         if self.stats.samples == 0:  # waiting for the first sample is start-up, not a gap
             self.stats.lost_cycles -= missed
             self.stats.timeouts -= timeouts
+            self.stats.stale_replies -= stale
             missed = 0
         if r.skipped > missed:  # the device's counter shows cycles the bridge never saw
             self.stats.lost_cycles += r.skipped - missed

@@ -86,3 +86,10 @@ def test_bridge_ethercat_byte_identical_late_or_replayed_reply_is_a_lost_cycle(f
     assert len(gaps) == r["stats"]["gaps"] and r["stats"]["lost_cycles"] >= 7
     stamps = np.array(r["device_stamps"])
     assert np.all(stamps > 0) and np.all(np.diff(stamps) > 0)  # DC system time, ns
+
+
+def test_bridge_ethercat_without_dc_says_freshness_rests_on_index_and_counter():
+    r = scenario("--cycles", "50", "--no-dc")
+    assert r["describe"]["distributed_clock"] is False
+    assert "no distributed clock" in r["describe"]["freshness"]
+    assert set(r["device_stamps"]) == {-1} and r["stats"]["lost_cycles"] == 0

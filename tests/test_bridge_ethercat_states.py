@@ -102,3 +102,21 @@ def test_pdo_mapping_reads_every_assigned_txpdo_in_bits():
     sdo[(0x1C13, 0)] = struct.pack("<B", 1)  # only the first TxPDO assigned
     with pytest.raises(ProtocolError, match=r"TxPDOs \(0x1A00\) expected objects"):
         stream._map_slave(0, slave)
+
+
+def test_dc_reply_is_current_bounds_the_dc_advance_by_host_send_and_receipt_stamps():
+    from firmware_bridge.ethercat import dc_reply_is_current
+
+    ms = 1_000_000
+    last = (5_000 * ms, 100 * ms, 100 * ms + 150_000)  # DC, send, receipt of the last reply
+    # next cycle 1 ms later, a 150 us round trip: the DC advanced about 1 ms
+    assert dc_reply_is_current(5_001 * ms, 101 * ms, 101 * ms + 150_000, last)
+    # a copy of a reply 16 cycles old, or the last reply again: rejected
+    assert not dc_reply_is_current(4_985 * ms, 101 * ms, 101 * ms + 150_000, last)
+    assert not dc_reply_is_current(5_000 * ms, 101 * ms, 101 * ms + 150_000, last)
+    # the host stalled 30 ms before stamping the receipt: still current
+    assert dc_reply_is_current(5_001 * ms, 101 * ms, 131 * ms, last)
+    # a 32-bit DC wraps: compared modulo 2**32 (a copy 16 ms old still fails)
+    wrap = (2**32 - ms // 2, 100 * ms, 100 * ms + 150_000)
+    assert dc_reply_is_current(ms // 2, 101 * ms, 101 * ms + 150_000, wrap)
+    assert not dc_reply_is_current(2**32 - 16 * ms, 101 * ms, 101 * ms + 150_000, wrap)
