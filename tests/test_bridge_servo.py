@@ -179,3 +179,24 @@ def test_describing_a_closed_bus_says_it_is_not_open(proto):
         s.close()
         with pytest.raises(LinkLostError, match="not open; open the stream before describing"):
             s.describe()
+
+
+@pytest.mark.parametrize("zero_tick", [0, 2048, 4095])
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_encoder_wrap_is_unwrapped_into_turns(proto, zero_tick):
+    """Servo 1 is parked on the 4095/0 boundary (raw 4095, 0, 4095, ...); servo 2 turns 37
+    ticks per read across it (3 turns in 300 reads). Positions are continuous, in turns."""
+    faults = Faults(parked_ids=(1,), turning={2: 37})
+    with FakeServoBus(proto, [1, 2], faults) as bus, stream_for_url(
+            f"{proto}://{bus.path}?ids=1-2&timeout_s=0.01&zero_tick={zero_tick}",
+            read_timeout_s=2.0) as s:
+        samples, cycles = [], []
+        for _ in range(300):
+            samples.append(s.read())
+            cycles.append(s.cycles)
+    pos_ticks = np.array([x.position_rad for x in samples]) / TICK  # (300, 2)
+    parked = pos_ticks[:, 0]
+    assert parked.max() - parked.min() == pytest.approx(1.0)  # one tick, never 2*pi
+    step = np.diff(pos_ticks[:, 1]) / np.diff(cycles)
+    np.testing.assert_allclose(step, 37.0)  # 37 ticks per sync read, also across the wrap
+    assert pos_ticks[-1, 1] - pos_ticks[0, 1] > 2 * 4096  # more than two turns

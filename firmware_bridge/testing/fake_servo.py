@@ -47,6 +47,10 @@ class Faults:
     wire_baud: int = 0  # pace replies at this line rate (10 bits per byte); 0: no pacing
     seed: int = 0
     positions: dict = field(default_factory=dict)  # id -> fixed raw position register value
+    # id -> ticks per sync read: the joint turns steadily, raw position (4090 + rate * n) mod
+    # 4096, so it crosses the 4095/0 boundary of the single-turn encoder
+    turning: dict = field(default_factory=dict)
+    parked_ids: tuple = ()  # ids parked on the boundary: raw position 4095, 0, 4095, 0, ...
 
 
 def _sign_mag(v: int, bit: int) -> int:
@@ -83,6 +87,10 @@ class _Bus:
     def regs(self, sid: int) -> bytes:
         n = self.n_sync
         pos = self.f.positions.get(sid, 2048 + 100 * sid + n % 500)
+        if sid in self.f.turning:
+            pos = (4090 + self.f.turning[sid] * n) % 4096
+        elif sid in self.f.parked_ids:
+            pos = 4095 if n % 2 else 0
         vel, cur = 10 * sid - 20, -5 * sid
         if self.protocol == "dxl":
             tick = int((time.monotonic() - self.t0) * 1000) % 32768
