@@ -200,3 +200,15 @@ def test_bridge_servo_encoder_wrap_is_unwrapped_into_turns(proto, zero_tick):
     step = np.diff(pos_ticks[:, 1]) / np.diff(cycles)
     np.testing.assert_allclose(step, 37.0)  # 37 ticks per sync read, also across the wrap
     assert pos_ticks[-1, 1] - pos_ticks[0, 1] > 2 * 4096  # more than two turns
+
+
+def test_turn_counter_starts_near_zero_tick_and_restarts_after_reset():
+    from firmware_bridge.encoder import TurnCounter
+
+    t = TurnCounter(4096, zero_step=4000)
+    assert list(t.update([10, 3990])) == [106, -10]  # nearest turn to zero_step
+    assert list(t.update([4090, 4095])) == [90, 95]  # joint 0 back across the boundary
+    t.reset()  # reconnect or power cycle: the count restarts within half a turn of zero
+    assert list(t.update([4090, 100_000])) == [90, 96_000]  # a multi-turn raw value as is
+    with pytest.raises(ValueError, match=r"expected shape \(2,\), found \(3,\)"):
+        t.update([1, 2, 3])
