@@ -13,6 +13,7 @@ from firmware_bridge.errors import BridgeTimeoutError, MissingDependencyError, U
 from firmware_bridge.feetech import sign_magnitude
 from firmware_bridge.sample import Status
 from firmware_bridge.testing.fake_servo import FakeServoBus, Faults
+from firmware_bridge.timebase import pair_frames
 from firmware_bridge.url import stream_for_url
 
 PROTOCOLS = ["dxl", "sts"]
@@ -212,3 +213,40 @@ def test_turn_counter_starts_near_zero_tick_and_restarts_after_reset():
     assert list(t.update([4090, 100_000])) == [90, 96_000]  # a multi-turn raw value as is
     with pytest.raises(ValueError, match=r"expected shape \(2,\), found \(3,\)"):
         t.update([1, 2, 3])
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_latency_estimated_by_round_trip_pairs_within_1ms_at_p99(proto):
+    """A USB-serial link: a one-way delay drawn at random in 3..20 ms (never given to the
+    bridge) and replies delivered on a 16 ms latency-timer grid. Servo 1's position is its
+    capture time (50 us per step). The stream's own round-trip estimate must place samples
+    on the host clock so that 600 camera frames pair within 1 ms at p99."""
+    from firmware_bridge.timebase import capture_stamps
+
+    link_s = float(np.random.default_rng().uniform(0.003, 0.020))
+    faults = Faults(link_delay_s=link_s, burst_period_s=0.016, clock_ids=(1,))
+    with FakeServoBus(proto, [1, 2], faults) as bus, stream_for_url(
+            f"{proto}://{bus.path}?ids=1-2&timeout_s=0.1&zero_tick=0", read_timeout_s=2.0) as s:
+        s.read()
+        samples = []
+        s.run(samples.append, seconds=3.0)
+    receipt = np.array([x.receipt_ns for x in samples], dtype=np.int64)
+    q_us = np.array([x.position_rad[0] for x in samples]) / TICK * 50  # unwrapped, us
+    turn_us = 4096 * 50
+    k = np.floor((receipt[0] / 1e3 - q_us[0]) / turn_us)
+    truth_ns = np.round((q_us + k * turn_us) * 1e3).astype(np.int64)  # (N,) capture times
+    assert np.all(truth_ns <= receipt) and np.all(np.diff(truth_ns) > 0)
+    est = capture_stamps(samples)
+    assert est.method == "round trip"
+    frames = np.linspace(truth_ns[0] + 60e6, truth_ns[-1] - 60e6, 600).astype(np.int64)
+    column = truth_ns[:, None].astype(np.float64)  # (N, 1): each sample's true capture time
+    p = pair_frames(frames, est.stamps_ns, column, tolerance_s=0.2)
+    err_ms = np.abs(p.positions[p.paired, 0] - frames[p.paired]) / 1e6
+    assert p.paired.all(), f"link {link_s * 1e3:.1f} ms: {p.unpaired.size} frames unpaired"
+    assert np.percentile(err_ms, 99) < 1.0, (
+        f"link {link_s * 1e3:.1f} ms: pairing error p99 {np.percentile(err_ms, 99):.2f} ms, "
+        f"estimate {est.latency_s * 1e3:.1f} ms")
+    true_latency_s = float(np.mean(receipt - truth_ns)) / 1e9
+    assert est.latency_s == pytest.approx(true_latency_s, abs=0.001)
+    naive = pair_frames(frames, receipt, column, tolerance_s=0.2)  # the baseline: receipt
+    assert np.median(np.abs(naive.positions[naive.paired, 0] - frames[naive.paired])) > 5e6

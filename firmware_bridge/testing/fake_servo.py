@@ -51,6 +51,13 @@ class Faults:
     # 4096, so it crosses the 4095/0 boundary of the single-turn encoder
     turning: dict = field(default_factory=dict)
     parked_ids: tuple = ()  # ids parked on the boundary: raw position 4095, 0, 4095, 0, ...
+    # A USB-serial link: each direction takes link_delay_s (the servo latches its registers
+    # link_delay_s after the request was written), and replies are held by the adapter
+    # until the next multiple of burst_period_s (its latency timer, 16 ms by default on FTDI)
+    link_delay_s: float = 0.0
+    burst_period_s: float = 0.0
+    # ids whose present position is the capture time: raw = (monotonic us // 50) % 4096
+    clock_ids: tuple = ()
 
 
 def _sign_mag(v: int, bit: int) -> int:
@@ -87,7 +94,9 @@ class _Bus:
     def regs(self, sid: int) -> bytes:
         n = self.n_sync
         pos = self.f.positions.get(sid, 2048 + 100 * sid + n % 500)
-        if sid in self.f.turning:
+        if sid in self.f.clock_ids:
+            pos = int(time.monotonic() * 1e6) // 50 % 4096
+        elif sid in self.f.turning:
             pos = (4090 + self.f.turning[sid] * n) % 4096
         elif sid in self.f.parked_ids:
             pos = 4095 if n % 2 else 0
@@ -142,8 +151,15 @@ class _Bus:
             n = self.n_sync
             if self.f.unplug_at and n == self.f.unplug_at:
                 return False
+            if self.f.link_delay_s:
+                time.sleep(self.f.link_delay_s)  # the request is on its way
             reply = b"".join(self.status(t, self.regs(t)[addr:addr + length])
                              for t in targets if t in self.ids)
+            if self.f.link_delay_s:
+                time.sleep(self.f.link_delay_s)  # the reply is on its way
+            if self.f.burst_period_s:  # the adapter sends on its latency-timer grid
+                p = self.f.burst_period_s
+                time.sleep(p - time.monotonic() % p)
             if not self.garbage_sent and self.f.garbage_prefix:
                 reply = self.f.garbage_prefix + reply
                 self.garbage_sent = True
