@@ -32,6 +32,19 @@ def register(subparsers) -> None:
     rec.set_defaults(func=_record)
 
 
+def _latency(stream, samples: list) -> str:
+    """Estimate the receipt latency from ``samples``, keep it in the stream's statistics
+    (``stats.extra["latency"]``) and return the line to print."""
+    from .timebase import capture_stamps
+
+    if len(samples) < 2:
+        return "latency: unknown (fewer than 2 samples)"
+    est = capture_stamps(samples)
+    stream.stats.extra["latency"] = {"method": est.method, "latency_s": est.latency_s,
+                                     **est.detail}
+    return est.describe()
+
+
 def _probe(args: argparse.Namespace) -> int:
     from .url import stream_for_url
 
@@ -39,10 +52,13 @@ def _probe(args: argparse.Namespace) -> int:
         info = s.describe()
         for k, v in info.items():
             print(f"{k}: {v}")
+        samples = []
         for _ in range(args.samples):
             smp = s.read()
+            samples.append(smp)
             pos = " ".join(f"{x:+.4f}" for x in smp.position_rad)
             print(f"t={smp.receipt_ns / 1e9:.6f}s status={smp.status.name or 'OK'} pos_rad=[{pos}]")
+        print(_latency(s, samples))
         print("stats: " + json.dumps(s.stats.as_dict()))
     return 0
 
@@ -53,17 +69,25 @@ def _record(args: argparse.Namespace) -> int:
     from .url import stream_for_url
 
     ended = ""
+    samples: list = []
+
+    def keep(sample) -> None:
+        samples.append(sample)
+        w.write(sample)
+
     with stream_for_url(args.url) as s, JointLogWriter(args.out, args.url, s.joint_names) as w:
         try:
-            stats = s.run(w.write, seconds=args.seconds)
+            stats = s.run(keep, seconds=args.seconds)
         except EndOfLogError as exc:  # a replayed log shorter than --seconds: stop there
             stats, ended = s.stats, f" ({exc})"
         except BridgeError:
             w.close(s.stats)  # the log keeps the statistics up to the failure
             raise
+        latency = _latency(s, samples)
         w.close(stats)
     d = stats.as_dict()
     print(f"wrote {d['samples']} samples to {args.out}: {d['rate_hz']:.1f} Hz, "
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
           f"{d['reconnects']} reconnects{ended}", file=sys.stdout)
+    print(latency)
     return 0

@@ -259,7 +259,8 @@ class EthercatStream(JointStream):
             vel[k] = struct.unpack_from("<i", inp, o[0x606C])[0] * d["rad_per_inc"]
             eff[k] = struct.unpack_from("<h", inp, o[0x6077])[0] * d["nm_per_permille"]
         # no device sequence number: the host's cycle count would say nothing about freshness
-        return Reading(pos, vel, eff, receipt_ns, device_stamp_ns=dc_ns, fault=fault)
+        return Reading(pos, vel, eff, receipt_ns, device_stamp_ns=dc_ns, fault=fault,
+                       request_ns=send_ns)
 
     def describe(self) -> dict:
         """Slaves found, their identity and scaling."""

@@ -40,6 +40,11 @@ class JointSample:
         status: :class:`Status` flags.
         missed: number of failed cycles just before this sample (0 unless ``GAP``).
         fault: a short reason when ``FAULT`` is set, else ``""``.
+        request_ns: host ``time.monotonic_ns()`` just before the request that produced this
+            sample was sent (servo buses, EtherCAT), or -1 where the device sends on its own
+            clock (framed stream, replayed logs without it). With ``receipt_ns`` it gives the
+            round trip from which :func:`firmware_bridge.timebase.capture_stamps` estimates
+            the latency.
     """
 
     position_rad: np.ndarray
@@ -51,6 +56,7 @@ class JointSample:
     status: Status = Status.OK
     missed: int = 0
     fault: str = ""
+    request_ns: int = -1
 
     @property
     def joints(self) -> int:
@@ -70,6 +76,7 @@ class JointSample:
             "status": int(self.status),
             "missed": int(self.missed),
             "fault": self.fault,
+            "request_ns": int(self.request_ns),
             "position_rad": clean(self.position_rad),
             "velocity_rad_s": clean(self.velocity_rad_s),
             "effort_nm": clean(self.effort_nm),
@@ -92,6 +99,7 @@ class JointSample:
             status=Status(int(rec.get("status", 0))),
             missed=int(rec.get("missed", 0)),
             fault=str(rec.get("fault", "")),
+            request_ns=int(rec.get("request_ns", -1)),
         )
 
 

@@ -118,6 +118,7 @@ class ServoBusStream(JointStream):
         assert sdk is not None and ph is not None  # _open() sets them with the port
         self.cycles += 1
         rc = self._sync_read_tx()
+        request_ns = port.write_ns  # stamped by the port handler just before the write
         if rc != sdk.COMM_SUCCESS:
             port.is_using = False
             raise CycleError("lost", f"{self.port}: sync read not sent: "
@@ -132,7 +133,9 @@ class ServoBusStream(JointStream):
                                  f"found {ph.getTxRxResult(rc)}")
             data[k] = values
             errors[k] = err
-        return self._decode(data, errors, time.monotonic_ns())
+        reading = self._decode(data, errors, time.monotonic_ns())
+        reading.request_ns = request_ns
+        return reading
 
     def _recover(self, error: CycleError) -> None:
         if self._port is None:

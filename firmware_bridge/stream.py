@@ -65,6 +65,7 @@ class Reading:
     device_stamp_ns: int = -1
     fault: str = ""
     skipped: int = 0  # device sequence numbers skipped since the previous reading
+    request_ns: int = -1  # host stamp just before the request was sent (-1: device paced)
 
 
 class JointStream(abc.ABC):
@@ -252,7 +253,8 @@ class JointStream(abc.ABC):
             status |= Status.STALE
         self._last_counter = r.device_counter if r.device_counter >= 0 else None
         s = JointSample(r.position_rad, r.velocity_rad_s, r.effort_nm, r.receipt_ns,
-                        r.device_counter, r.device_stamp_ns, status, missed, r.fault)
+                        r.device_counter, r.device_stamp_ns, status, missed, r.fault,
+                        r.request_ns)
         st = self.stats
         st.samples += 1
         if st.first_ns < 0:

@@ -26,6 +26,7 @@ def test_bridge_cli_probe_servo_bus(capsys):
         assert run(["bridge", "probe", f"dxl://{bus.path}?ids=1-3", "--samples", "2"]) == 0
     out = capsys.readouterr().out
     assert "models: {1: 1020, 2: 1020, 3: 1020}" in out and out.count("status=OK") == 2
+    assert "latency: " in out and " ms by round trip (min RTT ms " in out
 
 
 def test_bridge_cli_record_then_replay(tmp_path, capsys):

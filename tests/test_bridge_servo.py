@@ -220,13 +220,16 @@ def test_bridge_servo_latency_estimated_by_round_trip_pairs_within_1ms_at_p99(pr
     """A USB-serial link: a one-way delay drawn at random in 3..20 ms (never given to the
     bridge) and replies delivered on a 16 ms latency-timer grid. Servo 1's position is its
     capture time (50 us per step). The stream's own round-trip estimate must place samples
-    on the host clock so that 600 camera frames pair within 1 ms at p99."""
+    on the host clock so that 600 camera frames pair within 1 ms at p99. The bus is paced at
+    14.3 Hz (69.9 ms, longer than the slowest round trip) so that requests fall at varying
+    phases of the 16 ms timer; a free-running loop locks to it (docs/bridge.md)."""
     from firmware_bridge.timebase import capture_stamps
 
     link_s = float(np.random.default_rng().uniform(0.003, 0.020))
     faults = Faults(link_delay_s=link_s, burst_period_s=0.016, clock_ids=(1,))
     with FakeServoBus(proto, [1, 2], faults) as bus, stream_for_url(
-            f"{proto}://{bus.path}?ids=1-2&timeout_s=0.1&zero_tick=0", read_timeout_s=2.0) as s:
+            f"{proto}://{bus.path}?ids=1-2&timeout_s=0.1&zero_tick=0&rate_hz=14.3",
+            read_timeout_s=2.0) as s:
         s.read()
         samples = []
         s.run(samples.append, seconds=3.0)
