@@ -93,3 +93,19 @@ def test_bridge_ethercat_without_dc_says_freshness_rests_on_index_and_counter():
     assert r["describe"]["distributed_clock"] is False
     assert "no distributed clock" in r["describe"]["freshness"]
     assert set(r["device_stamps"]) == {-1} and r["stats"]["lost_cycles"] == 0
+
+
+def test_bridge_ethercat_lost_frame_costs_at_most_two_slots_and_empty_slots_are_counted():
+    """1 kHz, timeout_us=500, every 20th frame lost. The receive wait must end at timeout_us
+    (SOEM's blocking recv() otherwise waits out a kernel timer tick, 8-12 ms), so the sample
+    after a lost frame comes 2 slots after the one before it; every slot of the 1 kHz grid
+    without a sample is counted."""
+    r = scenario("--cycles", "300", "--drop-every", "20", "--timeout-us", "500")
+    rx = np.array(r["receipts"], dtype=np.int64)
+    gap = np.array([k for k, s in enumerate(r["status"]) if s & Status.GAP])
+    assert gap.size >= 10
+    span_ms = (rx[gap] - rx[gap - 1]) / 1e6
+    assert np.median(span_ms) < 2.5, f"lost frame spans {np.round(span_ms, 1)} ms"
+    st = r["stats"]
+    assert st["slots"] == round((rx[-1] - rx[0]) / 1e6) + 1
+    assert st["empty_slots"] == st["slots"] - st["samples"] >= st["lost_cycles"]

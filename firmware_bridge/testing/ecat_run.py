@@ -73,6 +73,7 @@ def main(argv=None) -> int:
         out["positions"] = [float(x.position_rad[0]) for x in samples]
         out["counters"] = [x.device_counter for x in samples]
         out["device_stamps"] = [x.device_stamp_ns for x in samples]
+        out["receipts"] = [x.receipt_ns for x in samples]
         out["status"] = [int(x.status) for x in samples]
         out["faults"] = sorted({x.fault for x in samples if x.status & Status.FAULT})
         out["load_avg"] = os.getloadavg()
