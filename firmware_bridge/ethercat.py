@@ -26,12 +26,27 @@ accepted reply by an amount the host's own send and receipt stamps allow (see
 :func:`dc_reply_is_current`). A reply that fails is a lost cycle (``stats.stale_replies``),
 never a sample. Without DC the bridge has no per-cycle value and says so in
 :meth:`EthercatStream.describe` (``freshness``).
+
+Receive wait: SOEM (as built into pysoem) opens its raw socket with ``SO_RCVTIMEO`` = 1 us
+and calls a blocking ``recv()`` in a loop until ``timeout_us`` has passed. Linux rounds a
+socket timeout up to whole timer ticks, so a cycle whose frame never comes back waits a
+full tick whatever ``timeout_us`` says (measured on the development machine: 6.1-12.1 ms,
+median 12.0 ms, for one empty ``recv()``). Once the slaves are in OP the bridge sets
+waits for the reply itself with ``select()`` on that socket (found among the process's
+descriptors, see :func:`soem_raw_sockets`; ``select`` sleeps on a high-resolution timer)
+until ``timeout_us`` after the send, and only then calls ``receive_processdata`` with
+``O_NONBLOCK`` set for the duration of the call, so its ``recv()`` returns at once. The wait
+ends on time (plus ``RECEIVE_ALLOWANCE_US`` for the other frames of a multi-frame cycle)
+and no core is kept busy; state and mailbox reads keep SOEM's blocking receive.
 """
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
+import select
+import socket
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -45,13 +60,52 @@ from .stream import CycleError, JointStream, LinkLostError, Reading
 if TYPE_CHECKING:
     import pysoem
 
-__all__ = ["EthercatStream", "dc_reply_is_current"]
+__all__ = ["EthercatStream", "dc_reply_is_current", "soem_raw_sockets"]
 
 _FMT = {"u16": "<H", "i16": "<h", "u32": "<I", "i32": "<i"}
+
+#: Once a reply is waiting, how long SOEM may still poll for the cycle's other frames, us.
+RECEIVE_ALLOWANCE_US = 100
 
 #: Tolerance for the rates of the DC and host clocks, parts per million (ESC and host
 #: crystals are specified to well under 100 ppm each).
 CLOCK_RATE_TOLERANCE_PPM = 200.0
+
+
+def _socket_fds() -> set[int]:
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:  # no procfs: nothing found, the receive wait stays as SOEM has it
+        return set()
+    fds = set()
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                fds.add(int(name))
+        except OSError:
+            continue
+    return fds
+
+
+def soem_raw_sockets(before: set[int], iface: str) -> list[int]:
+    """Descriptors of the raw packet sockets bound to ``iface`` opened since ``before``.
+
+    Args:
+        before: socket descriptors of the process before ``Master.open`` (``_socket_fds``).
+        iface: the interface SOEM opened.
+
+    Returns:
+        The descriptors (SOEM's primary socket; two with a redundant port).
+    """
+    found = []
+    for fd in sorted(_socket_fds() - before):
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sk:
+                if sk.family == socket.AF_PACKET and sk.getsockname()[0] == iface:
+                    found.append(fd)
+        except OSError:
+            continue
+    return found
 
 
 def dc_reply_is_current(dc_ns: int, send_ns: int, receipt_ns: int, last: tuple[int, int, int],
@@ -99,6 +153,10 @@ class EthercatStream(JointStream):
         self.layout: list[dict] = []
         self.cycles = 0
         self.has_dc = False
+        self.receive_wait = "not open"
+        self._raw_fds: list[int] = []
+        self._bounded = False
+        self._fd_flags: list[int] = []
         self._last_fresh: tuple[int, int, int] | None = None  # dc, send, receipt of last OK
 
     @classmethod
@@ -155,6 +213,7 @@ class EthercatStream(JointStream):
             raise LinkLostError(f"{self.url}: no network interface given (expected "
                                 f"ethercat://eth0)")
         m = pysoem.Master()
+        fds_before = _socket_fds()
         try:
             m.open(self.iface)
         except Exception as exc:  # pysoem raises ConnectionError or a generic error
@@ -166,6 +225,7 @@ class EthercatStream(JointStream):
                 why = str(exc)
             raise LinkLostError(f"{self.iface}: cannot open: {why}") from exc
         self._master = m
+        self._raw_fds = soem_raw_sockets(fds_before, self.iface)
         if m.config_init() <= 0:
             self._close()
             raise LinkLostError(f"{self.iface}: expected at least one EtherCAT slave, found none")
@@ -192,6 +252,38 @@ class EthercatStream(JointStream):
                 self._close()
                 raise ProtocolError(f"{self.url}: expected all slaves in OP within "
                                     f"{self.state_timeout_s} s, found {found}")
+        self._bound_receive_wait()
+
+    def _receive(self, m, send_ns: int) -> int:
+        """``receive_processdata`` with the wait bounded at ``timeout_us`` after the send."""
+        if not self._bounded:
+            return m.receive_processdata(self.timeout_us)
+        deadline_ns = send_ns + self.timeout_us * 1000
+        ready, _, _ = select.select(self._raw_fds, [], [],
+                                    max(0, deadline_ns - time.monotonic_ns()) / 1e9)
+        self._set_nonblocking(True)  # SOEM's recv() returns at once, its loop polls
+        try:
+            if not ready:  # nothing came: a zero timeout still clears SOEM's index stack
+                return m.receive_processdata(0)
+            # a frame is waiting; SOEM reads one per try, so a cycle of several frames (LRD
+            # + LWR) gets a short allowance even when this process woke late
+            left_us = (deadline_ns - time.monotonic_ns()) // 1000
+            return m.receive_processdata(max(left_us, RECEIVE_ALLOWANCE_US))
+        finally:  # mailbox and state reads keep SOEM's blocking receive (no busy wait)
+            self._set_nonblocking(False)
+
+    def _set_nonblocking(self, on: bool) -> None:
+        for fd, flags in zip(self._raw_fds, self._fd_flags, strict=True):
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK if on else flags)
+
+    def _bound_receive_wait(self) -> None:
+        """Make SOEM's receive wait end at ``timeout_us`` (module docstring)."""
+        self._fd_flags = [fcntl.fcntl(fd, fcntl.F_GETFL) for fd in self._raw_fds]
+        self._bounded = bool(self._raw_fds)
+        self.receive_wait = (f"bounded at timeout_us={self.timeout_us} (select() on the "
+                             f"non-blocking socket)" if self._bounded else
+                             "SOEM's blocking recv(): a lost frame waits a kernel timer tick "
+                             "(socket not found)")
 
     def _states(self) -> str:
         m = self._master
@@ -202,6 +294,7 @@ class EthercatStream(JointStream):
                          for k, s in enumerate(m.slaves))
 
     def _close(self) -> None:
+        self._bounded, self._raw_fds = False, []
         if self._master is not None:
             try:
                 self._master.state = AL["INIT"]
@@ -218,7 +311,7 @@ class EthercatStream(JointStream):
         self.cycles += 1
         send_ns = time.monotonic_ns()
         m.send_processdata()
-        wkc = m.receive_processdata(self.timeout_us)
+        wkc = self._receive(m, send_ns)
         receipt_ns = time.monotonic_ns()
         expected = m.expected_wkc
         fault = ""
@@ -267,7 +360,7 @@ class EthercatStream(JointStream):
         return {"url": self.url, "joints": self.joint_names,
                 "slaves": [{k: v for k, v in d.items() if k != "offsets"} for d in self.layout],
                 "expected_wkc": self._master.expected_wkc if self._master else None,
-                "distributed_clock": self.has_dc,
+                "distributed_clock": self.has_dc, "receive_wait": self.receive_wait,
                 "freshness": ("DC system time checked every cycle" if self.has_dc else
                               "frame index and working counter only (no distributed clock: "
                               "a reply one index wrap late cannot be told from a current "

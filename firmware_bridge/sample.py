@@ -119,6 +119,11 @@ class StreamStats:
         stale_replies: replies rejected because a per-cycle value (the EtherCAT DC system
             time) showed them to be late, replayed or duplicated (also counted as lost).
         first_ns, last_ns: receipt stamps of the first and last valid samples.
+        slots: for a stream paced at ``rate_hz``, the slots of that grid from the first
+            sample to the last (``round((last_ns - first_ns) * rate_hz) + 1``); 0 unpaced.
+        empty_slots: ``slots - samples``: slots that delivered no sample, whatever the
+            reason (lost frame, overrun, a wait longer than one period).
+        worst_gap_ns: the longest time between two consecutive valid samples, ns.
     """
 
     samples: int = 0
@@ -132,6 +137,9 @@ class StreamStats:
     stale_replies: int = 0
     first_ns: int = -1
     last_ns: int = -1
+    slots: int = 0
+    empty_slots: int = 0
+    worst_gap_ns: int = 0
     extra: dict = field(default_factory=dict)
 
     @property

@@ -259,7 +259,12 @@ class JointStream(abc.ABC):
         st.samples += 1
         if st.first_ns < 0:
             st.first_ns = r.receipt_ns
+        elif st.last_ns >= 0:
+            st.worst_gap_ns = max(st.worst_gap_ns, r.receipt_ns - st.last_ns)
         st.last_ns = r.receipt_ns
+        if self.rate_hz > 0:  # "N Hz" means scheduled at N Hz: count the grid's slots
+            st.slots = round((st.last_ns - st.first_ns) * self.rate_hz / 1e9) + 1
+            st.empty_slots = st.slots - st.samples
         return s
 
     def __iter__(self) -> Iterator[JointSample]:

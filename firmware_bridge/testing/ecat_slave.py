@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from ..ecat_tables import AL, CMD, COE, ESC, FMMU_SIZE, SII, SM_SIZE
+from .child_device import hardware_priority
 
 __all__ = ["SlaveFaults", "serve"]
 
@@ -260,6 +261,7 @@ def serve(iface: str, faults: SlaveFaults, ready=None, stop=None, counts=None) -
 
     ``counts``: optional shared array of 3 ints, incremented per LRD, LWR and LRW datagram.
     """
+    hardware_priority()
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ECAT))
     s.bind((iface, 0))
     s.settimeout(0.05)

@@ -214,11 +214,6 @@ def _sleep_until(t: float) -> None:
 
 
 def _serve(protocol, ids, faults, link, ready, stop):
-    if faults.link_delay_s or faults.burst_period_s:
-        try:  # a servo has no scheduler: let the simulated link's timing win over load
-            os.nice(-10)
-        except OSError:
-            pass
     _Bus(protocol, ids, faults, link, ready).serve(stop)
 
 
