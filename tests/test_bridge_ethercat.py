@@ -53,7 +53,8 @@ def test_bridge_ethercat_slave_in_safeop_with_error_flags_outputs_not_applied():
     r = scenario("--cycles", "60", "--safeop-at", "30")
     faults = [k for k, s in enumerate(r["status"]) if s & Status.FAULT]
     assert faults and r["stats"]["lost_cycles"] == 0
-    assert r["faults"] == ["outputs not applied: slave0 AL 0x14 code 0x001B"]
+    assert r["faults"] == ["outputs not applied: slave0 AL 0x14 code 0x001B ('SyncEdge "
+                           "CiA402 emulator': SAFE-OP + ERROR, Sync manager watchdog)"]
     assert np.all(np.diff(r["positions"]) > 0)  # inputs still read, fresh each cycle
 
 
