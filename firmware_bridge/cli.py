@@ -90,4 +90,8 @@ def _record(args: argparse.Namespace) -> int:
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
           f"{d['reconnects']} reconnects{ended}", file=sys.stdout)
     print(latency)
+    for h in d.get("extra", {}).get("slaves", []):  # EtherCAT: per-slave health
+        print(f"slave{h['position']} {h['name']!r}: {h['state']}, AL status "
+              f"{h['al_status']}, working-counter share {h['wkc_share']}, "
+              f"{h['lost_cycles']} lost cycles")
     return 0

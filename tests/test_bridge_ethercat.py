@@ -56,6 +56,11 @@ def test_bridge_ethercat_slave_in_safeop_with_error_flags_outputs_not_applied():
     assert r["faults"] == ["outputs not applied: slave0 AL 0x14 code 0x001B ('SyncEdge "
                            "CiA402 emulator': SAFE-OP + ERROR, Sync manager watchdog)"]
     assert np.all(np.diff(r["positions"]) > 0)  # inputs still read, fresh each cycle
+    (health,) = r["stats"]["extra"]["slaves"]  # per-slave health in the statistics
+    assert health == {"position": 0, "name": "SyncEdge CiA402 emulator",
+                      "state": "SAFE-OP + ERROR", "al_status": "0x001B Sync manager watchdog",
+                      "wkc_share": 1, "lost_cycles": 0}
+    assert r["describe"]["slaves"][0]["state"] == "OP"  # described at bring-up
 
 
 def test_bridge_ethercat_slave_without_lrw_uses_lrd_and_lwr():

@@ -221,4 +221,6 @@ def test_optional_cia402_objects_are_optional():
     stream._pysoem = pysoem
     layout = stream._map_slave(0, slave)
     assert layout["rad_per_inc"] == pytest.approx(2 * math.pi / 4096)
-    assert math.isnan(layout["nm_per_permille"]) and "0x6076" in layout["notes"][0]
+    assert math.isnan(layout["nm_per_permille"])
+    assert layout["notes"] == ["no 0x608F: 4096 increments per revolution from the URL",
+                               "no 0x6076 (rated torque): efforts are NaN"]
