@@ -115,3 +115,23 @@ def test_bridge_ethercat_lost_frame_costs_at_most_two_slots_and_empty_slots_are_
     st = r["stats"]
     assert st["slots"] == round((rx[-1] - rx[0]) / 1e6) + 1
     assert st["empty_slots"] == st["slots"] - st["samples"] >= st["lost_cycles"]
+
+
+def test_bridge_ethercat_one_faulty_slave_on_a_line_costs_only_its_own_joint():
+    """Two identical drives; the second falls to PRE-OP with error at frame 30. The first
+    drive's joint stays fresh every cycle; the second's is NaN from then on (never its old
+    value), each such sample FAULT naming slave1; no cycle of the line is lost."""
+    r = scenario("--cycles", "80", "--slaves", "2", "--last-preop-at", "30")
+    assert r["describe"]["expected_wkc"] == 6 and r["stats"]["lost_cycles"] == 0
+    pos = np.array([[np.nan if v is None else v for v in row] for row in r["positions_all"]])
+    assert np.all(np.diff(pos[:, 0]) > 0)  # slave 0: fresh every cycle
+    dead = np.isnan(pos[:, 1])
+    first = int(np.argmax(dead))
+    assert 10 < first < 40 and dead[first:].all() and not dead[:first].any()
+    np.testing.assert_array_equal(pos[:first, 0], pos[:first, 1])  # identical drives
+    faulty = [s & Status.FAULT for s in r["status"]]
+    assert all(faulty[first:]) and not any(faulty[:first])
+    assert r["faults"] == ["no fresh inputs from slave1 AL 0x12 code 0x001B ('SyncEdge CiA402 "
+                           "emulator': PRE-OP + ERROR, Sync manager watchdog) (below SAFE-OP: "
+                           "joint NaN)"]
+    assert [h["lost_cycles"] > 0 for h in r["stats"]["extra"]["slaves"]] == [False, True]

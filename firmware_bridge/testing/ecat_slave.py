@@ -53,6 +53,7 @@ class SlaveFaults:
 
     drop_every: int = 0  # do not answer every N-th process-data frame
     safeop_at: int = 0  # at process-data frame N: AL status SAFE-OP + error, code 0x001B
+    preop_at: int = 0  # at process-data frame N: AL status PRE-OP + error, code 0x001B
     no_lrw: bool = False  # SII general flag "LRW not supported": master must use LRD + LWR
     dc: bool = True  # ESC feature "distributed clocks" (register 0x0008 bit 2)
     # every N-th process-data frame is answered with a byte-identical copy of the last reply
@@ -94,7 +95,7 @@ def _sii(no_lrw: bool) -> bytes:
 class Slave:
     """Register memory and behaviour of one ESC."""
 
-    def __init__(self, faults: SlaveFaults, counts=None):
+    def __init__(self, faults: SlaveFaults, counts=None, last: bool = True):
         self.f = faults
         self.counts = counts  # optional shared int array: LRD, LWR, LRW datagrams seen
         self.mem = bytearray(0x10000)
@@ -104,7 +105,8 @@ class Slave:
         self.mem[ESC["syncmanagers_supported"][0]] = 4
         struct.pack_into("<H", self.mem, ESC["features"][0],
                          ((1 << 9) if faults.no_lrw else 0) | ((1 << 2) if faults.dc else 0))
-        struct.pack_into("<H", self.mem, ESC["dl_status"][0], 0x0210)  # port 0 link + comm
+        # port 0 link + communication; port 1 too where another slave follows in the chain
+        struct.pack_into("<H", self.mem, ESC["dl_status"][0], 0x0210 if last else 0x0A30)
         self.set_al(AL["INIT"], 0)
         self.cycles = 0
         self.sent = None
@@ -221,6 +223,8 @@ class Slave:
                     c = self.cycles
                     if self.f.safeop_at and c == self.f.safeop_at:
                         self.set_al(AL["SAFEOP"] | AL["ERROR"], 0x001B)
+                    if self.f.preop_at and c == self.f.preop_at:
+                        self.set_al(AL["PREOP"] | AL["ERROR"], 0x001B)
                     if self.f.drop_every and c % self.f.drop_every == 0:
                         return False
                     self.update_inputs()
@@ -256,16 +260,21 @@ class Slave:
         return True
 
 
-def serve(iface: str, faults: SlaveFaults, ready=None, stop=None, counts=None) -> None:
+def serve(iface: str, faults: SlaveFaults, ready=None, stop=None, counts=None,
+          more: tuple[SlaveFaults, ...] = ()) -> None:
     """Answer EtherCAT frames on ``iface`` until ``stop`` (an Event) is set.
 
-    ``counts``: optional shared array of 3 ints, incremented per LRD, LWR and LRW datagram.
+    ``counts``: optional shared array of 3 ints, incremented per LRD, LWR and LRW datagram
+    (by the first slave). ``more``: faults of further identical slaves after the first, in
+    chain order; each frame passes every slave in turn, as on a line.
     """
     hardware_priority()
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ECAT))
     s.bind((iface, 0))
     s.settimeout(0.05)
-    slave = Slave(faults, counts)
+    chain = [Slave(f, counts if k == 0 else None, last=k == len(more))
+             for k, f in enumerate((faults, *more))]
+    slave = chain[0]
     sent: dict[int, bytes] = {}  # frame index -> last process-data reply sent with it
     held: dict[int, bytes] = {}  # frame index -> a reply held back for one index wrap
     if ready is not None:
@@ -279,7 +288,7 @@ def serve(iface: str, faults: SlaveFaults, ready=None, stop=None, counts=None) -
             continue
         payload = pkt[14:]
         before = slave.cycles
-        if not slave.frame(payload):
+        if not all(sl.frame(payload) for sl in chain):  # a slave dropped the frame
             continue
         out = bytes(pkt[:6] + bytes([pkt[6] | 0x02]) + pkt[7:14] + payload)
         if slave.cycles != before:  # a process-data frame: replay faults apply
