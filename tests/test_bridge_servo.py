@@ -12,7 +12,7 @@ import pytest
 from firmware_bridge.errors import BridgeTimeoutError, MissingDependencyError, UrlError
 from firmware_bridge.feetech import sign_magnitude
 from firmware_bridge.sample import Status
-from firmware_bridge.testing.fake_servo import FakeServoBus, Faults
+from firmware_bridge.testing.fake_servo import FakeServoBus, Faults, clock_capture_ns
 from firmware_bridge.timebase import pair_frames
 from firmware_bridge.url import stream_for_url
 
@@ -229,7 +229,7 @@ def test_bridge_servo_latency_estimated_by_round_trip_pairs_within_1ms_at_p99(pr
     """A USB-serial link: a one-way delay drawn at random in 3..20 ms (never given to the
     bridge) and replies delivered on a 16 ms latency-timer grid (simulated in-process, so
     the link's timing does not depend on the machine's load). Servo 1's position is its
-    capture time (50 us per step). The stream's own round-trip estimate must place samples
+    capture time (100 us per step). The stream's own round-trip estimate must place samples
     on the host clock so that 600 camera frames pair within 1 ms at p99. The bus is paced at
     14.3 Hz (69.9 ms, longer than the slowest round trip) so that requests fall at varying
     phases of the 16 ms timer; a free-running loop locks to it (docs/bridge.md)."""
@@ -243,10 +243,7 @@ def test_bridge_servo_latency_estimated_by_round_trip_pairs_within_1ms_at_p99(pr
         samples = []
         s.run(samples.append, seconds=3.0)
     receipt = np.array([x.receipt_ns for x in samples], dtype=np.int64)
-    q_us = np.array([x.position_rad[0] for x in samples]) / TICK * 50  # unwrapped, us
-    turn_us = 4096 * 50
-    k = np.floor((receipt[0] / 1e3 - q_us[0]) / turn_us)
-    truth_ns = np.round((q_us + k * turn_us) * 1e3).astype(np.int64)  # (N,) capture times
+    truth_ns = clock_capture_ns(receipt, [x.position_rad[0] for x in samples])  # (N,)
     assert np.all(truth_ns <= receipt) and np.all(np.diff(truth_ns) > 0)
     est = capture_stamps(samples)
     assert est.method == "round trip"

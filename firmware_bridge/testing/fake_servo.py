@@ -20,12 +20,15 @@ import time
 import tty
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .child_device import ChildPtyDevice
 from .servo_packets import dxl_status, parse_dxl, parse_sts, sts_status
 
-__all__ = ["FakeServoBus", "Faults"]
+__all__ = ["CLOCK_STEP_NS", "FakeServoBus", "Faults", "clock_capture_ns"]
 
 DXL_MODEL = 1020  # XM430-W350
+CLOCK_STEP_NS = 100_000  # a clock servo's position advances one step per 100 us
 STS_MODEL = 777  # STS3215
 
 
@@ -56,8 +59,31 @@ class Faults:
     # until the next multiple of burst_period_s (its latency timer, 16 ms by default on FTDI)
     link_delay_s: float = 0.0
     burst_period_s: float = 0.0
-    # ids whose present position is the capture time: raw = (monotonic us // 50) % 4096
+    # ids whose present position is the capture time: raw = (monotonic us // 100) % 4096
+    # (one turn in 409.6 ms: a reading taken with less than 409.6 ms of latency names its
+    # capture time to within 100 us)
     clock_ids: tuple = ()
+
+
+def clock_capture_ns(receipt_ns, position_rad) -> np.ndarray:
+    """True capture times of a clock servo's samples (:attr:`Faults.clock_ids`).
+
+    Its raw position is capture time // ``CLOCK_STEP_NS`` mod 4096, so each sample names its
+    capture time modulo one turn (409.6 ms); the capture is the latest such time before the
+    receipt (latency under one turn), taken at the middle of the 100 us step.
+
+    Args:
+        receipt_ns: int ``(N,)`` receipt stamps, ns; position_rad: float ``(N,)`` the clock
+            servo's positions as the stream reports them (``zero_tick=0``, any turn).
+
+    Returns:
+        int64 ``(N,)`` capture times on the host's monotonic clock, ns.
+    """
+    rx = np.asarray(receipt_ns, dtype=np.int64)
+    raw = np.round(np.asarray(position_rad, dtype=np.float64) / (2 * np.pi / 4096))
+    step = raw.astype(np.int64) % 4096
+    lag = (rx - step * CLOCK_STEP_NS) % (4096 * CLOCK_STEP_NS)  # receipt - step start
+    return rx - lag + CLOCK_STEP_NS // 2
 
 
 def _sign_mag(v: int, bit: int) -> int:
@@ -96,7 +122,8 @@ class _Bus:
         n = self.n_sync
         pos = self.f.positions.get(sid, 2048 + 100 * sid + n % 500)
         if sid in self.f.clock_ids:
-            pos = int((time.monotonic() if now is None else now) * 1e6) // 50 % 4096
+            t_ns = int((time.monotonic() if now is None else now) * 1e9)
+            pos = t_ns // CLOCK_STEP_NS % 4096
         elif sid in self.f.turning:
             pos = (4090 + self.f.turning[sid] * n) % 4096
         elif sid in self.f.parked_ids:
