@@ -45,6 +45,19 @@ def _latency(stream, samples: list) -> str:
     return est.describe()
 
 
+def _timing(rate_hz: float, samples: list, stats: dict) -> str:
+    """One line: slots scheduled at ``rate_hz``, empty slots, |spacing - period| p50/p99, worst
+    gap."""
+    import numpy as np
+
+    spacing_us = np.diff(np.array([x.receipt_ns for x in samples], dtype=np.float64)) / 1e3
+    dev = np.abs(spacing_us - 1e6 / rate_hz) if spacing_us.size else np.zeros(1)
+    return (f"timing: {stats['slots']} slots scheduled at {rate_hz:g} Hz, "
+            f"{stats['empty_slots']} empty; jitter |spacing - period| p50 "
+            f"{np.percentile(dev, 50):.0f} us, p99 {np.percentile(dev, 99):.0f} us; worst gap "
+            f"{stats['worst_gap_ns'] / 1e6:.2f} ms")
+
+
 def _probe(args: argparse.Namespace) -> int:
     from .url import stream_for_url
 
@@ -90,6 +103,8 @@ def _record(args: argparse.Namespace) -> int:
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
           f"{d['reconnects']} reconnects{ended}", file=sys.stdout)
     print(latency)
+    if d["slots"]:  # a paced stream: scheduled slots, empty slots and cycle jitter
+        print(_timing(s.rate_hz, samples, d))
     for h in d.get("extra", {}).get("slaves", []):  # EtherCAT: per-slave health
         print(f"slave{h['position']} {h['name']!r}: {h['state']}, AL status "
               f"{h['al_status']}, working-counter share {h['wkc_share']}, "
