@@ -1,21 +1,27 @@
 """``ethercat://IFACE``: CiA 402 drives through the unmodified ``pysoem`` (SOEM).
 
-URL form: ``ethercat://eth0?cycle_us=1000&timeout_us=2000&state_timeout_s=3``.
+URL form: ``ethercat://eth0?cycle_us=1000&timeout_us=2000&state_timeout_s=3&encoder_increments=0``.
 
 Bring-up: ``config_init`` (slaves, SII identity), ``config_map`` (PDO map read over CoE),
-SAFE-OP, then OP after one valid process-data exchange. Each slave is one joint: the TxPDO
-assigned to SM3 (read over SDO from 0x1C13 and the PDO's entries) locates 0x6064 position,
-0x606C velocity and 0x6077 torque in the inputs; positions are scaled by the encoder
-increments per revolution (0x608F) and torque by the rated torque (0x6076), both read by SDO.
+SAFE-OP, ``config_dc``, then OP after one valid process-data exchange. Each slave is one
+joint: the TxPDO assigned to SM3 (read over SDO from 0x1C13 and the PDO's entries) locates
+0x6064 position, 0x606C velocity and 0x6077 torque in the inputs; positions are scaled by
+the encoder increments per revolution (0x608F, or ``encoder_increments`` where the drive has
+none) and torque by the rated torque (0x6076; efforts NaN without it), read by SDO.
 
 Every cycle the working counter is checked against ``master.expected_wkc``:
 
 * no frame (wkc <= 0): the cycle is lost; the inputs buffer still holds the previous cycle's
   values and is never reported as fresh;
 * wkc equal to what the slaves' AL states predict with some slaves out of OP (each slave adds
-  1 for inputs read, 2 for outputs written): inputs are fresh, the sample is ``FAULT`` with
-  "outputs not applied" and the slaves' AL status codes;
-* anything else: lost cycle.
+  1 for inputs read, 2 for outputs written, :func:`wkc_share`): a slave in SAFE-OP has fresh
+  inputs and the sample is ``FAULT`` with "outputs not applied"; a slave below SAFE-OP has
+  its joint set to NaN (its input buffer is old) while the others stay fresh;
+* anything else: lost cycle for every slave (one LRW datagram carries the whole line, so
+  its working counter cannot say which slave missed it).
+
+Per-slave health (state, AL status, working-counter share, lost cycles) is kept in
+``stats.extra["slaves"]``; slaves are named by :func:`slave_label`.
 
 Freshness does not rest on SOEM's frame index (16 values) and the working counter alone: a
 reply that comes back one index wrap late, or a byte-identical copy of an earlier reply,
@@ -31,8 +37,8 @@ Receive wait: SOEM (as built into pysoem) opens its raw socket with ``SO_RCVTIME
 and calls a blocking ``recv()`` in a loop until ``timeout_us`` has passed. Linux rounds a
 socket timeout up to whole timer ticks, so a cycle whose frame never comes back waits a
 full tick whatever ``timeout_us`` says (measured on the development machine: 6.1-12.1 ms,
-median 12.0 ms, for one empty ``recv()``). Once the slaves are in OP the bridge sets
-waits for the reply itself with ``select()`` on that socket (found among the process's
+median 12.0 ms, for one empty ``recv()``). Once the slaves are in OP the bridge waits
+for the reply itself with ``select()`` on that socket (found among the process's
 descriptors, see :func:`soem_raw_sockets`; ``select`` sleeps on a high-resolution timer)
 until ``timeout_us`` after the send, and only then calls ``receive_processdata`` with
 ``O_NONBLOCK`` set for the duration of the call, so its ``recv()`` returns at once. The wait
