@@ -32,7 +32,7 @@ from .errors import BridgeError
 from .sample import JointSample, Status
 
 __all__ = ["CaptureStamps", "ClockEstimator", "Pairing", "capture_stamps", "pair_frames",
-           "samples_to_arrays"]
+           "pair_samples", "samples_to_arrays"]
 
 
 class ClockEstimator:
@@ -260,3 +260,27 @@ def capture_stamps(samples: list[JointSample]) -> CaptureStamps:
             "least-squares bias ms": float(np.mean(slope * x + icept - env)) / 1e6,
             "delivery p99 ms": float(np.percentile(y - env, 99)) / 1e6})
     return CaptureStamps(rx.copy(), "receipt", None, {})
+
+
+def pair_samples(frame_stamps_ns, samples: list[JointSample], *, tolerance_s: float,
+                 frame_latency_s: float = 0.0) -> tuple[Pairing, CaptureStamps]:
+    """Pair camera frames with joint samples placed at their estimated capture times.
+
+    The default way to pair: :func:`capture_stamps` estimates each sample's capture time
+    (and the receipt latency, to print), then :func:`pair_frames` interpolates positions at
+    each latency-corrected frame stamp. ``STALE`` samples are left out.
+
+    Args:
+        frame_stamps_ns: int ``(F,)`` frame stamps, ns; samples: ``N >= 2`` joint samples
+            of one stream, in order; tolerance_s, frame_latency_s: as :func:`pair_frames`.
+
+    Returns:
+        ``(pairing, estimate)``; ``pairing.positions`` is float64 ``(F, J)``.
+
+    Raises:
+        BridgeError: fewer than 2 samples, or stamps that step back.
+    """
+    est = capture_stamps(samples)
+    _, pos, valid = samples_to_arrays(samples)
+    return pair_frames(frame_stamps_ns, est.stamps_ns, pos, tolerance_s=tolerance_s,
+                       frame_latency_s=frame_latency_s, valid=valid), est

@@ -114,3 +114,23 @@ def test_bridge_timebase_pair_frames_on_repeated_receipt_stamps_uses_each_bursts
     assert p.paired.all() and p.positions[0, 0] == pytest.approx(3.5)  # between 2 and 5
     with pytest.raises(BridgeError, match="strictly increasing.*step back"):
         pair_frames(np.array([0]), stamps[::-1], q, tolerance_s=0.002)
+
+
+def test_bridge_timebase_pair_samples_places_request_reply_samples_by_round_trip():
+    """Synthetic request/reply samples: captured 4 ms after the request, received 4 ms + a
+    0..16 ms burst wait later. pair_samples uses the round-trip estimate by default."""
+    from firmware_bridge.sample import JointSample
+    from firmware_bridge.timebase import pair_samples
+
+    rng = np.random.default_rng(5)
+    req = np.arange(200, dtype=np.int64) * 23_000_000 + 10**9  # (N,) request stamps
+    cap = req + 4_000_000
+    rx = cap + 4_000_000 + rng.integers(0, 16_000_000, req.size)
+    rx[7] = cap[7] + 4_000_000  # one reply met no burst
+    samples = [JointSample(np.array([c / 1e9]), np.zeros(1), np.zeros(1), int(r),
+                           request_ns=int(q)) for q, c, r in zip(req, cap, rx, strict=True)]
+    frames = np.linspace(cap[1], cap[-2], 500).astype(np.int64)
+    p, est = pair_samples(frames, samples, tolerance_s=0.05)
+    assert est.method == "round trip" and est.detail["min RTT ms"] == pytest.approx(8.0)
+    np.testing.assert_allclose(p.positions[:, 0], frames / 1e9, atol=1e-9)
+    assert est.latency_s == pytest.approx(np.mean(rx - cap) / 1e9, abs=1e-9)
