@@ -231,13 +231,14 @@ def test_bridge_servo_latency_estimated_by_round_trip_pairs_within_1ms_at_p99(pr
     the link's timing does not depend on the machine's load). Servo 1's position is its
     capture time (100 us per step). The stream's own round-trip estimate must place samples
     on the host clock so that 600 camera frames pair within 1 ms at p99. The bus is paced at
-    14.3 Hz (69.9 ms, longer than the slowest round trip) so that requests fall at varying
-    phases of the 16 ms timer; a free-running loop locks to it (docs/bridge.md)."""
+    13.53 Hz (73.9 ms, longer than the slowest round trip; 73.9 mod 16 = 0.618 of 16 ms, so
+    successive requests spread evenly over the phases of the 16 ms timer); a free-running
+    loop locks to it (docs/bridge.md)."""
     from firmware_bridge.timebase import capture_stamps
 
     link_s = float(np.random.default_rng().uniform(0.003, 0.020))
     port = f"simbus://{proto}?ids=1,2&link_delay_s={link_s}&burst_period_s=0.016&clock_ids=1"
-    with stream_for_url(f"{proto}://{port}?ids=1-2&timeout_s=0.1&zero_tick=0&rate_hz=14.3",
+    with stream_for_url(f"{proto}://{port}?ids=1-2&timeout_s=0.1&zero_tick=0&rate_hz=13.53",
                         read_timeout_s=2.0) as s:
         s.read()
         samples = []
