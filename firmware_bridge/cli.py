@@ -32,6 +32,32 @@ def register(subparsers) -> None:
     rec.set_defaults(func=_record)
 
 
+def _latency(stream, samples: list) -> str:
+    """Estimate the receipt latency from ``samples``, keep it in the stream's statistics
+    (``stats.extra["latency"]``) and return the line to print."""
+    from .timebase import capture_stamps
+
+    if len(samples) < 2:
+        return "latency: unknown (fewer than 2 samples)"
+    est = capture_stamps(samples)
+    stream.stats.extra["latency"] = {"method": est.method, "latency_s": est.latency_s,
+                                     **est.detail}
+    return est.describe()
+
+
+def _timing(rate_hz: float, samples: list, stats: dict) -> str:
+    """One line: slots scheduled at ``rate_hz``, empty slots, |spacing - period| p50/p99, worst
+    gap."""
+    import numpy as np
+
+    spacing_us = np.diff(np.array([x.receipt_ns for x in samples], dtype=np.float64)) / 1e3
+    dev = np.abs(spacing_us - 1e6 / rate_hz) if spacing_us.size else np.zeros(1)
+    return (f"timing: {stats['slots']} slots scheduled at {rate_hz:g} Hz, "
+            f"{stats['empty_slots']} empty; jitter |spacing - period| p50 "
+            f"{np.percentile(dev, 50):.0f} us, p99 {np.percentile(dev, 99):.0f} us; worst gap "
+            f"{stats['worst_gap_ns'] / 1e6:.2f} ms")
+
+
 def _probe(args: argparse.Namespace) -> int:
     from .url import stream_for_url
 
@@ -39,10 +65,13 @@ def _probe(args: argparse.Namespace) -> int:
         info = s.describe()
         for k, v in info.items():
             print(f"{k}: {v}")
+        samples = []
         for _ in range(args.samples):
             smp = s.read()
+            samples.append(smp)
             pos = " ".join(f"{x:+.4f}" for x in smp.position_rad)
             print(f"t={smp.receipt_ns / 1e9:.6f}s status={smp.status.name or 'OK'} pos_rad=[{pos}]")
+        print(_latency(s, samples))
         print("stats: " + json.dumps(s.stats.as_dict()))
     return 0
 
@@ -53,17 +82,31 @@ def _record(args: argparse.Namespace) -> int:
     from .url import stream_for_url
 
     ended = ""
+    samples: list = []
+
+    def keep(sample) -> None:
+        samples.append(sample)
+        w.write(sample)
+
     with stream_for_url(args.url) as s, JointLogWriter(args.out, args.url, s.joint_names) as w:
         try:
-            stats = s.run(w.write, seconds=args.seconds)
+            stats = s.run(keep, seconds=args.seconds)
         except EndOfLogError as exc:  # a replayed log shorter than --seconds: stop there
             stats, ended = s.stats, f" ({exc})"
         except BridgeError:
             w.close(s.stats)  # the log keeps the statistics up to the failure
             raise
+        latency = _latency(s, samples)
         w.close(stats)
     d = stats.as_dict()
     print(f"wrote {d['samples']} samples to {args.out}: {d['rate_hz']:.1f} Hz, "
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
           f"{d['reconnects']} reconnects{ended}", file=sys.stdout)
+    print(latency)
+    if d["slots"]:  # a paced stream: scheduled slots, empty slots and cycle jitter
+        print(_timing(s.rate_hz, samples, d))
+    for h in d.get("extra", {}).get("slaves", []):  # EtherCAT: per-slave health
+        print(f"slave{h['position']} {h['name']!r}: {h['state']}, AL status "
+              f"{h['al_status']}, working-counter share {h['wkc_share']}, "
+              f"{h['lost_cycles']} lost cycles")
     return 0

@@ -55,7 +55,8 @@ def _field(data: np.ndarray, name: str) -> np.ndarray:
 
 
 class DynamixelStream(ServoBusStream):
-    """Dynamixel X-series bus; positions rad (tick ``zero_tick`` = 0 rad), velocities rad/s,
+    """Dynamixel X-series bus; positions rad (tick ``zero_tick`` = 0 rad, unwrapped across
+    the 4095/0 boundary into turns), velocities rad/s,
     efforts N*m from present current times ``torque_constant_nm_per_a``.
 
     The device stamp is the first servo's Realtime Tick, unwrapped, in ns. A status packet with
@@ -67,12 +68,12 @@ class DynamixelStream(ServoBusStream):
     SDK_MODULE = "dynamixel_sdk"
     SDK_LIBRARY = "dynamixel-sdk"
     READ_LENGTH = READ_LENGTH
+    STEPS_PER_REV = TICKS_PER_REV
     PACKET_HANDLER_ARG = 2.0  # protocol 2.0
 
     def __init__(self, url, port, ids, *, zero_tick: int = 2048,
                  torque_constant_nm_per_a: float = TORQUE_CONSTANT_NM_PER_A, **kw):
-        super().__init__(url, port, ids, **kw)
-        self.zero_tick = zero_tick
+        super().__init__(url, port, ids, zero_tick=zero_tick, **kw)
         self.torque_constant_nm_per_a = torque_constant_nm_per_a
         self._tick_last: int | None = None
         self._tick_ms = 0
@@ -89,7 +90,7 @@ class DynamixelStream(ServoBusStream):
                              len(self.ids), False)
 
     def _decode(self, data, errors, receipt_ns) -> Reading:
-        pos = (_field(data, "present_position") - self.zero_tick) * (2 * math.pi / TICKS_PER_REV)
+        pos = self._position_rad(_field(data, "present_position"))
         vel = _field(data, "present_velocity") * (VELOCITY_UNIT_RPM * 2 * math.pi / 60)
         eff = _field(data, "present_current") * (CURRENT_UNIT_A * self.torque_constant_nm_per_a)
         tick = int(_field(data[:1], "realtime_tick")[0])

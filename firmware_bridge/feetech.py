@@ -61,7 +61,8 @@ def _field(data: np.ndarray, name: str) -> np.ndarray:
 
 
 class FeetechStream(ServoBusStream):
-    """Feetech STS bus; positions rad (step ``zero_tick`` = 0 rad), velocities rad/s, efforts
+    """Feetech STS bus; positions rad (step ``zero_tick`` = 0 rad, unwrapped across the
+    4095/0 boundary into turns), velocities rad/s, efforts
     N*m as load fraction times ``stall_torque_nm``. No device clock (stamps are -1)."""
 
     URL_FORM = ("sts:///dev/ttyUSB0?baud=1000000&ids=1-6&timeout_s=0.02&zero_tick=2048"
@@ -69,12 +70,13 @@ class FeetechStream(ServoBusStream):
     SDK_MODULE = "scservo_sdk"
     SDK_LIBRARY = "feetech-servo-sdk"
     READ_LENGTH = READ_LENGTH
+    STEPS_PER_REV = STEPS_PER_REV
     PACKET_HANDLER_ARG = 0  # little-endian words (STS)
 
     def __init__(self, url, port, ids, *, zero_tick: int = 2048,
                  stall_torque_nm: float = STALL_TORQUE_NM, **kw):
-        super().__init__(url, port, ids, **kw)
-        self.zero_tick, self.stall_torque_nm = zero_tick, stall_torque_nm
+        super().__init__(url, port, ids, zero_tick=zero_tick, **kw)
+        self.stall_torque_nm = stall_torque_nm
 
     @classmethod
     def _bus_options(cls, opts) -> dict:
@@ -87,7 +89,7 @@ class FeetechStream(ServoBusStream):
                              len(self.ids))
 
     def _decode(self, data, errors, receipt_ns) -> Reading:
-        pos = (_field(data, "present_position") - self.zero_tick) * (2 * math.pi / STEPS_PER_REV)
+        pos = self._position_rad(_field(data, "present_position"))
         vel = _field(data, "present_speed") * (2 * math.pi / STEPS_PER_REV)
         eff = _field(data, "present_load") * (1e-3 * self.stall_torque_nm)
         bad = [sid for sid, e in zip(self.ids, errors, strict=True) if e & FAULT_BITS]

@@ -40,6 +40,11 @@ class JointSample:
         status: :class:`Status` flags.
         missed: number of failed cycles just before this sample (0 unless ``GAP``).
         fault: a short reason when ``FAULT`` is set, else ``""``.
+        request_ns: host ``time.monotonic_ns()`` just before the request that produced this
+            sample was sent (servo buses, EtherCAT), or -1 where the device sends on its own
+            clock (framed stream, replayed logs without it). With ``receipt_ns`` it gives the
+            round trip from which :func:`firmware_bridge.timebase.capture_stamps` estimates
+            the latency.
     """
 
     position_rad: np.ndarray
@@ -51,6 +56,7 @@ class JointSample:
     status: Status = Status.OK
     missed: int = 0
     fault: str = ""
+    request_ns: int = -1
 
     @property
     def joints(self) -> int:
@@ -70,6 +76,7 @@ class JointSample:
             "status": int(self.status),
             "missed": int(self.missed),
             "fault": self.fault,
+            "request_ns": int(self.request_ns),
             "position_rad": clean(self.position_rad),
             "velocity_rad_s": clean(self.velocity_rad_s),
             "effort_nm": clean(self.effort_nm),
@@ -92,6 +99,7 @@ class JointSample:
             status=Status(int(rec.get("status", 0))),
             missed=int(rec.get("missed", 0)),
             fault=str(rec.get("fault", "")),
+            request_ns=int(rec.get("request_ns", -1)),
         )
 
 
@@ -108,7 +116,14 @@ class StreamStats:
         resyncs: times the decoder skipped bytes to find the next frame or packet.
         reconnects: times the device was reopened after it vanished.
         faults: samples delivered with the ``FAULT`` flag.
+        stale_replies: replies rejected because a per-cycle value (the EtherCAT DC system
+            time) showed them to be late, replayed or duplicated (also counted as lost).
         first_ns, last_ns: receipt stamps of the first and last valid samples.
+        slots: for a stream paced at ``rate_hz``, the slots of that grid from the first
+            sample to the last (``round((last_ns - first_ns) * rate_hz) + 1``); 0 unpaced.
+        empty_slots: ``slots - samples``: slots that delivered no sample, whatever the
+            reason (lost frame, overrun, a wait longer than one period).
+        worst_gap_ns: the longest time between two consecutive valid samples, ns.
     """
 
     samples: int = 0
@@ -119,8 +134,12 @@ class StreamStats:
     resyncs: int = 0
     reconnects: int = 0
     faults: int = 0
+    stale_replies: int = 0
     first_ns: int = -1
     last_ns: int = -1
+    slots: int = 0
+    empty_slots: int = 0
+    worst_gap_ns: int = 0
     extra: dict = field(default_factory=dict)
 
     @property

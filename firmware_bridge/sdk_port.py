@@ -7,6 +7,8 @@ The bridge subclasses the SDK's own class (the SDK itself is not modified) to:
 * replace the SDK's fixed 16 ms latency allowance with the stream's ``timeout_s``;
 * wait for bytes with ``select`` up to that deadline instead of spinning on ``timeout=0``;
 * flush stale input before every request (``scservo_sdk`` flushes only the output);
+* stamp every request on the monotonic clock just before it is written (``write_ns``),
+  the start of the round trip from which the latency is estimated;
 * open pyserial URLs and report an unplugged device as :class:`~.stream.LinkLostError`.
 """
 
@@ -53,6 +55,10 @@ def make_port_handler(base_cls: type, port_name: str, baudrate: int, timeout_s: 
         def clearPort(self):  # noqa: N802
             self.ser.reset_input_buffer()
 
+        def writePort(self, packet):  # noqa: N802
+            self.write_ns = time.monotonic_ns()
+            return self.ser.write(packet)
+
         def readPort(self, length):  # noqa: N802
             remaining_ms = self.packet_timeout - (self.getCurrentTime() - self.packet_start_time)
             return read_some(self.ser, max(0.0, remaining_ms / 1000.0), limit=length)
@@ -65,6 +71,7 @@ def make_port_handler(base_cls: type, port_name: str, baudrate: int, timeout_s: 
             return time.monotonic_ns() / 1e6
 
     handler = BridgePortHandler(port_name)
+    handler.write_ns = -1
     handler.baudrate = baudrate
     handler.setupPort(baudrate)
     return handler

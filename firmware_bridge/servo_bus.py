@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .encoder import TurnCounter
 from .serial_io import drain_until_quiet
 from .stream import CycleError, JointStream, LinkLostError, Reading
 
@@ -25,7 +26,12 @@ class ServoBusStream(JointStream):
 
     Args:
         url: the URL; port: device path or pyserial URL; ids: servo ids (``J`` joints, in this
-            order); baud: line rate; timeout_s: reply allowance per cycle beyond wire time.
+            order); baud: line rate; timeout_s: reply allowance per cycle beyond wire time;
+            zero_tick: the encoder step that is 0 rad.
+
+    Positions are unwrapped across the encoder's 4095/0 boundary into whole turns
+    (:class:`~.encoder.TurnCounter`); the count restarts within half a turn of ``zero_tick``
+    when the stream is opened or reconnected (a servo may have been power-cycled).
     """
 
     #: SDK import name, its distribution name, and the status-OK code.
@@ -33,7 +39,7 @@ class ServoBusStream(JointStream):
     SDK_LIBRARY = ""
 
     def __init__(self, url: str, port: str, ids: list[int], *, baud: int = 1_000_000,
-                 timeout_s: float = 0.02, **kw):
+                 timeout_s: float = 0.02, zero_tick: int = 2048, **kw):
         super().__init__(url, **kw)
         self.port, self.ids, self.baud, self.timeout_s = port, list(ids), baud, timeout_s
         self._sdk: types.ModuleType | None = None
@@ -41,6 +47,8 @@ class ServoBusStream(JointStream):
         self._port: Any | None = None
         self._ph: Any | None = None
         self.cycles = 0
+        self.zero_tick = zero_tick
+        self._turns = TurnCounter(self.STEPS_PER_REV, zero_tick)
 
     @property
     def joint_names(self) -> list[str]:
@@ -81,6 +89,8 @@ class ServoBusStream(JointStream):
         """Turn ``(J, N)`` uint8 register bytes and ``(J,)`` error bytes into a reading."""
 
     READ_LENGTH = 0
+    #: Encoder steps per turn of the servos' position register.
+    STEPS_PER_REV = 4096
 
     # -- JointStream --------------------------------------------------------------------
     def _open(self) -> None:
@@ -89,6 +99,11 @@ class ServoBusStream(JointStream):
 
             self._sdk = require(self.SDK_MODULE, self.SDK_LIBRARY, f"the {self.url} transport")
         self._port, self._ph = self._make_handlers(self._sdk)
+        self._turns.reset()
+
+    def _position_rad(self, raw) -> np.ndarray:
+        """float64 ``(J,)`` rad from int ``(J,)`` raw position steps, counting turns."""
+        return self._turns.update(raw) * (2 * np.pi / self.STEPS_PER_REV)
 
     def _close(self) -> None:
         if self._port is not None:
@@ -103,6 +118,7 @@ class ServoBusStream(JointStream):
         assert sdk is not None and ph is not None  # _open() sets them with the port
         self.cycles += 1
         rc = self._sync_read_tx()
+        request_ns = port.write_ns  # stamped by the port handler just before the write
         if rc != sdk.COMM_SUCCESS:
             port.is_using = False
             raise CycleError("lost", f"{self.port}: sync read not sent: "
@@ -117,7 +133,9 @@ class ServoBusStream(JointStream):
                                  f"found {ph.getTxRxResult(rc)}")
             data[k] = values
             errors[k] = err
-        return self._decode(data, errors, time.monotonic_ns())
+        reading = self._decode(data, errors, time.monotonic_ns())
+        reading.request_ns = request_ns
+        return reading
 
     def _recover(self, error: CycleError) -> None:
         if self._port is None:

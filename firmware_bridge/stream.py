@@ -40,7 +40,8 @@ class CycleError(BridgeError):
     """One bus cycle failed; the stream retries and marks a gap.
 
     Attributes:
-        kind: ``"timeout"``, ``"crc"`` or ``"lost"`` (which counter to bump).
+        kind: ``"timeout"``, ``"crc"``, ``"stale"`` (a late, replayed or duplicated reply) or
+            ``"lost"`` (which counter to bump besides ``lost_cycles``).
     """
 
     def __init__(self, kind: str, message: str):
@@ -64,6 +65,7 @@ class Reading:
     device_stamp_ns: int = -1
     fault: str = ""
     skipped: int = 0  # device sequence numbers skipped since the previous reading
+    request_ns: int = -1  # host stamp just before the request was sent (-1: device paced)
 
 
 class JointStream(abc.ABC):
@@ -203,7 +205,7 @@ class JointStream(abc.ABC):
         if not self.is_open:
             raise BridgeError(f"{self.url}: stream is closed; call open() first")
         deadline_ns = time.monotonic_ns() + int(self.read_timeout_s * 1e9)
-        missed = timeouts = 0
+        missed = timeouts = stale = 0
         last_error: Exception | None = None
         while True:
             self._pace()
@@ -219,6 +221,9 @@ class JointStream(abc.ABC):
                     timeouts += 1
                 elif exc.kind == "crc":
                     self.stats.crc_errors += 1
+                elif exc.kind == "stale":
+                    self.stats.stale_replies += 1
+                    stale += 1
                 self._recover(exc)
             except LinkLostError as exc:
                 missed += 1
@@ -232,6 +237,7 @@ class JointStream(abc.ABC):
         if self.stats.samples == 0:  # waiting for the first sample is start-up, not a gap
             self.stats.lost_cycles -= missed
             self.stats.timeouts -= timeouts
+            self.stats.stale_replies -= stale
             missed = 0
         if r.skipped > missed:  # the device's counter shows cycles the bridge never saw
             self.stats.lost_cycles += r.skipped - missed
@@ -247,12 +253,18 @@ class JointStream(abc.ABC):
             status |= Status.STALE
         self._last_counter = r.device_counter if r.device_counter >= 0 else None
         s = JointSample(r.position_rad, r.velocity_rad_s, r.effort_nm, r.receipt_ns,
-                        r.device_counter, r.device_stamp_ns, status, missed, r.fault)
+                        r.device_counter, r.device_stamp_ns, status, missed, r.fault,
+                        r.request_ns)
         st = self.stats
         st.samples += 1
         if st.first_ns < 0:
             st.first_ns = r.receipt_ns
+        elif st.last_ns >= 0:
+            st.worst_gap_ns = max(st.worst_gap_ns, r.receipt_ns - st.last_ns)
         st.last_ns = r.receipt_ns
+        if self.rate_hz > 0:  # "N Hz" means scheduled at N Hz: count the grid's slots
+            st.slots = round((st.last_ns - st.first_ns) * self.rate_hz / 1e9) + 1
+            st.empty_slots = st.slots - st.samples
         return s
 
     def __iter__(self) -> Iterator[JointSample]:

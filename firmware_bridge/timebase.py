@@ -5,6 +5,20 @@ name says ``device``. A stream's *latency* is how long after the physical event 
 taken (a camera that stamps frames on arrival, 30 ms after exposure, has latency 0.03 s);
 corrected stamp = stamp - latency. Frames and joint samples are paired by corrected stamp,
 never by arrival order.
+
+:func:`capture_stamps` puts joint samples on the host clock at their capture, with the
+latency of their receipt stamps estimated from the stream itself:
+
+* request/reply streams (servo buses, EtherCAT): by round trip. A sample was captured
+  between its request and its reply; with the minimum round trip over the recording (a reply
+  that met no burst or queue) split evenly between the two directions, capture = request +
+  min RTT / 2. The error is at most min RTT / 2 if the base delay is not symmetric.
+* device-stamped streams (framed): one-way device stamps cannot separate the clock offset
+  from the mean delay. The least-squares fit of :class:`ClockEstimator` absorbs the mean
+  delay (half a USB-serial burst); the lower envelope (the fastest delivery) absorbs only
+  the minimum delay: at least the frame's wire time, plus any constant delay in the device,
+  which must be measured by other means and entered as ``joint_latency_s``.
+* anything else: receipt stamps, latency unknown (enter ``joint_latency_s``).
 """
 
 from __future__ import annotations
@@ -17,7 +31,8 @@ import numpy as np
 from .errors import BridgeError
 from .sample import JointSample, Status
 
-__all__ = ["ClockEstimator", "Pairing", "pair_frames", "samples_to_arrays"]
+__all__ = ["CaptureStamps", "ClockEstimator", "Pairing", "capture_stamps", "pair_frames",
+           "pair_samples", "samples_to_arrays"]
 
 
 class ClockEstimator:
@@ -125,7 +140,9 @@ def pair_frames(frame_stamps_ns, sample_stamps_ns, positions, *, tolerance_s: fl
 
     Args:
         frame_stamps_ns: int ``(F,)`` frame receipt stamps, ns.
-        sample_stamps_ns: int ``(N,)`` joint sample stamps, ns, strictly increasing.
+        sample_stamps_ns: int ``(N,)`` joint sample stamps, ns, non-decreasing. Receipt
+            stamps of a bursty link repeat (one read delivers several samples): of each run
+            of equal stamps only the newest sample (the last) is used.
         positions: float ``(N, J)`` joint values at those stamps.
         tolerance_s: a frame is paired only when a sample lies within this distance on each
             side of its corrected stamp (an exact hit needs just that one sample).
@@ -136,7 +153,7 @@ def pair_frames(frame_stamps_ns, sample_stamps_ns, positions, *, tolerance_s: fl
         :class:`Pairing`.
 
     Raises:
-        BridgeError: shapes disagree or sample stamps are not strictly increasing.
+        BridgeError: shapes disagree or sample stamps step back.
     """
     f = np.asarray(frame_stamps_ns, dtype=np.int64) - int(round(frame_latency_s * 1e9))
     t = np.asarray(sample_stamps_ns, dtype=np.int64) - int(round(joint_latency_s * 1e9))
@@ -147,9 +164,15 @@ def pair_frames(frame_stamps_ns, sample_stamps_ns, positions, *, tolerance_s: fl
     if valid is not None:
         keep = np.asarray(valid, dtype=bool)
         t, q = t[keep], q[keep]
-    if t.size and np.any(np.diff(t) <= 0):
-        raise BridgeError("pair_frames sample stamps: expected strictly increasing, found a "
-                          "repeat or a step back")
+    if t.size:
+        d = np.diff(t)
+        if np.any(d < 0):
+            raise BridgeError(f"pair_frames sample stamps: expected strictly increasing once "
+                              f"repeats are merged, found a step back at index "
+                              f"{int(np.argmax(d < 0)) + 1}; sort the samples or drop the "
+                              f"ones from before a reconnect")
+        newest = np.concatenate([d > 0, [True]])  # a run of equal stamps: keep its newest
+        t, q = t[newest], q[newest]
     out = np.full((f.shape[0], q.shape[1]), np.nan)
     tol = int(tolerance_s * 1e9)
     hi = np.searchsorted(t, f, side="left")  # first sample at or after the frame
@@ -161,3 +184,103 @@ def pair_frames(frame_stamps_ns, sample_stamps_ns, positions, *, tolerance_s: fl
             w = (fs - t[h - 1]) / (t[h] - t[h - 1])
             out[k], paired[k] = (1 - w) * q[h - 1] + w * q[h], True
     return Pairing(out, paired, np.flatnonzero(~paired), f)
+
+
+@dataclass(frozen=True)
+class CaptureStamps:
+    """Result of :func:`capture_stamps`.
+
+    Attributes:
+        stamps_ns: int64 ``(N,)`` estimated capture times on the host clock, ns.
+        method: ``"round trip"``, ``"device clock"`` or ``"receipt"``.
+        latency_s: mean receipt stamp - capture estimate, s (what to enter as
+            ``joint_latency_s`` when pairing on receipt stamps); None for ``"receipt"``.
+        detail: the figures behind the estimate (ms, ppm), for printing.
+    """
+
+    stamps_ns: np.ndarray
+    method: str
+    latency_s: float | None
+    detail: dict
+
+    def describe(self) -> str:
+        """One line for a report: method, latency and the figures behind it."""
+        if self.latency_s is None:
+            return ("latency: unknown (receipt stamps; the stream has neither request stamps "
+                    "nor device stamps): enter joint_latency_s")
+        figures = ", ".join(f"{k} {v:.3f}" for k, v in self.detail.items())
+        return f"latency: {self.latency_s * 1e3:.3f} ms by {self.method} ({figures})"
+
+
+def capture_stamps(samples: list[JointSample]) -> CaptureStamps:
+    """Estimate each sample's capture time on the host clock, and the receipt latency.
+
+    Round trip where every sample has ``request_ns``, else the device clock's lower envelope
+    where every sample has an increasing ``device_stamp_ns``, else receipt stamps (see the
+    module docstring for what each can and cannot know).
+
+    Args:
+        samples: ``N >= 2`` joint samples of one stream, in order.
+
+    Returns:
+        :class:`CaptureStamps`.
+
+    Raises:
+        BridgeError: fewer than 2 samples.
+    """
+    if len(samples) < 2:
+        raise BridgeError(f"capture_stamps: expected at least 2 samples, found {len(samples)}")
+    rx = np.array([s.receipt_ns for s in samples], dtype=np.int64)  # (N,)
+    req = np.array([s.request_ns for s in samples], dtype=np.int64)
+    dev = np.array([s.device_stamp_ns for s in samples], dtype=np.int64)
+    if (req >= 0).all():
+        rtt = rx - req
+        half = int(rtt.min()) // 2
+        stamps = req + half
+        return CaptureStamps(stamps, "round trip", float(np.mean(rx - stamps)) / 1e9, {
+            "min RTT ms": rtt.min() / 1e6, "RTT p50 ms": float(np.percentile(rtt, 50)) / 1e6,
+            "RTT p99 ms": float(np.percentile(rtt, 99)) / 1e6,
+            "error bound ms": half / 1e6})
+    if (dev >= 0).all() and (np.diff(dev) > 0).all():
+        x = (dev - dev[0]).astype(np.float64)  # (N,) device time, ns
+        y = (rx - dev[0]).astype(np.float64) - x  # (N,) host - device, ns
+        slope, icept = np.polyfit(x, y, 1)  # least squares: through the mean delay
+        # lower envelope: a line through the fastest delivery of each of K stretches (a
+        # delivery is never faster than the link allows, so minima are robust where means
+        # are not), then lowered to the fastest delivery overall
+        resid = y - (slope * x + icept)
+        chunks = np.array_split(np.arange(len(x)), int(np.clip(len(x) // 50, 2, 50)))
+        low = np.array([c[np.argmin(resid[c])] for c in chunks if c.size])
+        e_slope, e_icept = np.polyfit(x[low], y[low], 1) if low.size >= 2 else (slope, icept)
+        env = e_slope * x + e_icept
+        env += (y - env).min()
+        stamps = dev + np.round(env).astype(np.int64)
+        return CaptureStamps(stamps, "device clock", float(np.mean(rx - stamps)) / 1e9, {
+            "drift ppm": e_slope * 1e6,
+            "least-squares bias ms": float(np.mean(slope * x + icept - env)) / 1e6,
+            "delivery p99 ms": float(np.percentile(y - env, 99)) / 1e6})
+    return CaptureStamps(rx.copy(), "receipt", None, {})
+
+
+def pair_samples(frame_stamps_ns, samples: list[JointSample], *, tolerance_s: float,
+                 frame_latency_s: float = 0.0) -> tuple[Pairing, CaptureStamps]:
+    """Pair camera frames with joint samples placed at their estimated capture times.
+
+    The default way to pair: :func:`capture_stamps` estimates each sample's capture time
+    (and the receipt latency, to print), then :func:`pair_frames` interpolates positions at
+    each latency-corrected frame stamp. ``STALE`` samples are left out.
+
+    Args:
+        frame_stamps_ns: int ``(F,)`` frame stamps, ns; samples: ``N >= 2`` joint samples
+            of one stream, in order; tolerance_s, frame_latency_s: as :func:`pair_frames`.
+
+    Returns:
+        ``(pairing, estimate)``; ``pairing.positions`` is float64 ``(F, J)``.
+
+    Raises:
+        BridgeError: fewer than 2 samples, or stamps that step back.
+    """
+    est = capture_stamps(samples)
+    _, pos, valid = samples_to_arrays(samples)
+    return pair_frames(frame_stamps_ns, est.stamps_ns, pos, tolerance_s=tolerance_s,
+                       frame_latency_s=frame_latency_s, valid=valid), est

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -26,13 +27,17 @@ def test_bridge_cli_probe_servo_bus(capsys):
         assert run(["bridge", "probe", f"dxl://{bus.path}?ids=1-3", "--samples", "2"]) == 0
     out = capsys.readouterr().out
     assert "models: {1: 1020, 2: 1020, 3: 1020}" in out and out.count("status=OK") == 2
+    assert "latency: " in out and " ms by round trip (min RTT ms " in out
 
 
 def test_bridge_cli_record_then_replay(tmp_path, capsys):
     log = tmp_path / "j.jsonl"
     assert run(["bridge", "record", "loop://?joints=3&rate_hz=400&drop_every=50",
                 "--seconds", "0.3", "--out", str(log)]) == 0
-    assert "samples to" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "samples to" in out
+    assert re.search(r"latency: [-0-9.]+ ms by device clock \(drift ppm", out)  # loop stamps
+    assert re.search(r"timing: \d+ slots scheduled at 400 Hz, \d+ empty; jitter", out)
     jl = read_joint_log(log)
     assert jl.joints == ["joint0", "joint1", "joint2"]
     assert jl.stats["samples"] == len(jl.samples) > 50 and jl.stats["gaps"] >= 1

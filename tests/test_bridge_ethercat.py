@@ -53,8 +53,14 @@ def test_bridge_ethercat_slave_in_safeop_with_error_flags_outputs_not_applied():
     r = scenario("--cycles", "60", "--safeop-at", "30")
     faults = [k for k, s in enumerate(r["status"]) if s & Status.FAULT]
     assert faults and r["stats"]["lost_cycles"] == 0
-    assert r["faults"] == ["outputs not applied: slave0 AL 0x14 code 0x001B"]
+    assert r["faults"] == ["outputs not applied: slave0 AL 0x14 code 0x001B ('SyncEdge "
+                           "CiA402 emulator': SAFE-OP + ERROR, Sync manager watchdog)"]
     assert np.all(np.diff(r["positions"]) > 0)  # inputs still read, fresh each cycle
+    (health,) = r["stats"]["extra"]["slaves"]  # per-slave health in the statistics
+    assert health == {"position": 0, "name": "SyncEdge CiA402 emulator",
+                      "state": "SAFE-OP + ERROR", "al_status": "0x001B Sync manager watchdog",
+                      "wkc_share": 1, "lost_cycles": 0}
+    assert r["describe"]["slaves"][0]["state"] == "OP"  # described at bring-up
 
 
 def test_bridge_ethercat_slave_without_lrw_uses_lrd_and_lwr():
@@ -64,3 +70,68 @@ def test_bridge_ethercat_slave_without_lrw_uses_lrd_and_lwr():
     # per datagram the counters are 1 (LRD) + 1 (LWR) instead of 3; SOEM doubles the LWR
     # count so the expected working counter is still 3 and every cycle checks out
     assert r["describe"]["expected_wkc"] == 3 and r["stats"]["lost_cycles"] == 0
+
+
+def _emulator_cycles(r: dict) -> np.ndarray:
+    """The emulator's process-data frame count behind each sample (position = 1000 * count)."""
+    return np.round(np.array(r["positions"]) / r["describe"]["slaves"][0]["rad_per_inc"]
+                    / 1000).astype(np.int64)
+
+
+@pytest.mark.parametrize("fault", ["--replay-every", "--late-every"])
+def test_bridge_ethercat_byte_identical_late_or_replayed_reply_is_a_lost_cycle(fault):
+    """Every 23rd reply is a byte-identical copy of an earlier one with the same frame index
+    (same working counter and data): a duplicate delivered one index wrap late, or a reply
+    held back one wrap and delivered in place of a later one (reordering). Only a per-cycle
+    value (the DC system time) exposes it; no such sample may come out fresh."""
+    r = scenario("--cycles", "200", fault, "23")
+    counts = _emulator_cycles(r)
+    assert np.all(np.diff(counts) > 0), "an older input was delivered as a later sample"
+    assert r["stats"]["stale_replies"] >= 7  # 200+ cycles, one copy every 23
+    gaps = [k for k, s in enumerate(r["status"]) if s & Status.GAP]
+    assert len(gaps) == r["stats"]["gaps"] and r["stats"]["lost_cycles"] >= 7
+    stamps = np.array(r["device_stamps"])
+    assert np.all(stamps > 0) and np.all(np.diff(stamps) > 0)  # DC system time, ns
+
+
+def test_bridge_ethercat_without_dc_says_freshness_rests_on_index_and_counter():
+    r = scenario("--cycles", "50", "--no-dc")
+    assert r["describe"]["distributed_clock"] is False
+    assert "no distributed clock" in r["describe"]["freshness"]
+    assert set(r["device_stamps"]) == {-1} and r["stats"]["lost_cycles"] == 0
+
+
+def test_bridge_ethercat_lost_frame_costs_at_most_two_slots_and_empty_slots_are_counted():
+    """1 kHz, timeout_us=500, every 20th frame lost. The receive wait must end at timeout_us
+    (SOEM's blocking recv() otherwise waits out a kernel timer tick, 8-12 ms), so the sample
+    after a lost frame comes 2 slots after the one before it; every slot of the 1 kHz grid
+    without a sample is counted."""
+    r = scenario("--cycles", "300", "--drop-every", "20", "--timeout-us", "500")
+    rx = np.array(r["receipts"], dtype=np.int64)
+    gap = np.array([k for k, s in enumerate(r["status"]) if s & Status.GAP])
+    assert gap.size >= 10
+    span_ms = (rx[gap] - rx[gap - 1]) / 1e6
+    assert np.median(span_ms) < 2.5, f"lost frame spans {np.round(span_ms, 1)} ms"
+    st = r["stats"]
+    assert st["slots"] == round((rx[-1] - rx[0]) / 1e6) + 1
+    assert st["empty_slots"] == st["slots"] - st["samples"] >= st["lost_cycles"]
+
+
+def test_bridge_ethercat_one_faulty_slave_on_a_line_costs_only_its_own_joint():
+    """Two identical drives; the second falls to PRE-OP with error at frame 30. The first
+    drive's joint stays fresh every cycle; the second's is NaN from then on (never its old
+    value), each such sample FAULT naming slave1; no cycle of the line is lost."""
+    r = scenario("--cycles", "80", "--slaves", "2", "--last-preop-at", "30")
+    assert r["describe"]["expected_wkc"] == 6 and r["stats"]["lost_cycles"] == 0
+    pos = np.array([[np.nan if v is None else v for v in row] for row in r["positions_all"]])
+    assert np.all(np.diff(pos[:, 0]) > 0)  # slave 0: fresh every cycle
+    dead = np.isnan(pos[:, 1])
+    first = int(np.argmax(dead))
+    assert 10 < first < 40 and dead[first:].all() and not dead[:first].any()
+    np.testing.assert_array_equal(pos[:first, 0], pos[:first, 1])  # identical drives
+    faulty = [s & Status.FAULT for s in r["status"]]
+    assert all(faulty[first:]) and not any(faulty[:first])
+    assert r["faults"] == ["no fresh inputs from slave1 AL 0x12 code 0x001B ('SyncEdge CiA402 "
+                           "emulator': PRE-OP + ERROR, Sync manager watchdog) (below SAFE-OP: "
+                           "joint NaN)"]
+    assert [h["lost_cycles"] > 0 for h in r["stats"]["extra"]["slaves"]] == [False, True]

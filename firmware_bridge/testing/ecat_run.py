@@ -39,21 +39,36 @@ def main(argv=None) -> int:
     p.add_argument("--drop-every", type=int, default=0)
     p.add_argument("--safeop-at", type=int, default=0)
     p.add_argument("--no-lrw", action="store_true")
+    p.add_argument("--no-dc", action="store_true", help="the emulated slave has no DC")
+    p.add_argument("--replay-every", type=int, default=0)
+    p.add_argument("--late-every", type=int, default=0)
+    p.add_argument("--timeout-us", type=int, default=2000)
+    p.add_argument("--slaves", type=int, default=1, help="identical slaves on the line")
+    p.add_argument("--last-preop-at", type=int, default=0,
+                   help="the last slave falls to PRE-OP with error at frame N")
     a = p.parse_args(argv)
     _ip("link", "add", "ecm0", "type", "veth", "peer", "name", "ecs0")
     for dev in ("ecm0", "ecs0"):
         _ip("link", "set", dev, "up")
     ctx = mp.get_context("fork")
     ready, stop = ctx.Event(), ctx.Event()
-    faults = SlaveFaults(drop_every=a.drop_every, safeop_at=a.safeop_at, no_lrw=a.no_lrw)
+    faults = SlaveFaults(drop_every=a.drop_every, safeop_at=a.safeop_at, no_lrw=a.no_lrw,
+                         dc=not a.no_dc, replay_every=a.replay_every, late_every=a.late_every)
     counts = ctx.Array("l", 3)
-    proc = ctx.Process(target=serve, args=("ecs0", faults, ready, stop, counts), daemon=True)
+    more = tuple(SlaveFaults(dc=not a.no_dc, no_lrw=a.no_lrw,
+                             preop_at=a.last_preop_at if k == a.slaves - 2 else 0)
+                 for k in range(a.slaves - 1))
+    if a.slaves == 1 and a.last_preop_at:
+        faults.preop_at = a.last_preop_at
+    proc = ctx.Process(target=serve, args=("ecs0", faults, ready, stop, counts, more),
+                       daemon=True)
     proc.start()
     ready.wait(5)
     out: dict = {}
     try:
         t_open = time.monotonic()
-        with stream_for_url(f"ethercat://ecm0?cycle_us={a.cycle_us}") as s:
+        with stream_for_url(f"ethercat://ecm0?cycle_us={a.cycle_us}"
+                            f"&timeout_us={a.timeout_us}") as s:
             assert isinstance(s, EthercatStream)  # what an ethercat:// URL makes
             out["bringup_s"] = time.monotonic() - t_open
             out["describe"] = s.describe()
@@ -65,7 +80,11 @@ def main(argv=None) -> int:
         out["jitter_p50_us"] = float(np.percentile(jitter_us, 50))
         out["jitter_p99_us"] = float(np.percentile(jitter_us, 99))
         out["positions"] = [float(x.position_rad[0]) for x in samples]
+        out["positions_all"] = [[None if np.isnan(v) else float(v) for v in x.position_rad]
+                                for x in samples]
         out["counters"] = [x.device_counter for x in samples]
+        out["device_stamps"] = [x.device_stamp_ns for x in samples]
+        out["receipts"] = [x.receipt_ns for x in samples]
         out["status"] = [int(x.status) for x in samples]
         out["faults"] = sorted({x.fault for x in samples if x.status & Status.FAULT})
         out["load_avg"] = os.getloadavg()

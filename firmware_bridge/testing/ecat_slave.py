@@ -3,7 +3,9 @@
 It answers datagrams on a network interface (one end of a veth pair) like an ESC: register
 memory with AL state machine, SII EEPROM reads, FMMU-mapped logical process data (LRW, or
 LRD + LWR for a slave flagged as not supporting LRW), and CoE SDO uploads over the SM0/SM1
-mailbox. Run it in its own process (``pysoem``'s ``config_map`` holds the GIL).
+mailbox, and distributed-clock registers (receive-time latch, system time = local time +
+offset, read each process-data cycle by SOEM's FRMW datagram). Run it in its own process
+(``pysoem``'s ``config_map`` holds the GIL).
 
 Process data: RxPDO 0x1600 = controlword, target position; TxPDO 0x1A00 = statusword,
 position actual (``1000 * cycle`` increments), velocity actual, torque actual.
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from dataclasses import dataclass
 
 from ..ecat_tables import AL, CMD, COE, ESC, FMMU_SIZE, SII, SM_SIZE
+from .child_device import hardware_priority
 
 __all__ = ["SlaveFaults", "serve"]
 
@@ -40,11 +44,24 @@ OBJECTS = {  # (index, subindex) -> (value, size in bytes)
 
 @dataclass
 class SlaveFaults:
-    """Fault injection (0 disables): drop the N-th process-data frames, fall to SAFE-OP."""
+    """Fault injection (0 disables): drop the N-th process-data frames, fall to SAFE-OP,
+    answer with byte-identical copies of earlier replies.
+
+    A copy carries the frame index, working counter and data of the earlier reply, so only a
+    value that changes every cycle (the distributed-clock system time) can expose it.
+    """
 
     drop_every: int = 0  # do not answer every N-th process-data frame
     safeop_at: int = 0  # at process-data frame N: AL status SAFE-OP + error, code 0x001B
+    preop_at: int = 0  # at process-data frame N: AL status PRE-OP + error, code 0x001B
     no_lrw: bool = False  # SII general flag "LRW not supported": master must use LRD + LWR
+    dc: bool = True  # ESC feature "distributed clocks" (register 0x0008 bit 2)
+    # every N-th process-data frame is answered with a byte-identical copy of the last reply
+    # sent with the same frame index (one index wrap earlier): a duplicate delivered late
+    replay_every: int = 0
+    # the reply to every N-th process-data frame is held back and sent, byte-identical, in
+    # place of the reply to the next frame with the same frame index (one wrap later)
+    late_every: int = 0
 
 
 def _sii(no_lrw: bool) -> bytes:
@@ -78,7 +95,7 @@ def _sii(no_lrw: bool) -> bytes:
 class Slave:
     """Register memory and behaviour of one ESC."""
 
-    def __init__(self, faults: SlaveFaults, counts=None):
+    def __init__(self, faults: SlaveFaults, counts=None, last: bool = True):
         self.f = faults
         self.counts = counts  # optional shared int array: LRD, LWR, LRW datagrams seen
         self.mem = bytearray(0x10000)
@@ -86,8 +103,10 @@ class Slave:
         self.mem[ESC["type"][0]] = 0x11
         self.mem[ESC["fmmus_supported"][0]] = 3
         self.mem[ESC["syncmanagers_supported"][0]] = 4
-        struct.pack_into("<H", self.mem, ESC["features"][0], (1 << 9) if faults.no_lrw else 0)
-        struct.pack_into("<H", self.mem, ESC["dl_status"][0], 0x0210)  # port 0 link + comm
+        struct.pack_into("<H", self.mem, ESC["features"][0],
+                         ((1 << 9) if faults.no_lrw else 0) | ((1 << 2) if faults.dc else 0))
+        # port 0 link + communication; port 1 too where another slave follows in the chain
+        struct.pack_into("<H", self.mem, ESC["dl_status"][0], 0x0210 if last else 0x0A30)
         self.set_al(AL["INIT"], 0)
         self.cycles = 0
         self.sent = None
@@ -117,6 +136,17 @@ class Slave:
                 struct.pack_into("<H", self.mem, ESC["eeprom_control_status"][0], 0)
         if ado <= MBX_OUT < end:
             self.mailbox(bytes(self.mem[MBX_OUT:MBX_OUT + MBX_SIZE]))
+        if self.f.dc and ado <= ESC["dc_receive_time_port0"][0] < end:  # latch receive times
+            local = time.monotonic_ns()
+            struct.pack_into("<I", self.mem, ESC["dc_receive_time_port0"][0], local & 0xFFFFFFFF)
+            struct.pack_into("<q", self.mem, ESC["dc_receive_time_ecat"][0], local)
+
+    def tick_clock(self) -> None:
+        """Set the DC system time (local time + the master's offset) as a frame passes."""
+        if self.f.dc:
+            offset = struct.unpack_from("<q", self.mem, ESC["dc_system_time_offset"][0])[0]
+            struct.pack_into("<q", self.mem, ESC["dc_system_time"][0],
+                             time.monotonic_ns() + offset)
 
     def on_read(self, ado: int, n: int) -> None:
         if ado <= MBX_IN < ado + n:
@@ -177,6 +207,7 @@ class Slave:
         """Process one EtherCAT frame in place; returns False to drop it (fault injection)."""
         (hdr,) = struct.unpack_from("<H", payload)
         off, end = 2, 2 + (hdr & 0x07FF)
+        self.tick_clock()
         logical = False
         while off + 10 <= end:
             cmd, _, adp, ado, ln = struct.unpack_from("<BBHHH", payload, off)
@@ -192,6 +223,8 @@ class Slave:
                     c = self.cycles
                     if self.f.safeop_at and c == self.f.safeop_at:
                         self.set_al(AL["SAFEOP"] | AL["ERROR"], 0x001B)
+                    if self.f.preop_at and c == self.f.preop_at:
+                        self.set_al(AL["PREOP"] | AL["ERROR"], 0x001B)
                     if self.f.drop_every and c % self.f.drop_every == 0:
                         return False
                     self.update_inputs()
@@ -227,15 +260,23 @@ class Slave:
         return True
 
 
-def serve(iface: str, faults: SlaveFaults, ready=None, stop=None, counts=None) -> None:
+def serve(iface: str, faults: SlaveFaults, ready=None, stop=None, counts=None,
+          more: tuple[SlaveFaults, ...] = ()) -> None:
     """Answer EtherCAT frames on ``iface`` until ``stop`` (an Event) is set.
 
-    ``counts``: optional shared array of 3 ints, incremented per LRD, LWR and LRW datagram.
+    ``counts``: optional shared array of 3 ints, incremented per LRD, LWR and LRW datagram
+    (by the first slave). ``more``: faults of further identical slaves after the first, in
+    chain order; each frame passes every slave in turn, as on a line.
     """
+    hardware_priority()
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ECAT))
     s.bind((iface, 0))
     s.settimeout(0.05)
-    slave = Slave(faults, counts)
+    chain = [Slave(f, counts if k == 0 else None, last=k == len(more))
+             for k, f in enumerate((faults, *more))]
+    slave = chain[0]
+    sent: dict[int, bytes] = {}  # frame index -> last process-data reply sent with it
+    held: dict[int, bytes] = {}  # frame index -> a reply held back for one index wrap
     if ready is not None:
         ready.set()
     while stop is None or not stop.is_set():
@@ -246,7 +287,20 @@ def serve(iface: str, faults: SlaveFaults, ready=None, stop=None, counts=None) -
         if len(pkt) < 16 or pkt[6] & 0x02:  # not ours, or already processed by a slave
             continue
         payload = pkt[14:]
-        if slave.frame(payload):
-            out = pkt[:6] + bytes([pkt[6] | 0x02]) + pkt[7:14] + payload
-            s.send(bytes(out))
+        before = slave.cycles
+        if not all(sl.frame(payload) for sl in chain):  # a slave dropped the frame
+            continue
+        out = bytes(pkt[:6] + bytes([pkt[6] | 0x02]) + pkt[7:14] + payload)
+        if slave.cycles != before:  # a process-data frame: replay faults apply
+            c, index = slave.cycles, payload[3]  # index of the first datagram
+            if index in held:
+                out = held.pop(index)
+            elif faults.late_every and c % faults.late_every == 0:
+                held[index] = out
+                continue
+            elif faults.replay_every and c % faults.replay_every == 0 and index in sent:
+                out = sent[index]
+            else:
+                sent[index] = out
+        s.send(out)
     s.close()

@@ -33,6 +33,10 @@ class FramedFaults:
     unplug_at: int = 0  # at frame N: vanish for unplug_s, then return on a new pty
     unplug_s: float = 0.3
     clock_ppm: float = 0.0  # device clock rate error
+    # replies held by a USB-serial adapter until the next multiple of burst_period_s (its
+    # latency timer): frames arrive in bursts
+    burst_period_s: float = 0.0
+    clock_joint: bool = False  # joint 0 position = the capture time, monotonic s mod 100
     seed: int = 0
 
 
@@ -57,13 +61,18 @@ def _run(joints, rate_hz, count, f: FramedFaults, link, ready, stop):
     period = 1.0 / rate_hz
     t0 = time.monotonic()
     k = 0
+    pending = bytearray()  # frames the adapter holds until its next flush
     while not stop.is_set() and (count <= 0 or k < count):
         due = t0 + k * period
         delay = due - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        t_us = int((time.monotonic() - t0) * 1e6 * (1 + f.clock_ppm * 1e-6))
-        data = bytearray(encode_frame(k, t_us, 0.001 * k + j, -0.5 * j, 0.25 * j))
+        now = time.monotonic()
+        t_us = int((now - t0) * 1e6 * (1 + f.clock_ppm * 1e-6))
+        pos = 0.001 * k + j
+        if f.clock_joint:
+            pos[0] = now % 100.0
+        data = bytearray(encode_frame(k, t_us, pos, -0.5 * j, 0.25 * j))
         if k == 0 and f.garbage_prefix:
             data[:0] = f.garbage_prefix + b"\x00"  # line noise, then the start delimiter
         if f.corrupt_every and k % f.corrupt_every == f.corrupt_every - 1:
@@ -83,6 +92,15 @@ def _run(joints, rate_hz, count, f: FramedFaults, link, ready, stop):
             time.sleep(f.silence_s)
             k += 1
             continue
+        if f.burst_period_s:
+            pending += data
+            p = f.burst_period_s
+            if int(now / p) != int((now + period) / p):  # a flush falls before the next frame
+                time.sleep(max(0.0, p - now % p))
+                data, pending = pending, bytearray()
+            else:
+                k += 1
+                continue
         try:
             os.write(master, bytes(data))
         except OSError:

@@ -20,12 +20,15 @@ import time
 import tty
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .child_device import ChildPtyDevice
 from .servo_packets import dxl_status, parse_dxl, parse_sts, sts_status
 
-__all__ = ["FakeServoBus", "Faults"]
+__all__ = ["CLOCK_STEP_NS", "FakeServoBus", "Faults", "clock_capture_ns"]
 
 DXL_MODEL = 1020  # XM430-W350
+CLOCK_STEP_NS = 100_000  # a clock servo's position advances one step per 100 us
 STS_MODEL = 777  # STS3215
 
 
@@ -47,6 +50,40 @@ class Faults:
     wire_baud: int = 0  # pace replies at this line rate (10 bits per byte); 0: no pacing
     seed: int = 0
     positions: dict = field(default_factory=dict)  # id -> fixed raw position register value
+    # id -> ticks per sync read: the joint turns steadily, raw position (4090 + rate * n) mod
+    # 4096, so it crosses the 4095/0 boundary of the single-turn encoder
+    turning: dict = field(default_factory=dict)
+    parked_ids: tuple = ()  # ids parked on the boundary: raw position 4095, 0, 4095, 0, ...
+    # A USB-serial link: each direction takes link_delay_s (the servo latches its registers
+    # link_delay_s after the request was written), and replies are held by the adapter
+    # until the next multiple of burst_period_s (its latency timer, 16 ms by default on FTDI)
+    link_delay_s: float = 0.0
+    burst_period_s: float = 0.0
+    # ids whose present position is the capture time: raw = (monotonic us // 100) % 4096
+    # (one turn in 409.6 ms: a reading taken with less than 409.6 ms of latency names its
+    # capture time to within 100 us)
+    clock_ids: tuple = ()
+
+
+def clock_capture_ns(receipt_ns, position_rad) -> np.ndarray:
+    """True capture times of a clock servo's samples (:attr:`Faults.clock_ids`).
+
+    Its raw position is capture time // ``CLOCK_STEP_NS`` mod 4096, so each sample names its
+    capture time modulo one turn (409.6 ms); the capture is the latest such time before the
+    receipt (latency under one turn), taken at the middle of the 100 us step.
+
+    Args:
+        receipt_ns: int ``(N,)`` receipt stamps, ns; position_rad: float ``(N,)`` the clock
+            servo's positions as the stream reports them (``zero_tick=0``, any turn).
+
+    Returns:
+        int64 ``(N,)`` capture times on the host's monotonic clock, ns.
+    """
+    rx = np.asarray(receipt_ns, dtype=np.int64)
+    raw = np.round(np.asarray(position_rad, dtype=np.float64) / (2 * np.pi / 4096))
+    step = raw.astype(np.int64) % 4096
+    lag = (rx - step * CLOCK_STEP_NS) % (4096 * CLOCK_STEP_NS)  # receipt - step start
+    return rx - lag + CLOCK_STEP_NS // 2
 
 
 def _sign_mag(v: int, bit: int) -> int:
@@ -62,6 +99,7 @@ class _Bus:
         self.n_packets = 0
         self.t0 = time.monotonic()
         self.garbage_sent = False
+        self.t_read = time.monotonic()  # when the last bytes were read from the port
 
     def plug(self):
         self.master, slave = os.openpty()
@@ -80,9 +118,16 @@ class _Bus:
         os.unlink(self.link)
         os.close(self.master)
 
-    def regs(self, sid: int) -> bytes:
+    def regs(self, sid: int, now: float | None = None) -> bytes:
         n = self.n_sync
         pos = self.f.positions.get(sid, 2048 + 100 * sid + n % 500)
+        if sid in self.f.clock_ids:
+            t_ns = int((time.monotonic() if now is None else now) * 1e9)
+            pos = t_ns // CLOCK_STEP_NS % 4096
+        elif sid in self.f.turning:
+            pos = (4090 + self.f.turning[sid] * n) % 4096
+        elif sid in self.f.parked_ids:
+            pos = 4095 if n % 2 else 0
         vel, cur = 10 * sid - 20, -5 * sid
         if self.protocol == "dxl":
             tick = int((time.monotonic() - self.t0) * 1000) % 32768
@@ -134,8 +179,17 @@ class _Bus:
             n = self.n_sync
             if self.f.unplug_at and n == self.f.unplug_at:
                 return False
-            reply = b"".join(self.status(t, self.regs(t)[addr:addr + length])
+            # simulated link times are absolute (from when the request was read), so that a
+            # late wake-up of this process delays delivery but never moves the capture time
+            capture = self.t_read + self.f.link_delay_s  # the request was on its way
+            _sleep_until(capture)
+            reply = b"".join(self.status(t, self.regs(t, capture)[addr:addr + length])
                              for t in targets if t in self.ids)
+            due = capture + self.f.link_delay_s  # the reply is on its way
+            if self.f.burst_period_s:  # the adapter sends on its latency-timer grid
+                p = self.f.burst_period_s
+                due += p - due % p
+            _sleep_until(due)
             if not self.garbage_sent and self.f.garbage_prefix:
                 reply = self.f.garbage_prefix + reply
                 self.garbage_sent = True
@@ -169,6 +223,7 @@ class _Bus:
                 continue
             try:
                 self.buf += os.read(self.master, 4096)
+                self.t_read = time.monotonic()
             except OSError:
                 continue
             while (pkt := parse(self.buf)) is not None:
@@ -177,6 +232,12 @@ class _Bus:
                     time.sleep(self.f.unplug_s)
                     self.plug()
                     break
+
+
+def _sleep_until(t: float) -> None:
+    delay = t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
 
 
 def _serve(protocol, ids, faults, link, ready, stop):

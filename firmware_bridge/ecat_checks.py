@@ -1,0 +1,113 @@
+"""Per-cycle checks of the EtherCAT master (:mod:`.ethercat`), kept apart from the stream.
+
+* :func:`dc_reply_is_current`: a reply's distributed-clock system time against the host's
+  send and receipt stamps (a late, replayed or duplicated frame fails);
+* :func:`wkc_share`, :func:`slave_label`: each slave's share of the working counter in its
+  AL state, and how a slave is named in messages (chain position, name, AL state and status
+  code, raw and decoded with the ETG.1000.6 tables of :mod:`.ecat_tables`);
+* :func:`socket_fds`, :func:`soem_raw_sockets`: finding SOEM's raw socket among the
+  process's descriptors, so the stream can bound the receive wait itself.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from .ecat_tables import AL, al_state_text, al_status_text
+
+__all__ = ["ABSENT_OBJECT_ABORTS", "CLOCK_RATE_TOLERANCE_PPM", "RECEIVE_ALLOWANCE_US",
+           "dc_reply_is_current", "slave_label", "socket_fds", "soem_raw_sockets",
+           "wkc_share"]
+
+#: SDO abort codes that mean "this object or subindex is not there" (ETG.1000.6).
+ABSENT_OBJECT_ABORTS = (0x06020000, 0x06090011)
+
+#: Once a reply is waiting, how long SOEM may still poll for the cycle's other frames, us.
+RECEIVE_ALLOWANCE_US = 100
+
+#: Tolerance for the rates of the DC and host clocks, parts per million (ESC and host
+#: crystals are specified to well under 100 ppm each).
+CLOCK_RATE_TOLERANCE_PPM = 200.0
+
+
+def socket_fds() -> set[int]:
+    """Descriptors of the process that are sockets (empty without procfs)."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:  # no procfs: nothing found, the receive wait stays as SOEM has it
+        return set()
+    fds = set()
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                fds.add(int(name))
+        except OSError:
+            continue
+    return fds
+
+
+def soem_raw_sockets(before: set[int], iface: str) -> list[int]:
+    """Descriptors of the raw packet sockets bound to ``iface`` opened since ``before``.
+
+    Args:
+        before: socket descriptors of the process before ``Master.open`` (:func:`socket_fds`).
+        iface: the interface SOEM opened.
+
+    Returns:
+        The descriptors (SOEM's primary socket; two with a redundant port).
+    """
+    found = []
+    for fd in sorted(socket_fds() - before):
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sk:
+                if sk.family == socket.AF_PACKET and sk.getsockname()[0] == iface:
+                    found.append(fd)
+        except OSError:
+            continue
+    return found
+
+
+def wkc_share(state: int) -> int:
+    """A slave's share of the LRW working counter in AL ``state`` (ETG.1000.4: +1 for inputs
+    read, from SAFE-OP; +2 for outputs written, in OP only)."""
+    return 3 if state == AL["OP"] else 1 if state & 0x0F == AL["SAFEOP"] else 0
+
+
+def slave_label(k: int, s) -> str:
+    """``slave1 AL 0x14 code 0x001B ('Drive': SAFE-OP + ERROR, Sync manager watchdog)``:
+    a slave by chain position and name, its AL state and status code, raw and decoded."""
+    return (f"slave{k} AL 0x{s.state:02X} code 0x{s.al_status:04X} "
+            f"({getattr(s, 'name', '')!r}: {al_state_text(s.state)}, "
+            f"{al_status_text(s.al_status)})")
+
+
+def dc_reply_is_current(dc_ns: int, send_ns: int, receipt_ns: int, last: tuple[int, int, int],
+                        tolerance_ppm: float = CLOCK_RATE_TOLERANCE_PPM) -> bool:
+    """Whether a reply's DC system time shows it passed the slave during this cycle.
+
+    The frame of this cycle passed the reference clock after it was sent (``send_ns``) and
+    before it came back (``receipt_ns``); the last accepted frame likewise within its own
+    send and receipt. So the DC time elapsed between the two, in ns, must lie in
+    ``(send_ns - last_receipt_ns, receipt_ns - last_send_ns)``, widened by the clocks' rate
+    tolerance. A late, replayed or duplicated frame carries an older DC time and falls
+    below. Host preemption only widens the interval, so it never rejects a current reply.
+
+    Args:
+        dc_ns: the reply's DC system time (``master.dc_time``), ns; a 32-bit DC is compared
+            modulo 2**32.
+        send_ns, receipt_ns: host ``time.monotonic_ns()`` just before the send and just
+            after the receive of this cycle.
+        last: ``(dc_ns, send_ns, receipt_ns)`` of the last accepted reply.
+        tolerance_ppm: allowed rate difference of the two clocks.
+
+    Returns:
+        True if the reply is current.
+    """
+    last_dc, last_send, last_rx = last
+    delta = dc_ns - last_dc
+    if dc_ns < 1 << 32 and last_dc < 1 << 32:  # a 32-bit system time wraps every 4.3 s
+        delta %= 1 << 32
+    lo, hi = send_ns - last_rx, receipt_ns - last_send
+    slack = tolerance_ppm * 1e-6 * hi
+    return lo - slack < delta < hi + slack
