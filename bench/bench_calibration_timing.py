@@ -30,14 +30,24 @@ def main() -> int:
     p.add_argument("--model", default="models/reference")
     p.add_argument("--cells", type=int, default=16, help="cells (default 16)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--variants", default=None, metavar="NAME,...",
+                   help="only these timings of export.calibration_timing.DEFAULT_MATRIX")
     p.add_argument("--json", default="bench/results/calibration_timing.json")
     args = p.parse_args()
     os.environ.setdefault("MUJOCO_GL", "egl")
     from edge.fileio import write_json_atomic
-    from export.calibration_timing import evaluate_timing, format_timing_table
+    from export.calibration_timing import DEFAULT_MATRIX, evaluate_timing, format_timing_table
 
-    result = evaluate_timing(args.data, args.split, args.model, max_cells=args.cells,
-                             threads=args.threads,
+    variants = DEFAULT_MATRIX
+    if args.variants:
+        names = [n.strip() for n in args.variants.split(",")]
+        unknown = sorted(set(names) - {v.name for v in DEFAULT_MATRIX})
+        if unknown:
+            p.error(f"--variants: unknown {unknown}; expected names from "
+                    f"{[v.name for v in DEFAULT_MATRIX]}")
+        variants = tuple(v for v in DEFAULT_MATRIX if v.name in names)
+    result = evaluate_timing(args.data, args.split, args.model, variants=variants,
+                             max_cells=args.cells, threads=args.threads,
                              progress=lambda m: print(m, file=sys.stderr, flush=True))
     result["load_average"] = list(os.getloadavg())
     print(format_timing_table(result))

@@ -258,7 +258,7 @@ def test_check_gives_the_one_real_reason_of_a_broken_sweep():
     assert report["dofs"] == []
 
 
-def test_store_keeps_the_episode_in_the_model_timing_with_what_ingest_did(tmp_path):
+def test_store_keeps_the_episode_in_the_model_timing_with_what_ingest_did(tmp_path, capsys):
     from edge.cache_types import CacheKey
     from edge.calibration_cache import CalibrationCache
     from edge.commands import calibrate
@@ -282,6 +282,11 @@ def test_store_keeps_the_episode_in_the_model_timing_with_what_ingest_did(tmp_pa
     assert ing["normalised"] is True and ing["recorded_frames"] == len(q)
     assert [s["dof"] for s in ing["sweeps"]] == ["j2", "j0", "j1"]
     assert tuple(load_manifest(f"{model}/model.json").contract.resolution) == (64, 64)
+    # storing again under the same key says it replaced the entry
+    assert run_command("calibrate", calibrate.register, [
+        "store", str(tmp_path / "slow.npz"), "--model", model, "--cache-dir",
+        str(tmp_path / "cache"), "--threads", "1"]) == 0
+    assert "replaced the entry stored before under this key" in capsys.readouterr().out
 
 
 def test_a_slow_planned_sweep_is_what_ingest_accepts():
@@ -378,3 +383,21 @@ def test_ingest_cli_writes_the_episode_in_the_model_timing(tmp_path, capsys):
         str(tmp_path / "n2.npz")]) == 2
     err = capsys.readouterr().err
     assert "moved at the same time" in err and not (tmp_path / "n2.npz").exists()
+
+
+def test_check_cli_draws_and_says_the_normalised_episode(tmp_path, capsys):
+    from edge.calibrate.check import EpisodeArrays, check_episode
+    from edge.commands import calibrate
+    from edge.commands.common import run_command
+    from edge.episode import save_episode
+
+    t, q = sweep_positions(np.array([0.4, -0.5, 0.3]), [2, 0, 1], 30.0, 1.0, 0.5)
+    ep = drawn_episode(q, t)
+    report, checked = check_episode(EpisodeArrays.from_episode(ep))
+    assert len(checked.frames) == 25 and report["frames"] == 25  # the sheets' frames
+    save_episode(ep, tmp_path / "slow.npz")
+    assert run_command("calibrate", calibrate.register, [
+        "check", str(tmp_path / "slow.npz"), "--out", str(tmp_path / "chk")]) == 0
+    out = capsys.readouterr().out
+    assert f"normalised to the model's timing: {len(q)} recorded frames" in out
+    assert (tmp_path / "chk" / "coverage.png").is_file()

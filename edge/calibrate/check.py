@@ -45,7 +45,8 @@ from edge.calibrate.plan import DEFAULT_MIN_FRACTION, SEGMENT_FRAMES, SWEEP_PROF
 from edge.episode import Episode, EpisodeMetadata, check_npz_signature, load_episode
 from edge.errors import EpisodeError
 
-__all__ = ["CheckOptions", "EpisodeArrays", "check_arrays", "coverage_sheets", "load_for_check"]
+__all__ = ["CheckOptions", "EpisodeArrays", "check_arrays", "check_episode", "coverage_sheets",
+           "load_for_check"]
 
 _MOVE_ROWS = (0, 1, 2, 4, 5, 6)
 _PAUSE_ROWS = (3, 7)
@@ -192,9 +193,11 @@ def _dof_report(arr: EpisodeArrays, c: int, name: str, frac: float, q: np.ndarra
     return rep, reasons
 
 
-def _check_normalised(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any]:
+def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
+                      ) -> tuple[dict[str, Any], EpisodeArrays]:
     """Check a calibration episode of another timing through its normalised episode
-    (``edge.calibrate.ingest``); an episode ingest refuses gets that one reason."""
+    (``edge.calibrate.ingest``); an episode ingest refuses gets that one reason. Returns
+    the report and the arrays it speaks of (the normalised episode's)."""
     from edge.calibrate.ingest import IngestError, normalise_calibration
 
     try:
@@ -216,10 +219,24 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any]:
                 "dof_names": list(arr.meta.get("dof_names") or []),
                 "fps": arr.meta.get("fps"), "validation_error": None,
                 "ingest": {"normalised": False, "refused": exc.code,
-                           "frames": list(exc.frames) if exc.frames else None}}
-    report = check_arrays(EpisodeArrays.from_episode(ep), opts)
+                           "frames": list(exc.frames) if exc.frames else None}}, arr
+    checked = EpisodeArrays.from_episode(ep)
+    report, _ = check_episode(checked, opts)
     report["ingest"] = ingest
-    return report
+    return report, checked
+
+
+def check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
+                  ) -> tuple[dict[str, Any], EpisodeArrays]:
+    """:func:`check_arrays`, also returning the arrays the report's frame indices refer to
+    (the normalised episode where one was made; draw the coverage sheets from those)."""
+    opts = opts or CheckOptions()
+    t0, n0 = len(arr.frames), arr.actions.shape[1]
+    partial = not ((arr.meta.get("extra") or {}).get("recording") or {}).get("complete", True)
+    if arr.meta.get("kind") == "calibration" and t0 != n0 * SEGMENT_FRAMES + 1 \
+            and arr.validation_error is None and not partial:
+        return _check_normalised(arr, opts)
+    return _check_model_timing(arr, opts), arr
 
 
 def check_arrays(arr: EpisodeArrays, opts: CheckOptions | None = None) -> dict[str, Any]:
@@ -235,12 +252,11 @@ def check_arrays(arr: EpisodeArrays, opts: CheckOptions | None = None) -> dict[s
         ``dofs`` (per DoF: planned and swept amplitude, image motion), ``frames``,
         ``recording`` figures and the thresholds used.
     """
-    opts = opts or CheckOptions()
-    t0, n0 = len(arr.frames), arr.actions.shape[1]
-    partial = not ((arr.meta.get("extra") or {}).get("recording") or {}).get("complete", True)
-    if arr.meta.get("kind") == "calibration" and t0 != n0 * SEGMENT_FRAMES + 1 \
-            and arr.validation_error is None and not partial:
-        return _check_normalised(arr, opts)
+    return check_episode(arr, opts)[0]
+
+
+def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any]:
+    """The check of an episode in the model's timing (or one that cannot be normalised)."""
     meta = arr.meta
     names = list(meta.get("dof_names") or [])
     extra = meta.get("extra") or {}

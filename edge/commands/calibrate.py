@@ -232,12 +232,12 @@ def default_check_dir(episode: str | Path) -> Path:
 
 def run_check(args: argparse.Namespace) -> int:
     """``calibrate check``: report.json, coverage.png and one sheet per DoF; exit 1 on fail."""
-    from edge.calibrate.check import CheckOptions, check_arrays, coverage_sheets, load_for_check
+    from edge.calibrate.check import CheckOptions, check_episode, coverage_sheets, load_for_check
     from edge.commands.common import StagedOutput
     from edge.visual import write_png
 
     arr = load_for_check(args.episode)
-    report = check_arrays(arr, CheckOptions(min_fraction=args.min_fraction))
+    report, arr = check_episode(arr, CheckOptions(min_fraction=args.min_fraction))
     report["episode"] = str(args.episode)
     out_dir = Path(args.out) if args.out else default_check_dir(args.episode)
     with StagedOutput(out_dir) as out:
@@ -251,6 +251,11 @@ def run_check(args: argparse.Namespace) -> int:
               f"{'ok' if d['passed'] else 'FAIL'}")
     for r in report["reasons"]:
         print(f"FAIL {r['code']}: {r['message']}", file=sys.stderr)
+    ing = report.get("ingest") or {}
+    if ing.get("normalised"):
+        print(f"normalised to the model's timing: {ing['recorded_frames']} recorded frames "
+              f"({ing.get('recorded_frame_rate_hz')} Hz) -> {report['frames']} at their poses "
+              f"(report.json ingest)")
     print(f"verdict: {report['verdict']}")
     for p in paths:
         print(p)

@@ -174,13 +174,15 @@ def run_store(args: argparse.Namespace) -> int:
                             "reference": str(ref_path) if ref_path.is_file() else "frame 0",
                             "stored_at_s": round(time.time(), 3)}
         with _cache(args) as cache:
+            replaced = cache.info(key) is not None
             cache.put(key, ep, ctx.values, report, reference, forced=bool(args.force),
                       forced_reason=args.force or "")
     finally:
         model.deactivate()
     print(f"stored {key.cell_id}/{key.camera_id}/{key.robot_id}/{key.model_sha256[:12]} "
           f"(context {list(ctx.values.shape)}, encoded in {encode_s:.2f} s"
-          f"{', FORCED: ' + args.force if args.force else ''})")
+          f"{', FORCED: ' + args.force if args.force else ''})"
+          f"{'; replaced the entry stored before under this key' if replaced else ''}")
     return 0
 
 
