@@ -127,3 +127,13 @@ def test_cuda_step_rejects_bad_shapes_before_any_gpu_work():
         _as(np.zeros((4, 5), np.uint8), np.uint8, (4, 4), "keepout")
     with pytest.raises(ValueError, match="dof_mask: expected a uint8 array, found float32"):
         _as(np.zeros(3, np.float32), np.uint8, (3,), "dof_mask")
+
+
+def test_both_missing_dependency_errors_take_library_extra_purpose_in_that_order():
+    from edge.errors import MissingDependencyError as EdgeMissing
+
+    k = MissingDependencyError("pycuda", "nvidia", "Launching the CUDA kernels")
+    e = EdgeMissing("pycuda", "nvidia", "Launching the CUDA kernels")
+    assert (k.library, k.extra) == (e.library, e.extra) == ("pycuda", "nvidia")
+    assert str(k) == str(e)
+    assert "pip install 'syncedge[nvidia]'" in str(k)
