@@ -40,12 +40,17 @@ class NonFiniteOutputError(KernelError, ValueError):
 
 
 class MissingDependencyError(KernelError, ImportError):
-    """An optional library is not installed; the message names the extra to install."""
+    """An optional library is not installed; the message names the extra to install.
 
-    def __init__(self, library: str, purpose: str, extra: str = "nvidia"):
+    Same arguments and message as ``edge.errors.MissingDependencyError`` (kept apart
+    because ``kernels`` imports nothing of the other packages).
+    """
+
+    def __init__(self, library: str, extra: str, purpose: str):
         super().__init__(
             f"{purpose} needs the '{library}' library, which is not installed; "
-            f"install it with: pip install 'syncedge[{extra}]'"
+            f"install it with: pip install 'syncedge[{extra}]' (from a source checkout: "
+            f"pip install '.[{extra}]')"
         )
         self.library = library
         self.extra = extra

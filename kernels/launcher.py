@@ -62,7 +62,7 @@ def import_pycuda_driver() -> Any:
     try:
         import pycuda.driver as cuda
     except ImportError as exc:
-        raise MissingDependencyError("pycuda", "Launching the CUDA kernels") from exc
+        raise MissingDependencyError("pycuda", "nvidia", "Launching the CUDA kernels") from exc
     return cuda
 
 

@@ -50,7 +50,7 @@ def test_launcher_constructor_stores_only(monkeypatch):
 
 
 def test_missing_dependency_is_an_import_error():
-    exc = MissingDependencyError("pycuda", "Launching the CUDA kernels")
+    exc = MissingDependencyError("pycuda", "nvidia", "Launching the CUDA kernels")
     assert isinstance(exc, ImportError) and str(exc)
 
 
