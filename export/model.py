@@ -216,11 +216,6 @@ class CalibrationNet(nn.Module):
         scale = valid / safe  # (N, A): 1 / amplitude, 0 for absent channels
         return per_channel * scale[:, :, None, None, None]
 
-    def token_shape(self) -> tuple[int, int, int]:
-        """(D, h, w) of one token map."""
-        h = self.cfg.latent_size
-        return (self.cfg.context_channels, h, h)
-
 
 class StepNet(nn.Module):
     """(history latents, history actions, action, context) -> next latent ``[B, C, h, w]``.

@@ -173,11 +173,6 @@ class CapturedGraph:
         )
         return self.node_counts
 
-    @property
-    def memcpy_nodes(self) -> int:
-        """Number of memcpy nodes (any direction) in the captured graph."""
-        return self.node_counts.get("memcpy", 0)
-
     def launch(self) -> None:
         """Enqueue one replay of the graph on its stream."""
         if not self._exec.value:

@@ -147,10 +147,6 @@ class FakeCuda:
                 self.node_counts = Counter(kind for kind, _ in self.nodes)
                 return self.node_counts
 
-            @property
-            def memcpy_nodes(self) -> int:
-                return self.node_counts.get("memcpy", 0)
-
             def launch(self) -> None:
                 self.launches += 1
                 for kind, fn in self.nodes:

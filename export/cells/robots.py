@@ -49,10 +49,6 @@ class RobotSpec:
 _PI = math.pi
 
 
-def _around(home: tuple[float, ...], half: float) -> tuple[tuple[float, float], ...]:
-    return tuple((h - half, h + half) for h in home)
-
-
 ROBOTS: dict[str, RobotSpec] = {
     r.name: r
     for r in [
