@@ -1,8 +1,9 @@
 """From a raw recording to an episode: clocks, pairing, program alignment, resampling.
 
-1. Joint stamps: where every sample carries a device stamp, samples are placed on the host
-   clock through ``firmware_bridge.timebase.ClockEstimator`` (device clock offset and drift,
-   fitted over the whole recording), otherwise their receipt stamps are used.
+1. Joint stamps: ``firmware_bridge.timebase.capture_stamps``: by round trip where every
+   sample carries its request stamp, else on the device clock's lower envelope (offset and
+   drift through the fastest deliveries, so bursty delivery adds no bias) where every
+   sample carries a device stamp, otherwise their receipt stamps.
 2. Pairing: ``firmware_bridge.timebase.pair_frames`` interpolates joint positions at each
    frame's latency-corrected stamp (tolerance ``tolerance_s``), never by arrival order.
 3. Alignment: the program's start time on the host clock is fitted to the joint samples
@@ -81,17 +82,24 @@ def _channels(program: JointProgram, names: list[str]) -> tuple[list[int], list[
 
 
 def _joint_host_stamps(samples: list[Any]) -> tuple[np.ndarray, str, float | None]:
-    from firmware_bridge.timebase import ClockEstimator
+    """Joint sample stamps on the host clock: ``(stamps ns, how, drift ppm or None)``.
 
-    receipt = np.array([s.receipt_ns for s in samples], np.int64)
-    dev = np.array([s.device_stamp_ns for s in samples], np.int64)
-    if len(samples) >= 10 and (dev >= 0).all() and (np.diff(dev) > 0).all():
-        est = ClockEstimator(window=len(samples))
-        for d, h in zip(dev, receipt, strict=True):
-            est.update(int(d), int(h))
-        return np.array([est.to_host(int(d)) for d in dev], np.int64), "device clock", \
-            est.drift_ppm
-    return receipt, "receipt", None
+    ``firmware_bridge.timebase.capture_stamps``: by round trip where every sample carries
+    its request stamp (the servo buses, EtherCAT: the capture time itself), by the device
+    clock's lower envelope where every sample carries an increasing device stamp (a bursty
+    serial link's delivery delay is not absorbed as a bias, as a least-squares clock fit
+    would; a constant delay inside the device is still ``joint_latency_s``), else receipt
+    stamps.
+    """
+    from firmware_bridge.timebase import capture_stamps
+
+    if len(samples) >= 10:
+        est = capture_stamps(samples)
+        if est.method == "device clock":
+            return est.stamps_ns, "device clock", est.detail.get("drift ppm")
+        if est.method == "round trip":
+            return est.stamps_ns, "round trip", None
+    return np.array([s.receipt_ns for s in samples], np.int64), "receipt", None
 
 
 def fit_program_start(ts_s: np.ndarray, dq: np.ndarray, knots_s: np.ndarray,
@@ -145,15 +153,17 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
     non_monotonic = int((~order_ok).sum())
     keep = np.flatnonzero(order_ok)
     js, clock, drift = _joint_host_stamps(samples)
+    # a round-trip stamp is already the capture time: no latency is subtracted again
+    joint_latency_s = 0.0 if clock == "round trip" else opts.joint_latency_s
     q = np.stack([s.position_rad for s in samples])[:, sc]  # (N, m)
     inc = np.concatenate([[True], np.diff(js) > 0])
     js, q = js[inc], q[inc]
     pairing = pair_frames(fs[keep], js, q, tolerance_s=opts.tolerance_s,
                           frame_latency_s=opts.camera_latency_s,
-                          joint_latency_s=opts.joint_latency_s)
+                          joint_latency_s=joint_latency_s)
     base = int(js[0])
     fcorr = (pairing.frame_stamps_ns - base) / 1e9  # corrected frame times, s
-    tj = (js - base - int(round(opts.joint_latency_s * 1e9))) / 1e9
+    tj = (js - base - int(round(joint_latency_s * 1e9))) / 1e9
     fps = program.frame_rate_hz
     plan = program.positions[:, pc]
     moved = np.abs(q - q[0]).max(1) > 0.01
@@ -212,7 +222,7 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
             "tick_offset_s": [round(float(o), 5) for o in offset],
             "pair_error_s": [round(float(e), 5) for e in nearest],
             "tolerance_s": opts.tolerance_s, "camera_latency_s": opts.camera_latency_s,
-            "joint_latency_s": opts.joint_latency_s, "wall_s": round(raw.wall_s, 3),
+            "joint_latency_s": joint_latency_s, "wall_s": round(raw.wall_s, 3),
             "duration_s": round((fs[-1] - fs[0]) / 1e9, 4),
             "disconnected": raw.disconnected, "joint_error": raw.joint_error},
         "equipment": raw.equipment,
