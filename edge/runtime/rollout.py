@@ -117,10 +117,10 @@ class Rollout:
         self.decoded = np.zeros((p, 3, h, w), np.float32)  # (P, 3, H, W)
         self.offset = np.zeros((p, 3, h, w), np.float32) if c.residual_decoding else None
         self.out_frames = np.zeros((self.max_horizon, p, h, w, 3), np.uint8)  # (T, P, H, W, 3)
-        # The decoder's robot mask per step, kept only when asked (one more decoder run per
-        # step; the pre-check decides keep-out on it).
-        self.out_masks: np.ndarray | None = None
-        self._mask_frames: np.ndarray | None = None
+        # The decoder's robot mask per step, kept only when asked (the step and the decoder
+        # then run as two sessions, the decoder once for both outputs; the pre-check decides
+        # keep-out on it).
+        self.out_masks: np.ndarray | None = None  # (T, P, 1, H, W)
         if robot_mask:
             if not model.has_robot_mask:
                 raise RolloutInputError(f"robot_mask: {model.model_dir} predicts no robot "
@@ -129,7 +129,6 @@ class Rollout:
                 raise RolloutInputError("robot_mask: the device rollout does not keep robot "
                                         "masks yet; run this rollout with the CPU backend")
             self.out_masks = np.zeros((self.max_horizon, p, 1, h, w), np.float32)
-            self._mask_frames = np.zeros((p, 3, h, w), np.float32)  # (P, 3, H, W) scratch
         self._views: dict[tuple[int, int], _PlanViews] = {}
         self._v = self._plan_views(self.batch, self.chunks)
         self._w = 0
@@ -364,11 +363,12 @@ class Rollout:
         ref.ring_linearise(v.ring_latents, v.ring_actions, self._w, v.hist_latents,
                            v.hist_actions)
         for k in range(v.chunks):
-            self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k])
-            if self.out_masks is not None and self._mask_frames is not None:
-                rows = slice(k * b, (k + 1) * b)
-                self.model.decode_robot_mask(b, v.next[k], self._mask_frames[rows],
-                                             self.out_masks[t, rows])
+            if self.out_masks is None:
+                self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k])
+            else:  # one decoder run for both outputs
+                self.model.step(b, v.feeds[k], v.next[k])
+                self.model.decode_robot_mask(b, v.next[k], v.dec[k],
+                                             self.out_masks[t, k * b:(k + 1) * b])
         self._w = ref.ring_push(v.ring_latents, v.ring_actions, self._w, v.next_flat,
                                 v.action_t, self.mask)
         try:
