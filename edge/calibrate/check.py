@@ -122,6 +122,18 @@ def _reason(code: str, message: str, dof: str | None = None) -> dict[str, Any]:
     return {"code": code, "dof": dof, "message": message}
 
 
+def _stamp_reasons(ts: np.ndarray, rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """``stamps_not_monotonic`` when the episode's stamps ``ts`` float64 ``[T]`` s or the
+    recording's camera stamps went back or repeated."""
+    d = np.diff(ts)
+    if (d <= 0).any() or int(rec.get("camera_stamps_non_monotonic", 0)):
+        return [_reason("stamps_not_monotonic", f"expected strictly increasing stamps, found "
+                        f"{int((d <= 0).sum())} in the episode and "
+                        f"{rec.get('camera_stamps_non_monotonic', 0)} camera stamps going "
+                        f"back or repeating")]
+    return []
+
+
 def _energy(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     f = frames.astype(np.float32)
     d = np.abs(np.diff(f, axis=0))  # (T-1, H, W, 3)
@@ -207,13 +219,7 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
     except IngestError as exc:
         # what the recording itself says is wrong stays beside ingest's one reason
         rec = (arr.meta.get("extra") or {}).get("recording") or {}
-        pre = []
-        d = np.diff(np.asarray(arr.timestamps, np.float64))
-        if (d <= 0).any() or int(rec.get("camera_stamps_non_monotonic", 0)):
-            pre.append(_reason("stamps_not_monotonic", f"expected strictly increasing "
-                               f"stamps, found {int((d <= 0).sum())} in the episode and "
-                               f"{rec.get('camera_stamps_non_monotonic', 0)} camera stamps "
-                               f"going back or repeating"))
+        pre = _stamp_reasons(np.asarray(arr.timestamps, np.float64), rec)
         return {"verdict": "fail", "reasons": [*pre, _reason(exc.code, str(exc), exc.dof)],
                 "dofs": [], "frames": len(arr.frames),
                 "dof_names": list(arr.meta.get("dof_names") or []),
@@ -295,11 +301,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
                                f"): {t} of {rec.get('frames_expected')} frames"))
     ts = np.asarray(arr.timestamps, np.float64)
     d = np.diff(ts)
-    if (d <= 0).any() or int(rec.get("camera_stamps_non_monotonic", 0)):
-        reasons.append(_reason("stamps_not_monotonic", f"expected strictly increasing stamps, "
-                               f"found {int((d <= 0).sum())} in the episode and "
-                               f"{rec.get('camera_stamps_non_monotonic', 0)} camera stamps "
-                               f"going back or repeating"))
+    reasons.extend(_stamp_reasons(ts, rec))
     fps = float(meta.get("fps") or 0) or 1.0
     gaps = sorted(set(int(g) for g in rec.get("gaps", []))
                   | set(int(i) + 1 for i in np.flatnonzero(d > 1.5 / fps)))
