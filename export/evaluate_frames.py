@@ -251,28 +251,16 @@ class _CalibrationFlowPredictor(_Predictor):
         return ctx.rollout(start, actions)
 
 
-class _CalibrationChainPredictor(_CalibrationFlowPredictor):
-    """The kinematic-chain calibration reading (``export/calibration_chain.py``)."""
-
-    def contexts(self, cells: list, rng: np.random.Generator) -> dict[str, list[Any]]:
-        from export.calibration_chain import CalibrationChain
-
-        cal = [CalibrationChain(c.cal_frames, c.cal_actions * c.dof_mask) for c in cells]
-        return {"calibrated": cal, "zeroed": [None] * len(cells)}
-
-
 def make_predictor(family: str, run: str) -> _Predictor:
-    """``latent`` (checkpoints ae.pt, dynamics.pt, ...), ``warp`` (warp.pt), ``calflow`` or ``calchain``
-    (the hand-made calibration readings; ``run`` is ignored)."""
+    """``latent`` (checkpoints ae.pt, dynamics.pt, ...), ``warp`` (warp.pt) or ``calflow``
+    (the hand-made calibration reading; ``run`` is ignored)."""
     if family == "latent":
         return _LatentPredictor(run)
     if family == "warp":
         return _WarpPredictor(run)
     if family == "calflow":
         return _CalibrationFlowPredictor()
-    if family == "calchain":
-        return _CalibrationChainPredictor()
-    raise ExportError(f"model family {family!r}: expected latent, warp, calflow or calchain")
+    raise ExportError(f"model family {family!r}: expected latent, warp or calflow")
 
 
 # -- evaluation ---------------------------------------------------------------------------

@@ -98,11 +98,10 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
     for spec in args.model:
         label, _, rest = spec.partition("=")
         family, _, run = rest.partition(":")
-        if not label or family not in ("latent", "warp", "calflow", "calchain") or not run:
+        if not label or family not in ("latent", "warp", "calflow") or not run:
             print(f"syncedge model eval-frames: error: --model {spec!r}: expected "
-                  "LABEL=latent:RUN, LABEL=warp:RUN, LABEL=calflow:- or LABEL=calchain:- "
-                  "(the hand-made calibration readings, export/calibration_flow.py and "
-                  "export/calibration_chain.py)", file=sys.stderr)
+                  "LABEL=latent:RUN, LABEL=warp:RUN or LABEL=calflow:- (the hand-made "
+                  "calibration flow, export/calibration_flow.py)", file=sys.stderr)
             return 2
         models[label] = (family, run)
     names = _split_names(args.split, SPLITS, "eval-frames")
