@@ -257,9 +257,8 @@ def _read_fields(cls: Any, v: Any, w: Where) -> Any:
     for f in fields:
         if f.name not in v:
             continue
-        value, fw = v[f.name], w.key(f.name)
-        if value is None and f.metadata.get(_NOT_NULL):
-            alts = [a for a in get_args(hints[f.name]) if a is not _NONE]
-            fw.fail(f"expected {' or '.join(_describe(a) for a in alts)}, found None")
-        kw[f.name] = _read(hints[f.name], value, fw)
+        tp, value, fw = hints[f.name], v[f.name], w.key(f.name)
+        if f.metadata.get(_NOT_NULL) and _is_union(tp):  # X | None read as X
+            tp = Union[tuple(a for a in get_args(tp) if a is not _NONE)]
+        kw[f.name] = _read(tp, value, fw)
     return cls(**kw)
