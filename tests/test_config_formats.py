@@ -232,8 +232,10 @@ def test_robot_spec_unknown_and_missing_keys(tmp_path: Path) -> None:
 
 
 def test_robot_spec_reads_its_numbers_as_floats() -> None:
-    spec = robot_spec_from_dict(_spec(frame_rate_hz=10, sweep_min=1))
-    assert type(spec.frame_rate_hz) is float and type(spec.sweep_min) is float
+    d = _spec(frame_rate_hz=10)
+    d["dofs"][0]["home"] = 0
+    spec = robot_spec_from_dict(d)
+    assert type(spec.frame_rate_hz) is float and type(spec.dofs[0].home) is float
 
 
 # episode metadata ---------------------------------------------------------------------------
