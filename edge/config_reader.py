@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -259,6 +260,6 @@ def _read_fields(cls: Any, v: Any, w: Where) -> Any:
             continue
         tp, value, fw = hints[f.name], v[f.name], w.key(f.name)
         if f.metadata.get(_NOT_NULL) and _is_union(tp):  # X | None read as X
-            tp = Union[tuple(a for a in get_args(tp) if a is not _NONE)]
+            tp = functools.reduce(operator.or_, (a for a in get_args(tp) if a is not _NONE))
         kw[f.name] = _read(tp, value, fw)
     return cls(**kw)
