@@ -111,6 +111,8 @@ class WarpConfig:
     def to_dict(self) -> dict:
         """JSON-serialisable copy."""
         d = asdict(self)
+        if not self.start_offset:  # the configuration of every model before the block
+            del d["start_offset"]
         d["sweep_out_rows"] = list(self.sweep_out_rows)
         d["sweep_amplitude_rad"] = list(self.sweep_amplitude_rad)
         return d
