@@ -96,7 +96,7 @@ def _sheet_cell(rng: np.random.Generator, m: int = 8, hw: int = 16):
         return rng.integers(0, 256, (n, hw, hw, 3), dtype=np.uint8)
 
     enters = np.arange(m) % 2 == 0
-    return SheetCell(label="test_all cell 0", start=frames(1)[0], goal=frames(1)[0],
+    return SheetCell(label="test_all cell 0", start=frames(1)[0], goal=frames(1)[0], goal_index=3,
                      region=((0.1, 0.1), (0.5, 0.1), (0.5, 0.6), (0.1, 0.6)),
                      truth_last=frames(m), pred_last=frames(m), enters=enters,
                      refused=enters.copy(), exceeds=np.zeros(m, bool), chosen=1, best=3)
