@@ -199,8 +199,8 @@ Writes into --out: precheck.json (the figures, as bench/results/precheck.json),
 precheck.txt (the table printed) and precheck_<split>.png per split (the first 4 cells:
 start frame with the keep-out rectangle, goal, then per candidate its true and predicted
 last frames, labelled enters / stays out and refused / passed, the chosen and the truly
-best candidate marked). Needs MuJoCo (pip install 'syncedge[train]'); about 7 minutes per
-split of 64 cells on 2 CPU cores."""
+best candidate marked). Needs MuJoCo (pip install 'syncedge[train]'); the three splits of
+64 cells took 8-20 minutes on 2 shared CPU cores."""
 
 
 def register(subparsers: Any) -> None:
@@ -284,19 +284,20 @@ def register(subparsers: Any) -> None:
                               "recall and false refusals, chosen = truly best, goal-distance "
                               "Spearman, beside no calibration and copy-last",
         description=PRECHECK_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ep.add_argument("--model", default="models/reference",
+    ep.add_argument("--model", default="models/reference", metavar="DIR",
                     help="the shipped model's folder, run with each cell's calibration "
                          "(default models/reference)")
-    ep.add_argument("--history-model", default="models/reference-history",
+    ep.add_argument("--history-model", default="models/reference-history", metavar="DIR",
                     help="a model trained without calibration, run in history mode "
                          "(default models/reference-history)")
-    ep.add_argument("--cells", type=int, default=64, help="cells per split (default 64)")
+    ep.add_argument("--cells", type=int, default=64, metavar="N",
+                    help="cells per split (default 64)")
     ep.add_argument("--split", action="append", metavar="NAME",
                     help="only this split, named as in the table (held_out_convention, "
                          "held_out_robot, all_held_out) or by its data folder "
                          "(test_convention, test_robot, test_all); repeatable; default all "
                          "three")
-    ep.add_argument("--threads", type=int, default=2,
+    ep.add_argument("--threads", type=int, default=2, metavar="N",
                     help="ONNX Runtime threads per model (default 2)")
     ep.add_argument("--out", required=True, metavar="FOLDER",
                     help="output folder: precheck.json, precheck.txt, precheck_<split>.png")
