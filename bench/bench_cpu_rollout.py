@@ -196,7 +196,11 @@ def torch_rollout(ckpt: Path, model_dir: Path, n: int, horizon: int, runs: int, 
     torch.set_num_threads(threads)
     man = load_model_dir(model_dir)
     b = next(s for s in man.batch_sizes if s >= n)
-    mods = warp_graph_modules(load_warp_model(ckpt), man.batch_sizes)
+    # the same graph structure as the exported model (its per-DoF flow fields made once
+    # per rollout where the state carries them; z0 is the prepared start latent)
+    prepared = "joint_fields" in (man.contract.state_layout or {})
+    mods = warp_graph_modules(load_warp_model(ckpt, joint_fields_in_state=prepared),
+                              man.batch_sizes)
     step, dec = mods[f"step_b{b}"][0].eval(), mods[f"decoder_b{b}"][0].eval()
     c = man.contract
     s, a, lat = c.history_length, c.max_dof, int(np.prod(c.latent_shape))
@@ -210,6 +214,10 @@ def torch_rollout(ckpt: Path, model_dir: Path, n: int, horizon: int, runs: int, 
     frames = np.zeros((horizon, b, *c.resolution, 3), np.uint8)
     ctx = torch.from_numpy(context)
     z_start = np.repeat(z0.reshape(1, -1), b, axis=0)
+    if prepared:  # once per rollout, outside the timed steps (as Rollout.reset does it)
+        with torch.inference_mode():
+            z_start = mods[f"prepare_b{b}"][0](torch.from_numpy(z_start).view(
+                b, *c.latent_shape), ctx).reshape(b, -1).numpy().copy()
 
     def one(t: int, w: int) -> int:
         ref.select_action(acts, mask, t, out=act_t)

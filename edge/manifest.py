@@ -206,7 +206,8 @@ class ModelManifest:
         variant: ``"fp32"``, ``"int8"`` or ``"fp16"``.
         opset: ONNX opset of every graph (18-20).
         contract: :class:`ModelContract`.
-        graphs: ``"encoder"``, ``"calibration"``, ``"step_b{B}"``, ``"decoder_b{B}"`` ->
+        graphs: ``"encoder"``, ``"calibration"``, ``"step_b{B}"``, ``"decoder_b{B}"`` and
+            optionally ``"prepare_b{B}"`` (run once per rollout on the start latents) ->
             :class:`GraphSpec`.
         provenance: how the weights were made (command, data seed, git commit, steps).
         evaluation: evaluation figures (free-form JSON).
@@ -286,6 +287,10 @@ class ModelManifest:
         if not steps or steps != decs:
             graphs.fail(f"expected step_bN and decoder_bN for the same batch sizes, found step "
                         f"{sorted(steps)}, decoder {sorted(decs)}")
+        preps = {g.batch for k, g in manifest.graphs.items() if k.startswith("prepare_b")}
+        if preps and preps != steps:
+            graphs.fail(f"expected prepare_bN (optional) for the step batch sizes "
+                        f"{sorted(steps)}, found {sorted(preps)}")
         return dataclasses.replace(manifest, contract=_check_contract(manifest.contract,
                                                                       w.key("contract")))
 

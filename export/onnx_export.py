@@ -69,6 +69,17 @@ class _Step(nn.Module):
         return self.net(history_latents, history_actions, action, context)
 
 
+class _Prepare(nn.Module):
+    """The warp model's once-per-rollout preparation of the start states (graph names)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, start_latents: Tensor, context: Tensor) -> Tensor:
+        return self.model.prepare(start_latents, context)  # type: ignore[operator]
+
+
 def contract_for(cfg: ModelConfig, frame_rate_hz: float = 10.0,
                  residual_decoding: bool = False) -> ModelContract:
     """The :class:`~edge.manifest.ModelContract` of a model configuration."""
@@ -90,10 +101,12 @@ def contract_graphs(modules: dict[str, nn.Module], c: int, h: int, s: int, a: in
                     tc: int, d: int, unit: str, batch_sizes: tuple[int, ...],
                     robot_mask: bool = False
                     ) -> dict[str, tuple[nn.Module, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]]:
-    """Graph name -> (module, input specs, output specs) of the four graph roles.
+    """Graph name -> (module, input specs, output specs) of the graph roles.
 
     Args:
-        modules: ``encoder``, ``calibration``, ``step`` and ``decoder`` modules.
+        modules: ``encoder``, ``calibration``, ``step`` and ``decoder`` modules, and
+            optionally ``prepare`` (start latents and context -> the latents the steps
+            start from, run once per rollout: graphs ``prepare_b{B}``).
         c, h: latent channels and grid size (h = w); s: history slots S; a: action width A;
             hw: frame size; tc: calibration frames K*L+1; d: context channels D.
         unit: what the latent is (the ``unit`` of its specs).
@@ -126,6 +139,11 @@ def contract_graphs(modules: dict[str, nn.Module], c: int, h: int, s: int, a: in
                                 (0, 1)),)
         out[f"decoder_b{b}"] = (modules["decoder"],
                                 (TensorSpec("latents", (b, c, h, h), "float32", unit),), outs)
+        if "prepare" in modules:
+            out[f"prepare_b{b}"] = (
+                modules["prepare"],
+                (TensorSpec("start_latents", (b, c, h, h), "float32", unit), ctx),
+                (TensorSpec("latents", (b, c, h, h), "float32", unit),))
     return out
 
 

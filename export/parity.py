@@ -144,6 +144,12 @@ def _one_step(wm: Any, case: ReferenceCase, err: dict[str, float],
     upd("calibration", wm.calibrate(case.cal_latents, case.cal_actions, case.dof_mask),
         case.context)
     t_count = len(case.actions)
+    if wm.has_prepare and case.prepared_latent is not None:
+        for b in wm.batch_sizes:
+            start = np.ascontiguousarray(np.repeat(case.start_latent[None], b, 0))
+            ready = np.empty_like(start)
+            wm.prepare(b, start, case.context, ready)
+            upd(f"prepare_b{b}", ready, np.repeat(case.prepared_latent[None], b, 0))
     for b in wm.batch_sizes:
         out = np.empty((b, *case.latents.shape[1:]), np.float32)
         frames = np.empty((b, *case.decoded.shape[1:]), np.float32)

@@ -39,7 +39,9 @@ class ReferenceCase:
 
     Shapes: ``start [H, W, 3]`` uint8, ``actions [T, A]`` rad, ``truth [T, H, W, 3]`` uint8,
     ``cal_frames [K*L+1, H, W, 3]``, ``cal_actions [K*L+1, A]``, ``dof_mask [A]``,
-    ``start_latent [C, h, w]``, ``cal_latents [K*L+1, C, h, w]``, ``context [K, D, h, w]``,
+    ``start_latent [C, h, w]`` (the encoder's), ``prepared_latent [C, h, w]`` (after the
+    prepare graph; the start latent itself for a model without one),
+    ``cal_latents [K*L+1, C, h, w]``, ``context [K, D, h, w]``,
     ``hist_latents [T, S, C, h, w]``, ``hist_actions [T, S, A]`` (the step inputs of each
     step), ``latents [T, C, h, w]`` (predicted), ``decoded [T, 3, H, W]`` (decoder output,
     [0, 1]), ``frames [T, H, W, 3]`` uint8, ``decoded_mask [T, 1, H, W]`` (the decoder's
@@ -64,6 +66,7 @@ class ReferenceCase:
     frames: np.ndarray  # residual decoding: start + dec(z_t) - dec(z_0)
     frames_plain: np.ndarray  # plain decoding: dec(z_t)
     decoded_mask: np.ndarray | None = None
+    prepared_latent: np.ndarray | None = None
 
 
 class TorchReference:
@@ -83,6 +86,9 @@ class TorchReference:
         self.encoder: Callable[[Tensor], Tensor] = module.encoder
         self.calibration: Callable[[Tensor, Tensor, Tensor], Tensor] = module.calibration
         self.step: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = module.step
+        #: start latents ``[B, C, h, w]`` and context -> the latents the steps start from
+        self.prepare: Callable[[Tensor, Tensor], Tensor] = getattr(
+            module, "prepare", lambda z, ctx: z)
 
     def encode_frames(self, frames_hwc: Tensor) -> Tensor:
         """uint8 ``[N, H, W, 3]`` -> latents ``[N, C, h, w]``."""
@@ -112,7 +118,9 @@ def _load_latent(run: str, calibration_mode: str) -> TorchReference:
 
 
 def _load_warp(run: str, calibration_mode: str) -> TorchReference:
-    model = load_warp_model(run, history=calibration_mode == "history")
+    # as exported: the per-DoF flow fields made once per rollout (the prepare graphs)
+    model = load_warp_model(run, history=calibration_mode == "history",
+                            joint_fields_in_state=True)
     return _WarpReference("warp", model, model.cfg)
 
 
@@ -157,7 +165,8 @@ def reference_case(model: TorchReference, cell: Any, horizon: int) -> ReferenceC
     cal_lat = model.encode_frames(torch.from_numpy(cell.cal_frames))
     ctx = model.calibration(cal_lat, torch.from_numpy(cell.cal_actions),
                             torch.from_numpy(cell.dof_mask))  # (K, D, h, w)
-    hist_l = z0[:, None].expand(1, s, *z0.shape[1:])
+    zp = model.prepare(z0, ctx)  # (1, C, h, w), what the steps start from
+    hist_l = zp[:, None].expand(1, s, *zp.shape[1:])
     hist_a = torch.zeros(1, s, acts.shape[1])
     a = torch.from_numpy(acts)
     hl, ha, preds = [], [], []
@@ -176,4 +185,4 @@ def reference_case(model: TorchReference, cell: Any, horizon: int) -> ReferenceC
         cell.cal_frames, cell.cal_actions, cell.dof_mask, z0[0].numpy(), cal_lat.numpy(),
         ctx.numpy(), torch.stack(hl).numpy(), torch.stack(ha).numpy(), z.numpy(),
         dec.numpy(), to_uint8(dec + offset), to_uint8(dec),
-        None if mask is None else mask.numpy())
+        None if mask is None else mask.numpy(), zp[0].numpy())

@@ -14,7 +14,9 @@ torch):
 - ``step_bB``: history windows of motion episodes (oldest first, padded at the start as
   the runtime pads: start latent, zero action) with the next action and the cell's
   context; one cell per batch, since the context is shared by the batch;
-- ``decoder_bB``: latents of training frames.
+- ``decoder_bB``: latents of training frames;
+- ``prepare_bB`` (models that have it): encoder latents of motion frames (every
+  16th) of one cell with that cell's context.
 
 Where the windows' and the decoder's latents come from depends on the model family
 (``contract.family``, :data:`STATE_SOURCES`):
@@ -145,20 +147,24 @@ def rollout_states(model: Any, start_latent: np.ndarray, actions: np.ndarray,
 
     Args:
         model: an activated :class:`edge.runtime.model.WorldModel`.
-        start_latent: ``[C, h, w]``, the encoder's output for the start frame.
+        start_latent: ``[C, h, w]``, the encoder's output for the start frame (prepared
+            here where the model has prepare graphs).
         actions: ``[T, A]`` rad, one per step.
         context: the cell's context ``[K, D, h, w]``.
 
     Returns:
-        ``[T + 1, C, h, w]``: the start latent, then the state after each step.
+        ``[T + 1, C, h, w]``: the (prepared) start latent, then the state after each step.
     """
     s = model.contract.history_length
     b = model.batch_sizes[0]  # the rows beyond the first repeat it
-    states = [start_latent]
     out = np.empty((b, *start_latent.shape), np.float32)
 
     def rows(x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.broadcast_to(x, (b, *x.shape)))
+
+    if model.has_prepare:  # as Rollout.reset: the steps start from the prepared latent
+        start_latent = model.prepare(b, rows(start_latent), context, out)[0].copy()
+    states = [start_latent]
 
     for hist_l, hist_a, act in _windows_online(states, actions, s):
         model.step(b, {"history_latents": rows(hist_l), "history_actions": rows(hist_a),
@@ -254,6 +260,7 @@ def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
     contexts: list[np.ndarray] = []
     windows: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []  # (cell, *window)
     latents: list[np.ndarray] = []
+    starts: list[tuple[int, np.ndarray]] = []  # (cell, encoder latent of a motion frame)
     for i, cell in enumerate(cells):
         cal_lat = np.stack([model.encode(f) for f in cell.cal_frames])  # (K*L+1, C, h, w)
         contexts.append(model.calibrate(cal_lat, cell.cal_actions, cell.dof_mask))
@@ -267,6 +274,7 @@ def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
                         "calibration_actions": relabel(cell.cal_actions, r),
                         "dof_mask": cell.dof_mask})
         for mo in cell.motions:
+            starts.extend((i, model.encode(f)) for f in mo.frames[::ROLLOUT_HORIZON])
             acts = mo.actions.copy()
             acts[:, n:] = 0.0
             for z, z_acts, z_dec in make_states(model, mo.frames, acts, contexts[i]):
@@ -288,5 +296,13 @@ def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
                           "action": np.stack([w[3] for w in chosen]),
                           "context": contexts[cell_i]})
             decs.append({"latents": all_latents[rng.integers(len(all_latents), size=b)]})
+        if model.has_prepare:  # start latents of one cell with that cell's context
+            preps = feeds.setdefault(f"prepare_b{b}", [])
+            for _ in range(samples):
+                cell_i = starts[int(rng.integers(len(starts)))][0]
+                own = [z for ci, z in starts if ci == cell_i]
+                preps.append({"start_latents": np.stack([own[int(j)] for j in
+                                                         rng.integers(len(own), size=b)]),
+                              "context": contexts[cell_i]})
     return QuantCalibrationSet(str(data), tuple(cell.cell_id for cell in cells), feeds, seed,
                                states_doc)

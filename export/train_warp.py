@@ -197,7 +197,7 @@ def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float
     z0 = model.encoder(b["start"])
     if model.cfg.start_offset:
         z0 = model.with_offset(z0, b["offset"])
-    z = model.state_at(z0, b["cum"], ctx)
+    z = model.state_at(model.prepare(z0, ctx), b["cum"], ctx)
     out = model.decoder.flows(z)
     truth = b["target"].to(torch.float32) * (1.0 / 255.0)
     region = torch.clamp(b["mask0"] + b["mask"], 0, 1)

@@ -10,6 +10,7 @@ robot mask. Opset 18, static shapes, embedded weights.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -26,10 +27,13 @@ from export.warp_model import WarpConfig, WarpModel
 __all__ = ["load_warp_checkpoint", "load_warp_model", "warp_contract", "warp_graph_modules", "export_warp_model"]
 
 
-def load_warp_checkpoint(run: str | Path, history: bool = False
+def load_warp_checkpoint(run: str | Path, history: bool = False,
+                         joint_fields_in_state: bool = False
                          ) -> tuple[WarpModel, dict[str, Any]]:
     """The warp model of a run folder and its checkpoint dictionary: ``warp.pt``
-    (``warp_nocal.pt`` with ``history``).
+    (``warp_nocal.pt`` with ``history``). ``joint_fields_in_state``: build it with the
+    per-DoF flow fields carried in the state (``WarpConfig.joint_fields_in_state``; the
+    same weights and frames), as it is exported.
 
     Raises:
         ExportError: the checkpoint is missing.
@@ -39,14 +43,18 @@ def load_warp_checkpoint(run: str | Path, history: bool = False
         raise ExportError(f"{path}: no warp checkpoint; train one with 'syncedge model "
                           f"train-warp --out {run}{' --no-calibration' if history else ''}'")
     ck = torch.load(path, map_location="cpu", weights_only=False)
-    model = WarpModel(WarpConfig.from_dict(ck["config"]))
+    cfg = WarpConfig.from_dict(ck["config"])
+    if joint_fields_in_state and cfg.joint_width:
+        cfg = dataclasses.replace(cfg, joint_fields_in_state=True)
+    model = WarpModel(cfg)
     model.load_state_dict(ck["model"])
     return model.eval(), ck
 
 
-def load_warp_model(run: str | Path, history: bool = False) -> WarpModel:
+def load_warp_model(run: str | Path, history: bool = False,
+                    joint_fields_in_state: bool = False) -> WarpModel:
     """The warp model of a run folder (:func:`load_warp_checkpoint` without the rest)."""
-    return load_warp_checkpoint(run, history)[0]
+    return load_warp_checkpoint(run, history, joint_fields_in_state)[0]
 
 
 def warp_contract(cfg: WarpConfig, frame_rate_hz: float = 10.0) -> ModelContract:
@@ -74,11 +82,13 @@ def warp_graph_modules(model: WarpModel, batch_sizes: tuple[int, ...] = (1, 16)
                                             tuple[TensorSpec, ...]]]:
     """Graph name -> (module, input specs, output specs) for every graph of the contract
     (:func:`export.onnx_export.contract_graphs`; the decoder also outputs the robot mask)."""
-    from export.onnx_export import _Calibration, _Step, contract_graphs
+    from export.onnx_export import _Calibration, _Prepare, _Step, contract_graphs
 
     cfg = model.cfg
-    mods = {"encoder": model.encoder, "calibration": _Calibration(model), "step": _Step(model),
-            "decoder": model.decoder}
+    mods: dict[str, nn.Module] = {"encoder": model.encoder, "calibration": _Calibration(model),
+                                  "step": _Step(model), "decoder": model.decoder}
+    if cfg.joint_width and cfg.joint_fields_in_state:
+        mods["prepare"] = _Prepare(model)
     return contract_graphs(mods, cfg.layout.channels, cfg.grid, cfg.history, cfg.max_dof,
                            cfg.image_size, cfg.calibration_frames, cfg.context_channels,
                            "warp state (contract.state_layout)", batch_sizes, robot_mask=True)
@@ -94,7 +104,7 @@ def export_warp_model(run: str, out_dir: str, batch_sizes: tuple[int, ...] = (1,
     """
     from export.onnx_export import OPSET, _export_graph, git_commit
 
-    model, ck = load_warp_checkpoint(run, history)
+    model, ck = load_warp_checkpoint(run, history, joint_fields_in_state=True)
     if model.cfg.start_offset:
         raise ExportError(f"{run}: a model trained with --start-offset reads the start pose's "
                           "joint offsets from the calibration's home pose, which the runtime "
@@ -105,7 +115,8 @@ def export_warp_model(run: str, out_dir: str, batch_sizes: tuple[int, ...] = (1,
     for gname, (module, ins, outs) in warp_graph_modules(model, batch_sizes).items():
         path = out / f"{gname}.onnx"
         _export_graph(module, ins, outs, path)
-        batch = ins[0].shape[0] if gname.startswith(("step", "decoder", "encoder")) else 1
+        batch = ins[0].shape[0] if gname.startswith(("step", "decoder", "encoder", "prepare")) \
+            else 1
         graphs[gname] = GraphSpec(path.name, sha256_file(path), batch, ins, outs)
     extra: dict[str, Any] = {}
     prov = {"command": command or "syncedge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),

@@ -82,6 +82,11 @@ class WarpConfig:
     #: (rad, channel order), and a step moves pixels by the change of each channel's rigid
     #: rotation terms from that offset (module docstring); False: the start is home
     start_offset: bool = False
+    #: the per-DoF flow fields (``joint_width``) are computed once per rollout by
+    #: :meth:`WarpModel.prepare` and carried in the state (block ``joint_fields``) instead of
+    #: in every step: the same frames, one joint-network pass per rollout (the exported
+    #: ``prepare_bB`` graphs); training leaves it off
+    joint_fields_in_state: bool = False
     use_calibration: bool = True
     baseline_amplitude_rad: float = 0.3
     #: calibration sweep magnitudes the model was trained on, rad (model.json records them)
@@ -111,8 +116,9 @@ class WarpConfig:
     def to_dict(self) -> dict:
         """JSON-serialisable copy."""
         d = asdict(self)
-        if not self.start_offset:  # the configuration of every model before the block
-            del d["start_offset"]
+        for key in ("start_offset", "joint_fields_in_state"):  # off in every earlier model
+            if not d[key]:
+                del d[key]
         d["sweep_out_rows"] = list(self.sweep_out_rows)
         d["sweep_amplitude_rad"] = list(self.sweep_amplitude_rad)
         return d
@@ -134,7 +140,9 @@ class StateLayout:
     calibration sweep's direction), ``motion`` (M), ``summary`` (the calibration summary)
     and, with ``joint_width``, ``joint_flow`` (2: the step's coarse flow, px at 64x64);
     with ``start_offset``, ``offset`` (K constant planes: the start pose's joint offset
-    from the calibration's home pose, rad, controller channel order).
+    from the calibration's home pose, rad, controller channel order); with
+    ``joint_fields_in_state``, ``joint_fields`` (4 K: each channel's flow fields for the
+    ``sin`` and ``cos`` terms, px at 64x64, made once per rollout by the prepare graph).
     """
 
     def __init__(self, cfg: WarpConfig):
@@ -144,6 +152,8 @@ class StateLayout:
             sizes.append(("joint_flow", 2))
         if cfg.start_offset:
             sizes.append(("offset", cfg.max_dof))
+        if cfg.joint_width and cfg.joint_fields_in_state:
+            sizes.append(("joint_fields", 4 * cfg.max_dof))
         self.ranges: dict[str, tuple[int, int]] = {}
         at = 0
         for name, n in sizes:
@@ -358,15 +368,37 @@ class StateStep(nn.Module):
         parts = [z[:, :b], planes, motion, summary]
         if cfg.joint_width:
             bsz, k = t_tok.shape[:2]
-            feat = lay.slice(z, "features")[:, None].expand(-1, k, -1, -1, -1)
-            x = torch.cat([t_tok, u_tok, feat], 2).flatten(0, 1)
-            f = self.joint(x).reshape(bsz, k, 4, hh, hh) * 4.0  # px at 64x64
+            if cfg.joint_fields_in_state:
+                f = lay.slice(z, "joint_fields").reshape(bsz, k, 4, hh, hh)
+            else:
+                f = self.joint_fields(z, context)
             flow = (torch.einsum("ba,bachw->bchw", c_sin, f[:, :, :2])
                     + torch.einsum("ba,bachw->bchw", c_cos, f[:, :, 2:]))
             parts.append(flow)
         if cfg.start_offset:
             parts.append(lay.slice(z, "offset"))
+        if cfg.joint_width and cfg.joint_fields_in_state:
+            parts.append(lay.slice(z, "joint_fields"))
         return torch.cat(parts, 1)
+
+    def joint_fields(self, z: Tensor, context: Tensor) -> Tensor:
+        """Each channel's flow fields ``[B, A, 4, h, w]`` (px at 64x64: the ``sin`` term's
+        dx, dy, then the ``cos`` term's) from its tokens and the start frame's features.
+        Neither changes during a rollout, so the fields do not either.
+
+        Args:
+            z: states ``[B, C, h, w]`` (only the features block is read).
+            context: ``[A, D, h, w]`` or ``[B, A, D, h, w]``.
+        """
+        cfg, lay = self.cfg, self.cfg.layout
+        m, hh = cfg.motion_channels, cfg.grid
+        if context.dim() == 4:
+            context = context[None].expand(z.shape[0], *context.shape)
+        t_tok, u_tok = context[:, :, :m], context[:, :, m:2 * m]
+        bsz, k = t_tok.shape[:2]
+        feat = lay.slice(z, "features")[:, None].expand(-1, k, -1, -1, -1)
+        x = torch.cat([t_tok, u_tok, feat], 2).flatten(0, 1)
+        return self.joint(x).reshape(bsz, k, 4, hh, hh) * 4.0  # px at 64x64
 
 
 class WarpDecoder(nn.Module):
@@ -452,6 +484,17 @@ class WarpModel(nn.Module):
         self.step = StateStep(cfg)
         self.decoder = WarpDecoder(cfg)
 
+    def prepare(self, start_state: Tensor, context: Tensor) -> Tensor:
+        """The start state ``[B, C, h, w]`` made ready for the steps: with
+        ``joint_fields_in_state``, its ``joint_fields`` block filled (once per rollout);
+        otherwise returned as it is. ``context`` ``[A, D, h, w]`` or ``[B, A, D, h, w]``."""
+        cfg = self.cfg
+        if not (cfg.joint_width and cfg.joint_fields_in_state):
+            return start_state
+        a, b = cfg.layout.ranges["joint_fields"]
+        f = self.step.joint_fields(start_state, context).flatten(1, 2)  # (B, 4A, h, w)
+        return torch.cat([start_state[:, :a], f, start_state[:, b:]], 1)
+
     def with_offset(self, start_state: Tensor, offset: Tensor) -> Tensor:
         """The start state ``[B, C, h, w]`` with its ``offset`` block set to ``offset``
         ``[B, A]`` (rad, the start pose minus the calibration's home pose, channel order).
@@ -469,12 +512,14 @@ class WarpModel(nn.Module):
 
     def state_at(self, start_state: Tensor, cum_actions: Tensor, context: Tensor) -> Tensor:
         """The state after actions summing to ``cum_actions [B, A]`` (rad) from the start
-        state ``[B, C, h, w]``: one step with the sum (the step is additive in the angles)."""
+        state ``[B, C, h, w]`` (made ready by :meth:`prepare`): one step with the sum (the
+        step is additive in the angles)."""
         return self.step(start_state[:, None], cum_actions[:, None], cum_actions, context)
 
     def rollout(self, start_state: Tensor, actions: Tensor, context: Tensor) -> Tensor:
-        """States of frames 1..T ``[B, T, C, h, w]`` for actions ``[B, T, A]``."""
-        z, out = start_state, []
+        """States of frames 1..T ``[B, T, C, h, w]`` for actions ``[B, T, A]`` from the start
+        state ``[B, C, h, w]`` (:meth:`prepare` is applied here)."""
+        z, out = self.prepare(start_state, context), []
         for t in range(actions.shape[1]):
             z = self.step(z[:, None], actions[:, t:t + 1], actions[:, t], context)
             out.append(z)

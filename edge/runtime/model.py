@@ -241,6 +241,27 @@ class WorldModel:
                 f"them: plan_batches(N))")
         return runner
 
+    @property
+    def has_prepare(self) -> bool:
+        """Whether the model prepares its start latents once per rollout (``prepare_b{B}``
+        graphs: e.g. the warp model's per-DoF flow fields, made once instead of every step)."""
+        return any(k.startswith("prepare_b") for k in self.manifest.graphs)
+
+    def prepare(self, batch: int, latents: np.ndarray, context: np.ndarray,
+                out: np.ndarray) -> np.ndarray:
+        """Run ``prepare_b{batch}``: start latents float32 ``[B, C, h, w]`` and the context
+        ``context_shape`` -> the latents the steps start from, written into ``out``
+        (``[B, C, h, w]``). A model without prepare graphs copies ``latents``.
+
+        Raises:
+            RolloutInputError: ``batch`` is not an exported batch size (names those).
+        """
+        if not self.has_prepare:
+            np.copyto(out, latents)
+            return out
+        return self._batched("prepare", batch).infer(
+            {"start_latents": latents, "context": context}, {"latents": out})["latents"]
+
     def step(self, batch: int, feeds: Mapping[str, np.ndarray], out: np.ndarray) -> np.ndarray:
         """Run ``step_b{batch}`` writing ``next_latent`` float32 ``[B, C, h, w]`` into ``out``.
 

@@ -228,7 +228,8 @@ class Rollout:
 
     def reset(self, start: np.ndarray, actions: np.ndarray | None = None,
               horizon: int | None = None) -> None:
-        """Start a rollout: encode the start frame(s) and fill the ring buffer.
+        """Start a rollout: encode the start frame(s), prepare them (``prepare_b{B}``, where
+        the model has it) and fill the ring buffer.
 
         Args:
             start: uint8 ``[H, W, 3]`` (one start for every candidate) or ``[N, H, W, 3]``.
@@ -274,10 +275,16 @@ class Rollout:
         z = [self.model.encode(f).reshape(-1) for f in starts]
         for i in range(v.rows):
             self.start_latents[i] = z[i] if i < len(z) else z[0]
+        b = self.batch
+        if self.model.has_prepare:  # once per rollout (e.g. the warp model's flow fields)
+            for k in range(v.chunks):
+                rows = slice(k * b, (k + 1) * b)
+                ready = self.model.prepare(b, self.start_latents[rows].reshape(
+                    self.next_latents[rows].shape), self.context.values, self.next_latents[rows])
+                self.start_latents[rows] = ready.reshape(b, -1)
         self.actions[...] = 0.0
         self.actions[:n, :t] = acts
         self._n, self._horizon, self._t, self._fetched = n, t, 0, -1
-        b = self.batch
         if v.offset is not None:
             for k in range(v.chunks):
                 self.model.decode(b, self.start_latents[k * b:(k + 1) * b].reshape(
