@@ -80,7 +80,9 @@ def test_warp_checkpoints_match_their_manifest_and_the_shipped_graphs(folder: st
     for name, entry in man["files"].items():
         assert sha256_file(WARP_CHECKPOINTS / name) == entry["sha256"], name
         assert entry["command"].startswith("syncedge model train")
-    model = load_warp_model(WARP_CHECKPOINTS, history=checkpoint == "warp_nocal.pt")
+    # as exported: the per-DoF flow fields made once per rollout (prepare_bB graphs)
+    model = load_warp_model(WARP_CHECKPOINTS, history=checkpoint == "warp_nocal.pt",
+                            joint_fields_in_state=True)
     shipped = load_model_dir(MODELS / folder)
     assert shipped.provenance["config"] == model.cfg.to_dict()
     cal = np.load(SAMPLE / "calibration.npz")
@@ -91,8 +93,9 @@ def test_warp_checkpoints_match_their_manifest_and_the_shipped_graphs(folder: st
     with torch.no_grad():
         ctx = model.calibration(cal_states, torch.from_numpy(cal["actions"]),
                                 torch.ones(7))
-        z = model.step(model.encoder(start)[:, None], torch.zeros(1, 1, 7),
-                       torch.full((1, 7), 0.2), ctx)
+        z0 = model.encoder(start)
+        zp = model.prepare(z0, ctx)
+        z = model.step(zp[:, None], torch.zeros(1, 1, 7), torch.full((1, 7), 0.2), ctx)
     inputs = {
         "encoder": {"frames": start.numpy().copy()},
         "calibration": {"calibration_latents": cal_states.numpy(),
@@ -102,7 +105,9 @@ def test_warp_checkpoints_match_their_manifest_and_the_shipped_graphs(folder: st
                     "history_actions": np.zeros((1, 1, 7), np.float32),
                     "action": np.full((1, 7), 0.1, np.float32), "context": ctx.numpy()},
         "decoder_b1": {"latents": z.numpy()},
+        "prepare_b1": {"start_latents": z0.numpy(), "context": ctx.numpy()},
     }
+    assert set(inputs) == set(warp_graph_modules(model, batch_sizes=(1,)))
     for graph, (module, specs, _) in warp_graph_modules(model, batch_sizes=(1,)).items():
         sess = ort.InferenceSession(str(MODELS / folder / f"{graph}.onnx"),
                                     providers=["CPUExecutionProvider"])
