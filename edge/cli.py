@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 
 from edge import __version__
 from edge.commands.helptext import STATE_ROOT_HELP
-from edge.errors import EdgeError
+from edge.errors import EdgeError, missing_dependency
 
 __all__ = ["build_parser", "main", "run_parsed"]
 
@@ -66,9 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_parsed(args: argparse.Namespace) -> int:
     """Run a parsed subcommand (``args.func``) and return its exit code.
 
-    Project errors (:class:`edge.errors.EdgeError`) and file errors print one line on stderr
-    and give exit code 2; Ctrl-C prints one line and gives 130; anything else is a bug and
-    keeps its traceback.
+    Project errors (:class:`edge.errors.EdgeError`), file errors and a missing optional
+    library (named with its extra, :func:`edge.errors.missing_dependency`) print one line on
+    stderr and give exit code 2; Ctrl-C prints one line and gives 130; anything else is a bug
+    and keeps its traceback.
     """
     try:
         return int(args.func(args) or 0)
@@ -82,6 +83,21 @@ def run_parsed(args: argparse.Namespace) -> int:
             raise  # an OSError of ours (device gone, timeout) is a project error: one line
         print(f"syncedge {args.command}: error: {_file_error(exc)}", file=sys.stderr)
         return 2
+    except ImportError as exc:
+        hint = missing_dependency(exc, _command_line(args))
+        if hint is None:
+            raise
+        print(f"syncedge {args.command}: error: {hint}", file=sys.stderr)
+        return 2
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command that ran, ``"syncedge bundle keys add"``: each group stores its chosen
+    subcommand as ``<name>_command`` (``bundle_command``, then ``keys_command``)."""
+    words = [str(args.command)]
+    while isinstance(getattr(args, f"{words[-1]}_command", None), str):
+        words.append(getattr(args, f"{words[-1]}_command"))
+    return " ".join(["syncedge", *words])
 
 
 def _file_error(exc: BaseException) -> str:

@@ -4,7 +4,24 @@ Every message names the subject (a file, a field, a key path), what was expected
 was found, and where useful the fix.
 """
 
-__all__ = ["EdgeError", "EpisodeError", "MissingDependencyError"]
+from __future__ import annotations
+
+__all__ = ["OPTIONAL_LIBRARIES", "EdgeError", "EpisodeError", "MissingDependencyError",
+           "missing_dependency"]
+
+#: Optional libraries by import name: (distribution, the extra of setup.py that installs it).
+OPTIONAL_LIBRARIES: dict[str, tuple[str, str]] = {
+    "torch": ("torch", "train"),
+    "mujoco": ("mujoco", "train"),
+    "fast_simplification": ("fast-simplification", "train"),
+    "matplotlib": ("matplotlib", "train"),
+    "dynamixel_sdk": ("dynamixel-sdk", "bridge"),
+    "scservo_sdk": ("feetech-servo-sdk", "bridge"),
+    "pysoem": ("pysoem", "bridge"),
+    "tensorrt": ("tensorrt", "nvidia"),
+    "pycuda": ("pycuda", "nvidia"),
+    "rosbags": ("rosbags", "ros"),
+}
 
 
 class EdgeError(Exception):
@@ -42,3 +59,23 @@ class MissingDependencyError(EdgeError, ImportError):
         )
         self.library = library
         self.extra = extra
+
+
+def missing_dependency(exc: ImportError, purpose: str) -> ImportError | None:
+    """The error to show for a failed import: ``exc`` itself when it already names the extra
+    (``edge``'s or ``kernels``' :class:`MissingDependencyError`), a
+    :class:`MissingDependencyError` when an optional library of :data:`OPTIONAL_LIBRARIES` is
+    missing, else ``None`` (a module of ours, or a required library: a bug or a broken
+    install, which keeps its traceback).
+
+    Args:
+        exc: the import error.
+        purpose: what needed the library, e.g. ``"syncedge model train"``.
+    """
+    if getattr(exc, "library", None) and getattr(exc, "extra", None):
+        return exc
+    top = (exc.name or "").split(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
+    if top not in OPTIONAL_LIBRARIES:
+        return None
+    distribution, extra = OPTIONAL_LIBRARIES[top]
+    return MissingDependencyError(distribution, extra, purpose)

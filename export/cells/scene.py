@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from edge.errors import MissingDependencyError
 from export.cells.robots import RobotSpec, assets_root, robot_spec
 from export.errors import RendererUnavailableError
 
@@ -62,8 +63,7 @@ def require_mujoco() -> Any:
     Sets ``MUJOCO_GL=egl`` unless the environment already chose a backend.
 
     Raises:
-        RendererUnavailableError: if MuJoCo or its OpenGL libraries are missing, naming
-            the package(s) to install.
+        MissingDependencyError: MuJoCo is not installed (names ``syncedge[train]``).
     """
     os.environ.setdefault("MUJOCO_GL", "egl")
     if os.environ["MUJOCO_GL"] == "osmesa":
@@ -71,9 +71,7 @@ def require_mujoco() -> Any:
     try:
         import mujoco
     except ImportError as exc:
-        raise RendererUnavailableError(
-            f"MuJoCo is not installed ({exc}); install it with: pip install 'syncedge[train]'"
-        ) from None
+        raise MissingDependencyError("mujoco", "train", "Rendering robot cells") from exc
     return mujoco
 
 
