@@ -1,10 +1,11 @@
 """The ``syncedge`` command line.
 
-Subcommand groups are discovered through the ``syncedge.commands`` entry-point group, so
-that ``edge`` never imports ``export`` or ``firmware_bridge`` (see docs/architecture.md).
-Each entry point is a ``register(subparsers)`` function that adds one subparser whose
-``func`` attribute takes the parsed ``argparse.Namespace`` and returns an exit code.
-Registration must stay cheap: heavy libraries are imported inside ``func``.
+Subcommand groups are plug-ins of the ``syncedge.commands`` group (``edge/plugins.py``): the
+packages above ``edge`` (``firmware_bridge``, ``export``) contribute theirs there, so ``edge``
+imports neither (see docs/architecture.md). Each entry is a ``register(subparsers)``
+function that adds one subparser whose ``func`` attribute takes the parsed
+``argparse.Namespace`` and returns an exit code. Registration must stay cheap: heavy
+libraries are imported inside ``func``.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 
 from edge import __version__
 from edge.commands.helptext import STATE_ROOT_HELP
 from edge.errors import EdgeError, missing_dependency
+from edge.plugins import entries, load
 
 __all__ = ["build_parser", "main", "run_parsed"]
 
-ENTRY_POINT_GROUP = "syncedge.commands"
+ENTRY_POINT_GROUP = "syncedge.commands"  # read through edge.plugins
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"syncedge {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        register = ep.load()
+    for name in sorted(entries(ENTRY_POINT_GROUP)):
+        register = load(ENTRY_POINT_GROUP, name)
         register(sub)
     return parser
 
