@@ -7,7 +7,7 @@ was found, and where useful the fix.
 from __future__ import annotations
 
 __all__ = ["OPTIONAL_LIBRARIES", "EdgeError", "EpisodeError", "MissingDependencyError",
-           "missing_dependency"]
+           "TimebaseError", "missing_dependency"]
 
 #: Optional libraries by import name: (distribution, the extra of setup.py that installs it).
 OPTIONAL_LIBRARIES: dict[str, tuple[str, str]] = {
@@ -46,6 +46,10 @@ class EpisodeError(EdgeError, ValueError):
         super().__init__(f"{prefix}: {message}" if prefix else message)
         self.path = path
         self.field = field
+
+
+class TimebaseError(EdgeError, ValueError):
+    """Stamps or positions that time alignment (:mod:`edge.timebase`) cannot use."""
 
 
 class MissingDependencyError(EdgeError, ImportError):

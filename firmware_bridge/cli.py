@@ -35,7 +35,7 @@ def register(subparsers) -> None:
 def _latency(stream, samples: list) -> str:
     """Estimate the receipt latency from ``samples``, keep it in the stream's statistics
     (``stats.extra["latency"]``) and return the line to print."""
-    from .timebase import capture_stamps
+    from edge.timebase import capture_stamps
 
     if len(samples) < 2:
         return "latency: unknown (fewer than 2 samples)"

@@ -10,9 +10,11 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from edge.joints import positional_names
+
 from .frame_format import MAX_JOINTS, FrameDecoder
 from .serial_io import open_serial, read_some
-from .stream import CycleError, JointStream, LinkLostError, Reading, positional_names
+from .stream import CycleError, JointStream, LinkLostError, Reading
 
 __all__ = ["FramedStream"]
 

@@ -17,8 +17,10 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from edge.joints import JointSample
+
 from .errors import BridgeError
-from .sample import JointSample, StreamStats
+from .sample import StreamStats
 
 __all__ = ["JointLog", "JointLogWriter", "read_joint_log"]
 

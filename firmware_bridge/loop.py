@@ -13,7 +13,9 @@ import time
 
 import numpy as np
 
-from .stream import CycleError, JointStream, Reading, positional_names
+from edge.joints import positional_names
+
+from .stream import CycleError, JointStream, Reading
 
 __all__ = ["LoopStream"]
 

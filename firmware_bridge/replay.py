@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import time
 
+from edge.joints import Status
+
 from .errors import BridgeError, EndOfLogError
 from .jointlog import JointLog, read_joint_log
-from .sample import Status
 from .stream import JointStream, LinkLostError, Reading
 
 __all__ = ["ReplayStream"]

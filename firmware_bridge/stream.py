@@ -15,25 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge.joints import JointSample, Status
+
 from .errors import BridgeError, BridgeTimeoutError, DeviceGoneError
-from .sample import JointSample, Status, StreamStats
+from .sample import StreamStats
 
-__all__ = ["CycleError", "JointStream", "LinkLostError", "Reading", "positional_names",
-           "names_are_positional"]
-
-
-def positional_names(count: int) -> list[str]:
-    """Placeholder names ``joint0 .. joint{count-1}`` for a device that reports no names."""
-    return [f"joint{j}" for j in range(count)]
-
-
-def names_are_positional(names: list[str]) -> bool:
-    """Whether ``names`` only number the channels (:func:`positional_names`, servo ids
-    ``id<N>``, EtherCAT ``slave<k>:<device name>`` in chain order) rather than name the
-    controller's joints: a program must then be matched to the channels by position."""
-    return bool(names) and (names == positional_names(len(names))
-                            or all(n.startswith("id") and n[2:].isdigit() for n in names)
-                            or all(n.startswith(f"slave{k}:") for k, n in enumerate(names)))
+__all__ = ["CycleError", "JointStream", "LinkLostError", "Reading"]
 
 
 class CycleError(BridgeError):

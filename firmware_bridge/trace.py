@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 
+from edge.joints import JointSample
+
 from .jointlog import JointLogWriter
-from .sample import JointSample
 from .stream import JointStream
 
 __all__ = ["TraceStream"]

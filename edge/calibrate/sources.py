@@ -12,10 +12,10 @@ channel order and signs). Cameras: :func:`edge.calibrate.camera.open_camera`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from edge.calibrate.errors import PlanError
 from edge.calibrate.spec import RobotSpec, load_robot_spec
+from edge.joints import JointSource
 from edge.plugins import entries, load
 
 __all__ = ["JOINT_OPENERS", "ROBOT_SPECS", "open_joints", "robot_spec_for"]
@@ -26,7 +26,7 @@ JOINT_OPENERS = "syncedge.openers"
 ROBOT_SPECS = "syncedge.robot_specs"
 
 
-def open_joints(url: str) -> Any:
+def open_joints(url: str) -> JointSource:
     """Open the joint stream a URL names (opened; close it when done).
 
     Raises:
@@ -35,7 +35,8 @@ def open_joints(url: str) -> Any:
         DeviceGoneError: nothing at the path.
     """
     opener = load(JOINT_OPENERS, "joints", f"the joint stream {url!r}")
-    return opener(url)
+    stream: JointSource = opener(url)
+    return stream
 
 
 def robot_spec_for(text: str, frame_rate_hz: float | None = None) -> RobotSpec:

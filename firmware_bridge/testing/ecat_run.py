@@ -19,8 +19,9 @@ import time
 
 import numpy as np
 
+from edge.joints import Status
+
 from ..ethercat import EthercatStream
-from ..sample import Status
 from ..url import stream_for_url
 from .ecat_slave import SlaveFaults, serve
 
