@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from edge.calibrate.errors import CameraDisconnectedError, CameraError
-from edge.calibrate.spec import DofSpec, RobotSpec
+from edge.calibrate.spec import RobotSpec
 from export.cells.robots import robot_spec
 from export.cells.sampling import CellParams, sample_cell
 from export.cells.scene import CellScene, RenderSettings
@@ -59,16 +59,17 @@ def _cell_params(split: str, seed: int, robot: str | None) -> CellParams:
 
 def virtual_robot_spec(split: str = "test_all", seed: int = 0, robot: str | None = None,
                        frame_rate_hz: float = 10.0) -> RobotSpec:
-    """The robot spec of a virtual cell in its controller's channel order and signs."""
+    """The robot spec of a virtual cell: the robot table's spec in the cell's controller
+    channel order and signs, at ``frame_rate_hz``."""
     cell = _cell_params(split, seed, robot)
     spec = robot_spec(cell.robot)
     conv = cell.convention
     dofs = []
     for p, s in zip(conv.perm, conv.signs, strict=True):
-        lo, hi = spec.limits_rad[p]
-        lo, hi = (lo, hi) if s > 0 else (-hi, -lo)
-        dofs.append(DofSpec(spec.joints[p], "rad", lo, hi, s * spec.home_rad[p], 0.5))
-    return RobotSpec(cell.robot, frame_rate_hz, 0.3, tuple(dofs))
+        d = spec.dofs[p]
+        lo, hi = (d.lower, d.upper) if s > 0 else (-d.upper, -d.lower)
+        dofs.append(dataclasses.replace(d, lower=lo, upper=hi, home=s * d.home))
+    return dataclasses.replace(spec, frame_rate_hz=frame_rate_hz, dofs=tuple(dofs))
 
 
 def robot_spec_for_url(url: str, frame_rate_hz: float | None = None) -> RobotSpec:
