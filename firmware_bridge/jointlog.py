@@ -60,7 +60,7 @@ class JointLogWriter:
     def __enter__(self) -> JointLogWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -12,6 +12,7 @@ import abc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from edge.joints import JointSample, Status
 
 from .errors import BridgeError, BridgeTimeoutError, DeviceGoneError
 from .sample import StreamStats
+
+if TYPE_CHECKING:
+    from .url import Options
 
 __all__ = ["CycleError", "JointStream", "LinkLostError", "Reading"]
 
@@ -83,7 +87,7 @@ class JointStream(abc.ABC):
         self._last_counter: int | None = None
 
     @classmethod
-    def from_url(cls, url: str, target: str, opts, **kw) -> JointStream:
+    def from_url(cls, url: str, target: str, opts: Options, **kw: Any) -> JointStream:
         """Build from a parsed URL (see :func:`firmware_bridge.url.stream_for_url`): the
         transport's own options (:meth:`_url_options`), unknown ones refused, then ``kw`` on
         top; ``target`` is the URL's device path, interface or file."""
@@ -94,7 +98,7 @@ class JointStream(abc.ABC):
         return make(url, target, **args)
 
     @classmethod
-    def _url_options(cls, opts) -> dict:
+    def _url_options(cls, opts: Options) -> dict[str, Any]:
         """This transport's URL options, parsed from ``opts``, as constructor keywords."""
         return {}
 
@@ -144,7 +148,7 @@ class JointStream(abc.ABC):
     def __enter__(self) -> JointStream:
         return self.open()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- reading ------------------------------------------------------------------------
