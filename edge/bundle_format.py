@@ -5,7 +5,9 @@ A bundle is a gzip-compressed tar archive for one target holding, in this order:
 
 1. ``bundle.json``: the bundle manifest (strict JSON, :class:`BundleManifest`): schema
    version, target, model identity, the sha256 and size of every other file, creation
-   info and the signing key id;
+   info and the signing key id; read by the strict config reader
+   (:mod:`edge.config_reader`), so unknown or missing keys and values of the wrong type are
+   refused naming the key path;
 2. ``bundle.sig``: strict JSON ``{"algorithm": "ed25519", "key_id", "signature"}``, the
    signature (base64) over the exact bytes of ``bundle.json``;
 3. the payload: ``model.json``, the ONNX graphs and optional extra files, each a regular
@@ -24,9 +26,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from edge.errors import EdgeError
+from edge.config_reader import Where, read_config
+from edge.errors import ConfigError
+from edge.manifest import Variant
 
 __all__ = [
     "BUNDLE_SCHEMA_VERSION",
@@ -63,7 +67,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
 
 
-class BundleError(EdgeError, ValueError):
+class BundleError(ConfigError):
     """A bundle, its signature, a key or a device slot is missing, malformed or refused.
 
     The message names the file (archive, member, key or slot) and the reason.
@@ -119,24 +123,48 @@ def parse_strict_json(data: bytes, where: str) -> Any:
         raise BundleError(f"{where}: invalid JSON: {exc}") from None
 
 
-def _keys(d: Any, required: tuple[str, ...], where: str) -> dict[str, Any]:
-    if not isinstance(d, Mapping):
-        raise BundleError(f"{where}: expected a JSON object, found {type(d).__name__}")
-    unknown = sorted(set(d) - set(required))
-    if unknown:
-        raise BundleError(f"{where}.{unknown[0]}: unknown key; expected only {list(required)}")
-    for k in required:
-        if k not in d:
-            raise BundleError(f"{where}.{k}: missing key")
-    return dict(d)
-
-
-def _str(d: Mapping[str, Any], key: str, where: str, pattern: re.Pattern[str] | None = None) -> str:
-    v = d[key]
-    if not isinstance(v, str) or (pattern is not None and not pattern.match(v)):
-        expected = f"a string matching {pattern.pattern}" if pattern else "a string"
-        raise BundleError(f"{where}.{key}: expected {expected}, found {v!r}")
+def _match(v: str, pattern: re.Pattern[str], w: Where) -> str:
+    if not pattern.match(v):
+        w.fail(f"expected a string matching {pattern.pattern}, found {v!r}")
     return v
+
+
+@dataclass(frozen=True)
+class _ModelEntry:
+    """``bundle.json``'s ``model``: the bundled model's identity."""
+
+    name: str
+    variant: Variant
+    model_json_sha256: str
+
+
+@dataclass(frozen=True)
+class _FileEntry:
+    """One entry of ``bundle.json``'s ``files`` (keyed by the file name)."""
+
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class _ManifestFile:
+    """``bundle.json`` as stored (the schema :meth:`BundleManifest.from_bytes` reads)."""
+
+    schema_version: int
+    target: str
+    model: _ModelEntry
+    files: Mapping[str, _FileEntry]
+    created: Mapping[str, str]
+    key_id: str
+
+
+@dataclass(frozen=True)
+class _SignatureFile:
+    """``bundle.sig`` as stored."""
+
+    algorithm: Literal["ed25519"]
+    key_id: str
+    signature: str
 
 
 @dataclass(frozen=True)
@@ -198,43 +226,42 @@ class BundleManifest:
         """Parse and check ``bundle.json`` bytes.
 
         Raises:
-            BundleError: naming the key path: unknown/missing keys, a schema version newer
-                than this syncedge reads, an unknown target, a bad file name or digest.
+            BundleError: ``<where>:<key.path>: ...`` for unknown or missing keys, a value of
+                the wrong type or outside the allowed ones, a schema version newer than this
+                syncedge reads, an unknown target, a bad file name or digest.
         """
+        w = Where(where, error=BundleError)
         d = parse_strict_json(data, where)
         if not isinstance(d, Mapping):
-            raise BundleError(f"{where}: expected a JSON object")
+            w.fail(f"expected a mapping, found {type(d).__name__}")
         version = d.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):
-            raise BundleError(f"{where}.schema_version: missing or not an integer")
+            w.key("schema_version").fail("missing or not an integer")
         if version > BUNDLE_SCHEMA_VERSION:
-            raise BundleError(f"{where}.schema_version: {version} is newer than this syncedge "
-                              f"reads ({BUNDLE_SCHEMA_VERSION}); upgrade syncedge on the device")
-        d = _keys(d, ("schema_version", "target", "model", "files", "created", "key_id"), where)
-        target = check_target(_str(d, "target", where), f"{where}.target")
-        m = _keys(d["model"], ("name", "variant", "model_json_sha256"), f"{where}.model")
-        files_d = d["files"]
-        if not isinstance(files_d, Mapping) or not files_d:
-            raise BundleError(f"{where}.files: expected a non-empty JSON object")
+            w.key("schema_version").fail(f"{version} is newer than this syncedge reads "
+                                         f"({BUNDLE_SCHEMA_VERSION}); upgrade syncedge on the "
+                                         f"device")
+        f = read_config(_ManifestFile, d, w)
+        target = check_target(f.target, str(w.key("target")))
+        if not f.files:
+            w.key("files").fail("expected a non-empty mapping of file entries, found {}")
         files = []
-        for name, entry in sorted(files_d.items()):
-            fw = f"{where}.files.{name}"
-            check_file_name(name, fw)
-            e = _keys(entry, ("sha256", "size"), fw)
-            size = e["size"]
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                raise BundleError(f"{fw}.size: expected a non-negative integer, found {size!r}")
-            files.append(BundleFile(name, _str(e, "sha256", fw, _HEX64), size))
-        if "model.json" not in files_d:
-            raise BundleError(f"{where}.files: 'model.json' is not listed")
-        created = d["created"]
-        if not isinstance(created, Mapping) or not all(isinstance(v, str) for v in created.values()):
-            raise BundleError(f"{where}.created: expected a JSON object of strings")
-        return cls(target=target, model_name=_str(m, "name", f"{where}.model"),
-                   model_variant=_str(m, "variant", f"{where}.model"),
-                   model_sha256=_str(m, "model_json_sha256", f"{where}.model", _HEX64),
-                   files=tuple(files), created=dict(created),
-                   key_id=_str(d, "key_id", where, _KEY_ID), schema_version=version)
+        for name, entry in sorted(f.files.items()):
+            fw = w.key("files").key(name)
+            check_file_name(name, str(fw))
+            if entry.size < 0:
+                fw.key("size").fail(f"expected a non-negative integer, found {entry.size!r}")
+            files.append(BundleFile(name, _match(entry.sha256, _HEX64, fw.key("sha256")),
+                                    entry.size))
+        if "model.json" not in f.files:
+            w.key("files").fail("'model.json' is not listed")
+        mw = w.key("model")
+        return cls(target=target, model_name=f.model.name, model_variant=f.model.variant,
+                   model_sha256=_match(f.model.model_json_sha256, _HEX64,
+                                       mw.key("model_json_sha256")),
+                   files=tuple(files), created=dict(f.created),
+                   key_id=_match(f.key_id, _KEY_ID, w.key("key_id")),
+                   schema_version=f.schema_version)
 
 
 @dataclass(frozen=True)
@@ -253,17 +280,22 @@ class BundleSignature:
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = SIGNATURE_NAME) -> BundleSignature:
-        """Parse ``bundle.sig``; raises :class:`BundleError` naming the key path."""
-        d = _keys(parse_strict_json(data, where), ("algorithm", "key_id", "signature"), where)
-        if d["algorithm"] != "ed25519":
-            raise BundleError(f"{where}.algorithm: expected 'ed25519', found {d['algorithm']!r}")
+        """Parse ``bundle.sig``.
+
+        Raises:
+            BundleError: naming the key path: unknown or missing keys, a value of the wrong
+                type, an algorithm other than ed25519, a signature that is not 64 bytes of
+                base64.
+        """
+        w = Where(where, error=BundleError)
+        f = read_config(_SignatureFile, parse_strict_json(data, where), w)
         try:
-            sig = base64.b64decode(_str(d, "signature", where), validate=True)
+            sig = base64.b64decode(f.signature, validate=True)
         except ValueError:
-            raise BundleError(f"{where}.signature: not valid base64") from None
+            w.key("signature").fail("not valid base64")
         if len(sig) != 64:
-            raise BundleError(f"{where}.signature: expected 64 bytes, found {len(sig)}")
-        return cls(key_id=_str(d, "key_id", where, _KEY_ID), signature=sig)
+            w.key("signature").fail(f"expected 64 bytes, found {len(sig)}")
+        return cls(key_id=_match(f.key_id, _KEY_ID, w.key("key_id")), signature=sig)
 
 
 def key_id(public_key: Any) -> str:

@@ -31,10 +31,11 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
+from edge.config_reader import Where, read_config
 from edge.errors import EpisodeError
 from edge.fileio import atomic_write
 
@@ -43,6 +44,8 @@ __all__ = [
     "EPISODE_SCHEMA_VERSION",
     "EPISODE_KINDS",
     "DOF_UNITS",
+    "DofUnit",
+    "EpisodeKind",
     "CalibrationSegment",
     "Episode",
     "EpisodeMetadata",
@@ -54,11 +57,14 @@ __all__ = [
 #: Version of the episode file layout. Readers refuse files from a newer version.
 EPISODE_SCHEMA_VERSION = 1
 #: What an episode was recorded for.
-EPISODE_KINDS = ("calibration", "motion", "validation")
+EpisodeKind = Literal["calibration", "motion", "validation"]
+EPISODE_KINDS = get_args(EpisodeKind)
 #: Units a degree of freedom may have (revolute: rad; prismatic: m).
-DOF_UNITS = ("rad", "m")
+DofUnit = Literal["rad", "m"]
+DOF_UNITS = get_args(DofUnit)
 #: The only action space this project uses: measured joint position change per frame.
-ACTION_SPACE = "joint_position_delta"
+ActionSpace = Literal["joint_position_delta"]
+ACTION_SPACE: ActionSpace = "joint_position_delta"
 
 _ARRAY_KEYS = ("frames", "actions", "timestamps")
 _OPTIONAL_KEYS = ("joint_positions", "ee_px", "robot_mask")
@@ -127,32 +133,32 @@ class EpisodeMetadata:
 
     @classmethod
     def from_json_dict(cls, d: Mapping[str, Any], *, path: object = None) -> EpisodeMetadata:
-        """Build metadata from a JSON dictionary, refusing unknown or missing keys.
+        """Build metadata from a parsed JSON dictionary, checked by the strict config reader
+        (:mod:`edge.config_reader`): keys, value types and allowed values (``kind``,
+        ``dof_units``, ``action_space``). The values the types do not say (lengths, DoF
+        names, segment bounds) are checked by :meth:`Episode.validate`.
 
+        Args:
+            d: the metadata without ``schema_version``.
+            path: the episode file, for messages (``None``: not from a file).
         Raises:
-            EpisodeError: naming ``metadata.<key>`` for a missing, unknown or mistyped key.
+            EpisodeError: at field ``metadata.<key path>``: unknown or missing keys (all
+                listed at ``metadata``), a value of the wrong type or outside the allowed
+                ones.
         """
-        if not isinstance(d, Mapping):
-            raise EpisodeError(f"expected a JSON object, found {type(d).__name__}", path=path,
-                               field="metadata")
-        names = {f.name for f in dataclasses.fields(cls)}
-        required = {f.name for f in dataclasses.fields(cls)
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise EpisodeError(f"unknown key(s) {unknown}; expected only {sorted(names)}",
-                               path=path, field="metadata")
-        missing = sorted(required - set(d))
-        if missing:
-            raise EpisodeError(f"missing key(s) {missing}", path=path, field="metadata")
-        kw = dict(d)
-        try:
-            kw["dof_names"] = tuple(d["dof_names"])
-            kw["dof_units"] = tuple(d["dof_units"])
-            kw["segments"] = tuple(CalibrationSegment(**s) for s in d.get("segments", ()))
-        except TypeError as exc:
-            raise EpisodeError(f"malformed value: {exc}", path=path, field="metadata") from None
-        return cls(**kw)
+        m = read_config(_MetadataFile, d, Where(path, "metadata", error=EpisodeError))
+        return cls(**{f.name: getattr(m, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class _MetadataFile(EpisodeMetadata):
+    """The metadata as stored: :class:`EpisodeMetadata` with the allowed values of ``kind``,
+    ``dof_units`` and ``action_space`` as ``Literal`` types for the strict reader (the
+    in-memory class keeps ``str``; :meth:`Episode.validate` checks it)."""
+
+    dof_units: tuple[DofUnit, ...]
+    kind: EpisodeKind = "motion"
+    action_space: ActionSpace = ACTION_SPACE
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,14 @@ was found, and where useful the fix.
 
 from __future__ import annotations
 
-__all__ = ["OPTIONAL_LIBRARIES", "EdgeError", "EpisodeError", "MissingDependencyError",
-           "TimebaseError", "missing_dependency"]
+from collections.abc import Sequence
+from typing import TypeVar
+
+__all__ = ["OPTIONAL_LIBRARIES", "ConfigError", "EdgeError", "EpisodeError",
+           "MissingDependencyError", "TimebaseError", "missing_dependency"]
+
+_E = TypeVar("_E", bound="ConfigError")
+_EE = TypeVar("_EE", bound="EpisodeError")
 
 #: Optional libraries by import name: (distribution, the extra of setup.py that installs it).
 OPTIONAL_LIBRARIES: dict[str, tuple[str, str]] = {
@@ -28,8 +34,59 @@ class EdgeError(Exception):
     """Base class of every error raised by ``edge``."""
 
 
-class EpisodeError(EdgeError, ValueError):
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+class ConfigError(EdgeError, ValueError):
+    """A config or manifest file (``model.json``, ``bundle.json``/``bundle.sig``, pre-check
+    rules, a robot spec, episode metadata) holds an unknown or missing key, a value of the
+    wrong type or one outside the allowed values.
+
+    Each of those formats has its own error class derived from this one
+    (:class:`~edge.manifest.ManifestError`, :class:`~edge.bundle_format.BundleError`,
+    :class:`~edge.runtime.errors.RulesError`, :class:`~edge.calibrate.errors.PlanError`,
+    :class:`EpisodeError`). The strict reader (:mod:`edge.config_reader`) raises them through
+    :meth:`at`, giving the message ``<file>:<key.path>: <problem>``, e.g.
+    ``m/model.json:contract.residual_decoding: expected true or false, found 'no'``.
+
+    Attributes:
+        file: the file (or ``archive:member``) concerned, or ``None``.
+        key_path: the key path inside it (``contract.latent_shape[2]``), ``""`` for the
+            whole document, or ``None`` for an error raised with a plain message.
+    """
+
+    file: str | None = None
+    key_path: str | None = None
+
+    @classmethod
+    def at(cls: type[_E], file: object, key_path: str, problem: str) -> _E:
+        """The error for ``problem`` at ``key_path`` of ``file`` (``None``: no file)."""
+        where = ":".join(s for s in (None if file is None else str(file), key_path) if s)
+        err = cls(f"{where}: {problem}" if where else problem)
+        err.file, err.key_path = None if file is None else str(file), key_path
+        return err
+
+    @classmethod
+    def unknown_keys(cls: type[_E], file: object, path: str, keys: Sequence[str],
+                     allowed: Sequence[str]) -> _E:
+        """The error for ``keys`` (at least one) that the mapping at ``path`` may not hold."""
+        return cls.at(file, _join(path, keys[0]), f"unknown key; expected one of "
+                                                 f"{sorted(allowed)}")
+
+    @classmethod
+    def missing_keys(cls: type[_E], file: object, path: str, keys: Sequence[str],
+                     expected: Sequence[str]) -> _E:
+        """The error for required ``keys`` (at least one) absent from the mapping at ``path``;
+        ``expected[i]`` says what ``keys[i]`` holds (``"an integer"``)."""
+        return cls.at(file, _join(path, keys[0]), f"missing key; expected {expected[0]}")
+
+
+class EpisodeError(ConfigError):
     """An episode file or array failed validation.
+
+    The message is ``<file>: field '<field>': <problem>``; the metadata's unknown or missing
+    keys are listed together at ``field 'metadata'``.
 
     Attributes:
         path: the file concerned, or ``None`` for in-memory episodes.
@@ -46,6 +103,26 @@ class EpisodeError(EdgeError, ValueError):
         super().__init__(f"{prefix}: {message}" if prefix else message)
         self.path = path
         self.field = field
+        self.file = None if path is None else str(path)
+        self.key_path = field
+
+    @classmethod
+    def at(cls: type[_EE], file: object, key_path: str, problem: str) -> _EE:
+        """The error for ``problem`` at field ``key_path`` of ``file``."""
+        return cls(problem, path=file, field=key_path or None)
+
+    @classmethod
+    def unknown_keys(cls: type[_EE], file: object, path: str, keys: Sequence[str],
+                     allowed: Sequence[str]) -> _EE:
+        """All unknown ``keys`` of the mapping at field ``path``, in one message."""
+        return cls.at(file, path, f"unknown key(s) {sorted(keys)}; expected only "
+                                  f"{sorted(allowed)}")
+
+    @classmethod
+    def missing_keys(cls: type[_EE], file: object, path: str, keys: Sequence[str],
+                     expected: Sequence[str]) -> _EE:
+        """All missing ``keys`` of the mapping at field ``path``, in one message."""
+        return cls.at(file, path, f"missing key(s) {sorted(keys)}")
 
 
 class TimebaseError(EdgeError, ValueError):

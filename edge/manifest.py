@@ -2,10 +2,12 @@
 
 A model is a folder holding ``model.json`` and four ONNX graphs (``encoder``,
 ``calibration``, ``step``, ``decoder``; the step and decoder once per exported batch
-size). The manifest is strict JSON with a schema version; unknown or missing keys are
-errors that give the key path. The model's identity is the sha256 of its ``model.json``
-bytes (:func:`model_sha256`), which lists the sha256 of every graph; :func:`load_model_dir`
-refuses a model whose graphs do not match, naming the file.
+size). The manifest is strict JSON with a schema version, read by the strict config reader
+(:mod:`edge.config_reader`): unknown or missing keys, values of the wrong type and values
+outside the allowed ones are errors that give the file and the key path. The model's
+identity is the sha256 of its ``model.json`` bytes (:func:`model_sha256`), which lists the
+sha256 of every graph; :func:`load_model_dir` refuses a model whose graphs do not match,
+naming the file.
 
 Contract details fixed by the manifest (the runtime and kernels follow them, never guess):
 see :class:`ModelContract` and docs/architecture.md, "Model contract".
@@ -19,17 +21,25 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
-from edge.errors import EdgeError
+from edge.config_reader import Where, read_config
+from edge.errors import ConfigError
 from edge.fileio import atomic_write, sha256_file
 
 __all__ = [
     "MANIFEST_SCHEMA_VERSION",
     "FAMILIES",
     "CALIBRATION_MODES",
+    "VARIANTS",
+    "CalibrationMode",
+    "DecoderOutput",
+    "Dtype",
+    "Family",
+    "Variant",
+    "Warping",
     "UPGRADE_COMMAND",
     "upgrade_manifest_dict",
     "GRAPH_NAMES",
@@ -46,38 +56,30 @@ __all__ = [
 
 MANIFEST_SCHEMA_VERSION = 2
 GRAPH_NAMES = ("encoder", "calibration", "step", "decoder")
-_DTYPES = ("float32", "float16", "uint8", "int32", "int64", "bool")
+#: ``TensorSpec.dtype``: the tensor element types a graph may use.
+Dtype = Literal["float32", "float16", "uint8", "int32", "int64", "bool"]
 #: Model families (``contract.family``): ``latent`` (autoencoder + latent step, schema 1's
 #: only family) and ``warp`` (the start frame warped inside the decoder graph).
-FAMILIES = ("latent", "warp")
+Family = Literal["latent", "warp"]
+FAMILIES = get_args(Family)
 #: ``contract.calibration_mode``: ``calibration`` (reads the cell's calibration episode) or
 #: ``history`` (trained without calibration: the start frame and the actions only).
-CALIBRATION_MODES = ("calibration", "history")
+CalibrationMode = Literal["calibration", "history"]
+CALIBRATION_MODES = get_args(CalibrationMode)
 #: ``contract.warping``: where warping and compositing run.
-WARPING = ("none", "decoder_graph")
+Warping = Literal["none", "decoder_graph"]
+WARPING = get_args(Warping)
+#: Model variants (``variant``): the FP32 export and its quantised forms.
+Variant = Literal["fp32", "int8", "fp16"]
+VARIANTS = get_args(Variant)
+#: Outputs a decoder graph may have, ``frames`` first.
+DecoderOutput = Literal["frames", "robot_mask"]
 #: How to upgrade a schema-1 model folder (graphs unchanged, model.json rewritten).
 UPGRADE_COMMAND = "syncedge export upgrade MODEL_DIR"
 
 
-class ManifestError(EdgeError, ValueError):
+class ManifestError(ConfigError):
     """A model manifest or one of its graphs is missing, malformed or does not match."""
-
-
-
-
-def _strict(cls: type, d: Any, where: str) -> dict[str, Any]:
-    """Check ``d`` has exactly the dataclass fields of ``cls`` (those without default required)."""
-    if not isinstance(d, Mapping):
-        raise ManifestError(f"{where}: expected a JSON object, found {type(d).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - set(fields))
-    if unknown:
-        raise ManifestError(f"{where}.{unknown[0]}: unknown key; expected only {sorted(fields)}")
-    for name, f in fields.items():
-        if name not in d and f.default is dataclasses.MISSING \
-                and f.default_factory is dataclasses.MISSING:
-            raise ManifestError(f"{where}.{name}: missing key")
-    return dict(d)
 
 
 @dataclass(frozen=True)
@@ -94,25 +96,9 @@ class TensorSpec:
 
     name: str
     shape: tuple[int, ...]
-    dtype: str
+    dtype: Dtype
     unit: str = ""
     bounds: tuple[float, float] | None = None
-
-    @classmethod
-    def from_json(cls, d: Any, where: str) -> TensorSpec:
-        """Parse and check a JSON object; raises :class:`ManifestError` naming ``where``."""
-        kw = _strict(cls, d, where)
-        if kw["dtype"] not in _DTYPES:
-            raise ManifestError(f"{where}.dtype: expected one of {list(_DTYPES)}, "
-                                f"found {kw['dtype']!r}")
-        shape = kw["shape"]
-        if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
-            raise ManifestError(f"{where}.shape: expected a list of non-negative integers "
-                                f"(static shape), found {shape!r}")
-        kw["shape"] = tuple(shape)
-        if kw.get("bounds") is not None:
-            kw["bounds"] = tuple(kw["bounds"])
-        return cls(**kw)
 
     def check(self, value: np.ndarray, subject: str = "") -> None:
         """Validate an array against this spec.
@@ -147,18 +133,6 @@ class GraphSpec:
     batch: int
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-
-    @classmethod
-    def from_json(cls, d: Any, where: str) -> GraphSpec:
-        """Parse and check a JSON object; raises :class:`ManifestError` naming ``where``."""
-        kw = _strict(cls, d, where)
-        kw["inputs"] = tuple(TensorSpec.from_json(x, f"{where}.inputs[{i}]")
-                             for i, x in enumerate(kw["inputs"]))
-        kw["outputs"] = tuple(TensorSpec.from_json(x, f"{where}.outputs[{i}]")
-                              for i, x in enumerate(kw["outputs"]))
-        if "/" in kw["file"] or "\\" in kw["file"] or kw["file"].startswith("."):
-            raise ManifestError(f"{where}.file: expected a plain file name, found {kw['file']!r}")
-        return cls(**kw)
 
 
 @dataclass(frozen=True)
@@ -204,111 +178,23 @@ class ModelContract:
     action_units: str
     context_shape: tuple[int, ...]
     residual_decoding: bool
-    ring_order: str = "oldest_first"
-    history_padding: str = "start_latent_zero_action"
-    uint8_conversion: str = "clip01_round_half_up_nan_error"
+    ring_order: Literal["oldest_first"] = "oldest_first"
+    history_padding: Literal["start_latent_zero_action"] = "start_latent_zero_action"
+    uint8_conversion: Literal["clip01_round_half_up_nan_error"] = \
+        "clip01_round_half_up_nan_error"
     action_normalisation: str = "divided by the swept amplitude of the channel's segment"
     frame_normalisation: str = "x / 255 inside the encoder"
-    family: str = "latent"
-    calibration_mode: str = "calibration"
-    warping: str = "none"
+    family: Family = "latent"
+    calibration_mode: CalibrationMode = "calibration"
+    warping: Warping = "none"
     calibration_amplitude_rad: tuple[float, float] = (0.3, 0.5)
     state_layout: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    decoder_outputs: tuple[str, ...] = ("frames",)
+    decoder_outputs: tuple[DecoderOutput, ...] = ("frames",)
 
     @property
     def calibration_frames(self) -> int:
         """Frames of the calibration input, K*L + 1."""
         return self.calibration_segments * self.segment_frames + 1
-
-    @classmethod
-    def from_json(cls, d: Any, where: str = "model.json:contract") -> ModelContract:
-        """Parse and check keys, value types and allowed values; raises
-        :class:`ManifestError` naming the key path, what was expected and what was found."""
-        kw = _strict(cls, d, where)
-        for k in ("history_length", "max_dof", "calibration_segments", "segment_frames"):
-            _check_int(kw[k], f"{where}.{k}", low=1)
-        for k, n in (("resolution", 2), ("latent_shape", 3), ("sweep_out_rows", 2)):
-            kw[k] = _int_tuple(kw[k], f"{where}.{k}", n)
-        kw["context_shape"] = _int_tuple(kw["context_shape"], f"{where}.context_shape", None)
-        kw["frame_rate_hz"] = _check_number(kw["frame_rate_hz"], f"{where}.frame_rate_hz",
-                                            positive=True)
-        _check_bool(kw["residual_decoding"], f"{where}.residual_decoding")
-        for k in ("action_units", "action_normalisation", "frame_normalisation"):
-            _check_str(kw[k], f"{where}.{k}")
-        for k, allowed in (("ring_order", ("oldest_first",)),
-                           ("history_padding", ("start_latent_zero_action",)),
-                           ("uint8_conversion", ("clip01_round_half_up_nan_error",)),
-                           ("family", FAMILIES), ("calibration_mode", CALIBRATION_MODES),
-                           ("warping", WARPING)):
-            if k in kw:
-                _check_str(kw[k], f"{where}.{k}", allowed)
-        if "calibration_amplitude_rad" in kw:
-            amp = kw["calibration_amplitude_rad"]
-            if not isinstance(amp, list) or len(amp) != 2:
-                raise ManifestError(f"{where}.calibration_amplitude_rad: expected [low, high] "
-                                    f"rad, found {amp!r}")
-            lo = _check_number(amp[0], f"{where}.calibration_amplitude_rad[0]", positive=True)
-            hi = _check_number(amp[1], f"{where}.calibration_amplitude_rad[1]", positive=True)
-            if lo > hi:
-                raise ManifestError(f"{where}.calibration_amplitude_rad: low {lo} above high "
-                                    f"{hi}")
-            kw["calibration_amplitude_rad"] = (lo, hi)
-        if "state_layout" in kw:
-            lay = kw["state_layout"]
-            if not isinstance(lay, Mapping):
-                raise ManifestError(f"{where}.state_layout: expected a JSON object, found "
-                                    f"{type(lay).__name__}")
-            kw["state_layout"] = {str(k): _int_tuple(v, f"{where}.state_layout.{k}", 2)
-                                  for k, v in lay.items()}
-        if "decoder_outputs" in kw:
-            outs = kw["decoder_outputs"]
-            if not isinstance(outs, list) or not outs or outs[0] != "frames" \
-                    or not set(outs) <= {"frames", "robot_mask"} or len(set(outs)) != len(outs):
-                raise ManifestError(f"{where}.decoder_outputs: expected ['frames'] or "
-                                    f"['frames', 'robot_mask'], found {outs!r}")
-            kw["decoder_outputs"] = tuple(outs)
-        if kw.get("family", "latent") == "warp" and not kw.get("state_layout"):
-            raise ManifestError(f"{where}.state_layout: the warp family needs its state "
-                                "layout")
-        return cls(**kw)
-
-
-def _check_bool(v: Any, where: str) -> bool:
-    if not isinstance(v, bool):
-        raise ManifestError(f"{where}: expected true or false, found {v!r}")
-    return v
-
-
-def _check_int(v: Any, where: str, low: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ManifestError(f"{where}: expected an integer, found {v!r}")
-    if low is not None and v < low:
-        raise ManifestError(f"{where}: expected an integer >= {low}, found {v}")
-    return v
-
-
-def _check_number(v: Any, where: str, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ManifestError(f"{where}: expected a number, found {v!r}")
-    if positive and not v > 0:
-        raise ManifestError(f"{where}: expected a number > 0, found {v}")
-    return float(v)
-
-
-def _check_str(v: Any, where: str, allowed: tuple[str, ...] | None = None) -> str:
-    if not isinstance(v, str):
-        raise ManifestError(f"{where}: expected a string, found {v!r}")
-    if allowed is not None and v not in allowed:
-        raise ManifestError(f"{where}: expected one of {list(allowed)}, found {v!r}")
-    return v
-
-
-def _int_tuple(v: Any, where: str, n: int | None) -> tuple[int, ...]:
-    if not isinstance(v, list) or (n is not None and len(v) != n) or not v:
-        want = f"a list of {n} integers" if n else "a non-empty list of integers"
-        raise ManifestError(f"{where}: expected {want}, found {v!r}")
-    return tuple(_check_int(x, f"{where}[{i}]", low=0) for i, x in enumerate(v))
 
 
 @dataclass(frozen=True)
@@ -328,7 +214,7 @@ class ModelManifest:
     """
 
     name: str
-    variant: str
+    variant: Variant
     opset: int
     contract: ModelContract
     graphs: Mapping[str, GraphSpec]
@@ -361,12 +247,19 @@ class ModelManifest:
 
     @classmethod
     def from_json_dict(cls, d: Any, where: str = "model.json") -> ModelManifest:
-        """Parse a dictionary; raises :class:`ManifestError` with the key path."""
+        """Parse and check a parsed ``model.json`` (``where``: the file, for messages).
+
+        Raises:
+            ManifestError: ``<file>:<key.path>: ...`` for a schema version this syncedge
+                does not read, an unknown or missing key, a value of the wrong type or
+                outside the allowed ones (see :mod:`edge.config_reader`), or a contract or
+                graph set that does not hold together.
+        """
         if not isinstance(d, Mapping):
             raise ManifestError(f"{where}: expected a JSON object")
         d = dict(d)
         version = d.pop("schema_version", None)
-        if not isinstance(version, int):
+        if not isinstance(version, int) or isinstance(version, bool):
             raise ManifestError(f"{where}:schema_version: missing or not an integer")
         if version > MANIFEST_SCHEMA_VERSION:
             raise ManifestError(f"{where}:schema_version: {version} is newer than this syncedge "
@@ -378,26 +271,75 @@ class ModelManifest:
                                 f"'{UPGRADE_COMMAND.replace('MODEL_DIR', _folder_of(where))}' "
                                 f"(its graphs stay as they are), then rebuild any bundle "
                                 f"made from it")
-        kw = _strict(cls, d, where)
-        if kw["variant"] not in ("fp32", "int8", "fp16"):
-            raise ManifestError(f"{where}:variant: expected fp32, int8 or fp16, "
-                                f"found {kw['variant']!r}")
-        if not 18 <= int(kw["opset"]) <= 20:
-            raise ManifestError(f"{where}:opset: expected 18-20, found {kw['opset']!r}")
-        kw["contract"] = ModelContract.from_json(kw["contract"], f"{where}:contract")
-        if not isinstance(kw["graphs"], Mapping):
-            raise ManifestError(f"{where}:graphs: expected a JSON object")
-        kw["graphs"] = {k: GraphSpec.from_json(v, f"{where}:graphs.{k}")
-                        for k, v in kw["graphs"].items()}
+        w = Where(where, error=ManifestError)
+        manifest = read_config(cls, d, w)
+        if not 18 <= manifest.opset <= 20:
+            w.key("opset").fail(f"expected 18-20, found {manifest.opset!r}")
+        graphs = w.key("graphs")
+        for key, g in manifest.graphs.items():
+            _check_graph(g, graphs.key(key))
         for base in ("encoder", "calibration"):
-            if base not in kw["graphs"]:
-                raise ManifestError(f"{where}:graphs.{base}: missing graph")
-        steps = {g.batch for k, g in kw["graphs"].items() if k.startswith("step_b")}
-        decs = {g.batch for k, g in kw["graphs"].items() if k.startswith("decoder_b")}
+            if base not in manifest.graphs:
+                graphs.key(base).fail("missing graph")
+        steps = {g.batch for k, g in manifest.graphs.items() if k.startswith("step_b")}
+        decs = {g.batch for k, g in manifest.graphs.items() if k.startswith("decoder_b")}
         if not steps or steps != decs:
-            raise ManifestError(f"{where}:graphs: expected step_bN and decoder_bN for the same "
-                                f"batch sizes, found step {sorted(steps)}, decoder {sorted(decs)}")
-        return cls(**kw)
+            graphs.fail(f"expected step_bN and decoder_bN for the same batch sizes, found step "
+                        f"{sorted(steps)}, decoder {sorted(decs)}")
+        return dataclasses.replace(manifest, contract=_check_contract(manifest.contract,
+                                                                      w.key("contract")))
+
+
+def _at_least(v: int, w: Where, low: int) -> None:
+    if v < low:
+        w.fail(f"expected an integer >= {low}, found {v}")
+
+
+def _positive(v: float, w: Where) -> float:
+    if not v > 0:
+        w.fail(f"expected a number > 0, found {v}")
+    return float(v)
+
+
+def _check_graph(g: GraphSpec, w: Where) -> None:
+    """Value checks the types do not say: a plain file name and static shapes."""
+    if "/" in g.file or "\\" in g.file or g.file.startswith("."):
+        w.key("file").fail(f"expected a plain file name, found {g.file!r}")
+    for role, specs in (("inputs", g.inputs), ("outputs", g.outputs)):
+        for i, t in enumerate(specs):
+            if any(n < 0 for n in t.shape):
+                w.key(role).index(i).key("shape").fail(
+                    f"expected a list of non-negative integers (static shape), found "
+                    f"{list(t.shape)!r}")
+
+
+def _check_contract(c: ModelContract, w: Where) -> ModelContract:
+    """Value checks the types do not say (sizes, rates, ranges, the decoder outputs, the
+    warp family's layout); returns the contract with its numbers as floats."""
+    for k in ("history_length", "max_dof", "calibration_segments", "segment_frames"):
+        _at_least(getattr(c, k), w.key(k), 1)
+    for k in ("resolution", "latent_shape", "sweep_out_rows", "context_shape"):
+        for i, n in enumerate(getattr(c, k)):
+            _at_least(n, w.key(k).index(i), 0)
+    if not c.context_shape:
+        w.key("context_shape").fail("expected a non-empty list of integers, found []")
+    for name, (first, stop) in c.state_layout.items():
+        _at_least(first, w.key("state_layout").key(name).index(0), 0)
+        _at_least(stop, w.key("state_layout").key(name).index(1), 0)
+    amp = w.key("calibration_amplitude_rad")
+    lo = _positive(c.calibration_amplitude_rad[0], amp.index(0))
+    hi = _positive(c.calibration_amplitude_rad[1], amp.index(1))
+    if lo > hi:
+        amp.fail(f"low {lo} above high {hi}")
+    outs = c.decoder_outputs
+    if not outs or outs[0] != "frames" or len(set(outs)) != len(outs):
+        w.key("decoder_outputs").fail(f"expected ['frames'] or ['frames', 'robot_mask'], found "
+                                      f"{list(outs)!r}")
+    if c.family == "warp" and not c.state_layout:
+        w.key("state_layout").fail("the warp family needs its state layout")
+    return dataclasses.replace(c, frame_rate_hz=_positive(c.frame_rate_hz,
+                                                          w.key("frame_rate_hz")),
+                               calibration_amplitude_rad=(lo, hi))
 
 
 def _folder_of(where: str) -> str:

@@ -50,6 +50,9 @@ class Cell:
     dof_mask: np.ndarray  # (A,) float32
     motions: list[Motion] = field(default_factory=list)
     params: dict = field(default_factory=dict)
+    #: float32 ``[A]``: the calibration's home pose (its first frame's joint positions,
+    #: controller order, padded), rad; None where the episode records no joint positions
+    cal_home: np.ndarray | None = None
 
 
 def _pad_actions(a: np.ndarray, width: int) -> np.ndarray:
@@ -83,9 +86,11 @@ def load_cells(root: str | os.PathLike[str], splits: list[str], max_dof: int = 7
                 cal = load_episode(mpath.parent / f"{cell_id}/calibration.npz")
                 frames, actions, mask = prepare_calibration(cal, max_dof, segment_frames)
                 conv = params[cell_id]["convention"]
+                home = (_pad_actions(cal.joint_positions[:1], max_dof)[0]
+                        if cal.joint_positions is not None else None)
                 cell = Cell(cell_id, split, cal.metadata.robot, cal.num_dof,
                             Convention(tuple(conv["perm"]), tuple(conv["signs"])), frames,
-                            actions, mask, params=params[cell_id])
+                            actions, mask, params=params[cell_id], cal_home=home)
                 for rel in rels:
                     if rel.endswith("calibration.npz"):
                         continue

@@ -2,7 +2,8 @@
 
 from edge.errors import EdgeError
 
-__all__ = ["ExportError", "CellError", "RendererUnavailableError", "require_torch"]
+__all__ = ["ExportError", "CellError", "RendererUnavailableError", "require_mujoco",
+           "require_torch"]
 
 
 class ExportError(EdgeError):
@@ -30,3 +31,18 @@ def require_torch(purpose: str) -> None:
 
     if importlib.util.find_spec("torch") is None:
         raise MissingDependencyError("torch", "train", purpose)
+
+
+def require_mujoco(purpose: str) -> None:
+    """Raise :class:`edge.errors.MissingDependencyError` (the one-line install hint) when
+    MuJoCo is not installed, before a command renders anything.
+
+    Args:
+        purpose: what needs it, e.g. ``"syncedge model eval-precheck"``.
+    """
+    import importlib.util
+
+    from edge.errors import MissingDependencyError
+
+    if importlib.util.find_spec("mujoco") is None:
+        raise MissingDependencyError("mujoco", "train", purpose)

@@ -151,8 +151,10 @@ class _Predictor:
         return out
 
     def rollout(self, variant: str, ctx: Any, start: np.ndarray,
-                actions: np.ndarray) -> np.ndarray:
-        """start uint8 ``[H, W, 3]``, actions ``[M, T, A]`` -> uint8 ``[M, T, H, W, 3]``."""
+                actions: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
+        """start uint8 ``[H, W, 3]``, actions ``[M, T, A]`` -> uint8 ``[M, T, H, W, 3]``;
+        ``offset`` float32 ``[A]``: the start pose minus the calibration's home pose (rad),
+        read by models that take it."""
         raise NotImplementedError
 
 
@@ -182,7 +184,7 @@ class _LatentPredictor(_Predictor):
         return self.model.encode_frames(self.torch.from_numpy(cell.cal_frames))
 
     def rollout(self, variant: str, ctx: Any, start: np.ndarray,
-                actions: np.ndarray) -> np.ndarray:
+                actions: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
         torch = self.torch
         from export.evaluate import _decode
 
@@ -217,7 +219,7 @@ class _WarpPredictor(_Predictor):
         return calibration_states(self.model, fr)[0]
 
     def rollout(self, variant: str, ctx: Any, start: np.ndarray,
-                actions: np.ndarray) -> np.ndarray:
+                actions: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
         torch = self.torch
         from export.evaluate import to_uint8
 
@@ -227,6 +229,10 @@ class _WarpPredictor(_Predictor):
         s = torch.from_numpy(start[None]).permute(0, 3, 1, 2)
         with torch.no_grad():
             z0 = model.encoder(s).expand(m, -1, -1, -1)
+            if model.cfg.start_offset:
+                off = np.zeros(actions.shape[-1], np.float32) if offset is None else offset
+                z0 = model.with_offset(z0, torch.from_numpy(off[None].astype(np.float32))
+                                       .expand(m, -1))
             z = model.rollout(z0, torch.from_numpy(actions.astype(np.float32)), ctx)
             frames, _ = model.decoder(z.flatten(0, 1))
         return to_uint8(frames).reshape(m, t, *start.shape)
@@ -244,7 +250,7 @@ class _CalibrationFlowPredictor(_Predictor):
         return {"calibrated": cal, "zeroed": [None] * len(cells)}
 
     def rollout(self, variant: str, ctx: Any, start: np.ndarray,
-                actions: np.ndarray) -> np.ndarray:
+                actions: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
         if ctx is None:  # zeroed: nothing moves
             return np.repeat(np.repeat(start[None, None], actions.shape[1], 1),
                              actions.shape[0], 0)
@@ -366,6 +372,10 @@ def evaluate_frames(opts: FramesEvalOptions) -> dict[str, Any]:
                 raise ExportError(f"cell {cell.cell_id}: its motion episode lacks ee_px or "
                                   "joint_positions; evaluation needs generated cells")
             start, truth = mo.frames[0], mo.frames[1:h + 1]
+            # the start pose's offset from the calibration's home pose (the futures start
+            # there too); zeros where the calibration records no joint positions
+            offset = ((mo.joint_positions[0] - cell.cal_home) * cell.dof_mask
+                      if cell.cal_home is not None else None)
             acts = mo.actions[None, :h]
             ee_gt = mo.ee_px[1:h + 1]
             reader_err.append(float(np.linalg.norm(keypoints(truth[-1:])[0] - ee_gt[-1])))
@@ -394,14 +404,14 @@ def evaluate_frames(opts: FramesEvalOptions) -> dict[str, Any]:
                     if v == "copy_last":
                         pred = np.repeat(start[None], h, 0)
                     else:
-                        pred = pr.rollout(v, ctxs[label][v][i], start, acts)[0]
+                        pred = pr.rollout(v, ctxs[label][v][i], start, acts, offset)[0]
                     fm = _frame_metrics(pred, truth, start)
                     for k, val in fm.items():
                         r.setdefault(k, []).append(val)
                     r.setdefault("ee_error_px", []).append(
                         float(np.linalg.norm(keypoints(pred[-1:])[0] - ee_gt[-1])))
                     if v == "calibrated":
-                        zp = pr.rollout(v, ctxs[label][v][i], start, zero)[0]
+                        zp = pr.rollout(v, ctxs[label][v][i], start, zero, offset)[0]
                         r.setdefault("zero_action_psnr", []).append(
                             [frame_psnr(zp[k], start) for k in range(h)])
                         r.setdefault("zero_action_max_abs", []).append(
@@ -417,7 +427,7 @@ def evaluate_frames(opts: FramesEvalOptions) -> dict[str, Any]:
                                 fa = np.zeros((*f.actions.shape[:2], acts.shape[-1]),
                                               np.float32)
                                 fa[..., :f.actions.shape[-1]] = f.actions
-                                fp = pr.rollout(v, ctxs[label][v][i], start, fa)
+                                fp = pr.rollout(v, ctxs[label][v][i], start, fa, offset)
                             for s in RETRIEVAL_STEPS:
                                 hits = retrieval_hits(fp[:, s - 1], f.frames[:, s])
                                 r.setdefault(f"retrieval/{p}/{s}", []).append(float(hits.mean()))

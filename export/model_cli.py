@@ -133,6 +133,76 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_eval_precheck(args: argparse.Namespace) -> int:
+    from export.errors import ExportError, require_mujoco
+    from export.precheck_eval import (
+        SPLITS,
+        PrecheckEvalOptions,
+        check_options,
+        evaluate_precheck,
+        format_table,
+        output_paths,
+    )
+
+    names = _split_names(args.split, SPLITS, "eval-precheck")
+    if names is None:
+        return 2
+    import shlex
+
+    command = shlex.join(
+        ["syncedge", "model", "eval-precheck", "--model", str(args.model), "--history-model",
+         str(args.history_model), "--cells", str(args.cells),
+         *[a for n in names for a in ("--split", n)], "--threads", str(args.threads),
+         "--out", str(args.out)])
+    opts = PrecheckEvalOptions(model=args.model, history_model=args.history_model,
+                               cells=args.cells, splits=tuple(names or SPLITS),
+                               threads=args.threads, out=args.out, command=command)
+    try:
+        check_options(opts)
+    except ExportError as exc:
+        print(f"syncedge model eval-precheck: error: {exc}", file=sys.stderr)
+        return 2
+    require_mujoco("syncedge model eval-precheck")
+    result = evaluate_precheck(opts)
+    print(format_table(result))
+    print("wrote " + ", ".join(str(p) for p in output_paths(result, args.out)))
+    return 0
+
+
+PRECHECK_DESCRIPTION = """\
+Measure the pre-check's verdicts against ground truth rendered by MuJoCo (the same
+evaluation and figures as bench/bench_precheck.py). Per held-out cell (--split; each cell
+drawn like the evaluation splits), 8 candidates of 16 steps from one start pose are drawn
+from the split's own motion sampler and rendered with their robot masks. A candidate
+truly enters the keep-out rectangle when at least 4 of its true robot-mask pixels lie
+inside it at some step; the rectangle is drawn per cell so that 30-70% of the candidates
+truly enter (and no robot pixel of the start frame is inside; cells where none fits are
+left out and counted). One joint gets a limit that some candidates truly exceed. The goal
+is the true last frame of one truly safe candidate (entering nothing, exceeding nothing);
+the truly best candidate is the safe one whose true last frame is nearest the goal by the
+pre-check's own distance (SSIM). The pre-check (keep-out on predicted motion:
+motion_threshold 20, max_moved_pixels 4; the joint limits; the goal) then runs on the
+predicted frames of the shipped model (--model, with each cell's calibration; also with
+keep-out on its predicted robot mask when it has one), of the model trained without
+calibration (--history-model, history mode) and of copy-last (the start frame repeated).
+
+Reported per split and model, with 95% bootstrap intervals over cells: keep-out recall
+(truly entering candidates refused) and false refusals (candidates that truly stay out,
+refused), the recall at the smallest max_moved_pixels with at most 10% false refusals
+(chosen on the same cells: optimistic), joint-limit verdict accuracy (exact by
+construction: a check), chosen = truly best (cells with a truly safe candidate), and the
+median over cells of the Spearman correlation between predicted and true goal distance
+(copy-last counts 0). Targets: keep-out recall >= 0.95 at false refusals <= 0.10, chosen
+= truly best >= 0.70 (chance 1/8), Spearman >= 0.8.
+
+Writes into --out: precheck.json (the figures, as bench/results/precheck.json),
+precheck.txt (the table printed) and precheck_<split>.png per split (the first 4 cells:
+start frame with the keep-out rectangle, goal, then per candidate its true and predicted
+last frames, labelled enters / stays out and refused / passed, the chosen and the truly
+best candidate marked). Needs MuJoCo (pip install 'syncedge[train]'); the three splits of
+64 cells took 8-20 minutes on 2 shared CPU cores."""
+
+
 def register(subparsers: Any) -> None:
     """Add ``model`` and its subcommands to the ``syncedge`` parser."""
     from export.train_options import add_train_arguments
@@ -209,3 +279,26 @@ def register(subparsers: Any) -> None:
     ef.add_argument("--split", action="append", metavar="NAME",
                     help="only this split (table name or data folder); repeatable")
     ef.set_defaults(func=_run_eval_frames)
+    ep = sub.add_parser(
+        "eval-precheck", help="pre-check verdicts against MuJoCo ground truth: keep-out "
+                              "recall and false refusals, chosen = truly best, goal-distance "
+                              "Spearman, beside no calibration and copy-last",
+        description=PRECHECK_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ep.add_argument("--model", default="models/reference", metavar="DIR",
+                    help="the shipped model's folder, run with each cell's calibration "
+                         "(default models/reference)")
+    ep.add_argument("--history-model", default="models/reference-history", metavar="DIR",
+                    help="a model trained without calibration, run in history mode "
+                         "(default models/reference-history)")
+    ep.add_argument("--cells", type=int, default=64, metavar="N",
+                    help="cells per split (default 64)")
+    ep.add_argument("--split", action="append", metavar="NAME",
+                    help="only this split, named as in the table (held_out_convention, "
+                         "held_out_robot, all_held_out) or by its data folder "
+                         "(test_convention, test_robot, test_all); repeatable; default all "
+                         "three")
+    ep.add_argument("--threads", type=int, default=2, metavar="N",
+                    help="ONNX Runtime threads per model (default 2)")
+    ep.add_argument("--out", required=True, metavar="FOLDER",
+                    help="output folder: precheck.json, precheck.txt, precheck_<split>.png")
+    ep.set_defaults(func=_run_eval_precheck)

@@ -30,10 +30,17 @@ import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from edge.fileio import sha256_file
-from edge.manifest import GraphSpec, ModelManifest, load_model_dir, model_sha256, save_manifest
+from edge.manifest import (
+    GraphSpec,
+    ModelManifest,
+    Variant,
+    load_model_dir,
+    model_sha256,
+    save_manifest,
+)
 from export.errors import ExportError
 from export.quant_data import QuantCalibrationSet, build_quant_calibration_set
 
@@ -330,7 +337,8 @@ def quantise_model(opts: QuantiseOptions,
                              "model_json_sha256": model_sha256(src),
                              "command": source.provenance.get("command", "")},
             "quantisation": quant}
-    manifest = ModelManifest(name=source.name, variant=opts.variant, opset=opsets.pop(),
+    variant = cast(Variant, opts.variant)  # one of QUANT_VARIANTS, checked above
+    manifest = ModelManifest(name=source.name, variant=variant, opset=opsets.pop(),
                              contract=source.contract, graphs=graphs, provenance=prov,
                              evaluation={}, extra=extra)
     return save_manifest(manifest, out / "model.json")

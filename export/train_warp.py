@@ -66,6 +66,7 @@ class WarpTrainOptions:
     init: str | None = None
     joint_width: int = 0
     contrast_weight: float = 0.0
+    start_offset: bool = False
 
 
 class PairSet:
@@ -86,16 +87,23 @@ class PairSet:
             0, 1, 4, 2, 3).contiguous().to(device)  # (N, K*L+1, 3, H, W) uint8
         self.cal_actions = torch.from_numpy(np.stack([c.cal_actions for c in cells])).to(device)
         self.dof_mask = torch.from_numpy(np.stack([c.dof_mask for c in cells])).to(device)
-        self.motions: list[list[tuple[Any, Any, Any]]] = []
+        self.motions: list[list[tuple[Any, Any, Any, Any]]] = []
         for c in cells:
             eps = []
+            home = c.cal_home if c.cal_home is not None else np.zeros(len(c.dof_mask),
+                                                                    np.float32)
             for m in c.motions:
                 if m.robot_mask is None:
                     raise ExportError(f"{m.path}: no robot mask; generate cells without "
                                       "--no-segmentation")
+                # the start pose's offset from the calibration's home pose, per frame (zero
+                # where either pose is unknown)
+                off = (m.joint_positions - home if m.joint_positions is not None
+                       and c.cal_home is not None else np.zeros_like(m.actions))
                 eps.append((torch.from_numpy(m.frames).permute(0, 3, 1, 2).contiguous(),
                             torch.from_numpy(np.cumsum(m.actions, 0)),
-                            torch.from_numpy(m.robot_mask)))
+                            torch.from_numpy(m.robot_mask),
+                            torch.from_numpy(off.astype(np.float32) * c.dof_mask)))
             self.motions.append(eps)
         self.n = len(cells)
         self._flow: Any = None
@@ -104,7 +112,8 @@ class PairSet:
               horizon: int, shared_start: bool = False) -> dict[str, Any]:
         """A batch: ``cell`` index per pair ``[P]``, ``start``/``target`` uint8
         ``[P, 3, H, W]``, ``cum`` float32 ``[P, A]`` (summed actions from start to target,
-        rad), ``mask0``/``mask`` float32 ``[P, 1, H, W]``, ``dis`` float32 ``[P, 2, H, W]``
+        rad), ``offset`` float32 ``[P, A]`` (the start frame's joint offset from the
+        calibration's home pose, rad), ``mask0``/``mask`` float32 ``[P, 1, H, W]``, ``dis`` float32 ``[P, 2, H, W]``
         (DIS flow from target to start, px) and the calibration tensors of the chosen cells.
         With ``shared_start`` a cell's pairs share one episode and start frame (distinct
         targets), for the contrastive loss."""
@@ -112,7 +121,7 @@ class PairSet:
         import torch
 
         idx = rng.choice(self.n, size=cells, replace=False)
-        st, tg, cum, m0, m1, dis, owner = [], [], [], [], [], [], []
+        st, tg, cum, m0, m1, dis, owner, offs = [], [], [], [], [], [], [], []
         if self._flow is None:  # made once: a DIS estimator holds no state between calls
             self._flow = cv2.DISOpticalFlow_create(  # type: ignore[attr-defined]
                 cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
@@ -124,7 +133,7 @@ class PairSet:
                 s0 = int(rng.integers(0, shared[0].shape[0] - horizon))
                 ds = rng.choice(np.arange(1, horizon + 1), size=pairs, replace=False)
             for k in range(pairs):
-                fr, cs, mk = shared if shared_start else eps[rng.integers(len(eps))]
+                fr, cs, mk, of = shared if shared_start else eps[rng.integers(len(eps))]
                 t_count = fr.shape[0]
                 if shared_start:
                     s, d = s0, int(ds[k])
@@ -137,6 +146,7 @@ class PairSet:
                 # cumsum row r holds actions[0..r]; actions[s..t-1] move frame s to frame t
                 cum.append(cs[t - 1] - (cs[s - 1] if s > 0 else 0.0))
                 m0.append(mk[s])
+                offs.append(of[s])
                 m1.append(mk[t])
                 g0 = cv2.cvtColor(fr[s].permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
                 g1 = cv2.cvtColor(fr[t].permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
@@ -148,6 +158,7 @@ class PairSet:
             "owner": torch.tensor(owner, device=dev),
             "start": torch.stack(st).to(dev), "target": torch.stack(tg).to(dev),
             "cum": torch.stack(cum).to(torch.float32).to(dev),
+            "offset": torch.stack(offs).to(dev),
             "mask0": torch.stack(m0)[:, None].to(torch.float32).to(dev),
             "mask": torch.stack(m1)[:, None].to(torch.float32).to(dev),
             "dis": torch.stack(dis).to(dev),
@@ -184,6 +195,8 @@ def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float
                             b["dof_mask"])  # (N, A, D, h, w)
     ctx = ctx[b["owner"]]  # (P, A, D, h, w)
     z0 = model.encoder(b["start"])
+    if model.cfg.start_offset:
+        z0 = model.with_offset(z0, b["offset"])
     z = model.state_at(z0, b["cum"], ctx)
     out = model.decoder.flows(z)
     truth = b["target"].to(torch.float32) * (1.0 / 255.0)
@@ -244,7 +257,7 @@ def _warm_start(model: Any, path: str) -> None:
             else:
                 continue
             copied += 1
-        if getattr(model.step, "joint", None) is not None:
+        if getattr(model.step, "joint", None) is not None and "step.joint.6.weight" not in src:
             model.step.joint[-1].weight.zero_()
             model.step.joint[-1].bias.zero_()
     print(f"warm start from {path}: {copied} of {len(own)} tensors", file=sys.stderr)
@@ -277,7 +290,7 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
         torch.set_num_threads(opts.threads)
     device = torch.device(opts.device)
     cfg = cfg or WarpConfig(use_calibration=not opts.no_calibration,
-                            joint_width=opts.joint_width)
+                            joint_width=opts.joint_width, start_offset=opts.start_offset)
     model = WarpModel(cfg).to(device)
     if opts.init and not ckpt_path.exists():
         _warm_start(model, opts.init)
@@ -386,6 +399,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", help="warm start from another warp checkpoint (tensors that fit)")
     p.add_argument("--joint-width", type=int, default=0,
                    help="width of the step's per-DoF flow network (0: none)")
+    p.add_argument("--start-offset", action="store_true",
+                   help="give the model the start pose's joint offsets from the calibration's "
+                        "home pose (WarpConfig.start_offset)")
     p.add_argument("--contrast-weight", type=float, default=0.0,
                    help="weight of the futures-retrieval loss: a cell's pairs share one start "
                         "and each prediction must be nearest its own target (0: off, pairs "
@@ -403,7 +419,8 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                             flow_weight=args.flow_weight, flow_floor=args.flow_floor,
                             mask_weight=args.mask_weight, fill_weight=args.fill_weight,
                             init=args.init, joint_width=args.joint_width,
-                            contrast_weight=args.contrast_weight)
+                            contrast_weight=args.contrast_weight,
+                            start_offset=args.start_offset)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,6 +95,10 @@ def export_warp_model(run: str, out_dir: str, batch_sizes: tuple[int, ...] = (1,
     from export.onnx_export import OPSET, _export_graph, git_commit
 
     model, ck = load_warp_checkpoint(run, history)
+    if model.cfg.start_offset:
+        raise ExportError(f"{run}: a model trained with --start-offset reads the start pose's "
+                          "joint offsets from the calibration's home pose, which the runtime "
+                          "contract does not carry yet; export a model trained without it")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     graphs: dict[str, GraphSpec] = {}

@@ -23,7 +23,12 @@ channel's physical angle ``theta_c`` in the direction of its calibration sweep
 ``m_t = sum_c sin(theta_c) * T_c + (1 - cos(theta_c)) * U_c``
 
 (the two terms of a rigid rotation by ``theta_c``), which the decoder reads together with
-the start frame's features. Hence, by construction and in the exported graphs:
+the start frame's features. The tokens are read at the calibration's home pose; a rollout
+need not start there. With ``start_offset`` the state also carries each channel's offset
+``phi_c`` of the start pose from that home pose (rad, known on a cell from the joint
+readings of the start and of the calibration episode), and the two terms become the change
+of a rotation from ``phi_c`` to ``phi_c + theta_c``: ``sin(phi + theta) - sin(phi)`` and
+``cos(phi) - cos(phi + theta)`` (Rodrigues' formula), still exactly zero at ``theta = 0``. Hence, by construction and in the exported graphs:
 
 - zero actions give ``theta = 0``, ``m = 0``, zero flows and zero fill weight (the motion
   path of the decoder has no bias and only activations with ``act(0) = 0``), so the start
@@ -73,6 +78,10 @@ class WarpConfig:
     dec_width: int = 32
     #: width of the per-DoF flow network of the step (0: none, the motion features only)
     joint_width: int = 0
+    #: the state carries the start pose's joint offsets from the calibration's home pose
+    #: (rad, channel order), and a step moves pixels by the change of each channel's rigid
+    #: rotation terms from that offset (module docstring); False: the start is home
+    start_offset: bool = False
     use_calibration: bool = True
     baseline_amplitude_rad: float = 0.3
     #: calibration sweep magnitudes the model was trained on, rad (model.json records them)
@@ -102,6 +111,8 @@ class WarpConfig:
     def to_dict(self) -> dict:
         """JSON-serialisable copy."""
         d = asdict(self)
+        if not self.start_offset:  # the configuration of every model before the block
+            del d["start_offset"]
         d["sweep_out_rows"] = list(self.sweep_out_rows)
         d["sweep_amplitude_rad"] = list(self.sweep_amplitude_rad)
         return d
@@ -121,7 +132,9 @@ class StateLayout:
     ``pixels`` (48: the start frame /255, 4x4 space-to-depth), ``features`` (F),
     ``theta`` (K planes, each constant: the channel's accumulated angle, rad, in its
     calibration sweep's direction), ``motion`` (M), ``summary`` (the calibration summary)
-    and, with ``joint_width``, ``joint_flow`` (2: the step's coarse flow, px at 64x64).
+    and, with ``joint_width``, ``joint_flow`` (2: the step's coarse flow, px at 64x64);
+    with ``start_offset``, ``offset`` (K constant planes: the start pose's joint offset
+    from the calibration's home pose, rad, controller channel order).
     """
 
     def __init__(self, cfg: WarpConfig):
@@ -129,6 +142,8 @@ class StateLayout:
                  ("motion", cfg.motion_channels), ("summary", cfg.summary_channels)]
         if cfg.joint_width:
             sizes.append(("joint_flow", 2))
+        if cfg.start_offset:
+            sizes.append(("offset", cfg.max_dof))
         self.ranges: dict[str, tuple[int, int]] = {}
         at = 0
         for name, n in sizes:
@@ -324,8 +339,18 @@ class StateStep(nn.Module):
         theta = (lay.slice(z, "theta")[:, :, 0, 0] + direction * action
                  + hist_actions[:, -1] * 0.0)  # (B, A) rad
         t_tok, u_tok = context[:, :, :m], context[:, :, m:2 * m]
-        motion = (torch.einsum("ba,badhw->bdhw", torch.sin(theta), t_tok)
-                  + torch.einsum("ba,badhw->bdhw", 1.0 - torch.cos(theta), u_tok))
+        if cfg.start_offset:
+            # a rotation by theta from offset phi changes a rigid point by
+            # (sin(phi + theta) - sin phi) K p + (cos phi - cos(phi + theta)) K^2 p
+            # (Rodrigues), so the tokens read at home apply at any start pose; both
+            # coefficients are exactly zero at theta = 0
+            phi = direction * lay.slice(z, "offset")[:, :, 0, 0]  # (B, A) rad
+            c_sin = torch.sin(phi + theta) - torch.sin(phi)
+            c_cos = torch.cos(phi) - torch.cos(phi + theta)
+        else:
+            c_sin, c_cos = torch.sin(theta), 1.0 - torch.cos(theta)
+        motion = (torch.einsum("ba,badhw->bdhw", c_sin, t_tok)
+                  + torch.einsum("ba,badhw->bdhw", c_cos, u_tok))
         summary = context[:, :, 2 * m:2 * m + s].sum(1)
         hh = cfg.grid
         planes = theta[:, :, None, None].expand(-1, -1, hh, hh)
@@ -336,9 +361,11 @@ class StateStep(nn.Module):
             feat = lay.slice(z, "features")[:, None].expand(-1, k, -1, -1, -1)
             x = torch.cat([t_tok, u_tok, feat], 2).flatten(0, 1)
             f = self.joint(x).reshape(bsz, k, 4, hh, hh) * 4.0  # px at 64x64
-            flow = (torch.einsum("ba,bachw->bchw", torch.sin(theta), f[:, :, :2])
-                    + torch.einsum("ba,bachw->bchw", 1.0 - torch.cos(theta), f[:, :, 2:]))
+            flow = (torch.einsum("ba,bachw->bchw", c_sin, f[:, :, :2])
+                    + torch.einsum("ba,bachw->bchw", c_cos, f[:, :, 2:]))
             parts.append(flow)
+        if cfg.start_offset:
+            parts.append(lay.slice(z, "offset"))
         return torch.cat(parts, 1)
 
 
@@ -424,6 +451,21 @@ class WarpModel(nn.Module):
         self.calibration = CalibrationReader(cfg)
         self.step = StateStep(cfg)
         self.decoder = WarpDecoder(cfg)
+
+    def with_offset(self, start_state: Tensor, offset: Tensor) -> Tensor:
+        """The start state ``[B, C, h, w]`` with its ``offset`` block set to ``offset``
+        ``[B, A]`` (rad, the start pose minus the calibration's home pose, channel order).
+
+        Raises:
+            ValueError: the model has no ``start_offset`` block.
+        """
+        if not self.cfg.start_offset:
+            raise ValueError("with_offset: this model has no start-offset block "
+                             "(WarpConfig.start_offset is False)")
+        a, b = self.cfg.layout.ranges["offset"]
+        planes = offset[:, :, None, None].to(start_state.dtype).expand(
+            -1, -1, *start_state.shape[-2:])
+        return torch.cat([start_state[:, :a], planes, start_state[:, b:]], 1)
 
     def state_at(self, start_state: Tensor, cum_actions: Tensor, context: Tensor) -> Tensor:
         """The state after actions summing to ``cum_actions [B, A]`` (rad) from the start

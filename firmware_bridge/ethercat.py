@@ -48,6 +48,7 @@ and no core is kept busy; state and mailbox reads keep SOEM's blocking receive.
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import math
 import os
@@ -73,6 +74,9 @@ from .errors import ProtocolError, require
 from .sdk_types import EcatMaster, EcatSlave, Pysoem
 from .stream import CycleError, JointStream, LinkLostError, Reading
 from .url import Options
+
+#: lost-frame receive waits kept for inspection (``EthercatStream.lost_waits_us``)
+LOST_WAITS_KEPT = 1000
 
 __all__ = ["EthercatStream", "dc_reply_is_current", "slave_label", "soem_raw_sockets",
            "wkc_share"]
@@ -102,6 +106,8 @@ class EthercatStream(JointStream):
         self._bounded = False
         self._fd_flags: list[int] = []
         self._last_fresh: tuple[int, int, int] | None = None  # dc, send, receipt of last OK
+        #: the bridge's own wait (send to giving up, us) for each of the last lost frames
+        self.lost_waits_us: collections.deque[float] = collections.deque(maxlen=LOST_WAITS_KEPT)
 
     @classmethod
     def _url_options(cls, opts: Options) -> dict[str, Any]:
@@ -263,6 +269,16 @@ class EthercatStream(JointStream):
         finally:  # mailbox and state reads keep SOEM's blocking receive (no busy wait)
             self._set_nonblocking(False)
 
+    def _note_lost_wait(self, wait_us: float) -> None:
+        """Keep the receive wait of a cycle whose frame never came back, and its summary in
+        ``stats.extra["lost_wait_us"]`` (count, mean, max, us over the stream's life): the
+        bridge's own share of a lost frame's cost; a longer gap was spent elsewhere."""
+        self.lost_waits_us.append(wait_us)
+        w = self.stats.extra.setdefault("lost_wait_us", {"count": 0, "mean": 0.0, "max": 0.0})
+        w["count"] += 1
+        w["mean"] += (wait_us - w["mean"]) / w["count"]
+        w["max"] = max(w["max"], wait_us)
+
     def _set_nonblocking(self, on: bool) -> None:
         for fd, flags in zip(self._raw_fds, self._fd_flags, strict=True):
             fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK if on else flags)
@@ -334,6 +350,7 @@ class EthercatStream(JointStream):
             if wkc <= 0:
                 for h in self._health(m.slaves):
                     h["lost_cycles"] += 1
+                self._note_lost_wait((receipt_ns - send_ns) / 1e3)
                 raise CycleError("lost", f"{self.iface}: cycle {self.cycles}: no frame came back "
                                  f"processed within {self.timeout_us} us (wkc {wkc}, expected "
                                  f"{expected})")

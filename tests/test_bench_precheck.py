@@ -1,8 +1,10 @@
-"""bench/bench_precheck.py: the figures it reports and the cells it draws."""
+"""bench/bench_precheck.py (a command line over export/precheck_eval.py): the figures it
+reports, the cells it draws and what the command line writes."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench():
+    from export import precheck_eval
+
+    return precheck_eval
+
+
+def _bench_script():
     spec = importlib.util.spec_from_file_location("bench_precheck",
                                                   ROOT / "bench" / "bench_precheck.py")
     mod = importlib.util.module_from_spec(spec)
@@ -75,3 +83,40 @@ def test_drawn_cells_have_the_documented_truth() -> None:
     if c["goal"] is not None:
         safe = ~c["enters"] & ~c["exceeds"]
         assert safe[c["best"]] and c["true_dist"][c["best"]] == pytest.approx(0, abs=1e-9)
+
+
+def test_bench_script_passes_its_options_and_writes_the_json(tmp_path, monkeypatch,
+                                                             capsys) -> None:
+    mod = _bench_script()
+    seen = []
+    metric = {"value": 0.5, "ci95": [0.25, 0.75]}
+    result = {"command": "c", "options": {}, "targets": {},
+              "splits": {"all_held_out": {"data_split": "test_all", "cells": 2,
+                                          "cells_without_a_fitting_keep_out": 0,
+                                          "models": {"shipped": {
+                                              k: metric for k in (
+                                                  "keepout_recall", "keepout_false_refusals",
+                                                  "keepout_recall_at_10pct_false_refusals",
+                                                  "joint_limit_accuracy",
+                                                  "chosen_is_truly_best",
+                                                  "spearman_median")}}}},
+              "seconds": 1.0}
+
+    def fake(opts):
+        seen.append(opts)
+        return result
+
+    monkeypatch.setattr(mod, "evaluate_precheck", fake)
+    out = tmp_path / "r" / "precheck.json"
+    assert mod.main(["--cells", "2", "--split", "all_held_out", "--threads", "1",
+                     "--out", str(out)]) == 0
+    (opts,) = seen
+    assert (opts.cells, opts.splits, opts.threads, opts.out) == (2, ("all_held_out",), 1, None)
+    assert Path(opts.model) == ROOT / "models" / "reference"
+    assert Path(opts.history_model) == ROOT / "models" / "reference-history"
+    assert opts.command == ("python bench/bench_precheck.py --cells 2 --split all_held_out "
+                            f"--threads 1 --out {out}")
+    assert json.loads(out.read_text()) == result
+    stdout = capsys.readouterr().out
+    assert "| all_held_out (2) | shipped | 0.50 [0.25, 0.75] |" in stdout
+    assert stdout.rstrip().endswith(str(out))

@@ -117,6 +117,22 @@ def test_bridge_ethercat_lost_frame_costs_at_most_two_slots_and_empty_slots_are_
     assert st["empty_slots"] == st["slots"] - st["samples"] >= st["lost_cycles"]
 
 
+def test_bridge_ethercat_measures_its_own_wait_for_each_lost_frame():
+    """The bridge's part of a lost frame is its receive wait (send to giving up): measured
+    per lost cycle, bounded by timeout_us (plus the wake-up), and summarised in the stats,
+    so a gap longer than that is shown to be spent elsewhere (scheduling, the link)."""
+    r = scenario("--cycles", "300", "--drop-every", "20", "--timeout-us", "500")
+    waits = np.array(r["lost_waits_us"])
+    st = r["stats"]
+    assert waits.size == st["lost_cycles"] >= 10
+    assert np.all(waits >= 500), "a lost cycle gave up before timeout_us"
+    assert np.median(waits) < 1000, f"lost-frame waits {np.round(waits)} us"
+    summary = st["extra"]["lost_wait_us"]
+    assert summary["count"] == waits.size
+    assert summary["max"] == pytest.approx(waits.max())
+    assert summary["mean"] == pytest.approx(waits.mean())
+
+
 def test_bridge_ethercat_one_faulty_slave_on_a_line_costs_only_its_own_joint():
     """Two identical drives; the second falls to PRE-OP with error at frame 30. The first
     drive's joint stays fresh every cycle; the second's is NaN from then on (never its old

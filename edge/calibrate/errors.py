@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edge.errors import EdgeError
+from edge.errors import ConfigError, EdgeError
 
 __all__ = ["CalibrateError", "CameraError", "CameraDisconnectedError", "PlanError",
            "RecordingError", "RecordingImportError", "StaleCalibrationError"]
@@ -12,7 +12,7 @@ class CalibrateError(EdgeError):
     """Base class of the calibration procedure's errors."""
 
 
-class PlanError(CalibrateError, ValueError):
+class PlanError(CalibrateError, ConfigError):
     """A robot spec or a joint program is malformed (names the file and the key)."""
 
 

@@ -11,26 +11,25 @@ A spec is a YAML or JSON file (examples in ``samples/robots/``)::
 
 ``lower``/``upper`` are joint limits and ``home`` the pose the sweep starts and ends at
 (rad, or m for ``unit: m``); ``sweep_max`` is the largest safe sweep magnitude of that DoF.
-Unknown or missing keys are errors naming the file and the key path.
+The strict config reader (:mod:`edge.config_reader`) checks the keys, the value types and
+``unit`` (``rad`` or ``m``): unknown or missing keys and wrong types are errors naming the
+file and the key path (``panda.yaml:dofs[2].home: expected a finite number, found '0'``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from edge.calibrate.errors import PlanError
+from edge.config_reader import Where, read_config
 
 __all__ = ["DofSpec", "RobotSpec", "load_robot_spec", "robot_spec_from_dict",
            "robot_spec_to_dict"]
 
-_TOP_KEYS = {"robot", "frame_rate_hz", "sweep_min", "dofs", "segment_frames"}
-_DOF_KEYS = {"name", "unit", "lower", "upper", "home", "sweep_max"}
 #: Limit margin kept clear by every sweep, rad|m.
 LIMIT_MARGIN = 0.02
 
@@ -86,71 +85,72 @@ class RobotSpec:
         return tuple((d.lower, d.upper) for d in self.dofs)
 
 
-def _num(where: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise PlanError(f"{where}: expected a finite number, found {v!r}")
-    return float(v)
+@dataclass(frozen=True)
+class _DofFile:
+    """One ``dofs`` entry as written."""
+
+    name: str
+    lower: float
+    upper: float
+    home: float
+    sweep_max: float
+    unit: Literal["rad", "m"] = "rad"
+
+
+@dataclass(frozen=True)
+class _SpecFile:
+    """A robot spec as written."""
+
+    robot: str
+    frame_rate_hz: float
+    dofs: tuple[_DofFile, ...]
+    sweep_min: float = 0.3
+    segment_frames: int = 8
 
 
 def robot_spec_from_dict(d: Any, where: str = "robot spec") -> RobotSpec:
     """Build and check a :class:`RobotSpec` from a parsed YAML/JSON mapping.
 
+    Args:
+        d: the parsed spec.
+        where: the file (or a description of the source), for messages.
     Raises:
-        PlanError: unknown or missing keys, bad values, duplicated DoF names, a home pose
-            outside the limits, or a DoF whose limits leave no room for ``sweep_min``.
+        PlanError: unknown or missing keys, values of the wrong type, a unit other than
+            ``rad``/``m``, bad values, duplicated DoF names, a home pose outside the
+            limits, or a DoF whose limits leave no room for ``sweep_min``.
     """
-    if not isinstance(d, Mapping):
-        raise PlanError(f"{where}: expected a mapping, found {type(d).__name__}")
-    unknown = sorted(set(d) - _TOP_KEYS)
-    if unknown:
-        raise PlanError(f"{where}:{unknown[0]}: unknown key; expected one of {sorted(_TOP_KEYS)}")
-    for k in ("robot", "frame_rate_hz", "dofs"):
-        if k not in d:
-            raise PlanError(f"{where}:{k}: missing key")
-    if not isinstance(d["robot"], str) or not d["robot"]:
-        raise PlanError(f"{where}:robot: expected a non-empty name, found {d['robot']!r}")
-    fps = _num(f"{where}:frame_rate_hz", d["frame_rate_hz"])
-    sweep_min = _num(f"{where}:sweep_min", d.get("sweep_min", 0.3))
-    seg = d.get("segment_frames", 8)
+    w = Where(where, error=PlanError)
+    f = read_config(_SpecFile, d, w)
+    if not f.robot:
+        w.key("robot").fail(f"expected a non-empty name, found {f.robot!r}")
+    fps, sweep_min = float(f.frame_rate_hz), float(f.sweep_min)
     if fps <= 0 or sweep_min <= 0:
-        raise PlanError(f"{where}: expected frame_rate_hz > 0 and sweep_min > 0, found "
-                        f"{fps} and {sweep_min}")
-    if seg != 8:
-        raise PlanError(f"{where}:segment_frames: expected 8 (out 3, pause 1, back 3, pause 1, "
-                        f"as the model was trained), found {seg!r}")
-    if not isinstance(d["dofs"], list) or not d["dofs"]:
-        raise PlanError(f"{where}:dofs: expected a non-empty list, found {d['dofs']!r}")
+        w.fail(f"expected frame_rate_hz > 0 and sweep_min > 0, found {fps} and {sweep_min}")
+    if f.segment_frames != 8:
+        w.key("segment_frames").fail(f"expected 8 (out 3, pause 1, back 3, pause 1, as the "
+                                     f"model was trained), found {f.segment_frames!r}")
+    if not f.dofs:
+        w.key("dofs").fail("expected a non-empty list, found []")
     dofs = []
-    for i, raw in enumerate(d["dofs"]):
-        w = f"{where}:dofs[{i}]"
-        if not isinstance(raw, Mapping):
-            raise PlanError(f"{w}: expected a mapping, found {raw!r}")
-        bad = sorted(set(raw) - _DOF_KEYS)
-        missing = sorted(_DOF_KEYS - set(raw) - {"unit"})
-        if bad or missing:
-            raise PlanError(f"{w}.{(bad or missing)[0]}: {'unknown' if bad else 'missing'} key; "
-                            f"expected {sorted(_DOF_KEYS)}")
-        name, unit = raw["name"], raw.get("unit", "rad")
-        if not isinstance(name, str) or not name or unit not in ("rad", "m"):
-            raise PlanError(f"{w}: expected a non-empty name and unit 'rad' or 'm', found "
-                            f"{name!r}, {unit!r}")
-        lo, hi = _num(f"{w}.lower", raw["lower"]), _num(f"{w}.upper", raw["upper"])
-        home, amp = _num(f"{w}.home", raw["home"]), _num(f"{w}.sweep_max", raw["sweep_max"])
+    for i, x in enumerate(f.dofs):
+        dw = w.key("dofs").index(i)
+        if not x.name:
+            dw.key("name").fail(f"expected a non-empty name, found {x.name!r}")
+        lo, hi, home, amp = float(x.lower), float(x.upper), float(x.home), float(x.sweep_max)
         if not lo < hi or not lo <= home <= hi:
-            raise PlanError(f"{w} ({name}): expected lower < upper and home within them, found "
-                            f"lower={lo}, upper={hi}, home={home}")
+            raise PlanError(f"{dw} ({x.name}): expected lower < upper and home within them, "
+                            f"found lower={lo}, upper={hi}, home={home}")
         room = max(hi - LIMIT_MARGIN - home, home - lo - LIMIT_MARGIN)
         if amp < sweep_min or room < sweep_min:
-            raise PlanError(f"{w} ({name}): expected room to sweep at least sweep_min="
+            raise PlanError(f"{dw} ({x.name}): expected room to sweep at least sweep_min="
                             f"{sweep_min} within the limits, found sweep_max={amp} and "
                             f"{room:.3f} of room from home")
-        dofs.append(DofSpec(name, unit, lo, hi, home, amp))
+        dofs.append(DofSpec(x.name, x.unit, lo, hi, home, amp))
     names = [x.name for x in dofs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise PlanError(f"{where}:dofs: duplicated DoF name(s) {dup}; every channel needs its "
-                        f"own name")
-    return RobotSpec(d["robot"], fps, sweep_min, tuple(dofs), int(seg))
+        w.key("dofs").fail(f"duplicated DoF name(s) {dup}; every channel needs its own name")
+    return RobotSpec(f.robot, fps, sweep_min, tuple(dofs), f.segment_frames)
 
 
 def robot_spec_to_dict(spec: RobotSpec) -> dict[str, Any]:

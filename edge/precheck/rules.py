@@ -1,7 +1,9 @@
 """Pre-check rules, read from a YAML file (docs/runtime.md, "Rules file").
 
-Every key is checked; an empty or malformed file, an unknown key or a bad value raises
-:class:`~edge.runtime.errors.RulesError` naming the file and the key path.
+Every key is checked by the strict config reader (:mod:`edge.config_reader`); an empty or
+malformed file, an unknown or missing key, a value of the wrong type or a bad value raises
+:class:`~edge.runtime.errors.RulesError` naming the file and the key path
+(``rules.yaml:keep_out.regions[0].polygon: ...``).
 
 Keep-out polygons use normalised image coordinates (x right, y down, 0..1) so they survive
 a change of resolution; :func:`rasterise` turns them into a pixel mask (a pixel is inside
@@ -11,17 +13,17 @@ when its centre is, even-odd rule).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, get_args
 
 import numpy as np
 
+from edge.config_reader import Where, optional_key, read_config
 from edge.runtime.errors import RulesError
 
-__all__ = ["KEEP_OUT_BASES", "GoalRule", "JointLimits", "KeepOutRegion", "KeepOutRule", "Rules",
-           "load_rules", "rasterise"]
+__all__ = ["KEEP_OUT_BASES", "GoalRule", "JointLimits", "KeepOutBasis", "KeepOutRegion",
+           "KeepOutRule", "Rules", "load_rules", "rasterise"]
 
 RULE_ORDER = ("max_step_action", "joint_limits", "keep_out", "goal")
 
@@ -35,7 +37,8 @@ class KeepOutRegion:
 
 
 #: What a keep-out verdict is decided on (``keep_out.basis``).
-KEEP_OUT_BASES = ("auto", "robot_mask", "motion")
+KeepOutBasis = Literal["auto", "robot_mask", "motion"]
+KEEP_OUT_BASES = get_args(KeepOutBasis)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class KeepOutRule:
     regions: tuple[KeepOutRegion, ...]
     motion_threshold: int
     max_moved_pixels: int = 0
-    basis: str = "auto"
+    basis: KeepOutBasis = "auto"
     max_robot_pixels: int = 3
 
 
@@ -94,84 +97,104 @@ class Rules:
     goal: GoalRule | None = None
 
 
-def _keys(d: Any, where: str, allowed: dict[str, bool]) -> Mapping[str, Any]:
-    """Check ``d`` is a mapping with only ``allowed`` keys (value: required)."""
-    if not isinstance(d, Mapping):
-        raise RulesError(f"{where}: expected a mapping, found {type(d).__name__}")
-    sep = "." if ":" in where else ":"  # file:key at the top level, key.sub below it
-    for k in d:
-        if k not in allowed:
-            raise RulesError(f"{where}{sep}{k}: unknown key; expected one of {sorted(allowed)}")
-    for k, required in allowed.items():
-        if required and k not in d:
-            raise RulesError(f"{where}{sep}{k}: missing key")
-    return d
+@dataclass(frozen=True)
+class _RegionFile:
+    """``keep_out.regions[i]`` as written."""
+
+    polygon: tuple[tuple[float, float], ...]
+    name: str | None = optional_key()
 
 
-def _num(v: Any, where: str, lo: float | None = None, hi: float | None = None) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
-        raise RulesError(f"{where}: expected a finite number, found {v!r}")
+@dataclass(frozen=True)
+class _KeepOutFile:
+    """``keep_out`` as written: pixel counts are numbers here, whole numbers checked after."""
+
+    regions: tuple[_RegionFile, ...]
+    motion_threshold: float
+    max_moved_pixels: float = 0
+    basis: KeepOutBasis = "auto"
+    max_robot_pixels: float = 3
+
+
+@dataclass(frozen=True)
+class _JointLimitsFile:
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class _GoalFile:
+    image: str
+    min_ssim: float
+
+
+@dataclass(frozen=True)
+class _RulesFile:
+    """A rules file as written: every rule may be left out, none may be empty."""
+
+    max_step_action: float | tuple[float, ...] | None = optional_key()
+    joint_limits: _JointLimitsFile | None = optional_key()
+    keep_out: _KeepOutFile | None = optional_key()
+    goal: _GoalFile | None = optional_key()
+
+
+def _num(v: float, w: Where, lo: float | None = None, hi: float | None = None) -> float:
+    """``v`` (a finite number, as the reader checked) within [lo, hi], as a float."""
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         want = f"in [{lo:g}, {hi:g}]" if lo is not None and hi is not None else \
             f">= {lo:g}" if lo is not None else f"<= {hi:g}"
-        raise RulesError(f"{where}: expected a value {want}, found {v!r}")
+        w.fail(f"expected a value {want}, found {v!r}")
     return float(v)
 
 
-def _num_list(v: Any, where: str, lo: float | None = None) -> tuple[float, ...]:
-    if not isinstance(v, list) or not v:
-        raise RulesError(f"{where}: expected a non-empty list of numbers, found {v!r}")
-    return tuple(_num(x, f"{where}[{i}]", lo=lo) for i, x in enumerate(v))
+def _num_list(v: tuple[float, ...], w: Where, lo: float | None = None) -> tuple[float, ...]:
+    if not v:
+        w.fail("expected a non-empty list of numbers, found []")
+    return tuple(_num(x, w.index(i), lo=lo) for i, x in enumerate(v))
 
 
-def _parse_keep_out(d: Any, w: str) -> KeepOutRule:
-    d = _keys(d, w, {"regions": True, "motion_threshold": True, "max_moved_pixels": False,
-                     "basis": False, "max_robot_pixels": False})
-    thr = _num(d["motion_threshold"], f"{w}.motion_threshold", 0, 255)
+def _whole(v: float, w: Where, what: str) -> int:
+    if v != int(v):
+        w.fail(f"expected {what}, found {v:g}")
+    return int(v)
+
+
+def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
+    thr = _num(k.motion_threshold, w.key("motion_threshold"), 0, 255)
     if thr != int(thr):
-        raise RulesError(f"{w}.motion_threshold: expected an integer 0..255, found {thr}")
-    allowed = _num(d.get("max_moved_pixels", 0), f"{w}.max_moved_pixels", 0)
-    if allowed != int(allowed):
-        raise RulesError(f"{w}.max_moved_pixels: expected a whole number of pixels, found "
-                         f"{allowed:g}")
-    robot = _num(d.get("max_robot_pixels", 3), f"{w}.max_robot_pixels", 0)
-    if robot != int(robot):
-        raise RulesError(f"{w}.max_robot_pixels: expected a whole number of pixels, found "
-                         f"{robot:g}")
-    basis = d.get("basis", "auto")
-    if basis not in KEEP_OUT_BASES:
-        raise RulesError(f"{w}.basis: expected one of {list(KEEP_OUT_BASES)}, found {basis!r}")
-    regions = d["regions"]
-    if not isinstance(regions, list) or not regions:
-        raise RulesError(f"{w}.regions: expected a non-empty list of regions, found {regions!r}")
+        w.key("motion_threshold").fail(f"expected an integer 0..255, found {thr}")
+    allowed = _whole(_num(k.max_moved_pixels, w.key("max_moved_pixels"), 0),
+                     w.key("max_moved_pixels"), "a whole number of pixels")
+    robot = _whole(_num(k.max_robot_pixels, w.key("max_robot_pixels"), 0),
+                   w.key("max_robot_pixels"), "a whole number of pixels")
+    if not k.regions:
+        w.key("regions").fail("expected a non-empty list of regions, found []")
     out = []
-    for i, r in enumerate(regions):
-        rw = f"{w}.regions[{i}]"
-        r = _keys(r, rw, {"name": False, "polygon": True})
-        pts = r["polygon"]
-        if not isinstance(pts, list) or len(pts) < 3:
-            raise RulesError(f"{rw}.polygon: expected at least 3 [x, y] points, found {pts!r}")
-        poly = []
-        for j, p in enumerate(pts):
-            if not isinstance(p, list) or len(p) != 2:
-                raise RulesError(f"{rw}.polygon[{j}]: expected [x, y], found {p!r}")
-            poly.append((_num(p[0], f"{rw}.polygon[{j}][0]", 0, 1),
-                         _num(p[1], f"{rw}.polygon[{j}][1]", 0, 1)))
+    for i, r in enumerate(k.regions):
+        rw = w.key("regions").index(i)
+        pts = r.polygon
+        if len(pts) < 3:
+            rw.key("polygon").fail(f"expected at least 3 [x, y] points, found "
+                                   f"{[list(p) for p in pts]!r}")
+        poly = tuple((_num(x, rw.key("polygon").index(j).index(0), 0, 1),
+                      _num(y, rw.key("polygon").index(j).index(1), 0, 1))
+                     for j, (x, y) in enumerate(pts))
         xs, ys = np.array(poly).T
         area = 0.5 * abs(float(np.dot(xs, np.roll(ys, 1)) - np.dot(ys, np.roll(xs, 1))))
         if area < 1e-6:
-            raise RulesError(f"{rw}.polygon: encloses no area (its points are on one line), so "
-                             f"it could never see motion; found {pts!r}")
-        out.append(KeepOutRegion(str(r.get("name", f"region-{i}")), tuple(poly)))
-    return KeepOutRule(tuple(out), int(thr), int(allowed), str(basis), int(robot))
+            rw.key("polygon").fail(f"encloses no area (its points are on one line), so it "
+                                   f"could never see motion; found {[list(p) for p in pts]!r}")
+        out.append(KeepOutRegion(r.name if r.name is not None else f"region-{i}", poly))
+    return KeepOutRule(tuple(out), int(thr), allowed, k.basis, robot)
 
 
 def load_rules(path: str | os.PathLike[str]) -> Rules:
     """Read and check a rules YAML file.
 
     Raises:
-        RulesError: the file is missing, empty or not YAML, has an unknown key or a bad
-            value (the message names the file and the key path).
+        RulesError: the file is missing, empty or not YAML, has an unknown or missing key, a
+            value of the wrong type or a bad value (the message names the file and the key
+            path).
     """
     import yaml
 
@@ -190,38 +213,36 @@ def load_rules(path: str | os.PathLike[str]) -> Rules:
     if d is None:
         raise RulesError(f"{path}: the rules file is empty; expected at least one of "
                          f"{list(RULE_ORDER)}")
-    w = str(path)
-    d = _keys(d, w, {k: False for k in RULE_ORDER})
-    if not d:
+    w = Where(path, error=RulesError)
+    f = read_config(_RulesFile, d, w)
+    if all(getattr(f, k) is None for k in RULE_ORDER):
         raise RulesError(f"{path}: no rules; expected at least one of {list(RULE_ORDER)}")
-    keep = _parse_keep_out(d["keep_out"], f"{w}:keep_out") if "keep_out" in d else None
+    keep = _parse_keep_out(f.keep_out, w.key("keep_out")) if f.keep_out is not None else None
     limits = None
-    if "joint_limits" in d:
-        jw = f"{w}:joint_limits"
-        jl = _keys(d["joint_limits"], jw, {"lower": True, "upper": True})
-        lo, hi = _num_list(jl["lower"], f"{jw}.lower"), _num_list(jl["upper"], f"{jw}.upper")
+    if f.joint_limits is not None:
+        jw = w.key("joint_limits")
+        lo = _num_list(f.joint_limits.lower, jw.key("lower"))
+        hi = _num_list(f.joint_limits.upper, jw.key("upper"))
         if len(lo) != len(hi):
-            raise RulesError(f"{jw}: expected lower and upper of the same length, found "
-                             f"{len(lo)} and {len(hi)}")
+            jw.fail(f"expected lower and upper of the same length, found {len(lo)} and "
+                    f"{len(hi)}")
         if any(a > b for a, b in zip(lo, hi, strict=True)):
-            raise RulesError(f"{jw}: expected lower <= upper for every joint")
+            jw.fail("expected lower <= upper for every joint")
         limits = JointLimits(lo, hi)
     bound = None
-    if "max_step_action" in d:
-        v = d["max_step_action"]
-        bw = f"{w}:max_step_action"
-        bound = (_num(v, bw, 0),) if not isinstance(v, list) else _num_list(v, bw, 0)
+    if f.max_step_action is not None:
+        v, bw = f.max_step_action, w.key("max_step_action")
+        bound = _num_list(v, bw, 0) if isinstance(v, tuple) else (_num(v, bw, 0),)
     goal = None
-    if "goal" in d:
-        gw = f"{w}:goal"
-        g = _keys(d["goal"], gw, {"image": True, "min_ssim": True})
-        if not isinstance(g["image"], str) or not g["image"]:
-            raise RulesError(f"{gw}.image: expected a file path, found {g['image']!r}")
-        img = Path(g["image"])
+    if f.goal is not None:
+        gw = w.key("goal")
+        if not f.goal.image:
+            gw.key("image").fail("expected a file path, found ''")
+        img = Path(f.goal.image)
         img = img if img.is_absolute() else path.parent / img
         if not img.is_file():
-            raise RulesError(f"{gw}.image: no such file {img}")
-        goal = GoalRule(img, _num(g["min_ssim"], f"{gw}.min_ssim", -1, 1))
+            gw.key("image").fail(f"no such file {img}")
+        goal = GoalRule(img, _num(f.goal.min_ssim, gw.key("min_ssim"), -1, 1))
     return Rules(path=path, keep_out=keep, joint_limits=limits, max_step_action=bound, goal=goal)
 
 

@@ -6,7 +6,7 @@ expected, what was found and, where useful, the fix.
 
 from __future__ import annotations
 
-from edge.errors import EdgeError
+from edge.errors import ConfigError, EdgeError
 
 __all__ = [
     "BackendError",
@@ -43,5 +43,5 @@ class ContextMismatchError(RuntimeInputError):
     """A calibration context does not belong to the model (shape or model sha256)."""
 
 
-class RulesError(RuntimeInputError):
+class RulesError(RuntimeInputError, ConfigError):
     """A pre-check rules file is missing, empty or malformed; names the file and key."""

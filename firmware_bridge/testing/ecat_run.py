@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slaves", type=int, default=1, help="identical slaves on the line")
     p.add_argument("--last-preop-at", type=int, default=0,
                    help="the last slave falls to PRE-OP with error at frame N")
+    p.add_argument("--master-priority", choices=("normal", "fifo"), default="normal",
+                   help="fifo: run the master at real-time priority (SCHED_FIFO 1), as a "
+                        "master on a loaded machine should")
     a = p.parse_args(argv)
     _ip("link", "add", "ecm0", "type", "veth", "peer", "name", "ecs0")
     for dev in ("ecm0", "ecs0"):
@@ -65,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                        daemon=True)
     proc.start()
     ready.wait(5)
-    out: dict = {}
+    out: dict = {"master_priority": a.master_priority}
+    if a.master_priority == "fifo":  # after the emulator's fork: only the master
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     try:
         t_open = time.monotonic()
         with stream_for_url(f"ethercat://ecm0?cycle_us={a.cycle_us}"
@@ -76,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             samples = [s.read() for _ in range(a.cycles)]
             out["stats"] = s.stats.as_dict()
             out["cycles"] = s.cycles
+            out["lost_waits_us"] = list(s.lost_waits_us)
         stamps = np.array([x.receipt_ns for x in samples], dtype=np.float64)
         jitter_us = np.abs(np.diff(stamps) / 1e3 - a.cycle_us)
         out["jitter_p50_us"] = float(np.percentile(jitter_us, 50))

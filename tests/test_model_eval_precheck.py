@@ -1,0 +1,162 @@
+"""``syncedge model eval-precheck``: the pre-check benchmark's figures from the package
+command (export/precheck_eval.py), its option errors and its contact sheet."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = str(ROOT / "models" / "reference")
+HISTORY = str(ROOT / "models" / "reference-history")
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["model", "eval-precheck", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("syncedge model eval-precheck: error: "), err
+    return lines[0]
+
+
+def test_unknown_split_is_one_line_naming_the_option(tmp_path, capsys) -> None:
+    code, _, err = _run(capsys, "--split", "nowhere", "--out", str(tmp_path / "o"))
+    assert code == 2
+    line = _one_error_line(err)
+    assert "--split" in line and "'nowhere'" in line and "all_held_out" in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("option", ["--model", "--history-model"])
+def test_model_folder_without_manifest_is_one_line_naming_the_option(
+        tmp_path, capsys, option: str) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = ["--model", MODEL, "--history-model", HISTORY, "--out", str(tmp_path / "o")]
+    argv[argv.index(option) + 1] = str(empty)
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"{option} {empty}" in line and "model.json" in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("option", ["--cells", "--threads"])
+def test_counts_below_one_are_refused(tmp_path, capsys, option: str) -> None:
+    code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY, option, "0",
+                        "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert f"{option} 0" in _one_error_line(err)
+
+
+def test_out_that_is_a_file_is_refused_before_work(tmp_path, capsys) -> None:
+    f = tmp_path / "f"
+    f.write_text("x")
+    code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY, "--out", str(f))
+    assert code == 2
+    assert f"--out {f}" in _one_error_line(err)
+
+
+def test_missing_mujoco_gives_the_install_hint(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "mujoco", None)  # find_spec answers None, import fails
+    code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY, "--cells", "1",
+                        "--out", str(tmp_path / "o"))
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "'mujoco'" in lines[0] and "pip install" in lines[0], err
+    assert "syncedge[train]" in lines[0]
+
+
+def test_help_says_what_it_measures(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["model", "eval-precheck", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in ("truly enters", "robot-mask pixels", "keep-out recall", "false refusals",
+                  "truly best", "Spearman", "copy-last", "precheck.json", "precheck.txt",
+                  "precheck_<split>.png", ">= 0.95", ">= 0.70", ">= 0.8"):
+        assert words in text, words
+
+
+def _sheet_cell(rng: np.random.Generator, m: int = 8, hw: int = 16):
+    from export.precheck_sheet import SheetCell
+
+    def frames(n: int) -> np.ndarray:
+        return rng.integers(0, 256, (n, hw, hw, 3), dtype=np.uint8)
+
+    enters = np.arange(m) % 2 == 0
+    return SheetCell(label="test_all cell 0", start=frames(1)[0], goal=frames(1)[0], goal_index=3,
+                     region=((0.1, 0.1), (0.5, 0.1), (0.5, 0.6), (0.1, 0.6)),
+                     truth_last=frames(m), pred_last=frames(m), enters=enters,
+                     refused=enters.copy(), exceeds=np.zeros(m, bool), chosen=1, best=3)
+
+
+def test_sheet_size_follows_the_rows_shown() -> None:
+    from export.precheck_sheet import precheck_sheet, sheet_size
+
+    rng = np.random.default_rng(0)
+    cells = [_sheet_cell(rng) for _ in range(3)]
+    one, three = precheck_sheet(cells[:1]), precheck_sheet(cells)
+    two = precheck_sheet(cells[:2], note="first 2 of 5 cells")
+    assert one.dtype == np.uint8 and one.ndim == 3 and one.shape[2] == 3
+    assert one.shape == (*sheet_size(1, 8, (16, 16)), 3)
+    assert three.shape == (*sheet_size(3, 8, (16, 16)), 3)
+    assert two.shape == (*sheet_size(2, 8, (16, 16), note=True), 3)
+    row = three.shape[0] - precheck_sheet(cells[:2]).shape[0]
+    assert row > 0 and three.shape[0] - one.shape[0] == 2 * row
+    assert one.shape[1] == three.shape[1]
+    # start, goal, then a truth and a prediction tile per candidate
+    fewer = precheck_sheet([_sheet_cell(rng, m=4)])
+    assert fewer.shape == (*sheet_size(1, 4, (16, 16)), 3)
+    assert fewer.shape[1] * 18 == one.shape[1] * 10
+
+
+needs_mujoco = pytest.mark.skipif(importlib.util.find_spec("mujoco") is None,
+                                  reason="needs MuJoCo")
+
+
+def _keys(obj: object) -> object:
+    """The nesting of dict keys (values of lists and leaves dropped)."""
+    if isinstance(obj, dict):
+        return {k: _keys(v) for k, v in obj.items()}
+    return None
+
+
+@needs_mujoco
+def test_one_cell_writes_json_table_and_sheet_with_the_benchmarks_keys(tmp_path,
+                                                                        capsys) -> None:
+    out = tmp_path / "eval"
+    code, stdout, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY,
+                             "--cells", "1", "--split", "test_all", "--threads", "1",
+                             "--out", str(out))
+    assert code == 0, err
+    assert "all_held_out cell 1/1" in err  # progress on stderr
+    result = json.loads((out / "precheck.json").read_text())
+    bench = json.loads((ROOT / "bench" / "results" / "precheck.json").read_text())
+    assert list(result) == list(bench)
+    assert _keys(result["options"]) == _keys(bench["options"])
+    assert result["options"]["cells"] == 1
+    assert result["targets"] == bench["targets"]
+    assert list(result["splits"]) == ["all_held_out"]
+    assert _keys(result["splits"]["all_held_out"]) == _keys(bench["splits"]["all_held_out"])
+    assert result["command"].startswith("syncedge model eval-precheck")
+    table = (out / "precheck.txt").read_text()
+    assert table.startswith("| split (cells) | model |") and table.strip() in stdout
+    from export.precheck_sheet import sheet_size
+
+    cells = result["splits"]["all_held_out"]["cells"]
+    import cv2
+
+    sheet = cv2.imread(str(out / "precheck_all_held_out.png"))
+    assert cells == 1 and sheet.shape == (*sheet_size(cells, 8, (64, 64), note=True), 3)
