@@ -1,6 +1,11 @@
 """syncedge: an embedded edge runtime for calibration-conditioned robot world models."""
 
+import ast
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+HERE = Path(__file__).resolve().parent
 
 TRAIN = [
     "torch==2.13.0",
@@ -10,6 +15,19 @@ TRAIN = [
 ]
 ROS = ["rosbags>=0.10"]
 TEST = ["pytest>=8", "ruff>=0.6", "mypy>=1.10", *ROS]
+
+
+def plugin_entry_points() -> dict[str, list[str]]:
+    """The entry points of the plug-in table ``PLUGINS`` in edge/plugins.py (read as a
+    literal, not imported), so the metadata lists exactly the project's own plug-ins."""
+    tree = ast.parse((HERE / "edge" / "plugins.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "PLUGINS":
+            table = ast.literal_eval(node.value)
+            return {group: [f"{name} = {target}" for name, target in names.items()]
+                    for group, names in table.items()}
+    raise RuntimeError("edge/plugins.py: expected the PLUGINS table")
+
 
 setup(
     name="syncedge",
@@ -56,19 +74,8 @@ setup(
     },
     entry_points={
         "console_scripts": ["syncedge = edge.cli:main"],
-        # Subcommand groups contributed by each package; edge.cli discovers them
-        # here so that edge/ never imports export/ or firmware_bridge/ directly.
-        "syncedge.commands": [
-            "cells = export.cells.cli:register",
-            "model = export.model_cli:register",
-            "bridge = firmware_bridge.cli:register",
-            "bundle = export.bundle.cli:register",
-            "export = export.cli:register",
-            "simulate = edge.commands.simulate:register",
-            "precheck = edge.commands.precheck:register",
-            "doctor = edge.commands.doctor:register",
-            "cache = edge.commands.cache:register",
-            "calibrate = edge.commands.calibrate:register",
-        ],
+        # Subcommand groups, URL sources (sim://, the joint stream transports): the plug-in
+        # table of edge/plugins.py, through which a package reaches one above it.
+        **plugin_entry_points(),
     },
 )

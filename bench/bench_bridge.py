@@ -44,9 +44,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import serial  # noqa: E402
 
+from edge.timebase import ClockEstimator, capture_stamps, pair_frames  # noqa: E402
 from firmware_bridge.testing.fake_framed import FakeFramedDevice, FramedFaults  # noqa: E402
 from firmware_bridge.testing.fake_servo import FakeServoBus, Faults, clock_capture_ns  # noqa: E402
-from firmware_bridge.timebase import ClockEstimator, capture_stamps, pair_frames  # noqa: E402
 from firmware_bridge.url import stream_for_url  # noqa: E402
 
 BEGIN, END = "<!-- bench_bridge figures begin -->", "<!-- bench_bridge figures end -->"

@@ -1,10 +1,11 @@
 """The ``syncedge`` command line.
 
-Subcommand groups are discovered through the ``syncedge.commands`` entry-point group, so
-that ``edge`` never imports ``export`` or ``firmware_bridge`` (see docs/architecture.md).
-Each entry point is a ``register(subparsers)`` function that adds one subparser whose
-``func`` attribute takes the parsed ``argparse.Namespace`` and returns an exit code.
-Registration must stay cheap: heavy libraries are imported inside ``func``.
+Subcommand groups are plug-ins of the ``syncedge.commands`` group (``edge/plugins.py``): the
+packages above ``edge`` (``firmware_bridge``, ``export``) contribute theirs there, so ``edge``
+imports neither (see docs/architecture.md). Each entry is a ``register(subparsers)``
+function that adds one subparser whose ``func`` attribute takes the parsed
+``argparse.Namespace`` and returns an exit code. Registration must stay cheap: heavy
+libraries are imported inside ``func``.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 
 from edge import __version__
 from edge.commands.helptext import STATE_ROOT_HELP
-from edge.errors import EdgeError
+from edge.errors import EdgeError, missing_dependency
+from edge.plugins import entries, load
 
 __all__ = ["build_parser", "main", "run_parsed"]
 
-ENTRY_POINT_GROUP = "syncedge.commands"
+ENTRY_POINT_GROUP = "syncedge.commands"  # read through edge.plugins
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"syncedge {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        register = ep.load()
+    for name in sorted(entries(ENTRY_POINT_GROUP)):
+        register = load(ENTRY_POINT_GROUP, name)
         register(sub)
     return parser
 
@@ -66,9 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_parsed(args: argparse.Namespace) -> int:
     """Run a parsed subcommand (``args.func``) and return its exit code.
 
-    Project errors (:class:`edge.errors.EdgeError`) and file errors print one line on stderr
-    and give exit code 2; Ctrl-C prints one line and gives 130; anything else is a bug and
-    keeps its traceback.
+    Project errors (:class:`edge.errors.EdgeError`), file errors and a missing optional
+    library (named with its extra, :func:`edge.errors.missing_dependency`) print one line on
+    stderr and give exit code 2; Ctrl-C prints one line and gives 130; anything else is a bug
+    and keeps its traceback.
     """
     try:
         return int(args.func(args) or 0)
@@ -82,6 +84,21 @@ def run_parsed(args: argparse.Namespace) -> int:
             raise  # an OSError of ours (device gone, timeout) is a project error: one line
         print(f"syncedge {args.command}: error: {_file_error(exc)}", file=sys.stderr)
         return 2
+    except ImportError as exc:
+        hint = missing_dependency(exc, _command_line(args))
+        if hint is None:
+            raise
+        print(f"syncedge {args.command}: error: {hint}", file=sys.stderr)
+        return 2
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command that ran, ``"syncedge bundle keys add"``: each group stores its chosen
+    subcommand as ``<name>_command`` (``bundle_command``, then ``keys_command``)."""
+    words = [str(args.command)]
+    while isinstance(getattr(args, f"{words[-1]}_command", None), str):
+        words.append(getattr(args, f"{words[-1]}_command"))
+    return " ".join(["syncedge", *words])
 
 
 def _file_error(exc: BaseException) -> str:

@@ -9,10 +9,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-__all__ = ["ConfigError", "EdgeError", "EpisodeError", "MissingDependencyError"]
+__all__ = ["OPTIONAL_LIBRARIES", "ConfigError", "EdgeError", "EpisodeError",
+           "MissingDependencyError", "TimebaseError", "missing_dependency"]
 
 _E = TypeVar("_E", bound="ConfigError")
 _EE = TypeVar("_EE", bound="EpisodeError")
+
+#: Optional libraries by import name: (distribution, the extra of setup.py that installs it).
+OPTIONAL_LIBRARIES: dict[str, tuple[str, str]] = {
+    "torch": ("torch", "train"),
+    "mujoco": ("mujoco", "train"),
+    "fast_simplification": ("fast-simplification", "train"),
+    "matplotlib": ("matplotlib", "train"),
+    "dynamixel_sdk": ("dynamixel-sdk", "bridge"),
+    "scservo_sdk": ("feetech-servo-sdk", "bridge"),
+    "pysoem": ("pysoem", "bridge"),
+    "tensorrt": ("tensorrt", "nvidia"),
+    "pycuda": ("pycuda", "nvidia"),
+    "rosbags": ("rosbags", "ros"),
+}
 
 
 class EdgeError(Exception):
@@ -110,6 +125,10 @@ class EpisodeError(ConfigError):
         return cls.at(file, path, f"missing key(s) {sorted(keys)}")
 
 
+class TimebaseError(EdgeError, ValueError):
+    """Stamps or positions that time alignment (:mod:`edge.timebase`) cannot use."""
+
+
 class MissingDependencyError(EdgeError, ImportError):
     """An optional library is not installed; the message names the extra to install."""
 
@@ -121,3 +140,23 @@ class MissingDependencyError(EdgeError, ImportError):
         )
         self.library = library
         self.extra = extra
+
+
+def missing_dependency(exc: ImportError, purpose: str) -> ImportError | None:
+    """The error to show for a failed import: ``exc`` itself when it already names the extra
+    (``edge``'s or ``kernels``' :class:`MissingDependencyError`), a
+    :class:`MissingDependencyError` when an optional library of :data:`OPTIONAL_LIBRARIES` is
+    missing, else ``None`` (a module of ours, or a required library: a bug or a broken
+    install, which keeps its traceback).
+
+    Args:
+        exc: the import error.
+        purpose: what needed the library, e.g. ``"syncedge model train"``.
+    """
+    if getattr(exc, "library", None) and getattr(exc, "extra", None):
+        return exc
+    top = (exc.name or "").split(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
+    if top not in OPTIONAL_LIBRARIES:
+        return None
+    distribution, extra = OPTIONAL_LIBRARIES[top]
+    return MissingDependencyError(distribution, extra, purpose)

@@ -9,11 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+from edge.joints import JointSample
+
+if TYPE_CHECKING:
+    from .stream import JointStream
 
 __all__ = ["register"]
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bridge`` subcommand group to an ``argparse`` subparsers object."""
     p = subparsers.add_parser("bridge", help="read joint streams from robot controllers",
                               description="Probe a joint bus or record a joint log. URLs: "
@@ -32,10 +38,10 @@ def register(subparsers) -> None:
     rec.set_defaults(func=_record)
 
 
-def _latency(stream, samples: list) -> str:
+def _latency(stream: JointStream, samples: list[JointSample]) -> str:
     """Estimate the receipt latency from ``samples``, keep it in the stream's statistics
     (``stats.extra["latency"]``) and return the line to print."""
-    from .timebase import capture_stamps
+    from edge.timebase import capture_stamps
 
     if len(samples) < 2:
         return "latency: unknown (fewer than 2 samples)"
@@ -82,9 +88,9 @@ def _record(args: argparse.Namespace) -> int:
     from .url import stream_for_url
 
     ended = ""
-    samples: list = []
+    samples: list[JointSample] = []
 
-    def keep(sample) -> None:
+    def keep(sample: JointSample) -> None:
         samples.append(sample)
         w.write(sample)
 

@@ -7,11 +7,13 @@ Each cycle sync-reads Realtime Tick .. Present Position (addresses 120..135) fro
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from .servo_bus import ServoBusStream
 from .stream import Reading
+from .url import Options
 
 __all__ = ["DXL_X_TABLE", "DynamixelStream"]
 
@@ -71,25 +73,25 @@ class DynamixelStream(ServoBusStream):
     STEPS_PER_REV = TICKS_PER_REV
     PACKET_HANDLER_ARG = 2.0  # protocol 2.0
 
-    def __init__(self, url, port, ids, *, zero_tick: int = 2048,
-                 torque_constant_nm_per_a: float = TORQUE_CONSTANT_NM_PER_A, **kw):
+    def __init__(self, url: str, port: str, ids: list[int], *, zero_tick: int = 2048,
+                 torque_constant_nm_per_a: float = TORQUE_CONSTANT_NM_PER_A, **kw: Any):
         super().__init__(url, port, ids, zero_tick=zero_tick, **kw)
         self.torque_constant_nm_per_a = torque_constant_nm_per_a
         self._tick_last: int | None = None
         self._tick_ms = 0
 
     @classmethod
-    def _bus_options(cls, opts) -> dict:
+    def _bus_options(cls, opts: Options) -> dict[str, Any]:
         return dict(torque_constant_nm_per_a=opts.float("torque_constant_nm_per_a",
                                                         TORQUE_CONSTANT_NM_PER_A, 0.0))
 
     def _sync_read_tx(self) -> int:
-        ph = self._ph
-        assert ph is not None  # called by _cycle() only while the port is open
-        return ph.syncReadTx(self._port, READ_START, READ_LENGTH, list(self.ids),
+        ph, port = self._ph, self._port
+        assert ph is not None and port is not None  # called by _cycle() only while open
+        return ph.syncReadTx(port, READ_START, READ_LENGTH, list(self.ids),
                              len(self.ids), False)
 
-    def _decode(self, data, errors, receipt_ns) -> Reading:
+    def _decode(self, data: np.ndarray, errors: np.ndarray, receipt_ns: int) -> Reading:
         pos = self._position_rad(_field(data, "present_position"))
         vel = _field(data, "present_velocity") * (VELOCITY_UNIT_RPM * 2 * math.pi / 60)
         eff = _field(data, "present_current") * (CURRENT_UNIT_A * self.torque_constant_nm_per_a)
@@ -102,6 +104,6 @@ class DynamixelStream(ServoBusStream):
         return Reading(pos, vel, eff.astype(np.float64), receipt_ns,
                        device_stamp_ns=self._tick_ms * 1_000_000, fault=fault)
 
-    def _reconnect(self, deadline_ns, cause):
+    def _reconnect(self, deadline_ns: int, cause: Exception) -> None:
         self._tick_last = None
         super()._reconnect(deadline_ns, cause)

@@ -15,6 +15,7 @@ import os
 import socket
 
 from .ecat_tables import AL, al_state_text, al_status_text
+from .sdk_types import EcatSlave
 
 __all__ = ["ABSENT_OBJECT_ABORTS", "CLOCK_RATE_TOLERANCE_PPM", "RECEIVE_ALLOWANCE_US",
            "dc_reply_is_current", "slave_label", "socket_fds", "soem_raw_sockets",
@@ -74,7 +75,7 @@ def wkc_share(state: int) -> int:
     return 3 if state == AL["OP"] else 1 if state & 0x0F == AL["SAFEOP"] else 0
 
 
-def slave_label(k: int, s) -> str:
+def slave_label(k: int, s: EcatSlave) -> str:
     """``slave1 AL 0x14 code 0x001B ('Drive': SAFE-OP + ERROR, Sync manager watchdog)``:
     a slave by chain position and name, its AL state and status code, raw and decoded."""
     return (f"slave{k} AL 0x{s.state:02X} code 0x{s.al_status:04X} "

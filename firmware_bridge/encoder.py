@@ -17,6 +17,7 @@ What this can and cannot know:
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["TurnCounter"]
 
@@ -44,7 +45,7 @@ class TurnCounter:
         """Forget the turn count (after a reconnect: the servo may have been power-cycled)."""
         self._last = self._steps = None
 
-    def update(self, raw) -> np.ndarray:
+    def update(self, raw: npt.ArrayLike) -> np.ndarray:
         """Add one reading and return the continuous positions.
 
         Args:

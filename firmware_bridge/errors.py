@@ -7,6 +7,8 @@ what was expected, what was found and, where useful, the fix.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from edge.errors import EdgeError, MissingDependencyError
 
 __all__ = [
@@ -50,7 +52,7 @@ class FrameError(BridgeError, ValueError):
     """One framed-stream frame failed to decode (COBS, length or CRC32)."""
 
 
-def require(module: str, library: str, purpose: str):
+def require(module: str, library: str, purpose: str) -> ModuleType:
     """Import an optional library lazily.
 
     Args:

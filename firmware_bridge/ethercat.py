@@ -55,7 +55,8 @@ import os
 import select
 import struct
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -70,13 +71,12 @@ from .ecat_checks import (
 )
 from .ecat_tables import AL, CIA402, al_state_text, al_status_text, sdo_abort_text
 from .errors import ProtocolError, require
+from .sdk_types import EcatMaster, EcatSlave, Pysoem
 from .stream import CycleError, JointStream, LinkLostError, Reading
+from .url import Options
 
 #: lost-frame receive waits kept for inspection (``EthercatStream.lost_waits_us``)
 LOST_WAITS_KEPT = 1000
-
-if TYPE_CHECKING:
-    import pysoem
 
 __all__ = ["EthercatStream", "dc_reply_is_current", "slave_label", "soem_raw_sockets",
            "wkc_share"]
@@ -90,13 +90,14 @@ class EthercatStream(JointStream):
                 "&encoder_increments=0")
 
     def __init__(self, url: str, iface: str, *, cycle_us: int = 1000, timeout_us: int = 2000,
-                 state_timeout_s: float = 3.0, encoder_increments: int = 0, **kw):
+                 state_timeout_s: float = 3.0, encoder_increments: int = 0, **kw: Any):
         kw.setdefault("rate_hz", 1e6 / cycle_us if cycle_us else 0.0)
         super().__init__(url, **kw)
         self.iface, self.timeout_us, self.state_timeout_s = iface, timeout_us, state_timeout_s
         self.encoder_increments = encoder_increments
-        self._master: pysoem.Master | None = None
-        self.layout: list[dict] = []
+        self._pysoem: Pysoem | None = None
+        self._master: EcatMaster | None = None
+        self.layout: list[dict[str, Any]] = []
         self.cycles = 0
         self.has_dc = False
         self._states_noted = False  # some slave was last seen out of OP
@@ -109,7 +110,7 @@ class EthercatStream(JointStream):
         self.lost_waits_us: collections.deque[float] = collections.deque(maxlen=LOST_WAITS_KEPT)
 
     @classmethod
-    def _url_options(cls, opts) -> dict:
+    def _url_options(cls, opts: Options) -> dict[str, Any]:
         return dict(cycle_us=opts.int("cycle_us", 1000, 0),
                     timeout_us=opts.int("timeout_us", 2000, 1),
                     state_timeout_s=opts.float("state_timeout_s", 3.0, 0.0),
@@ -120,7 +121,7 @@ class EthercatStream(JointStream):
     def joint_names(self) -> list[str]:
         return [d["name"] for d in self.layout]
 
-    def _sdo(self, k: int, slave, index: int, sub: int, fmt: str, *,
+    def _sdo(self, k: int, slave: EcatSlave, index: int, sub: int, fmt: str, *,
              optional: bool = False) -> int | None:
         """Read one object by SDO; ``None`` for an absent optional object.
 
@@ -129,6 +130,7 @@ class EthercatStream(JointStream):
                 code in hex with its ETG.1000.6 text.
         """
         pysoem = self._pysoem
+        assert pysoem is not None  # _open() loads it before reading objects
         try:
             raw = slave.sdo_read(index, sub)
         except (pysoem.SdoError, pysoem.MailboxError, pysoem.WkcError) as exc:
@@ -142,9 +144,11 @@ class EthercatStream(JointStream):
                 why = f"{type(exc).__name__} {getattr(exc, 'desc', '') or exc}"
             raise ProtocolError(f"{self.url}: slave{k} {slave.name!r}: SDO 0x{index:04X}:{sub} "
                                 f"read: expected a value, found {why}") from exc
-        return struct.unpack(fmt, raw[:struct.calcsize(fmt)].ljust(struct.calcsize(fmt), b"\0"))[0]
+        size = struct.calcsize(fmt)
+        value: int = struct.unpack(fmt, raw[:size].ljust(size, b"\0"))[0]
+        return value
 
-    def _map_slave(self, k: int, slave) -> dict:
+    def _map_slave(self, k: int, slave: EcatSlave) -> dict[str, Any]:
         """Locate the CiA 402 inputs in slave ``k``'s process data and read its scaling.
 
         Returns:
@@ -200,7 +204,8 @@ class EthercatStream(JointStream):
                 "vendor": slave.man, "product": slave.id, "notes": notes}
 
     def _open(self) -> None:
-        self._pysoem = pysoem = require("pysoem", "pysoem", "the EtherCAT transport")
+        pysoem = cast(Pysoem, require("pysoem", "pysoem", "the EtherCAT transport"))
+        self._pysoem = pysoem
         if not self.iface:
             raise LinkLostError(f"{self.url}: no network interface given (expected "
                                 f"ethercat://eth0)")
@@ -246,7 +251,7 @@ class EthercatStream(JointStream):
                                     f"{self.state_timeout_s} s, found {found}")
         self._bound_receive_wait()
 
-    def _receive(self, m, send_ns: int) -> int:
+    def _receive(self, m: EcatMaster, send_ns: int) -> int:
         """``receive_processdata`` with the wait bounded at ``timeout_us`` after the send."""
         if not self._bounded:
             return m.receive_processdata(self.timeout_us)
@@ -294,7 +299,7 @@ class EthercatStream(JointStream):
         m.read_state()
         return ", ".join(slave_label(k, s) for k, s in enumerate(m.slaves))
 
-    def _health(self, slaves) -> list[dict]:
+    def _health(self, slaves: Sequence[EcatSlave]) -> list[dict[str, Any]]:
         """Per-slave health in ``stats.extra["slaves"]`` (created on first use)."""
         health = self.stats.extra.get("slaves")
         if health is None or len(health) != len(slaves):
@@ -304,7 +309,7 @@ class EthercatStream(JointStream):
             self.stats.extra["slaves"] = health
         return health
 
-    def _note_states(self, slaves) -> list[dict]:
+    def _note_states(self, slaves: Sequence[EcatSlave]) -> list[dict[str, Any]]:
         """Copy the slaves' AL states (just read) into their health entries."""
         health = self._health(slaves)
         for h, s in zip(health, slaves, strict=True):
@@ -401,10 +406,10 @@ class EthercatStream(JointStream):
                        request_ns=send_ns)
 
     @staticmethod
-    def _labels(m, ks: list[int]) -> str:
+    def _labels(m: EcatMaster, ks: list[int]) -> str:
         return ", ".join(slave_label(k, m.slaves[k]) for k in ks)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Slaves found (by chain position and name): identity, scaling, AL state and status
         (read now, decoded), and how freshness and the receive wait are handled."""
         slaves = [{k: v for k, v in d.items() if k != "offsets"} for d in self.layout]

@@ -8,11 +8,14 @@ Each cycle sync-reads Present Position .. Present Temperature (addresses 56..63)
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .servo_bus import ServoBusStream
 from .stream import Reading
+from .url import Options
 
 __all__ = ["STS_TABLE", "FeetechStream", "sign_magnitude"]
 
@@ -40,7 +43,7 @@ STALL_TORQUE_NM = 19.5 * 0.0980665
 FAULT_BITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
 
 
-def sign_magnitude(raw, sign_bit: int):
+def sign_magnitude(raw: npt.ArrayLike, sign_bit: int) -> int | np.ndarray:
     """Decode sign-magnitude integers: bit ``sign_bit`` is the sign, lower bits the magnitude.
 
     ``sign_magnitude(0x8005, 15) == -5``. Accepts an int or an integer array (any shape).
@@ -57,7 +60,7 @@ def _field(data: np.ndarray, name: str) -> np.ndarray:
     raw = data[:, off].astype(np.int64)
     if size == 2:
         raw = raw | (data[:, off + 1].astype(np.int64) << 8)
-    return raw if sign_bit is None else sign_magnitude(raw, sign_bit)
+    return raw if sign_bit is None else np.asarray(sign_magnitude(raw, sign_bit))
 
 
 class FeetechStream(ServoBusStream):
@@ -73,22 +76,22 @@ class FeetechStream(ServoBusStream):
     STEPS_PER_REV = STEPS_PER_REV
     PACKET_HANDLER_ARG = 0  # little-endian words (STS)
 
-    def __init__(self, url, port, ids, *, zero_tick: int = 2048,
-                 stall_torque_nm: float = STALL_TORQUE_NM, **kw):
+    def __init__(self, url: str, port: str, ids: list[int], *, zero_tick: int = 2048,
+                 stall_torque_nm: float = STALL_TORQUE_NM, **kw: Any):
         super().__init__(url, port, ids, zero_tick=zero_tick, **kw)
         self.stall_torque_nm = stall_torque_nm
 
     @classmethod
-    def _bus_options(cls, opts) -> dict:
+    def _bus_options(cls, opts: Options) -> dict[str, Any]:
         return dict(stall_torque_nm=opts.float("stall_torque_nm", STALL_TORQUE_NM, 0.0))
 
     def _sync_read_tx(self) -> int:
-        ph = self._ph
-        assert ph is not None  # called by _cycle() only while the port is open
-        return ph.syncReadTx(self._port, READ_START, READ_LENGTH, list(self.ids),
+        ph, port = self._ph, self._port
+        assert ph is not None and port is not None  # called by _cycle() only while open
+        return ph.syncReadTx(port, READ_START, READ_LENGTH, list(self.ids),
                              len(self.ids))
 
-    def _decode(self, data, errors, receipt_ns) -> Reading:
+    def _decode(self, data: np.ndarray, errors: np.ndarray, receipt_ns: int) -> Reading:
         pos = self._position_rad(_field(data, "present_position"))
         vel = _field(data, "present_speed") * (2 * math.pi / STEPS_PER_REV)
         eff = _field(data, "present_load") * (1e-3 * self.stall_torque_nm)

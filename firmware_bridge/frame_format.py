@@ -29,6 +29,7 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from .cobs import cobs_decode, cobs_encode
 from .errors import FrameError
@@ -61,7 +62,8 @@ class BridgeFrame:
     fault: bool = False
 
 
-def encode_frame(sequence: int, device_time_us: int, position_rad, velocity_rad_s, effort_nm,
+def encode_frame(sequence: int, device_time_us: int, position_rad: npt.ArrayLike,
+                 velocity_rad_s: npt.ArrayLike, effort_nm: npt.ArrayLike,
                  fault: bool = False) -> bytes:
     """Encode one frame, COBS-stuffed and terminated with 0x00.
 

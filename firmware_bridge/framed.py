@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import Any
 
-from .frame_format import MAX_JOINTS, FrameDecoder
+from edge.joints import positional_names
+
+from .frame_format import MAX_JOINTS, BridgeFrame, FrameDecoder
+from .sdk_types import SerialPort
 from .serial_io import open_serial, read_some
-from .stream import CycleError, JointStream, LinkLostError, Reading, positional_names
+from .stream import CycleError, JointStream, LinkLostError, Reading
+from .url import Options
 
 __all__ = ["FramedStream"]
 
@@ -29,17 +34,17 @@ class FramedStream(JointStream):
     URL_FORM = "frame:///dev/ttyACM0?baud=921600&joints=6&frame_timeout_s=0.05"
 
     def __init__(self, url: str, port: str, *, joints: int, baud: int = 921600,
-                 frame_timeout_s: float = 0.05, **kw):
+                 frame_timeout_s: float = 0.05, **kw: Any):
         super().__init__(url, **kw)
         self.port, self.joints, self.baud = port, joints, baud
         self.frame_timeout_s = frame_timeout_s
-        self._ser = None
+        self._ser: SerialPort | None = None
         self._decoder = FrameDecoder()
-        self._frames: deque = deque()
+        self._frames: deque[tuple[int, BridgeFrame]] = deque()  # (receipt ns, frame)
         self._last_seq: int | None = None
 
     @classmethod
-    def _url_options(cls, opts) -> dict:
+    def _url_options(cls, opts: Options) -> dict[str, Any]:
         return dict(joints=opts.int("joints", 6, 1, MAX_JOINTS),
                     baud=opts.int("baud", 921600, 1200),
                     frame_timeout_s=opts.float("frame_timeout_s", 0.05, 0.0),
@@ -62,8 +67,8 @@ class FramedStream(JointStream):
                 pass
             self._ser = None
 
-    def _pump(self, timeout_s: float) -> None:
-        data = read_some(self._ser, timeout_s)
+    def _pump(self, ser: SerialPort, timeout_s: float) -> None:
+        data = read_some(ser, timeout_s)
         if data:
             now = time.monotonic_ns()
             for f in self._decoder.feed(data):
@@ -72,7 +77,8 @@ class FramedStream(JointStream):
             self.stats.resyncs = self._decoder.resyncs
 
     def _cycle(self) -> Reading:
-        if self._ser is None:
+        ser = self._ser
+        if ser is None:
             raise LinkLostError(f"{self.port}: not open")
         deadline = time.monotonic() + self.frame_timeout_s
         while not self._frames:
@@ -80,7 +86,7 @@ class FramedStream(JointStream):
             if remaining <= 0:
                 raise CycleError("timeout", f"{self.port}: expected a frame within "
                                  f"{self.frame_timeout_s} s, found none")
-            self._pump(remaining)
+            self._pump(ser, remaining)
         receipt_ns, f = self._frames.popleft()
         if f.position_rad.shape[0] != self.joints:
             self._decoder.crc_errors += 1
@@ -96,6 +102,6 @@ class FramedStream(JointStream):
                        device_counter=f.sequence, device_stamp_ns=f.device_time_us * 1000,
                        fault="device fault flag" if f.fault else "", skipped=skipped)
 
-    def _reconnect(self, deadline_ns, cause):
+    def _reconnect(self, deadline_ns: int, cause: Exception) -> None:
         self._last_seq = None
         super()._reconnect(deadline_ns, cause)

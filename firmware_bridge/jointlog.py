@@ -17,8 +17,10 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from edge.joints import JointSample
+
 from .errors import BridgeError
-from .sample import JointSample, StreamStats
+from .sample import StreamStats
 
 __all__ = ["JointLog", "JointLogWriter", "read_joint_log"]
 
@@ -58,7 +60,7 @@ class JointLogWriter:
     def __enter__(self) -> JointLogWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

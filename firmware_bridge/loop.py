@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 
-from .stream import CycleError, JointStream, Reading, positional_names
+from edge.joints import positional_names
+
+from .stream import CycleError, JointStream, Reading
+from .url import Options
 
 __all__ = ["LoopStream"]
 
@@ -24,7 +28,7 @@ class LoopStream(JointStream):
     URL_FORM = "loop://?joints=6&rate_hz=500&drop_every=0&fault_every=0"
 
     def __init__(self, url: str = "loop://", *, joints: int = 6, drop_every: int = 0,
-                 fault_every: int = 0, **kw):
+                 fault_every: int = 0, **kw: Any):
         kw.setdefault("rate_hz", 500.0)
         super().__init__(url, **kw)
         self._n = joints
@@ -32,10 +36,11 @@ class LoopStream(JointStream):
         self._count = 0
 
     @classmethod
-    def from_url(cls, url, target, opts, **kw):
+    def from_url(cls, url: str, target: str, opts: Options, **kw: Any) -> LoopStream:
         """Build from a parsed URL (see :func:`firmware_bridge.url.stream_for_url`)."""
-        args = dict(joints=opts.int("joints", 6, 1, 64), rate_hz=opts.float("rate_hz", 500.0, 0),
-                    drop_every=opts.int("drop_every", 0, 0), fault_every=opts.int("fault_every", 0, 0))
+        args: dict[str, Any] = dict(  # constructor keywords of mixed types
+            joints=opts.int("joints", 6, 1, 64), rate_hz=opts.float("rate_hz", 500.0, 0),
+            drop_every=opts.int("drop_every", 0, 0), fault_every=opts.int("fault_every", 0, 0))
         opts.finish()
         args.update(kw)
         return cls(url, **args)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
+
+from edge.joints import Status
 
 from .errors import BridgeError, EndOfLogError
 from .jointlog import JointLog, read_joint_log
-from .sample import Status
 from .stream import JointStream, LinkLostError, Reading
+from .url import Options
 
 __all__ = ["ReplayStream"]
 
@@ -23,13 +26,14 @@ class ReplayStream(JointStream):
 
     URL_FORM = "replay:///path/to/log.jsonl?speed=1.0&loop=0"
 
-    def __init__(self, url: str, path: str, *, speed: float = 1.0, loop: bool = False, **kw):
+    def __init__(self, url: str, path: str, *, speed: float = 1.0, loop: bool = False,
+                 **kw: Any):
         super().__init__(url, **kw)
         self.path, self.speed, self.loop = path, speed, loop
         self._log: JointLog | None = None
 
     @classmethod
-    def _url_options(cls, opts) -> dict:
+    def _url_options(cls, opts: Options) -> dict[str, Any]:
         return dict(speed=opts.float("speed", 1.0, 0.0), loop=bool(opts.int("loop", 0, 0, 1)))
 
     @property

@@ -1,106 +1,11 @@
-"""Joint samples, their status flags and per-stream statistics."""
+"""Per-stream statistics (joint samples and their status flags: :mod:`edge.joints`)."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-import numpy as np
-
-__all__ = ["JointSample", "Status", "StreamStats"]
-
-
-class Status(enum.IntFlag):
-    """Status flags of one joint sample (combine with ``|``).
-
-    ``OK`` (no flag) means fresh values read in one valid cycle right after another valid one.
-    ``GAP``: one or more cycles before this sample failed (timeout, CRC, lost frame); the count is
-    in :attr:`JointSample.missed`. ``STALE``: the values were not refreshed in this cycle (never
-    set on a sample that is yielded as fresh). ``FAULT``: the device reported an error
-    (hardware error bit, EtherCAT slave out of OP); the values are still the ones read.
-    """
-
-    OK = 0
-    GAP = 1
-    STALE = 2
-    FAULT = 4
-
-
-@dataclass(frozen=True)
-class JointSample:
-    """One reading of every joint of a stream.
-
-    Attributes:
-        position_rad: float64 ``(J,)`` joint positions, rad (m for a prismatic joint).
-        velocity_rad_s: float64 ``(J,)`` joint velocities, rad/s; NaN where the device has none.
-        effort_nm: float64 ``(J,)`` joint efforts, N*m; NaN where the device has none.
-        receipt_ns: host ``time.monotonic_ns()`` when the reply was complete.
-        device_counter: the device's own sequence number, or -1 where the protocol has none.
-        device_stamp_ns: the device's own clock in ns, or -1 where the protocol has none.
-        status: :class:`Status` flags.
-        missed: number of failed cycles just before this sample (0 unless ``GAP``).
-        fault: a short reason when ``FAULT`` is set, else ``""``.
-        request_ns: host ``time.monotonic_ns()`` just before the request that produced this
-            sample was sent (servo buses, EtherCAT), or -1 where the device sends on its own
-            clock (framed stream, replayed logs without it). With ``receipt_ns`` it gives the
-            round trip from which :func:`firmware_bridge.timebase.capture_stamps` estimates
-            the latency.
-    """
-
-    position_rad: np.ndarray
-    velocity_rad_s: np.ndarray
-    effort_nm: np.ndarray
-    receipt_ns: int
-    device_counter: int = -1
-    device_stamp_ns: int = -1
-    status: Status = Status.OK
-    missed: int = 0
-    fault: str = ""
-    request_ns: int = -1
-
-    @property
-    def joints(self) -> int:
-        """Number of joints ``J``."""
-        return int(self.position_rad.shape[0])
-
-    def to_record(self) -> dict:
-        """Return a JSON-ready dict (lists of floats; NaN written as ``None``)."""
-
-        def clean(a: np.ndarray) -> list:
-            return [None if not np.isfinite(v) else float(v) for v in a]
-
-        return {
-            "receipt_ns": int(self.receipt_ns),
-            "device_counter": int(self.device_counter),
-            "device_stamp_ns": int(self.device_stamp_ns),
-            "status": int(self.status),
-            "missed": int(self.missed),
-            "fault": self.fault,
-            "request_ns": int(self.request_ns),
-            "position_rad": clean(self.position_rad),
-            "velocity_rad_s": clean(self.velocity_rad_s),
-            "effort_nm": clean(self.effort_nm),
-        }
-
-    @classmethod
-    def from_record(cls, rec: dict) -> JointSample:
-        """Inverse of :meth:`to_record`."""
-
-        def arr(v: list) -> np.ndarray:
-            return np.array([np.nan if x is None else x for x in v], dtype=np.float64)
-
-        return cls(
-            position_rad=arr(rec["position_rad"]),
-            velocity_rad_s=arr(rec["velocity_rad_s"]),
-            effort_nm=arr(rec["effort_nm"]),
-            receipt_ns=int(rec["receipt_ns"]),
-            device_counter=int(rec.get("device_counter", -1)),
-            device_stamp_ns=int(rec.get("device_stamp_ns", -1)),
-            status=Status(int(rec.get("status", 0))),
-            missed=int(rec.get("missed", 0)),
-            fault=str(rec.get("fault", "")),
-            request_ns=int(rec.get("request_ns", -1)),
-        )
+__all__ = ["StreamStats"]
 
 
 @dataclass
@@ -140,7 +45,7 @@ class StreamStats:
     slots: int = 0
     empty_slots: int = 0
     worst_gap_ns: int = 0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rate_hz(self) -> float:
@@ -149,7 +54,7 @@ class StreamStats:
             return 0.0
         return (self.samples - 1) * 1e9 / (self.last_ns - self.first_ns)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Return the counters and ``rate_hz`` as a JSON-ready dict."""
         d = asdict(self)
         d["rate_hz"] = self.rate_hz

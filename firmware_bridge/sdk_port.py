@@ -15,17 +15,21 @@ The bridge subclasses the SDK's own class (the SDK itself is not modified) to:
 from __future__ import annotations
 
 import time
+from typing import Any
 
+from .sdk_types import SerialPort, ServoPortHandler
 from .serial_io import open_serial, read_some
+from .stream import LinkLostError
 
 __all__ = ["make_port_handler"]
 
 
-def make_port_handler(base_cls: type, port_name: str, baudrate: int, timeout_s: float):
+def make_port_handler(base_cls: Any, port_name: str, baudrate: int,
+                      timeout_s: float) -> ServoPortHandler:
     """Return an opened instance of a subclass of the SDK's ``base_cls`` (a PortHandler).
 
     Args:
-        base_cls: ``dynamixel_sdk.PortHandler`` or ``scservo_sdk.PortHandler``.
+        base_cls: ``dynamixel_sdk.PortHandler`` or ``scservo_sdk.PortHandler`` (untyped).
         port_name: device path or pyserial URL.
         baudrate: line rate, bit/s (used for the per-byte allowance).
         timeout_s: allowance on top of the bytes' wire time for one reply.
@@ -34,8 +38,18 @@ def make_port_handler(base_cls: type, port_name: str, baudrate: int, timeout_s: 
         LinkLostError: the port cannot be opened.
     """
 
-    class BridgePortHandler(base_cls):
-        def setupPort(self, cflag_baud):  # noqa: N802 - SDK method name
+    class BridgePortHandler(base_cls):  # the SDK class is untyped (Any)
+        ser: SerialPort | None
+        port_name: str
+        baudrate: int
+        is_open: bool
+        is_using: bool
+        tx_time_per_byte: float
+        packet_start_time: float
+        packet_timeout: float
+        write_ns: int
+
+        def setupPort(self, cflag_baud: int) -> bool:  # noqa: N802 - SDK method name
             if self.is_open:
                 self.closePort()
             self.ser = open_serial(self.port_name, self.baudrate)
@@ -44,7 +58,7 @@ def make_port_handler(base_cls: type, port_name: str, baudrate: int, timeout_s: 
             self.tx_time_per_byte = 10_000.0 / self.baudrate  # ms per byte (10 bits)
             return True
 
-        def closePort(self):  # noqa: N802
+        def closePort(self) -> None:  # noqa: N802
             if self.ser is not None:
                 try:
                     self.ser.close()
@@ -52,22 +66,27 @@ def make_port_handler(base_cls: type, port_name: str, baudrate: int, timeout_s: 
                     pass
             self.is_open = False
 
-        def clearPort(self):  # noqa: N802
-            self.ser.reset_input_buffer()
+        def _port(self) -> SerialPort:
+            if self.ser is None:
+                raise LinkLostError(f"{self.port_name}: not open")
+            return self.ser
 
-        def writePort(self, packet):  # noqa: N802
+        def clearPort(self) -> None:  # noqa: N802
+            self._port().reset_input_buffer()
+
+        def writePort(self, packet: bytes | list[int]) -> int | None:  # noqa: N802
             self.write_ns = time.monotonic_ns()
-            return self.ser.write(packet)
+            return self._port().write(bytes(packet))
 
-        def readPort(self, length):  # noqa: N802
+        def readPort(self, length: int) -> bytes:  # noqa: N802
             remaining_ms = self.packet_timeout - (self.getCurrentTime() - self.packet_start_time)
-            return read_some(self.ser, max(0.0, remaining_ms / 1000.0), limit=length)
+            return read_some(self._port(), max(0.0, remaining_ms / 1000.0), limit=length)
 
-        def setPacketTimeout(self, packet_length):  # noqa: N802
+        def setPacketTimeout(self, packet_length: int) -> None:  # noqa: N802
             self.packet_start_time = self.getCurrentTime()
             self.packet_timeout = self.tx_time_per_byte * packet_length + timeout_s * 1000.0
 
-        def getCurrentTime(self):  # noqa: N802
+        def getCurrentTime(self) -> float:  # noqa: N802
             return time.monotonic_ns() / 1e6
 
     handler = BridgePortHandler(port_name)

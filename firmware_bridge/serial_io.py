@@ -13,12 +13,13 @@ import time
 
 import serial
 
+from .sdk_types import SerialPort
 from .stream import LinkLostError
 
 __all__ = ["drain_until_quiet", "open_serial", "read_some"]
 
 
-def open_serial(target: str, baudrate: int) -> serial.SerialBase:
+def open_serial(target: str, baudrate: int) -> SerialPort:
     """Open a device path or pyserial URL non-blocking (``timeout=0``).
 
     Raises:
@@ -29,7 +30,7 @@ def open_serial(target: str, baudrate: int) -> serial.SerialBase:
     if "://" not in target and not os.path.exists(target):
         raise LinkLostError(f"{target}: no such device")
     try:
-        ser = serial.serial_for_url(target, baudrate=baudrate, timeout=0)
+        ser: SerialPort = serial.serial_for_url(target, baudrate=baudrate, timeout=0)
     except (serial.SerialException, OSError) as exc:
         raise LinkLostError(f"{target}: cannot open: {exc}") from exc
     try:  # bytes queued before the port was opened are old: never deliver them as fresh
@@ -39,7 +40,7 @@ def open_serial(target: str, baudrate: int) -> serial.SerialBase:
     return ser
 
 
-def read_some(ser: serial.SerialBase, timeout_s: float, limit: int = 4096) -> bytes:
+def read_some(ser: SerialPort, timeout_s: float, limit: int = 4096) -> bytes:
     """Wait up to ``timeout_s`` for bytes; return what is available (maybe ``b""``).
 
     Raises:
@@ -72,7 +73,7 @@ def _readable(fd: int) -> bool:
     return bool(r)
 
 
-def drain_until_quiet(ser: serial.SerialBase, quiet_s: float, limit_s: float) -> int:
+def drain_until_quiet(ser: SerialPort, quiet_s: float, limit_s: float) -> int:
     """Discard input until the line stays quiet for ``quiet_s`` (at most ``limit_s``).
 
     Used after a failed cycle so that a late reply is never taken as the next one.

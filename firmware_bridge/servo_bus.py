@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from .encoder import TurnCounter
+from .sdk_types import ServoPacketHandler, ServoPortHandler
 from .serial_io import drain_until_quiet
 from .stream import CycleError, JointStream, LinkLostError, Reading
+from .url import Options
 
 __all__ = ["ServoBusStream"]
 
@@ -39,13 +41,13 @@ class ServoBusStream(JointStream):
     SDK_LIBRARY = ""
 
     def __init__(self, url: str, port: str, ids: list[int], *, baud: int = 1_000_000,
-                 timeout_s: float = 0.02, zero_tick: int = 2048, **kw):
+                 timeout_s: float = 0.02, zero_tick: int = 2048, **kw: Any):
         super().__init__(url, **kw)
         self.port, self.ids, self.baud, self.timeout_s = port, list(ids), baud, timeout_s
         self._sdk: types.ModuleType | None = None
-        # the SDK's PortHandler and PacketHandler (the SDKs have no type information)
-        self._port: Any | None = None
-        self._ph: Any | None = None
+        # the SDK's PortHandler and PacketHandler (typed by what the bridge calls on them)
+        self._port: ServoPortHandler | None = None
+        self._ph: ServoPacketHandler | None = None
         self.cycles = 0
         self.zero_tick = zero_tick
         self._turns = TurnCounter(self.STEPS_PER_REV, zero_tick)
@@ -55,7 +57,7 @@ class ServoBusStream(JointStream):
         return [f"id{i}" for i in self.ids]
 
     @classmethod
-    def _url_options(cls, opts) -> dict:
+    def _url_options(cls, opts: Options) -> dict[str, Any]:
         """The options every servo bus has, plus the transport's own (:meth:`_bus_options`)."""
         return dict(ids=opts.ids(), baud=opts.int("baud", 1_000_000, 9600),
                     timeout_s=opts.float("timeout_s", 0.02, 0.0),
@@ -65,7 +67,7 @@ class ServoBusStream(JointStream):
                     read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
 
     @classmethod
-    def _bus_options(cls, opts) -> dict:
+    def _bus_options(cls, opts: Options) -> dict[str, Any]:
         """The transport's own URL options, as constructor keyword arguments."""
         return {}
 
@@ -73,7 +75,8 @@ class ServoBusStream(JointStream):
     #: The argument of the SDK's ``PacketHandler`` (protocol version or word order).
     PACKET_HANDLER_ARG: float = 0
 
-    def _make_handlers(self, sdk):
+    def _make_handlers(self, sdk: types.ModuleType
+                       ) -> tuple[ServoPortHandler, ServoPacketHandler]:
         """Return ``(port_handler, packet_handler)`` for the opened port."""
         from .sdk_port import make_port_handler
 
@@ -101,7 +104,7 @@ class ServoBusStream(JointStream):
         self._port, self._ph = self._make_handlers(self._sdk)
         self._turns.reset()
 
-    def _position_rad(self, raw) -> np.ndarray:
+    def _position_rad(self, raw: np.ndarray) -> np.ndarray:
         """float64 ``(J,)`` rad from int ``(J,)`` raw position steps, counting turns."""
         return self._turns.update(raw) * (2 * np.pi / self.STEPS_PER_REV)
 
@@ -141,6 +144,8 @@ class ServoBusStream(JointStream):
         if self._port is None:
             return
         self._port.is_using = False
+        if self._port.ser is None:
+            return
         # A reply later than the allowance must not be read as the next cycle's reply: wait
         # until the line has been quiet for twice the allowance (bounded) before the next one.
         drain_until_quiet(self._port.ser, quiet_s=2 * self.timeout_s, limit_s=10 * self.timeout_s)
@@ -155,7 +160,7 @@ class ServoBusStream(JointStream):
         assert sdk is not None  # _open() loads the SDK before making the handlers
         return (model, err) if rc == sdk.COMM_SUCCESS else (-1, rc)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Ping every configured id; report model numbers (``-1``: no answer).
 
         Raises:

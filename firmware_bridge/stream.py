@@ -12,28 +12,19 @@ import abc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edge.joints import JointSample, Status
+
 from .errors import BridgeError, BridgeTimeoutError, DeviceGoneError
-from .sample import JointSample, Status, StreamStats
+from .sample import StreamStats
 
-__all__ = ["CycleError", "JointStream", "LinkLostError", "Reading", "positional_names",
-           "names_are_positional"]
+if TYPE_CHECKING:
+    from .url import Options
 
-
-def positional_names(count: int) -> list[str]:
-    """Placeholder names ``joint0 .. joint{count-1}`` for a device that reports no names."""
-    return [f"joint{j}" for j in range(count)]
-
-
-def names_are_positional(names: list[str]) -> bool:
-    """Whether ``names`` only number the channels (:func:`positional_names`, servo ids
-    ``id<N>``, EtherCAT ``slave<k>:<device name>`` in chain order) rather than name the
-    controller's joints: a program must then be matched to the channels by position."""
-    return bool(names) and (names == positional_names(len(names))
-                            or all(n.startswith("id") and n[2:].isdigit() for n in names)
-                            or all(n.startswith(f"slave{k}:") for k, n in enumerate(names)))
+__all__ = ["CycleError", "JointStream", "LinkLostError", "Reading"]
 
 
 class CycleError(BridgeError):
@@ -96,7 +87,7 @@ class JointStream(abc.ABC):
         self._last_counter: int | None = None
 
     @classmethod
-    def from_url(cls, url: str, target: str, opts, **kw) -> JointStream:
+    def from_url(cls, url: str, target: str, opts: Options, **kw: Any) -> JointStream:
         """Build from a parsed URL (see :func:`firmware_bridge.url.stream_for_url`): the
         transport's own options (:meth:`_url_options`), unknown ones refused, then ``kw`` on
         top; ``target`` is the URL's device path, interface or file."""
@@ -107,7 +98,7 @@ class JointStream(abc.ABC):
         return make(url, target, **args)
 
     @classmethod
-    def _url_options(cls, opts) -> dict:
+    def _url_options(cls, opts: Options) -> dict[str, Any]:
         """This transport's URL options, parsed from ``opts``, as constructor keywords."""
         return {}
 
@@ -157,7 +148,7 @@ class JointStream(abc.ABC):
     def __enter__(self) -> JointStream:
         return self.open()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- reading ------------------------------------------------------------------------

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 
+from edge.joints import JointSample
+
 from .jointlog import JointLogWriter
-from .sample import JointSample
-from .stream import JointStream
+from .stream import JointStream, Reading
 
 __all__ = ["TraceStream"]
 
@@ -43,7 +44,7 @@ class TraceStream(JointStream):
             self._writer.close(self.inner.stats)
         self.inner.close()
 
-    def _cycle(self):  # never called: read() is delegated
+    def _cycle(self) -> Reading:  # never called: read() is delegated
         raise NotImplementedError
 
     def read(self) -> JointSample:

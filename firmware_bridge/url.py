@@ -9,52 +9,41 @@ URL                             transport
 ``ethercat://IFACE``            EtherCAT CiA 402 drives through pysoem (:mod:`.ethercat`)
 ``replay://FILE``               a joint log written by ``syncedge bridge record`` (:mod:`.replay`)
 ``loop://?joints=6``            a synthetic device for tests and demos (:mod:`.loop`)
+``sim://cell?...``              the virtual cell's controller (``export/cells/virtual.py``)
 ``trace+URL``                   any of the above, logging every sample (:mod:`.trace`)
 ==============================  ===========================================================
 
 ``PORT`` is a device path or any pyserial URL (``/dev/ttyUSB0``, ``spy:///dev/ttyUSB0``).
 Each transport validates its own query options and quotes its expected form on error.
+
+Schemes are plug-ins of the ``syncedge.joint_streams`` group (``edge/plugins.py``): the
+transports above and the virtual cell's stream are the project's own entries; another
+distribution adds a scheme by declaring a ``JointStream`` subclass with ``from_url`` and
+``URL_FORM`` in that group.
 """
 
 from __future__ import annotations
 
 import builtins
-import importlib
 import math
+from typing import Any
 from urllib.parse import parse_qsl
+
+from edge.plugins import entries, load
 
 from .errors import UrlError
 from .stream import JointStream
 
-__all__ = ["Options", "TRANSPORTS", "parse_ids", "register_transport", "split_url",
-           "stream_for_url"]
+__all__ = ["GROUP", "Options", "parse_ids", "split_url", "stream_for_url", "transports"]
 
-#: scheme -> "module:Class" (imported on first use so optional SDKs stay lazy).
-TRANSPORTS = {
-    "dxl": "firmware_bridge.dynamixel:DynamixelStream",
-    "sts": "firmware_bridge.feetech:FeetechStream",
-    "frame": "firmware_bridge.framed:FramedStream",
-    "ethercat": "firmware_bridge.ethercat:EthercatStream",
-    "replay": "firmware_bridge.replay:ReplayStream",
-    "loop": "firmware_bridge.loop:LoopStream",
-}
+#: The plug-in group of the transports: scheme -> ``"module:Class"``, imported on first use
+#: (so optional SDKs stay lazy).
+GROUP = "syncedge.joint_streams"
 
 
-def register_transport(scheme: str, target: str) -> None:
-    """Add a scheme to :data:`TRANSPORTS` (``target`` is ``"module:Class"``, imported on use).
-
-    Used by packages that bring their own stream (the virtual cell registers ``sim``).
-
-    Raises:
-        UrlError: the scheme is taken by another target, or the names are malformed.
-    """
-    if not scheme.isalnum() or ":" not in target:
-        raise UrlError(f"transport {scheme!r} -> {target!r}: expected an alphanumeric scheme "
-                       f"and 'module:Class'")
-    if TRANSPORTS.get(scheme, target) != target:
-        raise UrlError(f"transport scheme {scheme!r}: already registered as "
-                       f"{TRANSPORTS[scheme]!r}, found another target {target!r}")
-    TRANSPORTS[scheme] = target
+def transports() -> dict[str, str]:
+    """Every known scheme: scheme -> ``"module:Class"`` (see the module docstring)."""
+    return entries(GROUP)
 
 
 def split_url(url: str) -> tuple[str, str, dict[str, str]]:
@@ -65,7 +54,7 @@ def split_url(url: str) -> tuple[str, str, dict[str, str]]:
     """
     if "://" not in url:
         raise UrlError(f"URL {url!r}: expected 'scheme://target?options', found no scheme; "
-                       f"known schemes: {', '.join(sorted(TRANSPORTS))}")
+                       f"known schemes: {', '.join(sorted(transports()))}")
     scheme, rest = url.split("://", 1)
     target, _, query = rest.rpartition("?") if "?" in rest else (rest, "", "")
     opts: dict[str, str] = {}
@@ -165,7 +154,7 @@ class Options:
             raise self._fail(k, "a known option", f"{k}={self._opts[k]}")
 
 
-def stream_for_url(url: str, *, do_not_open: bool = False, **overrides) -> JointStream:
+def stream_for_url(url: str, *, do_not_open: bool = False, **overrides: Any) -> JointStream:
     """Make (and by default open) the joint stream a URL names.
 
     Args:
@@ -191,12 +180,12 @@ def stream_for_url(url: str, *, do_not_open: bool = False, **overrides) -> Joint
         inner = stream_for_url(inner_url, do_not_open=True, **overrides)
         stream: JointStream = TraceStream(inner, trace_path=trace_path)
     else:
-        if scheme not in TRANSPORTS:
+        known = transports()
+        if scheme not in known:
             raise UrlError(f"URL {url!r}: expected one of the schemes "
-                           f"{', '.join(sorted(TRANSPORTS))} (optionally with 'trace+'), "
+                           f"{', '.join(sorted(known))} (optionally with 'trace+'), "
                            f"found {scheme!r}")
-        module_name, cls_name = TRANSPORTS[scheme].split(":")
-        cls = getattr(importlib.import_module(module_name), cls_name)
+        cls = load(GROUP, scheme, f"the {scheme}:// transport")
         stream = cls.from_url(url, target, Options(url, opts, cls.URL_FORM), **overrides)
     if not do_not_open:
         stream.open()

@@ -86,7 +86,8 @@ class HostKernels:
             fn.restype = res
             fn.argtypes = args
 
-    def ring_fill(self, ring_latents, ring_actions, start_latent) -> int:
+    def ring_fill(self, ring_latents: np.ndarray, ring_actions: np.ndarray,
+                  start_latent: np.ndarray) -> int:
         """See :func:`kernels.reference.ring_fill`."""
         b, s, lat = ring_latents.shape
         a = ring_actions.shape[2]
@@ -95,7 +96,8 @@ class HostKernels:
         )
         return 0
 
-    def ring_push(self, ring_latents, ring_actions, w, new_latent, new_action, dof_mask) -> int:
+    def ring_push(self, ring_latents: np.ndarray, ring_actions: np.ndarray, w: int,
+                  new_latent: np.ndarray, new_action: np.ndarray, dof_mask: np.ndarray) -> int:
         """See :func:`kernels.reference.ring_push`."""
         b, s, lat = ring_latents.shape
         a = ring_actions.shape[2]
@@ -104,7 +106,9 @@ class HostKernels:
             _ptr(dof_mask), b, s, lat, a,
         )  # fmt: skip
 
-    def ring_linearise(self, ring_latents, ring_actions, w_next, hist_latents, hist_actions):
+    def ring_linearise(self, ring_latents: np.ndarray, ring_actions: np.ndarray, w_next: int,
+                       hist_latents: np.ndarray, hist_actions: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """See :func:`kernels.reference.ring_linearise` (outputs are required here)."""
         b, s, lat = ring_latents.shape
         a = ring_actions.shape[2]
@@ -115,8 +119,9 @@ class HostKernels:
         return hist_latents, hist_actions
 
     def ring_push_linearise(
-        self, ring_latents, ring_actions, hist_latents, hist_actions, w, new_latent, new_action,
-        dof_mask,
+        self, ring_latents: np.ndarray, ring_actions: np.ndarray, hist_latents: np.ndarray,
+        hist_actions: np.ndarray, w: int, new_latent: np.ndarray, new_action: np.ndarray,
+        dof_mask: np.ndarray,
     ) -> int:  # fmt: skip
         """See :func:`kernels.reference.ring_push_linearise` (mirrors the fused kernel)."""
         b, s, lat = ring_latents.shape
@@ -126,7 +131,8 @@ class HostKernels:
             int(w), _ptr(new_latent), _ptr(new_action), _ptr(dof_mask), b, s, lat, a,
         )  # fmt: skip
 
-    def select_action(self, actions, dof_mask, t, out):
+    def select_action(self, actions: np.ndarray, dof_mask: np.ndarray, t: int,
+                      out: np.ndarray) -> np.ndarray:
         """See :func:`kernels.reference.select_action` (output is required here)."""
         b, horizon, a = actions.shape
         self._lib.se_host_select_action(
@@ -134,13 +140,16 @@ class HostKernels:
         )
         return out
 
-    def decode_frames_counting(self, x, offset, out):
+    def decode_frames_counting(self, x: np.ndarray, offset: np.ndarray | None,
+                               out: np.ndarray) -> tuple[np.ndarray, int]:
         """See :func:`kernels.reference.decode_frames_counting` (output is required here)."""
         b, _, h, w = x.shape
         n = self._lib.se_host_decode_frames(_ptr(out), _ptr(x), _ptr(offset), b, h, w)
         return out, int(n)
 
-    def precheck_scores(self, pred, start, keepout, threshold, goal=None):
+    def precheck_scores(self, pred: np.ndarray, start: np.ndarray, keepout: np.ndarray,
+                        threshold: int, goal: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """See :func:`kernels.reference.precheck_scores`; returns (moved, energy, goal_mse)."""
         b, h, w, _ = pred.shape
         moved = np.zeros(b, np.int32)

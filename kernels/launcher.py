@@ -22,9 +22,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kernels.build import FATBIN, KERNEL_DIR, SOURCES, compile_cubin, nvcc_version, verify_manifest
+from kernels.cuda_types import (
+    CudaContext,
+    CudaDriver,
+    CudaFunction,
+    CudaModule,
+    CudaStream,
+    DevicePointer,
+)
 from kernels.errors import (
     KernelBuildError,
     KernelInputError,
@@ -92,7 +100,11 @@ def _grid(n: int) -> tuple[int, int]:
     return (max(1, min((int(n) + BLOCK - 1) // BLOCK, MAX_GRID)), 1)
 
 
-def _p(ptr: Any) -> int:
+#: A device pointer argument (:data:`kernels.cuda_types.DevicePointer`).
+Ptr = DevicePointer
+
+
+def _p(ptr: Ptr) -> int:
     return 0 if ptr is None else int(ptr)
 
 
@@ -126,11 +138,11 @@ class KernelLauncher:
         self.nvcc = nvcc
         self.allow_compile = allow_compile
         self.load_path: str | None = None  # "fatbin" or "nvcc sm_XY", set by activate()
-        self._cuda: Any = None
-        self._ctx: Any = None
-        self._module: Any = None
-        self._stream: Any = None
-        self._fn: dict[str, Any] = {}
+        self._cuda: Any = None  # the pycuda.driver module (what .driver returns)
+        self._ctx: CudaContext | None = None
+        self._module: CudaModule | None = None
+        self._stream: CudaStream | None = None
+        self._fn: dict[str, CudaFunction] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -143,28 +155,28 @@ class KernelLauncher:
         """
         if self._module is not None:
             return self
-        cuda = import_pycuda_driver()
+        cuda = cast(CudaDriver, import_pycuda_driver())
         cuda.init()
         device = cuda.Device(self.device_ordinal)
         self._cuda = cuda
-        self._ctx = device.retain_primary_context()
-        self._ctx.push()
+        ctx = self._ctx = device.retain_primary_context()
+        ctx.push()
         try:
             major, minor = device.compute_capability()
-            self._module = self._load_module(cuda, f"{major}{minor}")
+            module = self._module = self._load_module(cuda, f"{major}{minor}")
             self._stream = cuda.Stream()
             for name, fmt in _SIGNATURES.items():
-                fn = self._module.get_function(name)
+                fn = module.get_function(name)
                 fn.prepare(fmt)
                 self._fn[name] = fn
         except BaseException:
-            self._ctx.pop()
-            self._ctx.detach()
+            ctx.pop()
+            ctx.detach()
             self._ctx = None
             raise
         return self
 
-    def _load_module(self, cuda: Any, arch: str) -> Any:
+    def _load_module(self, cuda: CudaDriver, arch: str) -> CudaModule:
         fatbin_error = self._fatbin_unusable(cuda)
         if fatbin_error is None:
             try:
@@ -185,7 +197,7 @@ class KernelLauncher:
         self.load_path = f"nvcc sm_{arch}"
         return module
 
-    def _fatbin_unusable(self, cuda: Any) -> str | None:
+    def _fatbin_unusable(self, cuda: CudaDriver) -> str | None:
         if not self.fatbin.exists():
             return f"{self.fatbin} is missing"
         if self.fatbin == KERNEL_DIR / FATBIN:
@@ -210,7 +222,8 @@ class KernelLauncher:
 
     def deactivate(self) -> None:
         """Synchronise the stream, unload the kernels and release the primary context."""
-        if self._ctx is None:
+        ctx = self._ctx
+        if ctx is None:
             return
         try:
             if self._stream is not None:
@@ -219,8 +232,8 @@ class KernelLauncher:
             self._fn.clear()
             self._module = None
             self._stream = None
-            self._ctx.pop()
-            self._ctx.detach()
+            ctx.pop()
+            ctx.detach()
             self._ctx = None
 
     def __enter__(self) -> KernelLauncher:
@@ -270,8 +283,8 @@ class KernelLauncher:
     # ------------------------------------------------------------------ kernels
     # state: device int32[2] = {w, t} (next write slot, steps since fill); see docs/kernels.md.
 
-    def ring_fill(self, shape: RingShape, ring_latents, ring_actions, hist_latents,
-                  hist_actions, start_latent, state) -> None:  # fmt: skip
+    def ring_fill(self, shape: RingShape, ring_latents: Ptr, ring_actions: Ptr, hist_latents: Ptr,
+                  hist_actions: Ptr, start_latent: Ptr, state: Ptr) -> None:
         """Every slot = start latent (float32 [B, L]) and zero action; history likewise
         (hist_* may be 0); state = {0, 0} (may be 0)."""
         s = shape
@@ -280,8 +293,8 @@ class KernelLauncher:
                      _p(hist_latents), _p(hist_actions), _p(start_latent), s.batch, s.slots,
                      s.latent, s.action, _p(state))  # fmt: skip
 
-    def ring_push(self, shape: RingShape, ring_latents, ring_actions, new_latent, new_action,
-                  dof_mask, state) -> None:  # fmt: skip
+    def ring_push(self, shape: RingShape, ring_latents: Ptr, ring_actions: Ptr, new_latent: Ptr,
+                  new_action: Ptr, dof_mask: Ptr, state: Ptr) -> None:
         """Write slot state[0]: latent float32 [B, L], masked action float32 [B, A]
         (dof_mask uint8 [A]). Does not advance state."""
         s = shape
@@ -290,8 +303,8 @@ class KernelLauncher:
                      _p(new_latent), _p(new_action), _p(dof_mask), s.batch, s.slots, s.latent,
                      s.action, _p(state))  # fmt: skip
 
-    def ring_linearise(self, shape: RingShape, hist_latents, hist_actions, ring_latents,
-                       ring_actions, state) -> None:  # fmt: skip
+    def ring_linearise(self, shape: RingShape, hist_latents: Ptr, hist_actions: Ptr,
+                       ring_latents: Ptr, ring_actions: Ptr, state: Ptr) -> None:
         """hist[b, s] = ring[b, (state[0] + s) % S] for latents [B, S, L] and actions [B, S, A]."""
         s = shape
         n = max(s.batch * s.slots * s.latent, s.batch * s.slots * s.action)
@@ -299,8 +312,9 @@ class KernelLauncher:
                      _p(ring_latents), _p(ring_actions), s.batch, s.slots, s.latent, s.action,
                      _p(state))  # fmt: skip
 
-    def ring_push_linearise(self, shape: RingShape, ring_latents, ring_actions, hist_latents,
-                            hist_actions, new_latent, new_action, dof_mask, state) -> None:  # fmt: skip
+    def ring_push_linearise(self, shape: RingShape, ring_latents: Ptr, ring_actions: Ptr,
+                            hist_latents: Ptr, hist_actions: Ptr, new_latent: Ptr, new_action: Ptr,
+                            dof_mask: Ptr, state: Ptr) -> None:
         """Push into slot state[0] and write the history as it is after the push."""
         s = shape
         n = max(s.batch * s.slots * s.latent, s.batch * s.slots * s.action)
@@ -309,26 +323,27 @@ class KernelLauncher:
                      _p(new_action), _p(dof_mask), s.batch, s.slots, s.latent, s.action,
                      _p(state))  # fmt: skip
 
-    def ring_advance(self, shape: RingShape, state) -> None:
+    def ring_advance(self, shape: RingShape, state: Ptr) -> None:
         """state = {(w + 1) % S, t + 1}."""
         self._launch("se_ring_advance", (1, 1), 1, _p(state), shape.slots)
 
-    def select_action(self, action_out, actions, dof_mask, batch: int, horizon: int,
-                      action_width: int, state) -> None:  # fmt: skip
+    def select_action(self, action_out: Ptr, actions: Ptr, dof_mask: Ptr, batch: int, horizon: int,
+                      action_width: int, state: Ptr) -> None:
         """action_out float32 [B, A] = masked actions[:, min(state[1], T-1), :] of float32
         [B, T, A]."""
         self._launch("se_select_action", _grid(batch * action_width), BLOCK, _p(action_out),
                      _p(actions), _p(dof_mask), batch, horizon, action_width, _p(state))  # fmt: skip
 
-    def decode_frames(self, frames, x, offset, batch: int, height: int, width: int,
-                      nan_count) -> None:  # fmt: skip
+    def decode_frames(self, frames: Ptr, x: Ptr, offset: Ptr, batch: int, height: int, width: int,
+                      nan_count: Ptr) -> None:
         """float32 [B, 3, H, W] (+ offset, or 0) to uint8 [B, H, W, 3]; NaN values are
         added to the int32 at nan_count (check it with :func:`check_nan_count`)."""
         self._launch("se_decode_frames", _grid(batch * height * width), BLOCK, _p(frames),
                      _p(x), _p(offset), batch, height, width, _p(nan_count))  # fmt: skip
 
-    def precheck_scores(self, moved, energy, goal_mse, pred, start, keepout, goal,
-                        batch: int, height: int, width: int, threshold: int) -> None:  # fmt: skip
+    def precheck_scores(self, moved: Ptr, energy: Ptr, goal_mse: Ptr, pred: Ptr, start: Ptr,
+                        keepout: Ptr, goal: Ptr, batch: int, height: int, width: int,
+                        threshold: int) -> None:
         """Per candidate: moved int32 [B], energy float32 [B], goal_mse float32 [B] (goal and
         goal_mse may be 0). pred uint8 [B, H, W, 3], start [H, W, 3], keepout [H, W]."""
         if not 0 <= int(threshold) <= 255:
@@ -339,7 +354,7 @@ class KernelLauncher:
                      _p(goal_mse), _p(pred), _p(start), _p(keepout), _p(goal), batch,
                      height * width, int(threshold))  # fmt: skip
 
-    def store_step(self, dst, src, nbytes: int, horizon: int, state) -> None:
+    def store_step(self, dst: Ptr, src: Ptr, nbytes: int, horizon: int, state: Ptr) -> None:
         """Copy nbytes from src to dst + min(state[1], T-1) * nbytes (device to device)."""
         self._launch("se_store_step", _grid(nbytes), BLOCK, _p(dst), _p(src), int(nbytes),
                      horizon, _p(state))  # fmt: skip

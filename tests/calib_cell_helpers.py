@@ -11,6 +11,7 @@ from edge.calibrate.camera import open_camera
 from edge.calibrate.check import EpisodeArrays, check_arrays
 from edge.calibrate.plan import JointProgram, plan_sweep
 from edge.calibrate.record import RawRecording, RecordOptions, record
+from edge.calibrate.sources import open_joints
 from edge.commands import calibrate
 from edge.commands.common import run_command
 from edge.episode import Episode, EpisodeMetadata, actions_from_positions
@@ -50,7 +51,7 @@ def record_sim(camera_query: str = "", joint_query: str = "", seed: int = 5
 
     prog = program(seed)
     cam = open_camera(CELL + camera_query)
-    js = calibrate.open_joints(CELL + joint_query)
+    js = open_joints(CELL + joint_query)
     try:
         raw = record(cam, js, prog, RecordOptions())
     finally:

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from edge.joints import Status
 from firmware_bridge.cli import register
 from firmware_bridge.jointlog import read_joint_log
-from firmware_bridge.sample import Status
 from firmware_bridge.testing.fake_servo import FakeServoBus
 from firmware_bridge.url import stream_for_url
 

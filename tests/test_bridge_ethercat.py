@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from firmware_bridge.sample import Status
+from edge.joints import Status
 
 pytestmark = pytest.mark.net
 

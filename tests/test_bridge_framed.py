@@ -13,10 +13,10 @@ import pytest
 import serial
 
 import firmware_bridge
+from edge.joints import Status
 from firmware_bridge.cobs import cobs_decode, cobs_encode
 from firmware_bridge.errors import BridgeTimeoutError, FrameError
 from firmware_bridge.frame_format import FrameDecoder, decode_frame, encode_frame, frame_size
-from firmware_bridge.sample import Status
 from firmware_bridge.testing.fake_framed import FakeFramedDevice, FramedFaults
 from firmware_bridge.url import stream_for_url
 

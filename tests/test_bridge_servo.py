@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
+from edge.joints import Status
+from edge.timebase import pair_frames
 from firmware_bridge.errors import BridgeTimeoutError, MissingDependencyError, UrlError
 from firmware_bridge.feetech import sign_magnitude
-from firmware_bridge.sample import Status
 from firmware_bridge.testing.fake_servo import FakeServoBus, Faults, clock_capture_ns
-from firmware_bridge.timebase import pair_frames
 from firmware_bridge.url import stream_for_url
 
 PROTOCOLS = ["dxl", "sts"]
@@ -234,7 +234,7 @@ def test_bridge_servo_latency_estimated_by_round_trip_pairs_within_1ms_at_p99(pr
     13.53 Hz (73.9 ms, longer than the slowest round trip; 73.9 mod 16 = 0.618 of 16 ms, so
     successive requests spread evenly over the phases of the 16 ms timer); a free-running
     loop locks to it (docs/bridge.md)."""
-    from firmware_bridge.timebase import capture_stamps
+    from edge.timebase import capture_stamps
 
     link_s = float(np.random.default_rng().uniform(0.003, 0.020))
     port = f"simbus://{proto}?ids=1,2&link_delay_s={link_s}&burst_period_s=0.016&clock_ids=1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_bridge.sample import Status
+from edge.joints import Status
 from firmware_bridge.stream import CycleError, JointStream, Reading
 
 

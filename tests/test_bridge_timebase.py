@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from firmware_bridge.errors import BridgeError
+from edge.errors import TimebaseError
+from edge.timebase import ClockEstimator, pair_frames
 from firmware_bridge.testing.fake_framed import FakeFramedDevice, FramedFaults
-from firmware_bridge.timebase import ClockEstimator, pair_frames
 from firmware_bridge.url import stream_for_url
 
 
@@ -56,7 +56,7 @@ def test_bridge_timebase_unpaired_frames_are_reported():
     p = pair_frames(frames, t, q, tolerance_s=0.002)
     assert list(p.unpaired) == [1, 3, 4]
     assert p.positions[0, 0] == pytest.approx(0.5) and np.isnan(p.positions[1, 0])
-    with pytest.raises(BridgeError, match="strictly increasing"):
+    with pytest.raises(TimebaseError, match="strictly increasing"):
         pair_frames(frames, t[::-1], q, tolerance_s=0.002)
 
 
@@ -64,7 +64,7 @@ def test_bridge_imports_without_optional_libraries():
     code = ("import sys\n"
             "for m in ('pysoem', 'dynamixel_sdk', 'scservo_sdk'): sys.modules[m] = None\n"
             "import firmware_bridge.url, firmware_bridge.cli, firmware_bridge.dynamixel, "
-            "firmware_bridge.feetech, firmware_bridge.framed, firmware_bridge.timebase\n")
+            "firmware_bridge.feetech, firmware_bridge.framed, edge.timebase\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -75,7 +75,7 @@ def test_bridge_timebase_bursty_framed_stream_pairs_within_1ms_and_on_receipt_st
     stamps, placed by their lower envelope (the fastest delivery), pair 600 camera frames
     within 1 ms at p99; the least-squares fit absorbs half a burst; pairing on the repeated
     receipt stamps works (the newest sample of each burst) instead of raising."""
-    from firmware_bridge.timebase import capture_stamps
+    from edge.timebase import capture_stamps
 
     f = FramedFaults(burst_period_s=0.016, clock_joint=True)
     with FakeFramedDevice(2, 487.0, faults=f) as dev, \
@@ -112,15 +112,15 @@ def test_bridge_timebase_pair_frames_on_repeated_receipt_stamps_uses_each_bursts
     q = np.arange(6, dtype=np.float64)[:, None]
     p = pair_frames(np.array([4_500_000]), stamps, q, tolerance_s=0.002)
     assert p.paired.all() and p.positions[0, 0] == pytest.approx(3.5)  # between 2 and 5
-    with pytest.raises(BridgeError, match="strictly increasing.*step back"):
+    with pytest.raises(TimebaseError, match="strictly increasing.*step back"):
         pair_frames(np.array([0]), stamps[::-1], q, tolerance_s=0.002)
 
 
 def test_bridge_timebase_pair_samples_places_request_reply_samples_by_round_trip():
     """Synthetic request/reply samples: captured 4 ms after the request, received 4 ms + a
     0..16 ms burst wait later. pair_samples uses the round-trip estimate by default."""
-    from firmware_bridge.sample import JointSample
-    from firmware_bridge.timebase import pair_samples
+    from edge.joints import JointSample
+    from edge.timebase import pair_samples
 
     rng = np.random.default_rng(5)
     req = np.arange(200, dtype=np.int64) * 23_000_000 + 10**9  # (N,) request stamps

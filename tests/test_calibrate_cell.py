@@ -75,7 +75,7 @@ def test_end_to_end_plan_record_check_store_validate_simulate(cell) -> None:
 
 
 def test_pairing_by_time_beats_arrival_order() -> None:
-    from firmware_bridge.timebase import pair_frames
+    from edge.timebase import pair_frames
 
     raw, ep, complete, truth = record_sim()
     assert complete and ep.metadata.extra["recording"]["joint_drift_ppm"] == pytest.approx(

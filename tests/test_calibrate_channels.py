@@ -8,7 +8,7 @@ import pytest
 
 from edge.calibrate.assemble import _channels
 from edge.calibrate.errors import RecordingError
-from firmware_bridge.stream import names_are_positional, positional_names
+from edge.joints import names_are_positional, positional_names
 
 PANDA = SimpleNamespace(dof_names=[f"joint{i}" for i in range(1, 8)], robot="panda")
 

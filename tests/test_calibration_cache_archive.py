@@ -186,17 +186,10 @@ def test_cli_gc_reports_quarantine_and_default_root(tmp_path: Path, capsys,
 def test_cli_errors_are_one_line_exit_2(tmp_path: Path, capsys, monkeypatch) -> None:
     from edge import cli
 
-    monkeypatch.setattr(cli, "entry_points", lambda group: [_EP()])
+    monkeypatch.setattr(cli, "entries", lambda group: {"cache": "edge.commands.cache:register"})
     assert cli.main(["cache", "show", "--root", str(tmp_path), "nope/x/y/abcd"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("syncedge cache: error: key 'nope/x/y/abcd': expected a cached entry")
     assert len(err.strip().splitlines()) == 1
     assert cli.main(["cache", "import", "--root", str(tmp_path), str(tmp_path / "no.zip")]) == 2
     assert capsys.readouterr().err.strip().endswith("no.zip: no such archive file")
-
-
-class _EP:
-    name = "cache"
-
-    def load(self):
-        return cache_cmd.register

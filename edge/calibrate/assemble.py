@@ -1,10 +1,10 @@
 """From a raw recording to an episode: clocks, pairing, program alignment, resampling.
 
-1. Joint stamps: ``firmware_bridge.timebase.capture_stamps``: by round trip where every
+1. Joint stamps: ``edge.timebase.capture_stamps``: by round trip where every
    sample carries its request stamp, else on the device clock's lower envelope (offset and
    drift through the fastest deliveries, so bursty delivery adds no bias) where every
    sample carries a device stamp, otherwise their receipt stamps.
-2. Pairing: ``firmware_bridge.timebase.pair_frames`` interpolates joint positions at each
+2. Pairing: ``edge.timebase.pair_frames`` interpolates joint positions at each
    frame's latency-corrected stamp (tolerance ``tolerance_s``), never by arrival order.
 3. Alignment: the program's start time on the host clock is fitted to the joint samples
    (least squares of the change from the first sample against the program's knots,
@@ -13,14 +13,11 @@
    with no frame within ``0.4 / fps`` is a dropped frame (listed in ``extra.recording``).
    Frames are centre-cropped and area-resized to the model's resolution; actions are the
    measured (paired) joint position change per frame.
-
-``firmware_bridge`` is imported inside :func:`assemble_episode` only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -29,6 +26,8 @@ from edge.calibrate.errors import RecordingError
 from edge.calibrate.plan import JointProgram
 from edge.calibrate.record import RawRecording
 from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, actions_from_positions
+from edge.joints import JointSample, Status, names_are_positional
+from edge.timebase import capture_stamps, pair_frames
 
 __all__ = ["AssembleOptions", "assemble_episode", "fit_program_start"]
 
@@ -64,8 +63,6 @@ def _channels(program: JointProgram, names: list[str]) -> tuple[list[int], list[
         RecordingError: unnamed channels of another count, or named channels sharing no
             name with the program (a plan for another robot).
     """
-    from firmware_bridge.stream import names_are_positional
-
     want = list(program.dof_names)
     if names_are_positional(names):
         if len(names) != len(want):
@@ -81,18 +78,16 @@ def _channels(program: JointProgram, names: list[str]) -> tuple[list[int], list[
                          f"robot on this stream")
 
 
-def _joint_host_stamps(samples: list[Any]) -> tuple[np.ndarray, str, float | None]:
+def _joint_host_stamps(samples: list[JointSample]) -> tuple[np.ndarray, str, float | None]:
     """Joint sample stamps on the host clock: ``(stamps ns, how, drift ppm or None)``.
 
-    ``firmware_bridge.timebase.capture_stamps``: by round trip where every sample carries
+    ``edge.timebase.capture_stamps``: by round trip where every sample carries
     its request stamp (the servo buses, EtherCAT: the capture time itself), by the device
     clock's lower envelope where every sample carries an increasing device stamp (a bursty
     serial link's delivery delay is not absorbed as a bias, as a least-squares clock fit
     would; a constant delay inside the device is still ``joint_latency_s``), else receipt
     stamps.
     """
-    from firmware_bridge.timebase import capture_stamps
-
     if len(samples) >= 10:
         est = capture_stamps(samples)
         if est.method == "device clock":
@@ -140,11 +135,9 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
     Raises:
         RecordingError: no frames, too few joint samples, or no program DoF in the stream.
     """
-    from firmware_bridge.timebase import pair_frames
-
     if not raw.frames:
         raise RecordingError("recording: expected at least one camera frame, found none")
-    samples = [s for s in raw.samples if not (int(s.status) & 2)]  # drop STALE samples
+    samples = [s for s in raw.samples if not s.status & Status.STALE]
     if len(samples) < 2:
         raise RecordingError(f"recording: expected joint samples, found {len(samples)}")
     pc, sc, matched = _channels(program, raw.joint_names)

@@ -14,6 +14,9 @@
                               ``pip install 'syncedge[train]'``)
 ============================  ==============================================================
 
+A URL whose scheme is an entry of the ``syncedge.cameras`` plug-in group (``edge/plugins.py``;
+the project's own: ``sim``) opens through that entry; every other source is OpenCV's.
+
 Every source yields RGB frames uint8 ``[H, W, 3]`` with a receipt stamp from
 ``time.monotonic_ns()`` (the virtual cell uses its own simulated host clock) and exposes
 ``latency_s`` (the delay from exposure to stamp, s; 0 when unknown).
@@ -21,16 +24,19 @@ Every source yields RGB frames uint8 ``[H, W, 3]`` with a receipt stamp from
 
 from __future__ import annotations
 
-import importlib
 import time
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from edge.calibrate.errors import CameraDisconnectedError, CameraError
-from edge.errors import MissingDependencyError
+from edge.plugins import entries, load
 
-__all__ = ["FrameSource", "OpenCVCamera", "fit_frame", "gstreamer_supported", "open_camera"]
+__all__ = ["CAMERAS", "FrameSource", "OpenCVCamera", "fit_frame", "gstreamer_supported",
+           "open_camera"]
+
+#: The plug-in group of camera sources by URL scheme: scheme -> ``open(src) -> FrameSource``.
+CAMERAS = "syncedge.cameras"
 
 
 @runtime_checkable
@@ -129,15 +135,12 @@ def open_camera(src: str, latency_s: float | None = None) -> FrameSource:
 
     Raises:
         CameraError: unknown or unopenable source.
-        MissingDependencyError: ``sim://`` without MuJoCo (the ``train`` extra).
+        MissingDependencyError: a plug-in source whose library is absent (``sim://``
+            without MuJoCo: the ``train`` extra).
     """
-    if src.startswith("sim://"):
-        try:
-            virtual = importlib.import_module("export.cells.virtual")
-        except ImportError as exc:
-            raise MissingDependencyError("mujoco", "train",
-                                         f"the virtual cell camera {src!r} ({exc})") from None
-        cam = virtual.open_sim_camera(src)
+    scheme = src.split("://", 1)[0].lower() if "://" in src else ""
+    if scheme and scheme in entries(CAMERAS):
+        cam: FrameSource = load(CAMERAS, scheme, f"the camera {src!r}")(src)
         if latency_s is not None:
             cam.latency_s = float(latency_s)
         return cam

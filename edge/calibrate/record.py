@@ -26,6 +26,7 @@ from edge.calibrate.camera import FrameSource
 from edge.calibrate.errors import CameraDisconnectedError, RecordingError
 from edge.calibrate.plan import SEGMENT_FRAMES, JointProgram
 from edge.errors import EdgeError
+from edge.joints import JointSample, JointSource
 
 __all__ = ["RawRecording", "RecordOptions", "record"]
 
@@ -57,7 +58,7 @@ class RawRecording:
     Attributes:
         frames: native-resolution RGB frames uint8 ``[H, W, 3]``.
         frame_stamps_ns: receipt stamps of the frames, ns.
-        samples: the joint samples (``firmware_bridge.sample.JointSample``).
+        samples: the joint samples (:class:`edge.joints.JointSample`).
         joint_names: the stream's channel names.
         onset_ns: receipt stamp of the first sample that moved, or None.
         disconnected: why the camera stopped early, or None.
@@ -68,7 +69,7 @@ class RawRecording:
 
     frames: list[np.ndarray] = field(default_factory=list)
     frame_stamps_ns: list[int] = field(default_factory=list)
-    samples: list[Any] = field(default_factory=list)
+    samples: list[JointSample] = field(default_factory=list)
     joint_names: list[str] = field(default_factory=list)
     onset_ns: int | None = None
     disconnected: str | None = None
@@ -80,10 +81,10 @@ class RawRecording:
 class _JointReader(threading.Thread):
     """Reads the joint stream into a list until told to stop."""
 
-    def __init__(self, stream: Any):
+    def __init__(self, stream: JointSource):
         super().__init__(name="joint-reader", daemon=True)
         self.stream = stream
-        self.samples: list[Any] = []
+        self.samples: list[JointSample] = []
         self.error: str | None = None
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
@@ -98,12 +99,12 @@ class _JointReader(threading.Thread):
             with self.lock:
                 self.samples.append(s)
 
-    def snapshot(self) -> list[Any]:
+    def snapshot(self) -> list[JointSample]:
         with self.lock:
             return list(self.samples)
 
 
-def _onset(samples: list[Any], threshold: float) -> int | None:
+def _onset(samples: list[JointSample], threshold: float) -> int | None:
     if len(samples) < 2:
         return None
     q = np.stack([s.position_rad for s in samples])
@@ -116,13 +117,13 @@ def _say(opts: RecordOptions, text: str) -> None:
         opts.progress(text)
 
 
-def record(camera: FrameSource, stream: Any, program: JointProgram,
+def record(camera: FrameSource, stream: JointSource, program: JointProgram,
            opts: RecordOptions | None = None) -> RawRecording:
     """Record ``program`` from ``camera`` and an opened joint ``stream``.
 
     Args:
         camera: a :class:`~edge.calibrate.camera.FrameSource`.
-        stream: an opened ``firmware_bridge`` joint stream.
+        stream: an opened joint stream (:func:`edge.calibrate.sources.open_joints`).
         program: the joint program being executed.
         opts: :class:`RecordOptions`.
 

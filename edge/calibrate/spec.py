@@ -69,6 +69,21 @@ class RobotSpec:
         """Channel names in controller order."""
         return tuple(d.name for d in self.dofs)
 
+    @property
+    def num_dof(self) -> int:
+        """Number of controllable DoFs."""
+        return len(self.dofs)
+
+    @property
+    def home_rad(self) -> tuple[float, ...]:
+        """Home pose per channel, rad (m for ``unit: m``)."""
+        return tuple(d.home for d in self.dofs)
+
+    @property
+    def limits_rad(self) -> tuple[tuple[float, float], ...]:
+        """``(lower, upper)`` per channel, rad (m for ``unit: m``)."""
+        return tuple((d.lower, d.upper) for d in self.dofs)
+
 
 @dataclass(frozen=True)
 class _DofFile:

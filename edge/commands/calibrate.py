@@ -12,62 +12,25 @@ Subcommands (the technician's procedure is docs/calibration.md):
 - ``verify``: compare a live frame with the reference frame (moved camera?); exit 1 if stale;
 - ``validate``: the commissioning report.
 
-``sim://`` sources (the virtual cell in ``export/cells/virtual.py``) and ``firmware_bridge``
-are imported only when a subcommand uses them.
+Joint streams and ``sim://`` sources (the virtual cell in ``export/cells/virtual.py``) are
+plug-ins (:mod:`edge.calibrate.sources`, :func:`edge.calibrate.camera.open_camera`), imported
+only when a subcommand uses them.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from edge.calibrate.errors import RecordingError
-from edge.calibrate.spec import RobotSpec, load_robot_spec
 from edge.commands.helptext import plain
-from edge.errors import EdgeError, MissingDependencyError
+from edge.errors import EdgeError
 from edge.fileio import write_json_atomic
 
-__all__ = ["default_check_dir", "open_joints", "register", "run_check", "run_plan", "run_record",
-           "sim_module"]
-
-
-def sim_module():
-    """``export.cells.virtual`` (registers the ``sim`` joint scheme), imported lazily.
-
-    Raises:
-        MissingDependencyError: MuJoCo or the cell generator is not installed.
-    """
-    try:
-        return importlib.import_module("export.cells.virtual")
-    except ImportError as exc:
-        raise MissingDependencyError("mujoco", "train", f"the virtual cell ({exc})") from None
-
-
-def open_joints(url: str):
-    """Open a joint stream by URL through ``firmware_bridge`` (``sim://`` included)."""
-    if url.startswith("sim://"):
-        sim_module()
-    from firmware_bridge.url import stream_for_url
-
-    return stream_for_url(url)
-
-
-def _robot_spec(text: str, fps: float | None) -> RobotSpec:
-    if text.startswith("sim://"):
-        from firmware_bridge.url import split_url
-
-        _, _, o = split_url(text)
-        return sim_module().virtual_robot_spec(o.get("split", "test_all"),
-                                               int(o.get("seed", "0")), o.get("robot"),
-                                               fps or 10.0)
-    spec = load_robot_spec(text)
-    if fps:
-        spec = RobotSpec(spec.robot, fps, spec.sweep_min, spec.dofs, spec.segment_frames)
-    return spec
+__all__ = ["default_check_dir", "register", "run_check", "run_plan", "run_record"]
 
 
 def _resolution(args: argparse.Namespace) -> tuple[int, int]:
@@ -105,8 +68,9 @@ def _amplitude_range(text: str) -> tuple[float, float]:
 def run_plan(args: argparse.Namespace) -> int:
     """``calibrate plan``: write PREFIX.json and PREFIX.csv."""
     from edge.calibrate.plan import plan_motion, plan_sweep, save_program
+    from edge.calibrate.sources import robot_spec_for
 
-    spec = _robot_spec(args.robot, args.frame_rate_hz)
+    spec = robot_spec_for(args.robot, args.frame_rate_hz)
     seed = args.seed if args.seed is not None else int(np.random.default_rng().integers(0, 2**31))
     if args.motion:
         prog = plan_motion(spec, seed, args.frames, lead_in_s=args.lead_in_s,
@@ -163,6 +127,7 @@ def run_record(args: argparse.Namespace) -> int:
     from edge.calibrate.camera import open_camera
     from edge.calibrate.plan import load_program
     from edge.calibrate.record import RecordOptions, record
+    from edge.calibrate.sources import open_joints
     from edge.episode import save_episode
     from edge.visual import write_png
 

@@ -354,7 +354,7 @@ def _record_validation(args: argparse.Namespace, model: Any):
     from edge.calibrate.camera import open_camera
     from edge.calibrate.plan import load_program
     from edge.calibrate.record import RecordOptions, record
-    from edge.commands.calibrate import open_joints
+    from edge.calibrate.sources import open_joints
 
     if not (args.camera and args.joints and args.plan):
         raise CalibrateError("validate: pass --episode FILE, or --camera, --joints and --plan "

@@ -147,7 +147,7 @@ class CellGenerator:
         q_ctrl = conv.to_controller(q_canon)
         actions = np.zeros_like(q_ctrl, dtype=np.float32)
         actions[:-1] = np.diff(q_ctrl, axis=0)
-        names = tuple(spec.joints[p] for p in conv.perm)
+        names = tuple(spec.dof_names[p] for p in conv.perm)
         channel_of = {p: c for c, p in enumerate(conv.perm)}
         segments = tuple(
             CalibrationSegment(dof=names[channel_of[s.joint]], start=s.start, stop=s.stop,

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from export.cells.robots import RobotSpec, assets_root, robot_spec
+from edge.calibrate.spec import RobotSpec
+from edge.errors import MissingDependencyError
+from export.cells.robots import EE_BODY, assets_root, robot_spec
 from export.errors import RendererUnavailableError
 
 __all__ = ["CellScene", "RenderSettings", "decimated_robot_spec", "require_mujoco"]
@@ -62,8 +64,7 @@ def require_mujoco() -> Any:
     Sets ``MUJOCO_GL=egl`` unless the environment already chose a backend.
 
     Raises:
-        RendererUnavailableError: if MuJoCo or its OpenGL libraries are missing, naming
-            the package(s) to install.
+        MissingDependencyError: MuJoCo is not installed (names ``syncedge[train]``).
     """
     os.environ.setdefault("MUJOCO_GL", "egl")
     if os.environ["MUJOCO_GL"] == "osmesa":
@@ -71,9 +72,7 @@ def require_mujoco() -> Any:
     try:
         import mujoco
     except ImportError as exc:
-        raise RendererUnavailableError(
-            f"MuJoCo is not installed ({exc}); install it with: pip install 'syncedge[train]'"
-        ) from None
+        raise MissingDependencyError("mujoco", "train", "Rendering robot cells") from exc
     return mujoco
 
 
@@ -110,7 +109,7 @@ def decimated_robot_spec(name: str, face_budget: int | None) -> Any:
 def _load_robot(name: str, face_budget: int | None) -> Any:
     mujoco = require_mujoco()
     spec: RobotSpec = robot_spec(name)
-    path = assets_root() / spec.asset / "robot.xml"
+    path = assets_root() / spec.robot / "robot.xml"
     robot = mujoco.MjSpec.from_file(str(path))
     for g in list(robot.geoms):
         if g.group != 1:
@@ -209,9 +208,9 @@ class CellScene:
         m = self.model
         self._qadr = np.array([
             m.jnt_qposadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, f"robot/{j}")]
-            for j in self.robot.joints
+            for j in self.robot.dof_names
         ])
-        self._ee_body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, f"robot/{self.robot.ee_body}")
+        self._ee_body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, f"robot/{EE_BODY}")
         in_robot = np.array([m.body(b).name.startswith("robot/") for b in range(m.nbody)])
         self._robot_geom = np.append(in_robot[m.geom_bodyid], False)  # index -1 -> False
         self._geom_id = {n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, n)

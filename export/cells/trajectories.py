@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from export.cells.robots import RobotSpec
+from edge.calibrate.spec import RobotSpec
 from export.errors import CellError
 
 __all__ = [
@@ -188,7 +188,7 @@ def calibration_sweep(rng: np.random.Generator, spec: RobotSpec, start_rad: np.n
         if not lim[j, 0] <= start[j] + amp <= lim[j, 1]:
             amp = -amp
         if not lim[j, 0] <= start[j] + amp <= lim[j, 1]:
-            raise CellError(f"{spec.name} joint {spec.joints[j]} at {start[j]:.3f} rad cannot "
+            raise CellError(f"{spec.robot} joint {spec.dof_names[j]} at {start[j]:.3f} rad cannot "
                             f"sweep {abs(amp):.3f} rad within {tuple(lim[j])}")
         rows = slice(k * SEGMENT_FRAMES, (k + 1) * SEGMENT_FRAMES)
         deltas[rows, j] = SWEEP_PROFILE * amp

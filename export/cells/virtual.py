@@ -5,9 +5,11 @@ awkward as a real cell: the camera and the controller run on their own clocks (d
 with their own latency and jitter, the camera drops a frame now and then and the joint
 stream a sample, so frames and samples must really be paired by time.
 
-Camera (``edge.calibrate.camera.open_camera``) and joint stream (``firmware_bridge`` scheme
-``sim``, registered on import) name the same cell by ``split``, ``seed`` and ``robot`` and
-share one simulated world and host clock (ns). Reading the camera advances that clock;
+Camera (``edge.calibrate.camera.open_camera``), joint stream (``firmware_bridge`` scheme
+``sim``) and robot spec (``syncedge calibrate plan --robot sim://...``) are plug-ins of the
+``syncedge.cameras``, ``syncedge.joint_streams`` and ``syncedge.robot_specs`` groups
+(``edge/plugins.py``). Camera and joint stream name the same cell by ``split``, ``seed``
+and ``robot`` and share one simulated world and host clock (ns). Reading the camera advances that clock;
 the joint stream delivers the samples whose receipt stamp has passed. The controller
 executes a :class:`edge.calibrate.plan.JointProgram` (``execute_program``) on its own clock.
 
@@ -33,15 +35,15 @@ from typing import Any
 import numpy as np
 
 from edge.calibrate.errors import CameraDisconnectedError, CameraError
-from edge.calibrate.spec import DofSpec, RobotSpec
+from edge.calibrate.spec import RobotSpec
 from export.cells.robots import robot_spec
 from export.cells.sampling import CellParams, sample_cell
 from export.cells.scene import CellScene, RenderSettings
 from firmware_bridge.stream import CycleError, JointStream, Reading
-from firmware_bridge.url import Options, register_transport, split_url
+from firmware_bridge.url import Options, split_url
 
 __all__ = ["SimCamera", "SimJointStream", "VirtualCell", "open_sim_camera",
-           "virtual_robot_spec"]
+           "robot_spec_for_url", "virtual_robot_spec"]
 
 _HOST0_NS = 1_000_000_000_000  # the simulated host clock starts at 1000 s
 _CELL_KEYS = ("split", "seed", "robot", "freeze", "clip", "occlude")
@@ -57,16 +59,26 @@ def _cell_params(split: str, seed: int, robot: str | None) -> CellParams:
 
 def virtual_robot_spec(split: str = "test_all", seed: int = 0, robot: str | None = None,
                        frame_rate_hz: float = 10.0) -> RobotSpec:
-    """The robot spec of a virtual cell in its controller's channel order and signs."""
+    """The robot spec of a virtual cell: the robot table's spec in the cell's controller
+    channel order and signs, at ``frame_rate_hz``."""
     cell = _cell_params(split, seed, robot)
     spec = robot_spec(cell.robot)
     conv = cell.convention
     dofs = []
     for p, s in zip(conv.perm, conv.signs, strict=True):
-        lo, hi = spec.limits_rad[p]
-        lo, hi = (lo, hi) if s > 0 else (-hi, -lo)
-        dofs.append(DofSpec(spec.joints[p], "rad", lo, hi, s * spec.home_rad[p], 0.5))
-    return RobotSpec(cell.robot, frame_rate_hz, 0.3, tuple(dofs))
+        d = spec.dofs[p]
+        lo, hi = (d.lower, d.upper) if s > 0 else (-d.upper, -d.lower)
+        dofs.append(dataclasses.replace(d, lower=lo, upper=hi, home=s * d.home))
+    return dataclasses.replace(spec, frame_rate_hz=frame_rate_hz, dofs=tuple(dofs))
+
+
+def robot_spec_for_url(url: str, frame_rate_hz: float | None = None) -> RobotSpec:
+    """The robot spec of the cell a ``sim://cell?split=..&seed=..&robot=..`` URL names (the
+    ``sim`` entry of ``syncedge.robot_specs``), at ``frame_rate_hz`` (default 10 Hz); other
+    options of the URL (a camera's, a joint stream's) are ignored."""
+    _, _, o = split_url(url)
+    return virtual_robot_spec(o.get("split", "test_all"), int(o.get("seed", "0")),
+                              o.get("robot"), frame_rate_hz or 10.0)
 
 
 class VirtualCell:
@@ -374,5 +386,3 @@ class SimJointStream(JointStream):
         return Reading(q, nan, nan.copy(), receipt, device_counter=self._i,
                        device_stamp_ns=device_ns)
 
-
-register_transport("sim", "export.cells.virtual:SimJointStream")

@@ -7,9 +7,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["ChildPtyDevice", "hardware_priority"]
+__all__ = ["ChildPtyDevice", "Event", "hardware_priority"]
 
 
 def hardware_priority() -> None:
@@ -27,6 +27,23 @@ def hardware_priority() -> None:
             os.nice(-10)
         except OSError:
             pass
+
+
+class Event(Protocol):
+    """A ``threading``/``multiprocessing`` event: how a child says it is ready, and is told
+    to stop."""
+
+    def set(self) -> None:
+        """Set the flag."""
+        ...
+
+    def is_set(self) -> bool:
+        """Whether the flag is set."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the flag (at most ``timeout`` s); whether it is set."""
+        ...
 
 
 def _run_child(target: Callable[..., None], *args: Any) -> None:

@@ -19,8 +19,9 @@ import time
 
 import numpy as np
 
+from edge.joints import Status
+
 from ..ethercat import EthercatStream
-from ..sample import Status
 from ..url import stream_for_url
 from .ecat_slave import SlaveFaults, serve
 
@@ -31,7 +32,7 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run one scenario, print one JSON object; returns 0."""
     p = argparse.ArgumentParser()
     p.add_argument("--cycles", type=int, default=200)

@@ -16,10 +16,11 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import MutableSequence
 from dataclasses import dataclass
 
 from ..ecat_tables import AL, CMD, COE, ESC, FMMU_SIZE, SII, SM_SIZE
-from .child_device import hardware_priority
+from .child_device import Event, hardware_priority
 
 __all__ = ["SlaveFaults", "serve"]
 
@@ -95,7 +96,8 @@ def _sii(no_lrw: bool) -> bytes:
 class Slave:
     """Register memory and behaviour of one ESC."""
 
-    def __init__(self, faults: SlaveFaults, counts=None, last: bool = True):
+    def __init__(self, faults: SlaveFaults, counts: MutableSequence[int] | None = None,
+                 last: bool = True):
         self.f = faults
         self.counts = counts  # optional shared int array: LRD, LWR, LRW datagrams seen
         self.mem = bytearray(0x10000)
@@ -260,7 +262,8 @@ class Slave:
         return True
 
 
-def serve(iface: str, faults: SlaveFaults, ready=None, stop=None, counts=None,
+def serve(iface: str, faults: SlaveFaults, ready: Event | None = None,
+          stop: Event | None = None, counts: MutableSequence[int] | None = None,
           more: tuple[SlaveFaults, ...] = ()) -> None:
     """Answer EtherCAT frames on ``iface`` until ``stop`` (an Event) is set.
 

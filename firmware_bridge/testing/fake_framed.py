@@ -11,12 +11,14 @@ import os
 import random
 import time
 import tty
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..frame_format import encode_frame
-from .child_device import ChildPtyDevice
+from .child_device import ChildPtyDevice, Event
 
 __all__ = ["FakeFramedDevice", "FramedFaults"]
 
@@ -40,11 +42,12 @@ class FramedFaults:
     seed: int = 0
 
 
-def _run(joints, rate_hz, count, f: FramedFaults, link, ready, stop):
+def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link: str, ready: Event,
+         stop: Event) -> None:
     rng = random.Random(f.seed)
     j = np.arange(joints, dtype=np.float64)
 
-    def plug():
+    def plug() -> int:
         master, slave = os.openpty()
         tty.setraw(slave)
         name = os.ttyname(slave)
@@ -129,5 +132,5 @@ class FakeFramedDevice(ChildPtyDevice):
         self.joints, self.rate_hz, self.count = joints, rate_hz, count
         self.faults = faults or FramedFaults()
 
-    def _child(self):
+    def _child(self) -> tuple[Callable[..., None], tuple[Any, ...]]:
         return _run, (self.joints, self.rate_hz, self.count, self.faults)

@@ -18,11 +18,14 @@ import select
 import struct
 import time
 import tty
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from .child_device import ChildPtyDevice
+from .child_device import ChildPtyDevice, Event
 from .servo_packets import dxl_status, parse_dxl, parse_sts, sts_status
 
 __all__ = ["CLOCK_STEP_NS", "FakeServoBus", "Faults", "clock_capture_ns"]
@@ -65,7 +68,7 @@ class Faults:
     clock_ids: tuple = ()
 
 
-def clock_capture_ns(receipt_ns, position_rad) -> np.ndarray:
+def clock_capture_ns(receipt_ns: npt.ArrayLike, position_rad: npt.ArrayLike) -> np.ndarray:
     """True capture times of a clock servo's samples (:attr:`Faults.clock_ids`).
 
     Its raw position is capture time // ``CLOCK_STEP_NS`` mod 4096, so each sample names its
@@ -91,7 +94,8 @@ def _sign_mag(v: int, bit: int) -> int:
 
 
 class _Bus:
-    def __init__(self, protocol, ids, faults: Faults, link: str, ready):
+    def __init__(self, protocol: str, ids: Iterable[int], faults: Faults, link: str,
+                 ready: Event | None):
         self.protocol, self.ids, self.f, self.link = protocol, list(ids), faults, link
         self.ready = ready
         self.rng = random.Random(faults.seed)
@@ -101,7 +105,7 @@ class _Bus:
         self.garbage_sent = False
         self.t_read = time.monotonic()  # when the last bytes were read from the port
 
-    def plug(self):
+    def plug(self) -> None:
         self.master, slave = os.openpty()
         tty.setraw(slave)
         self.slave_name = os.ttyname(slave)
@@ -112,9 +116,10 @@ class _Bus:
         os.symlink(self.slave_name, tmp)
         os.replace(tmp, self.link)
         self.buf = bytearray()
-        self.ready.set()
+        if self.ready is not None:  # the in-process pyserial handler has no child to wait for
+            self.ready.set()
 
-    def unplug(self):
+    def unplug(self) -> None:
         os.unlink(self.link)
         os.close(self.master)
 
@@ -165,7 +170,7 @@ class _Bus:
         except OSError:
             pass
 
-    def handle(self, sid, inst, params) -> bool:
+    def handle(self, sid: int, inst: int, params: bytes) -> bool:
         """Answer one instruction; returns False when the bus should unplug."""
         dxl = self.protocol == "dxl"
         if inst == 0x82:  # sync read
@@ -214,7 +219,7 @@ class _Bus:
                 self.send(self.status(sid, b""))
         return True
 
-    def serve(self, stop) -> None:
+    def serve(self, stop: Event) -> None:
         parse = parse_dxl if self.protocol == "dxl" else parse_sts
         self.plug()
         while not stop.is_set():
@@ -240,7 +245,8 @@ def _sleep_until(t: float) -> None:
         time.sleep(delay)
 
 
-def _serve(protocol, ids, faults, link, ready, stop):
+def _serve(protocol: str, ids: list[int], faults: Faults, link: str, ready: Event,
+           stop: Event) -> None:
     _Bus(protocol, ids, faults, link, ready).serve(stop)
 
 
@@ -257,11 +263,11 @@ class FakeServoBus(ChildPtyDevice):
     name = "fake servo bus"
     prefix = "fakebus-"
 
-    def __init__(self, protocol: str, ids, faults: Faults | None = None):
+    def __init__(self, protocol: str, ids: Iterable[int], faults: Faults | None = None):
         if protocol not in ("dxl", "sts"):
             raise ValueError(f"protocol: expected 'dxl' or 'sts', found {protocol!r}")
         super().__init__()
         self.protocol, self.ids, self.faults = protocol, list(ids), faults or Faults()
 
-    def _child(self):
+    def _child(self) -> tuple[Callable[..., None], tuple[Any, ...]]:
         return _serve, (self.protocol, self.ids, self.faults)

@@ -87,7 +87,7 @@ class Serial(SerialBase):
     def reset_output_buffer(self) -> None:
         pass
 
-    def write(self, data) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         written = time.monotonic()
         self._rx += bytes(data)
         parse = parse_dxl if self.protocol == "dxl" else parse_sts

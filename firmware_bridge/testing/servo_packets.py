@@ -85,7 +85,7 @@ def dxl_status(sid: int, error: int, params: bytes) -> bytes:
     return pkt + bytes([crc & 0xFF, crc >> 8])
 
 
-def parse_dxl(buf: bytearray):
+def parse_dxl(buf: bytearray) -> tuple[int, int, bytes] | None:
     """Pop one instruction packet from ``buf``: ``(id, instruction, params)`` or None.
 
     Bytes before a header and packets with a bad CRC are discarded.
@@ -114,7 +114,7 @@ def sts_status(sid: int, error: int, params: bytes) -> bytes:
     return b"\xff\xff" + body + bytes([~sum(body) & 0xFF])
 
 
-def parse_sts(buf: bytearray):
+def parse_sts(buf: bytearray) -> tuple[int, int, bytes] | None:
     """Pop one Feetech instruction packet: ``(id, instruction, params)`` or None."""
     while True:
         k = buf.find(b"\xff\xff")

@@ -1,5 +1,8 @@
 """Time alignment: latency offsets, device-clock estimation, and frame/sample pairing.
 
+Pure NumPy, in ``edge`` so that both the calibration recorder (``edge/calibrate``) and the
+transports (``firmware_bridge``, which import ``edge``) use it.
+
 All stamps are integers in nanoseconds on the host's ``time.monotonic_ns()`` clock unless a
 name says ``device``. A stream's *latency* is how long after the physical event its stamp is
 taken (a camera that stamps frames on arrival, 30 ms after exposure, has latency 0.03 s);
@@ -24,12 +27,15 @@ latency of their receipt stamps estimated from the stream itself:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .errors import BridgeError
-from .sample import JointSample, Status
+from edge.errors import TimebaseError
+from edge.joints import JointSample, Status
 
 __all__ = ["CaptureStamps", "ClockEstimator", "Pairing", "capture_stamps", "pair_frames",
            "pair_samples", "samples_to_arrays"]
@@ -48,9 +54,9 @@ class ClockEstimator:
 
     def __init__(self, window: int = 2000):
         if window < 2:
-            raise BridgeError(f"ClockEstimator window: expected >= 2, found {window}")
+            raise TimebaseError(f"ClockEstimator window: expected >= 2, found {window}")
         self.window = window
-        self._pairs: deque = deque()
+        self._pairs: deque[tuple[float, float]] = deque()
         self._d0: int | None = None
         self._h0: int | None = None
         self._sx = self._sy = self._sxx = self._sxy = 0.0
@@ -78,7 +84,7 @@ class ClockEstimator:
     def _fit(self) -> tuple[float, float]:
         n = len(self._pairs)
         if n < 2:
-            raise BridgeError(f"clock estimate: expected at least 2 stamp pairs, found {n}")
+            raise TimebaseError(f"clock estimate: expected at least 2 stamp pairs, found {n}")
         den = n * self._sxx - self._sx * self._sx
         b = 0.0 if den <= 1e-18 else (n * self._sxy - self._sx * self._sy) / den
         a = (self._sy - b * self._sx) / n
@@ -103,7 +109,8 @@ class ClockEstimator:
         return int(h0 + round((x + a + b * x) * 1e9))
 
 
-def samples_to_arrays(samples: list[JointSample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def samples_to_arrays(samples: Sequence[JointSample]
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stack samples: ``(stamps_ns int64 (N,), positions float64 (N, J), valid bool (N,))``.
 
     ``valid`` is False for ``STALE`` samples (their values were not refreshed).
@@ -133,9 +140,9 @@ class Pairing:
     frame_stamps_ns: np.ndarray
 
 
-def pair_frames(frame_stamps_ns, sample_stamps_ns, positions, *, tolerance_s: float,
-                frame_latency_s: float = 0.0, joint_latency_s: float = 0.0,
-                valid=None) -> Pairing:
+def pair_frames(frame_stamps_ns: ArrayLike, sample_stamps_ns: ArrayLike, positions: ArrayLike,
+                *, tolerance_s: float, frame_latency_s: float = 0.0,
+                joint_latency_s: float = 0.0, valid: ArrayLike | None = None) -> Pairing:
     """Pair camera frames with joint samples by time, interpolating linearly.
 
     Args:
@@ -153,13 +160,13 @@ def pair_frames(frame_stamps_ns, sample_stamps_ns, positions, *, tolerance_s: fl
         :class:`Pairing`.
 
     Raises:
-        BridgeError: shapes disagree or sample stamps step back.
+        TimebaseError: shapes disagree or sample stamps step back.
     """
     f = np.asarray(frame_stamps_ns, dtype=np.int64) - int(round(frame_latency_s * 1e9))
     t = np.asarray(sample_stamps_ns, dtype=np.int64) - int(round(joint_latency_s * 1e9))
     q = np.asarray(positions, dtype=np.float64)
     if q.ndim != 2 or q.shape[0] != t.shape[0]:
-        raise BridgeError(f"pair_frames positions: expected shape (N={t.shape[0]}, J), "
+        raise TimebaseError(f"pair_frames positions: expected shape (N={t.shape[0]}, J), "
                           f"found {q.shape}")
     if valid is not None:
         keep = np.asarray(valid, dtype=bool)
@@ -167,7 +174,7 @@ def pair_frames(frame_stamps_ns, sample_stamps_ns, positions, *, tolerance_s: fl
     if t.size:
         d = np.diff(t)
         if np.any(d < 0):
-            raise BridgeError(f"pair_frames sample stamps: expected strictly increasing once "
+            raise TimebaseError(f"pair_frames sample stamps: expected strictly increasing once "
                               f"repeats are merged, found a step back at index "
                               f"{int(np.argmax(d < 0)) + 1}; sort the samples or drop the "
                               f"ones from before a reconnect")
@@ -201,7 +208,7 @@ class CaptureStamps:
     stamps_ns: np.ndarray
     method: str
     latency_s: float | None
-    detail: dict
+    detail: dict[str, Any]
 
     def describe(self) -> str:
         """One line for a report: method, latency and the figures behind it."""
@@ -212,7 +219,7 @@ class CaptureStamps:
         return f"latency: {self.latency_s * 1e3:.3f} ms by {self.method} ({figures})"
 
 
-def capture_stamps(samples: list[JointSample]) -> CaptureStamps:
+def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
     """Estimate each sample's capture time on the host clock, and the receipt latency.
 
     Round trip where every sample has ``request_ns``, else the device clock's lower envelope
@@ -226,10 +233,10 @@ def capture_stamps(samples: list[JointSample]) -> CaptureStamps:
         :class:`CaptureStamps`.
 
     Raises:
-        BridgeError: fewer than 2 samples.
+        TimebaseError: fewer than 2 samples.
     """
     if len(samples) < 2:
-        raise BridgeError(f"capture_stamps: expected at least 2 samples, found {len(samples)}")
+        raise TimebaseError(f"capture_stamps: expected at least 2 samples, found {len(samples)}")
     rx = np.array([s.receipt_ns for s in samples], dtype=np.int64)  # (N,)
     req = np.array([s.request_ns for s in samples], dtype=np.int64)
     dev = np.array([s.device_stamp_ns for s in samples], dtype=np.int64)
@@ -262,8 +269,9 @@ def capture_stamps(samples: list[JointSample]) -> CaptureStamps:
     return CaptureStamps(rx.copy(), "receipt", None, {})
 
 
-def pair_samples(frame_stamps_ns, samples: list[JointSample], *, tolerance_s: float,
-                 frame_latency_s: float = 0.0) -> tuple[Pairing, CaptureStamps]:
+def pair_samples(frame_stamps_ns: ArrayLike, samples: Sequence[JointSample], *,
+                 tolerance_s: float, frame_latency_s: float = 0.0
+                 ) -> tuple[Pairing, CaptureStamps]:
     """Pair camera frames with joint samples placed at their estimated capture times.
 
     The default way to pair: :func:`capture_stamps` estimates each sample's capture time
@@ -278,7 +286,7 @@ def pair_samples(frame_stamps_ns, samples: list[JointSample], *, tolerance_s: fl
         ``(pairing, estimate)``; ``pairing.positions`` is float64 ``(F, J)``.
 
     Raises:
-        BridgeError: fewer than 2 samples, or stamps that step back.
+        TimebaseError: fewer than 2 samples, or stamps that step back.
     """
     est = capture_stamps(samples)
     _, pos, valid = samples_to_arrays(samples)

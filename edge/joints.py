@@ -1,0 +1,141 @@
+"""Joint samples: what every joint stream delivers and the calibration recorder reads.
+
+The transports of ``firmware_bridge`` produce :class:`JointSample` objects; ``edge`` reads
+them (recording, time alignment in :mod:`edge.timebase`) through :class:`JointSource`, without
+importing ``firmware_bridge``. A device that reports no joint names numbers its channels
+(:func:`positional_names`); :func:`names_are_positional` tells such names from joint names.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = ["JointSample", "JointSource", "Status", "names_are_positional", "positional_names"]
+
+
+class Status(enum.IntFlag):
+    """Status flags of one joint sample (combine with ``|``).
+
+    ``OK`` (no flag) means fresh values read in one valid cycle right after another valid one.
+    ``GAP``: one or more cycles before this sample failed (timeout, CRC, lost frame); the count is
+    in :attr:`JointSample.missed`. ``STALE``: the values were not refreshed in this cycle (never
+    set on a sample that is yielded as fresh). ``FAULT``: the device reported an error
+    (hardware error bit, EtherCAT slave out of OP); the values are still the ones read.
+    """
+
+    OK = 0
+    GAP = 1
+    STALE = 2
+    FAULT = 4
+
+
+@dataclass(frozen=True)
+class JointSample:
+    """One reading of every joint of a stream.
+
+    Attributes:
+        position_rad: float64 ``(J,)`` joint positions, rad (m for a prismatic joint).
+        velocity_rad_s: float64 ``(J,)`` joint velocities, rad/s; NaN where the device has none.
+        effort_nm: float64 ``(J,)`` joint efforts, N*m; NaN where the device has none.
+        receipt_ns: host ``time.monotonic_ns()`` when the reply was complete.
+        device_counter: the device's own sequence number, or -1 where the protocol has none.
+        device_stamp_ns: the device's own clock in ns, or -1 where the protocol has none.
+        status: :class:`Status` flags.
+        missed: number of failed cycles just before this sample (0 unless ``GAP``).
+        fault: a short reason when ``FAULT`` is set, else ``""``.
+        request_ns: host ``time.monotonic_ns()`` just before the request that produced this
+            sample was sent (servo buses, EtherCAT), or -1 where the device sends on its own
+            clock (framed stream, replayed logs without it). With ``receipt_ns`` it gives the
+            round trip from which :func:`edge.timebase.capture_stamps` estimates the latency.
+    """
+
+    position_rad: np.ndarray
+    velocity_rad_s: np.ndarray
+    effort_nm: np.ndarray
+    receipt_ns: int
+    device_counter: int = -1
+    device_stamp_ns: int = -1
+    status: Status = Status.OK
+    missed: int = 0
+    fault: str = ""
+    request_ns: int = -1
+
+    @property
+    def joints(self) -> int:
+        """Number of joints ``J``."""
+        return int(self.position_rad.shape[0])
+
+    def to_record(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (lists of floats; NaN written as ``None``)."""
+
+        def clean(a: np.ndarray) -> list[float | None]:
+            return [None if not np.isfinite(v) else float(v) for v in a]
+
+        return {
+            "receipt_ns": int(self.receipt_ns),
+            "device_counter": int(self.device_counter),
+            "device_stamp_ns": int(self.device_stamp_ns),
+            "status": int(self.status),
+            "missed": int(self.missed),
+            "fault": self.fault,
+            "request_ns": int(self.request_ns),
+            "position_rad": clean(self.position_rad),
+            "velocity_rad_s": clean(self.velocity_rad_s),
+            "effort_nm": clean(self.effort_nm),
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> JointSample:
+        """Inverse of :meth:`to_record`."""
+
+        def arr(v: list[float | None]) -> np.ndarray:
+            return np.array([np.nan if x is None else x for x in v], dtype=np.float64)
+
+        return cls(
+            position_rad=arr(rec["position_rad"]),
+            velocity_rad_s=arr(rec["velocity_rad_s"]),
+            effort_nm=arr(rec["effort_nm"]),
+            receipt_ns=int(rec["receipt_ns"]),
+            device_counter=int(rec.get("device_counter", -1)),
+            device_stamp_ns=int(rec.get("device_stamp_ns", -1)),
+            status=Status(int(rec.get("status", 0))),
+            missed=int(rec.get("missed", 0)),
+            fault=str(rec.get("fault", "")),
+            request_ns=int(rec.get("request_ns", -1)),
+        )
+
+
+class JointSource(Protocol):
+    """What the calibration recorder reads joints from: an opened joint stream
+    (``firmware_bridge.stream.JointStream``, the virtual cell's)."""
+
+    @property
+    def joint_names(self) -> list[str]:
+        """The channel names, in the controller's channel order."""
+        ...
+
+    def read(self) -> JointSample:
+        """The next sample; raises on timeout or when the device is gone."""
+        ...
+
+    def close(self) -> None:
+        """Release the device."""
+        ...
+
+
+def positional_names(count: int) -> list[str]:
+    """Placeholder names ``joint0 .. joint{count-1}`` for a device that reports no names."""
+    return [f"joint{j}" for j in range(count)]
+
+
+def names_are_positional(names: list[str]) -> bool:
+    """Whether ``names`` only number the channels (:func:`positional_names`, servo ids
+    ``id<N>``, EtherCAT ``slave<k>:<device name>`` in chain order) rather than name the
+    controller's joints: a program must then be matched to the channels by position."""
+    return bool(names) and (names == positional_names(len(names))
+                            or all(n.startswith("id") and n[2:].isdigit() for n in names)
+                            or all(n.startswith(f"slave{k}:") for k, n in enumerate(names)))
