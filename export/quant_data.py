@@ -300,9 +300,9 @@ def build_quant_calibration_set(model: Any, data: str | os.PathLike[str], *,
             preps = feeds.setdefault(f"prepare_b{b}", [])
             for _ in range(samples):
                 cell_i = starts[int(rng.integers(len(starts)))][0]
-                own = [z for ci, z in starts if ci == cell_i]
-                preps.append({"start_latents": np.stack([own[int(j)] for j in
-                                                         rng.integers(len(own), size=b)]),
+                frames_of = [z for ci, z in starts if ci == cell_i]
+                preps.append({"start_latents": np.stack([frames_of[int(j)] for j in
+                                                         rng.integers(len(frames_of), size=b)]),
                               "context": contexts[cell_i]})
     return QuantCalibrationSet(str(data), tuple(cell.cell_id for cell in cells), feeds, seed,
                                states_doc)
