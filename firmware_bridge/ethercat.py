@@ -70,7 +70,8 @@ from .ecat_checks import (
     wkc_share,
 )
 from .ecat_tables import AL, CIA402, al_state_text, al_status_text, sdo_abort_text
-from .errors import ProtocolError, require
+from .errors import BridgeError, ProtocolError, require
+from .realtime import RealtimePriority
 from .sdk_types import EcatMaster, EcatSlave, Pysoem
 from .stream import CycleError, JointStream, LinkLostError, Reading
 from .url import Options
@@ -87,10 +88,11 @@ class EthercatStream(JointStream):
     """EtherCAT master over one network interface; one joint per CiA 402 slave."""
 
     URL_FORM = ("ethercat://eth0?cycle_us=1000&timeout_us=2000&state_timeout_s=3"
-                "&encoder_increments=0")
+                "&encoder_increments=0&rt_priority=0")
 
     def __init__(self, url: str, iface: str, *, cycle_us: int = 1000, timeout_us: int = 2000,
-                 state_timeout_s: float = 3.0, encoder_increments: int = 0, **kw: Any):
+                 state_timeout_s: float = 3.0, encoder_increments: int = 0,
+                 rt_priority: int = 0, **kw: Any):
         kw.setdefault("rate_hz", 1e6 / cycle_us if cycle_us else 0.0)
         super().__init__(url, **kw)
         self.iface, self.timeout_us, self.state_timeout_s = iface, timeout_us, state_timeout_s
@@ -108,6 +110,10 @@ class EthercatStream(JointStream):
         self._last_fresh: tuple[int, int, int] | None = None  # dc, send, receipt of last OK
         #: the bridge's own wait (send to giving up, us) for each of the last lost frames
         self.lost_waits_us: collections.deque[float] = collections.deque(maxlen=LOST_WAITS_KEPT)
+        #: SCHED_FIFO for the thread that runs the cycles (``rt_priority``; 0: off): applied
+        #: once the slaves are in OP, moved to whichever thread runs the cycles, undone at
+        #: close
+        self.realtime = RealtimePriority(rt_priority, url)
 
     @classmethod
     def _url_options(cls, opts: Options) -> dict[str, Any]:
@@ -115,6 +121,7 @@ class EthercatStream(JointStream):
                     timeout_us=opts.int("timeout_us", 2000, 1),
                     state_timeout_s=opts.float("state_timeout_s", 3.0, 0.0),
                     encoder_increments=opts.int("encoder_increments", 0, 0),
+                    rt_priority=opts.int("rt_priority", 0, 0, 99),
                     read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
 
     @property
@@ -250,6 +257,11 @@ class EthercatStream(JointStream):
                 raise ProtocolError(f"{self.url}: expected all slaves in OP within "
                                     f"{self.state_timeout_s} s, found {found}")
         self._bound_receive_wait()
+        try:
+            self.realtime.apply()  # the cycles start now; no-op at rt_priority=0
+        except BridgeError:
+            self._close()
+            raise
 
     def _receive(self, m: EcatMaster, send_ns: int) -> int:
         """``receive_processdata`` with the wait bounded at ``timeout_us`` after the send."""
@@ -320,6 +332,7 @@ class EthercatStream(JointStream):
         return health
 
     def _close(self) -> None:
+        self.realtime.restore()
         self._bounded, self._raw_fds = False, []
         if self._master is not None:
             try:
@@ -334,6 +347,7 @@ class EthercatStream(JointStream):
         m = self._master
         if m is None:
             raise LinkLostError(f"{self.iface}: not open")
+        self.realtime.follow()  # the thread that runs the cycles; no-op at rt_priority=0
         self.cycles += 1
         send_ns = time.monotonic_ns()
         m.send_processdata()
@@ -421,6 +435,7 @@ class EthercatStream(JointStream):
         return {"url": self.url, "joints": self.joint_names, "slaves": slaves,
                 "expected_wkc": self._master.expected_wkc if self._master else None,
                 "distributed_clock": self.has_dc, "receive_wait": self.receive_wait,
+                "scheduling": self.realtime.describe(),
                 "freshness": ("DC system time checked every cycle" if self.has_dc else
                               "frame index and working counter only (no distributed clock: "
                               "a reply one index wrap late cannot be told from a current "

@@ -133,6 +133,14 @@ def test_bridge_ethercat_measures_its_own_wait_for_each_lost_frame():
     assert summary["mean"] == pytest.approx(waits.mean())
 
 
+def test_bridge_ethercat_rt_priority_runs_the_cycle_loop_at_sched_fifo():
+    r = scenario("--cycles", "200", "--master-priority", "fifo")
+    assert r["describe"]["scheduling"] == "SCHED_FIFO 1 (rt_priority=1)"
+    assert r["stats"]["samples"] == 200
+    plain = scenario("--cycles", "50")
+    assert plain["describe"]["scheduling"] == "as the process was (rt_priority=0)"
+
+
 def test_bridge_ethercat_one_faulty_slave_on_a_line_costs_only_its_own_joint():
     """Two identical drives; the second falls to PRE-OP with error at frame 30. The first
     drive's joint stays fresh every cycle; the second's is NaN from then on (never its old

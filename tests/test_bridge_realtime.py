@@ -52,3 +52,24 @@ def test_fifo_is_applied_to_the_calling_thread_and_restored():
         assert os.sched_getparam(0).sched_priority == 3
         assert rt.describe() == "SCHED_FIFO 3 (rt_priority=3)"
     assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+
+
+@linux_only
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root or CAP_SYS_NICE")
+def test_the_priority_follows_the_thread_that_runs_the_cycles():
+    import threading
+
+    rt = RealtimePriority(2, "ethercat://eth0")
+    rt.apply()  # the opener
+    seen = {}
+
+    def cycles():
+        rt.follow()
+        seen["policy"] = os.sched_getscheduler(0)
+
+    t = threading.Thread(target=cycles)
+    t.start()
+    t.join()
+    assert seen["policy"] == os.SCHED_FIFO
+    assert os.sched_getscheduler(0) != os.SCHED_FIFO  # the opener is back to normal
+    rt.restore()
