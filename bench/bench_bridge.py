@@ -269,11 +269,8 @@ def report(result: dict) -> str:
                              f"gap {r['worst_gap_ms']:.2f} ms; lost: {r['stale_replies']} "
                              f"stale replies, {r['lost'] - r['stale_replies']} no or short "
                              f"reply")
-        for key, how in (("ethercat_lost_frames", "master at normal priority"),
-                         ("ethercat_lost_frames_fifo", "master at SCHED_FIFO 1")):
-            lf = p.get(key)
-            if lf is None:
-                continue
+        for how, lf in _lost_frame_rows(p, "master at normal priority",
+                                        "master at SCHED_FIFO 1"):
             lines.append(f"ethercat, every 50th frame lost, timeout_us=500, {how}: "
                          f"{lf['lost']} lost, {lf['empty_slots']} empty of {lf['slots']} "
                          f"slots; a lost frame costs {lf['lost_frame_cost_p50_slots']:.2f} "
@@ -291,6 +288,12 @@ def report(result: dict) -> str:
         lines.append("```")
         lines.append(targets(p))
     return "\n".join(lines)
+
+
+def _lost_frame_rows(p: dict, normal: str, fifo: str) -> list[tuple[str, dict]]:
+    """The pass's lost-frame rows that ran, each with its label (normal, then SCHED_FIFO)."""
+    rows = (("ethercat_lost_frames", normal), ("ethercat_lost_frames_fifo", fifo))
+    return [(how, p[key]) for key, how in rows if p.get(key) is not None]
 
 
 def targets(p: dict) -> str:
@@ -314,11 +317,7 @@ def targets(p: dict) -> str:
                    f"{verdict(ecat['empty_slots'] == 0)} ({ecat['empty_slots']} of "
                    f"{ecat['slots']} slots empty, all counted; {ecat['lost']} lost cycles; "
                    f"p99 jitter {ecat['jitter_p99_us']:.0f} us)")
-    for key, how in (("ethercat_lost_frames", ""),
-                     ("ethercat_lost_frames_fifo", ", master at SCHED_FIFO 1")):
-        lf = p.get(key)
-        if lf is None:
-            continue
+    for how, lf in _lost_frame_rows(p, "", ", master at SCHED_FIFO 1"):
         out.append(f"a lost frame costs at most 2 slots{how}: "
                    f"{verdict(lf['lost_frame_cost_max_slots'] <= 2.05)} (p50 "
                    f"{lf['lost_frame_cost_p50_slots']:.2f}, max "

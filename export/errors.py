@@ -18,6 +18,17 @@ class RendererUnavailableError(ExportError, RuntimeError):
     """MuJoCo cannot create an offscreen OpenGL context (no EGL or OSMesa)."""
 
 
+def _require(module: str, extra: str, purpose: str) -> None:
+    """Raise :class:`edge.errors.MissingDependencyError` (the one-line install hint) when
+    ``module`` is not installed, without importing it."""
+    import importlib.util
+
+    from edge.errors import MissingDependencyError
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingDependencyError(module, extra, purpose)
+
+
 def require_torch(purpose: str) -> None:
     """Raise :class:`edge.errors.MissingDependencyError` (the one-line install hint) when
     torch is not installed, before a command imports it.
@@ -25,12 +36,7 @@ def require_torch(purpose: str) -> None:
     Args:
         purpose: what needs it, e.g. ``"syncedge export onnx"``.
     """
-    import importlib.util
-
-    from edge.errors import MissingDependencyError
-
-    if importlib.util.find_spec("torch") is None:
-        raise MissingDependencyError("torch", "train", purpose)
+    _require("torch", "train", purpose)
 
 
 def require_mujoco(purpose: str) -> None:
@@ -40,9 +46,4 @@ def require_mujoco(purpose: str) -> None:
     Args:
         purpose: what needs it, e.g. ``"syncedge model eval-precheck"``.
     """
-    import importlib.util
-
-    from edge.errors import MissingDependencyError
-
-    if importlib.util.find_spec("mujoco") is None:
-        raise MissingDependencyError("mujoco", "train", purpose)
+    _require("mujoco", "train", purpose)

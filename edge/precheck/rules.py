@@ -117,12 +117,6 @@ class _KeepOutFile:
 
 
 @dataclass(frozen=True)
-class _JointLimitsFile:
-    lower: tuple[float, ...]
-    upper: tuple[float, ...]
-
-
-@dataclass(frozen=True)
 class _GoalFile:
     image: str
     min_ssim: float
@@ -133,7 +127,7 @@ class _RulesFile:
     """A rules file as written: every rule may be left out, none may be empty."""
 
     max_step_action: float | tuple[float, ...] | None = optional_key()
-    joint_limits: _JointLimitsFile | None = optional_key()
+    joint_limits: JointLimits | None = optional_key()  # as stored; numbers checked after
     keep_out: _KeepOutFile | None = optional_key()
     goal: _GoalFile | None = optional_key()
 
