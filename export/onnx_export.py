@@ -1,7 +1,8 @@
 """ONNX export of the reference model into a model folder (``syncedge export onnx``).
 
 Writes ``encoder.onnx``, ``calibration.onnx``, ``step_b{B}.onnx`` and ``decoder_b{B}.onnx``
-for each batch size, ``keypoint.onnx`` (the end-effector keypoint regressor used by
+for each batch size (the warp family also ``prepare_b{B}.onnx``, run once per rollout),
+``keypoint.onnx`` (the end-effector keypoint regressor used by
 ``calibrate validate``) and ``model.json`` (``edge.manifest``). Every graph has static
 shapes, named inputs and outputs, embedded weights, opset 18 (what TensorRT 10.3 on
 JetPack 6 parses), and passes the ONNX checker and strict shape inference.

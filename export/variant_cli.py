@@ -55,7 +55,9 @@ def register_onnx(sub: argparse._SubParsersAction) -> None:
                                    "and the encoder, calibration, step_bB and decoder_bB "
                                    "graphs (opset 18, static shapes, ONNX checker and strict "
                                    "shape inference). A run with warp.pt gives the warp model "
-                                   "(--history: its warp_nocal.pt, the history-mode model); "
+                                   "(with prepare_bB graphs that make its per-DoF flow fields "
+                                   "once per rollout; --history: its warp_nocal.pt, the "
+                                   "history-mode model); "
                                    "one with ae.pt and dynamics.pt the latent model.")
     p.add_argument("--run", required=True,
                    help="training run folder: warp.pt (the warp model) or ae.pt and "
