@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from edge.cache_types import CacheKey  # noqa: E402
-from edge.calibration_cache import CalibrationCache  # noqa: E402
+from edge.cache.store import CalibrationCache  # noqa: E402
+from edge.cache.values import CacheKey  # noqa: E402
 from edge.episode import Episode, EpisodeMetadata  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Calibration recorded at other timings against the planner's: margin over zeroed kept.
 
 Renders each cell's calibration sweep again at the timings of
-``export.calibration_timing.DEFAULT_MATRIX`` (MuJoCo), ingests it, and scores the shipped
+``export.evaluation.calibration_timing.DEFAULT_MATRIX`` (MuJoCo), ingests it, and scores the shipped
 model's rollouts (motion-region PSNR@16, futures retrieval@8) with each context beside
 the planner-timing context and the zeroed calibration. Prints a table and writes JSON.
 
@@ -31,12 +31,16 @@ def main() -> int:
     p.add_argument("--cells", type=int, default=16, help="cells (default 16)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--variants", default=None, metavar="NAME,...",
-                   help="only these timings of export.calibration_timing.DEFAULT_MATRIX")
+                   help="only these timings of export.evaluation.calibration_timing.DEFAULT_MATRIX")
     p.add_argument("--json", default="bench/results/calibration_timing.json")
     args = p.parse_args()
     os.environ.setdefault("MUJOCO_GL", "egl")
     from edge.fileio import write_json_atomic
-    from export.calibration_timing import DEFAULT_MATRIX, evaluate_timing, format_timing_table
+    from export.evaluation.calibration_timing import (
+        DEFAULT_MATRIX,
+        evaluate_timing,
+        format_timing_table,
+    )
 
     variants = DEFAULT_MATRIX
     if args.variants:

@@ -13,7 +13,7 @@ and ONNX Runtime's ``intra_op_num_threads``), ``torch.inference_mode()``, one fu
 warm-up rollout, then the median of ``--runs`` timed rollouts of ``--horizon`` steps
 (reset excluded). The first step after loading is timed apart (``first_step_ms``). The
 frames of both are compared (max |difference| in uint8 levels). PyTorch runs the modules
-``syncedge export onnx`` exported (``export.warp_export.warp_graph_modules``) with the
+``syncedge export onnx`` exported (``export.variants.warp_export.warp_graph_modules``) with the
 checkpoint's weights.
 
 ONNX Runtime is measured in three configurations: ``ort_before`` (what this project ran
@@ -191,7 +191,7 @@ def torch_rollout(ckpt: Path, model_dir: Path, n: int, horizon: int, runs: int, 
     import torch
 
     from edge.manifest import load_model_dir
-    from export.warp_export import load_warp_model, warp_graph_modules
+    from export.variants.warp_export import load_warp_model, warp_graph_modules
 
     torch.set_num_threads(threads)
     man = load_model_dir(model_dir)

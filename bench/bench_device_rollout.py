@@ -8,10 +8,10 @@ Needs an NVIDIA GPU, pycuda (the rollout kernels' launcher) and PyTorch with CUD
 cannot be installed on the machines this project has, so the step and decoder run as the
 checkpoint's PyTorch modules on the GPU (``bench/torch_executor.py``) behind the same
 ``DeviceExecutor`` interface the TensorRT engines implement, around the real kernels and
-``edge.cuda_step.CudaRolloutStep``. Per batch: step latency (ms, median of ``--runs``
+``edge.runtime.cuda_step.CudaRolloutStep``. Per batch: step latency (ms, median of ``--runs``
 rollouts of ``--horizon`` steps after one warm-up rollout, synchronised at the end) with
 eager launches and with the captured graph, the graph's memcpy nodes and kernel nodes,
-host copies per step (``edge.device_copies``), and the frames' max |difference| (uint8
+host copies per step (``edge.runtime.device_copies``), and the frames' max |difference| (uint8
 levels) against the CPU rollout (ONNX Runtime, ``Rollout``) from the same start latent,
 context and actions. TF32 is off. Prints a table and writes JSON; exits 2 without a GPU.
 """
@@ -63,8 +63,8 @@ def _one_batch(launcher: Any, mods: dict, ref: dict, horizon: int, runs: int) ->
     import torch
 
     from bench.torch_executor import TorchExecutor
-    from edge.cuda_step import CudaRolloutStep, StepShapes
-    from edge.device_copies import copy_counts
+    from edge.runtime.cuda_step import CudaRolloutStep, StepShapes
+    from edge.runtime.device_copies import copy_counts
 
     c, b, n = ref["contract"], ref["batch"], len(ref["actions"])
     ch, lh, lw = c.latent_shape
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    from export.warp_export import load_warp_model, warp_graph_modules
+    from export.variants.warp_export import load_warp_model, warp_graph_modules
     from kernels.launcher import KernelLauncher
 
     res: dict[str, Any] = {"command": "python bench/bench_device_rollout.py "

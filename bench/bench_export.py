@@ -34,15 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edge.runtime.model import load_model  # noqa: E402
-from export.parity import (  # noqa: E402
+from export.variants.parity import (  # noqa: E402
     CheckOptions,
     ReferenceCase,
     check_variant,
     folders_family,
     reference_cases,
 )
-from export.parity_gates import Gates  # noqa: E402
-from export.quantise import QuantiseOptions, quantise_model  # noqa: E402
+from export.variants.parity_gates import Gates  # noqa: E402
+from export.variants.quantise import QuantiseOptions, quantise_model  # noqa: E402
 
 __all__ = ["main", "step_latency_ms"]
 

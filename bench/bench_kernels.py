@@ -54,7 +54,7 @@ extern "C" __global__ void toy_decode(float* frames, const float* z, int B, int 
 
 class ToyModel:
     """Toy step and decoder: pycuda executors (``step_executor``/``decoder_executor``)
-    and their NumPy twins (``step``/``decode``). Shapes as in ``edge.cuda_step.StepShapes``."""
+    and their NumPy twins (``step``/``decode``). Shapes as in ``edge.runtime.cuda_step.StepShapes``."""
 
     def __init__(self, shapes, launcher=None):
         self.shapes = shapes
@@ -186,7 +186,7 @@ def _time_rollouts(fn, repeats):
 
 def bench_gpu(shapes, repeats):
     """Steps/s eager and with graphs, memcpy nodes per step, parity with the NumPy twin."""
-    from edge.cuda_step import CudaRolloutStep
+    from edge.runtime.cuda_step import CudaRolloutStep
     from kernels.launcher import KernelLauncher
 
     inputs = make_inputs(shapes)
@@ -237,7 +237,7 @@ def bench_cpu(shapes, repeats):
 
 def main(argv=None) -> int:
     """Run the benchmark; print a table and write JSON (``--out``)."""
-    from edge.cuda_step import StepShapes
+    from edge.runtime.cuda_step import StepShapes
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="write the results as JSON here")

@@ -3,7 +3,7 @@
     python bench/bench_precheck.py [--cells 64] [--split all_held_out ...] \
         [--out bench/results/precheck.json]
 
-A command line over :mod:`export.precheck_eval` (what it draws, runs and reports is
+A command line over :mod:`export.evaluation.precheck` (what it draws, runs and reports is
 described there); ``syncedge model eval-precheck`` runs the same evaluation and writes the
 same figures, with the table and contact sheets beside them. Needs MuJoCo
 (``pip install '.[train]'``). Prints a table and writes JSON. On 2 shared CPU cores 64
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from export.precheck_eval import (  # noqa: E402
+from export.evaluation.precheck import (  # noqa: E402
     SPLITS,
     PrecheckEvalOptions,
     dump_json,

@@ -37,8 +37,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from edge.cache_types import CacheKey  # noqa: E402
-from edge.calibration_cache import CalibrationCache  # noqa: E402
+from edge.cache.store import CalibrationCache  # noqa: E402
+from edge.cache.values import CacheKey  # noqa: E402
 from edge.episode import Episode, EpisodeMetadata, save_episode  # noqa: E402
 from edge.runtime.context import CalibrationContext, encode_calibration  # noqa: E402
 from edge.runtime.model import WorldModel, load_model  # noqa: E402
@@ -60,9 +60,9 @@ def torch_step_by_step_fps(model_dir: Path, batch: int, horizon: int,
     try:
         import torch
 
-        from export.evaluate import load_world_model
-        from export.model import ModelConfig
-        from export.model import WorldModel as TorchWorldModel
+        from export.evaluation.zero_shot import load_world_model
+        from export.models.latent import ModelConfig
+        from export.models.latent import WorldModel as TorchWorldModel
     except ImportError:
         return None
     from edge.manifest import load_manifest
@@ -71,7 +71,7 @@ def torch_step_by_step_fps(model_dir: Path, batch: int, horizon: int,
     man = load_manifest(model_dir / "model.json")
     run = man.provenance.get("run")
     if man.contract.family == "warp":
-        from export.warp_model import WarpConfig, WarpModel
+        from export.models.warp import WarpConfig, WarpModel
 
         net = WarpModel(WarpConfig.from_dict(man.provenance["config"])).eval()
     elif run and (Path(run) / "dynamics.pt").is_file():
@@ -158,7 +158,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
 from edge.runtime.model import load_model
-from edge.calibration_cache import CalibrationCache
+from edge.cache.store import CalibrationCache
 from edge.runtime.context import CalibrationContext
 from edge.runtime.rollout import Rollout
 model = load_model(sys.argv[1], intra_op_num_threads=int(sys.argv[3]))

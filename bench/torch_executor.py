@@ -1,4 +1,4 @@
-"""A PyTorch CUDA module as an ``edge.cuda_step.DeviceExecutor`` (GPU checks only).
+"""A PyTorch CUDA module as an ``edge.runtime.cuda_step.DeviceExecutor`` (GPU checks only).
 
 On a GPU machine without TensorRT, the shipped model's step and decoder run as PyTorch
 modules on the GPU in place of the engines: :meth:`TorchExecutor.enqueue` wraps the

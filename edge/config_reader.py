@@ -1,7 +1,7 @@
 """One strict reader for every config and manifest file.
 
 ``model.json`` (:mod:`edge.manifest`), ``bundle.json`` and ``bundle.sig``
-(:mod:`edge.bundle_format`), pre-check rules (:mod:`edge.precheck.rules`), robot specs
+(:mod:`edge.bundle.format`), pre-check rules (:mod:`edge.precheck.rules`), robot specs
 (:mod:`edge.calibrate.spec`) and episode metadata (:mod:`edge.episode`) are all checked by
 :func:`read_config`. A format is a frozen dataclass whose field annotations say what each
 key holds; the reader checks the parsed JSON/YAML against them and builds the dataclass:

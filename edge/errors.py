@@ -44,7 +44,7 @@ class ConfigError(EdgeError, ValueError):
     wrong type or one outside the allowed values.
 
     Each of those formats has its own error class derived from this one
-    (:class:`~edge.manifest.ManifestError`, :class:`~edge.bundle_format.BundleError`,
+    (:class:`~edge.manifest.ManifestError`, :class:`~edge.bundle.format.BundleError`,
     :class:`~edge.runtime.errors.RulesError`, :class:`~edge.calibrate.errors.PlanError`,
     :class:`EpisodeError`). The strict reader (:mod:`edge.config_reader`) raises them through
     :meth:`at`, giving the message ``<file>:<key.path>: <problem>``, e.g.

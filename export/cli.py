@@ -12,16 +12,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from export.variant_cli import register_check, register_onnx, register_quantise
+from export.variants.cli import register_check, register_onnx, register_quantise
 
 __all__ = ["SUBCOMMANDS", "register", "register_engine", "register_check_ops", "register_onnx",
            "register_quantise", "register_check", "register_upgrade"]
 
 
 def _run_engine(args: argparse.Namespace) -> int:
-    from edge.device_target import cuda_compute_capability
-    from edge.engine_cache import EngineCache
+    from edge.bundle.device_target import cuda_compute_capability
     from edge.manifest import load_model_dir
+    from edge.runtime.engine_cache import EngineCache
     from export.engine.builder import (
         EngineBuildError,
         TensorRT,

@@ -12,8 +12,8 @@ __all__ = ["register"]
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from export.train import train_stage
-    from export.train_options import options_from_args
+    from export.train.latent import train_stage
+    from export.train.options import options_from_args
 
     t0 = time.perf_counter()
 
@@ -43,8 +43,14 @@ def _split_names(requested: list[str] | None, splits: dict[str, str],
 def _run_eval(args: argparse.Namespace) -> int:
     from edge.fileio import write_json_atomic
     from edge.visual import write_png
-    from export.evaluate import SPLITS, EvalOptions, evaluate, format_table, plot_error_growth
-    from export.parity_gates import json_safe
+    from export.evaluation.zero_shot import (
+        SPLITS,
+        EvalOptions,
+        evaluate,
+        format_table,
+        plot_error_growth,
+    )
+    from export.variants.parity_gates import json_safe
 
     opts = EvalOptions(run=args.run, data=args.data, horizon=args.horizon,
                        max_cells=args.max_cells, seed=args.seed,
@@ -74,7 +80,7 @@ def _run_train_warp(args: argparse.Namespace) -> int:
     from export.errors import require_torch
 
     require_torch("syncedge model train-warp")
-    from export.train_warp import options_from_args, train_warp
+    from export.train.warp import options_from_args, train_warp
 
     print(json.dumps({"checkpoint": str(train_warp(options_from_args(args)))}))
     return 0
@@ -85,14 +91,14 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
 
     require_torch("syncedge model eval-frames")
     from edge.fileio import write_json_atomic
-    from export.evaluate_frames import (
+    from export.evaluation.frames import (
         SPLITS,
         FramesEvalOptions,
         evaluate_frames,
         format_frames_table,
         save_sheets,
     )
-    from export.parity_gates import json_safe
+    from export.variants.parity_gates import json_safe
 
     models: dict[str, tuple[str, str]] = {}
     for spec in args.model:
@@ -101,7 +107,7 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
         if not label or family not in ("latent", "warp", "calflow") or not run:
             print(f"syncedge model eval-frames: error: --model {spec!r}: expected "
                   "LABEL=latent:RUN, LABEL=warp:RUN or LABEL=calflow:- (the hand-made "
-                  "calibration flow, export/calibration_flow.py)", file=sys.stderr)
+                  "calibration flow, export/models/calibration_flow.py)", file=sys.stderr)
             return 2
         models[label] = (family, run)
     names = _split_names(args.split, SPLITS, "eval-frames")
@@ -135,7 +141,7 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
 
 def _run_eval_precheck(args: argparse.Namespace) -> int:
     from export.errors import ExportError, require_mujoco
-    from export.precheck_eval import (
+    from export.evaluation.precheck import (
         SPLITS,
         PrecheckEvalOptions,
         check_options,
@@ -205,7 +211,7 @@ best candidate marked). Needs MuJoCo (pip install 'syncedge[train]'); the three 
 
 def register(subparsers: Any) -> None:
     """Add ``model`` and its subcommands to the ``syncedge`` parser."""
-    from export.train_options import add_train_arguments
+    from export.train.options import add_train_arguments
 
     p = subparsers.add_parser("model", help="train and evaluate the reference world model",
                               description="Train the reference world model in stages "
@@ -214,7 +220,7 @@ def register(subparsers: Any) -> None:
     t = sub.add_parser("train", help="run one training stage (progress, checkpoints, resume)",
                        description="Run one training stage. Checkpoints go to OUT/<stage>.pt; "
                                    "--resume continues. For several processes on one host: torchrun "
-                                   "--standalone --nproc_per_node N -m export.train ... "
+                                   "--standalone --nproc_per_node N -m export.train.latent ... "
                                    "(same options).")
     add_train_arguments(t)
     t.set_defaults(func=_run_train)
@@ -246,8 +252,8 @@ def register(subparsers: Any) -> None:
     e.add_argument("--residual-decoding", action="store_true",
                    help="decode as start + dec(z_t) - dec(z_0) (default: plain decoding)")
     e.set_defaults(func=_run_eval)
-    from export.train_warp import DESCRIPTION
-    from export.train_warp import add_arguments as add_warp_arguments
+    from export.train.warp import DESCRIPTION
+    from export.train.warp import add_arguments as add_warp_arguments
 
     tw = sub.add_parser("train-warp", help="train the warp world model (progress, checkpoints, "
                                            "resume)", description=DESCRIPTION,

@@ -34,7 +34,7 @@ def _f(v: float | None, fmt: str = "{:.2f}") -> str:
 def merge(paths: list[str]) -> dict:
     """One result with every split of the given files (later files win on a clash),
     with the targets recomputed over all of them."""
-    from export.evaluate_frames import _targets
+    from export.evaluation.frames import _targets
 
     out: dict = {"splits": {}}
     for p in paths:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one GPU check of kernels/, edge/cuda_step.py and the GPU rollout, run from the
+# The one GPU check of kernels/, edge/runtime/cuda_step.py and the GPU rollout, run from the
 # repository root on an NVIDIA GPU machine (CUDA driver, nvcc, python3 with numpy, pytest,
 # setuptools, onnxruntime and PyTorch with CUDA). Nothing is downloaded there.
 #

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tiny_model import make_tiny_model
 
-from edge.bundle_keys import add_key
+from edge.bundle.keys import add_key
 from export.bundle.build import build_bundle, generate_keypair
 
 Member = tuple[tarfile.TarInfo, bytes]

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from edge.cache_types import CacheKey
-from edge.calibration_cache import CalibrationCache
+from edge.cache.store import CalibrationCache
+from edge.cache.values import CacheKey
 from edge.episode import Episode
 from tests.helpers import make_episode
 

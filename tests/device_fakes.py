@@ -30,11 +30,11 @@ class Fakes:
         install(monkeypatch, self.cuda)
         self.state = tmp_path / "state"
         monkeypatch.setenv("SYNCEDGE_HOME", str(self.state))
-        monkeypatch.setattr("edge.device_target.cuda_compute_capability",
+        monkeypatch.setattr("edge.bundle.device_target.cuda_compute_capability",
                             lambda device=0: self.cuda.cc)
         monkeypatch.setattr(backends, "cuda_driver_status",
                             lambda: Availability("cuda-driver", True, "fake driver"))
-        monkeypatch.setattr("edge.cuda_step.CapturedGraph", self.cuda.CapturedGraph)
+        monkeypatch.setattr("edge.runtime.cuda_step.CapturedGraph", self.cuda.CapturedGraph)
         self.use_trt("10.3.0.30")
 
     def use_trt(self, version: str) -> None:

@@ -22,7 +22,7 @@ SMOKE_SPLITS = ("train", "test_all", "test_convention")
 def make_smoke_run(root: Path) -> tuple[Path, Path]:
     """Generate one cell per split needed here and train 2 steps; returns (data, run)."""
     from export.cells.generate import GenerateOptions, generate_chunk
-    from export.train import TrainOptions, train_stage
+    from export.train.latent import TrainOptions, train_stage
 
     data, run = root / "cells", root / "run"
     opts = GenerateOptions(cells_per_chunk=1, motion_episodes=1, motion_frames=20)

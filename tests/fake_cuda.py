@@ -6,7 +6,7 @@ pointer" is the buffer's address, so kernels and the fake TensorRT engine read a
 it through :meth:`FakeCuda.view`. Work enqueued on a stream runs at once, except while the
 stream is being captured (:class:`FakeCuda.CapturedGraph`), when it is recorded as graph
 nodes (``kernel``, ``memcpy``, ``memset``) and replayed by ``launch()``. Every memcpy is
-also counted in :attr:`FakeCuda.raw_copies`, independently of ``edge.device_copies``.
+also counted in :attr:`FakeCuda.raw_copies`, independently of ``edge.runtime.device_copies``.
 
 This checks the wiring (which buffer goes where, in which order, how many copies); it
 does not check the CUDA code, which only the GPU tests do (tests/test_kernels_gpu.py).

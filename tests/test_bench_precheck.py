@@ -1,4 +1,4 @@
-"""bench/bench_precheck.py (a command line over export/precheck_eval.py): the figures it
+"""bench/bench_precheck.py (a command line over export/evaluation/precheck.py): the figures it
 reports, the cells it draws and what the command line writes."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench():
-    from export import precheck_eval
-
+    from export.evaluation import precheck as precheck_eval
     return precheck_eval
 
 

@@ -280,3 +280,32 @@ def test_plugin_groups_are_read_where_documented_and_name_real_targets() -> None
             names = {n.name for n in tree.body
                      if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
             assert attr in names, f"{group} {entry}: {mod} defines no {attr!r}"
+
+
+def _module_map() -> list[str]:
+    """The paths named in the first column of docs/architecture.md's module map."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    table = text[text.index("| where | what |"):].split("\n\n", 1)[0]
+    paths: list[str] = []
+    for row in table.splitlines()[2:]:
+        paths += re.findall(r"`([^`]+)`", row.split(" | ")[0])
+    return paths
+
+
+def test_module_map_matches_the_tree() -> None:
+    """Every path the module map names exists, and every module of the four packages is
+    named by the map, itself or through its folder (``edge/runtime/``)."""
+    paths = _module_map()
+    assert len(paths) > 20, paths
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, f"docs/architecture.md's module map names paths not in the tree: {missing}"
+    folders = tuple(p for p in paths if p.endswith("/"))
+    files = {p for p in paths if p.endswith(".py")}
+    unlisted = []
+    for path in _modules().values():
+        rel = path.relative_to(ROOT).as_posix()
+        if path.name == "__init__.py" and rel.count("/") == 1:
+            continue  # the package itself
+        if rel not in files and not rel.startswith(folders):
+            unlisted.append(rel)
+    assert not unlisted, f"modules that docs/architecture.md's module map does not name: {unlisted}"

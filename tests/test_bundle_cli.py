@@ -8,7 +8,7 @@ import argparse
 import pytest
 from tiny_model import make_tiny_model
 
-from edge.bundle_format import BundleError
+from edge.bundle.format import BundleError
 from export.bundle.cli import register
 
 
@@ -62,7 +62,7 @@ def test_install_refuses_target_from_flag(tmp_path, monkeypatch):
 
 
 def test_detect_target(tmp_path):
-    from edge.device_target import detect_target
+    from edge.bundle.device_target import detect_target
 
     model = tmp_path / "model"
     model.write_bytes(b"NVIDIA Jetson AGX Orin Developer Kit\x00")

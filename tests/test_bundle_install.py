@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 from bundle_helpers import make_env, read_members
 
-from edge.bundle_format import MANIFEST_NAME, SIGNATURE_NAME, BundleError, BundleManifest
-from edge.bundle_install import (
+from edge.bundle.format import MANIFEST_NAME, SIGNATURE_NAME, BundleError, BundleManifest
+from edge.bundle.install import (
     active_model_dir,
     active_slot,
     install_bundle,
     list_slots,
     rollback,
 )
-from edge.bundle_keys import add_key, remove_key, trusted_keys
-from edge.bundle_reader import read_bundle
+from edge.bundle.keys import add_key, remove_key, trusted_keys
+from edge.bundle.reader import read_bundle
 from edge.manifest import load_model_dir, model_sha256
 from export.bundle.build import build_bundle, generate_keypair
 

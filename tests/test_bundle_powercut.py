@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from bundle_helpers import make_env
 
-from edge.bundle_format import MANIFEST_NAME, BundleManifest
-from edge.bundle_install import INSTALL_STEPS, active_model_dir, install_bundle, list_slots
+from edge.bundle.format import MANIFEST_NAME, BundleManifest
+from edge.bundle.install import INSTALL_STEPS, active_model_dir, install_bundle, list_slots
 from edge.manifest import load_model_dir, model_sha256
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 # The test-only hook: kill this process at the named step, like a power cut.
 CHILD = """
 import os, signal, sys
-from edge.bundle_install import install_bundle
+from edge.bundle.install import install_bundle
 root, bundle, at = sys.argv[1:4]
 def on_step(name):
     if name == at:

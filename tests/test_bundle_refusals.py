@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from bundle_helpers import Env, make_env, read_members, rewrite, tree_digest, write_members
 
-from edge.bundle_format import BundleError, BundleManifest, BundleSignature
-from edge.bundle_install import install_bundle
+from edge.bundle.format import BundleError, BundleManifest, BundleSignature
+from edge.bundle.install import install_bundle
 from export.bundle.build import generate_keypair, load_private_key, pack_bundle
 
 

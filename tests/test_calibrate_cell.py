@@ -144,7 +144,7 @@ def test_store_refuses_a_failed_check_unless_forced(cell, tmp_path: Path, capsys
     assert cli("store", str(path), *common) == 2
     assert "sweep_clipped" in capsys.readouterr().err
     assert cli("store", str(path), *common, "--force", "joint 1 limit stop, to be moved") == 0
-    from edge.calibration_cache import CalibrationCache
+    from edge.cache.store import CalibrationCache
 
     with CalibrationCache(tmp_path / "cache") as cache:
         (info,) = cache.list()
@@ -158,7 +158,7 @@ def test_cache_entry_for_another_model_and_mismatched_episodes(cell, tmp_path: P
     another cell's episode; verify needs no model."""
     import dataclasses
 
-    from edge.calibration_cache import CalibrationCache
+    from edge.cache.store import CalibrationCache
     from edge.episode import save_episode
     from tests.calib_cell_helpers import ROOT
 

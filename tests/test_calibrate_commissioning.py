@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.cache_types import CacheKey
+from edge.cache.store import CalibrationCache
+from edge.cache.values import CacheKey
 from edge.calibrate.verify import compare_frames
-from edge.calibration_cache import CalibrationCache
 from edge.episode import save_episode
 from edge.manifest import model_sha256
 from tests.calib_cell_helpers import cli, sweep_episode

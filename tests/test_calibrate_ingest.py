@@ -22,8 +22,8 @@ from edge.calibrate.ingest import (
     segment_sweeps,
 )
 from edge.calibrate.plan import SWEEP_PROFILE
-from edge.calibration_input import prepare_calibration
 from edge.episode import Episode, EpisodeMetadata, actions_from_positions
+from edge.runtime.calibration_input import prepare_calibration
 
 AMP_RANGE = (0.2, 0.8)  # the shipped model's contract.calibration_amplitude_rad
 OPTS = IngestOptions(amplitude_rad=AMP_RANGE)
@@ -259,8 +259,8 @@ def test_check_gives_the_one_real_reason_of_a_broken_sweep():
 
 
 def test_store_keeps_the_episode_in_the_model_timing_with_what_ingest_did(tmp_path, capsys):
-    from edge.cache_types import CacheKey
-    from edge.calibration_cache import CalibrationCache
+    from edge.cache.store import CalibrationCache
+    from edge.cache.values import CacheKey
     from edge.commands import calibrate
     from edge.commands.common import run_command
     from edge.episode import save_episode

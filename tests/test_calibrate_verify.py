@@ -15,9 +15,9 @@ from edge.calibrate.verify import compare_frames
 if importlib.util.find_spec("mujoco") is None:
     pytest.skip("the virtual cell needs MuJoCo", allow_module_level=True)
 
-from edge.cache_types import CacheKey  # noqa: E402
+from edge.cache.store import CalibrationCache  # noqa: E402
+from edge.cache.values import CacheKey  # noqa: E402
 from edge.calibrate.camera import open_camera  # noqa: E402
-from edge.calibration_cache import CalibrationCache  # noqa: E402
 from edge.commands import precheck  # noqa: E402
 from edge.commands.common import run_command  # noqa: E402
 from edge.manifest import model_sha256  # noqa: E402

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.cache_types import CacheKey, CacheKeyError, CacheValueError
-from edge.calibration_cache import CalibrationCache
+from edge.cache.store import CalibrationCache
+from edge.cache.values import CacheKey, CacheKeyError, CacheValueError
 from edge.episode import save_episode
 from edge.errors import EdgeError
 from tests.cache_helpers import blob_file, calibration, context, key, model_sha, put, report

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.cache_archive import MANIFEST_NAME
-from edge.cache_types import CacheArchiveError, CacheConflictError, CacheCorruptError
-from edge.calibration_cache import CalibrationCache
+from edge.cache.archive import MANIFEST_NAME
+from edge.cache.store import CalibrationCache
+from edge.cache.values import CacheArchiveError, CacheConflictError, CacheCorruptError
 from edge.commands import cache as cache_cmd
 from tests.cache_helpers import blob_file, context, key, put
 
@@ -174,7 +174,7 @@ def test_cli_gc_reports_quarantine_and_default_root(tmp_path: Path, capsys,
     k1, _, _ = _fill(root)
     with CalibrationCache(root) as c:
         blob_file(c, c.info(k1).context_sha256).write_bytes(b"junk")
-    from edge.cache_types import CacheError
+    from edge.cache.values import CacheError
 
     with pytest.raises(CacheError, match="context blob failed verification"):
         _cli("cache", "show", str(k1))

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.cache_types import CacheCorruptError, CacheIndexError
-from edge.calibration_cache import CalibrationCache
+from edge.cache.store import CalibrationCache
+from edge.cache.values import CacheCorruptError, CacheIndexError
 from tests.cache_helpers import blob_file, context, key, put
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge import cache_blobs, cache_index
-from edge.calibration_cache import CalibrationCache
+from edge.cache import blobs as cache_blobs
+from edge.cache import index as cache_index
+from edge.cache.store import CalibrationCache
 from tests.cache_helpers import calibration, context, key, put, report
 
 FORK = mp.get_context("fork")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.bundle_format import BundleError, BundleFile, BundleManifest, BundleSignature
+from edge.bundle.format import BundleError, BundleFile, BundleManifest, BundleSignature
 from edge.calibrate.errors import PlanError
 from edge.calibrate.spec import load_robot_spec, robot_spec_from_dict
 from edge.episode import EpisodeMetadata, load_episode, save_episode

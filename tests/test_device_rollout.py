@@ -13,9 +13,9 @@ import pytest
 from device_fakes import Fakes, export_engine, make_slot
 
 from edge.commands import simulate
-from edge.device_copies import copy_counts, host_copy
 from edge.episode import save_episode
 from edge.runtime.context import encode_calibration
+from edge.runtime.device_copies import copy_counts, host_copy
 from edge.runtime.errors import BackendError, CallOrderError, RolloutInputError
 from edge.runtime.model import load_model
 from edge.runtime.rollout import Rollout

@@ -17,7 +17,7 @@ def test_shipped_model_on_the_gpu_equals_the_cpu_rollout_with_no_host_copies():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     from bench.bench_device_rollout import ROOT, _cpu_reference, _one_batch
-    from export.warp_export import load_warp_model, warp_graph_modules
+    from export.variants.warp_export import load_warp_model, warp_graph_modules
     from kernels.launcher import KernelLauncher
 
     ref = _cpu_reference(ROOT / "models/reference", 2, 6)

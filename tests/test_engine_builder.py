@@ -9,9 +9,9 @@ import pytest
 from fake_tensorrt import make_fake_trt
 from tiny_model import make_tiny_model
 
-from edge.engine_cache import EngineCache
 from edge.errors import MissingDependencyError
 from edge.manifest import load_model_dir
+from edge.runtime.engine_cache import EngineCache
 from export.cli import SUBCOMMANDS, register
 from export.engine.builder import (
     EngineBuildError,

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from edge.engine_cache import EngineCache, EngineCacheError, EngineKey
+from edge.runtime.engine_cache import EngineCache, EngineCacheError, EngineKey
 
 KEY = EngineKey(onnx_sha256="ab" * 32, trt_version="10.3.0.30", compute_capability="8.7",
                 precision="typed", shapes=(("frames", (1, 3, 8, 8), "uint8"),),

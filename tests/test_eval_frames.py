@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from export.errors import ExportError
-from export.evaluate_frames import (
+from export.evaluation.frames import (
     PSNR_CAP_DB,
     blur_control,
     frame_psnr,
@@ -84,7 +84,7 @@ def test_oracle_flow_warp_of_a_static_scene_is_the_start_frame() -> None:
 
 
 def test_calibration_flow_moves_what_the_calibration_moved() -> None:
-    from export.calibration_flow import CalibrationFlow
+    from export.models.calibration_flow import CalibrationFlow
 
     rng = np.random.default_rng(0)
     bg = (rng.random((64, 64, 1)) * 60 + 40).astype(np.uint8).repeat(3, 2)

@@ -12,9 +12,9 @@ import pytest
 from export_helpers import run_cli
 from tiny_model import make_tiny_model, parity_record
 
-from edge.bundle_format import BundleError, BundleManifest
+from edge.bundle.format import BundleError, BundleManifest
 from edge.manifest import load_model_dir, save_manifest
-from export.parity_gates import Gates, ParityError, judge, record_parity, require_parity
+from export.variants.parity_gates import Gates, ParityError, judge, record_parity, require_parity
 
 
 def _figures(max_abs: float = 1e-6, loss: float = 0.0) -> dict:
@@ -140,9 +140,9 @@ sys.meta_path.insert(0, Block())
 sys.path.insert(0, 'tests')
 from pathlib import Path
 from tiny_model import make_tiny_model
-from export.quantise import QuantiseOptions, quantise_model
+from export.variants.quantise import QuantiseOptions, quantise_model
 from export.bundle.build import build_bundle, generate_keypair
-import export.cli, export.variant_cli, export.parity_gates, export.quant_data
+import export.cli, export.variants.cli, export.variants.parity_gates, export.variants.quant_data
 tmp = Path(sys.argv[1])
 src = make_tiny_model(tmp / 'm')
 quantise_model(QuantiseOptions(str(src), 'fp16', str(tmp / 'h'), command='t'))
@@ -163,7 +163,7 @@ def test_quantise_and_bundle_build_need_no_torch(tmp_path) -> None:
 
 
 def test_parity_table_names_its_columns_and_prints_no_negative_zero() -> None:
-    from export.parity_gates import format_parity_table
+    from export.variants.parity_gates import format_parity_table
 
     rec = {"variant": "int8", "gate": judge("int8", _figures(), Gates()),
            "one_step_max_abs": {"encoder": 1e-7},

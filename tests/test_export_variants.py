@@ -24,11 +24,11 @@ from export_helpers import (
 )
 from onnx import TensorProto, numpy_helper
 
-from edge.bundle_format import BundleError
+from edge.bundle.format import BundleError
 from edge.manifest import load_model_dir, save_manifest
 from export.errors import ExportError
-from export.quant_data import build_quant_calibration_set, load_quant_calibration_cells
-from export.quantise import REDUCED_PRECISION_OPS
+from export.variants.quant_data import build_quant_calibration_set, load_quant_calibration_cells
+from export.variants.quantise import REDUCED_PRECISION_OPS
 
 
 @pytest.fixture(scope="module")
@@ -230,8 +230,8 @@ def warp(smoke, tmp_path_factory) -> dict[str, Path]:
     INT8/FP16 variants."""
     import torch
 
-    from export.warp_export import export_warp_model
-    from export.warp_model import WarpConfig, WarpModel
+    from export.models.warp import WarpConfig, WarpModel
+    from export.variants.warp_export import export_warp_model
 
     root = tmp_path_factory.mktemp("warp")
     run = root / "run"
@@ -253,7 +253,7 @@ def test_warp_quantisation_feeds_are_fp32_rollout_states(warp) -> None:
     """The decoder and step feeds are states of the FP32 step graph rolled out over the
     training cell's motion actions (horizons 1..16), never the encoder's zero-motion state."""
     from edge.runtime.model import load_model
-    from export.quant_data import ROLLOUT_HORIZON, rollout_states
+    from export.variants.quant_data import ROLLOUT_HORIZON, rollout_states
 
     (train,) = load_quant_calibration_cells(warp["data"])
     mo = train.motions[0]

@@ -135,7 +135,7 @@ def test_precheck_matches(launcher, hw):
 @pytest.mark.parametrize("use_graph", [False, True])
 def test_graph_captured_rollout_equals_cpu_rollout(launcher, use_graph):
     from bench.bench_kernels import ToyModel, cpu_rollout, make_inputs
-    from edge.cuda_step import CudaRolloutStep, StepShapes
+    from edge.runtime.cuda_step import CudaRolloutStep, StepShapes
 
     shapes = StepShapes(batch=4, slots=3, latent_shape=(4, 4, 4), action=5, height=16,
                         width=16, horizon=9)  # fmt: skip

@@ -1,4 +1,4 @@
-"""kernels and edge.cuda_step import without pycuda or a GPU; launching names the extra."""
+"""kernels and edge.runtime.cuda_step import without pycuda or a GPU; launching names the extra."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class _Block:
             raise ImportError(f"blocked: {name}")
 sys.meta_path.insert(0, _Block())
 import kernels, kernels.launcher, kernels.reference, kernels.build, kernels.cuda_graph
-import edge.cuda_step
+import edge.runtime.cuda_step
 assert not any(m == "pycuda" or m.startswith("pycuda.") for m in sys.modules)
 from kernels.launcher import KernelLauncher
 from kernels.errors import MissingDependencyError
@@ -115,7 +115,7 @@ def test_load_driver_without_libcuda_is_a_clear_error(monkeypatch):
 
 
 def test_cuda_step_rejects_bad_shapes_before_any_gpu_work():
-    from edge.cuda_step import StepShapes, _as
+    from edge.runtime.cuda_step import StepShapes, _as
 
     shapes = StepShapes(2, 4, (2, 2, 2), 3, 4, 4, 5)
     assert shapes.latent == 8 and shapes.ring == RingShape(2, 4, 8, 3)

@@ -108,7 +108,7 @@ def test_stacks_pool_over_frames() -> None:
 
 
 def test_rollout_sheet_places_each_frame_in_its_column() -> None:
-    from export.evaluate import rollout_sheet
+    from export.evaluation.zero_shot import rollout_sheet
 
     b, t, h = 3, 16, 8
     colour = lambda v: np.full((h, h, 3), v, np.uint8)  # noqa: E731
@@ -131,7 +131,7 @@ def test_evaluation_names_a_cell_whose_episode_lacks_a_needed_array() -> None:
     import types
 
     from export.errors import ExportError
-    from export.evaluate import _required
+    from export.evaluation.zero_shot import _required
 
     cell = types.SimpleNamespace(cell_id="test_convention-0000-007")
     assert _required(np.zeros(2), cell, "ee_px").shape == (2,)

@@ -9,13 +9,13 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="training tests need torch (pip install '.[train]')")
 
-from edge.calibration_input import CalibrationInputError, prepare_calibration  # noqa: E402
 from edge.episode import CalibrationSegment, Episode, EpisodeMetadata  # noqa: E402
+from edge.runtime.calibration_input import CalibrationInputError, prepare_calibration  # noqa: E402
 from export.cells.sampling import Convention, is_held_out_convention  # noqa: E402
-from export.data import Cell, Motion, relabel, sample_relabelling  # noqa: E402
 from export.errors import ExportError  # noqa: E402
-from export.model import ModelConfig, WorldModel  # noqa: E402
-from export.train import (  # noqa: E402
+from export.models.latent import ModelConfig, WorldModel  # noqa: E402
+from export.train.data import Cell, Motion, relabel, sample_relabelling  # noqa: E402
+from export.train.latent import (  # noqa: E402
     ARCH,
     LatentSet,
     TrainOptions,
@@ -267,7 +267,7 @@ def test_batch_names_each_samples_own_calibration() -> None:
 
 
 def test_cuda_training_without_a_gpu_is_refused_by_name() -> None:
-    from export.train import _training_device
+    from export.train.latent import _training_device
 
     assert _training_device("cpu") == torch.device("cpu")
     with pytest.raises(ExportError, match="--device: unknown device 'tpu'"):

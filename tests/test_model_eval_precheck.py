@@ -1,5 +1,5 @@
 """``syncedge model eval-precheck``: the pre-check benchmark's figures from the package
-command (export/precheck_eval.py), its option errors and its contact sheet."""
+command (export/evaluation/precheck.py), its option errors and its contact sheet."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_help_says_what_it_measures(capsys) -> None:
 
 
 def _sheet_cell(rng: np.random.Generator, m: int = 8, hw: int = 16):
-    from export.precheck_sheet import SheetCell
+    from export.evaluation.precheck_sheet import SheetCell
 
     def frames(n: int) -> np.ndarray:
         return rng.integers(0, 256, (n, hw, hw, 3), dtype=np.uint8)
@@ -103,7 +103,7 @@ def _sheet_cell(rng: np.random.Generator, m: int = 8, hw: int = 16):
 
 
 def test_sheet_size_follows_the_rows_shown() -> None:
-    from export.precheck_sheet import precheck_sheet, sheet_size
+    from export.evaluation.precheck_sheet import precheck_sheet, sheet_size
 
     rng = np.random.default_rng(0)
     cells = [_sheet_cell(rng) for _ in range(3)]
@@ -153,7 +153,7 @@ def test_one_cell_writes_json_table_and_sheet_with_the_benchmarks_keys(tmp_path,
     assert result["command"].startswith("syncedge model eval-precheck")
     table = (out / "precheck.txt").read_text()
     assert table.startswith("| split (cells) | model |") and table.strip() in stdout
-    from export.precheck_sheet import sheet_size
+    from export.evaluation.precheck_sheet import sheet_size
 
     cells = result["splits"]["all_held_out"]["cells"]
     import cv2

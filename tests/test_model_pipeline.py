@@ -19,10 +19,10 @@ if importlib.util.find_spec("mujoco") is None:  # not imported here: MUJOCO_GL i
 from edge.manifest import load_model_dir  # noqa: E402
 from export.cells.generate import GenerateOptions, generate_chunk  # noqa: E402
 from export.cells.sampling import SPLITS  # noqa: E402
-from export.evaluate import SPLITS as EVAL_SPLITS  # noqa: E402
-from export.evaluate import EvalOptions, evaluate, format_table, plot_error_growth  # noqa: E402
-from export.onnx_export import ExportOptions, export_model  # noqa: E402
-from export.train import TrainOptions, load_checkpoint, train_stage  # noqa: E402
+from export.evaluation.zero_shot import SPLITS as EVAL_SPLITS  # noqa: E402
+from export.evaluation.zero_shot import EvalOptions, evaluate, format_table, plot_error_growth  # noqa: E402
+from export.train.latent import TrainOptions, load_checkpoint, train_stage  # noqa: E402
+from export.variants.onnx_export import ExportOptions, export_model  # noqa: E402
 
 TINY = GenerateOptions(cells_per_chunk=1, motion_episodes=1, motion_frames=12)
 
@@ -139,7 +139,7 @@ def test_two_gloo_processes_train_with_ddp(data: Path, run: Path, tmp_path: Path
     env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", "-m", "export.train", "--stage", "dynamics", "--data", str(data), "--out",
+           "2", "-m", "export.train.latent", "--stage", "dynamics", "--data", str(data), "--out",
            str(out), "--steps", "2", "--batch", "2", "--rollout", "2", "--log-every", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
     if proc.returncode != 0 and _gloo_transport_abort(proc.stderr):
@@ -155,7 +155,7 @@ def test_single_host_gloo_is_bound_to_loopback(monkeypatch: pytest.MonkeyPatch) 
 
     import torch
 
-    import export.train as train
+    import export.train.latent as train
 
     seen = {}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge.calibration_input import CalibrationInputError
+from edge.runtime.calibration_input import CalibrationInputError
 from edge.runtime.context import (
     CalibrationContext,
     context_from_source,

@@ -73,7 +73,7 @@ def test_warp_checkpoints_match_their_manifest_and_the_shipped_graphs(folder: st
 
     torch = pytest.importorskip("torch", reason="the checkpoints need torch "
                                 "(pip install '.[train]')")
-    from export.warp_export import load_warp_model, warp_graph_modules
+    from export.variants.warp_export import load_warp_model, warp_graph_modules
 
     man = json.loads((WARP_CHECKPOINTS / "manifest.json").read_text())
     assert {"warp.pt", "warp_nocal.pt", "keypoint.pt"} <= set(man["files"])
@@ -128,8 +128,8 @@ def test_latent_checkpoints_match_their_manifest_and_the_shipped_graphs() -> Non
 
     torch = pytest.importorskip("torch", reason="the checkpoints need torch "
                                 "(pip install '.[train]')")
-    from export.evaluate import load_world_model
-    from export.onnx_export import graph_modules
+    from export.evaluation.zero_shot import load_world_model
+    from export.variants.onnx_export import graph_modules
 
     man = json.loads((CHECKPOINTS / "manifest.json").read_text())
     assert set(man["files"]) == {"ae.pt", "keypoint.pt", "dynamics.pt", "dynamics_nocal.pt"}

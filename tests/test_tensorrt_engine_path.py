@@ -15,10 +15,10 @@ from device_fakes import Fakes, export_engine, make_slot
 from fake_cuda import install_tensorrt
 from fake_tensorrt import make_fake_trt
 
-from edge.device_copies import copy_counts
-from edge.engine_cache import EngineCache
 from edge.manifest import load_model_dir
 from edge.runtime.backends.tensorrt import TensorrtRunner
+from edge.runtime.device_copies import copy_counts
+from edge.runtime.engine_cache import EngineCache
 from edge.runtime.errors import BackendError
 from edge.runtime.model import WorldModel, load_model
 from tests.fixtures.runtime import tiny_model_dir

@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="training needs torch (pip install '.[train]')")
 
 from export.cells.sampling import Convention  # noqa: E402
-from export.data import Cell, Motion  # noqa: E402
-from export.train_warp import PairSet, losses  # noqa: E402
-from export.warp_model import WarpConfig, WarpModel  # noqa: E402
+from export.models.warp import WarpConfig, WarpModel  # noqa: E402
+from export.train.data import Cell, Motion  # noqa: E402
+from export.train.warp import PairSet, losses  # noqa: E402
 
 
 def _cells(n: int = 3, seed: int = 0) -> list[Cell]:

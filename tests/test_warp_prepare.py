@@ -38,9 +38,9 @@ def test_the_step_graph_runs_no_convolution_and_prepare_does():
 
 def test_prepared_rollout_gives_the_frames_of_fields_made_every_step():
     torch = pytest.importorskip("torch", reason="the eager reference needs torch")
-    from export.evaluate import to_uint8
-    from export.train_warp import calibration_states
-    from export.warp_export import load_warp_model
+    from export.evaluation.zero_shot import to_uint8
+    from export.train.warp import calibration_states
+    from export.variants.warp_export import load_warp_model
 
     cal = load_episode(SAMPLE / "calibration.npz")
     start = load_episode(SAMPLE / "test.npz").frames[0]
@@ -53,7 +53,7 @@ def test_prepared_rollout_gives_the_frames_of_fields_made_every_step():
     eager = load_warp_model(ROOT / "models" / "reference-checkpoints")  # fields every step
     assert not eager.cfg.joint_fields_in_state
     with torch.no_grad():
-        from edge.calibration_input import prepare_calibration
+        from edge.runtime.calibration_input import prepare_calibration
 
         cf, ca, mask = prepare_calibration(cal, 7, 8)
         x = torch.from_numpy(cf).permute(0, 3, 1, 2)[None]

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge.calibration_cache import CacheKey, CalibrationCache
-from edge.calibration_input import CalibrationInputError
+from edge.cache.store import CacheKey, CalibrationCache
 from edge.episode import load_episode
 from edge.metrics import psnr
+from edge.runtime.calibration_input import CalibrationInputError
 from edge.runtime.context import CalibrationContext, encode_calibration
 from edge.runtime.model import load_model
 from edge.runtime.rollout import Rollout

@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="training needs torch (pip install '.[train]')")
 
 from export.cells.sampling import Convention  # noqa: E402
-from export.data import Cell, Motion  # noqa: E402
-from export.train_warp import PairSet, _warm_start, calibration_states, losses  # noqa: E402
-from export.warp_model import WarpConfig, WarpModel  # noqa: E402
+from export.models.warp import WarpConfig, WarpModel  # noqa: E402
+from export.train.data import Cell, Motion  # noqa: E402
+from export.train.warp import PairSet, _warm_start, calibration_states, losses  # noqa: E402
 
 SMALL = dict(feat_channels=8, motion_channels=8, global_channels=4, summary_channels=4,
              cal_width=8, dec_width=8, joint_width=8)

@@ -18,7 +18,7 @@ SIZES = TinySizes(height=8, width=8, channels=2, lat_h=2, lat_w=2, history=2, do
 
 def parity_record(manifest: ModelManifest, passed: bool = True) -> dict:
     """A parity record for ``manifest``'s graphs as ``syncedge export check`` writes it."""
-    from export.parity_gates import Gates, graphs_digest
+    from export.variants.parity_gates import Gates, graphs_digest
 
     limit = {"fp32": Gates().fp32_max_abs, "int8": Gates().int8_psnr_loss_db,
              "fp16": Gates().fp16_psnr_loss_db}[manifest.variant]

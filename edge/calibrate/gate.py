@@ -32,10 +32,10 @@ def add_stale_args(p: argparse.ArgumentParser) -> None:
 
 def _live_result(args: argparse.Namespace, model_sha256: str, camera_id: str,
                  robot_id: str) -> dict[str, Any]:
-    from edge.cache_types import CacheKey
+    from edge.cache.store import CalibrationCache, default_root
+    from edge.cache.values import CacheKey
     from edge.calibrate.camera import open_camera
     from edge.calibrate.verify import compare_frames
-    from edge.calibration_cache import CalibrationCache, default_root
 
     if not args.cell:
         raise CalibrateError("--verify-camera: needs --cell (the reference frame is in the "

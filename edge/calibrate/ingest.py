@@ -51,8 +51,8 @@ from typing import Any
 import numpy as np
 
 from edge.calibrate.plan import SEGMENT_FRAMES
-from edge.calibration_input import CalibrationInputError
 from edge.episode import CalibrationSegment, Episode, actions_from_positions
+from edge.runtime.calibration_input import CalibrationInputError
 
 __all__ = ["IngestError", "IngestOptions", "Sweep", "ingest_calibration",
            "is_model_timing", "normalise_calibration", "positions_at_frames",

@@ -20,7 +20,7 @@ __all__ = ["register"]
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from edge.calibration_cache import CalibrationCache, default_root
+    from edge.cache.store import CalibrationCache, default_root
 
     return CalibrationCache(args.root if args.root is not None else default_root())
 
@@ -56,7 +56,7 @@ def _info_json(info: Any) -> dict[str, Any]:
 
 
 def _run_list(args: argparse.Namespace) -> int:
-    from edge.cache_records import read_records
+    from edge.cache.records import read_records
 
     with _open(args) as cache:
         infos = cache.list(cell_id=args.cell, camera_id=args.camera, robot_id=args.robot,
@@ -133,7 +133,7 @@ def _run_show(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from edge.cache_types import CacheKeyError
+    from edge.cache.values import CacheKeyError
 
     with _open(args) as cache:
         infos = cache.list(cell_id=args.cell, camera_id=args.camera, robot_id=args.robot,
@@ -147,7 +147,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    from edge.cache_types import CacheArchiveError
+    from edge.cache.values import CacheArchiveError
 
     if not args.file.is_file():
         raise CacheArchiveError(f"{args.file}: no such archive file")
@@ -183,8 +183,8 @@ def _run_gc(args: argparse.Namespace) -> int:
 
 
 def _run_rebuild(args: argparse.Namespace) -> int:
-    from edge.cache_rebuild import rebuild_index
-    from edge.calibration_cache import default_root
+    from edge.cache.rebuild import rebuild_index
+    from edge.cache.store import default_root
 
     root = args.root if args.root is not None else default_root()
     rep = rebuild_index(root)

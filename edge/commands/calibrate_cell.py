@@ -28,7 +28,7 @@ __all__ = ["register_steps", "run_store", "run_validate", "run_verify"]
 
 
 def _cache(args: argparse.Namespace):
-    from edge.calibration_cache import CalibrationCache, default_root
+    from edge.cache.store import CalibrationCache, default_root
 
     return CalibrationCache(Path(args.cache_dir) if args.cache_dir else default_root())
 
@@ -96,7 +96,7 @@ def _store_from_cache(args: argparse.Namespace) -> int:
     (another model's entry, or this model's after its context was evicted or dropped)."""
     import dataclasses
 
-    from edge.cache_types import CacheKey
+    from edge.cache.values import CacheKey
     from edge.runtime.context import encode_calibration
 
     model = open_model(args)
@@ -138,7 +138,7 @@ def run_store(args: argparse.Namespace) -> int:
     if not args.episode:
         raise CalibrateError("store: pass an EPISODE file, or --cell ID to encode the cell's "
                              "cached episode for --model")
-    from edge.cache_types import CacheKey
+    from edge.cache.values import CacheKey
     from edge.calibrate.check import EpisodeArrays, check_arrays
     from edge.episode import load_episode
     from edge.runtime.context import encode_calibration, model_timing

@@ -152,18 +152,18 @@ def describe_identity(ident: dict) -> str:
 def default_context_source(cache_dir: str | None) -> ContextSource:
     """The device's calibration cache as a :class:`ContextSource`.
 
-    Uses ``edge.calibration_cache.CalibrationCache(root)``; raises
+    Uses ``edge.cache.store.CalibrationCache(root)``; raises
     :class:`RuntimeInputError` if that module is not part of this build.
     """
     root = Path(cache_dir) if cache_dir else state_root() / "calibration"
     try:
-        mod = importlib.import_module("edge.calibration_cache")
+        mod = importlib.import_module("edge.cache.store")
         source = mod.CalibrationCache(root)
     except (ImportError, AttributeError) as exc:
         raise RuntimeInputError(f"--cell: the calibration cache is not available in this "
                                 f"build ({exc}); pass --calibration FILE instead") from None
     if not isinstance(source, ContextSource):
-        raise RuntimeInputError("--cell: edge.calibration_cache.CalibrationCache has no "
+        raise RuntimeInputError("--cell: edge.cache.store.CalibrationCache has no "
                                 "get_context(cell_id, camera_id, robot_id, model_sha256)")
     return source
 
@@ -255,7 +255,7 @@ def _cached_dof(source: ContextSource, cell: str, camera: str, robot: str,
                 model_sha256: str) -> int | None:
     """The cell's DoF count from its cached calibration episode (None if the source does
     not keep episodes)."""
-    from edge.cache_types import CacheKey
+    from edge.cache.values import CacheKey
 
     get = getattr(source, "get", None)
     if get is None:

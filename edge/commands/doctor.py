@@ -54,7 +54,7 @@ def engine_cache_status() -> Availability:
     (read from the sidecars; nothing is loaded)."""
     from collections import Counter
 
-    from edge.engine_cache import EngineCache
+    from edge.runtime.engine_cache import EngineCache
 
     cache = EngineCache()
     keys: Counter = Counter()

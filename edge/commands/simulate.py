@@ -32,9 +32,9 @@ from edge.commands.common import (
 )
 from edge.commands.helptext import plain
 from edge.commands.limits import check_rollout_size
-from edge.device_copies import copy_counts
 from edge.fileio import write_json_atomic
 from edge.metrics import masked_psnr, motion_mask, psnr, ssim
+from edge.runtime.device_copies import copy_counts
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import load_actions, load_start
 from edge.runtime.rollout import Rollout

@@ -2,7 +2,7 @@
 
 A context belongs to one model: :class:`CalibrationContext` carries the sha256 of the
 ``model.json`` that made it, and the rollout refuses a context from another model.
-The calibration cache (``edge.calibration_cache``) is consumed through the small
+The calibration cache (``edge.cache.store``) is consumed through the small
 :class:`ContextSource` protocol only.
 """
 
@@ -13,8 +13,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from edge.calibration_input import prepare_calibration
 from edge.episode import Episode
+from edge.runtime.calibration_input import prepare_calibration
 from edge.runtime.errors import ContextMismatchError, RuntimeInputError
 from edge.runtime.model import WorldModel
 

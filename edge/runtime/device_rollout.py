@@ -1,10 +1,10 @@
 """The rollout on the GPU behind :class:`~edge.runtime.rollout.Rollout` (backend
 ``tensorrt``): TensorRT engines as device executors, the rollout kernels between them and
-the whole step captured once as a CUDA graph (:class:`edge.cuda_step.CudaRolloutStep`).
+the whole step captured once as a CUDA graph (:class:`edge.runtime.cuda_step.CudaRolloutStep`).
 
 :class:`Rollout` does the checking, encodes the start frames and (for residual decoding)
 the offset through the runners' ``infer``; this module keeps one
-:class:`~edge.cuda_step.CudaRolloutStep` per chunk of the chosen batch size, allocated
+:class:`~edge.runtime.cuda_step.CudaRolloutStep` per chunk of the chosen batch size, allocated
 once per batch size, fed with the context uploaded once. Between the engines of the
 current model (the warp family warps and composites inside the decoder graph,
 ``contract.warping: decoder_graph``) the work is the ring buffer, the action selection,
@@ -13,7 +13,7 @@ twins the CPU path runs (``kernels.reference``). The warp decoder's second outpu
 (``robot_mask``) is written to the runner's own buffer and left on the device.
 
 Host copies: :meth:`DeviceRollout.reset` uploads the inputs, :meth:`DeviceRollout.outputs`
-downloads the frames; a step copies nothing (``edge.device_copies`` counts it), except the
+downloads the frames; a step copies nothing (``edge.runtime.device_copies`` counts it), except the
 optional per-step fetch and a policy-mode action upload, both counted.
 """
 
@@ -23,8 +23,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from edge.device_copies import host_copy
 from edge.runtime.context import CalibrationContext
+from edge.runtime.device_copies import host_copy
 from edge.runtime.model import WorldModel
 
 __all__ = ["DeviceRollout"]
@@ -56,7 +56,7 @@ class DeviceRollout:
         model.register_device_user(self)
 
     def _steps_for(self, batch: int, chunks: int) -> list[Any]:
-        from edge.cuda_step import CudaRolloutStep, DeviceExecutor, StepShapes
+        from edge.runtime.cuda_step import CudaRolloutStep, DeviceExecutor, StepShapes
 
         c = self.model.contract
         have = self._steps.setdefault(batch, [])

@@ -84,7 +84,7 @@ class WorldModel:
     def on_device(self) -> bool:
         """True when every step and decoder graph runs as a device executor (the
         ``tensorrt`` backend): rollouts then run on the GPU through
-        ``edge.cuda_step.CudaRolloutStep`` (kernels between the engines, one CUDA graph)."""
+        ``edge.runtime.cuda_step.CudaRolloutStep`` (kernels between the engines, one CUDA graph)."""
         return self._launcher is not None
 
     @property

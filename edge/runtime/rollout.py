@@ -301,7 +301,7 @@ class Rollout:
     @property
     def path(self) -> str:
         """Where the steps run: ``"device"`` (``tensorrt`` backend: engines, kernels and a
-        CUDA graph on the GPU, ``edge.cuda_step``) or ``"host"`` (each graph through its
+        CUDA graph on the GPU, ``edge.runtime.cuda_step``) or ``"host"`` (each graph through its
         runner's ``infer``, the NumPy twins of the kernels in between)."""
         return "device" if self._device is not None else "host"
 

@@ -1,4 +1,4 @@
-"""Generate signing keys and build signed device bundles (format: :mod:`edge.bundle_format`)."""
+"""Generate signing keys and build signed device bundles (format: :mod:`edge.bundle.format`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from edge import __version__
-from edge.bundle_format import (
+from edge.bundle.format import (
     BUNDLE_SCHEMA_VERSION,
     MANIFEST_NAME,
     SIGNATURE_NAME,
@@ -106,7 +106,7 @@ def pack_bundle(files: Mapping[str, str | os.PathLike[str]], out_path: str | os.
     Args:
         files: payload name -> source path; must include ``model.json``.
         out_path: the archive to write (atomically).
-        target: one of :data:`edge.bundle_format.TARGETS`.
+        target: one of :data:`edge.bundle.format.TARGETS`.
         model_name, model_variant: the model's identity as recorded in ``model.json``.
         private_key: an Ed25519 private key (:func:`load_private_key`).
         command: the command line that built the bundle (creation info).
@@ -160,7 +160,7 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
 
     The model must carry a passed parity record for its own graphs (``model.json``
     ``evaluation.parity``, written by ``syncedge export check``;
-    :func:`export.parity_gates.require_parity`: passed, with gates no looser than the
+    :func:`export.variants.parity_gates.require_parity`: passed, with gates no looser than the
     defaults, for its own graphs and variant). ``force_unchecked`` builds anyway and
     records why in the bundle manifest (``created.parity``: ``"forced: ..."``); otherwise
     ``created.parity`` is ``"passed"``.
@@ -170,7 +170,7 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
             or a missing/failed/foreign parity record (without ``force_unchecked``).
         edge.manifest.ManifestError: the model folder is invalid (naming the file).
     """
-    from export.parity_gates import ParityError, require_parity
+    from export.variants.parity_gates import ParityError, require_parity
 
     model_dir = Path(model_dir)
     model = load_model_dir(model_dir, verify=True)

@@ -1,5 +1,5 @@
 """``syncedge bundle ...``: keygen and build (off device); verify, install, list, rollback
-and keys (on the device, through :mod:`edge.bundle_install` and :mod:`edge.bundle_keys`).
+and keys (on the device, through :mod:`edge.bundle.install` and :mod:`edge.bundle.keys`).
 
 The group is registered from ``export`` because argparse allows one registrar per group;
 the device verbs only call into ``edge``.
@@ -18,7 +18,7 @@ __all__ = ["register"]
 
 
 def _root(args: argparse.Namespace) -> Path:
-    from edge.bundle_install import bundles_dir
+    from edge.bundle.install import bundles_dir
 
     return Path(args.root) if args.root else bundles_dir()
 
@@ -55,8 +55,8 @@ def _parity_warning(m: Any) -> str:
 
 
 def _trusted(args: argparse.Namespace) -> dict:
-    from edge.bundle_format import key_id, load_public_key
-    from edge.bundle_keys import trusted_keys
+    from edge.bundle.format import key_id, load_public_key
+    from edge.bundle.keys import trusted_keys
 
     if args.pubkey:
         keys = [load_public_key(p) for p in args.pubkey]
@@ -65,8 +65,8 @@ def _trusted(args: argparse.Namespace) -> dict:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from edge.bundle_format import check_target
-    from edge.bundle_reader import read_bundle
+    from edge.bundle.format import check_target
+    from edge.bundle.reader import read_bundle
 
     target = check_target(args.target, "--target") if args.target else None
     with tempfile.TemporaryDirectory(prefix="syncedge-verify-") as tmp:
@@ -80,8 +80,8 @@ def _run_verify(args: argparse.Namespace) -> int:
 
 
 def _run_install(args: argparse.Namespace) -> int:
-    from edge.bundle_install import install_bundle
-    from edge.device_target import device_target
+    from edge.bundle.device_target import device_target
+    from edge.bundle.install import install_bundle
 
     target = device_target(args.target)
     info = install_bundle(args.bundle, target=target, root=_root(args),
@@ -94,7 +94,7 @@ def _run_install(args: argparse.Namespace) -> int:
 
 
 def _run_list(args: argparse.Namespace) -> int:
-    from edge.bundle_install import list_slots
+    from edge.bundle.install import list_slots
 
     for s in list_slots(_root(args)):
         mark = "*" if s.active else " "
@@ -109,8 +109,8 @@ def _run_list(args: argparse.Namespace) -> int:
 
 
 def _run_rollback(args: argparse.Namespace) -> int:
-    from edge.bundle_install import rollback
-    from edge.device_target import device_target
+    from edge.bundle.device_target import device_target
+    from edge.bundle.install import rollback
 
     info = rollback(_root(args), target=device_target(args.target), keys_dir=_keys_dir(args))
     m = info.manifest
@@ -121,7 +121,7 @@ def _run_rollback(args: argparse.Namespace) -> int:
 
 
 def _run_keys(args: argparse.Namespace) -> int:
-    from edge.bundle_keys import add_key, remove_key, trusted_keys
+    from edge.bundle.keys import add_key, remove_key, trusted_keys
 
     d = _keys_dir(args)
     if args.keys_command == "add":
@@ -145,7 +145,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bundle`` group to the ``syncedge`` command line."""
-    from edge.bundle_format import TARGETS
+    from edge.bundle.format import TARGETS
 
     p = subparsers.add_parser("bundle", help="signed device bundles (A/B install, rollback)")
     sub = p.add_subparsers(dest="bundle_command", metavar="VERB", required=True)

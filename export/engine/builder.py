@@ -1,14 +1,14 @@
 """``syncedge export engine``'s builder: the runtime's one engine path, re-exported.
 
-The builder, the key and the cache decisions live in :mod:`edge.engine_build` (the engine
+The builder, the key and the cache decisions live in :mod:`edge.runtime.engine_build` (the engine
 is built on the NVIDIA device that runs it, by ``export engine`` or on first use by the
-``tensorrt`` backend; both go through :func:`edge.engine_build.get_engine`). See
+``tensorrt`` backend; both go through :func:`edge.runtime.engine_build.get_engine`). See
 docs/engines.md.
 """
 
 from __future__ import annotations
 
-from edge.engine_build import (
+from edge.runtime.engine_build import (
     DEFAULT_WORKSPACE_BYTES,
     PRECISIONS,
     EngineBuildError,

@@ -8,15 +8,15 @@ what only a JetPack device can prove is listed in docs/runtime.md. The primary c
 the one the CUDA runtime, the rollout kernels (``kernels.launcher``) and PyTorch use, so
 device pointers are shared with them.
 
-Engines come from the one engine path, :func:`edge.engine_build.get_engine`: the
-:class:`~edge.engine_cache.EngineCache` under ``state_root()/engines`` keyed by the graph's
+Engines come from the one engine path, :func:`edge.runtime.engine_build.get_engine`: the
+:class:`~edge.runtime.engine_cache.EngineCache` under ``state_root()/engines`` keyed by the graph's
 sha256 (from ``model.json``), the TensorRT version, the GPU's compute capability, the
 precision mode and the input shapes, the same key ``syncedge export engine`` fills. A
 missing or stale entry is built once and cached; nothing is written beside the graph (a
 bundle slot stays as installed).
 
 Besides :meth:`infer` (host arrays in and out, for the encoder and calibration graphs),
-the runner is a device executor (``edge.cuda_step.DeviceExecutor``): :meth:`enqueue` runs
+the runner is a device executor (``edge.runtime.cuda_step.DeviceExecutor``): :meth:`enqueue` runs
 the engine on given device pointers on a given stream, with no host copy, no
 synchronisation and no allocation, so it can be captured into a CUDA graph.
 """
@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from edge.device_copies import host_copy
-from edge.engine_cache import EngineCache
 from edge.errors import EdgeError, MissingDependencyError
 from edge.manifest import GraphSpec, ManifestError, load_model_dir
 from edge.runtime.backends.base import Runner
+from edge.runtime.device_copies import host_copy
+from edge.runtime.engine_cache import EngineCache
 from edge.runtime.errors import BackendError
 
 __all__ = ["TensorrtRunner", "graph_spec_for"]
@@ -74,7 +74,7 @@ class TensorrtRunner(Runner):
         graph: the graph's spec; default: read from the ``model.json`` beside ``path``.
         cache_dir: engine cache root (default ``state_root()/engines``).
         precision: build mode, ``"typed"`` (default) or ``"flag-fp16"``
-            (``edge.engine_build.PRECISIONS``).
+            (``edge.runtime.engine_build.PRECISIONS``).
         device_ordinal: CUDA device index.
         workspace_bytes: builder workspace limit (part of the cache key).
 
@@ -108,7 +108,12 @@ class TensorrtRunner(Runner):
         self._specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
 
     def _activate(self) -> None:
-        from edge.engine_build import DEFAULT_WORKSPACE_BYTES, TensorRT, get_engine, import_tensorrt
+        from edge.runtime.engine_build import (
+            DEFAULT_WORKSPACE_BYTES,
+            TensorRT,
+            get_engine,
+            import_tensorrt,
+        )
 
         trt = import_tensorrt()
         cuda = _import_pycuda()

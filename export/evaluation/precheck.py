@@ -1,0 +1,399 @@
+"""Pre-check verdicts measured against ground truth rendered by MuJoCo.
+
+Run by ``syncedge model eval-precheck`` and ``python bench/bench_precheck.py`` (the same
+figures). Per held-out cell (drawn like the evaluation splits: held-out conventions, the
+held-out robot, both with the held-out camera band), from one start pose, M = 8
+candidates of 16 steps are drawn from the split's own motion sampler (``all_joints``) and
+rendered by MuJoCo with their robot masks (:func:`export.cells.futures.draw_futures`). Per
+cell:
+
+- a keep-out rectangle is drawn so that 30-70% of the candidates truly *enter* it (at
+  least 4 true robot-mask pixels inside at some step 1..16) and no robot pixel of the
+  start frame lies inside (cells where no such rectangle is found in 400 draws are left
+  out and counted);
+- one DoF gets a joint limit between the candidates' excursions, so that some candidates
+  truly exceed it;
+- the goal is the true last frame of one truly safe candidate (entering nothing,
+  exceeding nothing); the *truly best* candidate is the safe one whose true last frame is
+  nearest the goal by the pre-check's own distance (SSIM).
+
+The pre-check (:func:`edge.precheck.evaluate.evaluate`, the rules of the shipped kit:
+``motion_threshold`` 20, ``max_moved_pixels`` 4) then runs on each model's predicted
+frames. Reported per split and model (the shipped model with the cell's calibration, the
+model trained without calibration in history mode, and copy-last: the start frame
+repeated), with 95% bootstrap intervals over cells (1000 resamples):
+
+- keep-out recall (truly entering candidates refused by the keep-out rule) and false
+  refusals (candidates that truly stay out, refused by it); and the recall at the
+  smallest ``max_moved_pixels`` whose false refusals are at most 10% (that threshold is
+  chosen on the same cells, so this figure is optimistic);
+- joint-limit verdict accuracy (the rule is computed from the actions, so it is exact by
+  construction; printed as a check);
+- chosen = truly best (cells with a truly safe candidate);
+- the median over cells of the Spearman correlation between predicted and true goal
+  distance (1 - SSIM to the goal, over the 8 candidates; a constant prediction such as
+  copy-last's counts 0).
+
+Needs MuJoCo (``pip install '.[train]'``). On 2 shared CPU cores 64 cells per split took
+about 7 minutes (20 minutes for the three splits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge.precheck.evaluate import evaluate
+from edge.precheck.rules import (
+    GoalRule,
+    JointLimits,
+    KeepOutRegion,
+    KeepOutRule,
+    Rules,
+    rasterise,
+)
+from export.errors import ExportError, require_mujoco
+from export.evaluation.precheck_metrics import format_table, operating_point, spearman, summarise
+
+__all__ = ["ENTER_PX", "M", "MAX_MOVED", "MOTION_THRESHOLD", "SPLITS", "STEPS", "TARGETS",
+           "PrecheckEvalOptions", "check_options", "draw_cell", "dump_json",
+           "evaluate_precheck", "format_table", "operating_point", "output_paths",
+           "print_table", "score_cell", "spearman", "summarise"]
+
+SPLITS = {"held_out_convention": "test_convention", "held_out_robot": "test_robot",
+          "all_held_out": "test_all"}
+M, STEPS, ENTER_PX = 8, 16, 4
+MOTION_THRESHOLD, MAX_MOVED = 20, 4
+TARGETS = {"keepout_recall": ">= 0.95", "keepout_false_refusals": "<= 0.10",
+           "chosen_is_truly_best": ">= 0.70 (chance 1/8)", "spearman_median": ">= 0.8"}
+
+
+@dataclass(frozen=True)
+class PrecheckEvalOptions:
+    """What :func:`evaluate_precheck` runs; each field is the command-line option of the
+    same name (``--model``, ``--history-model``, ``--cells``, ``--split``, ``--threads``,
+    ``--out``).
+
+    Attributes:
+        model: the shipped model's folder (with ``model.json``), run with each cell's
+            calibration.
+        history_model: a model trained without calibration, run in history mode.
+        cells: cells drawn per split (>= 1; cells without a fitting keep-out rectangle
+            are left out and counted).
+        splits: table names of the splits to run (keys of :data:`SPLITS`), in order.
+        threads: ONNX Runtime intra-op threads per model (>= 1).
+        out: a folder for ``precheck.json``, ``precheck.txt`` and
+            ``precheck_<split>.png`` (see :func:`output_paths`), or None to write nothing.
+        sheet_cells: cells per split drawn on the contact sheet (the first ones).
+        command: the command line recorded in the result (``command``).
+    """
+
+    model: str | Path = "models/reference"
+    history_model: str | Path = "models/reference-history"
+    cells: int = 64
+    splits: tuple[str, ...] = tuple(SPLITS)
+    threads: int = 2
+    out: str | Path | None = None
+    sheet_cells: int = 4
+    command: str = ""
+
+
+def check_options(opts: PrecheckEvalOptions) -> None:
+    """Refuse options that cannot run, before any work.
+
+    Raises:
+        ExportError: an unknown split, a count below 1, a model folder without
+            ``model.json``, or an ``out`` that exists and is not a folder; the message
+            names the option (``--split``, ``--cells``, ``--threads``, ``--model``,
+            ``--history-model``, ``--out``).
+    """
+    for name in opts.splits:
+        if name not in SPLITS:
+            raise ExportError(f"--split {name!r}: unknown split; expected one of "
+                              f"{', '.join(SPLITS)}")
+    if not opts.splits:
+        raise ExportError(f"--split: no split given; expected one or more of "
+                          f"{', '.join(SPLITS)}")
+    if opts.cells < 1:
+        raise ExportError(f"--cells {opts.cells}: expected at least 1 cell per split")
+    if opts.threads < 1:
+        raise ExportError(f"--threads {opts.threads}: expected at least 1 thread")
+    for option, folder, example in (("--model", opts.model, "models/reference"),
+                                    ("--history-model", opts.history_model,
+                                     "models/reference-history")):
+        if not (Path(folder) / "model.json").is_file():
+            raise ExportError(f"{option} {folder}: no model.json in this folder; expected "
+                              f"an exported model folder such as {example}")
+    if opts.sheet_cells < 1:
+        raise ExportError(f"sheet_cells {opts.sheet_cells}: expected at least 1 cell per "
+                          "contact sheet")
+    if opts.out is not None and Path(opts.out).exists() and not Path(opts.out).is_dir():
+        raise ExportError(f"--out {opts.out}: is a file; expected a folder (precheck.json, "
+                          "precheck.txt and precheck_<split>.png are written into it)")
+
+
+def _seed(*parts: object) -> int:
+    return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8],
+                          "little")
+
+
+def _ssim(a: np.ndarray, b: np.ndarray) -> float:
+    from edge.metrics import ssim
+
+    return float(ssim(a, b))
+
+
+def draw_cell(gen: object, split: str, index: int) -> dict | None:
+    """One benchmark cell: calibration episode, candidates, truth, rules.
+
+    Args:
+        gen: a :class:`export.cells.generate.CellGenerator` (with segmentation).
+        split: a data split (a value of :data:`SPLITS`, e.g. ``"test_all"``).
+        index: the cell's index in the split (the draw is seeded by split and index).
+
+    Returns:
+        None if no keep-out rectangle with 30-70% truly entering candidates was found,
+        else a dict: ``cell`` (CellParams), ``calibration`` (Episode), ``q0`` float64
+        ``[A]``, ``futures`` (frames uint8 ``[M, T+1, H, W, 3]``, actions float32
+        ``[M, T, A]``, robot_mask bool ``[M, T+1, H, W]``), ``region`` (normalised
+        rectangle, 4 corners), ``enters`` bool ``[M]``, ``lower``/``upper`` float64 ``[A]``
+        joint limits, ``exceeds`` bool ``[M]``, ``goal`` uint8 ``[H, W, 3]`` or None,
+        ``goal_index``, ``true_dist`` float64 ``[M]`` or None, ``best`` int or None.
+    """
+    from export.cells.futures import draw_futures
+    from export.cells.robots import robot_spec
+    from export.cells.sampling import sample_cell
+    from export.cells.trajectories import motion_trajectory
+
+    cell_id = f"bench-precheck-{split}-{index:03d}"
+    rng = np.random.default_rng(_seed("precheck", split, index))
+    cell = sample_cell(rng, split, cell_id)
+    cal = gen.cell_episodes(cell)["calibration"]  # type: ignore[attr-defined]
+    spec = robot_spec(cell.robot)
+    q0 = cell.convention.to_controller(motion_trajectory(rng, spec, 2, "all_joints")[0])
+    fut = draw_futures(gen, cell, q0, M, STEPS, "all_joints", seed=index)
+    masks = fut.robot_mask  # (M, T+1, H, W)
+    h, w = masks.shape[-2:]
+    region = None
+    for _ in range(400):
+        rw, rh = rng.uniform(0.15, 0.45, 2)
+        x0, y0 = rng.uniform(0, 1 - rw), rng.uniform(0, 1 - rh)
+        poly = ((x0, y0), (x0 + rw, y0), (x0 + rw, y0 + rh), (x0, y0 + rh))
+        m = rasterise((KeepOutRegion("keep-out", poly),), h, w).astype(bool)
+        if (masks[0, 0] & m).any():
+            continue
+        enters = ((masks[:, 1:] & m).sum((2, 3)) >= ENTER_PX).any(1)  # (M,)
+        if 0.3 <= enters.mean() <= 0.7:
+            region = poly, enters
+            break
+    if region is None:
+        return None
+    q = q0 + np.cumsum(fut.actions.astype(np.float64), 1)  # (M, T, A) after each step
+    j = int(rng.integers(q.shape[-1]))
+    exc = q[:, :, j] - q0[j]  # (M, T)
+    hi_side = rng.random() < 0.5
+    reach = exc.max(1) if hi_side else -exc.min(1)  # (M,) furthest excursion that way
+    limit = float(np.quantile(reach, rng.uniform(0.3, 0.7)))
+    lower = np.full(len(q0), -10.0)
+    upper = np.full(len(q0), 10.0)
+    if hi_side:
+        upper[j] = q0[j] + limit
+    else:
+        lower[j] = q0[j] - limit
+    exceeds = ((q < lower) | (q > upper)).any((1, 2))
+    safe = ~region[1] & ~exceeds
+    goal_idx = int(rng.choice(np.flatnonzero(safe))) if safe.any() else None
+    goal = fut.frames[goal_idx, -1] if goal_idx is not None else None
+    true_dist = (np.array([1 - _ssim(fut.frames[i, -1], goal) for i in range(M)])
+                 if goal is not None else None)
+    best = None
+    if goal is not None:
+        best = int(np.flatnonzero(safe)[np.argmin(true_dist[safe])])  # type: ignore[index]
+    return {"cell": cell, "calibration": cal, "q0": q0, "futures": fut, "region": region[0],
+            "enters": region[1], "lower": lower, "upper": upper, "exceeds": exceeds,
+            "goal": goal, "goal_index": goal_idx, "true_dist": true_dist, "best": best}
+
+
+def score_cell(c: dict, frames: np.ndarray, masks: np.ndarray | None = None) -> dict:
+    """Verdicts for one model's predicted frames against a cell's truth.
+
+    Args:
+        c: a cell from :func:`draw_cell`.
+        frames: uint8 ``[M, T, H, W, 3]`` predicted frames (steps 1..T).
+        masks: float32 ``[M, T, H, W]``, the predicted robot mask; with it keep-out is
+            decided on the mask (``basis: robot_mask``), else on motion.
+
+    Returns:
+        Per candidate (lists of M): ``enters``, ``keepout_refused``,
+        ``keepout_moved_max`` (the keep-out score), ``jl_correct``; per cell
+        ``chosen_is_best`` and ``spearman`` (None without a goal) and ``chosen`` (the
+        full pre-check's chosen candidate, None without a goal or when none passes).
+    """
+    start = c["futures"].frames[0, 0]
+    acts = c["futures"].actions
+    ko = KeepOutRule((KeepOutRegion("keep-out", tuple(c["region"])),), MOTION_THRESHOLD,
+                     MAX_MOVED, "motion" if masks is None else "robot_mask", ENTER_PX - 1)
+    path = Path("bench-precheck")
+    keep = evaluate(Rules(path, keep_out=ko), start, None, acts, frames, robot_masks=masks)
+    refused = np.array([not v.passed for v in keep.verdicts])
+    score = "keepout_moved_max" if masks is None else "keepout_robot_max"
+    limits = evaluate(Rules(path, joint_limits=JointLimits(tuple(c["lower"]),
+                                                           tuple(c["upper"]))),
+                      start, c["q0"], acts, frames)
+    jl_refused = np.array([not v.passed for v in limits.verdicts])
+    out = {"enters": c["enters"].tolist(), "keepout_refused": refused.tolist(),
+           "keepout_moved_max": [int(v.scores[score]) for v in keep.verdicts],
+           "jl_correct": (jl_refused == c["exceeds"]).tolist(),
+           "chosen_is_best": None, "spearman": None, "chosen": None}
+    if c["goal"] is not None:
+        goal_path = Path("goal.png")
+        rules = Rules(path, keep_out=ko, joint_limits=JointLimits(tuple(c["lower"]),
+                                                                   tuple(c["upper"])),
+                      goal=GoalRule(goal_path, -1.0))
+        full = evaluate(rules, start, c["q0"], acts, frames, goal=c["goal"], robot_masks=masks)
+        out["chosen"] = full.chosen
+        out["chosen_is_best"] = bool(full.chosen == c["best"])
+        pred_dist = np.array([1 - _ssim(frames[i, -1], c["goal"]) for i in range(M)])
+        out["spearman"] = spearman(pred_dist, c["true_dist"])
+    return out
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def evaluate_precheck(opts: PrecheckEvalOptions,
+                      progress: Callable[[str], None] = _stderr) -> dict[str, Any]:
+    """Run the pre-check benchmark (see the module docstring).
+
+    Args:
+        opts: what to run; with ``opts.out`` the files of :func:`output_paths` are written
+            there at the end (nothing is written when the run fails).
+        progress: called with one line per cell (``[  5.1 s] all_held_out cell 1/64``);
+            default: printed on stderr.
+
+    Returns:
+        The JSON-ready result: ``command``, ``options``, ``targets``, ``splits`` (per
+        split table name: ``data_split``, ``cells``, ``cells_without_a_fitting_keep_out``,
+        ``models``: per model label the :func:`summarise` metrics) and ``seconds``.
+
+    Raises:
+        ExportError: from :func:`check_options`.
+        MissingDependencyError: MuJoCo is not installed.
+    """
+    check_options(opts)
+    require_mujoco("the pre-check benchmark")
+    from edge.commands.common import history_context
+    from edge.runtime.context import encode_calibration
+    from edge.runtime.model import load_model
+    from edge.runtime.rollout import Rollout
+    from export.cells.generate import CellGenerator, GenerateOptions
+    from export.evaluation.precheck_sheet import SheetCell, precheck_sheet
+
+    t0 = time.perf_counter()
+    models = {"shipped": load_model(opts.model, intra_op_num_threads=opts.threads),
+              "no_calibration": load_model(opts.history_model,
+                                           intra_op_num_threads=opts.threads)}
+    result: dict[str, Any] = {
+        "command": opts.command,
+        "options": {"cells": opts.cells, "candidates": M, "steps": STEPS,
+                    "enter_px": ENTER_PX, "motion_threshold": MOTION_THRESHOLD,
+                    "max_moved_pixels": MAX_MOVED, "profile": "all_joints"},
+        "targets": TARGETS, "splits": {}}
+    sheets: dict[str, np.ndarray] = {}
+    try:
+        with CellGenerator(GenerateOptions(motion_episodes=0)) as gen:
+            for name in opts.splits:
+                rows: dict[str, list[dict]] = {"shipped": [], "shipped_robot_mask": [],
+                                               "no_calibration": [], "copy_last": []}
+                shown: list[SheetCell] = []
+                skipped = 0
+                for i in range(opts.cells):
+                    c = draw_cell(gen, SPLITS[name], i)
+                    if c is None:
+                        skipped += 1
+                        continue
+                    acts = c["futures"].actions
+                    start = c["futures"].frames[0, 0]
+                    for label, m in models.items():
+                        if label == "shipped":
+                            ctx = encode_calibration(m, c["calibration"])
+                        else:
+                            with contextlib.redirect_stderr(io.StringIO()):
+                                ctx = history_context(m, acts.shape[-1])
+                        with_mask = label == "shipped" and m.has_robot_mask
+                        ro = Rollout(m, ctx, max_horizon=STEPS, max_candidates=M,
+                                     robot_mask=with_mask)
+                        frames = ro.run(start, acts)
+                        rows[label].append(score_cell(c, frames))
+                        if with_mask:
+                            rows["shipped_robot_mask"].append(
+                                score_cell(c, frames, ro.robot_masks()))
+                        if label == "shipped" and opts.out is not None \
+                                and len(shown) < opts.sheet_cells:
+                            shown.append(SheetCell.from_cell(
+                                f"{name} cell {i}", c, frames, rows[label][-1]))
+                    rows["copy_last"].append(score_cell(
+                        c, np.repeat(start[None, None], M, 0).repeat(STEPS, 1)))
+                    progress(f"[{time.perf_counter() - t0:7.1f} s] {name} cell {i + 1}/"
+                             f"{opts.cells}")
+                kept = len(rows["shipped"])
+                result["splits"][name] = {
+                    "data_split": SPLITS[name], "cells": kept,
+                    "cells_without_a_fitting_keep_out": skipped,
+                    "models": {k: summarise(v) for k, v in rows.items() if v}}
+                if shown:
+                    sheets[name] = precheck_sheet(shown, note=(
+                        f"{name}: the first {len(shown)} of {kept} cells. Predictions of the "
+                        f"shipped model; keep-out verdict on predicted motion (more than "
+                        f"{MAX_MOVED} px inside that changed by more than {MOTION_THRESHOLD} "
+                        f"refuses). Truly enters: at least {ENTER_PX} true robot-mask pixels "
+                        f"inside at some step 1..{STEPS}; the tiles show the last step"))
+    finally:
+        for m in models.values():
+            m.deactivate()
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    if opts.out is not None:
+        _write(result, sheets, Path(opts.out))
+    return result
+
+
+def output_paths(result: dict[str, Any], out: str | Path) -> list[Path]:
+    """The files :func:`evaluate_precheck` writes into ``out``: ``precheck.json``,
+    ``precheck.txt`` (the table) and ``precheck_<split>.png`` per split with cells."""
+    out = Path(out)
+    return [out / "precheck.json", out / "precheck.txt"] + [
+        out / f"precheck_{name}.png" for name, s in result["splits"].items() if s["cells"]]
+
+
+def dump_json(result: dict[str, Any]) -> str:
+    """The result as the benchmark writes it (``bench/results/precheck.json``)."""
+    return json.dumps(result, indent=1) + "\n"
+
+
+def _write(result: dict[str, Any], sheets: dict[str, np.ndarray], out: Path) -> None:
+    from edge.fileio import atomic_write
+    from edge.visual import write_png
+
+    json_path, table_path, *sheet_paths = output_paths(result, out)
+    for path, text in ((json_path, dump_json(result)),
+                       (table_path, format_table(result) + "\n")):
+        data = text.encode("utf-8")
+        atomic_write(path, lambda f: f.write(data))  # noqa: B023  (called at once)
+    for path in sheet_paths:
+        write_png(path, sheets[path.stem.removeprefix("precheck_")])
+
+
+def print_table(result: dict[str, Any]) -> None:
+    """Print :func:`format_table` on stdout."""
+    print(format_table(result))

@@ -1,0 +1,435 @@
+"""Training of the warp world model (:mod:`export.models.warp`).
+
+One step draws a few cells; for each, several (start, target) pairs from its motion
+episodes, 1..16 frames apart, so every horizon is trained directly (a frame is the start
+frame warped once; the step is additive in the accumulated angles, so the state after
+t steps is one step with the summed actions). Losses, per pair:
+
+- photometric L1 on the whole frame plus a heavier L1 on the moving region (pixels of the
+  robot at the start or the target);
+- the robot mask (BCE) at the start and the target;
+- the fill weight (BCE) against the pixels the arm uncovers (robot at the start, not at the
+  target), so the fill never erases what the model is unsure of;
+- the arm flow against OpenCV DIS optical flow measured from the true target to the start
+  (an oracle only at training time, weighted by how well it explains the target), which
+  gives the flow a signal where the photometric gradient of a bilinear warp is too local;
+  its weight decays over training.
+
+Checkpoints (``warp.pt``: weights, optimizer, step, loss history, config, options) are
+written atomically every ``--save-every`` steps and at the end; ``--resume`` continues
+from one. Runs on the CPU (``--device cpu``, optional ``--bf16`` autocast) or a GPU
+(``--device cuda``: the frame pool lives on the GPU and batches are assembled there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from export.errors import ExportError
+
+__all__ = ["WarpTrainOptions", "PairSet", "train_warp", "add_arguments", "options_from_args",
+           "main"]
+
+
+@dataclass
+class WarpTrainOptions:
+    """Options of one training run (recorded in the checkpoint)."""
+
+    data: list[str]
+    out: str
+    steps: int = 3000
+    cells_per_batch: int = 6
+    pairs_per_cell: int = 6
+    lr: float = 2e-3
+    horizon: int = 16
+    seed: int = 0
+    device: str = "cpu"
+    threads: int = 0
+    bf16: bool = False
+    resume: bool = False
+    save_every: int = 200
+    flow_weight: float = 0.05
+    mask_weight: float = 0.1
+    fill_weight: float = 0.0
+    flow_floor: float = 0.1
+    no_calibration: bool = False
+    max_cells: int | None = None
+    init: str | None = None
+    joint_width: int = 0
+    contrast_weight: float = 0.0
+    start_offset: bool = False
+
+
+class PairSet:
+    """The training cells as tensors, and (start, target) pair batches drawn from them.
+
+    Args:
+        cells: :class:`export.train.data.Cell` list (with robot masks).
+        device: where the frame pool lives.
+    """
+
+    def __init__(self, cells: list, device: Any):
+        import torch
+
+        if not cells:
+            raise ExportError("no training cells")
+        self.device = device
+        self.cal_frames = torch.from_numpy(np.stack([c.cal_frames for c in cells])).permute(
+            0, 1, 4, 2, 3).contiguous().to(device)  # (N, K*L+1, 3, H, W) uint8
+        self.cal_actions = torch.from_numpy(np.stack([c.cal_actions for c in cells])).to(device)
+        self.dof_mask = torch.from_numpy(np.stack([c.dof_mask for c in cells])).to(device)
+        self.motions: list[list[tuple[Any, Any, Any, Any]]] = []
+        for c in cells:
+            eps = []
+            home = c.cal_home if c.cal_home is not None else np.zeros(len(c.dof_mask),
+                                                                    np.float32)
+            for m in c.motions:
+                if m.robot_mask is None:
+                    raise ExportError(f"{m.path}: no robot mask; generate cells without "
+                                      "--no-segmentation")
+                # the start pose's offset from the calibration's home pose, per frame (zero
+                # where either pose is unknown)
+                off = (m.joint_positions - home if m.joint_positions is not None
+                       and c.cal_home is not None else np.zeros_like(m.actions))
+                eps.append((torch.from_numpy(m.frames).permute(0, 3, 1, 2).contiguous(),
+                            torch.from_numpy(np.cumsum(m.actions, 0)),
+                            torch.from_numpy(m.robot_mask),
+                            torch.from_numpy(off.astype(np.float32) * c.dof_mask)))
+            self.motions.append(eps)
+        self.n = len(cells)
+        self._flow: Any = None
+
+    def batch(self, rng: np.random.Generator, cells: int, pairs: int,
+              horizon: int, shared_start: bool = False) -> dict[str, Any]:
+        """A batch: ``cell`` index per pair ``[P]``, ``start``/``target`` uint8
+        ``[P, 3, H, W]``, ``cum`` float32 ``[P, A]`` (summed actions from start to target,
+        rad), ``offset`` float32 ``[P, A]`` (the start frame's joint offset from the
+        calibration's home pose, rad), ``mask0``/``mask`` float32 ``[P, 1, H, W]``, ``dis`` float32 ``[P, 2, H, W]``
+        (DIS flow from target to start, px) and the calibration tensors of the chosen cells.
+        With ``shared_start`` a cell's pairs share one episode and start frame (distinct
+        targets), for the contrastive loss."""
+        import cv2
+        import torch
+
+        idx = rng.choice(self.n, size=cells, replace=False)
+        st, tg, cum, m0, m1, dis, owner, offs = [], [], [], [], [], [], [], []
+        if self._flow is None:  # made once: a DIS estimator holds no state between calls
+            self._flow = cv2.DISOpticalFlow_create(  # type: ignore[attr-defined]
+                cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
+        flow_est = self._flow
+        for j, ci in enumerate(idx):
+            eps = self.motions[ci]
+            if shared_start:  # (drawn only then: the independent draws stay as they were)
+                shared = eps[rng.integers(len(eps))]
+                s0 = int(rng.integers(0, shared[0].shape[0] - horizon))
+                ds = rng.choice(np.arange(1, horizon + 1), size=pairs, replace=False)
+            for k in range(pairs):
+                fr, cs, mk, of = shared if shared_start else eps[rng.integers(len(eps))]
+                t_count = fr.shape[0]
+                if shared_start:
+                    s, d = s0, int(ds[k])
+                else:
+                    d = int(rng.integers(1, min(horizon, t_count - 1) + 1))
+                    s = int(rng.integers(0, t_count - d))
+                t = s + d
+                st.append(fr[s])
+                tg.append(fr[t])
+                # cumsum row r holds actions[0..r]; actions[s..t-1] move frame s to frame t
+                cum.append(cs[t - 1] - (cs[s - 1] if s > 0 else 0.0))
+                m0.append(mk[s])
+                offs.append(of[s])
+                m1.append(mk[t])
+                g0 = cv2.cvtColor(fr[s].permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
+                g1 = cv2.cvtColor(fr[t].permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
+                dis.append(torch.from_numpy(flow_est.calc(g1, g0, None)).permute(2, 0, 1))
+                owner.append(j)
+        dev = self.device
+        idx_t = torch.from_numpy(idx).to(dev)
+        return {
+            "owner": torch.tensor(owner, device=dev),
+            "start": torch.stack(st).to(dev), "target": torch.stack(tg).to(dev),
+            "cum": torch.stack(cum).to(torch.float32).to(dev),
+            "offset": torch.stack(offs).to(dev),
+            "mask0": torch.stack(m0)[:, None].to(torch.float32).to(dev),
+            "mask": torch.stack(m1)[:, None].to(torch.float32).to(dev),
+            "dis": torch.stack(dis).to(dev),
+            "cal_frames": self.cal_frames[idx_t], "cal_actions": self.cal_actions[idx_t],
+            "dof_mask": self.dof_mask[idx_t],
+        }
+
+
+def calibration_states(model: Any, cal_frames: Any) -> Any:
+    """States of calibration frames for the calibration reader, which reads only their
+    pixel block: uint8 ``[N, T, 3, H, W]`` -> float32 ``[N, T, C, h, w]`` (features zero;
+    the exported graphs feed the encoder's full states, identical in the pixel block)."""
+    import torch
+    import torch.nn.functional as F
+
+    n, t = cal_frames.shape[:2]
+    cfg = model.cfg
+    x = cal_frames.flatten(0, 1).to(torch.float32) * (1.0 / 255.0)
+    pix = F.pixel_unshuffle(x, 4)
+    rest = x.new_zeros(n * t, cfg.layout.channels - 48, cfg.grid, cfg.grid)
+    return torch.cat([pix, rest], 1).reshape(n, t, -1, cfg.grid, cfg.grid)
+
+
+def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float = 0.1,
+           fill_weight: float = 0.0, contrast_weight: float = 0.0,
+           pairs: int = 1) -> tuple[Any, dict[str, float]]:
+    """Total loss and its parts for one batch (see the module docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    from export.models.warp import warp
+
+    ctx = model.calibration(calibration_states(model, b["cal_frames"]), b["cal_actions"],
+                            b["dof_mask"])  # (N, A, D, h, w)
+    ctx = ctx[b["owner"]]  # (P, A, D, h, w)
+    z0 = model.encoder(b["start"])
+    if model.cfg.start_offset:
+        z0 = model.with_offset(z0, b["offset"])
+    z = model.state_at(model.prepare(z0, ctx), b["cum"], ctx)
+    out = model.decoder.flows(z)
+    truth = b["target"].to(torch.float32) * (1.0 / 255.0)
+    region = torch.clamp(b["mask0"] + b["mask"], 0, 1)
+    region = F.max_pool2d(region, 5, 1, 2)
+    err = (out["frames"] - truth).abs().mean(1, keepdim=True)
+    photo = err.mean() + 4.0 * (err * region).sum() / region.sum().clamp(min=1.0)
+    mask_loss = (F.binary_cross_entropy(out["mask"].clamp(1e-4, 1 - 1e-4), b["mask"])
+                 + F.binary_cross_entropy(out["start_mask"].clamp(1e-4, 1 - 1e-4), b["mask0"]))
+    with torch.no_grad():
+        dis_err = (warp(out["start"], b["dis"], model.decoder.base) - truth).abs().mean(1, True)
+        conf = torch.exp(-dis_err / 0.03) * torch.clamp(b["mask"] + b["mask0"], 0, 1)
+    flow_loss = (F.smooth_l1_loss(out["flow"], b["dis"], reduction="none").sum(1, True)
+                 * conf).sum() / conf.sum().clamp(min=1.0)
+    # the fill weight may only be used where the arm uncovers background (robot at the
+    # start, not at the target): without this the model erases what it is unsure of
+    uncover = b["mask0"] * (1.0 - b["mask"])
+    fill_loss = F.binary_cross_entropy(out["o"].clamp(1e-4, 1 - 1e-4), uncover)
+    total = (photo + mask_weight * mask_loss + flow_weight * flow_loss
+             + fill_weight * fill_loss)
+    contrast = torch.zeros(())
+    if contrast_weight and pairs > 1:
+        # futures retrieval as a loss: within one start, each prediction must be nearer its
+        # own target than the other targets (mean squared error over the moving region)
+        p = out["frames"].reshape(-1, pairs, *out["frames"].shape[1:])
+        tr = truth.reshape(p.shape)
+        reg = region.reshape(-1, pairs, 1, *region.shape[2:]).amax(1, keepdim=True)
+        dist = (((p[:, :, None] - tr[:, None]) ** 2) * reg[:, :, None]).flatten(3).sum(-1)
+        dist = dist / reg.flatten(2).sum(-1)[:, :, None].clamp(min=1.0)
+        logits = -dist / 0.002
+        target = torch.arange(pairs, device=logits.device).expand(logits.shape[0], -1)
+        contrast = F.cross_entropy(logits.flatten(0, 1), target.flatten())
+        total = total + contrast_weight * contrast
+    return total, {"photo": float(photo.detach()), "mask": float(mask_loss.detach()),
+                   "flow": float(flow_loss.detach()), "fill": float(fill_loss.detach()),
+                   "contrast": float(contrast.detach())}
+
+
+def _warm_start(model: Any, path: str) -> None:
+    """Copy every tensor of another warp checkpoint that fits (where an input width grew,
+    its first channels); a new per-DoF flow network starts with a zero last layer, so the
+    warm-started model begins exactly where the checkpoint was."""
+    import torch
+
+    src = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    own = model.state_dict()
+    copied = 0
+    with torch.no_grad():
+        for k, v in own.items():
+            w = src.get(k)
+            if w is None:
+                continue
+            if w.shape == v.shape:
+                v.copy_(w)
+            elif w.dim() == v.dim() and all(a <= b for a, b in zip(w.shape, v.shape, strict=True)):
+                v.zero_()
+                v[tuple(slice(0, n) for n in w.shape)] = w
+            else:
+                continue
+            copied += 1
+        if getattr(model.step, "joint", None) is not None and "step.joint.6.weight" not in src:
+            model.step.joint[-1].weight.zero_()
+            model.step.joint[-1].bias.zero_()
+    print(f"warm start from {path}: {copied} of {len(own)} tensors", file=sys.stderr)
+
+
+def _save(path: Path, payload: dict[str, Any]) -> None:
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+
+
+def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
+    """Train (or resume) a warp model; returns the checkpoint path.
+
+    Raises:
+        ExportError: no data, a checkpoint that does not fit, a non-resumable output.
+    """
+    import torch
+
+    from export.models.warp import WarpConfig, WarpModel
+    from export.train.data import load_cells
+
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = "warp_nocal.pt" if opts.no_calibration else "warp.pt"
+    ckpt_path = out / name
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    device = torch.device(opts.device)
+    cfg = cfg or WarpConfig(use_calibration=not opts.no_calibration,
+                            joint_width=opts.joint_width, start_offset=opts.start_offset)
+    model = WarpModel(cfg).to(device)
+    if opts.init and not ckpt_path.exists():
+        _warm_start(model, opts.init)
+    optim = torch.optim.AdamW(model.parameters(), lr=opts.lr, weight_decay=1e-4)
+    step0, history = 0, []
+    if ckpt_path.exists():
+        if not opts.resume:
+            raise ExportError(f"{ckpt_path} exists; pass --resume to continue it or another "
+                              "--out")
+        ck = torch.load(ckpt_path, map_location=device, weights_only=False)
+        if ck["config"] != cfg.to_dict():
+            raise ExportError(f"{ckpt_path}: trained with another model configuration")
+        model.load_state_dict(ck["model"])
+        optim.load_state_dict(ck["optim"])
+        step0, history = int(ck["step"]), list(ck["history"])
+        if step0 >= opts.steps:
+            print(f"{ckpt_path}: already at step {step0} >= --steps {opts.steps}",
+                  file=sys.stderr)
+            return ckpt_path
+    cells = []
+    for root in opts.data:
+        cells += load_cells(root, ["train"], cfg.max_dof, cfg.segment_frames,
+                            limit=opts.max_cells)
+    pairs = PairSet(cells, device)
+    print(f"{len(cells)} training cells from {', '.join(opts.data)}", file=sys.stderr,
+          flush=True)
+    rng = np.random.default_rng(opts.seed + step0)
+
+    def lr_at(step: int) -> float:
+        warm = 100
+        if step < warm:
+            return opts.lr * (step + 1) / warm
+        p = (step - warm) / max(1, opts.steps - warm)
+        return opts.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
+
+    def payload(step: int) -> dict[str, Any]:
+        return {"model": model.state_dict(), "optim": optim.state_dict(), "step": step,
+                "history": history, "config": cfg.to_dict(), "options": asdict(opts),
+                "cells": len(cells)}
+
+    t0, seen = time.perf_counter(), 0
+    model.train()
+    for step in range(step0, opts.steps):
+        for g in optim.param_groups:
+            g["lr"] = lr_at(step)
+        b = pairs.batch(rng, min(opts.cells_per_batch, pairs.n), opts.pairs_per_cell,
+                        opts.horizon, shared_start=opts.contrast_weight > 0)
+        fw = opts.flow_weight * max(opts.flow_floor, 1.0 - step / max(1, opts.steps))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts.bf16):
+            loss, parts = losses(model, b, fw, opts.mask_weight, opts.fill_weight,
+                                 opts.contrast_weight, opts.pairs_per_cell)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        seen += b["start"].shape[0]
+        history.append([step, float(loss.detach()), parts["photo"], parts["mask"], parts["flow"],
+                        parts["fill"]])
+        if (step + 1) % 20 == 0 or step == step0:
+            el = time.perf_counter() - t0
+            print(f"step {step + 1}/{opts.steps} loss {float(loss):.4f} photo "
+                  f"{parts['photo']:.4f} mask {parts['mask']:.4f} flow {parts['flow']:.3f} "
+                  f"fill {parts['fill']:.3f} contrast {parts['contrast']:.3f} "
+                  f"lr {lr_at(step):.2e} {seen / el:.1f} pairs/s", file=sys.stderr, flush=True)
+        if (step + 1) % opts.save_every == 0:
+            _save(ckpt_path, payload(step + 1))
+    _save(ckpt_path, payload(opts.steps))
+    return ckpt_path
+
+
+DESCRIPTION = ("Train the warp world model (export/models/warp.py) on generated cells; writes "
+               "OUT/warp.pt (OUT/warp_nocal.pt with --no-calibration) every --save-every "
+               "steps; --resume continues it.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``syncedge model train-warp``."""
+    p.add_argument("--data", action="append", required=True,
+                   help="a cells folder with a train split (repeat for several)")
+    p.add_argument("--out", required=True, help="run folder")
+    p.add_argument("--steps", type=int, default=3000, help="optimizer steps in all")
+    p.add_argument("--cells-per-batch", type=int, default=6, help="cells per optimizer step")
+    p.add_argument("--pairs-per-cell", type=int, default=6,
+                   help="(start, target) pairs per cell, 1-16 frames apart")
+    p.add_argument("--lr", type=float, default=2e-3,
+                   help="peak learning rate (100 warm-up steps, then cosine to 5%%)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the batch draws")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--resume", action="store_true",
+                   help="continue OUT's checkpoint (the schedule is recomputed for --steps)")
+    p.add_argument("--save-every", type=int, default=200, help="checkpoint every N steps")
+    p.add_argument("--flow-weight", type=float, default=0.05,
+                   help="weight of the DIS-flow loss at the start (decays linearly to "
+                        "--flow-floor times it)")
+    p.add_argument("--flow-floor", type=float, default=0.1,
+                   help="the DIS-flow weight at the last step, as a fraction of --flow-weight")
+    p.add_argument("--mask-weight", type=float, default=0.1, help="robot-mask BCE weight")
+    p.add_argument("--fill-weight", type=float, default=0.0,
+                   help="weight of the fill-weight BCE against the uncovered pixels")
+    p.add_argument("--no-calibration", action="store_true",
+                   help="the history-mode baseline: learned tokens per channel index")
+    p.add_argument("--max-cells", type=int, default=None,
+                   help="at most this many training cells per --data folder")
+    p.add_argument("--init", help="warm start from another warp checkpoint (tensors that fit)")
+    p.add_argument("--joint-width", type=int, default=0,
+                   help="width of the step's per-DoF flow network (0: none)")
+    p.add_argument("--start-offset", action="store_true",
+                   help="give the model the start pose's joint offsets from the calibration's "
+                        "home pose (WarpConfig.start_offset)")
+    p.add_argument("--contrast-weight", type=float, default=0.0,
+                   help="weight of the futures-retrieval loss: a cell's pairs share one start "
+                        "and each prediction must be nearest its own target (0: off, pairs "
+                        "drawn independently)")
+
+
+def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
+    """:class:`WarpTrainOptions` from parsed :func:`add_arguments` options."""
+    return WarpTrainOptions(data=args.data, out=args.out, steps=args.steps,
+                            cells_per_batch=args.cells_per_batch,
+                            pairs_per_cell=args.pairs_per_cell, lr=args.lr, seed=args.seed,
+                            device=args.device, threads=args.threads, bf16=args.bf16,
+                            resume=args.resume, save_every=args.save_every,
+                            no_calibration=args.no_calibration, max_cells=args.max_cells,
+                            flow_weight=args.flow_weight, flow_floor=args.flow_floor,
+                            mask_weight=args.mask_weight, fill_weight=args.fill_weight,
+                            init=args.init, joint_width=args.joint_width,
+                            contrast_weight=args.contrast_weight,
+                            start_offset=args.start_offset)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (``python -m export.train.warp``); prints the checkpoint path."""
+    p = argparse.ArgumentParser(prog="python -m export.train.warp", description=DESCRIPTION)
+    add_arguments(p)
+    print(json.dumps({"checkpoint": str(train_warp(options_from_args(p.parse_args(argv))))}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
