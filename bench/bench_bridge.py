@@ -3,6 +3,7 @@
 Usage::
 
     python bench/bench_bridge.py --json bench/results/bridge.json --docs docs/bridge.md
+    python bench/bench_bridge.py --only pairing   # the pairing rows alone, printed only
 
 Runs every row twice: on the machine as it is (no stressor) and again with ``--stress`` busy
 processes running (a named stressor: N pure-Python spin loops). Each pass records the load
@@ -18,8 +19,10 @@ priority and at real-time priority (SCHED_FIFO 1, as a master on a loaded machin
 run), and the lost-frame rows give the bridge's own receive wait for each lost frame beside
 the slots it cost, so a gap longer than that wait is shown to be spent elsewhere. Pairing rows pair 600 synthetic camera frames with
 joint samples whose position is their own capture time (so the error of the pairing is
-known exactly), next to the baselines that do nothing (receipt stamps, the least-squares
-clock fit).
+known exactly), next to the baselines: receipt stamps, the least-squares clock fit and, for
+the framed stream, the device stamps' lower envelope without the pings (the estimate before
+the stream pinged its device). The framed rows with a link delay give the fake device a
+one-way delay in each direction that the bridge is never told.
 
 Targets (issue 16): servo bus 6 joints >= 300 Hz; framed >= 1 kHz; EtherCAT scheduled at
 1 kHz with every empty slot counted and p99 jitter reported; a lost frame costs at most
@@ -37,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -144,12 +148,14 @@ def _frames_between(truth_ns: np.ndarray) -> np.ndarray:
     return np.linspace(truth_ns[0] + 60e6, truth_ns[-1] - 60e6, 600).astype(np.int64)
 
 
-def bench_pairing_framed(seconds: float, rate_hz: float, burst_s: float) -> dict:
-    """Framed stream with joint 0 = capture time; device stamps by their lower envelope,
-    beside the least-squares fit and receipt stamps."""
-    f = FramedFaults(burst_period_s=burst_s, clock_joint=True)
+def bench_pairing_framed(seconds: float, rate_hz: float, burst_s: float,
+                         link_s: float = 0.0) -> dict:
+    """Framed stream with joint 0 = capture time and a one-way link delay ``link_s`` the
+    bridge is not told; the default estimate (the ping round trip) beside the device stamps'
+    lower envelope without the pings, the least-squares fit and receipt stamps."""
+    f = FramedFaults(burst_period_s=burst_s, clock_joint=True, link_delay_s=link_s)
     with FakeFramedDevice(2, rate_hz, faults=f) as dev, \
-            stream_for_url(f"frame://{dev.path}?joints=2") as s:
+            stream_for_url(f"frame://{dev.path}?joints=2&frame_timeout_s=0.2") as s:
         s.read()
         samples: list = []
         s.run(samples.append, seconds=seconds)
@@ -159,15 +165,18 @@ def bench_pairing_framed(seconds: float, rate_hz: float, burst_s: float) -> dict
     truth = np.round((np.unwrap(q_s, period=100.0) + 100.0 * k) * 1e9).astype(np.int64)
     frames = _frames_between(truth)
     est = capture_stamps(samples)
+    envelope = capture_stamps([replace(x, pings=()) for x in samples])
     lsq = ClockEstimator(window=len(samples))
     for x in samples:
         lsq.update(x.device_stamp_ns, x.receipt_ns)
     fit = np.array([lsq.to_host(x.device_stamp_ns) for x in samples], dtype=np.int64)
     return {"estimate": _score(truth, est.stamps_ns, frames, 0.05),
+            "device_clock_no_ping": _score(truth, envelope.stamps_ns, frames, 0.05),
             "least_squares": _score(truth, fit, frames, 0.05),
             "receipt": _score(truth, rx, frames, 0.05),
             "latency_estimate_ms": (est.latency_s or 0.0) * 1e3,
-            "latency_true_ms": float(np.mean(rx - truth)) / 1e6, "samples": len(samples)}
+            "latency_true_ms": float(np.mean(rx - truth)) / 1e6, "samples": len(samples),
+            "method": est.method, "estimate_detail": est.detail}
 
 
 def _servo_truth(samples: list) -> tuple[np.ndarray, np.ndarray]:
@@ -189,7 +198,8 @@ def bench_pairing_servo(port: str, seconds: float) -> dict:
     return {"estimate": _score(truth, est.stamps_ns, frames, 0.2),
             "receipt": _score(truth, rx, frames, 0.2),
             "latency_estimate_ms": (est.latency_s or 0.0) * 1e3,
-            "latency_true_ms": float(np.mean(rx - truth)) / 1e6, "samples": len(samples)}
+            "latency_true_ms": float(np.mean(rx - truth)) / 1e6, "samples": len(samples),
+            "method": est.method}
 
 
 def bench_pairing_servo_simbus(link_s: float, seconds: float) -> dict:
@@ -213,33 +223,48 @@ def _spin() -> None:
         pass
 
 
+def bench_pairing(seconds: float) -> dict:
+    """The pairing rows: the framed stream (pinged; the baselines beside it) and the servo
+    bus on simulated and pty links with 16 ms bursts."""
+    return {
+        "framed 1 kHz, no bursts": bench_pairing_framed(seconds, 1000.0, 0.0),
+        "framed 487 Hz, 16 ms bursts": bench_pairing_framed(seconds, 487.0, 0.016),
+        "framed 500 Hz, 16 ms bursts (period divides the timer)":
+            bench_pairing_framed(seconds, 500.0, 0.016),
+        "framed 500 Hz, link 3 ms + 16 ms bursts": bench_pairing_framed(seconds, 500.0, 0.016,
+                                                                         0.003),
+        "framed 500 Hz, link 20 ms + 16 ms bursts": bench_pairing_framed(seconds, 500.0,
+                                                                          0.016, 0.020),
+        "dxl simulated link 3 ms + 16 ms bursts": bench_pairing_servo_simbus(0.003, 3.0),
+        "dxl simulated link 20 ms + 16 ms bursts": bench_pairing_servo_simbus(0.020, 3.0),
+        "dxl pty link 10 ms + 16 ms bursts": bench_pairing_servo_pty(0.010, 3.0),
+    }
+
+
 def run_pass(a: argparse.Namespace, stress: int) -> dict:
+    """One pass of every row (``a.only == "pairing"``: the pairing rows alone) with
+    ``stress`` busy processes running."""
     procs = [mp.get_context("fork").Process(target=_spin, daemon=True) for _ in range(stress)]
     for p in procs:
         p.start()
     time.sleep(1.0 if procs else 0.0)
     load_before = os.getloadavg()
     t0 = time.monotonic()
+    rows: dict = {}
+    lost = lost_rt = None
     try:
-        rows: dict = {"dxl 6 joints (pty, 1 Mbaud paced)": bench_servo("dxl", a.seconds),
-                      "sts 6 joints (pty, 1 Mbaud paced)": bench_servo("sts", a.seconds),
-                      "framed 6 joints (pty, 1 kHz device)": bench_framed(a.seconds)}
-        ecat = bench_ethercat(a.ecat_cycles)
-        if ecat is not None:
-            rows[f"ethercat 1 slave ({a.ecat_cycles} cycles at 1 kHz, veth)"] = ecat
-            rows["ethercat, the same, master at SCHED_FIFO 1"] = bench_ethercat(a.ecat_cycles,
-                                                                              "fifo")
-        lost = bench_ethercat_lost_frames(2000)
-        lost_rt = bench_ethercat_lost_frames(2000, "fifo")
-        pairing = {
-            "framed 1 kHz, no bursts": bench_pairing_framed(a.seconds, 1000.0, 0.0),
-            "framed 487 Hz, 16 ms bursts": bench_pairing_framed(a.seconds, 487.0, 0.016),
-            "framed 500 Hz, 16 ms bursts (period divides the timer)":
-                bench_pairing_framed(a.seconds, 500.0, 0.016),
-            "dxl simulated link 3 ms + 16 ms bursts": bench_pairing_servo_simbus(0.003, 3.0),
-            "dxl simulated link 20 ms + 16 ms bursts": bench_pairing_servo_simbus(0.020, 3.0),
-            "dxl pty link 10 ms + 16 ms bursts": bench_pairing_servo_pty(0.010, 3.0),
-        }
+        if a.only != "pairing":
+            rows = {"dxl 6 joints (pty, 1 Mbaud paced)": bench_servo("dxl", a.seconds),
+                    "sts 6 joints (pty, 1 Mbaud paced)": bench_servo("sts", a.seconds),
+                    "framed 6 joints (pty, 1 kHz device)": bench_framed(a.seconds)}
+            ecat = bench_ethercat(a.ecat_cycles)
+            if ecat is not None:
+                rows[f"ethercat 1 slave ({a.ecat_cycles} cycles at 1 kHz, veth)"] = ecat
+                rows["ethercat, the same, master at SCHED_FIFO 1"] = bench_ethercat(
+                    a.ecat_cycles, "fifo")
+            lost = bench_ethercat_lost_frames(2000)
+            lost_rt = bench_ethercat_lost_frames(2000, "fifo")
+        pairing = bench_pairing(a.seconds)
     finally:
         for p in procs:
             p.kill()
@@ -258,9 +283,10 @@ def report(result: dict) -> str:
         la = ", ".join(f"{x:.2f}" for x in p["load_avg_before"])
         lb = ", ".join(f"{x:.2f}" for x in p["load_avg_after"])
         lines += ["", f"Pass {name}; load average (1, 5, 15 min) before {la}, after {lb}",
-                  "```",
-                  f"{'stream':46} {'rate Hz':>8} {'samples':>7} {'lost':>5} {'p50 us':>8} "
-                  f"{'p99 us':>8}"]
+                  "```"]
+        if p["rows"]:
+            lines.append(f"{'stream':46} {'rate Hz':>8} {'samples':>7} {'lost':>5} "
+                         f"{'p50 us':>8} {'p99 us':>8}")
         for row, r in p["rows"].items():
             lines.append(f"{row:46} {r['rate_hz']:8.1f} {r['samples']:7d} {r['lost']:5d} "
                          f"{r['jitter_p50_us']:8.1f} {r['jitter_p99_us']:8.1f}")
@@ -278,13 +304,18 @@ def report(result: dict) -> str:
                          f"bridge's own wait for it {lf['lost_wait_p50_us']:.0f} us (p50), "
                          f"{lf['lost_wait_max_us']:.0f} us (max)")
         lines.append("pairing, 600 frames, |paired - true capture| ms p50 / p99 / max "
-                     "(unpaired); latency estimate vs true")
+                     "(unpaired) of the estimate (its method) and the baselines; latency "
+                     "estimate vs true")
         for row, r in p["pairing"].items():
             parts = [f"{k} {v['p50_ms']:.2f} / {v['p99_ms']:.2f} / {v['max_ms']:.2f} "
-                     f"({v['unpaired']})" for k, v in r.items() if isinstance(v, dict)]
+                     f"({v['unpaired']})" + (f" by {r['method']}" if k == "estimate" else "")
+                     for k, v in r.items() if isinstance(v, dict) and "p50_ms" in v]
+            bound = r.get("estimate_detail", {}).get("error bound ms")
             lines.append(f"  {row}: " + "; ".join(parts)
                          + f"; latency {r['latency_estimate_ms']:.2f} vs "
-                         f"{r['latency_true_ms']:.2f} ms ({r['samples']} samples)")
+                         f"{r['latency_true_ms']:.2f} ms ({r['samples']} samples"
+                         + (f", error bound {bound:.2f} ms" if bound is not None else "")
+                         + ")")
         lines.append("```")
         lines.append(targets(p))
     return "\n".join(lines)
@@ -303,12 +334,14 @@ def targets(p: dict) -> str:
 
     rows, out = p["rows"], []
     servo = {k: r["rate_hz"] for k, r in rows.items() if k.startswith(("dxl", "sts"))}
-    out.append(f"servo bus 6 joints >= 300 Hz: {verdict(min(servo.values()) >= 300)} ("
-               + ", ".join(f"{k.split()[0]} {v:.0f} Hz" for k, v in servo.items()) + ")")
-    framed = next(r for k, r in rows.items() if k.startswith("framed"))
-    ok = framed["rate_hz"] >= 999.5 and not framed["lost"]
-    out.append(f"framed >= 1 kHz with 0 lost: {verdict(ok)} ({framed['rate_hz']:.1f} Hz, "
-               f"{framed['lost']} lost)")
+    if servo:
+        out.append(f"servo bus 6 joints >= 300 Hz: {verdict(min(servo.values()) >= 300)} ("
+                   + ", ".join(f"{k.split()[0]} {v:.0f} Hz" for k, v in servo.items()) + ")")
+    framed = next((r for k, r in rows.items() if k.startswith("framed")), None)
+    if framed is not None:
+        ok = framed["rate_hz"] >= 999.5 and not framed["lost"]
+        out.append(f"framed >= 1 kHz with 0 lost: {verdict(ok)} ({framed['rate_hz']:.1f} Hz, "
+                   f"{framed['lost']} lost)")
     for k, ecat in rows.items():
         if not k.startswith("ethercat"):
             continue
@@ -335,9 +368,18 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--ecat-cycles", type=int, default=10_000)
     ap.add_argument("--stress", type=int, default=2, help="busy processes in the 2nd pass")
-    ap.add_argument("--json", default="bench/results/bridge.json")
+    ap.add_argument("--only", choices=("all", "pairing"), default="all",
+                    help="pairing: run the pairing rows alone (printed; written only to an "
+                    "explicit --json; --docs needs every row)")
+    ap.add_argument("--json", default=None,
+                    help="write the figures here (default bench/results/bridge.json for a "
+                    "run of every row)")
     ap.add_argument("--docs", default="", help="rewrite the figures block of this file")
     a = ap.parse_args()
+    if a.only != "all" and a.docs:
+        ap.error("--docs rewrites the figures of every row: run without --only")
+    if a.json is None and a.only == "all":
+        a.json = "bench/results/bridge.json"
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "cpus": os.cpu_count(), "command": "python " + " ".join(sys.argv),
               "passes": {"1, no stressor": run_pass(a, 0)}}
@@ -345,8 +387,9 @@ def main() -> int:
         result["passes"][f"2, stressor: {a.stress} busy processes"] = run_pass(a, a.stress)
     text = report(result)
     print(text)
-    with open(a.json, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
     if a.docs:
         with open(a.docs, encoding="utf-8") as f:
             doc = f.read()

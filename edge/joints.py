@@ -14,7 +14,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["JointSample", "JointSource", "Status", "names_are_positional", "positional_names"]
+from edge.errors import TimebaseError
+
+__all__ = ["JointSample", "JointSource", "Ping", "Status", "names_are_positional",
+           "positional_names"]
 
 
 class Status(enum.IntFlag):
@@ -31,6 +34,61 @@ class Status(enum.IntFlag):
     GAP = 1
     STALE = 2
     FAULT = 4
+
+
+@dataclass(frozen=True)
+class Ping:
+    """One host-to-device ping and its answer (the four stamps of NTP, RFC 5905).
+
+    The framed stream pings its device at random moments; the device answers with its own
+    clock at the ping's arrival and at its answer. The stream attaches each ping, once it
+    is answered or given up, to the next sample it delivers (:attr:`JointSample.pings`);
+    :func:`edge.timebase.capture_stamps` maps device stamps to the host clock through the
+    answered ping with the smallest round trip.
+
+    Attributes:
+        send_ns: host ``time.monotonic_ns()`` just before the ping was written (>= 0).
+        device_rx_ns: the device's clock (ns, the clock of ``device_stamp_ns``) when the
+            ping arrived; -1 if it was never answered.
+        device_tx_ns: the device's clock when it answered (>= ``device_rx_ns``); -1 if never.
+        receipt_ns: host ``time.monotonic_ns()`` when the answer was complete; -1 if never.
+
+    Raises:
+        TimebaseError: a negative send stamp, an answer with some stamps missing, an answer
+            received before the ping was sent, or a device answer before its arrival.
+    """
+
+    send_ns: int
+    device_rx_ns: int = -1
+    device_tx_ns: int = -1
+    receipt_ns: int = -1
+
+    def __post_init__(self) -> None:
+        if self.send_ns < 0:
+            raise TimebaseError(f"ping: expected a send stamp >= 0, found {self.send_ns}")
+        answer = (self.device_rx_ns, self.device_tx_ns, self.receipt_ns)
+        if answer == (-1, -1, -1):
+            return
+        if min(answer) < 0:
+            raise TimebaseError(f"ping: expected all three answer stamps (device rx, device "
+                                f"tx, receipt) >= 0 or all -1, found {answer}")
+        if self.receipt_ns < self.send_ns or self.device_tx_ns < self.device_rx_ns:
+            raise TimebaseError(f"ping: expected receipt >= send and device tx >= device rx, "
+                                f"found send {self.send_ns}, receipt {self.receipt_ns}, "
+                                f"device rx {self.device_rx_ns}, tx {self.device_tx_ns}")
+
+    @property
+    def answered(self) -> bool:
+        """Whether the device answered (all three answer stamps are set)."""
+        return self.receipt_ns >= 0
+
+    @property
+    def round_trip_ns(self) -> int:
+        """Round trip less the device's own answer time, ns: ``(receipt - send) - (device
+        tx - device rx)``; -1 if unanswered."""
+        if not self.answered:
+            return -1
+        return (self.receipt_ns - self.send_ns) - (self.device_tx_ns - self.device_rx_ns)
 
 
 @dataclass(frozen=True)
@@ -51,6 +109,8 @@ class JointSample:
             sample was sent (servo buses, EtherCAT), or -1 where the device sends on its own
             clock (framed stream, replayed logs without it). With ``receipt_ns`` it gives the
             round trip from which :func:`edge.timebase.capture_stamps` estimates the latency.
+        pings: the host-to-device pings answered or given up since the previous sample
+            (:class:`Ping`; framed stream), else empty.
     """
 
     position_rad: np.ndarray
@@ -63,6 +123,7 @@ class JointSample:
     missed: int = 0
     fault: str = ""
     request_ns: int = -1
+    pings: tuple[Ping, ...] = ()
 
     @property
     def joints(self) -> int:
@@ -70,12 +131,13 @@ class JointSample:
         return int(self.position_rad.shape[0])
 
     def to_record(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (lists of floats; NaN written as ``None``)."""
+        """Return a JSON-ready dict (lists of floats; NaN written as ``None``; ``pings`` as
+        ``[send, device rx, device tx, receipt]`` lists, only when there are any)."""
 
         def clean(a: np.ndarray) -> list[float | None]:
             return [None if not np.isfinite(v) else float(v) for v in a]
 
-        return {
+        rec: dict[str, Any] = {
             "receipt_ns": int(self.receipt_ns),
             "device_counter": int(self.device_counter),
             "device_stamp_ns": int(self.device_stamp_ns),
@@ -87,10 +149,18 @@ class JointSample:
             "velocity_rad_s": clean(self.velocity_rad_s),
             "effort_nm": clean(self.effort_nm),
         }
+        if self.pings:
+            rec["pings"] = [[int(p.send_ns), int(p.device_rx_ns), int(p.device_tx_ns),
+                             int(p.receipt_ns)] for p in self.pings]
+        return rec
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> JointSample:
-        """Inverse of :meth:`to_record`."""
+        """Inverse of :meth:`to_record`.
+
+        Raises:
+            TimebaseError: a ping that is not four stamps, or stamps :class:`Ping` refuses.
+        """
 
         def arr(v: list[float | None]) -> np.ndarray:
             return np.array([np.nan if x is None else x for x in v], dtype=np.float64)
@@ -106,7 +176,15 @@ class JointSample:
             missed=int(rec.get("missed", 0)),
             fault=str(rec.get("fault", "")),
             request_ns=int(rec.get("request_ns", -1)),
+            pings=tuple(_ping_from_record(p) for p in rec.get("pings", ())),
         )
+
+
+def _ping_from_record(p: Any) -> Ping:
+    if not isinstance(p, list | tuple) or len(p) != 4:
+        raise TimebaseError(f"joint record ping: expected [send, device rx, device tx, "
+                            f"receipt] (4 integers), found {p!r}")
+    return Ping(*(int(v) for v in p))
 
 
 class JointSource(Protocol):

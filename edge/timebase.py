@@ -16,11 +16,20 @@ latency of their receipt stamps estimated from the stream itself:
   between its request and its reply; with the minimum round trip over the recording (a reply
   that met no burst or queue) split evenly between the two directions, capture = request +
   min RTT / 2. The error is at most min RTT / 2 if the base delay is not symmetric.
-* device-stamped streams (framed): one-way device stamps cannot separate the clock offset
-  from the mean delay. The least-squares fit of :class:`ClockEstimator` absorbs the mean
-  delay (half a USB-serial burst); the lower envelope (the fastest delivery) absorbs only
-  the minimum delay: at least the frame's wire time, plus any constant delay in the device,
-  which must be measured by other means and entered as ``joint_latency_s``.
+* device-stamped streams that ping their device (framed): by ping round trip, as NTP
+  (RFC 5905) does. Each answered ping (:class:`edge.joints.Ping`) gives host send t1, device
+  arrival t2, device answer t3, host receipt t4; the ping with the smallest round trip
+  ``(t4 - t1) - (t3 - t2)`` (an answer that met no burst) gives the device clock's offset
+  ``(t2 + t3) / 2 - (t1 + t4) / 2``, and the drift is the median slope between the
+  fastest deliveries of the samples (the lower envelope, below).
+  The error is at most min RTT / 2 if the link's base delay is not symmetric; a constant
+  delay inside the device before it stamps a sample is still not seen.
+* device-stamped streams without pings, or whose device answered none: one-way device
+  stamps cannot separate the clock offset from the mean delay. The least-squares fit of
+  :class:`ClockEstimator` absorbs the mean delay (half a USB-serial burst); the lower
+  envelope (the fastest delivery) absorbs only the minimum delay: at least the frame's wire
+  time and the link's delay, plus any constant delay in the device, which must be measured
+  by other means and entered as ``joint_latency_s``.
 * anything else: receipt stamps, latency unknown (enter ``joint_latency_s``).
 """
 
@@ -35,7 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from edge.errors import TimebaseError
-from edge.joints import JointSample, Status
+from edge.joints import JointSample, Ping, Status
 
 __all__ = ["CaptureStamps", "ClockEstimator", "Pairing", "capture_stamps", "pair_frames",
            "pair_samples", "samples_to_arrays"]
@@ -199,7 +208,10 @@ class CaptureStamps:
 
     Attributes:
         stamps_ns: int64 ``(N,)`` estimated capture times on the host clock, ns.
-        method: ``"round trip"``, ``"device clock"`` or ``"receipt"``.
+        method: ``"round trip"`` (request/reply), ``"ping round trip"`` (device stamps
+            through the pings), ``"device clock"`` (the stamps' lower envelope: the stream
+            sent no pings), ``"device clock (no pong)"`` (the same, because the device
+            answered none of the pings it was sent) or ``"receipt"``.
         latency_s: mean receipt stamp - capture estimate, s (what to enter as
             ``joint_latency_s`` when pairing on receipt stamps); None for ``"receipt"``.
         detail: the figures behind the estimate (ms, ppm), for printing.
@@ -215,22 +227,62 @@ class CaptureStamps:
         if self.latency_s is None:
             return ("latency: unknown (receipt stamps; the stream has neither request stamps "
                     "nor device stamps): enter joint_latency_s")
-        figures = ", ".join(f"{k} {v:.3f}" for k, v in self.detail.items())
+        figures = ", ".join(f"{k} {v}" if isinstance(v, int) else f"{k} {v:.3f}"
+                            for k, v in self.detail.items())
         return f"latency: {self.latency_s * 1e3:.3f} ms by {self.method} ({figures})"
+
+
+def _lower_envelope(x: np.ndarray, y: np.ndarray
+                    ) -> tuple[float, float, float, float, np.ndarray]:
+    """Lines through ``y`` (host - device, ns) against ``x`` (device time, ns): the lower
+    envelope's ``(slope, intercept)`` (a line through the fastest delivery of each of K
+    stretches, lowered to the fastest delivery overall: a delivery is never faster than the
+    link allows, so minima are robust where means are not), the least-squares line's, and
+    the indices of the K fastest deliveries (int64)."""
+    slope, icept = np.polyfit(x, y, 1)  # least squares: through the mean delay
+    resid = y - (slope * x + icept)
+    chunks = np.array_split(np.arange(len(x)), int(np.clip(len(x) // 50, 2, 50)))
+    low = np.array([c[np.argmin(resid[c])] for c in chunks if c.size], dtype=np.int64)
+    e_slope, e_icept = np.polyfit(x[low], y[low], 1) if low.size >= 2 else (slope, icept)
+    e_icept += float(np.min(y - (e_slope * x + e_icept)))
+    return float(e_slope), float(e_icept), float(slope), float(icept), low
+
+
+def _median_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Theil-Sen slope of ``y`` against ``x`` (the median of the pairwise slopes): a few
+    stretches whose fastest delivery was unusually fast (a device that stamped late) do not
+    tilt it, as they tilt a least-squares line through the minima."""
+    i, j = np.triu_indices(x.size, 1)
+    keep = x[j] != x[i]
+    return float(np.median((y[j] - y[i])[keep] / (x[j] - x[i])[keep])) if keep.any() else 0.0
+
+
+def _ping_arrays(pings: Sequence[Ping]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of answered pings: ``(round trip ns int64 (P,), host midpoint ns float64 (P,),
+    device midpoint ns float64 (P,))``."""
+    t1, t2, t3, t4 = (np.array(v, dtype=np.int64) for v in zip(
+        *((p.send_ns, p.device_rx_ns, p.device_tx_ns, p.receipt_ns) for p in pings),
+        strict=True))
+    rtt = (t4 - t1) - (t3 - t2)
+    return rtt, t1 + (t4 - t1) / 2.0, t2 + (t3 - t2) / 2.0
 
 
 def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
     """Estimate each sample's capture time on the host clock, and the receipt latency.
 
-    Round trip where every sample has ``request_ns``, else the device clock's lower envelope
-    where every sample has an increasing ``device_stamp_ns``, else receipt stamps (see the
-    module docstring for what each can and cannot know).
+    Round trip where every sample has ``request_ns``; else, where every sample has an
+    increasing ``device_stamp_ns``, the device stamps mapped to the host clock through the
+    answered ping with the smallest round trip (:attr:`JointSample.pings`), or, without an
+    answered ping, through the stamps' lower envelope; else receipt stamps (see the module
+    docstring for what each can and cannot know).
 
     Args:
         samples: ``N >= 2`` joint samples of one stream, in order.
 
     Returns:
-        :class:`CaptureStamps`.
+        :class:`CaptureStamps`; ``describe()`` prints the method and its figures (for a ping
+        round trip: pings answered, min RTT, RTT p50/p99, error bound = min RTT / 2, drift,
+        and how far the lower envelope alone would have placed the samples).
 
     Raises:
         TimebaseError: fewer than 2 samples.
@@ -251,21 +303,33 @@ def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
     if (dev >= 0).all() and (np.diff(dev) > 0).all():
         x = (dev - dev[0]).astype(np.float64)  # (N,) device time, ns
         y = (rx - dev[0]).astype(np.float64) - x  # (N,) host - device, ns
-        slope, icept = np.polyfit(x, y, 1)  # least squares: through the mean delay
-        # lower envelope: a line through the fastest delivery of each of K stretches (a
-        # delivery is never faster than the link allows, so minima are robust where means
-        # are not), then lowered to the fastest delivery overall
-        resid = y - (slope * x + icept)
-        chunks = np.array_split(np.arange(len(x)), int(np.clip(len(x) // 50, 2, 50)))
-        low = np.array([c[np.argmin(resid[c])] for c in chunks if c.size])
-        e_slope, e_icept = np.polyfit(x[low], y[low], 1) if low.size >= 2 else (slope, icept)
+        e_slope, e_icept, slope, icept, low = _lower_envelope(x, y)
         env = e_slope * x + e_icept
-        env += (y - env).min()
-        stamps = dev + np.round(env).astype(np.int64)
-        return CaptureStamps(stamps, "device clock", float(np.mean(rx - stamps)) / 1e9, {
-            "drift ppm": e_slope * 1e6,
-            "least-squares bias ms": float(np.mean(slope * x + icept - env)) / 1e6,
-            "delivery p99 ms": float(np.percentile(y - env, 99)) / 1e6})
+        env_stamps = dev + np.round(env).astype(np.int64)
+        pings = [p for s in samples for p in s.pings]
+        answered = [p for p in pings if p.answered]
+        if answered:
+            rtt, host_mid, dev_mid = _ping_arrays(answered)
+            best = int(np.argmin(rtt))
+            drift = _median_slope(x[low], y[low]) if low.size >= 2 else e_slope
+            # host = dev + drift * (dev - dev[0]) + c, through the best ping's midpoints
+            c = host_mid[best] - dev_mid[best] - drift * (dev_mid[best] - dev[0])
+            stamps = dev + np.round(drift * x + c).astype(np.int64)
+            return CaptureStamps(stamps, "ping round trip", float(np.mean(rx - stamps)) / 1e9, {
+                "pings": len(answered), "min RTT ms": float(rtt[best]) / 1e6,
+                "RTT p50 ms": float(np.percentile(rtt, 50)) / 1e6,
+                "RTT p99 ms": float(np.percentile(rtt, 99)) / 1e6,
+                "error bound ms": float(rtt[best]) / 2e6, "drift ppm": drift * 1e6,
+                "device clock alone ms": float(np.mean(env_stamps - stamps)) / 1e6})
+        detail = {"drift ppm": e_slope * 1e6,
+                  "least-squares bias ms": float(np.mean(slope * x + icept - env)) / 1e6,
+                  "delivery p99 ms": float(np.percentile(y - env, 99)) / 1e6}
+        if pings:
+            return CaptureStamps(env_stamps, "device clock (no pong)",
+                                 float(np.mean(rx - env_stamps)) / 1e9,
+                                 {"pings unanswered": len(pings), **detail})
+        return CaptureStamps(env_stamps, "device clock", float(np.mean(rx - env_stamps)) / 1e9,
+                             detail)
     return CaptureStamps(rx.copy(), "receipt", None, {})
 
 

@@ -1,25 +1,45 @@
 """``frame://``: the COBS + CRC32 framed stream of custom controller firmware.
 
-URL form: ``frame:///dev/ttyACM0?baud=921600&joints=6&frame_timeout_s=0.05``. The device sends
-frames on its own clock (see :mod:`.frame_format`); each :meth:`read` returns the next valid
-frame. Corrupt frames are counted (``crc_errors``) and skipped; the sequence number marks gaps.
+URL form: ``frame:///dev/ttyACM0?baud=921600&joints=6&frame_timeout_s=0.05&ping_s=0.02``.
+The device sends frames on its own clock (see :mod:`.frame_format`); each :meth:`read`
+returns the next valid frame. Corrupt frames are counted (``crc_errors``) and skipped; the
+sequence number marks gaps.
+
+The stream also pings the device (a ping frame every ``ping_s`` on average, at jittered
+moments, so that the pings fall at every phase of a USB-serial adapter's latency timer and
+some answers meet no burst wait). The device answers with its clock at the ping's arrival
+(a pong); each ping, answered or given up after ``ping_timeout_s``, rides on the next sample
+(:attr:`edge.joints.JointSample.pings`), from which :func:`edge.timebase.capture_stamps`
+puts the device stamps on the host clock. A device that answers none of its first 8 pings
+(firmware from before pings) is not pinged again until it reconnects; the stream works as
+before and says so (``stats.extra["ping"]``, :meth:`FramedStream.describe`).
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections import deque
 from typing import Any
 
-from edge.joints import positional_names
+import serial
 
-from .frame_format import MAX_JOINTS, BridgeFrame, FrameDecoder
+from edge.joints import Ping, positional_names
+
+from .frame_format import MAX_JOINTS, BridgeFrame, FrameDecoder, PongFrame, encode_ping
 from .sdk_types import SerialPort
 from .serial_io import open_serial, read_some
 from .stream import CycleError, JointStream, LinkLostError, Reading
 from .url import Options
 
 __all__ = ["FramedStream"]
+
+#: Pings in flight at most (unanswered, not yet given up); before the device's first answer
+#: also the number of pings after which a silent device is taken to predate pings.
+MAX_PINGS_IN_FLIGHT = 8
+#: How long one ping write may wait for room in the output buffer, s (a device that never
+#: reads must not stall the stream).
+PING_WRITE_TIMEOUT_S = 0.002
 
 
 class FramedStream(JointStream):
@@ -28,36 +48,65 @@ class FramedStream(JointStream):
     Args:
         url: the URL; port: device path or pyserial URL; joints: expected J (a frame with
             another count is counted as corrupt); baud: line rate; frame_timeout_s: how long one
-            cycle waits for a frame before it counts as a timeout.
+            cycle waits for a frame before it counts as a timeout; ping_s: mean interval
+            between pings, s (each interval drawn uniformly in 0.5..1.5 times it; 0: no
+            pings); ping_timeout_s: how long a ping waits for its answer before it is given up.
     """
 
-    URL_FORM = "frame:///dev/ttyACM0?baud=921600&joints=6&frame_timeout_s=0.05"
+    URL_FORM = ("frame:///dev/ttyACM0?baud=921600&joints=6&frame_timeout_s=0.05&ping_s=0.02"
+                "&ping_timeout_s=0.5")
 
     def __init__(self, url: str, port: str, *, joints: int, baud: int = 921600,
-                 frame_timeout_s: float = 0.05, **kw: Any):
+                 frame_timeout_s: float = 0.05, ping_s: float = 0.02,
+                 ping_timeout_s: float = 0.5, **kw: Any):
         super().__init__(url, **kw)
         self.port, self.joints, self.baud = port, joints, baud
         self.frame_timeout_s = frame_timeout_s
+        self.ping_s, self.ping_timeout_s = float(ping_s), float(ping_timeout_s)
         self._ser: SerialPort | None = None
         self._decoder = FrameDecoder()
         self._frames: deque[tuple[int, BridgeFrame]] = deque()  # (receipt ns, frame)
         self._last_seq: int | None = None
+        self._rng = random.Random()
+        self._ping_seq = 0  # never reset: a late answer from before a reconnect matches nothing
+        self._in_flight: dict[int, tuple[int, int]] = {}  # ping sequence -> (send ns, host us)
+        self._evidence: list[Ping] = []  # answered or given up, for the next reading
+        self._next_ping_ns = 0
+        self._pinging = False
+        # over the stream's life: sent, answered, given up, answers too late or not ours,
+        # pings skipped because the device did not read
+        self._ping_counts = {"sent": 0, "answered": 0, "unanswered": 0, "late": 0,
+                             "write_timeouts": 0}
+        self._sent_here = self._answered_here = 0  # since the device was (re)opened
+        self._ping_state = ""
 
     @classmethod
     def _url_options(cls, opts: Options) -> dict[str, Any]:
         return dict(joints=opts.int("joints", 6, 1, MAX_JOINTS),
                     baud=opts.int("baud", 921600, 1200),
                     frame_timeout_s=opts.float("frame_timeout_s", 0.05, 0.0),
-                    read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
+                    read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0),
+                    ping_s=opts.float("ping_s", 0.02, 0.0),
+                    ping_timeout_s=opts.float("ping_timeout_s", 0.5, 0.001))
 
     @property
     def joint_names(self) -> list[str]:
         return positional_names(self.joints)
 
+    def describe(self) -> dict:
+        """The URL, the joints and the ping state (whether the device answers pings)."""
+        return {**super().describe(), "ping": self._ping_state}
+
     def _open(self) -> None:
-        self._ser = open_serial(self.port, self.baud)
+        self._ser = open_serial(self.port, self.baud, write_timeout_s=PING_WRITE_TIMEOUT_S)
         self._decoder.reset()
         self._frames.clear()
+        self._in_flight.clear()
+        self._pinging = self.ping_s > 0
+        self._sent_here = self._answered_here = 0
+        # the first ping at a random moment within one mean interval
+        self._next_ping_ns = time.monotonic_ns() + int(self._rng.uniform(0, self.ping_s) * 1e9)
+        self._publish("waiting for the first answer" if self._pinging else "off (ping_s=0)")
 
     def _close(self) -> None:
         if self._ser is not None:
@@ -67,12 +116,88 @@ class FramedStream(JointStream):
                 pass
             self._ser = None
 
+    # -- pings --------------------------------------------------------------------------
+    def _publish(self, state: str | None = None) -> None:
+        """Keep ``stats.extra["ping"]`` (the counts and the state) up to date."""
+        if state is not None:
+            self._ping_state = state
+        self.stats.extra["ping"] = {**self._ping_counts, "state": self._ping_state}
+
+    def _until_ping_s(self) -> float:
+        """Seconds to the next ping (inf when not pinging), >= 0."""
+        if not self._pinging:
+            return float("inf")
+        return max(0.0, (self._next_ping_ns - time.monotonic_ns()) / 1e9)
+
+    def _service_pings(self, ser: SerialPort) -> None:
+        """Give up pings past their timeout; send the next ping if it is due."""
+        now = time.monotonic_ns()
+        timeout_ns = int(self.ping_timeout_s * 1e9)
+        c = self._ping_counts
+        for seq, (sent, _) in list(self._in_flight.items()):
+            if now - sent > timeout_ns:
+                del self._in_flight[seq]
+                self._evidence.append(Ping(sent))
+                c["unanswered"] += 1
+                self._publish()
+        if self._pinging and not self._answered_here and self._sent_here >= MAX_PINGS_IN_FLIGHT:
+            # no more pings to a device that answered none of its first ones: wait for those
+            # to be given up, then stop
+            if self._in_flight:
+                self._next_ping_ns = min(t for t, _ in self._in_flight.values()) + timeout_ns + 1
+            else:
+                self._pinging = False
+                self._publish(f"off: the device answered none of {MAX_PINGS_IN_FLIGHT} pings "
+                              f"(firmware from before pings?); latency from the device "
+                              f"stamps alone")
+            return
+        if not self._pinging or now < self._next_ping_ns:
+            return
+        self._next_ping_ns = now + int(self.ping_s * self._rng.uniform(0.5, 1.5) * 1e9)
+        if len(self._in_flight) >= MAX_PINGS_IN_FLIGHT:
+            return
+        seq = self._ping_seq
+        self._ping_seq = (seq + 1) & 0xFFFFFFFF
+        host_us = now // 1000
+        data = encode_ping(seq, host_us)
+        send_ns = time.monotonic_ns()
+        try:
+            ser.write(data)
+        except serial.SerialTimeoutException:
+            # pyserial raises this when the port stays unwritable after the bytes were
+            # written, or when the device does not read: wait for an answer either way (at
+            # most MAX_PINGS_IN_FLIGHT are then outstanding)
+            c["write_timeouts"] += 1
+        except (serial.SerialException, OSError) as exc:
+            raise LinkLostError(f"{self.port}: ping write failed: {exc}") from exc
+        self._in_flight[seq] = (send_ns, host_us)
+        c["sent"] += 1
+        self._sent_here += 1
+        self._publish()
+
+    def _on_pong(self, pong: PongFrame, receipt_ns: int) -> None:
+        sent = self._in_flight.pop(pong.sequence, None)
+        c = self._ping_counts
+        if sent is None or sent[1] != pong.host_time_us:  # given up, or not this host's ping
+            c["late"] += 1
+            self._publish()
+            return
+        self._evidence.append(Ping(sent[0], pong.device_rx_us * 1000, pong.device_tx_us * 1000,
+                                   receipt_ns))
+        c["answered"] += 1
+        self._answered_here += 1
+        self._publish("answering")
+
+    # -- cycle --------------------------------------------------------------------------
     def _pump(self, ser: SerialPort, timeout_s: float) -> None:
         data = read_some(ser, timeout_s)
         if data:
             now = time.monotonic_ns()
-            for f in self._decoder.feed(data):
-                self._frames.append((now, f))
+            for m in self._decoder.feed(data):
+                if isinstance(m, BridgeFrame):
+                    self._frames.append((now, m))
+                elif isinstance(m, PongFrame):
+                    self._on_pong(m, now)
             self.stats.crc_errors = self._decoder.crc_errors
             self.stats.resyncs = self._decoder.resyncs
 
@@ -81,12 +206,14 @@ class FramedStream(JointStream):
         if ser is None:
             raise LinkLostError(f"{self.port}: not open")
         deadline = time.monotonic() + self.frame_timeout_s
+        self._service_pings(ser)
         while not self._frames:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise CycleError("timeout", f"{self.port}: expected a frame within "
                                  f"{self.frame_timeout_s} s, found none")
-            self._pump(ser, remaining)
+            self._pump(ser, min(remaining, self._until_ping_s()))
+            self._service_pings(ser)
         receipt_ns, f = self._frames.popleft()
         if f.position_rad.shape[0] != self.joints:
             self._decoder.crc_errors += 1
@@ -98,9 +225,11 @@ class FramedStream(JointStream):
             diff = (f.sequence - self._last_seq - 1) & 0xFFFFFFFF
             skipped = diff if diff < 0x80000000 else 0  # a huge jump is a device restart
         self._last_seq = f.sequence
+        pings, self._evidence = tuple(self._evidence), []
         return Reading(f.position_rad, f.velocity_rad_s, f.effort_nm, receipt_ns,
                        device_counter=f.sequence, device_stamp_ns=f.device_time_us * 1000,
-                       fault="device fault flag" if f.fault else "", skipped=skipped)
+                       fault="device fault flag" if f.fault else "", skipped=skipped,
+                       pings=pings)
 
     def _reconnect(self, deadline_ns: int, cause: Exception) -> None:
         self._last_seq = None

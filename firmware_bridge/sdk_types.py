@@ -20,6 +20,10 @@ __all__ = ["EcatMaster", "EcatSlave", "Pysoem", "SerialPort", "ServoPacketHandle
 class SerialPort(Protocol):
     """A pyserial port (``serial.SerialBase``), opened non-blocking."""
 
+    #: seconds a write may wait for room in the output buffer (None: forever); a write that
+    #: cannot finish in time raises ``serial.SerialTimeoutException``
+    write_timeout: float | None
+
     @property
     def in_waiting(self) -> int:
         """Bytes waiting in the input buffer."""

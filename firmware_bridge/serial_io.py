@@ -19,8 +19,11 @@ from .stream import LinkLostError
 __all__ = ["drain_until_quiet", "open_serial", "read_some"]
 
 
-def open_serial(target: str, baudrate: int) -> SerialPort:
+def open_serial(target: str, baudrate: int, write_timeout_s: float | None = None) -> SerialPort:
     """Open a device path or pyserial URL non-blocking (``timeout=0``).
+
+    ``write_timeout_s``: how long a write may wait for room (None: until it is written; the
+    framed stream bounds its pings, so that a device that never reads cannot stall it).
 
     Raises:
         LinkLostError: the path does not exist or cannot be opened (unplugged).
@@ -30,7 +33,8 @@ def open_serial(target: str, baudrate: int) -> SerialPort:
     if "://" not in target and not os.path.exists(target):
         raise LinkLostError(f"{target}: no such device")
     try:
-        ser: SerialPort = serial.serial_for_url(target, baudrate=baudrate, timeout=0)
+        ser: SerialPort = serial.serial_for_url(target, baudrate=baudrate, timeout=0,
+                                                write_timeout=write_timeout_s)
     except (serial.SerialException, OSError) as exc:
         raise LinkLostError(f"{target}: cannot open: {exc}") from exc
     try:  # bytes queued before the port was opened are old: never deliver them as fresh

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edge.joints import JointSample, Status
+from edge.joints import JointSample, Ping, Status
 
 from .errors import BridgeError, BridgeTimeoutError, DeviceGoneError
 from .sample import StreamStats
@@ -57,6 +57,7 @@ class Reading:
     fault: str = ""
     skipped: int = 0  # device sequence numbers skipped since the previous reading
     request_ns: int = -1  # host stamp just before the request was sent (-1: device paced)
+    pings: tuple[Ping, ...] = ()  # pings answered or given up since the previous reading
 
 
 class JointStream(abc.ABC):
@@ -245,7 +246,7 @@ class JointStream(abc.ABC):
         self._last_counter = r.device_counter if r.device_counter >= 0 else None
         s = JointSample(r.position_rad, r.velocity_rad_s, r.effort_nm, r.receipt_ns,
                         r.device_counter, r.device_stamp_ns, status, missed, r.fault,
-                        r.request_ns)
+                        r.request_ns, r.pings)
         st = self.stats
         st.samples += 1
         if st.first_ns < 0:

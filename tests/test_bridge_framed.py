@@ -14,9 +14,22 @@ import serial
 
 import firmware_bridge
 from edge.joints import Status
+from edge.timebase import capture_stamps
 from firmware_bridge.cobs import cobs_decode, cobs_encode
 from firmware_bridge.errors import BridgeTimeoutError, FrameError
-from firmware_bridge.frame_format import FrameDecoder, decode_frame, encode_frame, frame_size
+from firmware_bridge.frame_format import (
+    PING_SIZE,
+    PONG_SIZE,
+    FrameDecoder,
+    PingFrame,
+    PongFrame,
+    decode_frame,
+    decode_message,
+    encode_frame,
+    encode_ping,
+    encode_pong,
+    frame_size,
+)
 from firmware_bridge.testing.fake_framed import FakeFramedDevice, FramedFaults
 from firmware_bridge.url import stream_for_url
 
@@ -80,12 +93,97 @@ def test_bridge_framed_crc_and_length_errors():
             decode_frame(cobs_encode(framed))
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_bridge_framed_c_reference_encoder_matches_python(tmp_path):
+def _with_crc(body: bytes) -> bytes:
+    """``body`` + its CRC-32, COBS-stuffed (no delimiter): a block whose CRC is right."""
+    return cobs_encode(body + zlib.crc32(body).to_bytes(4, "little"))
+
+
+def test_bridge_framed_ping_and_pong_layout():
+    # the frame type is byte 3 (0 in every joint sample frame): 1 ping, 2 pong; J byte 0
+    ping = encode_ping(0x01020304, 0x1122334455)
+    raw = cobs_decode(ping[:-1])
+    assert ping[-1] == 0 and len(raw) == PING_SIZE == 20
+    assert raw[:16].hex() == "01000001" "04030201" "5544332211000000"
+    assert raw[16:] == zlib.crc32(raw[:16]).to_bytes(4, "little")
+    assert decode_message(ping[:-1]) == PingFrame(0x01020304, 0x1122334455)
+    pong = encode_pong(7, 1_000_001, 1_000_050, 0x1122334455, fault=True)
+    raw = cobs_decode(pong[:-1])
+    assert len(raw) == PONG_SIZE == 36
+    assert raw[:32].hex() == ("01010002" "07000000" "41420f0000000000" "72420f0000000000"
+                              "5544332211000000")
+    assert decode_message(pong[:-1]) == PongFrame(7, 1_000_001, 1_000_050, 0x1122334455, True)
+    # joint sample frames keep their layout (type 0) and still decode with decode_frame
+    assert decode_frame(GOLDEN_FRAME[:-1]).sequence == 0x01020304
+    # samples and pongs share the device's stream: the decoder returns both, in order
+    dec = FrameDecoder()
+    out = dec.feed(encode_frame(1, 2, [0.5], [0], [0]) + pong + encode_frame(2, 3, [0.5], [0], [0]))
+    assert [type(m).__name__ for m in out] == ["BridgeFrame", "PongFrame", "BridgeFrame"]
+    assert dec.crc_errors == 0
+
+
+def test_bridge_framed_bad_or_short_pong_is_refused():
+    pong = encode_pong(7, 1_000_001, 1_000_050, 99)
+    raw = cobs_decode(pong[:-1])
+    # short: the host stamp echo missing, with a CRC that matches what is there
+    with pytest.raises(FrameError, match="pong: expected 36 bytes, found 28"):
+        decode_message(_with_crc(raw[:24]))
+    with pytest.raises(FrameError, match="pong: expected 36 bytes, found 30"):
+        decode_message(cobs_encode(raw[:30]))  # cut off mid-stream
+    with pytest.raises(FrameError, match="ping: expected 20 bytes, found 24"):
+        decode_message(_with_crc(cobs_decode(encode_ping(1, 2)[:-1])[:16] + bytes(4)))
+    bad = bytearray(raw)
+    bad[9] ^= 0x10
+    with pytest.raises(FrameError, match="CRC-32 expected"):
+        decode_message(cobs_encode(bytes(bad)))
+    body = bytearray(raw[:32])
+    body[2] = 3  # a joint count in a pong
+    with pytest.raises(FrameError, match="pong: expected joint count 0, found 3"):
+        decode_message(_with_crc(bytes(body)))
+    body = bytearray(raw[:32])
+    body[3] = 9
+    with pytest.raises(FrameError, match=r"frame type: expected 0 \(joint sample\), 1 \(ping\) "
+                                         r"or 2 \(pong\), found 9"):
+        decode_message(_with_crc(bytes(body)))
+    with pytest.raises(FrameError, match=r"expected a joint sample frame \(type 0\), found a "
+                                         r"pong \(type 2\)"):
+        decode_frame(pong[:-1])
+    # in a stream, a bad pong is counted like any corrupt frame and the samples go on
+    dec = FrameDecoder()
+    frames = dec.feed(encode_frame(1, 2, [0.5], [0], [0]) + cobs_encode(bytes(bad)) + b"\x00"
+                      + encode_frame(2, 3, [0.5], [0], [0]))
+    assert [f.sequence for f in frames] == [1, 2] and dec.crc_errors == 1
+    assert "CRC-32" in dec.last_error
+
+
+def _build_demo(tmp_path: Path) -> Path:
     exe = tmp_path / "bridge_frame_demo"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-o", str(exe),
                     str(FIRMWARE / "bridge_frame.c"), str(FIRMWARE / "bridge_frame_demo.c")],
                    check=True)
+    return exe
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_bridge_framed_c_firmware_answers_pings_like_python(tmp_path):
+    """The C receiver (bf_rx_byte) decodes pings byte by byte, and bf_encode_pong answers
+    them byte-exactly as the Python encoder; noise, a corrupt ping and a sample frame on
+    the line are not answered. The demo stamps receipt 1000*seq + 5 us, answer + 4 us."""
+    exe = _build_demo(tmp_path)
+    pings = [encode_ping(k, 10**12 + 37 * k) for k in range(6)]
+    raw = bytearray(cobs_decode(pings[2][:-1]))
+    raw[6] ^= 0x01
+    corrupt = cobs_encode(bytes(raw)) + b"\x00"
+    line = (b"\x13\x37\x00" + pings[0] + pings[1] + corrupt + pings[3]
+            + encode_frame(9, 9, [1.0], [0], [0]) + pings[4] + b"\x00\x00" + pings[5])
+    out = subprocess.run([str(exe), "pong"], input=line, check=True, capture_output=True).stdout
+    expected = b"".join(encode_pong(k, 1000 * k + 5, 1000 * k + 9, 10**12 + 37 * k)
+                        for k in (0, 1, 3, 4, 5))
+    assert out == expected
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_bridge_framed_c_reference_encoder_matches_python(tmp_path):
+    exe = _build_demo(tmp_path)
     out = subprocess.run([str(exe), "50", "6"], check=True, capture_output=True).stdout
     dec = FrameDecoder()
     frames = dec.feed(out)
@@ -177,3 +275,41 @@ def test_bridge_framed_unplug_and_replug():
         samples = [s.read() for _ in range(60)]
     assert s.stats.reconnects == 1
     assert any(x.status & Status.GAP for x in samples)
+
+
+def test_bridge_framed_pings_are_answered_and_carried_by_the_samples():
+    f = FramedFaults(burst_period_s=0.016, link_delay_s=0.004)
+    with FakeFramedDevice(3, 500.0, faults=f) as dev, \
+            stream_for_url(f"frame://{dev.path}?joints=3&frame_timeout_s=0.2") as s:
+        samples = [s.read() for _ in range(400)]  # 0.8 s
+        ping = dict(s.stats.extra["ping"])
+        info = s.describe()
+    pings = [p for x in samples for p in x.pings]
+    assert all(x.status == Status.OK for x in samples[1:]) and s.stats.crc_errors == 0
+    assert len(pings) >= 10 and all(p.receipt_ns > p.send_ns for p in pings)
+    assert ping["answered"] >= len(pings) and ping["unanswered"] == 0
+    rtt = np.array([(p.receipt_ns - p.send_ns) - (p.device_tx_ns - p.device_rx_ns) for p in pings])
+    assert rtt.min() >= 8e6 - 1e5  # twice the link delay at least
+    assert "answering" in info["ping"]
+
+
+def test_bridge_framed_old_device_without_pong_still_streams():
+    """A device whose firmware predates pings never answers: the samples are unaffected,
+    the host gives up after 8 unanswered pings and says so; the samples carry the
+    unanswered pings so that the estimate can say why it fell back."""
+    f = FramedFaults(burst_period_s=0.016, answer_pings=False)
+    with FakeFramedDevice(3, 500.0, faults=f) as dev, \
+            stream_for_url(f"frame://{dev.path}?joints=3&frame_timeout_s=0.2&ping_s=0.01"
+                           "&ping_timeout_s=0.2") as s:
+        samples = [s.read() for _ in range(500)]  # 1 s
+        ping = dict(s.stats.extra["ping"])
+        info = s.describe()
+    seqs = [x.device_counter for x in samples]
+    assert seqs == list(range(seqs[0], seqs[0] + 500)) and s.stats.crc_errors == 0
+    assert (ping["sent"], ping["answered"], ping["unanswered"]) == (8, 0, 8)
+    assert "answered none of 8 pings" in ping["state"] and info["ping"] == ping["state"]
+    pings = [p for x in samples for p in x.pings]
+    assert len(pings) == 8 and all(p.receipt_ns == -1 and p.device_rx_ns == -1 for p in pings)
+    est = capture_stamps(samples)  # today's estimate, and the reason it is used
+    assert est.method == "device clock (no pong)" and est.detail["pings unanswered"] == 8
+    assert "by device clock (no pong)" in est.describe()

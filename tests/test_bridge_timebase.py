@@ -72,14 +72,14 @@ def test_bridge_timebase_bursty_framed_stream_pairs_within_1ms_and_on_receipt_st
     """Frames at 487 Hz reach the host in 16 ms bursts (a USB-serial latency timer), so
     receipt stamps repeat (487 Hz: the frame phase slides against the timer, so some frame
     meets a flush; a rate whose period divides 16 ms keeps the phase, see docs/bridge.md). Joint 0 is the capture time (monotonic s mod 100). The device
-    stamps, placed by their lower envelope (the fastest delivery), pair 600 camera frames
+    stamps, placed by their lower envelope (the fastest delivery; pings off), pair 600 camera frames
     within 1 ms at p99; the least-squares fit absorbs half a burst; pairing on the repeated
     receipt stamps works (the newest sample of each burst) instead of raising."""
     from edge.timebase import capture_stamps
 
     f = FramedFaults(burst_period_s=0.016, clock_joint=True)
     with FakeFramedDevice(2, 487.0, faults=f) as dev, \
-            stream_for_url(f"frame://{dev.path}?joints=2") as s:
+            stream_for_url(f"frame://{dev.path}?joints=2&ping_s=0") as s:  # no pings
         s.read()
         samples = []
         s.run(samples.append, seconds=2.0)
@@ -134,3 +134,120 @@ def test_bridge_timebase_pair_samples_places_request_reply_samples_by_round_trip
     assert est.method == "round trip" and est.detail["min RTT ms"] == pytest.approx(8.0)
     np.testing.assert_allclose(p.positions[:, 0], frames / 1e9, atol=1e-9)
     assert est.latency_s == pytest.approx(np.mean(rx - cap) / 1e9, abs=1e-9)
+
+
+def _framed_capture_ns(samples) -> np.ndarray:
+    """True capture times (int64 ns) of a ``clock_joint`` fake's samples: joint 0 is the
+    capture time, monotonic s mod 100."""
+    receipt = np.array([x.receipt_ns for x in samples], dtype=np.int64)
+    q_s = np.array([x.position_rad[0] for x in samples], dtype=np.float64)
+    k = np.floor((receipt[0] / 1e9 - q_s[0]) / 100.0)
+    return np.round((np.unwrap(q_s, period=100.0) + 100.0 * k) * 1e9).astype(np.int64)
+
+
+def test_bridge_timebase_ping_round_trip_pairs_500hz_bursts_within_1ms_whatever_the_link():
+    """The framed stream pings the device at jittered moments; the device answers with its
+    clock at receipt. A one-way link delay drawn at random in 3..20 ms (given to the fake
+    device, never to the bridge) and 16 ms latency-timer bursts in the device-to-host
+    direction, at 500 Hz (the sample period divides the timer: every burst holds the same
+    phase of the device clock, so the stamps' lower envelope is off by the link delay and
+    up to one period). pair_samples, by default, places samples by the ping with the
+    smallest round trip and pairs 600 camera frames within 1 ms at p99."""
+    from dataclasses import replace
+
+    from edge.timebase import capture_stamps, pair_samples
+
+    link_s = float(np.random.default_rng(16).uniform(0.003, 0.020))
+    f = FramedFaults(burst_period_s=0.016, clock_joint=True, link_delay_s=link_s)
+    with FakeFramedDevice(2, 500.0, faults=f) as dev, \
+            stream_for_url(f"frame://{dev.path}?joints=2&frame_timeout_s=0.2") as s:
+        s.read()
+        samples = []
+        s.run(samples.append, seconds=3.0)
+    receipt = np.array([x.receipt_ns for x in samples], dtype=np.int64)
+    truth_ns = _framed_capture_ns(samples)  # (N,)
+    assert np.all(truth_ns < receipt) and np.sum(np.diff(receipt) == 0) > len(samples) / 2
+    # joint 0 := the true capture time, so the interpolated value is the paired time
+    marked = [replace(x, position_rad=np.array([float(t)])) for x, t in
+              zip(samples, truth_ns, strict=True)]
+    frames = np.linspace(truth_ns[0] + 60e6, truth_ns[-1] - 60e6, 600).astype(np.int64)
+    p, est = pair_samples(frames, marked, tolerance_s=0.05)
+    err_ms = np.abs(p.positions[:, 0] - frames) / 1e6
+    msg = f"link {link_s * 1e3:.1f} ms: p99 {np.percentile(err_ms, 99):.2f} ms; {est.describe()}"
+    assert est.method == "ping round trip", msg
+    assert p.paired.all() and np.percentile(err_ms, 99) < 1.0, msg
+    assert est.detail["pings"] >= 50 and est.detail["min RTT ms"] >= 2 * link_s * 1e3 - 0.2, msg
+    assert est.detail["error bound ms"] == pytest.approx(est.detail["min RTT ms"] / 2)
+    assert "by ping round trip" in est.describe() and "min RTT ms" in est.describe()
+    assert est.latency_s == pytest.approx(np.mean(receipt - truth_ns) / 1e9, abs=0.001), msg
+    # today's estimate from the same stamps (pings left out) takes the link delay for offset
+    old = capture_stamps([replace(x, pings=()) for x in marked])
+    assert old.method == "device clock"
+    p_old = pair_frames(frames, old.stamps_ns, truth_ns[:, None].astype(np.float64),
+                        tolerance_s=0.05)
+    assert np.median(np.abs(p_old.positions[:, 0] - frames)) > 0.5 * link_s * 1e9, msg
+    on_receipt = pair_frames(frames, receipt, truth_ns[:, None].astype(np.float64),
+                             tolerance_s=0.05)  # receipt stamps still pair (burst newest)
+    assert on_receipt.paired.sum() > 500
+
+
+def _device_link(rng, n_samples: int, n_pings: int, link_ns: int, burst_ns: int = 16_000_000):
+    """Synthetic device-stamped samples and pings: device clock = (host - 5 s) * (1 - 50e-6);
+    samples every 2 ms, each released on the next 16 ms flush after ``link_ns``; pings at
+    random moments, the answer 30 us after receipt, on the same flushes."""
+    from edge.joints import JointSample, Ping
+
+    h0 = 10**12
+
+    def device(h):
+        return ((np.asarray(h) - (h0 - 5 * 10**9)) * (1 - 50e-6)).astype(np.int64)
+
+    def flush(h):
+        return (np.asarray(h) // burst_ns + 1) * burst_ns
+
+    cap = h0 + np.arange(n_samples, dtype=np.int64) * 2_000_000
+    rx = flush(cap + link_ns) + rng.integers(0, 30_000, n_samples)
+    send = np.sort(rng.integers(cap[0], cap[-1], n_pings))
+    t2 = device(send + link_ns)
+    back = flush(send + link_ns + 30_000 + link_ns) + rng.integers(0, 30_000, n_pings)
+    per = np.searchsorted(rx, back)  # the sample that carries each ping's evidence
+    samples = []
+    for k in range(n_samples):
+        pings = tuple(Ping(int(send[i]), int(t2[i]), int(t2[i]) + 30_000, int(back[i]))
+                      for i in np.flatnonzero(per == k))
+        samples.append(JointSample(np.array([float(cap[k])]), np.zeros(1), np.zeros(1),
+                                   int(rx[k]), device_counter=k,
+                                   device_stamp_ns=int(device(cap[k])), pings=pings))
+    return cap, samples
+
+
+def test_bridge_timebase_ping_round_trip_synthetic_offset_drift_and_error_bound():
+    from dataclasses import replace
+
+    from edge.joints import JointSample, Ping
+    from edge.timebase import capture_stamps
+
+    rng = np.random.default_rng(3)
+    cap, samples = _device_link(rng, 1500, 150, link_ns=9_000_000)
+    est = capture_stamps(samples)
+    assert est.method == "ping round trip"
+    err = est.stamps_ns - cap
+    assert np.abs(err).max() < 500_000, np.abs(err).max()  # half the best pong's flush wait
+    assert est.detail["pings"] == 150 and est.detail["min RTT ms"] >= 18.0
+    assert est.detail["error bound ms"] == pytest.approx(est.detail["min RTT ms"] / 2)
+    assert est.detail["drift ppm"] == pytest.approx(50, abs=5)
+    # the evidence survives a joint log (to_record / from_record)
+    back = [JointSample.from_record(x.to_record()) for x in samples]
+    assert [x.pings for x in back] == [x.pings for x in samples]
+    assert "pings" not in replace(samples[0], pings=()).to_record()  # old logs unchanged
+    # pings sent and never answered (an old device): today's estimate, and it says why
+    unanswered = [replace(x, pings=tuple(Ping(p.send_ns) for p in x.pings)) for x in samples]
+    old = capture_stamps(unanswered)
+    assert old.method == "device clock (no pong)" and old.detail["pings unanswered"] == 150
+    assert "by device clock (no pong)" in old.describe()
+    plain = capture_stamps([replace(x, pings=()) for x in samples])
+    assert plain.method == "device clock"
+    np.testing.assert_array_equal(plain.stamps_ns, old.stamps_ns)
+    assert np.median(plain.stamps_ns - cap) > 8e6  # the envelope: the link delay is offset
+    with pytest.raises(TimebaseError, match="ping: expected a send stamp >= 0"):
+        Ping(-5)

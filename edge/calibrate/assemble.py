@@ -1,9 +1,10 @@
 """From a raw recording to an episode: clocks, pairing, program alignment, resampling.
 
 1. Joint stamps: ``edge.timebase.capture_stamps``: by round trip where every
-   sample carries its request stamp, else on the device clock's lower envelope (offset and
-   drift through the fastest deliveries, so bursty delivery adds no bias) where every
-   sample carries a device stamp, otherwise their receipt stamps.
+   sample carries its request stamp, else, where every sample carries a device stamp, on
+   the device clock through the stream's pings (the answer with the smallest round trip)
+   or without them through its lower envelope (offset and drift through the fastest
+   deliveries, so bursty delivery adds no bias), otherwise their receipt stamps.
 2. Pairing: ``edge.timebase.pair_frames`` interpolates joint positions at each
    frame's latency-corrected stamp (tolerance ``tolerance_s``), never by arrival order.
 3. Alignment: the program's start time on the host clock is fitted to the joint samples
@@ -83,15 +84,18 @@ def _joint_host_stamps(samples: list[JointSample]) -> tuple[np.ndarray, str, flo
 
     ``edge.timebase.capture_stamps``: by round trip where every sample carries
     its request stamp (the servo buses, EtherCAT: the capture time itself), by the device
-    clock's lower envelope where every sample carries an increasing device stamp (a bursty
-    serial link's delivery delay is not absorbed as a bias, as a least-squares clock fit
-    would; a constant delay inside the device is still ``joint_latency_s``), else receipt
-    stamps.
+    clock where every sample carries an increasing device stamp: through the stream's
+    pings (``"ping round trip"``: the link's delay, bursts included, is measured) or,
+    without an answered ping, through the stamps' lower envelope (``"device clock"``,
+    ``"device clock (no pong)"``: a bursty serial link's delivery delay is not absorbed as
+    a bias, as a least-squares clock fit would, but the link's minimum delay is); a
+    constant delay inside the device before it stamps is still ``joint_latency_s``; else
+    receipt stamps.
     """
     if len(samples) >= 10:
         est = capture_stamps(samples)
-        if est.method == "device clock":
-            return est.stamps_ns, "device clock", est.detail.get("drift ppm")
+        if est.method in ("ping round trip", "device clock", "device clock (no pong)"):
+            return est.stamps_ns, est.method, est.detail.get("drift ppm")
         if est.method == "round trip":
             return est.stamps_ns, "round trip", None
     return np.array([s.receipt_ns for s in samples], np.int64), "receipt", None

@@ -1,23 +1,35 @@
 """A fake controller that streams bridge frames on a pty from a child process.
 
-Frame ``k`` (sequence ``k``, from 0) carries device time ``device_time_us(k)`` and positions
-``0.001*k + j`` rad for joint ``j``; the device clock runs ``clock_ppm`` fast of the host's.
-Faults mirror :class:`~firmware_bridge.testing.fake_servo.Faults`; see :class:`FramedFaults`.
+Frame ``k`` (sequence ``k``, from 0) carries the device time of its capture (microseconds
+since the stream started) and positions ``0.001*k + j`` rad for joint ``j``; the device clock
+runs ``clock_ppm`` fast of the host's. The device answers the host's pings with pongs
+(docs/bridge-frame-protocol.md) unless ``answer_pings`` is off (firmware from before pings,
+which never reads what the host sends).
+
+The link is modelled like a USB-serial adapter: every byte the device sends (frames and
+pongs, in order) reaches the host ``link_delay_s`` later, and with ``burst_period_s`` the
+adapter holds them until the next multiple of that period (its latency timer), so they
+arrive in bursts; what the host sends reaches the device ``link_delay_s`` later, without
+bursts. Faults mirror :class:`~firmware_bridge.testing.fake_servo.Faults`; see
+:class:`FramedFaults`.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
+import select
 import time
 import tty
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..frame_format import encode_frame
+from ..frame_format import FrameDecoder, PingFrame, encode_frame, encode_pong
 from .child_device import ChildPtyDevice, Event
 
 __all__ = ["FakeFramedDevice", "FramedFaults"]
@@ -39,11 +51,37 @@ class FramedFaults:
     # latency timer): frames arrive in bursts
     burst_period_s: float = 0.0
     clock_joint: bool = False  # joint 0 position = the capture time, monotonic s mod 100
+    link_delay_s: float = 0.0  # one-way delay of the link, each direction (never told the host)
+    answer_pings: bool = True  # False: firmware from before pings (reads nothing, answers none)
     seed: int = 0
 
 
-def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link: str, ready: Event,
-         stop: Event) -> None:
+class _Link:
+    """The device-to-host direction: bytes queued at ``t`` are released at ``t + delay``,
+    or with bursts at the first multiple of ``burst_s`` after that (the latency timer)."""
+
+    def __init__(self, delay_s: float, burst_s: float):
+        self.delay_s, self.burst_s = delay_s, burst_s
+        self.queue: deque[tuple[float, bytes]] = deque()  # (release time, bytes), in order
+
+    def push(self, t: float, data: bytes) -> None:
+        due = t + self.delay_s
+        if self.burst_s:
+            due = (math.floor(due / self.burst_s) + 1) * self.burst_s
+        self.queue.append((due, data))
+
+    def next_due(self) -> float:
+        return self.queue[0][0] if self.queue else math.inf
+
+    def pop_due(self, now: float) -> bytes:
+        out = bytearray()
+        while self.queue and self.queue[0][0] <= now:
+            out += self.queue.popleft()[1]
+        return bytes(out)
+
+
+def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: str,
+         ready: Event, stop: Event) -> None:
     rng = random.Random(f.seed)
     j = np.arange(joints, dtype=np.float64)
 
@@ -52,9 +90,9 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link: str, re
         tty.setraw(slave)
         name = os.ttyname(slave)
         os.close(slave)
-        tmp = link + ".new"
+        tmp = link_path + ".new"
         os.symlink(name, tmp)
-        os.replace(tmp, link)
+        os.replace(tmp, link_path)
         ready.set()
         return master
 
@@ -63,52 +101,85 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link: str, re
     time.sleep(0.2)  # give the reader time to open the port (opening flushes input)
     period = 1.0 / rate_hz
     t0 = time.monotonic()
-    k = 0
-    pending = bytearray()  # frames the adapter holds until its next flush
-    while not stop.is_set() and (count <= 0 or k < count):
-        due = t0 + k * period
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        now = time.monotonic()
-        t_us = int((now - t0) * 1e6 * (1 + f.clock_ppm * 1e-6))
-        pos = 0.001 * k + j
-        if f.clock_joint:
-            pos[0] = now % 100.0
-        data = bytearray(encode_frame(k, t_us, pos, -0.5 * j, 0.25 * j))
-        if k == 0 and f.garbage_prefix:
-            data[:0] = f.garbage_prefix + b"\x00"  # line noise, then the start delimiter
-        if f.corrupt_every and k % f.corrupt_every == f.corrupt_every - 1:
-            data[len(data) // 2] ^= 0x21
-            if data[len(data) // 2] == 0:
-                data[len(data) // 2] = 0x77
-        if f.drop_byte_prob:
-            data = bytearray(b for b in data if rng.random() >= f.drop_byte_prob)
-        if f.unplug_at and k == f.unplug_at:
-            os.unlink(link)
-            os.close(master)
-            time.sleep(f.unplug_s)
-            master = plug()
-            time.sleep(0.05)
-        if f.partial_at and k == f.partial_at:
-            os.write(master, bytes(data[: len(data) // 2]))
-            time.sleep(f.silence_s)
-            k += 1
-            continue
-        if f.burst_period_s:
-            pending += data
-            p = f.burst_period_s
-            if int(now / p) != int((now + period) / p):  # a flush falls before the next frame
-                time.sleep(max(0.0, p - now % p))
-                data, pending = pending, bytearray()
-            else:
-                k += 1
-                continue
+    link = _Link(f.link_delay_s, f.burst_period_s)
+    decoder = FrameDecoder()
+    arriving: deque[tuple[float, PingFrame]] = deque()  # pings on their way to the device
+    deaf_until = 0.0  # after EIO (no reader on the other side), stop listening a while
+
+    def device_us(t: float) -> int:
+        return int((t - t0) * 1e6 * (1 + f.clock_ppm * 1e-6))
+
+    def send(data: bytes) -> None:
         try:
-            os.write(master, bytes(data))
+            os.write(master, data)
         except OSError:
             pass
-        k += 1
+
+    k = 0
+    while not stop.is_set() and (count <= 0 or k < count):
+        now = time.monotonic()
+        while arriving and arriving[0][0] <= now:  # a ping reaches the device: answer it
+            ping = arriving.popleft()[1]
+            rx_us = device_us(now)
+            link.push(now, encode_pong(ping.sequence, rx_us, max(rx_us, device_us(
+                time.monotonic())), ping.host_time_us))
+        data_out = link.pop_due(now)
+        if data_out:
+            send(data_out)
+        due = t0 + k * period
+        if now >= due:
+            t_us = device_us(now)
+            pos = 0.001 * k + j
+            if f.clock_joint:
+                pos[0] = now % 100.0
+            data = bytearray(encode_frame(k, t_us, pos, -0.5 * j, 0.25 * j))
+            if k == 0 and f.garbage_prefix:
+                data[:0] = f.garbage_prefix + b"\x00"  # line noise, then the start delimiter
+            if f.corrupt_every and k % f.corrupt_every == f.corrupt_every - 1:
+                data[len(data) // 2] ^= 0x21
+                if data[len(data) // 2] == 0:
+                    data[len(data) // 2] = 0x77
+            if f.drop_byte_prob:
+                data = bytearray(b for b in data if rng.random() >= f.drop_byte_prob)
+            if f.unplug_at and k == f.unplug_at:
+                os.unlink(link_path)
+                os.close(master)
+                time.sleep(f.unplug_s)
+                master = plug()
+                link.queue.clear()
+                arriving.clear()
+                decoder.reset()
+                time.sleep(0.05)
+            if f.partial_at and k == f.partial_at:
+                send(link.pop_due(math.inf) + bytes(data[: len(data) // 2]))
+                time.sleep(f.silence_s)
+                k += 1
+                continue
+            link.push(now, bytes(data))
+            k += 1
+            continue
+        wake = min(due, link.next_due(), arriving[0][0] if arriving else math.inf)
+        wait = max(0.0, wake - time.monotonic())
+        if not f.answer_pings:  # firmware from before pings: never reads the line
+            time.sleep(wait)
+            continue
+        if now < deaf_until:
+            time.sleep(min(wait, deaf_until - now))
+            continue
+        readable, _, _ = select.select([master], [], [], wait)
+        if readable:
+            try:
+                got = os.read(master, 4096)
+            except OSError:  # EIO: the host side is closed; listen again a little later
+                deaf_until = time.monotonic() + 0.01
+                continue
+            arrived = time.monotonic() + f.link_delay_s
+            for m in decoder.feed(got):
+                if isinstance(m, PingFrame):
+                    arriving.append((arrived, m))
+    while link.queue and not stop.is_set():  # the last frames still in the adapter
+        time.sleep(max(0.0, link.next_due() - time.monotonic()))
+        send(link.pop_due(time.monotonic()))
     stop.wait(2.0)
 
 
