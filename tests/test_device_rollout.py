@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from device_fakes import Fakes, export_engine, make_slot
 
-from edge.commands import simulate
+from edge.commands import precheck, simulate
 from edge.episode import save_episode
 from edge.runtime.context import encode_calibration
 from edge.runtime.device_copies import copy_counts, host_copy
@@ -203,4 +203,67 @@ def test_simulate_with_tensorrt_uses_the_engines_of_export_engine(fakes, slot, t
         assert t["frames_per_s_note"] == "steps 2..T (the first step is first_frame)"
     for a, b in zip(m["per_step"], out["cpu"]["per_step"], strict=True):
         assert a["psnr_db"] == pytest.approx(b["psnr_db"], abs=0.05)
+    assert not fakes.cuda.live
+
+
+@pytest.fixture
+def mask_slot(tmp_path):
+    yield from make_slot(tmp_path, robot_mask=True)
+
+
+KEEPOUT_RULES = """keep_out:
+  basis: {basis}
+  motion_threshold: 20
+  max_robot_pixels: 5
+  regions:
+    - name: corner
+      polygon: [[0, 0], [0.3, 0], [0, 0.3]]
+"""
+
+
+@pytest.mark.parametrize("basis", ["auto", "robot_mask"])
+def test_device_precheck_decides_keep_out_on_the_robot_mask_like_the_cpu(
+        fakes, mask_slot, tmp_path, monkeypatch, basis):
+    """The tiny model with a robot mask, through ``precheck`` on the device (fake TensorRT
+    and driver) and on the CPU: the same basis, verdicts, details and robot counts, and the
+    counts come from the device kernel."""
+    assert export_engine(mask_slot) == 0
+    cal = save_episode(calibration_episode(3, 4, 16, 16, seed=1), tmp_path / "cal.npz")
+    ep = save_episode(motion_episode(3, 7, 16, 16, seed=2), tmp_path / "ep.npz")
+    acts = np.random.default_rng(7).normal(0, 0.3, (6, 5, 3)).astype(np.float32)
+    acts[0] = 0.0
+    np.save(tmp_path / "cands.npy", acts)
+    (tmp_path / "rules.yaml").write_text(KEEPOUT_RULES.format(basis=basis))
+    kernel_runs = []
+    count_kernel = fakes.cuda._k_se_robot_in_keepout
+
+    def counting(*args):
+        kernel_runs.append(args)
+        count_kernel(*args)
+
+    monkeypatch.setattr(fakes.cuda, "_k_se_robot_in_keepout", counting, raising=False)
+    parser = argparse.ArgumentParser(prog="syncedge")
+    precheck.register(parser.add_subparsers(dest="command"))
+    rep = {}
+    for backend in ("tensorrt", "cpu"):
+        args = parser.parse_args(["precheck", "--calibration", str(cal), "--start", str(ep),
+                                  "--actions", str(tmp_path / "cands.npy"), "--rules",
+                                  str(tmp_path / "rules.yaml"), "--model", str(mask_slot),
+                                  "--backend", backend, "--threads", "1",
+                                  "--out", str(tmp_path / backend)])
+        assert args.func(args) == 0
+        rep[backend] = json.loads((tmp_path / backend / "report.json").read_text())
+    assert kernel_runs, "the device path did not count on the device"
+    dev, cpu = rep["tensorrt"], rep["cpu"]
+    assert dev["keepout_basis"] == cpu["keepout_basis"] == "robot_mask"
+    keys = ("index", "name", "passed", "rank", "first_fail_step", "first_fail_rule", "detail")
+    for d, c in zip(dev["verdicts"], cpu["verdicts"], strict=True):
+        assert {k: d[k] for k in keys} == {k: c[k] for k in keys}
+        assert d["scores"]["keepout_robot_max"] == c["scores"]["keepout_robot_max"]
+    assert (dev["ranking"], dev["chosen"]) == (cpu["ranking"], cpu["chosen"])
+    # the case is not trivial: some candidates enter the corner (at different steps), some not
+    fails = {v["first_fail_step"] for v in cpu["verdicts"] if not v["passed"]}
+    assert len(fails) >= 2 and any(v["passed"] for v in cpu["verdicts"])
+    assert all("px of the predicted robot" in v["detail"] for v in cpu["verdicts"]
+               if not v["passed"])
     assert not fakes.cuda.live
