@@ -13,7 +13,10 @@ rollouts of ``--horizon`` steps after one warm-up rollout, synchronised at the e
 eager launches and with the captured graph, the graph's memcpy nodes and kernel nodes,
 host copies per step (``edge.runtime.device_copies``), and the frames' max |difference| (uint8
 levels) against the CPU rollout (ONNX Runtime, ``Rollout``) from the same start latent,
-context and actions. TF32 is off. Prints a table and writes JSON; exits 2 without a GPU.
+context and actions, and, as the device path runs it for a model with a robot mask, the
+per-step count of robot-mask pixels >= 0.5 inside a keep-out mask (the right 40% of the
+frame) against the CPU rollout's counts (``robot_counts_max_abs_diff``, pixels). TF32 is
+off. Prints a table and writes JSON; exits 2 without a GPU.
 """
 
 from __future__ import annotations
@@ -34,7 +37,15 @@ import numpy as np  # noqa: E402
 __all__ = ["main"]
 
 
-def _cpu_reference(model_dir: Path, n: int, horizon: int) -> dict[str, Any]:
+def right_keepout(h: int, w: int) -> np.ndarray:
+    """The keep-out mask of this benchmark: uint8 ``[h, w]``, 1 in the right 40% columns."""
+    keep = np.zeros((h, w), np.uint8)
+    keep[:, int(round(0.6 * w)):] = 1
+    return keep
+
+
+def _cpu_reference(model_dir: Path, n: int, horizon: int,
+                   keepout: np.ndarray | None = None) -> dict[str, Any]:
     from edge.episode import load_episode
     from edge.runtime.context import encode_calibration
     from edge.runtime.model import load_model
@@ -50,11 +61,13 @@ def _cpu_reference(model_dir: Path, n: int, horizon: int) -> dict[str, Any]:
         k = min(horizon, len(test.actions))
         scale = np.linspace(0.5, 1.5, n, dtype=np.float32)[:, None, None]
         acts[:, :k, :test.actions.shape[1]] = test.actions[None, :k] * scale
-        r = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
+        r = Rollout(model, ctx, max_horizon=horizon, max_candidates=n, keepout=keepout)
         frames = r.run(test.frames[0], acts)
         z0 = model.encode(test.frames[0]).reshape(1, -1)
         return {"frames": frames, "z0": z0, "context": ctx.values, "actions": acts,
-                "start": test.frames[0], "contract": c, "batch": r.batch}
+                "start": test.frames[0], "contract": c, "batch": r.batch,
+                "keepout": keepout,
+                "robot_counts": None if keepout is None else r.robot_keepout_counts()}
     finally:
         model.deactivate()
 
@@ -89,12 +102,14 @@ def _one_batch(launcher: Any, mods: dict, ref: dict, horizon: int, runs: int) ->
     for mode in ("eager", "graph"):
         row: dict[str, Any] = {}
         try:
+            keepout = ref.get("keepout")
             with CudaRolloutStep(launcher, step_exec, dec_exec, shapes,
-                                 use_graph=mode == "graph") as step:
+                                 use_graph=mode == "graph",
+                                 robot_mask=keepout is not None) as step:
                 times = []
                 for i in range(runs + 1):
                     step.reset(z0, acts, np.ones(a, np.uint8), ref["start"],
-                               np.zeros((h, w), np.uint8), 0,
+                               np.zeros((h, w), np.uint8) if keepout is None else keepout, 0,
                                extra_inputs={"context": ctx.data_ptr()})
                     c0 = copy_counts()
                     t0 = time.perf_counter()
@@ -104,8 +119,14 @@ def _one_batch(launcher: Any, mods: dict, ref: dict, horizon: int, runs: int) ->
                     copies = copy_counts() - c0
                     if i:
                         times.append(dt)
-                frames = step.outputs().frames[:, :n].transpose(1, 0, 2, 3, 4)
+                res = step.outputs()
+                frames = res.frames[:, :n].transpose(1, 0, 2, 3, 4)
                 diff = np.abs(frames.astype(int) - ref["frames"].astype(int))
+                if res.robot_in_keepout is not None and ref.get("robot_counts") is not None:
+                    counts = res.robot_in_keepout[:, :n].T.astype(int)
+                    row["robot_counts"] = counts.tolist()
+                    row["robot_counts_max_abs_diff"] = int(
+                        np.abs(counts - ref["robot_counts"].astype(int)).max())
                 row.update(step_ms=float(np.median(times)) / horizon * 1e3,
                            run_s=times, host_copies_per_step=copies.total / horizon,
                            memcpy_nodes_per_step=step.memcpy_nodes_per_step,
@@ -141,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    from edge.manifest import load_model_dir
     from export.variants.warp_export import load_warp_model, warp_graph_modules
     from kernels.launcher import KernelLauncher
 
@@ -153,13 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         res["kernel_load_path"] = launcher.load_path
         model = load_warp_model(args.checkpoints)
         for n in args.batches:
-            ref = _cpu_reference(args.model, n, args.horizon)
+            h, w = load_model_dir(args.model, verify=False).contract.resolution
+            ref = _cpu_reference(args.model, n, args.horizon, right_keepout(h, w))
             mods = warp_graph_modules(model, (ref["batch"],))
             res["batches"][str(n)] = _one_batch(launcher, mods, ref, args.horizon, args.runs)
     print(f"GPU rollout, {res['gpu']}, kernels from {res['kernel_load_path']}, "
           f"horizon {args.horizon}, median of {args.runs}")
     print(f"  {'batch':>5} {'mode':<6} {'ms/step':>8} {'memcpy nodes':>12} "
-          f"{'host copies/step':>16} {'max |diff| u8':>13}")
+          f"{'host copies/step':>16} {'max |diff| u8':>13} {'robot px |diff|':>15}")
     for n, row in res["batches"].items():
         for mode in ("eager", "graph"):
             r = row[mode]
@@ -167,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {n:>5} {mode:<6} failed: {r['error']}")
                 continue
             print(f"  {n:>5} {mode:<6} {r['step_ms']:>8.3f} {str(r['memcpy_nodes_per_step']):>12} "
-                  f"{r['host_copies_per_step']:>16.2f} {r['frames_max_abs_diff_u8']:>13}")
+                  f"{r['host_copies_per_step']:>16.2f} {r['frames_max_abs_diff_u8']:>13} "
+                  f"{str(r.get('robot_counts_max_abs_diff')):>15}")
         if row["graph_speedup"]:
             print(f"  {n:>5} graph replay {row['graph_speedup']:.2f}x faster than eager launch")
     args.out.write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")

@@ -112,4 +112,14 @@ void se_host_precheck_scores(int* moved_out, float* energy_out, float* goal_mse_
     }
 }
 
+void se_host_robot_in_keepout(int* count_out, const float* mask, const se_u8* keepout, int B,
+                              int HW) {
+    for (long long b = 0; b < B; ++b) {
+        const float* m = mask + b * HW;
+        int count = 0;
+        for (long long i = 0; i < HW; ++i) count += se_robot_keepout_pixel(m[i], keepout[i]);
+        count_out[b] = count;
+    }
+}
+
 }  // extern "C"

@@ -80,6 +80,7 @@ class HostKernels:
             "se_host_select_action": (None, [p, p, p, i, i, i, i]),
             "se_host_decode_frames": (i, [p, p, p, i, i, i]),
             "se_host_precheck_scores": (None, [p, p, p, p, p, p, p, i, i, i]),
+            "se_host_robot_in_keepout": (None, [p, p, p, i, i]),
         }
         for name, (res, args) in sig.items():
             fn = getattr(self._lib, name)
@@ -160,3 +161,12 @@ class HostKernels:
             _ptr(goal), b, h * w, int(threshold),
         )  # fmt: skip
         return moved, energy, mse
+
+    def robot_in_keepout(self, robot_mask: np.ndarray, keepout: np.ndarray) -> np.ndarray:
+        """See :func:`kernels.reference.robot_in_keepout`; returns int32 ``[B]``."""
+        b, h, w = robot_mask.shape
+        count = np.zeros(b, np.int32)
+        self._lib.se_host_robot_in_keepout(
+            _ptr(count), _ptr(robot_mask), _ptr(keepout), b, h * w
+        )
+        return count

@@ -43,7 +43,7 @@ from kernels.errors import (
 
 __all__ = ["BLOCK", "KernelLauncher", "RingShape", "check_nan_count", "import_pycuda_driver"]
 
-BLOCK = 256  # threads per block; the reduction kernel requires exactly SE_REDUCE_THREADS = 256
+BLOCK = 256  # threads per block; the reduction kernels require exactly SE_REDUCE_THREADS = 256
 MAX_GRID = 65535
 MIN_FATBIN_DRIVER = 13000  # the fatbin is built by nvcc 13: CUDA 13 driver or newer
 
@@ -57,6 +57,7 @@ _SIGNATURES = {
     "se_select_action": "PPPiiiP",
     "se_decode_frames": "PPPiiiP",
     "se_precheck_scores": "PPPPPPPiii",
+    "se_robot_in_keepout": "PPPii",
     "se_store_step": "PPqiP",
 }
 
@@ -353,6 +354,13 @@ class KernelLauncher:
         self._launch("se_precheck_scores", (batch, 1), BLOCK, _p(moved), _p(energy),
                      _p(goal_mse), _p(pred), _p(start), _p(keepout), _p(goal), batch,
                      height * width, int(threshold))  # fmt: skip
+
+    def robot_in_keepout(self, count: Ptr, robot_mask: Ptr, keepout: Ptr, batch: int,
+                         height: int, width: int) -> None:
+        """Per candidate: count int32 [B] = pixels with robot_mask >= 0.5 (float32 [B, 1, H, W],
+        NaN is not robot) where keepout (uint8 [H, W]) is nonzero."""
+        self._launch("se_robot_in_keepout", (batch, 1), BLOCK, _p(count), _p(robot_mask),
+                     _p(keepout), batch, height * width)  # fmt: skip
 
     def store_step(self, dst: Ptr, src: Ptr, nbytes: int, horizon: int, state: Ptr) -> None:
         """Copy nbytes from src to dst + min(state[1], T-1) * nbytes (device to device)."""

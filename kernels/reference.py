@@ -27,6 +27,7 @@ __all__ = [
     "ring_linearise",
     "ring_push",
     "ring_push_linearise",
+    "robot_in_keepout",
     "select_action",
 ]
 
@@ -356,3 +357,30 @@ def precheck_scores(
     energy = _mean_sq(energy_sum, 3 * int(np.count_nonzero(inside)))
     mse = None if goal is None else goal_mse(pred, goal)
     return PrecheckScores(moved, energy, mse)
+
+
+def robot_in_keepout(robot_mask: np.ndarray, keepout: np.ndarray) -> np.ndarray:
+    """Predicted robot pixels inside the keep-out mask, per item (``se_robot_in_keepout``).
+
+    A pixel counts when ``robot_mask >= 0.5`` (a float32 comparison: exactly 0.5 is robot,
+    the next float32 below is not, NaN is not) and ``keepout`` is nonzero there. The
+    pre-check's keep-out verdict on the predicted robot mask compares these counts with
+    ``max_robot_pixels``.
+
+    Args:
+        robot_mask: float32 ``[B, H, W]``, the decoder's predicted robot mask (0..1; its
+            ``[B, 1, H, W]`` output without the channel axis). B may be any number of
+            items, e.g. N candidates x T steps flattened.
+        keepout: uint8 ``[H, W]``; nonzero = inside a keep-out region.
+
+    Returns:
+        int32 ``[B]``: the counts (0 for an empty keep-out mask).
+
+    Raises:
+        KernelInputError: wrong dtype, shape or layout.
+    """
+    _check("robot_mask", robot_mask, np.float32, (None, None, None))
+    _, h, w = robot_mask.shape
+    _check("keepout", keepout, np.uint8, (h, w))
+    inside = (robot_mask >= np.float32(0.5)) & (keepout != 0)[None]
+    return inside.sum(axis=(1, 2), dtype=np.int64).astype(np.int32)

@@ -207,6 +207,30 @@ extern "C" __global__ void __launch_bounds__(SE_REDUCE_THREADS)
     }
 }
 
+// Predicted robot pixels inside keep-out, one block per candidate b (grid = B, block =
+// SE_REDUCE_THREADS). mask float32 [B, H*W] (the decoder's robot_mask [B, 1, H, W]),
+// keepout uint8 [H*W]. count[b] = pixels with mask >= 0.5 (NaN is not) and keepout
+// nonzero. Integer sum: deterministic for any order.
+extern "C" __global__ void __launch_bounds__(SE_REDUCE_THREADS)
+    se_robot_in_keepout(int* count_out, const float* mask, const se_u8* keepout, int B,
+                        int HW) {
+    __shared__ int s_count[SE_REDUCE_THREADS];
+    const int b = blockIdx.x;
+    if (b >= B) return;
+    const int tid = threadIdx.x;
+    const float* m = mask + (long long)b * HW;
+    int count = 0;
+    for (int i = tid; i < HW; i += SE_REDUCE_THREADS)
+        count += se_robot_keepout_pixel(m[i], keepout[i]);
+    s_count[tid] = count;
+    __syncthreads();
+    for (int half = SE_REDUCE_THREADS / 2; half > 0; half >>= 1) {
+        if (tid < half) s_count[tid] += s_count[tid + half];
+        __syncthreads();
+    }
+    if (tid == 0) count_out[b] = s_count[0];
+}
+
 // dst[t] = src (nbytes bytes) with t = state[1] clamped to [0, T-1]: keeps one
 // step's outputs in a per-horizon buffer without a host round trip.
 extern "C" __global__ void se_store_step(unsigned char* dst, const unsigned char* src,

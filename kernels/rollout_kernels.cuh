@@ -13,7 +13,8 @@
 //
 // Contracts (see docs/kernels.md):
 //   latents float32 [B, S, L]; actions float32 [B, S, A]; DoF mask uint8 [A]
-//   (nonzero = controllable); frames uint8 [B, H, W, 3] (HWC, RGB).
+//   (nonzero = controllable); frames uint8 [B, H, W, 3] (HWC, RGB); robot mask float32
+//   [B, 1, H, W] (0..1); keep-out mask uint8 [H, W] (nonzero = inside).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -31,7 +32,8 @@ typedef uint8_t se_u8;
 typedef unsigned long long se_u64;
 #endif
 
-// Threads per block of the per-candidate reduction kernel (se_precheck_scores).
+// Threads per block of the per-candidate reduction kernels (se_precheck_scores,
+// se_robot_in_keepout).
 #define SE_REDUCE_THREADS 256
 
 // Exact float32 add / multiply (round to nearest even, never fused).
@@ -124,4 +126,13 @@ SE_HD void se_precheck_pixel(const se_u8* pred, const se_u8* start, const se_u8*
 SE_HD float se_mean_sq_u8(se_u64 sum_sq, long long n_values) {
     if (n_values <= 0) return 0.0f;
     return (float)((double)sum_sq / (65025.0 * (double)n_values));
+}
+
+// ------------------------------------------------------- robot in keep-out
+
+// 1 if a pixel is predicted robot and inside the keep-out mask, else 0. The pixel is
+// robot where the decoder's mask value is >= 0.5 (a plain float comparison: exactly 0.5
+// is robot, the next float below is not, NaN is not); inside where keepout is nonzero.
+SE_HD int se_robot_keepout_pixel(float mask, se_u8 keepout) {
+    return (keepout && mask >= 0.5f) ? 1 : 0;
 }

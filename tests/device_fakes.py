@@ -46,11 +46,12 @@ class Fakes:
         return sum(1 for c in self.calls if c[0] == "build")
 
 
-def make_slot(tmp_path: Path) -> Iterator[Path]:
-    """A read-only copy of the tiny model, as installed in a bundle slot (a generator for
-    a fixture: yields the folder, then makes it writable again)."""
-    dst = tmp_path / "bundles" / "a" / "model"
-    shutil.copytree(tiny_model_dir(), dst)
+def make_slot(tmp_path: Path, robot_mask: bool = False) -> Iterator[Path]:
+    """A read-only copy of the tiny model (``robot_mask``: the one whose decoders also
+    predict a robot mask), as installed in a bundle slot (a generator for a fixture: yields
+    the folder, then makes it writable again)."""
+    dst = tmp_path / "bundles" / ("mask" if robot_mask else "a") / "model"
+    shutil.copytree(tiny_model_dir(robot_mask=robot_mask), dst)
     for p in [dst, *dst.iterdir()]:
         p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     yield dst

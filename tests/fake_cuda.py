@@ -302,6 +302,10 @@ class FakeCuda:
         if goal_mse:
             self.view(goal_mse, np.float32, b)[...] = scores.goal_mse
 
+    def _k_se_robot_in_keepout(self, count, mask, keepout, b, hw) -> None:
+        self.view(count, np.int32, b)[...] = ref.robot_in_keepout(
+            self.view(mask, np.float32, (b, hw, 1)), self.view(keepout, np.uint8, (hw, 1)))
+
     def _k_se_store_step(self, dst, src, nbytes, t_max, state) -> None:
         t = min(max(int(self._state(state)[1]), 0), int(t_max) - 1)
         self._bytes(int(dst) + t * int(nbytes), int(nbytes))[...] = self._bytes(int(src), int(nbytes))

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from device_fakes import Fakes, export_engine, make_slot
 
-from edge.commands import simulate
+from edge.commands import precheck, simulate
 from edge.episode import save_episode
 from edge.runtime.context import encode_calibration
 from edge.runtime.device_copies import copy_counts, host_copy
 from edge.runtime.errors import BackendError, CallOrderError, RolloutInputError
 from edge.runtime.model import load_model
 from edge.runtime.rollout import Rollout
+from kernels import reference as ref
 from tests.fixtures.runtime import calibration_episode, motion_episode
 
 
@@ -204,3 +205,177 @@ def test_simulate_with_tensorrt_uses_the_engines_of_export_engine(fakes, slot, t
     for a, b in zip(m["per_step"], out["cpu"]["per_step"], strict=True):
         assert a["psnr_db"] == pytest.approx(b["psnr_db"], abs=0.05)
     assert not fakes.cuda.live
+
+
+@pytest.fixture
+def mask_slot(tmp_path):
+    yield from make_slot(tmp_path, robot_mask=True)
+
+
+KEEPOUT_RULES = """keep_out:
+  basis: {basis}
+  motion_threshold: 20
+  max_robot_pixels: 5
+  regions:
+    - name: corner
+      polygon: [[0, 0], [0.3, 0], [0, 0.3]]
+"""
+
+
+@pytest.mark.parametrize("basis", ["auto", "robot_mask"])
+def test_device_precheck_decides_keep_out_on_the_robot_mask_like_the_cpu(
+        fakes, mask_slot, tmp_path, monkeypatch, basis):
+    """The tiny model with a robot mask, through ``precheck`` on the device (fake TensorRT
+    and driver) and on the CPU: the same basis, verdicts, details and robot counts, and the
+    counts come from the device kernel."""
+    assert export_engine(mask_slot) == 0
+    cal = save_episode(calibration_episode(3, 4, 16, 16, seed=1), tmp_path / "cal.npz")
+    ep = save_episode(motion_episode(3, 7, 16, 16, seed=2), tmp_path / "ep.npz")
+    acts = np.random.default_rng(7).normal(0, 0.3, (6, 5, 3)).astype(np.float32)
+    acts[0] = 0.0
+    np.save(tmp_path / "cands.npy", acts)
+    (tmp_path / "rules.yaml").write_text(KEEPOUT_RULES.format(basis=basis))
+    kernel_runs = []
+    count_kernel = fakes.cuda._k_se_robot_in_keepout
+
+    def counting(*args):
+        kernel_runs.append(args)
+        count_kernel(*args)
+
+    monkeypatch.setattr(fakes.cuda, "_k_se_robot_in_keepout", counting, raising=False)
+    parser = argparse.ArgumentParser(prog="syncedge")
+    precheck.register(parser.add_subparsers(dest="command"))
+    rep = {}
+    for backend in ("tensorrt", "cpu"):
+        args = parser.parse_args(["precheck", "--calibration", str(cal), "--start", str(ep),
+                                  "--actions", str(tmp_path / "cands.npy"), "--rules",
+                                  str(tmp_path / "rules.yaml"), "--model", str(mask_slot),
+                                  "--backend", backend, "--threads", "1",
+                                  "--out", str(tmp_path / backend)])
+        assert args.func(args) == 0
+        rep[backend] = json.loads((tmp_path / backend / "report.json").read_text())
+    assert kernel_runs, "the device path did not count on the device"
+    dev, cpu = rep["tensorrt"], rep["cpu"]
+    assert dev["keepout_basis"] == cpu["keepout_basis"] == "robot_mask"
+    keys = ("index", "name", "passed", "rank", "first_fail_step", "first_fail_rule", "detail")
+    for d, c in zip(dev["verdicts"], cpu["verdicts"], strict=True):
+        assert {k: d[k] for k in keys} == {k: c[k] for k in keys}
+        assert d["scores"]["keepout_robot_max"] == c["scores"]["keepout_robot_max"]
+    assert (dev["ranking"], dev["chosen"]) == (cpu["ranking"], cpu["chosen"])
+    # the case is not trivial: some candidates enter the corner (at different steps), some not
+    fails = {v["first_fail_step"] for v in cpu["verdicts"] if not v["passed"]}
+    assert len(fails) >= 2 and any(v["passed"] for v in cpu["verdicts"])
+    assert all("px of the predicted robot" in v["detail"] for v in cpu["verdicts"]
+               if not v["passed"])
+    assert not fakes.cuda.live
+
+
+@pytest.fixture
+def mask_models(fakes, mask_slot):
+    export_engine(mask_slot)
+    cpu = load_model(mask_slot, backend="cpu", intra_op_num_threads=1)
+    dev = load_model(mask_slot, backend="tensorrt")
+    ctx = encode_calibration(cpu, calibration_episode(3, 4, 16, 16, seed=3))
+    yield cpu, dev, ctx
+    dev.deactivate()
+    cpu.deactivate()
+    assert not fakes.cuda.live, "device memory left allocated"
+
+
+def _corner(h: int = 16, w: int = 16) -> np.ndarray:
+    keep = np.zeros((h, w), np.uint8)
+    keep[:6, :7] = 1
+    return keep
+
+
+@pytest.mark.parametrize("n", [1, 3, 6])  # b1; b4 padded; two chunks of b4
+def test_device_robot_keepout_counts_equal_the_cpu_counts(fakes, mask_models, n):
+    cpu, dev, ctx = mask_models
+    assert cpu.has_robot_mask and dev.on_device
+    start, actions = _inputs(n, 5, seed=n)
+    keep = _corner()
+    host = Rollout(cpu, ctx, max_horizon=5, max_candidates=6, robot_mask=True, keepout=keep)
+    host.run(start, actions)
+    want = host.robot_keepout_counts()
+    # the host counts are the NumPy twin on the masks it keeps
+    masks = host.robot_masks()
+    assert np.array_equal(want, ref.robot_in_keepout(masks.reshape(-1, 16, 16), keep)
+                          .reshape(n, 5))
+    assert want.shape == (n, 5) and want.dtype == np.int32 and want.any() and (want < 42).any()
+    only = Rollout(cpu, ctx, max_horizon=5, max_candidates=6, keepout=keep)  # masks not kept
+    only.run(start, actions)
+    assert np.array_equal(only.robot_keepout_counts(), want)
+    r = Rollout(dev, ctx, max_horizon=5, max_candidates=6, keepout=keep.astype(bool))
+    assert r.path == "device"
+    frames = r.run(start, actions)
+    assert np.array_equal(r.robot_keepout_counts(), want)
+    assert np.abs(frames.astype(int) - host.frames().astype(int)).max() <= 1
+    r.run(start, actions)  # the captured graphs again
+    assert np.array_equal(r.robot_keepout_counts(), want)
+    r.close()
+
+
+def test_device_counts_copy_nothing_per_step_and_never_the_masks(fakes, mask_models):
+    _, dev, ctx = mask_models
+    start, actions = _inputs(4, 6, seed=4)
+    r = Rollout(dev, ctx, max_horizon=6, max_candidates=4, keepout=_corner())
+    r.reset(start, actions)
+    r.step(fetch=False)  # warm-up step, then the capture
+    c0, raw0 = copy_counts(), sum(fakes.cuda.raw_copies.values())
+    for _ in range(5):
+        assert r.step(fetch=False) is None
+    assert (copy_counts() - c0).total == 0
+    assert sum(fakes.cuda.raw_copies.values()) == raw0
+    g = r.device_graph
+    assert g["memcpy_nodes_per_step"] == 0
+    assert g["node_counts"]["kernel"] >= 10  # the count and its store among them
+    c0 = copy_counts()
+    counts = r.robot_keepout_counts()
+    got = copy_counts() - c0
+    # one download at the end: the NaN counter, frames, moved, energy and the counts of
+    # every horizon step; the masks (float32 [T, B, 1, H, W]) stay on the device
+    t, b, hw = 6, 4, 16 * 16
+    assert got.dtoh == 5 and got.htod == 0
+    assert got.dtoh_bytes == 4 + t * b * hw * 3 + 3 * t * b * 4
+    c0 = copy_counts()
+    assert r.frames().shape == (4, 6, 16, 16, 3) and (copy_counts() - c0).total == 0
+    assert np.array_equal(r.robot_keepout_counts(), counts)
+    r.close()
+
+
+def test_device_policy_mode_counts_equal_the_cpu(mask_models):
+    cpu, dev, ctx = mask_models
+    start, actions = _inputs(2, 4, seed=5)
+    out = {}
+    for name, m in (("cpu", cpu), ("dev", dev)):
+        r = Rollout(m, ctx, max_horizon=4, max_candidates=2, keepout=_corner())
+        r.reset(np.stack([start, start[::-1]]), horizon=4)
+        for t in range(4):
+            r.step(actions[:, t])
+        out[name] = r.robot_keepout_counts()
+    assert out["cpu"].shape == (2, 4) and np.array_equal(out["cpu"], out["dev"])
+
+
+def test_keepout_counts_need_a_model_with_a_robot_mask(cpu_and_device):
+    for m in cpu_and_device[:2]:
+        with pytest.raises(RolloutInputError, match="keepout: .*predicts no robot mask"):
+            Rollout(m, cpu_and_device[2], max_horizon=2, keepout=_corner())
+
+
+def test_robot_mask_requests_that_cannot_be_met_are_refused(mask_models):
+    cpu, dev, ctx = mask_models
+    with pytest.raises(RolloutInputError, match=r"only their counts inside a keep-out mask"):
+        Rollout(dev, ctx, max_horizon=2, robot_mask=True)
+    for m in (cpu, dev):
+        with pytest.raises(RolloutInputError, match=r"keepout: expected a uint8 \(or bool\) "
+                                                    r"mask \[16, 16\].*found uint8 \[16, 8\]"):
+            Rollout(m, ctx, max_horizon=2, keepout=np.zeros((16, 8), np.uint8))
+        with pytest.raises(RolloutInputError, match=r"found float32 \[16, 16\]"):
+            Rollout(m, ctx, max_horizon=2, keepout=np.zeros((16, 16), np.float32))
+        r = Rollout(m, ctx, max_horizon=2)
+        with pytest.raises(CallOrderError, match="reset"):
+            r.robot_keepout_counts()
+        r.run(*_inputs(1, 2))
+        with pytest.raises(CallOrderError, match=r"keepout=\.\.\."):
+            r.robot_keepout_counts()
+        r.close()

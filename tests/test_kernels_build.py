@@ -70,8 +70,8 @@ def test_kernel_list_is_complete():
     assert KERNELS == sorted(
         [
             "se_decode_frames", "se_precheck_scores", "se_ring_advance", "se_ring_fill",
-            "se_ring_linearise", "se_ring_push", "se_ring_push_linearise", "se_select_action",
-            "se_store_step",
+            "se_ring_linearise", "se_ring_push", "se_ring_push_linearise", "se_robot_in_keepout",
+            "se_select_action", "se_store_step",
         ]
     )  # fmt: skip
 

@@ -132,6 +132,24 @@ def test_precheck_matches(launcher, hw):
     assert np.array_equal(d.get(mse, want.goal_mse), want.goal_mse)
 
 
+@pytest.mark.parametrize("hw", [(1, 1), (37, 53), (128, 128)])
+def test_robot_in_keepout_matches(launcher, hw):
+    rng = np.random.default_rng(hw[1])
+    b, (h, w) = 5, hw
+    mask = rng.random((b, 1, h, w), dtype=np.float32)
+    mask.reshape(-1)[::3] = np.float32(0.5)
+    mask.reshape(-1)[1::3] = np.nextafter(np.float32(0.5), np.float32(0))
+    mask.reshape(-1)[-1] = np.nan
+    keep = (rng.random((h, w)) < 0.4).astype(np.uint8)
+    d = _Dev(launcher)
+    count = d.put(np.full(b, -1, np.int32))
+    launcher.robot_in_keepout(count, d.put(mask), d.put(keep), b, h, w)
+    want = ref.robot_in_keepout(mask[:, 0], keep)
+    assert np.array_equal(d.get(count, want), want)
+    launcher.robot_in_keepout(count, d.put(mask), d.put(np.zeros((h, w), np.uint8)), b, h, w)
+    assert not d.get(count, want).any()
+
+
 @pytest.mark.parametrize("use_graph", [False, True])
 def test_graph_captured_rollout_equals_cpu_rollout(launcher, use_graph):
     from bench.bench_kernels import ToyModel, cpu_rollout, make_inputs

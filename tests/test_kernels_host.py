@@ -143,3 +143,27 @@ def test_precheck_extremes(host):
     keep = np.ones((64, 64), np.uint8)
     moved, energy, mse = host.precheck_scores(pred, start, keep, 254, start)
     assert list(moved) == [4096, 4096] and list(energy) == [1.0, 1.0] and list(mse) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_robot_in_keepout_matches(host, seed):
+    rng = np.random.default_rng(seed)
+    b, h, w = int(rng.integers(1, 6)), int(rng.integers(1, 40)), int(rng.integers(1, 40))
+    mask = rng.random((b, h, w), dtype=np.float32)
+    flat = mask.reshape(-1)
+    flat[: flat.size // 4] = np.float32(0.5)  # exactly at the threshold
+    flat[flat.size // 4 : flat.size // 2] = np.nextafter(np.float32(0.5), np.float32(0))
+    flat[-1] = np.nan
+    rng.shuffle(flat)
+    keep = (rng.random((h, w)) < [0.0, 0.2, 1.0, 0.5][seed]).astype(np.uint8) * (1 + seed)
+    got = host.robot_in_keepout(mask, keep)
+    want = ref.robot_in_keepout(mask, keep)
+    assert _same(got, want)
+    assert seed != 0 or not got.any()  # the empty keep-out mask
+
+
+def test_robot_in_keepout_extremes(host):
+    mask = np.ones((3, 64, 64), np.float32)
+    mask[1] = 0.0
+    keep = np.ones((64, 64), np.uint8)
+    assert host.robot_in_keepout(mask, keep).tolist() == [4096, 0, 4096]

@@ -210,3 +210,37 @@ def test_precheck_empty_mask_threshold_edges_and_no_goal():
     assert ref.precheck_scores(pred, start, full, 10).moved_in_keepout[0] == 0
     with pytest.raises(KernelInputError, match=r"threshold: expected an integer in \[0, 255\]"):
         ref.precheck_scores(pred, start, full, 256)
+
+
+def test_robot_in_keepout_counts_hand_made_masks():
+    keep = np.zeros((3, 4), np.uint8)
+    keep[0, :2] = 1
+    keep[1, 1] = 7  # any nonzero value is inside
+    mask = np.zeros((4, 3, 4), np.float32)
+    mask[0, 0, 0] = 0.5  # exactly 0.5: robot
+    mask[0, 0, 1] = np.nextafter(np.float32(0.5), np.float32(0))  # just below: not robot
+    mask[0, 1, 1] = 1.0
+    mask[0, 2, :] = 1.0  # robot, but outside the keep-out mask
+    mask[1] = 1.0  # robot everywhere: every keep-out pixel
+    mask[2, 0, 0] = np.nan  # NaN is not robot
+    mask[2, 1, 1] = 0.75
+    got = ref.robot_in_keepout(mask, keep)
+    assert got.dtype == np.int32 and got.shape == (4,)
+    assert got.tolist() == [2, 3, 1, 0]
+    # an empty keep-out mask counts nothing, however much robot there is
+    assert ref.robot_in_keepout(mask, np.zeros((3, 4), np.uint8)).tolist() == [0, 0, 0, 0]
+    # no items: an empty result
+    assert ref.robot_in_keepout(np.zeros((0, 3, 4), np.float32), keep).shape == (0,)
+
+
+def test_robot_in_keepout_errors_name_the_argument():
+    keep = np.ones((2, 2), np.uint8)
+    with pytest.raises(KernelInputError, match=r"robot_mask: expected dtype float32, found float64"):
+        ref.robot_in_keepout(np.zeros((1, 2, 2)), keep)
+    with pytest.raises(KernelInputError, match=r"robot_mask: expected shape \[\*, \*, \*\], found "
+                                               r"\[1, 1, 2, 2\]"):
+        ref.robot_in_keepout(np.zeros((1, 1, 2, 2), np.float32), keep)
+    with pytest.raises(KernelInputError, match=r"keepout: expected shape \[2, 2\], found \[2, 3\]"):
+        ref.robot_in_keepout(np.zeros((1, 2, 2), np.float32), np.ones((2, 3), np.uint8))
+    with pytest.raises(KernelInputError, match=r"keepout: expected dtype uint8, found bool"):
+        ref.robot_in_keepout(np.zeros((1, 2, 2), np.float32), np.ones((2, 2), bool))

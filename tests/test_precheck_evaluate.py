@@ -133,6 +133,42 @@ def test_keep_out_on_the_predicted_robot_mask() -> None:
         evaluate(strict, start, None, actions, frames)
 
 
+def test_keep_out_on_robot_counts_equals_keep_out_on_the_masks() -> None:
+    """The counts a rollout gives (the device path's only output) decide as the masks do."""
+    from edge.precheck.rules import rasterise
+    from kernels import reference as ref
+
+    start, frames, actions = _case()
+    rng = np.random.default_rng(0)
+    masks = rng.random((3, 4, H, W), dtype=np.float32) * np.float32(0.56)
+    masks[2] = 0.0  # candidate 2 is never robot
+    ko = KeepOutRule((LEFT_HALF,), motion_threshold=20, max_robot_pixels=2)
+    rules = Rules(Path("r.yaml"), keep_out=ko)
+    keep = rasterise(ko.regions, H, W)
+    counts = ref.robot_in_keepout(masks.reshape(-1, H, W), keep).reshape(3, 4)
+    on_masks = evaluate(rules, start, None, actions, frames, robot_masks=masks)
+    on_counts = evaluate(rules, start, None, actions, frames, robot_counts=counts)
+    assert on_masks.keepout_basis == on_counts.keepout_basis == "robot_mask"
+    assert [(v.passed, v.first_fail_step, v.detail, v.scores) for v in on_masks.verdicts] == \
+        [(v.passed, v.first_fail_step, v.detail, v.scores) for v in on_counts.verdicts]
+    assert not all(v.passed for v in on_counts.verdicts) and on_counts.verdicts[2].passed
+    # basis motion ignores the counts; basis robot_mask accepts counts in place of masks
+    motion = Rules(Path("r.yaml"), keep_out=KeepOutRule((LEFT_HALF,), 20, basis="motion"))
+    res = evaluate(motion, start, None, actions, frames, robot_counts=counts)
+    assert res.keepout_basis == "motion against the start frame"
+    strict = Rules(Path("r.yaml"), keep_out=KeepOutRule((LEFT_HALF,), 20, basis="robot_mask"))
+    assert evaluate(strict, start, None, actions, frames,
+                    robot_counts=counts).keepout_basis == "robot_mask"
+    with pytest.raises(RuntimeInputError, match="masks or their counts, not both"):
+        evaluate(rules, start, None, actions, frames, robot_masks=masks, robot_counts=counts)
+    with pytest.raises(RuntimeInputError, match=r"robot counts: expected integers \[3, 4\], "
+                                                 r"found int32 \[3, 3\]"):
+        evaluate(rules, start, None, actions, frames, robot_counts=counts[:, :3])
+    with pytest.raises(RuntimeInputError, match=r"robot masks: expected float32 \[3, 4, 8, 8\], "
+                                                 r"found float64"):
+        evaluate(rules, start, None, actions, frames, robot_masks=masks.astype(np.float64))
+
+
 def test_motion_is_measured_against_the_zero_action_rollout() -> None:
     start, frames, actions = _case(n=2)
     drift = np.repeat(start[None], 4, 0).copy()

@@ -34,7 +34,7 @@ from edge.commands.simulate import MAX_SHEET_ROWS, sheet_columns, write_predicti
 from edge.fileio import write_json_atomic
 from edge.precheck.evaluate import PrecheckResult, evaluate
 from edge.precheck.policy import OnnxPolicy, rollout_policy
-from edge.precheck.rules import load_rules
+from edge.precheck.rules import load_rules, rasterise
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import load_actions, load_image, load_joint_state, load_start
 from edge.runtime.rollout import Rollout
@@ -139,15 +139,16 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             print(f"warning: {stale}", file=sys.stderr)
         names: list[str] | None
         ko = rules.keep_out
-        on_mask = bool(ko is not None and ko.basis != "motion" and model.has_robot_mask
-                       and not model.on_device)
+        on_mask = bool(ko is not None and ko.basis != "motion" and model.has_robot_mask)
         if ko is not None and ko.basis == "robot_mask" and not on_mask:
             raise RuntimeInputError(
-                f"{rules.path}:keep_out.basis: robot_mask, but "
-                + ("the device rollout keeps no robot masks yet (use --backend cpu)"
-                   if model.has_robot_mask else
-                   f"{model.model_dir} predicts no robot mask (model.json "
-                   f"contract.decoder_outputs); use basis: motion"))
+                f"{rules.path}:keep_out.basis: robot_mask, but {model.model_dir} predicts no "
+                f"robot mask (model.json contract.decoder_outputs); use basis: motion")
+        # on the robot mask the rollout counts its pixels inside the keep-out regions each
+        # step (on the GPU on the device path, from the NumPy twin on the host path): the
+        # verdict needs the counts, never the masks
+        keepout = (rasterise(ko.regions, *model.contract.resolution)
+                   if ko is not None and on_mask else None)
         if args.policy:
             if not args.horizon or args.horizon < 1:
                 raise RuntimeInputError("--horizon: required (>= 1) with --policy")
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                 raise RuntimeInputError("--joint-state: required with --policy (the policy "
                                         "reads the joint state)")
             rollout = Rollout(model, ctx, max_horizon=args.horizon, max_candidates=1,
-                              robot_mask=on_mask)
+                              keepout=keepout)
             with OnnxPolicy(args.policy) as policy:
                 actions, frames = rollout_policy(rollout, policy, start, q0, args.horizon)
             names = ["policy"]
@@ -167,10 +168,10 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             n, horizon = actions.shape[:2]
             check_rollout_size(n, horizon, str(args.actions))
             rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n,
-                              robot_mask=on_mask)
+                              keepout=keepout)
             rollout.check_actions(actions, str(args.actions))
             frames = rollout.run(start, actions)
-        masks = rollout.robot_masks() if on_mask else None
+        robot_counts = rollout.robot_keepout_counts() if on_mask else None
         reference = None
         if rules.keep_out is not None and not on_mask:
             # motion is measured against the model's own zero-action rollout, so that
@@ -184,7 +185,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             actions = actions[..., ctrl]
             if q0 is not None and len(q0) == len(ctrl):
                 q0 = np.asarray(q0)[ctrl]
-        result = evaluate(rules, start, q0, actions, frames, names, goal, masks, reference)
+        result = evaluate(rules, start, q0, actions, frames, names, goal,
+                          reference_frames=reference, robot_counts=robot_counts)
         ident = model_identity(model)
         report = {
             "rules": str(args.rules), "model": str(model.model_dir),

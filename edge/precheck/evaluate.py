@@ -7,7 +7,8 @@ Per candidate and step t (predicted frame t is the scene after action t):
 - ``joint_limits``: lower <= q0 + sum(actions[0..t]) <= upper.
 - ``keep_out``: the robot stays out of the keep-out mask. Decided on the model's predicted
   robot mask where it has one (``basis`` ``robot_mask``/``auto``: pixels with mask >= 0.5
-  inside the mask <= ``max_robot_pixels``), else on predicted motion (``basis`` ``motion``:
+  inside the mask <= ``max_robot_pixels``; the counts of ``kernels.reference.robot_in_keepout``,
+  given as counts by the rollout on either path or computed here from the masks), else on predicted motion (``basis`` ``motion``:
   a pixel moved if max over channels |pred - reference| > motion_threshold, <=
   ``max_moved_pixels``; the reference is the model's own zero-action rollout, never the
   raw start frame where that rollout is given; ``kernels.reference`` scores).
@@ -88,7 +89,8 @@ def _width_check(vec: tuple[float, ...], a: int, what: str) -> np.ndarray:
 def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
              actions: np.ndarray, frames: np.ndarray, names: list[str] | None = None,
              goal: np.ndarray | None = None, robot_masks: np.ndarray | None = None,
-             reference_frames: np.ndarray | None = None) -> PrecheckResult:
+             reference_frames: np.ndarray | None = None,
+             robot_counts: np.ndarray | None = None) -> PrecheckResult:
     """Apply the rules to every candidate.
 
     Args:
@@ -103,10 +105,15 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
             None (a model without one); the keep-out verdict's basis (module docstring).
         reference_frames: uint8 ``[T, H, W, 3]`` the model's zero-action rollout, the
             reference of the motion basis (None: the start frame).
+        robot_counts: int ``[N, T]`` the predicted robot-mask pixels >= 0.5 inside the
+            keep-out mask (``Rollout.robot_keepout_counts`` with the rasterised keep-out
+            regions at the frames' size), in place of ``robot_masks``: the same verdicts
+            without the masks (what the device rollout gives).
 
     Raises:
-        RuntimeInputError: widths or shapes that do not match the rules or each other, or
-            ``basis: robot_mask`` without a predicted robot mask.
+        RuntimeInputError: widths or shapes that do not match the rules or each other,
+            ``basis: robot_mask`` without a predicted robot mask or its counts, or both
+            ``robot_masks`` and ``robot_counts``.
     """
     n, t, a = actions.shape
     h, w = start.shape[:2]
@@ -153,13 +160,21 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
     if rules.keep_out is not None:
         ko = rules.keep_out
         mask = rasterise(ko.regions, h, w)
-        if ko.basis == "robot_mask" and robot_masks is None:
+        if robot_masks is not None and robot_counts is not None:
+            raise RuntimeInputError("keep-out: give the robot masks or their counts, not both")
+        if ko.basis == "robot_mask" and robot_masks is None and robot_counts is None:
             raise RuntimeInputError(f"{rules.path}:keep_out.basis: robot_mask, but the model "
                                     f"predicts no robot mask (model.json "
                                     f"contract.decoder_outputs); use basis: motion")
-        if robot_masks is not None and robot_masks.shape != (n, t, h, w):
-            raise RuntimeInputError(f"robot masks: expected [{n}, {t}, {h}, {w}], found "
-                                    f"{list(robot_masks.shape)}")
+        if robot_masks is not None and (robot_masks.shape != (n, t, h, w)
+                                        or robot_masks.dtype != np.float32):
+            raise RuntimeInputError(f"robot masks: expected float32 [{n}, {t}, {h}, {w}], "
+                                    f"found {robot_masks.dtype} {list(robot_masks.shape)}")
+        if robot_counts is not None and (np.shape(robot_counts) != (n, t)
+                                         or np.asarray(robot_counts).dtype.kind not in "iu"):
+            raise RuntimeInputError(f"robot counts: expected integers [{n}, {t}], found "
+                                    f"{np.asarray(robot_counts).dtype} "
+                                    f"{list(np.shape(robot_counts))}")
         if reference_frames is not None and reference_frames.shape != (t, h, w, 3):
             raise RuntimeInputError(f"reference frames: expected [{t}, {h}, {w}, 3], found "
                                     f"{list(reference_frames.shape)}")
@@ -168,11 +183,14 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
             sc = ref.precheck_scores(np.ascontiguousarray(frames[:, s]), base, mask,
                                      ko.motion_threshold)
             moved[:, s], energy[:, s] = sc.moved_in_keepout, sc.motion_energy
-        on_mask = robot_masks is not None and ko.basis != "motion"
+        on_mask = (robot_masks is not None or robot_counts is not None) and ko.basis != "motion"
         if on_mask:
-            assert robot_masks is not None
-            inside = (robot_masks >= 0.5) & mask.astype(bool)[None, None]  # (N, T, H, W)
-            robot[...] = inside.sum(axis=(2, 3))
+            if robot_counts is not None:
+                robot[...] = robot_counts
+            else:
+                assert robot_masks is not None
+                flat = np.ascontiguousarray(robot_masks).reshape(n * t, h, w)
+                robot[...] = ref.robot_in_keepout(flat, mask).reshape(n, t)
             basis = "robot_mask"
         else:
             basis = ("motion against the zero-action rollout" if reference_frames is not None

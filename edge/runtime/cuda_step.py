@@ -8,9 +8,11 @@ int32 ``state`` = {w, t}):
    -> next latent                                                           # (B, L)
 3. ``ring_push_linearise``: push (next latent, action_t), re-linearise history
 4. decoder executor: next latent -> decoded float frames                   # (B, 3, H, W)
+   (and, with ``robot_mask=True``, the predicted robot mask                 # (B, 1, H, W))
 5. ``decode_frames`` (+ residual offset) -> uint8 frames, NaNs counted      # (B, H, W, 3)
 6. ``precheck_scores`` against the start frame, keep-out mask and goal
-7. ``store_step`` x4: frames and scores into per-horizon buffers at t
+   (and ``robot_in_keepout``: robot-mask pixels >= 0.5 inside the keep-out mask, # (B,))
+7. ``store_step`` x4 (x5): frames and scores into per-horizon buffers at t
 8. ``ring_advance``: w = (w + 1) % S, t += 1
 
 After ``warmup_steps`` eager steps the whole step is captured once as a CUDA graph and
@@ -46,7 +48,8 @@ class DeviceExecutor(Protocol):
     copies and no allocation (it is captured into a CUDA graph). Pointers are ``int``
     device addresses; names follow the model contract (``history_latents``,
     ``history_actions``, ``action`` and any extra inputs such as ``context`` for the step
-    graph, output ``next_latent``; ``latents`` -> ``frames`` for the decoder).
+    graph, output ``next_latent``; ``latents`` -> ``frames`` for the decoder, and
+    ``robot_mask`` where the decoder predicts one and the step asks for it).
     """
 
     def enqueue(
@@ -84,13 +87,16 @@ class RolloutOutputs(NamedTuple):
     """Host copies of a rollout's outputs (T = steps taken).
 
     frames uint8 [T, B, H, W, 3]; moved_in_keepout int32 [T, B]; motion_energy float32
-    [T, B]; goal_mse float32 [T, B] or None.
+    [T, B]; goal_mse float32 [T, B] or None; robot_in_keepout int32 [T, B] (predicted
+    robot-mask pixels >= 0.5 inside the keep-out mask) or None when the step keeps no
+    robot mask.
     """
 
     frames: np.ndarray
     moved_in_keepout: np.ndarray
     motion_energy: np.ndarray
     goal_mse: np.ndarray | None
+    robot_in_keepout: np.ndarray | None = None
 
 
 _FLOAT = 4
@@ -107,6 +113,10 @@ class CudaRolloutStep:
         shapes: :class:`StepShapes`.
         use_graph: False runs every step eagerly (for comparison).
         warmup_steps: eager steps before the capture (>= 1 lets executors initialise).
+        robot_mask: the decoder executor also writes ``robot_mask`` float32
+            ``[B, 1, H, W]`` (0..1) into a buffer of this step, and each step counts its
+            pixels >= 0.5 inside the keep-out mask (``robot_in_keepout``, int32 ``[B]``
+            per step, on the device; :meth:`outputs` returns the counts, never the masks).
 
     Call order: :meth:`activate`, :meth:`reset`, :meth:`step` (or :meth:`run`),
     :meth:`outputs`, and :meth:`deactivate` (or use ``with``).
@@ -114,13 +124,15 @@ class CudaRolloutStep:
 
     def __init__(self, launcher: KernelLauncher, step_executor: DeviceExecutor,
                  decoder_executor: DeviceExecutor, shapes: StepShapes, *,
-                 use_graph: bool = True, warmup_steps: int = 1):  # fmt: skip
+                 use_graph: bool = True, warmup_steps: int = 1,
+                 robot_mask: bool = False):  # fmt: skip
         self.launcher = launcher
         self.step_executor = step_executor
         self.decoder_executor = decoder_executor
         self.shapes = shapes
         self.use_graph = use_graph
         self.warmup_steps = max(0, int(warmup_steps))
+        self.robot_mask = bool(robot_mask)
         self.node_counts: Counter = Counter()
         self._buf: dict[str, Any] = {}
         self._graph: CapturedGraph | None = None
@@ -153,6 +165,8 @@ class CudaRolloutStep:
             "moved": t * b * 4, "energy": t * b * _FLOAT, "goal_mse": t * b * _FLOAT,
             "start_latent": b * lat * _FLOAT, "state": 2 * 4, "nan_count": 4,
         }  # fmt: skip
+        if self.robot_mask:
+            sizes.update({"robot_mask": b * hw * _FLOAT, "robot_t": b * 4, "robot": t * b * 4})
         self._buf = {name: cuda.mem_alloc(n) for name, n in sizes.items()}
         return self
 
@@ -257,15 +271,19 @@ class CudaRolloutStep:
         k.ring_push_linearise(s.ring, p("ring_latents"), p("ring_actions"), p("hist_latents"),
                               p("hist_actions"), p("next_latent"), p("action_t"), p("dof_mask"),
                               p("state"))  # fmt: skip
-        self.decoder_executor.enqueue(
-            {"latents": p("next_latent")}, {"frames": p("decoded")}, k.stream_handle
-        )
+        dec_out = {"frames": p("decoded")}
+        if self.robot_mask:
+            dec_out["robot_mask"] = p("robot_mask")
+        self.decoder_executor.enqueue({"latents": p("next_latent")}, dec_out, k.stream_handle)
         k.decode_frames(p("frames_t"), p("decoded"), p("offset") if self._has_offset else 0,
                         b, s.height, s.width, p("nan_count"))  # fmt: skip
         goal = p("goal") if self._has_goal else 0
         k.precheck_scores(p("moved_t"), p("energy_t"), p("goal_t") if goal else 0, p("frames_t"),
                           p("start_frame"), p("keepout"), goal, b, s.height, s.width,
                           self._threshold)  # fmt: skip
+        if self.robot_mask:
+            k.robot_in_keepout(p("robot_t"), p("robot_mask"), p("keepout"), b, s.height, s.width)
+            k.store_step(p("robot"), p("robot_t"), b * 4, s.horizon, p("state"))
         k.store_step(p("frames"), p("frames_t"), b * hw * 3, s.horizon, p("state"))
         k.store_step(p("moved"), p("moved_t"), b * 4, s.horizon, p("state"))
         k.store_step(p("energy"), p("energy_t"), b * _FLOAT, s.horizon, p("state"))
@@ -376,7 +394,12 @@ class CudaRolloutStep:
             goal = np.empty((s.horizon, s.batch), np.float32)
             host_copy(cuda, "dtoh", goal, self._buf["goal_mse"])
             goal = goal[:t]
-        return RolloutOutputs(frames[:t], moved[:t], energy[:t], goal)
+        robot = None
+        if self.robot_mask:
+            robot = np.empty((s.horizon, s.batch), np.int32)
+            host_copy(cuda, "dtoh", robot, self._buf["robot"])
+            robot = robot[:t]
+        return RolloutOutputs(frames[:t], moved[:t], energy[:t], goal, robot)
 
 
 def _as(arr: Any, dtype: type, shape: tuple[int | None, ...], name: str) -> np.ndarray:

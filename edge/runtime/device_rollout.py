@@ -9,12 +9,16 @@ once per batch size, fed with the context uploaded once. Between the engines of 
 current model (the warp family warps and composites inside the decoder graph,
 ``contract.warping: decoder_graph``) the work is the ring buffer, the action selection,
 the uint8 conversion and the pre-check scores: the kernels of ``kernels/`` whose NumPy
-twins the CPU path runs (``kernels.reference``). The warp decoder's second output
-(``robot_mask``) is written to the runner's own buffer and left on the device.
+twins the CPU path runs (``kernels.reference``). Where the decoder also predicts a robot
+mask (the warp decoder's second output, ``robot_mask``), it is written to a buffer of the
+step and counted there, each step, inside the keep-out mask given to :meth:`DeviceRollout.reset`
+(``se_robot_in_keepout``: pixels >= 0.5); the masks never leave the device, their counts
+come back with the frames.
 
 Host copies: :meth:`DeviceRollout.reset` uploads the inputs, :meth:`DeviceRollout.outputs`
-downloads the frames; a step copies nothing (``edge.runtime.device_copies`` counts it), except the
-optional per-step fetch and a policy-mode action upload, both counted.
+downloads the frames and the counts; a step copies nothing (``edge.runtime.device_copies``
+counts it), except the optional per-step fetch and a policy-mode action upload, both
+counted.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 
 from edge.runtime.context import CalibrationContext
 from edge.runtime.device_copies import host_copy
+from edge.runtime.errors import CallOrderError
 from edge.runtime.model import WorldModel
 
 __all__ = ["DeviceRollout"]
@@ -69,7 +74,8 @@ class DeviceRollout:
             # on the device path every step/decoder runner has enqueue (WorldModel.on_device)
             step = CudaRolloutStep(
                 self.launcher, cast(DeviceExecutor, self.model.runner(f"step_b{batch}")),
-                cast(DeviceExecutor, self.model.runner(f"decoder_b{batch}")), shapes)
+                cast(DeviceExecutor, self.model.runner(f"decoder_b{batch}")), shapes,
+                robot_mask=self.model.has_robot_mask)
             have.append(step.activate())
         return have[:chunks]
 
@@ -85,7 +91,8 @@ class DeviceRollout:
         return None if not counts or None in counts else sum(counts)
 
     def reset(self, batch: int, chunks: int, start_latents: np.ndarray, actions: np.ndarray,
-              mask: np.ndarray, start_frame: np.ndarray, offset: np.ndarray | None) -> None:
+              mask: np.ndarray, start_frame: np.ndarray, offset: np.ndarray | None,
+              keepout: np.ndarray | None = None) -> None:
         """Upload a request and fill the rings on the device.
 
         Args:
@@ -93,12 +100,20 @@ class DeviceRollout:
             start_latents: float32 ``[B*chunks, L]``.
             actions: float32 ``[B*chunks, T, A]`` (SI units; padding rows zero).
             mask: uint8 ``[A]``.
-            start_frame: uint8 ``[H, W, 3]`` (the reference of the device's pre-check
-                scores; no keep-out mask is given here, so those scores are zero).
+            start_frame: uint8 ``[H, W, 3]`` (the reference of the device's motion scores,
+                which nothing reads back: the pre-check measures motion against the
+                model's zero-action rollout on the host).
             offset: float32 ``[B*chunks, 3, H, W]`` residual offset, or None.
+            keepout: uint8 ``[H, W]`` keep-out mask (nonzero = inside), where the
+                robot-mask pixels are counted each step (a model with a robot mask);
+                None: all zero (every count 0).
+
+        Raises:
+            KernelInputError: an array of the wrong dtype or shape (the message names it).
         """
         h, w = self.model.contract.resolution
-        keepout = np.zeros((h, w), np.uint8)
+        if keepout is None:
+            keepout = np.zeros((h, w), np.uint8)
         self._active = self._steps_for(batch, chunks)
         self._batch = batch
         for k, step in enumerate(self._active):
@@ -124,16 +139,24 @@ class DeviceRollout:
         for k, step in enumerate(self._active):
             step.fetch_frames(t, out[k * b:(k + 1) * b])
 
-    def outputs(self, t: int, out: np.ndarray) -> None:
-        """Copy the first ``t`` steps' frames into ``out`` uint8 ``[T, P, H, W, 3]``.
+    def outputs(self, t: int, out: np.ndarray, robot_out: np.ndarray | None = None) -> None:
+        """Copy the first ``t`` steps' frames into ``out`` uint8 ``[T, P, H, W, 3]`` and, with
+        ``robot_out`` int32 ``[T, P]``, their robot-in-keep-out counts (one download each
+        per chunk, at the end).
 
         Raises:
+            CallOrderError: ``robot_out`` for a model without a robot mask.
             NonFiniteOutputError: the decoder produced NaN (the count is named).
         """
+        if robot_out is not None and not self.model.has_robot_mask:
+            raise CallOrderError(f"DeviceRollout.outputs: {self.model.model_dir} predicts no "
+                                 f"robot mask, so there are no counts to copy")
         b = self._batch
         for k, step in enumerate(self._active):
             res = step.outputs()
             out[:t, k * b:(k + 1) * b] = res.frames[:t]
+            if robot_out is not None and res.robot_in_keepout is not None:
+                robot_out[:t, k * b:(k + 1) * b] = res.robot_in_keepout[:t]
 
     def close(self) -> None:
         """Free every step's buffers and graph, and the context; idempotent."""

@@ -12,7 +12,8 @@ Three objects, as in docs/runtime.md:
 One step t (for each chunk of B candidates; contracts in docs/architecture.md):
 ``hist = ring_linearise(ring, w)``; ``a_t = select_action(actions, mask, t)``;
 ``z_{t+1} = step(hist, a_t, context)``; ``w = ring_push(ring, w, z_{t+1}, a_t, mask)``;
-``frame_{t+1} = decode_frames(dec(z_{t+1}) [+ start/255 - dec(z_0)])``.
+``frame_{t+1} = decode_frames(dec(z_{t+1}) [+ start/255 - dec(z_0)])``; with a keep-out
+mask, ``robot_{t+1} = robot_in_keepout(robot_mask(z_{t+1}), keepout)`` (pixels >= 0.5).
 """
 
 from __future__ import annotations
@@ -77,18 +78,32 @@ class Rollout:
         params: :class:`RolloutParams` (defaults if None).
         max_horizon: the most steps T any later :meth:`reset` may ask for.
         max_candidates: the most candidates N any later :meth:`reset` may ask for.
+        robot_mask: keep the decoder's predicted robot mask of every step
+            (:meth:`robot_masks`, float32 ``[N, t, H, W]``); the host path only (the device
+            path keeps only the counts below).
+        keepout: uint8 (or bool) ``[H, W]`` keep-out mask, nonzero inside (e.g.
+            :func:`edge.precheck.rules.rasterise` of the rules' regions): count, per step
+            and candidate, the predicted robot-mask pixels >= 0.5 inside it
+            (:meth:`robot_keepout_counts`, int32 ``[N, t]``), on both paths: on the host
+            from each step's robot mask with ``kernels.reference.robot_in_keepout``, on the
+            device with its kernel twin ``se_robot_in_keepout`` inside the captured step
+            (the masks stay on the GPU; the counts come back with the frames). None: no
+            counts.
 
     Call order: :meth:`reset`, then :meth:`step` up to T times (or :meth:`run` /
     :meth:`stream`, which reset themselves); :meth:`frames` returns what was predicted.
 
     Raises:
         ContextMismatchError: the context belongs to another model or has the wrong shape.
-        RolloutInputError: a bad DoF mask or sizes.
+        RolloutInputError: a bad DoF mask or sizes; ``robot_mask`` or ``keepout`` for a
+            model that predicts no robot mask; ``robot_mask`` on the device path; a
+            ``keepout`` of the wrong dtype or shape.
     """
 
     def __init__(self, model: WorldModel, context: CalibrationContext,
                  params: RolloutParams | None = None, max_horizon: int = 64,
-                 max_candidates: int = 1, robot_mask: bool = False):
+                 max_candidates: int = 1, robot_mask: bool = False,
+                 keepout: np.ndarray | None = None):
         check_context(model, context)
         c = model.contract
         self.model, self.context = model, context
@@ -127,8 +142,19 @@ class Rollout:
                                         f"mask (model.json contract.decoder_outputs)")
             if model.on_device:
                 raise RolloutInputError("robot_mask: the device rollout does not keep robot "
-                                        "masks yet; run this rollout with the CPU backend")
+                                        "masks, only their counts inside a keep-out mask "
+                                        "(keepout=...); run this rollout with the CPU "
+                                        "backend to keep the masks")
             self.out_masks = np.zeros((self.max_horizon, p, 1, h, w), np.float32)
+        # Robot-mask pixels inside the keep-out mask per step, when a keep-out mask is given.
+        self.keepout: np.ndarray | None = None  # (H, W) uint8
+        self.out_robot: np.ndarray | None = None  # (T, P) int32
+        self._step_mask: np.ndarray | None = None  # (P, 1, H, W): the step's mask, not kept
+        if keepout is not None:
+            self.keepout = self._check_keepout(keepout, h, w)
+            self.out_robot = np.zeros((self.max_horizon, p), np.int32)
+            if self.out_masks is None and not model.on_device:
+                self._step_mask = np.zeros((p, 1, h, w), np.float32)
         self._views: dict[tuple[int, int], _PlanViews] = {}
         self._v = self._plan_views(self.batch, self.chunks)
         self._w = 0
@@ -164,6 +190,17 @@ class Rollout:
                 dec=[self.decoded[k * batch:(k + 1) * batch] for k in range(chunks)])
             self._views[key] = v
         return self._views[key]
+
+    def _check_keepout(self, keepout: np.ndarray, h: int, w: int) -> np.ndarray:
+        if not self.model.has_robot_mask:
+            raise RolloutInputError(f"keepout: {self.model.model_dir} predicts no robot mask "
+                                    f"to count inside it (model.json "
+                                    f"contract.decoder_outputs)")
+        k = np.asarray(keepout)
+        if k.dtype not in (np.uint8, np.bool_) or k.shape != (h, w):
+            raise RolloutInputError(f"keepout: expected a uint8 (or bool) mask [{h}, {w}] (the "
+                                    f"model's resolution), found {k.dtype} {list(k.shape)}")
+        return np.ascontiguousarray(k, np.uint8)
 
     def _make_mask(self, a: int) -> np.ndarray:
         if self.params.dof_mask is not None:
@@ -294,7 +331,8 @@ class Rollout:
             np.subtract(img[idx], v.decoded, out=v.offset)
         if self._device is not None:
             self._device.reset(b, v.chunks, self.start_latents[:v.rows], v.actions[:, :t],
-                               self.mask, np.ascontiguousarray(starts[0]), v.offset)
+                               self.mask, np.ascontiguousarray(starts[0]), v.offset,
+                               keepout=self.keepout)
             return
         self._w = ref.ring_fill(v.ring_latents, v.ring_actions, self.start_latents[:v.rows])
 
@@ -369,13 +407,13 @@ class Rollout:
         ref.select_action(v.actions, self.mask, t, out=v.action_t)
         ref.ring_linearise(v.ring_latents, v.ring_actions, self._w, v.hist_latents,
                            v.hist_actions)
+        masks = self.out_masks[t] if self.out_masks is not None else self._step_mask
         for k in range(v.chunks):
-            if self.out_masks is None:
+            if masks is None:
                 self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k])
             else:  # one decoder run for both outputs
                 self.model.step(b, v.feeds[k], v.next[k])
-                self.model.decode_robot_mask(b, v.next[k], v.dec[k],
-                                             self.out_masks[t, k * b:(k + 1) * b])
+                self.model.decode_robot_mask(b, v.next[k], v.dec[k], masks[k * b:(k + 1) * b])
         self._w = ref.ring_push(v.ring_latents, v.ring_actions, self._w, v.next_flat,
                                 v.action_t, self.mask)
         try:
@@ -383,8 +421,24 @@ class Rollout:
         except NonFiniteOutputError as exc:
             raise RolloutInputError(f"step {t}: the decoder produced NaN ({exc}); check the "
                                     f"model and the inputs") from exc
+        if self.out_robot is not None and self.keepout is not None and masks is not None:
+            self.out_robot[t, :v.rows] = ref.robot_in_keepout(masks[:v.rows, 0], self.keepout)
         self._t = t + 1
         return self.out_frames[t, :self._n]
+
+    def _download(self) -> None:
+        """Device path: copy the frames (and the robot counts) of the steps taken to the
+        host once (again only after more steps)."""
+        if self._device is None or self._fetched == self._t:
+            return
+        rows = self._v.rows
+        try:
+            self._device.outputs(self._t, self.out_frames[:, :rows],
+                                 None if self.out_robot is None else self.out_robot[:, :rows])
+        except NonFiniteOutputError as exc:
+            raise RolloutInputError(f"the decoder produced NaN ({exc}); check the model "
+                                    f"and the inputs") from exc
+        self._fetched = self._t
 
     def frames(self) -> np.ndarray:
         """The frames predicted since :meth:`reset`: uint8 ``[N, t, H, W, 3]`` (a copy).
@@ -395,13 +449,7 @@ class Rollout:
         """
         if self._t < 0:
             raise CallOrderError("Rollout.frames: call reset() first")
-        if self._device is not None and self._fetched != self._t:
-            try:
-                self._device.outputs(self._t, self.out_frames[:, :self._v.rows])
-            except NonFiniteOutputError as exc:
-                raise RolloutInputError(f"the decoder produced NaN ({exc}); check the model "
-                                        f"and the inputs") from exc
-            self._fetched = self._t
+        self._download()
         return np.ascontiguousarray(self.out_frames[:self._t, :self._n].transpose(1, 0, 2, 3, 4))
 
     def robot_masks(self) -> np.ndarray:
@@ -417,6 +465,26 @@ class Rollout:
         if self.out_masks is None:
             raise CallOrderError("Rollout.robot_masks: make the rollout with robot_mask=True")
         return np.ascontiguousarray(self.out_masks[:self._t, :self._n, 0].transpose(1, 0, 2, 3))
+
+    def robot_keepout_counts(self) -> np.ndarray:
+        """Per candidate and step since :meth:`reset`, the predicted robot-mask pixels
+        >= 0.5 inside the ``keepout`` mask: int32 ``[N, t]`` (a copy). The same numbers on
+        both paths (``kernels.reference.robot_in_keepout`` on the host, its kernel on the
+        device, where this copies the frames and counts of the steps taken once, like
+        :meth:`frames`).
+
+        Raises:
+            CallOrderError: :meth:`reset` was not called, or the rollout was made without
+                ``keepout``.
+            RolloutInputError: the decoder produced NaN (device path: found here).
+        """
+        if self._t < 0:
+            raise CallOrderError("Rollout.robot_keepout_counts: call reset() first")
+        if self.out_robot is None:
+            raise CallOrderError("Rollout.robot_keepout_counts: make the rollout with a "
+                                 "keep-out mask (keepout=...)")
+        self._download()
+        return np.ascontiguousarray(self.out_robot[:self._t, :self._n].T)
 
     def close(self) -> None:
         """Free the device buffers of the device path now (otherwise the model frees them
