@@ -87,11 +87,6 @@ class WarpConfig:
     #: in every step: the same frames, one joint-network pass per rollout (the exported
     #: ``prepare_bB`` graphs); training leaves it off
     joint_fields_in_state: bool = False
-    #: compose the per-DoF flows along the kinematic chain instead of adding them: the
-    #: channels are ordered by how much their fields move (proximal first) and each
-    #: channel's flow is sampled where the flows before it have already moved the pixel
-    #: (:meth:`StateStep.compose`); False: the sum
-    compose_joints: bool = False
     use_calibration: bool = True
     baseline_amplitude_rad: float = 0.3
     #: calibration sweep magnitudes the model was trained on, rad (model.json records them)
@@ -102,8 +97,6 @@ class WarpConfig:
             raise ValueError(f"image_size ({self.image_size}) must be 4 * grid ({self.grid})")
         if not 0 <= self.global_channels < self.motion_channels:
             raise ValueError("global_channels must lie in [0, motion_channels)")
-        if self.compose_joints and not self.joint_width:
-            raise ValueError("compose_joints composes the per-DoF flows: it needs joint_width > 0")
 
     @property
     def calibration_frames(self) -> int:
@@ -123,7 +116,7 @@ class WarpConfig:
     def to_dict(self) -> dict:
         """JSON-serialisable copy."""
         d = asdict(self)
-        for key in ("start_offset", "joint_fields_in_state", "compose_joints"):  # off in every earlier model
+        for key in ("start_offset", "joint_fields_in_state"):  # off in every earlier model
             if not d[key]:
                 del d[key]
         d["sweep_out_rows"] = list(self.sweep_out_rows)
@@ -379,49 +372,14 @@ class StateStep(nn.Module):
                 f = lay.slice(z, "joint_fields").reshape(bsz, k, 4, hh, hh)
             else:
                 f = self.joint_fields(z, context)
-            if cfg.compose_joints:
-                flow = self.compose(f, c_sin, c_cos)
-            else:
-                flow = (torch.einsum("ba,bachw->bchw", c_sin, f[:, :, :2])
-                        + torch.einsum("ba,bachw->bchw", c_cos, f[:, :, 2:]))
+            flow = (torch.einsum("ba,bachw->bchw", c_sin, f[:, :, :2])
+                    + torch.einsum("ba,bachw->bchw", c_cos, f[:, :, 2:]))
             parts.append(flow)
         if cfg.start_offset:
             parts.append(lay.slice(z, "offset"))
         if cfg.joint_width and cfg.joint_fields_in_state:
             parts.append(lay.slice(z, "joint_fields"))
         return torch.cat(parts, 1)
-
-    def compose(self, fields: Tensor, c_sin: Tensor, c_cos: Tensor) -> Tensor:
-        """The per-DoF backward flows composed along the kinematic chain, ``[B, 2, h, w]``
-        (px at 64x64).
-
-        A pixel of the new frame is carried back through the most proximal joint first, then
-        through the next one *where the first has put it*, and so on: for rigid links, the
-        inverse of ``R_1 R_2 ... R_K`` is ``R_K^-1 ... R_1^-1`` (each ``R_k`` a rotation
-        about joint k's axis at the calibration pose), so each channel's own backward flow
-        ``b_k(x) = c_sin,k F_sin,k(x) + c_cos,k F_cos,k(x)`` is sampled at the position the
-        flows before it have reached. The chain order is read from the fields themselves:
-        a proximal joint moves more of the picture, so channels are taken by decreasing
-        mean field magnitude (a per-rollout order: the fields do not change during a
-        rollout). Exactly zero at zero actions (every ``b_k`` is); channel permutations do
-        not change it (the order follows the fields, not the index).
-
-        Args:
-            fields: ``[B, A, 4, h, w]`` (:meth:`joint_fields`).
-            c_sin, c_cos: ``[B, A]`` the rotation coefficients of each channel.
-        """
-        bsz, k, _, hh, ww = fields.shape
-        flows = (c_sin[:, :, None, None, None] * fields[:, :, :2]
-                 + c_cos[:, :, None, None, None] * fields[:, :, 2:])  # (B, A, 2, h, w)
-        size = fields.detach().abs().mean((2, 3, 4))  # (B, A)
-        order = torch.argsort(size, dim=1, descending=True)  # (B, A) proximal first
-        flows = torch.gather(flows, 1, order[:, :, None, None, None].expand_as(flows))
-        base = identity_grid(hh).to(fields)
-        disp = flows[:, 0]
-        for i in range(1, k):
-            # disp is in px of the frame; the fields live on the h x w grid
-            disp = disp + warp(flows[:, i], disp * (hh / self.cfg.image_size), base)
-        return disp
 
     def joint_fields(self, z: Tensor, context: Tensor) -> Tensor:
         """Each channel's flow fields ``[B, A, 4, h, w]`` (px at 64x64: the ``sin`` term's

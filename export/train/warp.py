@@ -67,7 +67,6 @@ class WarpTrainOptions:
     joint_width: int = 0
     contrast_weight: float = 0.0
     start_offset: bool = False
-    compose_joints: bool = False
 
 
 class PairSet:
@@ -291,8 +290,7 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
         torch.set_num_threads(opts.threads)
     device = torch.device(opts.device)
     cfg = cfg or WarpConfig(use_calibration=not opts.no_calibration,
-                            joint_width=opts.joint_width, start_offset=opts.start_offset,
-                            compose_joints=opts.compose_joints)
+                            joint_width=opts.joint_width, start_offset=opts.start_offset)
     model = WarpModel(cfg).to(device)
     if opts.init and not ckpt_path.exists():
         _warm_start(model, opts.init)
@@ -404,9 +402,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-offset", action="store_true",
                    help="give the model the start pose's joint offsets from the calibration's "
                         "home pose (WarpConfig.start_offset)")
-    p.add_argument("--compose-joints", action="store_true",
-                   help="compose the per-DoF flows along the kinematic chain, proximal first, "
-                        "instead of adding them (WarpConfig.compose_joints; needs --joint-width)")
     p.add_argument("--contrast-weight", type=float, default=0.0,
                    help="weight of the futures-retrieval loss: a cell's pairs share one start "
                         "and each prediction must be nearest its own target (0: off, pairs "
@@ -425,8 +420,7 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                             mask_weight=args.mask_weight, fill_weight=args.fill_weight,
                             init=args.init, joint_width=args.joint_width,
                             contrast_weight=args.contrast_weight,
-                            start_offset=args.start_offset,
-                            compose_joints=args.compose_joints)
+                            start_offset=args.start_offset)
 
 
 def main(argv: list[str] | None = None) -> int:
