@@ -201,16 +201,51 @@ def warp(image: Tensor, flow: Tensor, base: Tensor) -> Tensor:
                          align_corners=False)
 
 
+def _bilinear_corners(grid: Tensor, h: int, w: int) -> tuple[Tensor, Tensor]:
+    """The corners of :func:`bilinear_sample`'s positions in an ``h x w`` image: their flat
+    pixel indices int32 ``[B, 1, G * 4 * Ho * Wo]`` (grid-major, then the corners nw, ne, sw,
+    se) and their weights float32 ``[B, G, 2 (y0, y1), 2 (x0, x1), Ho, Wo]``."""
+    b, g, _, ho, wo = grid.shape
+    # grid_sample's unnormalisation (align_corners=False) and border clamp, in pixels
+    x = ((grid[:, :, 0] + 1.0) * (w * 0.5) - 0.5).clamp(0.0, w - 1.0)
+    y = ((grid[:, :, 1] + 1.0) * (h * 0.5) - 0.5).clamp(0.0, h - 1.0)
+    x = torch.where(x == x, x, 0.0)  # NaN -> 0: an index in range whatever the input
+    y = torch.where(y == y, y, 0.0)
+    x0, y0 = torch.floor(x), torch.floor(y)
+    wx, wy = x - x0, y - y0
+    # the far corner at the last pixel has weight 0: clamped in range, as grid_sample drops it
+    x1 = torch.clamp(x0 + 1.0, max=w - 1.0)
+    y1 = torch.clamp(y0 + 1.0, max=h - 1.0)
+    corner = torch.stack([y0, y1], 2)[:, :, :, None] * w + torch.stack([x0, x1], 2)[:, :, None]
+    # grid_sample's weights: nw = (1 - wy)(1 - wx), ne = (1 - wy) wx, sw = wy (1 - wx), se = wy wx
+    weights = (torch.stack([1.0 - wy, wy], 2)[:, :, :, None]
+               * torch.stack([1.0 - wx, wx], 2)[:, :, None])
+    return corner.to(torch.int32).reshape(b, 1, g * 4 * ho * wo), weights
+
+
+def _sample_plane(plane: Tensor, index: Tensor, weights: Tensor, grids: int) -> Tensor:
+    """One channel ``[B, 1, H, W]`` sampled at the first ``grids`` grids of
+    :func:`_bilinear_corners`' ``index`` and ``weights``: ``[B, grids, Ho, Wo]``."""
+    b, _, h, w = plane.shape
+    ho, wo = weights.shape[-2:]
+    n = grids * 4 * ho * wo
+    values = torch.gather(plane.reshape(b, 1, h * w), 2, index[:, :, :n] if grids <
+                          weights.shape[1] else index)
+    return (values.reshape(b, grids, 2, 2, ho, wo) * weights[:, :grids]).sum((2, 3))
+
+
 def bilinear_sample(image: Tensor, grid: Tensor) -> Tensor:
     """``F.grid_sample(image, g, mode="bilinear", padding_mode="border",
-    align_corners=False)`` at G grids at once, written with one gather of the four corners.
+    align_corners=False)`` at G grids at once, written with gathers of the four corners.
 
     The same values as ``grid_sample`` (to float32 rounding: the four weighted corners are
     summed in another order, about 2e-7 for values in [0, 1]; exact at integer positions),
-    in operators every ONNX backend of this project runs: it exports to Floor, Clip, Cast
-    (int32 indices), Expand, GatherElements, Mul and ReduceSum (opset 18, all in the
-    TensorRT 10.3 and 11 parser table, :mod:`export.engine.ops`). ONNX Runtime's CPU
-    provider runs it about twice as fast as its GridSample for the decoder's warps; eager
+    in operators every ONNX backend of this project runs: the corner indices and weights
+    are computed once for all channels (Floor, Clip, Equal/Where, Cast to int32 and
+    elementwise arithmetic), then each channel is one GatherElements of its corners, a Mul
+    by the weights and a ReduceSum (opset 18; all in the TensorRT 10.3 and 11 parser table,
+    :mod:`export.engine.ops`). ONNX Runtime's CPU provider runs the decoder's warps this
+    way 2-3 times as fast as with its GridSample (``bench/bench_warp_sampler.py``); eager
     PyTorch runs ``F.grid_sample`` far faster than this, so only the exported graphs use it
     (:attr:`WarpDecoder.sampler`).
 
@@ -240,30 +275,14 @@ def bilinear_sample(image: Tensor, grid: Tensor) -> Tensor:
             grid.shape[0] != image.shape[0]:
         raise ValueError(f"bilinear_sample: expected image [B, C, H, W] and grid "
                          f"[B, G, 2, Ho, Wo], got {tuple(image.shape)} and {tuple(grid.shape)}")
-    b, c, h, w = image.shape
+    _, c, h, w = image.shape
     if h * w > 2 ** 24:
         raise ValueError(f"bilinear_sample: {h}x{w} image: at most 2^24 pixels (float32 "
                          "indices)")
-    g, ho, wo = grid.shape[1], grid.shape[3], grid.shape[4]
-    # grid_sample's unnormalisation (align_corners=False) and border clamp, in pixels
-    x = ((grid[:, :, 0] + 1.0) * (w * 0.5) - 0.5).clamp(0.0, w - 1.0)
-    y = ((grid[:, :, 1] + 1.0) * (h * 0.5) - 0.5).clamp(0.0, h - 1.0)
-    x = torch.where(x == x, x, 0.0)  # NaN -> 0: an index in range whatever the input
-    y = torch.where(y == y, y, 0.0)
-    x0, y0 = torch.floor(x), torch.floor(y)
-    wx, wy = x - x0, y - y0
-    # the far corner at the last pixel has weight 0: clamped in range, as grid_sample drops it
-    x1 = torch.clamp(x0 + 1.0, max=w - 1.0)
-    y1 = torch.clamp(y0 + 1.0, max=h - 1.0)
-    # flat indices of the corners, [B, G, 2 (y0, y1), 2 (x0, x1), Ho, Wo]
-    corner = torch.stack([y0, y1], 2)[:, :, :, None] * w + torch.stack([x0, x1], 2)[:, :, None]
-    n = g * 4 * ho * wo
-    index = corner.to(torch.int32).reshape(b, 1, n).expand(b, c, n)
-    values = torch.gather(image.reshape(b, c, h * w), 2, index).reshape(b, c, g, 2, 2, ho, wo)
-    # grid_sample's weights: nw = (1 - wy)(1 - wx), ne = (1 - wy) wx, sw = wy (1 - wx), se = wy wx
-    weights = (torch.stack([1.0 - wy, wy], 2)[:, :, :, None]
-               * torch.stack([1.0 - wx, wx], 2)[:, :, None])
-    return (values * weights[:, None]).sum((3, 4)).transpose(1, 2)
+    index, weights = _bilinear_corners(grid, h, w)
+    g = grid.shape[1]
+    return torch.stack([_sample_plane(image[:, i:i + 1], index, weights, g)
+                        for i in range(c)], 2)
 
 
 def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: Tensor,
@@ -279,8 +298,9 @@ def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: 
         o: float32 ``[B, 1, H, W]``, the fill weight in [0, 1].
         base: :func:`identity_grid` of H (= W).
         sampler: one of :data:`SAMPLERS`: ``grid_sample`` (three ``F.grid_sample`` calls) or
-            ``gather`` (one :func:`bilinear_sample` of image and mask at both flows; the same
-            values to about 2e-7).
+            ``gather`` (:func:`bilinear_sample`'s gathers: the corners of both flows once,
+            then the image's channels at both and the mask at ``f``; the same values to
+            about 2e-7).
 
     Returns:
         ``(frames [B, 3, H, W], robot_mask [B, 1, H, W])``, float32.
@@ -297,9 +317,11 @@ def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: 
     b, _, h, w = flows.shape
     # the grids of warp(): base + flow * 2 / size, channels-first, [B, 2 (f, g), 2, H, W]
     grid = base.permute(0, 3, 1, 2)[:, None] + flows.reshape(b, 2, 2, h, w) * (2.0 / w)
-    s = bilinear_sample(torch.cat([image, mask], 1), grid)  # (B, 2, 4, H, W)
-    frames = (1.0 - o) * s[:, 0, 0:3] + o * s[:, 1, 0:3]
-    return frames, (1.0 - o) * s[:, 0, 3:4]
+    index, weights = _bilinear_corners(grid, h, w)  # bilinear_sample, sharing the corners
+    s = torch.stack([_sample_plane(image[:, i:i + 1], index, weights, 2)
+                     for i in range(image.shape[1])], 2)  # (B, 2, 3, H, W)
+    frames = (1.0 - o) * s[:, 0] + o * s[:, 1]
+    return frames, (1.0 - o) * _sample_plane(mask, index, weights, 1)  # the arm's flow only
 
 
 class _ZeroRes(nn.Module):
