@@ -69,10 +69,10 @@ def register_onnx(sub: argparse._SubParsersAction) -> None:
                    help="batch sizes of the step and decoder graphs (default 1 16)")
     p.add_argument("--name", default="syncedge-reference", help="model name in model.json")
     p.add_argument("--warp-sampler", choices=("gather", "grid_sample"), default="gather",
-                   help="warp: how the decoder graphs warp the start frame: gather (one "
-                        "GatherElements of the four corners, the default; about twice as fast "
-                        "in ONNX Runtime's CPU provider) or grid_sample (ONNX GridSample); "
-                        "the same frames to about 2e-7")
+                   help="warp: how the decoder graphs warp the start frame: gather "
+                        "(GatherElements of the four corners per channel, the default; 2-3x "
+                        "as fast in ONNX Runtime's CPU provider) or grid_sample (ONNX "
+                        "GridSample); the same frames to about 2e-7")
     p.add_argument("--eval", help="latent: eval.json from 'syncedge model eval' (its tables and "
                                   "targets go into model.json's evaluation); warp: a JSON "
                                   "summary of 'syncedge model eval-frames' stored as it is")

@@ -5,8 +5,8 @@ The same four graph roles and tensor names as the latent family (docs/architectu
 "latent" is the warp model's state (:class:`~export.warp_model.StateLayout`, recorded in
 ``contract.state_layout``). Warping and compositing run inside the decoder graph, which also
 outputs the robot mask: bilinear, border padding, ``align_corners=0``, written by default as
-one GatherElements of the four corners (:func:`export.warp_model.bilinear_sample`, the
-values of GridSample to about 2e-7 and about twice as fast in ONNX Runtime's CPU provider;
+GatherElements of the four corners per channel (:func:`export.warp_model.bilinear_sample`,
+the values of GridSample to about 2e-7 and 2-3 times as fast in ONNX Runtime's CPU provider;
 ``warp_sampler="grid_sample"`` exports ONNX GridSample as before; model.json's
 ``provenance.warp_sampler`` says which). Opset 18, static shapes, embedded weights.
 """

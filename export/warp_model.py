@@ -45,9 +45,9 @@ the start frame packed 4x4 into channels, the start frame's features, the per-ch
 angles (one plane each), the motion features and a calibration summary; see
 :class:`StateLayout`. All inputs are in SI units and uint8 frames; shapes are static so every
 graph exports to ONNX. The warp runs inside the decoder graph: eager PyTorch uses
-``F.grid_sample``; the exported graphs use :func:`bilinear_sample` (the same values, as one
-GatherElements, which ONNX Runtime's CPU provider runs about twice as fast as its
-GridSample), see :attr:`WarpDecoder.sampler`.
+``F.grid_sample``; the exported graphs use :func:`bilinear_sample` (the same values, as
+GatherElements of the four corners per channel, which ONNX Runtime's CPU provider runs 2-3
+times as fast as its GridSample), see :attr:`WarpDecoder.sampler`.
 """
 
 from __future__ import annotations
