@@ -158,7 +158,8 @@ class ModelContract:
         frame_normalisation: how frames are normalised inside the encoder.
         family: one of :data:`FAMILIES`.
         calibration_mode: one of :data:`CALIBRATION_MODES`.
-        warping: one of :data:`WARPING` (``decoder_graph``: GridSample inside the decoder).
+        warping: one of :data:`WARPING` (``decoder_graph``: the bilinear warp inside the
+            decoder, as GridSample or as GatherElements, ``provenance.warp_sampler``).
         calibration_amplitude_rad: (low, high) magnitude of a DoF's calibration sweep the
             model accepts, rad (the range it was trained on); ingest refuses others.
         state_layout: for the warp family, the channel blocks of the latent (the runtime

@@ -44,7 +44,10 @@ Runtime state (the "latent" of the ring-buffer contract, ``[C, h, w]`` with h = 
 the start frame packed 4x4 into channels, the start frame's features, the per-channel
 angles (one plane each), the motion features and a calibration summary; see
 :class:`StateLayout`. All inputs are in SI units and uint8 frames; shapes are static so every
-graph exports to ONNX (GridSample for the warp, inside the decoder graph).
+graph exports to ONNX. The warp runs inside the decoder graph: eager PyTorch uses
+``F.grid_sample``; the exported graphs use :func:`bilinear_sample` (the same values, as
+GatherElements of the four corners per channel, which ONNX Runtime's CPU provider runs 2-3
+times as fast as its GridSample), see :attr:`WarpDecoder.sampler`.
 """
 
 from __future__ import annotations
@@ -57,7 +60,12 @@ from torch import Tensor, nn
 
 from export.models.latent import ResBlock
 
-__all__ = ["WarpConfig", "StateLayout", "WarpModel", "warp", "identity_grid"]
+__all__ = ["WarpConfig", "StateLayout", "WarpModel", "WarpDecoder", "SAMPLERS", "warp",
+           "bilinear_sample", "warp_composite", "identity_grid"]
+
+#: how :class:`WarpDecoder` warps: ``grid_sample`` (``F.grid_sample``; ONNX GridSample) or
+#: ``gather`` (:func:`bilinear_sample`; ONNX GatherElements), the same values
+SAMPLERS = ("grid_sample", "gather")
 
 
 @dataclass(frozen=True)
@@ -191,6 +199,129 @@ def warp(image: Tensor, flow: Tensor, base: Tensor) -> Tensor:
     grid = base + flow.permute(0, 2, 3, 1) * (2.0 / size)
     return F.grid_sample(image, grid, mode="bilinear", padding_mode="border",
                          align_corners=False)
+
+
+def _bilinear_corners(grid: Tensor, h: int, w: int) -> tuple[Tensor, Tensor]:
+    """The corners of :func:`bilinear_sample`'s positions in an ``h x w`` image: their flat
+    pixel indices int32 ``[B, 1, G * 4 * Ho * Wo]`` (grid-major, then the corners nw, ne, sw,
+    se) and their weights float32 ``[B, G, 2 (y0, y1), 2 (x0, x1), Ho, Wo]``."""
+    b, g, _, ho, wo = grid.shape
+    # grid_sample's unnormalisation (align_corners=False) and border clamp, in pixels
+    x = ((grid[:, :, 0] + 1.0) * (w * 0.5) - 0.5).clamp(0.0, w - 1.0)
+    y = ((grid[:, :, 1] + 1.0) * (h * 0.5) - 0.5).clamp(0.0, h - 1.0)
+    x = torch.where(x == x, x, 0.0)  # NaN -> 0: an index in range whatever the input
+    y = torch.where(y == y, y, 0.0)
+    x0, y0 = torch.floor(x), torch.floor(y)
+    wx, wy = x - x0, y - y0
+    # the far corner at the last pixel has weight 0: clamped in range, as grid_sample drops it
+    x1 = torch.clamp(x0 + 1.0, max=w - 1.0)
+    y1 = torch.clamp(y0 + 1.0, max=h - 1.0)
+    corner = torch.stack([y0, y1], 2)[:, :, :, None] * w + torch.stack([x0, x1], 2)[:, :, None]
+    # grid_sample's weights: nw = (1 - wy)(1 - wx), ne = (1 - wy) wx, sw = wy (1 - wx), se = wy wx
+    weights = (torch.stack([1.0 - wy, wy], 2)[:, :, :, None]
+               * torch.stack([1.0 - wx, wx], 2)[:, :, None])
+    return corner.to(torch.int32).reshape(b, 1, g * 4 * ho * wo), weights
+
+
+def _sample_plane(plane: Tensor, index: Tensor, weights: Tensor, grids: int) -> Tensor:
+    """One channel ``[B, 1, H, W]`` sampled at the first ``grids`` grids of
+    :func:`_bilinear_corners`' ``index`` and ``weights``: ``[B, grids, Ho, Wo]``."""
+    b, _, h, w = plane.shape
+    ho, wo = weights.shape[-2:]
+    n = grids * 4 * ho * wo
+    values = torch.gather(plane.reshape(b, 1, h * w), 2, index[:, :, :n] if grids <
+                          weights.shape[1] else index)
+    return (values.reshape(b, grids, 2, 2, ho, wo) * weights[:, :grids]).sum((2, 3))
+
+
+def bilinear_sample(image: Tensor, grid: Tensor) -> Tensor:
+    """``F.grid_sample(image, g, mode="bilinear", padding_mode="border",
+    align_corners=False)`` at G grids at once, written with gathers of the four corners.
+
+    The same values as ``grid_sample`` (to float32 rounding: the four weighted corners are
+    summed in another order, about 2e-7 for values in [0, 1]; exact at integer positions),
+    in operators every ONNX backend of this project runs: the corner indices and weights
+    are computed once for all channels (Floor, Clip, Equal/Where, Cast to int32 and
+    elementwise arithmetic), then each channel is one GatherElements of its corners, a Mul
+    by the weights and a ReduceSum (opset 18; all in the TensorRT 10.3 and 11 parser table,
+    :mod:`export.engine.ops`). ONNX Runtime's CPU provider runs the decoder's warps this
+    way 2-3 times as fast as with its GridSample (``bench/bench_warp_sampler.py``); eager
+    PyTorch runs ``F.grid_sample`` far faster than this, so only the exported graphs use it
+    (:attr:`WarpDecoder.sampler`).
+
+    Conventions of ``grid_sample`` with ``align_corners=False``: -1 and 1 are the outer
+    edges of the first and last pixels, so pixel centre ``i`` is at ``(2 i + 1) / W - 1``.
+    Border padding: a position outside the image takes the value of the nearest border
+    pixel (the position is clamped to ``[0, W - 1] x [0, H - 1]`` pixel centres before
+    interpolating); +-inf are clamped the same way; a NaN position samples the first
+    column (x) or row (y), never an error (``grid_sample`` gives an unspecified border
+    value there).
+
+    Args:
+        image: float32 ``[B, C, H, W]``, ``H * W`` at most 2^24 (every pixel index is
+            exact in float32).
+        grid: float32 ``[B, G, 2, Ho, Wo]``: G sampling grids, channel 0 the normalised x
+            (width) and 1 the normalised y (height) of each output pixel. Channels-first,
+            unlike ``grid_sample``'s ``[B, Ho, Wo, 2]``: ``grid[:, g].permute(0, 2, 3, 1)``
+            is the ``grid_sample`` grid of output ``g``.
+
+    Returns:
+        float32 ``[B, G, C, Ho, Wo]``: output ``[:, g]`` is the image sampled at grid ``g``.
+
+    Raises:
+        ValueError: the shapes do not match, or the image has more than 2^24 pixels.
+    """
+    if image.dim() != 4 or grid.dim() != 5 or grid.shape[2] != 2 or \
+            grid.shape[0] != image.shape[0]:
+        raise ValueError(f"bilinear_sample: expected image [B, C, H, W] and grid "
+                         f"[B, G, 2, Ho, Wo], got {tuple(image.shape)} and {tuple(grid.shape)}")
+    _, c, h, w = image.shape
+    if h * w > 2 ** 24:
+        raise ValueError(f"bilinear_sample: {h}x{w} image: at most 2^24 pixels (float32 "
+                         "indices)")
+    index, weights = _bilinear_corners(grid, h, w)
+    g = grid.shape[1]
+    return torch.stack([_sample_plane(image[:, i:i + 1], index, weights, g)
+                        for i in range(c)], 2)
+
+
+def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: Tensor,
+                   sampler: str = "grid_sample") -> tuple[Tensor, Tensor]:
+    """The decoder's warp and compositing: ``frames = (1 - o) warp(image, f) + o warp(image,
+    g)`` and ``robot_mask = (1 - o) warp(mask, f)``.
+
+    Args:
+        image: float32 ``[B, 3, H, W]`` (the start frame, [0, 1]).
+        mask: float32 ``[B, 1, H, W]`` (the start frame's robot mask).
+        flows: float32 ``[B, 4, H, W]``: the arm's backward flow ``f`` (dx, dy) and the fill
+            flow ``g`` (dx, dy), px.
+        o: float32 ``[B, 1, H, W]``, the fill weight in [0, 1].
+        base: :func:`identity_grid` of H (= W).
+        sampler: one of :data:`SAMPLERS`: ``grid_sample`` (three ``F.grid_sample`` calls) or
+            ``gather`` (:func:`bilinear_sample`'s gathers: the corners of both flows once,
+            then the image's channels at both and the mask at ``f``; the same values to
+            about 2e-7).
+
+    Returns:
+        ``(frames [B, 3, H, W], robot_mask [B, 1, H, W])``, float32.
+
+    Raises:
+        ValueError: an unknown ``sampler``.
+    """
+    if sampler == "grid_sample":
+        flow, fill = flows[:, 0:2], flows[:, 2:4]
+        frames = (1.0 - o) * warp(image, flow, base) + o * warp(image, fill, base)
+        return frames, (1.0 - o) * warp(mask, flow, base)
+    if sampler != "gather":
+        raise ValueError(f"warp sampler {sampler!r}: expected one of {', '.join(SAMPLERS)}")
+    b, _, h, w = flows.shape
+    # the grids of warp(): base + flow * 2 / size, channels-first, [B, 2 (f, g), 2, H, W]
+    grid = base.permute(0, 3, 1, 2)[:, None] + flows.reshape(b, 2, 2, h, w) * (2.0 / w)
+    index, weights = _bilinear_corners(grid, h, w)  # bilinear_sample, sharing the corners
+    s = torch.stack([_sample_plane(image[:, i:i + 1], index, weights, 2)
+                     for i in range(image.shape[1])], 2)  # (B, 2, 3, H, W)
+    frames = (1.0 - o) * s[:, 0] + o * s[:, 1]
+    return frames, (1.0 - o) * _sample_plane(mask, index, weights, 1)  # the arm's flow only
 
 
 class _ZeroRes(nn.Module):
@@ -410,13 +541,23 @@ class WarpDecoder(nn.Module):
     zero flows, zero fill weight and the start frame itself. The motion path runs at 16x16
     and 32x32; flows and the fill weight are upsampled to 64x64 (bilinear) and the warp
     samples the full-resolution start frame.
+
+    ``sampler`` (one of :data:`SAMPLERS`, not part of the weights or the configuration)
+    chooses how the warp is computed (:func:`warp_composite`): ``grid_sample`` for eager
+    use and training, ``gather`` in the exported graphs (``export_warp_model`` sets it).
+
+    Raises:
+        ValueError: an unknown ``sampler``.
     """
 
     base: Tensor
 
-    def __init__(self, cfg: WarpConfig):
+    def __init__(self, cfg: WarpConfig, sampler: str = "grid_sample"):
         super().__init__()
+        if sampler not in SAMPLERS:
+            raise ValueError(f"warp sampler {sampler!r}: expected one of {', '.join(SAMPLERS)}")
         self.cfg = cfg
+        self.sampler = sampler
         w, f, s = cfg.dec_width, cfg.feat_channels, cfg.summary_channels
         w32 = w // 2
         self.static16 = nn.Sequential(nn.Conv2d(f + s, w, 1), _act(), ResBlock(w))
@@ -467,8 +608,7 @@ class WarpDecoder(nn.Module):
         ms = F.pixel_shuffle(self.mask_static(s16), 2)  # (B, w32, 32, 32)
         m0 = F.interpolate(torch.sigmoid(self.mask_head(torch.cat([ms, s32], 1))),
                            scale_factor=2.0, mode="bilinear", align_corners=False)
-        frames = (1.0 - o) * warp(img, flow, self.base) + o * warp(img, fill, self.base)
-        mask = (1.0 - o) * warp(m0, flow, self.base)
+        frames, mask = warp_composite(img, m0, head[:, 0:4], o, self.base, self.sampler)
         return {"flow": flow, "fill": fill, "o": o, "start_mask": m0, "frames": frames,
                 "mask": mask, "start": img}
 

@@ -36,7 +36,7 @@ def _run_onnx(args: argparse.Namespace) -> int:
                                  name=args.name if args.name != "syncedge-reference" else
                                  ("syncedge-warp-history" if args.history else "syncedge-warp"),
                                  command=_command(), history=args.history,
-                                 evaluation=evaluation)
+                                 evaluation=evaluation, warp_sampler=args.warp_sampler)
     else:
         evaluation = eval_summary(args.eval) if args.eval else None
         path = export_model(ExportOptions(run=args.run, out=args.out,
@@ -68,6 +68,11 @@ def register_onnx(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16],
                    help="batch sizes of the step and decoder graphs (default 1 16)")
     p.add_argument("--name", default="syncedge-reference", help="model name in model.json")
+    p.add_argument("--warp-sampler", choices=("gather", "grid_sample"), default="gather",
+                   help="warp: how the decoder graphs warp the start frame: gather "
+                        "(GatherElements of the four corners per channel, the default; 2-3x "
+                        "as fast in ONNX Runtime's CPU provider) or grid_sample (ONNX "
+                        "GridSample); the same frames to about 2e-7")
     p.add_argument("--eval", help="latent: eval.json from 'syncedge model eval' (its tables and "
                                   "targets go into model.json's evaluation); warp: a JSON "
                                   "summary of 'syncedge model eval-frames' stored as it is")
