@@ -97,8 +97,9 @@ def ecat_run(*args: str) -> dict | None:
 
 def bench_ethercat(cycles: int, priority: str = "normal") -> dict | None:
     """1 kHz scheduled, clean link: slots of the grid, empty slots, jitter, worst gap;
-    ``priority`` "fifo" runs the master at SCHED_FIFO 1."""
-    r = ecat_run("--cycles", str(cycles), "--master-priority", priority)
+    ``priority`` "fifo" runs the master and emulator at SCHED_FIFO 1."""
+    r = ecat_run("--cycles", str(cycles), "--master-priority", priority,
+                 "--slave-priority", priority)
     if r is None:
         return None
     st = r["stats"]
@@ -112,9 +113,9 @@ def bench_ethercat(cycles: int, priority: str = "normal") -> dict | None:
 def bench_ethercat_lost_frames(cycles: int, priority: str = "normal") -> dict | None:
     """Every 50th frame lost, timeout_us=500: how many slots one lost frame costs, and the
     bridge's own receive wait for it (send to giving up); ``priority`` "fifo" runs the
-    master at SCHED_FIFO 1."""
+    master and emulator at SCHED_FIFO 1."""
     r = ecat_run("--cycles", str(cycles), "--drop-every", "50", "--timeout-us", "500",
-                 "--master-priority", priority)
+                 "--master-priority", priority, "--slave-priority", priority)
     if r is None:
         return None
     rx = np.array(r["receipts"], dtype=np.int64)
@@ -260,7 +261,7 @@ def run_pass(a: argparse.Namespace, stress: int) -> dict:
             ecat = bench_ethercat(a.ecat_cycles)
             if ecat is not None:
                 rows[f"ethercat 1 slave ({a.ecat_cycles} cycles at 1 kHz, veth)"] = ecat
-                rows["ethercat, the same, master at SCHED_FIFO 1"] = bench_ethercat(
+                rows["ethercat, the same, master and emulator at SCHED_FIFO 1"] = bench_ethercat(
                     a.ecat_cycles, "fifo")
             lost = bench_ethercat_lost_frames(2000)
             lost_rt = bench_ethercat_lost_frames(2000, "fifo")
@@ -296,7 +297,7 @@ def report(result: dict) -> str:
                              f"stale replies, {r['lost'] - r['stale_replies']} no or short "
                              f"reply")
         for how, lf in _lost_frame_rows(p, "master at normal priority",
-                                        "master at SCHED_FIFO 1"):
+                                        "master and emulator at SCHED_FIFO 1"):
             lines.append(f"ethercat, every 50th frame lost, timeout_us=500, {how}: "
                          f"{lf['lost']} lost, {lf['empty_slots']} empty of {lf['slots']} "
                          f"slots; a lost frame costs {lf['lost_frame_cost_p50_slots']:.2f} "
@@ -345,12 +346,12 @@ def targets(p: dict) -> str:
     for k, ecat in rows.items():
         if not k.startswith("ethercat"):
             continue
-        how = ", master at SCHED_FIFO 1" if "SCHED_FIFO" in k else ""
+        how = ", master and emulator at SCHED_FIFO 1" if "SCHED_FIFO" in k else ""
         out.append(f"EtherCAT scheduled at 1 kHz, every slot filled{how}: "
                    f"{verdict(ecat['empty_slots'] == 0)} ({ecat['empty_slots']} of "
                    f"{ecat['slots']} slots empty, all counted; {ecat['lost']} lost cycles; "
                    f"p99 jitter {ecat['jitter_p99_us']:.0f} us)")
-    for how, lf in _lost_frame_rows(p, "", ", master at SCHED_FIFO 1"):
+    for how, lf in _lost_frame_rows(p, "", ", master and emulator at SCHED_FIFO 1"):
         out.append(f"a lost frame costs at most 2 slots{how}: "
                    f"{verdict(lf['lost_frame_cost_max_slots'] <= 2.05)} (p50 "
                    f"{lf['lost_frame_cost_p50_slots']:.2f}, max "

@@ -32,6 +32,14 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True)
 
 
+def _serve_at(priority: str, *args: object) -> None:
+    """The emulator's process: ``priority`` "fifo" runs it at SCHED_FIFO 1 first (a real slave
+    is hardware and answers on time; the emulator should not be the one descheduled)."""
+    if priority == "fifo":
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    serve(*args)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run one scenario, print one JSON object; returns 0."""
     p = argparse.ArgumentParser()
@@ -50,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master-priority", choices=("normal", "fifo"), default="normal",
                    help="fifo: run the master's cycle loop at real-time priority "
                         "(rt_priority=1: SCHED_FIFO 1), as a master on a loaded machine should")
+    p.add_argument("--slave-priority", choices=("normal", "fifo"), default="normal",
+                   help="fifo: run the emulated slaves at SCHED_FIFO 1")
     a = p.parse_args(argv)
     _ip("link", "add", "ecm0", "type", "veth", "peer", "name", "ecs0")
     for dev in ("ecm0", "ecs0"):
@@ -64,11 +74,12 @@ def main(argv: list[str] | None = None) -> int:
                  for k in range(a.slaves - 1))
     if a.slaves == 1 and a.last_preop_at:
         faults.preop_at = a.last_preop_at
-    proc = ctx.Process(target=serve, args=("ecs0", faults, ready, stop, counts, more),
+    proc = ctx.Process(target=_serve_at,
+                       args=(a.slave_priority, "ecs0", faults, ready, stop, counts, more),
                        daemon=True)
     proc.start()
     ready.wait(5)
-    out: dict = {"master_priority": a.master_priority}
+    out: dict = {"master_priority": a.master_priority, "slave_priority": a.slave_priority}
     rt = "&rt_priority=1" if a.master_priority == "fifo" else ""  # the stream's own option
     try:
         t_open = time.monotonic()
