@@ -33,8 +33,9 @@ def slot(tmp_path):
     yield from make_slot(tmp_path)
 
 
-@pytest.fixture
-def cpu_and_device(fakes, slot):
+def _cpu_and_device(fakes, slot):
+    """The slot's model on the CPU and on the (fake) device, and one context; checks that
+    the device memory is freed after the test."""
     export_engine(slot)
     cpu = load_model(slot, backend="cpu", intra_op_num_threads=1)
     dev = load_model(slot, backend="tensorrt")
@@ -44,6 +45,11 @@ def cpu_and_device(fakes, slot):
     cpu.deactivate()
     assert not fakes.cuda.live, "device memory left allocated"
     assert fakes.cuda.context_depth == 0
+
+
+@pytest.fixture
+def cpu_and_device(fakes, slot):
+    yield from _cpu_and_device(fakes, slot)
 
 
 def _inputs(n: int, t: int, seed: int = 0):
@@ -272,14 +278,7 @@ def test_device_precheck_decides_keep_out_on_the_robot_mask_like_the_cpu(
 
 @pytest.fixture
 def mask_models(fakes, mask_slot):
-    export_engine(mask_slot)
-    cpu = load_model(mask_slot, backend="cpu", intra_op_num_threads=1)
-    dev = load_model(mask_slot, backend="tensorrt")
-    ctx = encode_calibration(cpu, calibration_episode(3, 4, 16, 16, seed=3))
-    yield cpu, dev, ctx
-    dev.deactivate()
-    cpu.deactivate()
-    assert not fakes.cuda.live, "device memory left allocated"
+    yield from _cpu_and_device(fakes, mask_slot)
 
 
 def _corner(h: int = 16, w: int = 16) -> np.ndarray:
