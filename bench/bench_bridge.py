@@ -285,14 +285,15 @@ def report(result: dict) -> str:
         lb = ", ".join(f"{x:.2f}" for x in p["load_avg_after"])
         lines += ["", f"Pass {name}; load average (1, 5, 15 min) before {la}, after {lb}",
                   "```"]
+        w = max([46, *(len(row) for row in p["rows"])])  # the stream column fits every label
         if p["rows"]:
-            lines.append(f"{'stream':46} {'rate Hz':>8} {'samples':>7} {'lost':>5} "
+            lines.append(f"{'stream':{w}} {'rate Hz':>8} {'samples':>7} {'lost':>5} "
                          f"{'p50 us':>8} {'p99 us':>8}")
         for row, r in p["rows"].items():
-            lines.append(f"{row:46} {r['rate_hz']:8.1f} {r['samples']:7d} {r['lost']:5d} "
+            lines.append(f"{row:{w}} {r['rate_hz']:8.1f} {r['samples']:7d} {r['lost']:5d} "
                          f"{r['jitter_p50_us']:8.1f} {r['jitter_p99_us']:8.1f}")
             if "slots" in r:
-                lines.append(f"{'':46} slots {r['slots']}, empty {r['empty_slots']}, worst "
+                lines.append(f"{'':{w}} slots {r['slots']}, empty {r['empty_slots']}, worst "
                              f"gap {r['worst_gap_ms']:.2f} ms; lost: {r['stale_replies']} "
                              f"stale replies, {r['lost'] - r['stale_replies']} no or short "
                              f"reply")
