@@ -267,6 +267,15 @@ def _ping_arrays(pings: Sequence[Ping]) -> tuple[np.ndarray, np.ndarray, np.ndar
     return rtt, t1 + (t4 - t1) / 2.0, t2 + (t3 - t2) / 2.0
 
 
+def _rtt_figures(rtt: np.ndarray, best: int) -> dict[str, float]:
+    """The round-trip figures every round-trip estimate prints: the round trip it went by
+    (``rtt[best]``, ns), p50/p99 over all, and the error bound (half the one it went by)."""
+    return {"min RTT ms": float(rtt[best]) / 1e6,
+            "RTT p50 ms": float(np.percentile(rtt, 50)) / 1e6,
+            "RTT p99 ms": float(np.percentile(rtt, 99)) / 1e6,
+            "error bound ms": float(rtt[best] // 2) / 1e6}
+
+
 def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
     """Estimate each sample's capture time on the host clock, and the receipt latency.
 
@@ -296,10 +305,8 @@ def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
         rtt = rx - req
         half = int(rtt.min()) // 2
         stamps = req + half
-        return CaptureStamps(stamps, "round trip", float(np.mean(rx - stamps)) / 1e9, {
-            "min RTT ms": rtt.min() / 1e6, "RTT p50 ms": float(np.percentile(rtt, 50)) / 1e6,
-            "RTT p99 ms": float(np.percentile(rtt, 99)) / 1e6,
-            "error bound ms": half / 1e6})
+        return CaptureStamps(stamps, "round trip", float(np.mean(rx - stamps)) / 1e9,
+                             _rtt_figures(rtt, int(np.argmin(rtt))))
     if (dev >= 0).all() and (np.diff(dev) > 0).all():
         x = (dev - dev[0]).astype(np.float64)  # (N,) device time, ns
         y = (rx - dev[0]).astype(np.float64) - x  # (N,) host - device, ns
@@ -316,10 +323,7 @@ def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
             c = host_mid[best] - dev_mid[best] - drift * (dev_mid[best] - dev[0])
             stamps = dev + np.round(drift * x + c).astype(np.int64)
             return CaptureStamps(stamps, "ping round trip", float(np.mean(rx - stamps)) / 1e9, {
-                "pings": len(answered), "min RTT ms": float(rtt[best]) / 1e6,
-                "RTT p50 ms": float(np.percentile(rtt, 50)) / 1e6,
-                "RTT p99 ms": float(np.percentile(rtt, 99)) / 1e6,
-                "error bound ms": float(rtt[best]) / 2e6, "drift ppm": drift * 1e6,
+                "pings": len(answered), **_rtt_figures(rtt, best), "drift ppm": drift * 1e6,
                 "device clock alone ms": float(np.mean(env_stamps - stamps)) / 1e6})
         detail = {"drift ppm": e_slope * 1e6,
                   "least-squares bias ms": float(np.mean(slope * x + icept - env)) / 1e6,
