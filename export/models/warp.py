@@ -234,6 +234,13 @@ def _sample_plane(plane: Tensor, index: Tensor, weights: Tensor, grids: int) -> 
     return (values.reshape(b, grids, 2, 2, ho, wo) * weights[:, :grids]).sum((2, 3))
 
 
+def _sample_channels(image: Tensor, index: Tensor, weights: Tensor, grids: int) -> Tensor:
+    """Every channel of ``image`` ``[B, C, H, W]`` through :func:`_sample_plane`:
+    ``[B, grids, C, Ho, Wo]``."""
+    return torch.stack([_sample_plane(image[:, i:i + 1], index, weights, grids)
+                        for i in range(image.shape[1])], 2)
+
+
 def bilinear_sample(image: Tensor, grid: Tensor) -> Tensor:
     """``F.grid_sample(image, g, mode="bilinear", padding_mode="border",
     align_corners=False)`` at G grids at once, written with gathers of the four corners.
@@ -275,14 +282,12 @@ def bilinear_sample(image: Tensor, grid: Tensor) -> Tensor:
             grid.shape[0] != image.shape[0]:
         raise ValueError(f"bilinear_sample: expected image [B, C, H, W] and grid "
                          f"[B, G, 2, Ho, Wo], got {tuple(image.shape)} and {tuple(grid.shape)}")
-    _, c, h, w = image.shape
+    h, w = image.shape[-2:]
     if h * w > 2 ** 24:
         raise ValueError(f"bilinear_sample: {h}x{w} image: at most 2^24 pixels (float32 "
                          "indices)")
     index, weights = _bilinear_corners(grid, h, w)
-    g = grid.shape[1]
-    return torch.stack([_sample_plane(image[:, i:i + 1], index, weights, g)
-                        for i in range(c)], 2)
+    return _sample_channels(image, index, weights, grid.shape[1])
 
 
 def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: Tensor,
@@ -318,8 +323,7 @@ def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: 
     # the grids of warp(): base + flow * 2 / size, channels-first, [B, 2 (f, g), 2, H, W]
     grid = base.permute(0, 3, 1, 2)[:, None] + flows.reshape(b, 2, 2, h, w) * (2.0 / w)
     index, weights = _bilinear_corners(grid, h, w)  # bilinear_sample, sharing the corners
-    s = torch.stack([_sample_plane(image[:, i:i + 1], index, weights, 2)
-                     for i in range(image.shape[1])], 2)  # (B, 2, 3, H, W)
+    s = _sample_channels(image, index, weights, 2)  # (B, 2, 3, H, W)
     frames = (1.0 - o) * s[:, 0] + o * s[:, 1]
     return frames, (1.0 - o) * _sample_plane(mask, index, weights, 1)  # the arm's flow only
 
