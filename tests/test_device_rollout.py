@@ -77,17 +77,23 @@ def test_device_rollout_equals_the_host_rollout(fakes, cpu_and_device, n):
         r.step()
 
 
+def _steps_copy_nothing(fakes, r: Rollout) -> None:
+    """A warm-up step (then the capture), then 5 steps that copy nothing between host and
+    device, counted by host_copy and by the fake driver (nothing bypassed host_copy)."""
+    r.step(fetch=False)
+    c0, raw0 = copy_counts(), sum(fakes.cuda.raw_copies.values())
+    for _ in range(5):
+        assert r.step(fetch=False) is None
+    assert (copy_counts() - c0).total == 0
+    assert sum(fakes.cuda.raw_copies.values()) == raw0
+
+
 def test_a_step_copies_nothing_between_host_and_device(fakes, cpu_and_device):
     _, dev, ctx = cpu_and_device
     start, actions = _inputs(4, 6)
     r = Rollout(dev, ctx, max_horizon=6, max_candidates=4)
     r.reset(start, actions)
-    r.step(fetch=False)  # warm-up step, then the capture
-    c0, raw0 = copy_counts(), sum(fakes.cuda.raw_copies.values())
-    for _ in range(5):
-        assert r.step(fetch=False) is None
-    assert (copy_counts() - c0).total == 0
-    assert sum(fakes.cuda.raw_copies.values()) == raw0  # nothing bypassed host_copy
+    _steps_copy_nothing(fakes, r)
     g = r.device_graph
     assert g["memcpy_nodes_per_step"] == 0 and g["node_counts"]["kernel"] >= 8
     c0 = copy_counts()
@@ -319,12 +325,7 @@ def test_device_counts_copy_nothing_per_step_and_never_the_masks(fakes, mask_mod
     start, actions = _inputs(4, 6, seed=4)
     r = Rollout(dev, ctx, max_horizon=6, max_candidates=4, keepout=_corner())
     r.reset(start, actions)
-    r.step(fetch=False)  # warm-up step, then the capture
-    c0, raw0 = copy_counts(), sum(fakes.cuda.raw_copies.values())
-    for _ in range(5):
-        assert r.step(fetch=False) is None
-    assert (copy_counts() - c0).total == 0
-    assert sum(fakes.cuda.raw_copies.values()) == raw0
+    _steps_copy_nothing(fakes, r)
     g = r.device_graph
     assert g["memcpy_nodes_per_step"] == 0
     assert g["node_counts"]["kernel"] >= 10  # the count and its store among them
