@@ -91,6 +91,39 @@ def _run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_geometry(args: argparse.Namespace) -> int:
+    from export.cells.geometry import render_chunk_geometry
+
+    root = Path(args.data) / args.split
+    if args.chunks is None:
+        dirs = sorted(p.parent for p in root.glob("chunk-*/manifest.json"))
+    else:
+        dirs = [root / f"chunk-{c:04d}" for c in parse_chunks(args.chunks)]
+    if not dirs:
+        print(f"error: {root}: no complete chunk (chunk-*/manifest.json); generate it with "
+              f"'syncedge cells generate --split {args.split} --out {args.data}'",
+              file=sys.stderr)
+        return 2
+    cmd = _command_line()
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    if args.workers > 1 and len(dirs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.workers) as pool:
+            futures = [pool.submit(render_chunk_geometry, d, cmd) for d in dirs]
+            for d, f in zip(dirs, futures, strict=True):
+                progress(f"{d.name} done: {f.result()}")
+    else:
+        for d in dirs:
+            render_chunk_geometry(d, cmd, progress=progress)
+    print(f"geometry of {len(dirs)} chunk(s) of {args.split} under {args.data}")
+    return 0
+
+
 def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
     """Render the shipped sample cell (held-out robot, held-out camera) into ``out``.
 
@@ -220,6 +253,20 @@ def register(subparsers: Any) -> None:
                    help="skip the robot mask (evaluation-only data)")
     g.add_argument("--workers", type=int, default=1, help="processes (default 1)")
     g.set_defaults(func=_run_generate)
+
+    ge = sub.add_parser(
+        "geometry", help="render the true robot-pixel geometry of generated motion episodes",
+        description="Replay every motion episode of generated chunks and write, next to "
+                    "each episode, the depth and link of every robot pixel, each link's pose "
+                    "and the camera (motion-NN.geometry.npz; a chunk's geometry.json, "
+                    "written last, lists them). 'model train-warp --true-flow-weight' "
+                    "trains the warp model's flow against the exact backward flow they give.")
+    ge.add_argument("--data", default="data/cells", help="cells folder (default data/cells)")
+    ge.add_argument("--split", required=True, help="the split's folder under --data")
+    ge.add_argument("--chunks", help="chunk indices: N, A-B or a list (default: every "
+                                     "complete chunk)")
+    ge.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    ge.set_defaults(func=_run_geometry)
 
     pv = sub.add_parser("preview", help="contact sheet of random cells or of a cell's episodes",
                         description="Without --episode: render COUNT random cells from every "

@@ -25,7 +25,7 @@ import numpy as np
 from edge.calibrate.spec import RobotSpec
 from edge.errors import MissingDependencyError
 from export.cells.robots import EE_BODY, assets_root, robot_spec
-from export.errors import RendererUnavailableError
+from export.errors import CellError, RendererUnavailableError
 
 __all__ = ["CellScene", "RenderSettings", "decimated_robot_spec", "require_mujoco"]
 
@@ -213,6 +213,12 @@ class CellScene:
         self._ee_body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, f"robot/{EE_BODY}")
         in_robot = np.array([m.body(b).name.startswith("robot/") for b in range(m.nbody)])
         self._robot_geom = np.append(in_robot[m.geom_bodyid], False)  # index -1 -> False
+        #: robot links (bodies) in model order, and each body's index among them (255: none)
+        self._robot_bodies = np.flatnonzero(in_robot)
+        if len(self._robot_bodies) > 255:
+            raise CellError(f"robot {robot!r}: {len(self._robot_bodies)} links, at most 255")
+        self._link_of_body = np.full(m.nbody, 255, np.uint8)
+        self._link_of_body[self._robot_bodies] = np.arange(len(self._robot_bodies))
         self._geom_id = {n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, n)
                          for n in ["floor", "table", "pedestal"]
                          + [f"wall{i}" for i in range(4)] + [f"table_leg{i}" for i in range(4)]
@@ -298,6 +304,48 @@ class CellScene:
             mask = self._robot_geom[ids]
         ee = self.project(self.data.xpos[self._ee_body])
         return rgb, mask, ee
+
+    def render_geometry(self, q_rad: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                         np.ndarray]:
+        """The geometry behind one frame at joint positions ``q_rad`` (canonical order, rad):
+        what :func:`export.cells.geometry.true_backward_flow` needs to say where each robot
+        pixel was at another pose.
+
+        Returns:
+            ``(depth, link, link_poses, camera)``: float32 ``[H, W]`` depth along the
+            camera's viewing axis (m) where the robot is seen, 0 elsewhere; uint8 ``[H, W]``
+            index of the robot link seen (255: not the robot); float32 ``[B, 12]`` every
+            robot link's world pose (position m, then the row-major rotation matrix); float64
+            ``[13]`` the camera (:meth:`camera_vector`).
+        """
+        mujoco = self._mj
+        self.data.qpos[self._qadr] = q_rad
+        mujoco.mj_kinematics(self.model, self.data)
+        r = self._renderer
+        r.update_scene(self.data, camera=self._camera)
+        r.enable_segmentation_rendering()
+        seg = r.render().copy()
+        r.disable_segmentation_rendering()
+        r.enable_depth_rendering()
+        depth = r.render().astype(np.float32)
+        r.disable_depth_rendering()
+        ids = np.where(seg[..., 1] == int(mujoco.mjtObj.mjOBJ_GEOM), seg[..., 0], -1)
+        robot = self._robot_geom[ids]
+        link = np.full(ids.shape, 255, np.uint8)
+        link[robot] = self._link_of_body[self.model.geom_bodyid[ids[robot]]]
+        depth = np.where(robot, depth, 0.0).astype(np.float32)
+        bodies = self._robot_bodies
+        poses = np.concatenate([self.data.xpos[bodies], self.data.xmat[bodies]], 1)
+        return depth, link, poses.astype(np.float32), self.camera_vector()
+
+    def camera_vector(self) -> np.ndarray:
+        """The OpenGL camera of the last render as float64 ``[13]``: position (m), forward
+        and up unit vectors, then the near plane's distance, top, bottom and horizontal
+        centre (m) (``mjvGLCamera``; the near plane's width follows from the aspect, as in
+        :meth:`project`)."""
+        g = self._renderer.scene.camera[0]
+        return np.array([*g.pos, *g.forward, *g.up, g.frustum_near, g.frustum_top,
+                         g.frustum_bottom, g.frustum_center], np.float64)
 
     def project(self, point_m: np.ndarray) -> np.ndarray:
         """Project a world point (m) to pixel (x, y) float32 with the current camera.

@@ -1,0 +1,129 @@
+"""The true backward flow of robot pixels: hand-made cameras and poses with known answers,
+and a MuJoCo-rendered episode whose start frame, warped by it, shows the target's arm."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from export.cells.geometry import (
+    NO_LINK,
+    load_geometry,
+    project_points,
+    render_chunk_geometry,
+    true_backward_flow,
+    unproject,
+)
+from export.errors import CellError
+
+# a camera at the origin looking along +x, z up; near plane 0.1 m, 0.2 m tall, centred
+CAMERA = np.array([0, 0, 0, 1, 0, 0, 0, 0, 1, 0.1, 0.1, -0.1, 0.0], np.float64)
+
+
+def _pose(pos, rot=None) -> np.ndarray:
+    rot = np.eye(3) if rot is None else rot
+    return np.concatenate([np.asarray(pos, np.float32), np.asarray(rot, np.float32).ravel()])
+
+
+def test_unproject_and_project_are_inverse_at_pixel_centres() -> None:
+    depth = np.full((8, 8), 2.0, np.float32)
+    pts = unproject(depth, CAMERA)
+    assert np.allclose(pts[..., 0], 2.0)  # depth is along the viewing axis
+    uv = project_points(pts, CAMERA, 8, 8)
+    ys, xs = np.mgrid[0:8, 0:8]
+    assert np.allclose(uv[..., 0], xs + 0.5) and np.allclose(uv[..., 1], ys + 0.5)
+    # the image's top-left pixel looks up and to the left (right = forward x up = -y)
+    assert pts[0, 0, 1] > 0 and pts[0, 0, 2] > 0
+    assert np.isnan(project_points(np.array([[-1.0, 0, 0]]), CAMERA, 8, 8)).all()
+
+
+def test_a_translated_link_flows_by_its_image_displacement() -> None:
+    # one link 2 m away, seen in a 4x4 patch; at the start it was 0.1 m to the camera's
+    # right (-y): 0.1 / 2 * (near 0.1 / near-plane width 0.2 * 64 px) ... = 1.6 px
+    depth = np.zeros((64, 64), np.float32)
+    link = np.full((64, 64), NO_LINK, np.uint8)
+    depth[30:34, 30:34] = 2.0
+    link[30:34, 30:34] = 0
+    at_t = _pose([2.0, 0.0, 0.0])[None]
+    at_s = _pose([2.0, -0.1, 0.0])[None]
+    flow, on = true_backward_flow(depth, link, at_t, at_s, CAMERA)
+    assert on.sum() == 16 and not on[0, 0]
+    assert np.allclose(flow[0][on], 0.1 / 2.0 * 0.1 / 0.2 * 64, atol=1e-4)  # 1.6 px
+    assert np.allclose(flow[1][on], 0.0, atol=1e-4)
+    assert (flow[:, ~on] == 0).all()
+    same, _ = true_backward_flow(depth, link, at_t, at_t, CAMERA)
+    assert np.abs(same).max() < 1e-4
+
+
+def test_a_rotated_link_moves_its_pixels_about_the_joint() -> None:
+    # link frame at 2 m; a half turn about the viewing axis maps each pixel to its mirror
+    # through the link's origin (the image centre)
+    depth = np.zeros((64, 64), np.float32)
+    link = np.full((64, 64), NO_LINK, np.uint8)
+    depth[20:28, 40:44] = 2.0
+    link[20:28, 40:44] = 0
+    half_turn = np.diag([1.0, -1.0, -1.0])  # rotation by pi about x
+    flow, on = true_backward_flow(depth, link, _pose([2, 0, 0])[None],
+                                  _pose([2, 0, 0], half_turn)[None], CAMERA)
+    ys, xs = np.nonzero(on)
+    u, v = xs + 0.5 + flow[0, ys, xs], ys + 0.5 + flow[1, ys, xs]
+    assert np.allclose(u, 64 - (xs + 0.5), atol=1e-3) and np.allclose(v, 64 - (ys + 0.5),
+                                                                       atol=1e-3)
+
+
+def test_bad_shapes_are_refused() -> None:
+    with pytest.raises(ValueError, match="expected"):
+        true_backward_flow(np.zeros((4, 4), np.float32), np.zeros((4, 5), np.uint8),
+                           np.zeros((1, 12), np.float32), np.zeros((1, 12), np.float32),
+                           CAMERA)
+    with pytest.raises(ValueError, match="link 3 but 1 poses"):
+        true_backward_flow(np.ones((4, 4), np.float32), np.full((4, 4), 3, np.uint8),
+                           np.zeros((1, 12), np.float32), np.zeros((1, 12), np.float32),
+                           CAMERA)
+    with pytest.raises(ValueError, match="camera"):
+        unproject(np.ones((4, 4), np.float32), CAMERA[:12])
+
+
+@pytest.fixture(scope="module")
+def chunk(tmp_path_factory) -> Path:
+    from export.cells.generate import GenerateOptions, generate_chunk
+
+    out = tmp_path_factory.mktemp("cells")
+    return generate_chunk("train", 0, out, GenerateOptions(
+        cells_per_chunk=1, motion_episodes=1, motion_frames=12), command="test").parent
+
+
+def test_rendered_geometry_warps_the_start_onto_the_target_arm(chunk: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from edge.episode import load_episode
+    from export.models.warp import identity_grid, warp
+
+    manifest = render_chunk_geometry(chunk, command="test")
+    files = json.loads(manifest.read_text())["files"]
+    assert len(files) == 1 and next(iter(files)).endswith("motion-00.geometry.npz")
+    ep_path = next(chunk.glob("*/motion-00.npz"))
+    ep, geo = load_episode(ep_path), load_geometry(ep_path)
+    assert geo is not None and geo["depth"].shape == (12, 64, 64)
+    assert np.array_equal(geo["link"] != NO_LINK, ep.robot_mask)
+    s, t = 0, 11
+    flow, on = true_backward_flow(geo["depth"][t], geo["link"][t], geo["poses"][t],
+                                  geo["poses"][s], geo["camera"])
+    assert np.abs(flow[:, on]).mean() > 1.0  # the arm moved
+    start = torch.from_numpy(ep.frames[s]).permute(2, 0, 1)[None].float() / 255
+    warped = warp(start, torch.from_numpy(flow)[None], identity_grid(64))[0]
+    warped = warped.permute(1, 2, 0).numpy()
+    target = ep.frames[t] / 255.0
+    err_warp = np.abs(warped - target)[on].mean()
+    err_copy = np.abs(ep.frames[s] / 255.0 - target)[on].mean()
+    assert err_warp < 0.7 * err_copy, (err_warp, err_copy)
+    # a complete chunk's geometry is kept, not rendered again
+    mtime = manifest.stat().st_mtime_ns
+    assert render_chunk_geometry(chunk).stat().st_mtime_ns == mtime
+
+
+def test_geometry_of_an_incomplete_chunk_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CellError, match="no manifest.json"):
+        render_chunk_geometry(tmp_path)
