@@ -54,3 +54,57 @@ def test_losses_with_the_contrastive_term_are_finite_and_train() -> None:
     assert grads and all(torch.isfinite(g).all() for g in grads)
     off, parts_off = losses(model, b, 0.1, 1.0, 0.2)
     assert parts_off["contrast"] == 0.0 and float(off.detach()) < float(total.detach())
+
+
+def test_true_flow_loss_counts_the_robot_and_the_static_scene_not_what_is_uncovered() -> None:
+    from export.train.warp import true_flow_loss
+
+    target = torch.zeros(1, 2, 64, 64)
+    mask = torch.zeros(1, 1, 64, 64)
+    mask[..., 8:24, 8:24] = 1.0  # the robot at the target
+    target[:, 0, 8:24, 8:24] = 3.0  # it came from 3 px to the right
+    valid = torch.ones(1, 1, 64, 64)
+    valid[..., 40:48, 40:48] = 0.0  # uncovered by the arm: no flow of the arm there
+    b = {"true_flow": target, "true_flow_valid": valid, "mask": mask}
+    assert float(true_flow_loss(target.clone(), None, b)) == 0.0
+    coarse = torch.nn.functional.avg_pool2d(target, 4)
+    assert float(true_flow_loss(target.clone(), coarse, b)) == pytest.approx(0.0, abs=1e-6)
+    anything = target.clone()
+    anything[..., 40:48, 40:48] = 50.0
+    assert float(true_flow_loss(anything, None, b)) == 0.0
+    still = torch.zeros_like(target)  # an arm that does not move: 2.5 px (smooth L1) each
+    assert float(true_flow_loss(still, None, b)) == pytest.approx(2.5, abs=1e-5)
+    assert float(true_flow_loss(still, torch.zeros(1, 2, 16, 16), b)) == pytest.approx(5.0,
+                                                                                    abs=1e-5)
+
+
+def test_true_flow_batches_replace_dis_and_train() -> None:
+    cells = _cells()
+    for c in cells:
+        for m in c.motions:
+            t = len(m.frames)
+            link = np.where(m.robot_mask, 0, 255).astype(np.uint8)
+            pose = np.tile(np.array([2, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1], np.float32),
+                           (t, 1, 1))
+            pose[:, 0, 1] = np.linspace(0, 0.1, t)  # the link slides sideways
+            m.geometry = {"depth": np.where(m.robot_mask, 2.0, 0.0).astype(np.float32),
+                          "link": link, "poses": pose,
+                          "camera": np.array([0, 0, 0, 1, 0, 0, 0, 0, 1, 0.1, 0.1, -0.1, 0.0])}
+    ps = PairSet(cells, "cpu")
+    b = ps.batch(np.random.default_rng(3), 2, 4, 16, flow_target="true")
+    assert "dis" not in b and b["true_flow"].shape == (8, 2, 64, 64)
+    robot = b["mask"].bool()[:, 0]
+    assert (b["true_flow"][:, 1].abs() < 1e-4).all()
+    assert (b["true_flow"][:, 0][robot] != 0).any() and (b["true_flow"][:, 0][~robot] == 0).all()
+    same = ps.batch(np.random.default_rng(3), 2, 4, 16)  # the same pairs, with DIS
+    assert torch.equal(same["target"], b["target"]) and torch.equal(same["cum"], b["cum"])
+    cfg = WarpConfig(feat_channels=8, motion_channels=8, global_channels=4,
+                     summary_channels=4, cal_width=8, dec_width=8, joint_width=8)
+    model = WarpModel(cfg)
+    total, parts = losses(model, b, 0.1, 1.0, 0.2, true_flow_weight=0.05)
+    assert np.isfinite(float(total.detach())) and parts["flow"] > 0
+    total.backward()
+    assert model.step.joint[-1].weight.grad is not None
+    bare = PairSet(_cells(), "cpu")
+    with pytest.raises(Exception, match="no geometry"):
+        bare.batch(np.random.default_rng(3), 2, 4, 16, flow_target="true")

@@ -34,6 +34,8 @@ class Motion:
     robot_mask: np.ndarray | None = None
     joint_positions: np.ndarray | None = None
     path: str = ""
+    #: the episode's rendered geometry (:func:`export.cells.geometry.load_geometry`), or None
+    geometry: dict[str, np.ndarray] | None = None
 
 
 @dataclass
@@ -63,12 +65,18 @@ def _pad_actions(a: np.ndarray, width: int) -> np.ndarray:
 
 def load_cells(root: str | os.PathLike[str], splits: list[str], max_dof: int = 7,
                segment_frames: int = 8, limit: int | None = None,
-               with_masks: bool = True) -> list[Cell]:
+               with_masks: bool = True, with_geometry: bool = False) -> list[Cell]:
     """Load every complete chunk of ``splits`` under ``root`` (``OUT/<split>/chunk-*/``).
 
+    With ``with_geometry`` every motion episode's geometry is loaded too (``syncedge cells
+    geometry``), for the true-flow loss.
+
     Raises:
-        ExportError: if a split has no complete chunk.
+        ExportError: if a split has no complete chunk, or (``with_geometry``) a chunk has
+            no geometry.
     """
+    from export.cells.geometry import GEOMETRY_MANIFEST, load_geometry
+
     root = Path(root)
     cells: list[Cell] = []
     for split in splits:
@@ -77,6 +85,9 @@ def load_cells(root: str | os.PathLike[str], splits: list[str], max_dof: int = 7
             raise ExportError(f"{root / split}: no complete chunk (no chunk-*/manifest.json); "
                               f"generate it with 'syncedge cells generate --split {split} --out {root}'")
         for mpath in manifests:
+            if with_geometry and not (mpath.parent / GEOMETRY_MANIFEST).is_file():
+                raise ExportError(f"{mpath.parent}: no {GEOMETRY_MANIFEST}; render it with "
+                                  f"'syncedge cells geometry --data {root} --split {split}'")
             man = json.loads(mpath.read_text())
             by_cell: dict[str, list[str]] = {}
             for rel in sorted(man["files"]):
@@ -99,7 +110,8 @@ def load_cells(root: str | os.PathLike[str], splits: list[str], max_dof: int = 7
                         ep.frames, _pad_actions(ep.actions, max_dof), ep.ee_px,
                         ep.robot_mask if with_masks else None,
                         _pad_actions(ep.joint_positions, max_dof)
-                        if ep.joint_positions is not None else None, str(mpath.parent / rel)))
+                        if ep.joint_positions is not None else None, str(mpath.parent / rel),
+                        load_geometry(mpath.parent / rel) if with_geometry else None))
                 cells.append(cell)
                 if limit is not None and len(cells) >= limit:
                     return cells

@@ -13,7 +13,14 @@ t steps is one step with the summed actions). Losses, per pair:
 - the arm flow against OpenCV DIS optical flow measured from the true target to the start
   (an oracle only at training time, weighted by how well it explains the target), which
   gives the flow a signal where the photometric gradient of a bilinear warp is too local;
-  its weight decays over training.
+  its weight decays over training;
+- or, with ``--true-flow-weight`` and cells whose geometry was rendered (``syncedge cells
+  geometry``), the arm flow against the *exact* backward flow of every robot pixel
+  (:func:`export.cells.geometry.true_backward_flow`) and zero on the static scene, both at
+  64x64 and, for the per-DoF fields of the step, on the coarse 16x16 flow. On 64x64 frames
+  of a textureless arm DIS finds almost none of the arm's motion (its end-point error on
+  the robot is about the true flow's own size), so the DIS target pulls the arm's flow
+  toward zero.
 
 Checkpoints (``warp.pt``: weights, optimizer, step, loss history, config, options) are
 written atomically every ``--save-every`` steps and at the end; ``--resume`` continues
@@ -67,6 +74,7 @@ class WarpTrainOptions:
     joint_width: int = 0
     contrast_weight: float = 0.0
     start_offset: bool = False
+    true_flow_weight: float = 0.0
 
 
 class PairSet:
@@ -88,7 +96,11 @@ class PairSet:
         self.cal_actions = torch.from_numpy(np.stack([c.cal_actions for c in cells])).to(device)
         self.dof_mask = torch.from_numpy(np.stack([c.dof_mask for c in cells])).to(device)
         self.motions: list[list[tuple[Any, Any, Any, Any]]] = []
+        #: every episode's geometry (or None), in the order of the episodes of all cells
+        self.geometry: list[dict[str, np.ndarray] | None] = []
+        self._first: list[int] = []  # index in ``geometry`` of each cell's first episode
         for c in cells:
+            self._first.append(len(self.geometry))
             eps = []
             home = c.cal_home if c.cal_home is not None else np.zeros(len(c.dof_mask),
                                                                     np.float32)
@@ -104,24 +116,37 @@ class PairSet:
                             torch.from_numpy(np.cumsum(m.actions, 0)),
                             torch.from_numpy(m.robot_mask),
                             torch.from_numpy(off.astype(np.float32) * c.dof_mask)))
+                self.geometry.append(m.geometry)
             self.motions.append(eps)
         self.n = len(cells)
         self._flow: Any = None
 
     def batch(self, rng: np.random.Generator, cells: int, pairs: int,
-              horizon: int, shared_start: bool = False) -> dict[str, Any]:
+              horizon: int, shared_start: bool = False,
+              flow_target: str = "dis") -> dict[str, Any]:
         """A batch: ``cell`` index per pair ``[P]``, ``start``/``target`` uint8
         ``[P, 3, H, W]``, ``cum`` float32 ``[P, A]`` (summed actions from start to target,
         rad), ``offset`` float32 ``[P, A]`` (the start frame's joint offset from the
         calibration's home pose, rad), ``mask0``/``mask`` float32 ``[P, 1, H, W]``, ``dis`` float32 ``[P, 2, H, W]``
         (DIS flow from target to start, px) and the calibration tensors of the chosen cells.
         With ``shared_start`` a cell's pairs share one episode and start frame (distinct
-        targets), for the contrastive loss."""
+        targets), for the contrastive loss. ``flow_target`` ``true`` puts the exact backward
+        flow (``true_flow`` float32 ``[P, 2, H, W]``, px, zero off the robot) and where it is
+        known (``true_flow_valid`` float32 ``[P, 1, H, W]``: the robot at the target and the
+        static scene, not what the arm uncovers) in place of ``dis``; the pair draws are the
+        same.
+
+        Raises:
+            ExportError: ``flow_target`` ``true`` for an episode without geometry.
+        """
         import cv2
         import torch
 
+        from export.cells.geometry import true_backward_flow
+
         idx = rng.choice(self.n, size=cells, replace=False)
         st, tg, cum, m0, m1, dis, owner, offs = [], [], [], [], [], [], [], []
+        valid: list[Any] = []
         if self._flow is None:  # made once: a DIS estimator holds no state between calls
             self._flow = cv2.DISOpticalFlow_create(  # type: ignore[attr-defined]
                 cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
@@ -129,11 +154,13 @@ class PairSet:
         for j, ci in enumerate(idx):
             eps = self.motions[ci]
             if shared_start:  # (drawn only then: the independent draws stay as they were)
-                shared = eps[rng.integers(len(eps))]
+                e_shared = int(rng.integers(len(eps)))
+                shared = eps[e_shared]
                 s0 = int(rng.integers(0, shared[0].shape[0] - horizon))
                 ds = rng.choice(np.arange(1, horizon + 1), size=pairs, replace=False)
             for k in range(pairs):
-                fr, cs, mk, of = shared if shared_start else eps[rng.integers(len(eps))]
+                e = e_shared if shared_start else int(rng.integers(len(eps)))
+                fr, cs, mk, of = eps[e]
                 t_count = fr.shape[0]
                 if shared_start:
                     s, d = s0, int(ds[k])
@@ -148,20 +175,33 @@ class PairSet:
                 m0.append(mk[s])
                 offs.append(of[s])
                 m1.append(mk[t])
+                owner.append(j)
+                if flow_target == "true":
+                    geo = self.geometry[self._first[ci] + e]
+                    if geo is None:
+                        raise ExportError("true-flow loss: a training episode has no geometry; "
+                                          "render it with 'syncedge cells geometry'")
+                    f, on = true_backward_flow(geo["depth"][t], geo["link"][t],
+                                               geo["poses"][t], geo["poses"][s], geo["camera"])
+                    dis.append(torch.from_numpy(f))
+                    static = ~(mk[s].numpy() | mk[t].numpy())
+                    valid.append(torch.from_numpy((on | static).astype(np.float32))[None])
+                    continue
                 g0 = cv2.cvtColor(fr[s].permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
                 g1 = cv2.cvtColor(fr[t].permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
                 dis.append(torch.from_numpy(flow_est.calc(g1, g0, None)).permute(2, 0, 1))
-                owner.append(j)
         dev = self.device
         idx_t = torch.from_numpy(idx).to(dev)
-        return {
+        flows = ({"true_flow": torch.stack(dis).to(dev),
+                  "true_flow_valid": torch.stack(valid).to(dev)}
+                 if flow_target == "true" else {"dis": torch.stack(dis).to(dev)})
+        return {**flows,
             "owner": torch.tensor(owner, device=dev),
             "start": torch.stack(st).to(dev), "target": torch.stack(tg).to(dev),
             "cum": torch.stack(cum).to(torch.float32).to(dev),
             "offset": torch.stack(offs).to(dev),
             "mask0": torch.stack(m0)[:, None].to(torch.float32).to(dev),
             "mask": torch.stack(m1)[:, None].to(torch.float32).to(dev),
-            "dis": torch.stack(dis).to(dev),
             "cal_frames": self.cal_frames[idx_t], "cal_actions": self.cal_actions[idx_t],
             "dof_mask": self.dof_mask[idx_t],
         }
@@ -182,10 +222,36 @@ def calibration_states(model: Any, cal_frames: Any) -> Any:
     return torch.cat([pix, rest], 1).reshape(n, t, -1, cfg.grid, cfg.grid)
 
 
+def true_flow_loss(flow: Any, coarse: Any, b: dict[str, Any]) -> Any:
+    """The exact-flow loss of one batch: smooth L1 (px) of the arm's flow ``flow``
+    ``[P, 2, 64, 64]`` against ``b["true_flow"]``, the mean over the robot pixels of the
+    target plus the mean over the static scene; plus the same on the step's coarse flow
+    ``coarse`` ``[P, 2, 16, 16]`` (the per-DoF fields' sum; None: none) against the true
+    flow averaged over each 4x4 cell that sees the robot at the target in at least half
+    its pixels."""
+    import torch.nn.functional as F
+
+    valid = b["true_flow_valid"]
+    robot = b["mask"] * valid
+    static = valid - robot
+    err = F.smooth_l1_loss(flow, b["true_flow"], reduction="none").sum(1, True)
+    loss = ((err * robot).sum() / robot.sum().clamp(min=1.0)
+            + (err * static).sum() / static.sum().clamp(min=1.0))
+    if coarse is not None:
+        cover = F.avg_pool2d(robot, 4)
+        target = F.avg_pool2d(b["true_flow"] * robot, 4) / cover.clamp(min=1e-6)
+        keep = (cover >= 0.5).to(cover.dtype)
+        cerr = F.smooth_l1_loss(coarse, target, reduction="none").sum(1, True)
+        loss = loss + (cerr * keep).sum() / keep.sum().clamp(min=1.0)
+    return loss
+
+
 def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float = 0.1,
            fill_weight: float = 0.0, contrast_weight: float = 0.0,
-           pairs: int = 1) -> tuple[Any, dict[str, float]]:
-    """Total loss and its parts for one batch (see the module docstring)."""
+           pairs: int = 1, true_flow_weight: float = 0.0) -> tuple[Any, dict[str, float]]:
+    """Total loss and its parts for one batch (see the module docstring); with
+    ``true_flow_weight`` the batch carries ``true_flow`` (not ``dis``) and
+    :func:`true_flow_loss` takes the DIS loss's place."""
     import torch
     import torch.nn.functional as F
 
@@ -206,11 +272,17 @@ def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float
     photo = err.mean() + 4.0 * (err * region).sum() / region.sum().clamp(min=1.0)
     mask_loss = (F.binary_cross_entropy(out["mask"].clamp(1e-4, 1 - 1e-4), b["mask"])
                  + F.binary_cross_entropy(out["start_mask"].clamp(1e-4, 1 - 1e-4), b["mask0"]))
-    with torch.no_grad():
-        dis_err = (warp(out["start"], b["dis"], model.decoder.base) - truth).abs().mean(1, True)
-        conf = torch.exp(-dis_err / 0.03) * torch.clamp(b["mask"] + b["mask0"], 0, 1)
-    flow_loss = (F.smooth_l1_loss(out["flow"], b["dis"], reduction="none").sum(1, True)
-                 * conf).sum() / conf.sum().clamp(min=1.0)
+    if "true_flow" in b:
+        coarse = (model.cfg.layout.slice(z, "joint_flow") if model.cfg.joint_width else None)
+        flow_loss = true_flow_loss(out["flow"], coarse, b)
+        flow_weight = true_flow_weight
+    else:
+        with torch.no_grad():
+            dis_err = (warp(out["start"], b["dis"], model.decoder.base)
+                       - truth).abs().mean(1, True)
+            conf = torch.exp(-dis_err / 0.03) * torch.clamp(b["mask"] + b["mask0"], 0, 1)
+        flow_loss = (F.smooth_l1_loss(out["flow"], b["dis"], reduction="none").sum(1, True)
+                     * conf).sum() / conf.sum().clamp(min=1.0)
     # the fill weight may only be used where the arm uncovers background (robot at the
     # start, not at the target): without this the model erases what it is unsure of
     uncover = b["mask0"] * (1.0 - b["mask"])
@@ -313,7 +385,7 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
     cells = []
     for root in opts.data:
         cells += load_cells(root, ["train"], cfg.max_dof, cfg.segment_frames,
-                            limit=opts.max_cells)
+                            limit=opts.max_cells, with_geometry=opts.true_flow_weight > 0)
     pairs = PairSet(cells, device)
     print(f"{len(cells)} training cells from {', '.join(opts.data)}", file=sys.stderr,
           flush=True)
@@ -337,11 +409,13 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
         for g in optim.param_groups:
             g["lr"] = lr_at(step)
         b = pairs.batch(rng, min(opts.cells_per_batch, pairs.n), opts.pairs_per_cell,
-                        opts.horizon, shared_start=opts.contrast_weight > 0)
+                        opts.horizon, shared_start=opts.contrast_weight > 0,
+                        flow_target="true" if opts.true_flow_weight > 0 else "dis")
         fw = opts.flow_weight * max(opts.flow_floor, 1.0 - step / max(1, opts.steps))
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts.bf16):
             loss, parts = losses(model, b, fw, opts.mask_weight, opts.fill_weight,
-                                 opts.contrast_weight, opts.pairs_per_cell)
+                                 opts.contrast_weight, opts.pairs_per_cell,
+                                 opts.true_flow_weight)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -389,6 +463,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--flow-floor times it)")
     p.add_argument("--flow-floor", type=float, default=0.1,
                    help="the DIS-flow weight at the last step, as a fraction of --flow-weight")
+    p.add_argument("--true-flow-weight", type=float, default=0.0,
+                   help="weight of the exact-flow loss (the data's geometry, 'syncedge cells "
+                        "geometry'), which replaces the DIS-flow loss (0: off)")
     p.add_argument("--mask-weight", type=float, default=0.1, help="robot-mask BCE weight")
     p.add_argument("--fill-weight", type=float, default=0.0,
                    help="weight of the fill-weight BCE against the uncovered pixels")
@@ -420,7 +497,8 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                             mask_weight=args.mask_weight, fill_weight=args.fill_weight,
                             init=args.init, joint_width=args.joint_width,
                             contrast_weight=args.contrast_weight,
-                            start_offset=args.start_offset)
+                            start_offset=args.start_offset,
+                            true_flow_weight=args.true_flow_weight)
 
 
 def main(argv: list[str] | None = None) -> int:
