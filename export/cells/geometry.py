@@ -213,7 +213,7 @@ def render_chunk_geometry(chunk_dir: str | os.PathLike[str], command: str = "",
                                     "replay; generate cells with segmentation")
                 q = params.convention.to_canonical(ep.joint_positions)
                 depth, link, poses = [], [], []
-                camera = None
+                camera = np.zeros(13)
                 for t, qt in enumerate(q):
                     d, lk, ps, camera = scene.render_geometry(qt)
                     if not np.array_equal(lk != NO_LINK, ep.robot_mask[t]):
@@ -229,7 +229,8 @@ def render_chunk_geometry(chunk_dir: str | os.PathLike[str], command: str = "",
                 np.savez_compressed(buf, depth=np.stack(depth), link=np.stack(link),
                                     poses=np.stack(poses), camera=camera)
                 target = geometry_path(chunk / rel)
-                atomic_write(target, lambda f, b=buf: f.write(b.getvalue()))
+                data = buf.getvalue()
+                atomic_write(target, lambda f: f.write(data))  # noqa: B023 (called at once)
                 files[target.relative_to(chunk).as_posix()] = sha256_file(target)
             if progress:
                 progress(f"{chunk.name}: cell {i + 1}/{len(man['cells'])}, {frames} frames, "
