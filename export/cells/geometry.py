@@ -181,7 +181,7 @@ def render_chunk_geometry(chunk_dir: str | os.PathLike[str], command: str = "",
     from edge.episode import load_episode
     from edge.fileio import atomic_write, sha256_file, write_json_atomic
     from export.cells.generate import CellGenerator, GenerateOptions
-    from export.evaluation.zero_shot import cell_from_json
+    from export.cells.sampling import CellParams
 
     chunk = Path(chunk_dir)
     out = chunk / GEOMETRY_MANIFEST
@@ -201,7 +201,7 @@ def render_chunk_geometry(chunk_dir: str | os.PathLike[str], command: str = "",
     frames = 0
     with CellGenerator(gen_opts) as gen:
         for i, cell_json in enumerate(man["cells"]):
-            params = cell_from_json(cell_json)
+            params = CellParams.from_json_dict(cell_json)
             scene = gen.scene(params.robot)
             scene.apply_cell(params)
             rels = sorted(r for r in man["files"]

@@ -176,6 +176,18 @@ class CellParams:
                            "signs": list(self.convention.signs)}
         return d
 
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> CellParams:
+        """Inverse of :meth:`to_json_dict` (chunk manifests, episode metadata)."""
+        kw = dict(d)
+        conv = kw.pop("convention")
+        kw["convention"] = Convention(tuple(conv["perm"]), tuple(conv["signs"]))
+        for key in ("lookat", "ambient_rgb", "floor_rgb", "wall_rgb", "table_rgb"):
+            kw[key] = tuple(kw[key])
+        kw["lights"] = tuple(kw["lights"])
+        kw["objects"] = tuple(kw["objects"])
+        return cls(**kw)
+
     def camera_json(self) -> dict[str, Any]:
         """The camera part, for ``metadata.camera``."""
         return {"azimuth_deg": self.azimuth_deg, "elevation_deg": self.elevation_deg,

@@ -166,10 +166,10 @@ def evaluate_timing(data: str | Path, split: str, model_dir: str | Path,
     from export.cells.futures import load_or_render_futures
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.robots import robot_spec
+    from export.cells.sampling import CellParams
     from export.cells.trajectories import MOTION_PROFILES
     from export.errors import ExportError
     from export.evaluation.frames import _frame_metrics, retrieval_hits
-    from export.evaluation.zero_shot import cell_from_json
 
     t0 = time.perf_counter()
     root = Path(data)
@@ -192,7 +192,7 @@ def evaluate_timing(data: str | Path, split: str, model_dir: str | Path,
         for i, (cdir, cjson) in enumerate(cells):
             cal = load_episode(cdir / "calibration.npz")
             motion = load_episode(sorted(cdir.glob("motion-*.npz"))[0])
-            params = cell_from_json(cjson)
+            params = CellParams.from_json_dict(cjson)
             if cal.joint_positions is None or motion.joint_positions is None:
                 raise ExportError(f"{cdir}: episodes without joint_positions; the timing "
                                   f"evaluation needs generated cells")

@@ -326,7 +326,8 @@ def evaluate_frames(opts: FramesEvalOptions) -> dict[str, Any]:
     import torch
 
     from export.cells.futures import load_or_render_futures
-    from export.evaluation.zero_shot import cell_from_json, load_keypoint
+    from export.cells.sampling import CellParams
+    from export.evaluation.zero_shot import load_keypoint
     from export.train.data import load_cells
 
     t0 = time.perf_counter()
@@ -383,7 +384,7 @@ def evaluate_frames(opts: FramesEvalOptions) -> dict[str, Any]:
             om = _frame_metrics(ow, truth, start)
             oracle["psnr"].append(om["psnr"])
             oracle["motion_psnr"].append(om["motion_psnr"])
-            params = cell_from_json(cell.params)
+            params = CellParams.from_json_dict(cell.params)
             futs = {p: load_or_render_futures(root, split, cell.cell_id, gen, params,
                                               mo.joint_positions[0, :cell.num_dof],
                                               opts.candidates, h, p, opts.seed)

@@ -39,8 +39,8 @@ from export.models.latent import KeypointNet, ModelConfig, WorldModel
 from export.train.data import Cell, load_cells, relabel
 from export.train.latent import load_checkpoint
 
-__all__ = ["EvalOptions", "load_world_model", "load_keypoint", "evaluate", "cell_from_json",
-           "VARIANTS", "to_uint8"]
+__all__ = ["EvalOptions", "load_world_model", "load_keypoint", "evaluate", "VARIANTS",
+           "to_uint8"]
 
 log = logging.getLogger("syncedge.eval")
 
@@ -99,18 +99,6 @@ def to_uint8(x: torch.Tensor) -> np.ndarray:
     """float ``[..., 3, H, W]`` in [0, 1] -> uint8 ``[..., H, W, 3]`` (clip, round half up)."""
     v = torch.floor(x.clamp(0, 1) * 255.0 + 0.5).to(torch.uint8)
     return v.movedim(-3, -1).numpy()
-
-
-def cell_from_json(d: dict[str, Any]) -> CellParams:
-    """Rebuild :class:`CellParams` from its JSON form (chunk manifests, episode metadata)."""
-    kw = dict(d)
-    conv = kw.pop("convention")
-    kw["convention"] = Convention(tuple(conv["perm"]), tuple(conv["signs"]))
-    for key in ("lookat", "ambient_rgb", "floor_rgb", "wall_rgb", "table_rgb"):
-        kw[key] = tuple(kw[key])
-    kw["lights"] = tuple(kw["lights"])
-    kw["objects"] = tuple(kw["objects"])
-    return CellParams(**kw)
 
 
 def _mislabelling(rng: np.random.Generator, n: int) -> Convention:
@@ -264,7 +252,7 @@ class _Evaluator:
         true: list[np.ndarray] = []
         with CellGenerator(GenerateOptions(segmentation=False)) as gen:
             for i, cell in enumerate(cells):
-                params = cell_from_json(cell.params)
+                params = CellParams.from_json_dict(cell.params)
                 n = cell.num_dof
                 q0 = _required(cell.motions[0].joint_positions, cell, "joint_positions")[0, :n]
                 acts = np.zeros((n, o.probe_steps, self.cfg.max_dof), np.float32)
