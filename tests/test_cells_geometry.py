@@ -127,3 +127,23 @@ def test_rendered_geometry_warps_the_start_onto_the_target_arm(chunk: Path) -> N
 def test_geometry_of_an_incomplete_chunk_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CellError, match="no manifest.json"):
         render_chunk_geometry(tmp_path)
+
+
+def test_exact_flow_warp_bound_beats_copying_the_start_on_the_moving_pixels(chunk: Path) -> None:
+    from edge.episode import load_episode
+    from export.evaluation.frames import exact_flow_warp
+
+    render_chunk_geometry(chunk, command="test")
+    ep_path = next(chunk.glob("*/motion-00.npz"))
+    ep, geo = load_episode(ep_path), load_geometry(ep_path)
+    assert geo is not None
+    warped = exact_flow_warp(ep.frames[0], geo, 11)
+    assert warped.shape == (11, 64, 64, 3) and warped.dtype == np.uint8
+    truth, start = ep.frames[1:12].astype(float), ep.frames[0].astype(float)
+    moving = np.abs(truth - start).max(-1) > 8
+    err_warp = ((warped - truth) ** 2).mean(-1)[moving].mean()
+    err_copy = ((start - truth) ** 2).mean(-1)[moving].mean()
+    assert err_warp < 0.8 * err_copy, (err_warp, err_copy)
+    # a geometry whose poses never change warps nothing
+    still = dict(geo, poses=np.repeat(geo["poses"][:1], len(geo["poses"]), 0))
+    assert np.array_equal(exact_flow_warp(ep.frames[0], still, 3), np.repeat(ep.frames[:1], 3, 0))

@@ -16,7 +16,10 @@ each variant (``calibrated``, ``zeroed``, ``other_cell``, ``mislabelled``,
     whose truth differs from the start frame by more than 8 at that step) and the PSNR on
     the pixels the truth never changes over the horizon.
 (d) **oracle-flow warp**: the start frame warped by OpenCV DIS optical flow measured from
-    the true frame (no fill): a bound the warp family can be held against.
+    the true frame (no fill): a bound the warp family can be held against; where the split's
+    geometry was rendered (``syncedge cells geometry``), also the **exact-flow warp**: the
+    start frame warped by the exact backward flow of the robot's pixels
+    (:func:`export.cells.geometry.true_backward_flow`; static pixels stay, no fill).
 (e) **end-effector error**, reported beside the keypoint reader's own error on the truth.
 
 Per-cell differences to ``calibrated`` have paired percentile-bootstrap 95% intervals.
@@ -38,6 +41,7 @@ from edge.metrics import bootstrap_mean_ci, motion_mask, ssim
 from export.errors import ExportError
 
 __all__ = ["FramesEvalOptions", "frame_psnr", "retrieval_hits", "blur_control",
+           "exact_flow_warp",
            "static_mask", "oracle_flow_warp", "evaluate_frames", "format_frames_table",
            "PSNR_CAP_DB", "RETRIEVAL_STEPS"]
 
@@ -114,6 +118,28 @@ def oracle_flow_warp(start: np.ndarray, truth: np.ndarray) -> np.ndarray:
     for f in truth:
         flow = dis.calc(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), g0, None)
         out.append(cv2.remap(start, gx + flow[..., 0], gy + flow[..., 1], cv2.INTER_LINEAR,
+                             borderMode=cv2.BORDER_REPLICATE))
+    return np.stack(out)
+
+
+def exact_flow_warp(start: np.ndarray, geometry: dict[str, np.ndarray],
+                    steps: int) -> np.ndarray:
+    """The start frame (frame 0 of an episode) warped by the exact backward flow of the
+    robot's pixels to each of frames 1..``steps`` (no fill; what the arm uncovers keeps the
+    start frame): uint8 ``[steps, H, W, 3]``. ``geometry``: the episode's
+    :func:`~export.cells.geometry.load_geometry`."""
+    import cv2
+
+    from export.cells.geometry import true_backward_flow
+
+    h, w = start.shape[:2]
+    gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+    out = []
+    for t in range(1, steps + 1):
+        flow, _ = true_backward_flow(geometry["depth"][t], geometry["link"][t],
+                                     geometry["poses"][t], geometry["poses"][0],
+                                     geometry["camera"])
+        out.append(cv2.remap(start, gx + flow[0], gy + flow[1], cv2.INTER_LINEAR,
                              borderMode=cv2.BORDER_REPLICATE))
     return np.stack(out)
 
@@ -357,13 +383,18 @@ def evaluate_frames(opts: FramesEvalOptions) -> dict[str, Any]:
         if not (root / split).is_dir():
             _progress(f"{name}: no {root / split}, skipped", t0)
             continue
-        cells = load_cells(root, [split], 7, 8, limit=opts.max_cells)
-        _progress(f"{name}: {len(cells)} cells", t0)
+        from export.cells.geometry import GEOMETRY_MANIFEST
+
+        with_geo = all((m.parent / GEOMETRY_MANIFEST).is_file()
+                       for m in (root / split).glob("chunk-*/manifest.json"))
+        cells = load_cells(root, [split], 7, 8, limit=opts.max_cells, with_geometry=with_geo)
+        _progress(f"{name}: {len(cells)} cells" + (", with geometry" if with_geo else ""), t0)
         ctxs = {label: p.contexts(cells, np.random.default_rng(opts.seed))
                 for label, p in preds.items()}
         per_cell: dict[str, dict[str, dict[str, list[Any]]]] = {}
         reader_err: list[float] = []
         oracle: dict[str, list[Any]] = {"psnr": [], "motion_psnr": []}
+        exact: dict[str, list[Any]] = {"psnr": [], "motion_psnr": []}
         blur: dict[str, list[float]] = {f"{p}/{s}": [] for p in opts.profiles
                                         for s in RETRIEVAL_STEPS}
         sheets: list[np.ndarray] = []
@@ -384,6 +415,10 @@ def evaluate_frames(opts: FramesEvalOptions) -> dict[str, Any]:
             om = _frame_metrics(ow, truth, start)
             oracle["psnr"].append(om["psnr"])
             oracle["motion_psnr"].append(om["motion_psnr"])
+            if mo.geometry is not None:
+                em = _frame_metrics(exact_flow_warp(start, mo.geometry, h), truth, start)
+                exact["psnr"].append(em["psnr"])
+                exact["motion_psnr"].append(em["motion_psnr"])
             params = CellParams.from_json_dict(cell.params)
             futs = {p: load_or_render_futures(root, split, cell.cell_id, gen, params,
                                               mo.joint_positions[0, :cell.num_dof],
@@ -435,6 +470,9 @@ def evaluate_frames(opts: FramesEvalOptions) -> dict[str, Any]:
             if (i + 1) % 8 == 0 or i + 1 == len(cells):
                 _progress(f"{name}: cell {i + 1}/{len(cells)}", t0)
         result["splits"][name] = _summarise(split, cells, per_cell, reader_err, oracle, blur)
+        if exact["psnr"]:
+            result["splits"][name]["exact_flow_warp"] = {k: _mean_steps(v)
+                                                         for k, v in exact.items()}
         result["splits"][name]["sheet_rows"] = len(sheets)
         if sheets:
             result.setdefault("_sheets", {})[name] = sheets
@@ -551,7 +589,10 @@ def format_frames_table(result: dict[str, Any]) -> str:
                      f"{s['ee_reader_error_on_truth_px']:.2f} px; oracle-flow warp PSNR@16 "
                      f"{ob['psnr'][-1]:.2f} dB, motion@16 {ob['motion_psnr'][-1]:.2f} dB; "
                      "blurred-truth retrieval all_joints@8 "
-                     f"{s['blurred_truth_retrieval'].get('all_joints/8', float('nan')):.2f}")
+                     f"{s['blurred_truth_retrieval'].get('all_joints/8', float('nan')):.2f}"
+                     + (f"; exact-flow warp PSNR@16 {s['exact_flow_warp']['psnr'][-1]:.2f} dB, "
+                        f"motion@16 {s['exact_flow_warp']['motion_psnr'][-1]:.2f} dB"
+                        if "exact_flow_warp" in s else ""))
         lines.append(f"{'model':10} {'variant':15} {'PSNR@1':>7} {'PSNR@16':>8} {'meanPSNR':>8} "
                      f"{'SSIM@16':>7} {'mot@16':>7} {'static':>7} {'EE px':>6} "
                      f"{'ret@4':>6} {'ret@8':>6} {'ret@16':>6} {'2j@8':>6} {'zeroPSNR':>8}")
