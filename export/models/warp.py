@@ -95,6 +95,11 @@ class WarpConfig:
     #: in every step: the same frames, one joint-network pass per rollout (the exported
     #: ``prepare_bB`` graphs); training leaves it off
     joint_fields_in_state: bool = False
+    #: dilations of a residual branch after the per-DoF flow network's first layer (empty:
+    #: none): a receptive field over the whole 16x16 grid, so a channel's field can be read
+    #: from token maps made at the calibration's home pose several cells from where the
+    #: links are at the start pose; its last layer starts at zero
+    joint_dilations: tuple[int, ...] = ()
     use_calibration: bool = True
     baseline_amplitude_rad: float = 0.3
     #: calibration sweep magnitudes the model was trained on, rad (model.json records them)
@@ -124,9 +129,12 @@ class WarpConfig:
     def to_dict(self) -> dict:
         """JSON-serialisable copy."""
         d = asdict(self)
-        for key in ("start_offset", "joint_fields_in_state"):  # off in every earlier model
+        for key in ("start_offset", "joint_fields_in_state",
+                    "joint_dilations"):  # off in every earlier model
             if not d[key]:
                 del d[key]
+        if "joint_dilations" in d:
+            d["joint_dilations"] = list(self.joint_dilations)
         d["sweep_out_rows"] = list(self.sweep_out_rows)
         d["sweep_amplitude_rad"] = list(self.sweep_amplitude_rad)
         return d
@@ -137,6 +145,8 @@ class WarpConfig:
         d = dict(d)
         d["sweep_out_rows"] = tuple(d["sweep_out_rows"])
         d["sweep_amplitude_rad"] = tuple(d["sweep_amplitude_rad"])
+        if "joint_dilations" in d:
+            d["joint_dilations"] = tuple(int(v) for v in d["joint_dilations"])
         return cls(**d)
 
 
@@ -469,6 +479,15 @@ class StateStep(nn.Module):
                 nn.Conv2d(jw, jw, 3, padding=1), _act(),
                 nn.Conv2d(jw, 4, 3, padding=1),
             )
+            if cfg.joint_dilations:
+                layers: list[nn.Module] = []
+                for i, dil in enumerate(cfg.joint_dilations):
+                    if i:
+                        layers.append(_act())
+                    layers.append(nn.Conv2d(jw, jw, 3, padding=dil, dilation=dil))
+                nn.init.zeros_(layers[-1].weight)  # type: ignore[arg-type]
+                nn.init.zeros_(layers[-1].bias)  # type: ignore[arg-type]
+                self.joint_wide = nn.Sequential(*layers)
 
     def forward(self, hist_states: Tensor, hist_actions: Tensor, action: Tensor,
                 context: Tensor) -> Tensor:
@@ -533,7 +552,12 @@ class StateStep(nn.Module):
         bsz, k = t_tok.shape[:2]
         feat = lay.slice(z, "features")[:, None].expand(-1, k, -1, -1, -1)
         x = torch.cat([t_tok, u_tok, feat], 2).flatten(0, 1)
-        return self.joint(x).reshape(bsz, k, 4, hh, hh) * 4.0  # px at 64x64
+        if cfg.joint_dilations:
+            h = self.joint[1](self.joint[0](x))
+            x = self.joint[2:](h + self.joint_wide(h))
+        else:
+            x = self.joint(x)
+        return x.reshape(bsz, k, 4, hh, hh) * 4.0  # px at 64x64
 
 
 class WarpDecoder(nn.Module):

@@ -75,6 +75,7 @@ class WarpTrainOptions:
     contrast_weight: float = 0.0
     start_offset: bool = False
     true_flow_weight: float = 0.0
+    joint_dilations: tuple[int, ...] = ()
 
 
 class PairSet:
@@ -362,7 +363,8 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
         torch.set_num_threads(opts.threads)
     device = torch.device(opts.device)
     cfg = cfg or WarpConfig(use_calibration=not opts.no_calibration,
-                            joint_width=opts.joint_width, start_offset=opts.start_offset)
+                            joint_width=opts.joint_width, start_offset=opts.start_offset,
+                            joint_dilations=tuple(opts.joint_dilations))
     model = WarpModel(cfg).to(device)
     if opts.init and not ckpt_path.exists():
         _warm_start(model, opts.init)
@@ -476,6 +478,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", help="warm start from another warp checkpoint (tensors that fit)")
     p.add_argument("--joint-width", type=int, default=0,
                    help="width of the step's per-DoF flow network (0: none)")
+    p.add_argument("--joint-dilations", default="",
+                   help="comma-separated dilations of a residual branch of the per-DoF flow "
+                        "network, e.g. 2,4,8 (WarpConfig.joint_dilations; default none)")
     p.add_argument("--start-offset", action="store_true",
                    help="give the model the start pose's joint offsets from the calibration's "
                         "home pose (WarpConfig.start_offset)")
@@ -498,7 +503,9 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                             init=args.init, joint_width=args.joint_width,
                             contrast_weight=args.contrast_weight,
                             start_offset=args.start_offset,
-                            true_flow_weight=args.true_flow_weight)
+                            true_flow_weight=args.true_flow_weight,
+                            joint_dilations=tuple(int(v) for v in args.joint_dilations.split(",")
+                                                  if v.strip()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,86 @@
+"""The per-DoF flow network's wide branch (``WarpConfig.joint_dilations``): warm-started
+from a model without it, it changes nothing; trained, it keeps the properties that hold by
+construction (zero actions give the start frame, relabelling changes nothing)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="training needs torch (pip install '.[train]')")
+
+from export.models.warp import WarpConfig, WarpModel  # noqa: E402
+from export.train.warp import _warm_start, calibration_states  # noqa: E402
+
+SMALL = dict(feat_channels=8, motion_channels=8, global_channels=4, summary_channels=4,
+             cal_width=8, dec_width=8, joint_width=8)
+
+
+def _perturbed(model: WarpModel) -> WarpModel:
+    with torch.no_grad():  # a trained-looking model: every weight nonzero
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model.eval()
+
+
+def _calibration(seed: int = 1):
+    rng = np.random.default_rng(seed)
+    frames = torch.from_numpy(rng.integers(0, 256, (57, 3, 64, 64), dtype=np.uint8))
+    acts = torch.zeros(57, 7)
+    for k in range(7):
+        acts[8 * k:8 * k + 3, k] = torch.tensor([0.1, 0.2, 0.1]) * (-1) ** k
+    return frames, acts
+
+
+def _frames(model, start, actions, frames, acts, perm=None, signs=None):
+    with torch.no_grad():
+        if perm is not None:
+            acts, actions = acts[:, perm] * signs, actions[..., perm] * signs
+        ctx = model.calibration(calibration_states(model, frames[None])[0], acts,
+                                torch.ones(7))
+        z = model.rollout(model.encoder(start), actions, ctx)
+        return model.decoder(z.flatten(0, 1))[0]
+
+
+def test_config_round_trips_and_old_configs_stay_as_they_were():
+    cfg = WarpConfig(**SMALL, joint_dilations=(2, 4, 8))
+    d = cfg.to_dict()
+    assert d["joint_dilations"] == [2, 4, 8] and WarpConfig.from_dict(d) == cfg
+    assert "joint_dilations" not in WarpConfig(**SMALL).to_dict()
+
+
+def test_warm_start_without_the_branch_gives_the_same_frames(tmp_path):
+    torch.manual_seed(0)
+    base, (fr, acts) = _perturbed(WarpModel(WarpConfig(**SMALL))), _calibration()
+    path = str(tmp_path / "base.pt")
+    torch.save({"model": base.state_dict()}, path)
+    wide = WarpModel(WarpConfig(**SMALL, joint_dilations=(2, 4, 8)))
+    _warm_start(wide, path)
+    wide.eval()
+    start = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    actions = torch.randn(2, 4, 7) * 0.1
+    assert torch.equal(_frames(base, start, actions, fr, acts),
+                       _frames(wide, start, actions, fr, acts))
+
+
+def test_the_branch_reaches_far_cells_and_keeps_zero_actions_and_relabelling_exact():
+    torch.manual_seed(1)
+    model, (fr, acts) = _perturbed(WarpModel(WarpConfig(**SMALL, joint_dilations=(2, 4, 8)))), \
+        _calibration()
+    # receptive field: a change in one corner of the input reaches the opposite corner
+    x = torch.zeros(1, 8, 16, 16, requires_grad=True)
+    h = model.step.joint[1](model.step.joint[0](torch.cat([x, x, x], 1)))
+    out = model.step.joint[2:](h + model.step.joint_wide(h))
+    out[0, :, 15, 15].sum().backward()
+    assert x.grad is not None and x.grad[0, :, 0, 0].abs().sum() > 0
+    start = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    zero = _frames(model, start, torch.zeros(2, 5, 7), fr, acts)
+    assert (zero.reshape(2, 5, 3, 64, 64) * 255 - start[:, None].float()).abs().max() < 1e-3
+    rng = np.random.default_rng(5)
+    actions = torch.tensor(rng.normal(0, 0.1, (2, 4, 7)), dtype=torch.float32)
+    perm = torch.tensor(rng.permutation(7))
+    signs = torch.tensor(rng.choice([-1.0, 1.0], 7), dtype=torch.float32)
+    a = _frames(model, start, actions, fr, acts)
+    b = _frames(model, start, actions, fr, acts, perm, signs)
+    assert (a - b).abs().max() < 1e-5 and (a - _frames(model, start, torch.zeros(2, 4, 7), fr,
+                                                        acts)).abs().max() > 1e-4
