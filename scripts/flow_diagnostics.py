@@ -1,0 +1,169 @@
+"""Where does the warp model's arm flow stand against the exact flow of the robot's pixels?
+
+    python scripts/flow_diagnostics.py --data data/cells --split test_convention \
+        --model models/reference-checkpoints/warp.pt [--model RUN/warp.pt ...] \
+        [--cells 32] [--json out.json]
+
+Needs the split's geometry (``syncedge cells geometry --data DATA --split SPLIT``).
+
+1. **Flow error on the robot** (end-point error, px, mean over the robot pixels of the
+   target): each model's 64x64 arm flow, zero flow and OpenCV DIS (the flow target of the
+   DIS loss), against the exact backward flow, on the same (start, target) pairs 1-16 frames
+   apart (``PairSet.batch``, seeded).
+2. **The additive form's bound**: for each cell's first motion episode, from frame 0 to
+   frames 4, 8 and 16, the forward displacement of every start-frame robot pixel under the
+   true move, against the sum over joints of its displacement when that joint alone makes
+   its own move (the form of the warp model's step: a sum of per-DoF fields) - the error a
+   perfect per-DoF reading at the start pose would still make.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from export.cells.geometry import project_points  # noqa: E402
+
+
+def flow_errors(models: list[str], data: str, split: str, cells: int, batches: int,
+                seed: int) -> dict[str, float]:
+    """Mean end-point error (px) on the target's robot pixels, per model, zero and DIS."""
+    import cv2
+    import torch
+
+    from export.models.warp import WarpConfig, WarpModel
+    from export.train.data import load_cells
+    from export.train.warp import PairSet, calibration_states
+
+    loaded = []
+    for path in models:
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+        m = WarpModel(WarpConfig.from_dict(ck["config"]))
+        m.load_state_dict(ck["model"])
+        loaded.append((path, m.eval()))
+    pairs = PairSet(load_cells(data, [split], 7, 8, limit=cells, with_geometry=True), "cpu")
+    rng = np.random.default_rng(seed)
+    dis = cv2.DISOpticalFlow_create(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)  # type: ignore[attr-defined]
+    sums: dict[str, float] = {}
+    count = 0
+    with torch.no_grad():
+        for _ in range(batches):
+            b = pairs.batch(rng, min(6, pairs.n), 6, 16, flow_target="true")
+            robot = (b["mask"][:, 0] > 0) & (b["true_flow_valid"][:, 0] > 0)
+            truth = b["true_flow"]
+            n = int(robot.sum())
+            flows = {"zero": torch.zeros_like(truth)}
+            d = []
+            for i in range(len(truth)):
+                g0 = cv2.cvtColor(b["start"][i].permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
+                g1 = cv2.cvtColor(b["target"][i].permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
+                d.append(torch.from_numpy(dis.calc(g1, g0, None)).permute(2, 0, 1))
+            flows["dis"] = torch.stack(d)
+            for path, m in loaded:
+                ctx = m.calibration(calibration_states(m, b["cal_frames"]), b["cal_actions"],
+                                    b["dof_mask"])[b["owner"]]
+                z = m.state_at(m.prepare(m.encoder(b["start"]), ctx), b["cum"], ctx)
+                flows[path] = m.decoder.flows(z)["flow"]
+            for k, f in flows.items():
+                sums[k] = sums.get(k, 0.0) + float(torch.linalg.norm(f - truth, dim=1)[robot].sum())
+            count += n
+    return {k: v / max(count, 1) for k, v in sums.items()}
+
+
+def _moved(mujoco, scene, q: np.ndarray, links: np.ndarray, local: np.ndarray,
+           camera: np.ndarray, shape: tuple[int, ...], x0: np.ndarray) -> np.ndarray:
+    """Displacement (px) of the start pixels ``x0`` whose link-frame points are ``local``
+    when the robot takes joint positions ``q`` (canonical order, rad)."""
+    scene.data.qpos[scene._qadr] = q
+    mujoco.mj_kinematics(scene.model, scene.data)
+    bodies = scene._robot_bodies
+    pn = np.concatenate([scene.data.xpos[bodies], scene.data.xmat[bodies]], 1)[links]
+    pts = np.einsum("nij,nj->ni", pn[:, 3:].reshape(-1, 3, 3), local) + pn[:, :3]
+    return project_points(pts, camera, shape[1], shape[0]) - x0
+
+
+def additive_bound(data: str, split: str, cells: int,
+                   steps: tuple[int, ...] = (4, 8, 16)) -> dict[str, dict[str, float]]:
+    """Per step: the true displacement and the error of the sum of single-joint moves (px)."""
+    from edge.episode import load_episode
+    from export.cells.generate import CellGenerator, GenerateOptions
+    from export.cells.geometry import NO_LINK, unproject
+    from export.cells.sampling import CellParams
+
+    gen = CellGenerator(GenerateOptions())
+    rows: dict[int, dict[str, list[float]]] = {t: {"true": [], "sum": []} for t in steps}
+    done = 0
+    mujoco = None
+    for man_path in sorted((Path(data) / split).glob("chunk-*/manifest.json")):
+        man = json.loads(man_path.read_text())
+        for cj in man["cells"]:
+            if done >= cells:
+                break
+            params = CellParams.from_json_dict(cj)
+            scene = gen.scene(params.robot)
+            scene.apply_cell(params)
+            if mujoco is None:
+                import mujoco  # after the scene chose the GL backend
+            ep = load_episode(man_path.parent / cj["cell_id"] / "motion-00.npz")
+            q = params.convention.to_canonical(ep.joint_positions)
+            depth, link, poses0, cam = scene.render_geometry(q[0])
+            on = link != NO_LINK
+            world = unproject(depth, cam)[on]
+            lk = link[on].astype(int)
+            ys, xs = np.nonzero(on)
+            x0 = np.stack([xs + 0.5, ys + 0.5], 1)
+            p0 = poses0[lk].astype(np.float64)
+            local = np.einsum("nji,nj->ni", p0[:, 3:].reshape(-1, 3, 3), world - p0[:, :3])
+
+            for t in steps:
+                true = _moved(mujoco, scene, q[t], lk, local, cam, depth.shape, x0)
+                total = np.zeros_like(true)
+                for j in range(q.shape[1]):
+                    qj = q[0].copy()
+                    qj[j] = q[t][j]
+                    total += _moved(mujoco, scene, qj, lk, local, cam, depth.shape, x0)
+                ok = np.isfinite(true).all(1) & np.isfinite(total).all(1)
+                rows[t]["true"].append(float(np.linalg.norm(true[ok], axis=1).mean()))
+                rows[t]["sum"].append(float(np.linalg.norm((total - true)[ok], axis=1).mean()))
+            done += 1
+    gen.close()
+    return {str(t): {"true_displacement_px": float(np.mean(r["true"])),
+                     "sum_of_single_joint_error_px": float(np.mean(r["sum"])),
+                     "cells": len(r["true"])} for t, r in rows.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="cells folder")
+    p.add_argument("--split", required=True, help="split folder with rendered geometry")
+    p.add_argument("--model", action="append", default=[], help="a warp.pt (repeat)")
+    p.add_argument("--cells", type=int, default=32, help="cells (default 32)")
+    p.add_argument("--batches", type=int, default=6, help="pair batches of 36 (default 6)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args(argv)
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    out = {"flow_error_on_robot_px": flow_errors(args.model, args.data, args.split, args.cells,
+                                                 args.batches, args.seed),
+           "additive_form_bound": additive_bound(args.data, args.split, args.cells)}
+    for k, v in out["flow_error_on_robot_px"].items():
+        print(f"flow end-point error on the robot, {k}: {v:.2f} px")
+    for t, r in out["additive_form_bound"].items():
+        print(f"step {t}: true displacement {r['true_displacement_px']:.2f} px, sum of "
+              f"single-joint moves off by {r['sum_of_single_joint_error_px']:.2f} px "
+              f"({r['cells']} cells)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
