@@ -100,6 +100,12 @@ class WarpConfig:
     #: from token maps made at the calibration's home pose several cells from where the
     #: links are at the start pose; its last layer starts at zero
     joint_dilations: tuple[int, ...] = ()
+    #: key channels of the per-DoF flow network's attention (0: none): each start-frame cell
+    #: looks up, in channel c's own calibration rest frame, the cells that look like it (keys
+    #: made by the calibration reader, carried in the context) and reads channel c's token
+    #: maps there, so a link's motion evidence follows the link from the calibration's home
+    #: pose to wherever it is in the start frame
+    joint_attention: int = 0
     use_calibration: bool = True
     baseline_amplitude_rad: float = 0.3
     #: calibration sweep magnitudes the model was trained on, rad (model.json records them)
@@ -123,14 +129,15 @@ class WarpConfig:
 
     @property
     def context_channels(self) -> int:
-        """D = 2M + summary + 1 (tokens T, U, summary evidence, sweep direction)."""
-        return 2 * self.motion_channels + self.summary_channels + 1
+        """D = 2M + summary + keys + 1 (tokens T, U, summary evidence, the attention's keys
+        (``joint_attention``, 0 without), sweep direction)."""
+        return 2 * self.motion_channels + self.summary_channels + self.joint_attention + 1
 
     def to_dict(self) -> dict:
         """JSON-serialisable copy."""
         d = asdict(self)
-        for key in ("start_offset", "joint_fields_in_state",
-                    "joint_dilations"):  # off in every earlier model
+        for key in ("start_offset", "joint_fields_in_state", "joint_dilations",
+                    "joint_attention"):  # off in every earlier model
             if not d[key]:
                 del d[key]
         if "joint_dilations" in d:
@@ -404,6 +411,8 @@ class CalibrationReader(nn.Module):
             self.local = nn.Conv2d(w, 2 * (m - g) + cfg.summary_channels, 1)
             self.glob = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                                       nn.Linear(w, 2 * w), _act(), nn.Linear(2 * w, 2 * g))
+            if cfg.joint_attention:
+                self.key = nn.Conv2d(w, cfg.joint_attention, 1)
         else:
             k, h = cfg.max_dof, cfg.grid
             self.learned = nn.Parameter(torch.randn(k, 2 * m, h, h) * 0.02)
@@ -428,7 +437,7 @@ class CalibrationReader(nn.Module):
             # so the exported graph keeps the contract's inputs)
             valid = dof_mask + 0.0 * (amp + cal_states[:, :1, 0, 0, 0])
             tok = self.learned[None].expand(n, -1, -1, -1, -1) * valid[:, :, None, None, None]
-            summ = tok.new_zeros(n, k, cfg.summary_channels, hh, hh)
+            summ = tok.new_zeros(n, k, cfg.summary_channels + cfg.joint_attention, hh, hh)
             plane = valid[:, :, None, None, None].expand(n, k, 1, hh, hh)
             return torch.cat([tok, summ, plane], 2)
         valid = dof_mask * (amp.abs() > 1e-4).to(torch.float32)
@@ -449,7 +458,10 @@ class CalibrationReader(nn.Module):
         t_tok = torch.cat([loc[:, :ml], glob[:, :g]], 1)
         u_tok = torch.cat([loc[:, ml:2 * ml], glob[:, g:]], 1)
         summ = loc[:, 2 * ml:]
-        tok = torch.cat([t_tok, u_tok, summ], 1).reshape(n, k, -1, hh, hh)
+        parts = [t_tok, u_tok, summ]
+        if cfg.joint_attention:
+            parts.append(self.key(h))  # the rest frame's appearance, per cell
+        tok = torch.cat(parts, 1).reshape(n, k, -1, hh, hh)
         tok = tok * valid[:, :, None, None, None]
         plane = direction[:, :, None, None, None].expand(n, k, 1, hh, hh)
         return torch.cat([tok, plane], 2)
@@ -473,12 +485,17 @@ class StateStep(nn.Module):
         self.cfg = cfg
         if cfg.joint_width:
             jw = cfg.joint_width
+            att_values = 16 if cfg.joint_attention else 0
             self.joint = nn.Sequential(
-                nn.Conv2d(2 * cfg.motion_channels + cfg.feat_channels, jw, 1), _act(),
+                nn.Conv2d(2 * cfg.motion_channels + cfg.feat_channels + att_values, jw, 1),
+                _act(),
                 nn.Conv2d(jw, jw, 3, padding=1), _act(),
                 nn.Conv2d(jw, jw, 3, padding=1), _act(),
                 nn.Conv2d(jw, 4, 3, padding=1),
             )
+            if cfg.joint_attention:
+                self.query = nn.Conv2d(cfg.feat_channels, cfg.joint_attention, 1)
+                self.att_value = nn.Conv2d(2 * cfg.motion_channels, att_values, 1)
             if cfg.joint_dilations:
                 layers: list[nn.Module] = []
                 for i, dil in enumerate(cfg.joint_dilations):
@@ -551,7 +568,20 @@ class StateStep(nn.Module):
         t_tok, u_tok = context[:, :, :m], context[:, :, m:2 * m]
         bsz, k = t_tok.shape[:2]
         feat = lay.slice(z, "features")[:, None].expand(-1, k, -1, -1, -1)
-        x = torch.cat([t_tok, u_tok, feat], 2).flatten(0, 1)
+        parts = [t_tok, u_tok, feat]
+        if cfg.joint_attention:
+            # scaled dot-product attention from each start cell (query) to every cell of the
+            # channel's rest frame (keys), reading the channel's tokens there (values)
+            kc, p = cfg.joint_attention, hh * hh
+            s0 = 2 * m + cfg.summary_channels
+            keys = context[:, :, s0:s0 + kc].reshape(bsz, k, kc, p)
+            q = self.query(lay.slice(z, "features")).reshape(bsz, 1, kc, p)
+            weights = torch.softmax(torch.matmul(q.transpose(2, 3), keys) * kc ** -0.5, -1)
+            values = self.att_value(torch.cat([t_tok, u_tok], 2).flatten(0, 1))
+            values = values.reshape(bsz, k, -1, p)
+            parts.append(torch.matmul(values, weights.transpose(2, 3)).reshape(
+                bsz, k, -1, hh, hh))
+        x = torch.cat(parts, 2).flatten(0, 1)
         if cfg.joint_dilations:
             h = self.joint[1](self.joint[0](x))
             x = self.joint[2:](h + self.joint_wide(h))

@@ -76,6 +76,7 @@ class WarpTrainOptions:
     start_offset: bool = False
     true_flow_weight: float = 0.0
     joint_dilations: tuple[int, ...] = ()
+    joint_attention: int = 0
 
 
 class PairSet:
@@ -364,7 +365,8 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
     device = torch.device(opts.device)
     cfg = cfg or WarpConfig(use_calibration=not opts.no_calibration,
                             joint_width=opts.joint_width, start_offset=opts.start_offset,
-                            joint_dilations=tuple(opts.joint_dilations))
+                            joint_dilations=tuple(opts.joint_dilations),
+                            joint_attention=opts.joint_attention)
     model = WarpModel(cfg).to(device)
     if opts.init and not ckpt_path.exists():
         _warm_start(model, opts.init)
@@ -481,6 +483,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--joint-dilations", default="",
                    help="comma-separated dilations of a residual branch of the per-DoF flow "
                         "network, e.g. 2,4,8 (WarpConfig.joint_dilations; default none)")
+    p.add_argument("--joint-attention", type=int, default=0,
+                   help="key channels of the per-DoF flow network's attention from the start "
+                        "frame to each channel's calibration rest frame "
+                        "(WarpConfig.joint_attention; default 0: none)")
     p.add_argument("--start-offset", action="store_true",
                    help="give the model the start pose's joint offsets from the calibration's "
                         "home pose (WarpConfig.start_offset)")
@@ -505,7 +511,8 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                             start_offset=args.start_offset,
                             true_flow_weight=args.true_flow_weight,
                             joint_dilations=tuple(int(v) for v in args.joint_dilations.split(",")
-                                                  if v.strip()))
+                                                  if v.strip()),
+                            joint_attention=args.joint_attention)
 
 
 def main(argv: list[str] | None = None) -> int:
