@@ -147,3 +147,21 @@ def test_exact_flow_warp_bound_beats_copying_the_start_on_the_moving_pixels(chun
     # a geometry whose poses never change warps nothing
     still = dict(geo, poses=np.repeat(geo["poses"][:1], len(geo["poses"]), 0))
     assert np.array_equal(exact_flow_warp(ep.frames[0], still, 3), np.repeat(ep.frames[:1], 3, 0))
+
+
+def test_train_warp_with_the_exact_flow_stops_at_max_minutes_and_resumes(chunk: Path,
+                                                                        tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from export.train.warp import WarpTrainOptions, train_warp
+
+    render_chunk_geometry(chunk, command="test")
+    data = str(chunk.parent.parent)  # <root>/train/chunk-0000
+    opts = WarpTrainOptions(data=[data], out=str(tmp_path / "run"), steps=50, horizon=8,
+                            cells_per_batch=1, pairs_per_cell=2, true_flow_weight=0.05,
+                            joint_width=8, max_minutes=0.0, threads=1)
+    ck = torch.load(train_warp(opts), map_location="cpu", weights_only=False)
+    assert ck["step"] == 1 and ck["options"]["true_flow_weight"] == 0.05
+    assert np.isfinite(ck["history"][0][4]) and ck["history"][0][4] > 0  # the flow loss
+    again = WarpTrainOptions(**{**opts.__dict__, "resume": True, "steps": 3, "max_minutes": None})
+    ck = torch.load(train_warp(again), map_location="cpu", weights_only=False)
+    assert ck["step"] == 3 and len(ck["history"]) == 3

@@ -77,6 +77,8 @@ class WarpTrainOptions:
     true_flow_weight: float = 0.0
     joint_dilations: tuple[int, ...] = ()
     joint_attention: int = 0
+    #: stop (with a checkpoint) after this many minutes of training; None: run to ``steps``
+    max_minutes: float | None = None
 
 
 class PairSet:
@@ -435,6 +437,11 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
                   f"lr {lr_at(step):.2e} {seen / el:.1f} pairs/s", file=sys.stderr, flush=True)
         if (step + 1) % opts.save_every == 0:
             _save(ckpt_path, payload(step + 1))
+        if opts.max_minutes is not None and time.perf_counter() - t0 > 60 * opts.max_minutes:
+            _save(ckpt_path, payload(step + 1))
+            print(f"stopped after {opts.max_minutes:g} minutes at step {step + 1} of "
+                  f"{opts.steps}; --resume continues it", file=sys.stderr, flush=True)
+            return ckpt_path
     _save(ckpt_path, payload(opts.steps))
     return ckpt_path
 
@@ -462,6 +469,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue OUT's checkpoint (the schedule is recomputed for --steps)")
     p.add_argument("--save-every", type=int, default=200, help="checkpoint every N steps")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="stop with a checkpoint after this many minutes of training (the "
+                        "schedule stays the one of --steps; --resume continues it)")
     p.add_argument("--flow-weight", type=float, default=0.05,
                    help="weight of the DIS-flow loss at the start (decays linearly to "
                         "--flow-floor times it)")
@@ -512,7 +522,8 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                             true_flow_weight=args.true_flow_weight,
                             joint_dilations=tuple(int(v) for v in args.joint_dilations.split(",")
                                                   if v.strip()),
-                            joint_attention=args.joint_attention)
+                            joint_attention=args.joint_attention,
+                            max_minutes=args.max_minutes)
 
 
 def main(argv: list[str] | None = None) -> int:
