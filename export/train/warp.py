@@ -431,7 +431,7 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
                         parts["fill"]])
         if (step + 1) % 20 == 0 or step == step0:
             el = time.perf_counter() - t0
-            print(f"step {step + 1}/{opts.steps} loss {float(loss):.4f} photo "
+            print(f"step {step + 1}/{opts.steps} loss {float(loss.detach()):.4f} photo "
                   f"{parts['photo']:.4f} mask {parts['mask']:.4f} flow {parts['flow']:.3f} "
                   f"fill {parts['fill']:.3f} contrast {parts['contrast']:.3f} "
                   f"lr {lr_at(step):.2e} {seen / el:.1f} pairs/s", file=sys.stderr, flush=True)
