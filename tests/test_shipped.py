@@ -159,3 +159,24 @@ def test_latent_checkpoints_match_their_manifest_and_the_shipped_graphs() -> Non
         with torch.no_grad():
             want = module.eval()(*(torch.from_numpy(feed[s.name]) for s in specs)).numpy()
         assert np.abs(got - want).max() < 1e-4, graph
+
+
+def test_experiment_checkpoints_match_their_manifests_and_load() -> None:
+    """Every committed experiment checkpoint (models/experiments/*/) is the file its manifest
+    names, at the step and configuration it records, and loads into the warp model."""
+    torch = pytest.importorskip("torch", reason="the checkpoints need torch "
+                                "(pip install '.[train]')")
+    from export.models.warp import WarpConfig, WarpModel
+
+    manifests = sorted((MODELS / "experiments").glob("*/manifest.json"))
+    assert manifests
+    for mpath in manifests:
+        man = json.loads(mpath.read_text())
+        assert man["what"].startswith("an experiment, not shipped") and man["data"]
+        for name, entry in man["files"].items():
+            path = mpath.parent / name
+            assert sha256_file(path) == entry["sha256"], path
+            assert entry["command"].startswith("syncedge model train-warp")
+            ck = torch.load(path, map_location="cpu", weights_only=False)
+            assert ck["step"] == entry["step"] and ck["config"] == entry["config"]
+            WarpModel(WarpConfig.from_dict(ck["config"])).load_state_dict(ck["model"])
