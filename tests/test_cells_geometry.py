@@ -165,3 +165,16 @@ def test_train_warp_with_the_exact_flow_stops_at_max_minutes_and_resumes(chunk: 
     again = WarpTrainOptions(**{**opts.__dict__, "resume": True, "steps": 3, "max_minutes": None})
     ck = torch.load(train_warp(again), map_location="cpu", weights_only=False)
     assert ck["step"] == 3 and len(ck["history"]) == 3
+
+
+def test_cli_renders_every_complete_chunk_and_names_a_missing_split(chunk: Path, tmp_path: Path,
+                                                                   capsys) -> None:
+    from edge.cli import main
+
+    root = chunk.parent.parent
+    assert main(["cells", "geometry", "--data", str(root), "--split", "train"]) == 0
+    assert "geometry of 1 chunk(s) of train" in capsys.readouterr().out
+    assert (chunk / "geometry.json").is_file()
+    assert main(["cells", "geometry", "--data", str(tmp_path), "--split", "train"]) == 2
+    err = capsys.readouterr().err
+    assert "no complete chunk" in err and "syncedge cells generate --split train" in err

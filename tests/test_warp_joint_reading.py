@@ -13,25 +13,9 @@ torch = pytest.importorskip("torch", reason="training needs torch (pip install '
 
 from export.models.warp import WarpConfig, WarpModel  # noqa: E402
 from export.train.warp import _warm_start, calibration_states  # noqa: E402
-
-SMALL = dict(feat_channels=8, motion_channels=8, global_channels=4, summary_channels=4,
-             cal_width=8, dec_width=8, joint_width=8)
-
-
-def _perturbed(model: WarpModel) -> WarpModel:
-    with torch.no_grad():  # a trained-looking model: every weight nonzero
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model.eval()
-
-
-def _calibration(seed: int = 1):
-    rng = np.random.default_rng(seed)
-    frames = torch.from_numpy(rng.integers(0, 256, (57, 3, 64, 64), dtype=np.uint8))
-    acts = torch.zeros(57, 7)
-    for k in range(7):
-        acts[8 * k:8 * k + 3, k] = torch.tensor([0.1, 0.2, 0.1]) * (-1) ** k
-    return frames, acts
+from tests.warp_helpers import SMALL  # noqa: E402
+from tests.warp_helpers import calibration as _calibration  # noqa: E402
+from tests.warp_helpers import perturbed as _perturbed  # noqa: E402
 
 
 def _frames(model, start, actions, frames, acts, perm=None, signs=None):
@@ -42,6 +26,22 @@ def _frames(model, start, actions, frames, acts, perm=None, signs=None):
                                 torch.ones(7))
         z = model.rollout(model.encoder(start), actions, ctx)
         return model.decoder(z.flatten(0, 1))[0]
+
+
+def _exact_at_zero_and_under_relabelling(model, fr, acts, seed: int):
+    """Zero actions give the start frame; relabelling the calibration and the actions
+    together gives the same frames; returns the frames of a random rollout."""
+    start = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
+    zero = _frames(model, start, torch.zeros(2, 5, 7), fr, acts)
+    assert (zero.reshape(2, 5, 3, 64, 64) * 255 - start[:, None].float()).abs().max() < 1e-3
+    rng = np.random.default_rng(seed)
+    actions = torch.tensor(rng.normal(0, 0.1, (2, 4, 7)), dtype=torch.float32)
+    perm = torch.tensor(rng.permutation(7))
+    signs = torch.tensor(rng.choice([-1.0, 1.0], 7), dtype=torch.float32)
+    a = _frames(model, start, actions, fr, acts)
+    assert (a - _frames(model, start, actions, fr, acts, perm, signs)).abs().max() < 1e-5
+    assert (a - _frames(model, start, torch.zeros(2, 4, 7), fr, acts)).abs().max() > 1e-4
+    return start, actions, a
 
 
 def test_config_round_trips_and_old_configs_stay_as_they_were():
@@ -77,15 +77,7 @@ def test_attention_keeps_zero_actions_relabelling_and_cached_contexts_exact(extr
     torch.manual_seed(2)
     model, (fr, acts) = _perturbed(WarpModel(WarpConfig(**SMALL, **extra))), _calibration()
     assert model.cfg.context_channels == 2 * 8 + 4 + 8 + 1
-    start = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
-    zero = _frames(model, start, torch.zeros(2, 5, 7), fr, acts)
-    assert (zero.reshape(2, 5, 3, 64, 64) * 255 - start[:, None].float()).abs().max() < 1e-3
-    rng = np.random.default_rng(6)
-    actions = torch.tensor(rng.normal(0, 0.1, (2, 4, 7)), dtype=torch.float32)
-    perm = torch.tensor(rng.permutation(7))
-    signs = torch.tensor(rng.choice([-1.0, 1.0], 7), dtype=torch.float32)
-    a = _frames(model, start, actions, fr, acts)
-    assert (a - _frames(model, start, actions, fr, acts, perm, signs)).abs().max() < 1e-5
+    start, actions, a = _exact_at_zero_and_under_relabelling(model, fr, acts, 6)
     # the keys reach the frames: another calibration rest frame changes them
     other = fr.clone()
     other[0] = torch.flip(fr[0], [2])
@@ -108,14 +100,4 @@ def test_the_branch_reaches_far_cells_and_keeps_zero_actions_and_relabelling_exa
     out = model.step.joint[2:](h + model.step.joint_wide(h))
     out[0, :, 15, 15].sum().backward()
     assert x.grad is not None and x.grad[0, :, 0, 0].abs().sum() > 0
-    start = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8)
-    zero = _frames(model, start, torch.zeros(2, 5, 7), fr, acts)
-    assert (zero.reshape(2, 5, 3, 64, 64) * 255 - start[:, None].float()).abs().max() < 1e-3
-    rng = np.random.default_rng(5)
-    actions = torch.tensor(rng.normal(0, 0.1, (2, 4, 7)), dtype=torch.float32)
-    perm = torch.tensor(rng.permutation(7))
-    signs = torch.tensor(rng.choice([-1.0, 1.0], 7), dtype=torch.float32)
-    a = _frames(model, start, actions, fr, acts)
-    b = _frames(model, start, actions, fr, acts, perm, signs)
-    assert (a - b).abs().max() < 1e-5 and (a - _frames(model, start, torch.zeros(2, 4, 7), fr,
-                                                        acts)).abs().max() > 1e-4
+    _exact_at_zero_and_under_relabelling(model, fr, acts, 5)

@@ -13,27 +13,13 @@ from export.cells.sampling import Convention  # noqa: E402
 from export.models.warp import WarpConfig, WarpModel  # noqa: E402
 from export.train.data import Cell, Motion  # noqa: E402
 from export.train.warp import PairSet, _warm_start, calibration_states, losses  # noqa: E402
-
-SMALL = dict(feat_channels=8, motion_channels=8, global_channels=4, summary_channels=4,
-             cal_width=8, dec_width=8, joint_width=8)
+from tests.warp_helpers import SMALL, perturbed  # noqa: E402
+from tests.warp_helpers import calibration as _calibration  # noqa: E402
 
 
 def _model(start_offset: bool, seed: int = 0) -> WarpModel:
     torch.manual_seed(seed)
-    m = WarpModel(WarpConfig(**SMALL, start_offset=start_offset))
-    with torch.no_grad():  # a trained-looking model: every motion weight nonzero
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return m.eval()
-
-
-def _calibration(seed: int = 1):
-    rng = np.random.default_rng(seed)
-    frames = torch.from_numpy(rng.integers(0, 256, (57, 3, 64, 64), dtype=np.uint8))
-    acts = torch.zeros(57, 7)
-    for k in range(7):
-        acts[8 * k:8 * k + 3, k] = torch.tensor([0.1, 0.2, 0.1]) * (-1) ** k
-    return frames, acts
+    return perturbed(WarpModel(WarpConfig(**SMALL, start_offset=start_offset)))
 
 
 def _frames(model, start, actions, offset, frames, acts, perm=None, signs=None):

@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,29 @@ def _command_line() -> str:
     return "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
+def _each_chunk(items: list[Any], work: Callable[..., Any],
+                arguments: Callable[[Any], tuple[Any, ...]], workers: int,
+                name: Callable[[Any], str]) -> None:
+    """``work(*arguments(item))`` for every chunk item, in ``workers`` processes when there
+    are several (a line per finished chunk on stderr), else in turn with ``work``'s own
+    progress lines."""
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    if workers > 1 and len(items) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as pool:
+            futures = [pool.submit(work, *arguments(it)) for it in items]
+            for it, f in zip(items, futures, strict=True):
+                progress(f"{name(it)} done: {f.result()}")
+    else:
+        for it in items:
+            work(*arguments(it), progress=progress)
+
+
 def _run_generate(args: argparse.Namespace) -> int:
     from export.cells.generate import GenerateOptions, generate_chunk
 
@@ -71,22 +95,8 @@ def _run_generate(args: argparse.Namespace) -> int:
                                                             "--sweep-amplitude"))
     chunks = parse_chunks(args.chunks)
     cmd = _command_line()
-    t0 = time.perf_counter()
-
-    def progress(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    if args.workers > 1 and len(chunks) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(args.workers) as pool:
-            futures = [pool.submit(generate_chunk, args.split, c, args.out, opts, cmd)
-                       for c in chunks]
-            for i, f in enumerate(futures):
-                progress(f"chunk {chunks[i]} done: {f.result()}")
-    else:
-        for c in chunks:
-            generate_chunk(args.split, c, args.out, opts, cmd, progress=progress)
+    _each_chunk(chunks, generate_chunk, lambda c: (args.split, c, args.out, opts, cmd),
+                args.workers, lambda c: f"chunk {c}")
     print(f"{len(chunks)} chunk(s) of {args.split} under {args.out}")
     return 0
 
@@ -105,21 +115,8 @@ def _run_geometry(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     cmd = _command_line()
-    t0 = time.perf_counter()
-
-    def progress(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    if args.workers > 1 and len(dirs) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(args.workers) as pool:
-            futures = [pool.submit(render_chunk_geometry, d, cmd) for d in dirs]
-            for d, f in zip(dirs, futures, strict=True):
-                progress(f"{d.name} done: {f.result()}")
-    else:
-        for d in dirs:
-            render_chunk_geometry(d, cmd, progress=progress)
+    _each_chunk(dirs, render_chunk_geometry, lambda d: (d, cmd), args.workers,
+                lambda d: d.name)
     print(f"geometry of {len(dirs)} chunk(s) of {args.split} under {args.data}")
     return 0
 
