@@ -100,11 +100,10 @@ class PairSet:
         self.cal_actions = torch.from_numpy(np.stack([c.cal_actions for c in cells])).to(device)
         self.dof_mask = torch.from_numpy(np.stack([c.dof_mask for c in cells])).to(device)
         self.motions: list[list[tuple[Any, Any, Any, Any]]] = []
-        #: every episode's geometry (or None), in the order of the episodes of all cells
-        self.geometry: list[dict[str, np.ndarray] | None] = []
-        self._first: list[int] = []  # index in ``geometry`` of each cell's first episode
+        #: each cell's episodes' geometry (None where an episode has none)
+        self.geometry: list[list[dict[str, np.ndarray] | None]] = [
+            [m.geometry for m in c.motions] for c in cells]
         for c in cells:
-            self._first.append(len(self.geometry))
             eps = []
             home = c.cal_home if c.cal_home is not None else np.zeros(len(c.dof_mask),
                                                                     np.float32)
@@ -120,7 +119,6 @@ class PairSet:
                             torch.from_numpy(np.cumsum(m.actions, 0)),
                             torch.from_numpy(m.robot_mask),
                             torch.from_numpy(off.astype(np.float32) * c.dof_mask)))
-                self.geometry.append(m.geometry)
             self.motions.append(eps)
         self.n = len(cells)
         self._flow: Any = None
@@ -181,7 +179,7 @@ class PairSet:
                 m1.append(mk[t])
                 owner.append(j)
                 if flow_target == "true":
-                    geo = self.geometry[self._first[ci] + e]
+                    geo = self.geometry[ci][e]
                     if geo is None:
                         raise ExportError("true-flow loss: a training episode has no geometry; "
                                           "render it with 'syncedge cells geometry'")
