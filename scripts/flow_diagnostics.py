@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from export.cells.geometry import project_points  # noqa: E402
+from export.cells.geometry import true_backward_flow  # noqa: E402
 
 
 def flow_errors(models: list[str], data: str, split: str, cells: int, batches: int,
@@ -78,30 +78,16 @@ def flow_errors(models: list[str], data: str, split: str, cells: int, batches: i
     return {k: v / max(count, 1) for k, v in sums.items()}
 
 
-def _moved(mujoco, scene, q: np.ndarray, links: np.ndarray, local: np.ndarray,
-           camera: np.ndarray, shape: tuple[int, ...], x0: np.ndarray) -> np.ndarray:
-    """Displacement (px) of the start pixels ``x0`` whose link-frame points are ``local``
-    when the robot takes joint positions ``q`` (canonical order, rad)."""
-    scene.data.qpos[scene._qadr] = q
-    mujoco.mj_kinematics(scene.model, scene.data)
-    bodies = scene._robot_bodies
-    pn = np.concatenate([scene.data.xpos[bodies], scene.data.xmat[bodies]], 1)[links]
-    pts = np.einsum("nij,nj->ni", pn[:, 3:].reshape(-1, 3, 3), local) + pn[:, :3]
-    return project_points(pts, camera, shape[1], shape[0]) - x0
-
-
 def additive_bound(data: str, split: str, cells: int,
                    steps: tuple[int, ...] = (4, 8, 16)) -> dict[str, dict[str, float]]:
     """Per step: the true displacement and the error of the sum of single-joint moves (px)."""
     from edge.episode import load_episode
     from export.cells.generate import CellGenerator, GenerateOptions
-    from export.cells.geometry import NO_LINK, unproject
     from export.cells.sampling import CellParams
 
     gen = CellGenerator(GenerateOptions())
     rows: dict[int, dict[str, list[float]]] = {t: {"true": [], "sum": []} for t in steps}
     done = 0
-    mujoco = None
     for man_path in sorted((Path(data) / split).glob("chunk-*/manifest.json")):
         man = json.loads(man_path.read_text())
         for cj in man["cells"]:
@@ -110,29 +96,26 @@ def additive_bound(data: str, split: str, cells: int,
             params = CellParams.from_json_dict(cj)
             scene = gen.scene(params.robot)
             scene.apply_cell(params)
-            if mujoco is None:
-                import mujoco  # after the scene chose the GL backend
             ep = load_episode(man_path.parent / cj["cell_id"] / "motion-00.npz")
             q = params.convention.to_canonical(ep.joint_positions)
             depth, link, poses0, cam = scene.render_geometry(q[0])
-            on = link != NO_LINK
-            world = unproject(depth, cam)[on]
-            lk = link[on].astype(int)
-            ys, xs = np.nonzero(on)
-            x0 = np.stack([xs + 0.5, ys + 0.5], 1)
-            p0 = poses0[lk].astype(np.float64)
-            local = np.einsum("nji,nj->ni", p0[:, 3:].reshape(-1, 3, 3), world - p0[:, :3])
+
+            def moved(qq: np.ndarray, depth=depth, link=link, poses0=poses0,
+                      cam=cam, scene=scene) -> tuple[np.ndarray, np.ndarray]:
+                # the "backward" flow from the start frame to pose qq is the forward
+                # displacement of the start frame's robot pixels under that pose
+                return true_backward_flow(depth, link, poses0, scene.link_poses(qq), cam)
 
             for t in steps:
-                true = _moved(mujoco, scene, q[t], lk, local, cam, depth.shape, x0)
+                true, on = moved(q[t])
                 total = np.zeros_like(true)
                 for j in range(q.shape[1]):
                     qj = q[0].copy()
                     qj[j] = q[t][j]
-                    total += _moved(mujoco, scene, qj, lk, local, cam, depth.shape, x0)
-                ok = np.isfinite(true).all(1) & np.isfinite(total).all(1)
-                rows[t]["true"].append(float(np.linalg.norm(true[ok], axis=1).mean()))
-                rows[t]["sum"].append(float(np.linalg.norm((total - true)[ok], axis=1).mean()))
+                    total += moved(qj)[0]
+                rows[t]["true"].append(float(np.linalg.norm(true[:, on], axis=0).mean()))
+                rows[t]["sum"].append(float(np.linalg.norm((total - true)[:, on],
+                                                           axis=0).mean()))
             done += 1
     gen.close()
     return {str(t): {"true_displacement_px": float(np.mean(r["true"])),

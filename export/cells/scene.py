@@ -334,9 +334,19 @@ class CellScene:
         link = np.full(ids.shape, 255, np.uint8)
         link[robot] = self._link_of_body[self.model.geom_bodyid[ids[robot]]]
         depth = np.where(robot, depth, 0.0).astype(np.float32)
+        return depth, link, self._link_poses(), self.camera_vector()
+
+    def link_poses(self, q_rad: np.ndarray) -> np.ndarray:
+        """Every robot link's world pose at joint positions ``q_rad`` (canonical order, rad),
+        without rendering: float32 ``[B, 12]`` as in :meth:`render_geometry`."""
+        self.data.qpos[self._qadr] = q_rad
+        self._mj.mj_kinematics(self.model, self.data)
+        return self._link_poses()
+
+    def _link_poses(self) -> np.ndarray:
         bodies = self._robot_bodies
         poses = np.concatenate([self.data.xpos[bodies], self.data.xmat[bodies]], 1)
-        return depth, link, poses.astype(np.float32), self.camera_vector()
+        return poses.astype(np.float32)
 
     def camera_vector(self) -> np.ndarray:
         """The OpenGL camera of the last render as float64 ``[13]``: position (m), forward
