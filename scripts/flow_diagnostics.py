@@ -41,7 +41,7 @@ def flow_errors(models: list[str], data: str, split: str, cells: int, batches: i
 
     from export.models.warp import WarpConfig, WarpModel
     from export.train.data import load_cells
-    from export.train.warp import PairSet, calibration_states
+    from export.train.warp import PairSet, batch_forward
 
     loaded = []
     for path in models:
@@ -68,10 +68,7 @@ def flow_errors(models: list[str], data: str, split: str, cells: int, batches: i
                 d.append(torch.from_numpy(dis.calc(g1, g0, None)).permute(2, 0, 1))
             flows["dis"] = torch.stack(d)
             for path, m in loaded:
-                ctx = m.calibration(calibration_states(m, b["cal_frames"]), b["cal_actions"],
-                                    b["dof_mask"])[b["owner"]]
-                z = m.state_at(m.prepare(m.encoder(b["start"]), ctx), b["cum"], ctx)
-                flows[path] = m.decoder.flows(z)["flow"]
+                flows[path] = batch_forward(m, b)[1]["flow"]
             for k, f in flows.items():
                 sums[k] = sums.get(k, 0.0) + float(torch.linalg.norm(f - truth, dim=1)[robot].sum())
             count += n

@@ -43,8 +43,8 @@ import numpy as np
 
 from export.errors import ExportError
 
-__all__ = ["WarpTrainOptions", "PairSet", "train_warp", "add_arguments", "options_from_args",
-           "main"]
+__all__ = ["WarpTrainOptions", "PairSet", "batch_forward", "true_flow_loss", "train_warp",
+           "add_arguments", "options_from_args", "main"]
 
 
 @dataclass
@@ -224,6 +224,20 @@ def calibration_states(model: Any, cal_frames: Any) -> Any:
     return torch.cat([pix, rest], 1).reshape(n, t, -1, cfg.grid, cfg.grid)
 
 
+def batch_forward(model: Any, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """One batch of :meth:`PairSet.batch` through the model: the state at each target
+    ``[P, C, h, w]`` and the decoder's outputs (``WarpDecoder.flows``: flows, fill weight,
+    masks, frames)."""
+    ctx = model.calibration(calibration_states(model, b["cal_frames"]), b["cal_actions"],
+                            b["dof_mask"])  # (N, A, D, h, w)
+    ctx = ctx[b["owner"]]  # (P, A, D, h, w)
+    z0 = model.encoder(b["start"])
+    if model.cfg.start_offset:
+        z0 = model.with_offset(z0, b["offset"])
+    z = model.state_at(model.prepare(z0, ctx), b["cum"], ctx)
+    return z, model.decoder.flows(z)
+
+
 def true_flow_loss(flow: Any, coarse: Any, b: dict[str, Any]) -> Any:
     """The exact-flow loss of one batch: smooth L1 (px) of the arm's flow ``flow``
     ``[P, 2, 64, 64]`` against ``b["true_flow"]``, the mean over the robot pixels of the
@@ -259,14 +273,7 @@ def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float
 
     from export.models.warp import warp
 
-    ctx = model.calibration(calibration_states(model, b["cal_frames"]), b["cal_actions"],
-                            b["dof_mask"])  # (N, A, D, h, w)
-    ctx = ctx[b["owner"]]  # (P, A, D, h, w)
-    z0 = model.encoder(b["start"])
-    if model.cfg.start_offset:
-        z0 = model.with_offset(z0, b["offset"])
-    z = model.state_at(model.prepare(z0, ctx), b["cum"], ctx)
-    out = model.decoder.flows(z)
+    z, out = batch_forward(model, b)
     truth = b["target"].to(torch.float32) * (1.0 / 255.0)
     region = torch.clamp(b["mask0"] + b["mask"], 0, 1)
     region = F.max_pool2d(region, 5, 1, 2)
