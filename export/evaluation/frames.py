@@ -105,6 +105,17 @@ def static_mask(truth: np.ndarray, start: np.ndarray) -> np.ndarray:
     return ~(truth != start[None]).any(-1).any(0)
 
 
+def _remap(start: np.ndarray, flows: list[np.ndarray]) -> np.ndarray:
+    """The start frame uint8 ``[H, W, 3]`` backward-warped by each flow float32
+    ``[H, W, 2]`` (px; bilinear, border replicate): uint8 ``[T, H, W, 3]``."""
+    import cv2
+
+    h, w = start.shape[:2]
+    gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+    return np.stack([cv2.remap(start, gx + f[..., 0], gy + f[..., 1], cv2.INTER_LINEAR,
+                               borderMode=cv2.BORDER_REPLICATE) for f in flows])
+
+
 def oracle_flow_warp(start: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """The start frame warped by DIS optical flow measured from each true frame back to the
     start (an oracle; no fill): uint8 ``[T, H, W, 3]`` for ``truth [T, H, W, 3]``."""
@@ -112,14 +123,8 @@ def oracle_flow_warp(start: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
     dis = cv2.DISOpticalFlow_create(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)  # type: ignore[attr-defined]
     g0 = cv2.cvtColor(start, cv2.COLOR_RGB2GRAY)
-    h, w = start.shape[:2]
-    gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
-    out = []
-    for f in truth:
-        flow = dis.calc(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), g0, None)
-        out.append(cv2.remap(start, gx + flow[..., 0], gy + flow[..., 1], cv2.INTER_LINEAR,
-                             borderMode=cv2.BORDER_REPLICATE))
-    return np.stack(out)
+    return _remap(start, [dis.calc(cv2.cvtColor(f, cv2.COLOR_RGB2GRAY), g0, None)
+                          for f in truth])
 
 
 def exact_flow_warp(start: np.ndarray, geometry: dict[str, np.ndarray],
@@ -128,20 +133,12 @@ def exact_flow_warp(start: np.ndarray, geometry: dict[str, np.ndarray],
     robot's pixels to each of frames 1..``steps`` (no fill; what the arm uncovers keeps the
     start frame): uint8 ``[steps, H, W, 3]``. ``geometry``: the episode's
     :func:`~export.cells.geometry.load_geometry`."""
-    import cv2
-
     from export.cells.geometry import true_backward_flow
 
-    h, w = start.shape[:2]
-    gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
-    out = []
-    for t in range(1, steps + 1):
-        flow, _ = true_backward_flow(geometry["depth"][t], geometry["link"][t],
-                                     geometry["poses"][t], geometry["poses"][0],
-                                     geometry["camera"])
-        out.append(cv2.remap(start, gx + flow[0], gy + flow[1], cv2.INTER_LINEAR,
-                             borderMode=cv2.BORDER_REPLICATE))
-    return np.stack(out)
+    g = geometry
+    return _remap(start, [true_backward_flow(g["depth"][t], g["link"][t], g["poses"][t],
+                                             g["poses"][0], g["camera"])[0].transpose(1, 2, 0)
+                          for t in range(1, steps + 1)])
 
 
 # -- predictors ---------------------------------------------------------------------------
