@@ -60,12 +60,15 @@ from torch import Tensor, nn
 
 from export.models.latent import ResBlock
 
-__all__ = ["WarpConfig", "StateLayout", "WarpModel", "WarpDecoder", "SAMPLERS", "warp",
+__all__ = ["WarpConfig", "StateLayout", "WarpModel", "WarpDecoder", "SAMPLERS", "COMPOSITES", "warp",
            "bilinear_sample", "warp_composite", "identity_grid"]
 
 #: how :class:`WarpDecoder` warps: ``grid_sample`` (``F.grid_sample``; ONNX GridSample) or
 #: ``gather`` (:func:`bilinear_sample`; ONNX GatherElements), the same values
 SAMPLERS = ("grid_sample", "gather")
+
+#: how :class:`WarpDecoder` composites (:attr:`WarpConfig.composite`, :func:`warp_composite`)
+COMPOSITES = ("blend", "layered")
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,11 @@ class WarpConfig:
     #: maps there, so a link's motion evidence follows the link from the calibration's home
     #: pose to wherever it is in the start frame
     joint_attention: int = 0
+    #: how the decoder composites (:func:`warp_composite`): ``blend`` mixes the warped start
+    #: frame with the fill everywhere; ``layered`` moves only the robot layer (the start
+    #: frame's robot mask warped by the arm's flow) and keeps every other pixel from the
+    #: start frame, fill-blended where the arm uncovers background
+    composite: str = "blend"
     use_calibration: bool = True
     baseline_amplitude_rad: float = 0.3
     #: calibration sweep magnitudes the model was trained on, rad (model.json records them)
@@ -116,6 +124,9 @@ class WarpConfig:
             raise ValueError(f"image_size ({self.image_size}) must be 4 * grid ({self.grid})")
         if not 0 <= self.global_channels < self.motion_channels:
             raise ValueError("global_channels must lie in [0, motion_channels)")
+        if self.composite not in COMPOSITES:
+            raise ValueError(f"composite {self.composite!r}: expected one of "
+                             f"{', '.join(COMPOSITES)}")
 
     @property
     def calibration_frames(self) -> int:
@@ -140,6 +151,8 @@ class WarpConfig:
                     "joint_attention"):  # off in every earlier model
             if not d[key]:
                 del d[key]
+        if d["composite"] == "blend":  # every earlier model
+            del d["composite"]
         if "joint_dilations" in d:
             d["joint_dilations"] = list(self.joint_dilations)
         d["sweep_out_rows"] = list(self.sweep_out_rows)
@@ -308,13 +321,27 @@ def bilinear_sample(image: Tensor, grid: Tensor) -> Tensor:
 
 
 def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: Tensor,
-                   sampler: str = "grid_sample") -> tuple[Tensor, Tensor]:
-    """The decoder's warp and compositing: ``frames = (1 - o) warp(image, f) + o warp(image,
-    g)`` and ``robot_mask = (1 - o) warp(mask, f)``.
+                   sampler: str = "grid_sample", composite: str = "blend"
+                   ) -> tuple[Tensor, Tensor]:
+    """The decoder's warp and compositing.
+
+    With ``f`` the arm's backward flow, ``g`` the fill flow and ``o`` the fill weight:
+
+    - ``blend``: ``frames = (1 - o) warp(image, f) + o warp(image, g)``, ``robot_mask =
+      (1 - o) warp(mask, f)``; every pixel follows ``f``, so a flow that spreads past the
+      arm drags the static scene with it;
+    - ``layered``: the robot layer ``r = warp(mask, f)`` (the pixels whose source in the
+      start frame is the robot) moves with ``f``; every other pixel is the start frame
+      itself, blended with the fill where ``o`` says the arm uncovered background:
+      ``frames = r warp(image, f) + (1 - r) ((1 - o) image + o warp(image, g))``,
+      ``robot_mask = r``. The static scene cannot be dragged (the layers of a rigid arm
+      in front of a static scene).
+
+    Both give the start frame at zero flows and zero fill weight.
 
     Args:
         image: float32 ``[B, 3, H, W]`` (the start frame, [0, 1]).
-        mask: float32 ``[B, 1, H, W]`` (the start frame's robot mask).
+        mask: float32 ``[B, 1, H, W]`` (the start frame's robot mask, [0, 1]).
         flows: float32 ``[B, 4, H, W]``: the arm's backward flow ``f`` (dx, dy) and the fill
             flow ``g`` (dx, dy), px.
         o: float32 ``[B, 1, H, W]``, the fill weight in [0, 1].
@@ -323,26 +350,34 @@ def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: 
             ``gather`` (:func:`bilinear_sample`'s gathers: the corners of both flows once,
             then the image's channels at both and the mask at ``f``; the same values to
             about 2e-7).
+        composite: one of :data:`COMPOSITES`.
 
     Returns:
         ``(frames [B, 3, H, W], robot_mask [B, 1, H, W])``, float32.
 
     Raises:
-        ValueError: an unknown ``sampler``.
+        ValueError: an unknown ``sampler`` or ``composite``.
     """
+    if composite not in COMPOSITES:
+        raise ValueError(f"composite {composite!r}: expected one of {', '.join(COMPOSITES)}")
     if sampler == "grid_sample":
         flow, fill = flows[:, 0:2], flows[:, 2:4]
-        frames = (1.0 - o) * warp(image, flow, base) + o * warp(image, fill, base)
-        return frames, (1.0 - o) * warp(mask, flow, base)
-    if sampler != "gather":
+        arm, filled, moved = warp(image, flow, base), warp(image, fill, base), \
+            warp(mask, flow, base)
+    elif sampler == "gather":
+        b, _, h, w = flows.shape
+        # the grids of warp(): base + flow * 2 / size, channels-first, [B, 2 (f, g), 2, H, W]
+        grid = base.permute(0, 3, 1, 2)[:, None] + flows.reshape(b, 2, 2, h, w) * (2.0 / w)
+        index, weights = _bilinear_corners(grid, h, w)  # bilinear_sample, sharing the corners
+        s = _sample_channels(image, index, weights, 2)  # (B, 2, 3, H, W)
+        arm, filled = s[:, 0], s[:, 1]
+        moved = _sample_plane(mask, index, weights, 1)  # the arm's flow only
+    else:
         raise ValueError(f"warp sampler {sampler!r}: expected one of {', '.join(SAMPLERS)}")
-    b, _, h, w = flows.shape
-    # the grids of warp(): base + flow * 2 / size, channels-first, [B, 2 (f, g), 2, H, W]
-    grid = base.permute(0, 3, 1, 2)[:, None] + flows.reshape(b, 2, 2, h, w) * (2.0 / w)
-    index, weights = _bilinear_corners(grid, h, w)  # bilinear_sample, sharing the corners
-    s = _sample_channels(image, index, weights, 2)  # (B, 2, 3, H, W)
-    frames = (1.0 - o) * s[:, 0] + o * s[:, 1]
-    return frames, (1.0 - o) * _sample_plane(mask, index, weights, 1)  # the arm's flow only
+    if composite == "blend":
+        return (1.0 - o) * arm + o * filled, (1.0 - o) * moved
+    background = (1.0 - o) * image + o * filled
+    return moved * arm + (1.0 - moved) * background, moved
 
 
 class _ZeroRes(nn.Module):
@@ -666,7 +701,8 @@ class WarpDecoder(nn.Module):
         ms = F.pixel_shuffle(self.mask_static(s16), 2)  # (B, w32, 32, 32)
         m0 = F.interpolate(torch.sigmoid(self.mask_head(torch.cat([ms, s32], 1))),
                            scale_factor=2.0, mode="bilinear", align_corners=False)
-        frames, mask = warp_composite(img, m0, head[:, 0:4], o, self.base, self.sampler)
+        frames, mask = warp_composite(img, m0, head[:, 0:4], o, self.base, self.sampler,
+                                      self.cfg.composite)
         return {"flow": flow, "fill": fill, "o": o, "start_mask": m0, "frames": frames,
                 "mask": mask, "start": img}
 

@@ -77,6 +77,8 @@ class WarpTrainOptions:
     true_flow_weight: float = 0.0
     joint_dilations: tuple[int, ...] = ()
     joint_attention: int = 0
+    #: how the decoder composites (``WarpConfig.composite``: blend or layered)
+    composite: str = "blend"
     #: stop (with a checkpoint) after this many minutes of training; None: run to ``steps``
     max_minutes: float | None = None
 
@@ -373,7 +375,8 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
     cfg = cfg or WarpConfig(use_calibration=not opts.no_calibration,
                             joint_width=opts.joint_width, start_offset=opts.start_offset,
                             joint_dilations=tuple(opts.joint_dilations),
-                            joint_attention=opts.joint_attention)
+                            joint_attention=opts.joint_attention,
+                            composite=opts.composite)
     model = WarpModel(cfg).to(device)
     if opts.init and not ckpt_path.exists():
         _warm_start(model, opts.init)
@@ -502,6 +505,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="key channels of the per-DoF flow network's attention from the start "
                         "frame to each channel's calibration rest frame "
                         "(WarpConfig.joint_attention; default 0: none)")
+    p.add_argument("--composite", choices=("blend", "layered"), default="blend",
+                   help="how the decoder composites (WarpConfig.composite): blend (every pixel "
+                        "follows the arm's flow, mixed with the fill) or layered (only the "
+                        "robot layer moves; the static scene stays the start frame's)")
     p.add_argument("--start-offset", action="store_true",
                    help="give the model the start pose's joint offsets from the calibration's "
                         "home pose (WarpConfig.start_offset)")
@@ -528,6 +535,7 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                             joint_dilations=tuple(int(v) for v in args.joint_dilations.split(",")
                                                   if v.strip()),
                             joint_attention=args.joint_attention,
+                            composite=args.composite,
                             max_minutes=args.max_minutes)
 
 
