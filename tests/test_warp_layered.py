@@ -17,6 +17,7 @@ from export.models.warp import (
     WarpDecoder,
     WarpModel,
     identity_grid,
+    plate_from_masks,
     warp_composite,
 )
 from tests.warp_helpers import SMALL, calibration, perturbed
@@ -134,3 +135,45 @@ def test_a_layered_decoder_keeps_the_static_scene_of_a_moving_rollout():
     with torch.no_grad():
         frames_b = blend.flows(z[:, -1])["frames"]
     assert (frames_b[away] - img[away]).abs().max().item() > 1e-3
+
+
+def test_a_plate_is_the_mean_of_the_frames_where_no_robot_is_near():
+    frames = torch.zeros(3, 3, 16, 16, dtype=torch.uint8)
+    frames[0] = 30
+    frames[1] = 90
+    frames[2] = 150
+    robot = torch.zeros(3, 1, 16, 16)
+    robot[0, :, 4:8, 4:8] = 1.0  # frame 0 has the robot here, frames 1-2 elsewhere
+    robot[1:, :, 4:8, 10:14] = 1.0
+    robot[:, :, 0, 0] = 1.0  # every frame has the robot at (0, 0)
+    plate = plate_from_masks(frames, robot, margin_px=0)
+    assert plate.shape == (1, 4, 16, 16)
+    assert torch.allclose(plate[0, :3, 5, 5], torch.full((3,), 120 / 255))  # frames 1, 2
+    assert torch.allclose(plate[0, :3, 5, 11], torch.full((3,), 30 / 255))  # frame 0 only
+    assert torch.allclose(plate[0, :3, 15, 15], torch.full((3,), 90 / 255))  # all three
+    assert plate[0, 3, 0, 0] == 0.0 and plate[0, :3, 0, 0].abs().max() == 0.0
+    assert plate[0, 3].sum() == 16 * 16 - 1
+    # the margin grows each mask: the pixel next to frame 0's robot comes from 1 and 2 only
+    grown = plate_from_masks(frames, robot, margin_px=1)
+    assert torch.allclose(grown[0, :3, 5, 3], torch.full((3,), 120 / 255))
+    assert torch.allclose(plate[0, :3, 5, 3], torch.full((3,), 90 / 255))
+    with pytest.raises(ValueError, match="plate_from_masks"):
+        plate_from_masks(frames, robot[:2])
+
+
+@pytest.mark.parametrize("sampler", ["grid_sample", "gather"])
+def test_the_fill_takes_the_plate_where_it_is_valid(sampler):
+    image, mask, flows, o = _scene(4)
+    flows[:, 2] = -8.0
+    o[:, :, 20:28, 20:24] = 1.0
+    plate = torch.zeros(1, 4, 64, 64)
+    plate[:, :3] = 0.25
+    plate[:, 3, :, 22:] = 1.0  # valid from column 22 on
+    frames, _ = warp_composite(image, mask, flows, o, BASE, sampler, "layered", plate)
+    assert torch.allclose(frames[:, :, 20:28, 22:24], torch.full((1, 3, 8, 2), 0.25))
+    assert torch.allclose(frames[:, :, 20:28, 20:22], image[:, :, 20:28, 12:14], atol=1e-6)
+    # no fill weight, no plate: the plate changes nothing where o is zero
+    same, _ = warp_composite(image, mask, flows, torch.zeros_like(o), BASE, sampler,
+                             "layered", plate)
+    ref, _ = warp_composite(image, mask, flows, torch.zeros_like(o), BASE, sampler, "layered")
+    assert torch.equal(same, ref)

@@ -61,7 +61,8 @@ from torch import Tensor, nn
 from export.models.latent import ResBlock
 
 __all__ = ["WarpConfig", "StateLayout", "WarpModel", "WarpDecoder", "SAMPLERS", "COMPOSITES", "warp",
-           "bilinear_sample", "warp_composite", "identity_grid"]
+           "bilinear_sample", "warp_composite", "identity_grid", "plate_from_masks",
+           "background_plate"]
 
 #: how :class:`WarpDecoder` warps: ``grid_sample`` (``F.grid_sample``; ONNX GridSample) or
 #: ``gather`` (:func:`bilinear_sample`; ONNX GatherElements), the same values
@@ -321,8 +322,8 @@ def bilinear_sample(image: Tensor, grid: Tensor) -> Tensor:
 
 
 def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: Tensor,
-                   sampler: str = "grid_sample", composite: str = "blend"
-                   ) -> tuple[Tensor, Tensor]:
+                   sampler: str = "grid_sample", composite: str = "blend",
+                   plate: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The decoder's warp and compositing.
 
     With ``f`` the arm's backward flow, ``g`` the fill flow and ``o`` the fill weight:
@@ -337,7 +338,10 @@ def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: 
       ``robot_mask = r``. The static scene cannot be dragged (the layers of a rigid arm
       in front of a static scene).
 
-    Both give the start frame at zero flows and zero fill weight.
+    Both give the start frame at zero flows and zero fill weight. With a background
+    ``plate`` (what the scene behind the arm looks like, e.g. from calibration frames where
+    the arm was elsewhere), the fill takes the plate wherever it is valid and
+    ``warp(image, g)`` elsewhere.
 
     Args:
         image: float32 ``[B, 3, H, W]`` (the start frame, [0, 1]).
@@ -351,6 +355,8 @@ def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: 
             then the image's channels at both and the mask at ``f``; the same values to
             about 2e-7).
         composite: one of :data:`COMPOSITES`.
+        plate: float32 ``[B, 4, H, W]`` or None: the background plate's RGB in [0, 1] and its
+            validity in [0, 1] (0 where no frame showed the background).
 
     Returns:
         ``(frames [B, 3, H, W], robot_mask [B, 1, H, W])``, float32.
@@ -374,6 +380,9 @@ def warp_composite(image: Tensor, mask: Tensor, flows: Tensor, o: Tensor, base: 
         moved = _sample_plane(mask, index, weights, 1)  # the arm's flow only
     else:
         raise ValueError(f"warp sampler {sampler!r}: expected one of {', '.join(SAMPLERS)}")
+    if plate is not None:
+        valid = plate[:, 3:4]
+        filled = valid * plate[:, 0:3] + (1.0 - valid) * filled
     if composite == "blend":
         return (1.0 - o) * arm + o * filled, (1.0 - o) * moved
     background = (1.0 - o) * image + o * filled
@@ -671,10 +680,11 @@ class WarpDecoder(nn.Module):
         out = self.flows(z)
         return out["frames"], out["mask"]
 
-    def flows(self, z: Tensor) -> dict[str, Tensor]:
+    def flows(self, z: Tensor, plate: Tensor | None = None) -> dict[str, Tensor]:
         """Every intermediate output: ``flow`` and ``fill`` (px, ``[B, 2, 64, 64]``), ``o``
         (fill weight), ``start_mask`` (the start frame's robot mask), ``frames``, ``mask``,
-        ``start`` (the start frame in [0, 1])."""
+        ``start`` (the start frame in [0, 1]). ``plate``: a background plate for the fill
+        (:func:`warp_composite`; not in the exported graphs)."""
         lay = self.cfg.layout
         img = F.pixel_shuffle(lay.slice(z, "pixels"), 4)  # (B, 3, 64, 64) in [0, 1]
         s16 = self.static16(torch.cat([lay.slice(z, "features"), lay.slice(z, "summary")], 1))
@@ -702,9 +712,59 @@ class WarpDecoder(nn.Module):
         m0 = F.interpolate(torch.sigmoid(self.mask_head(torch.cat([ms, s32], 1))),
                            scale_factor=2.0, mode="bilinear", align_corners=False)
         frames, mask = warp_composite(img, m0, head[:, 0:4], o, self.base, self.sampler,
-                                      self.cfg.composite)
+                                      self.cfg.composite, plate)
         return {"flow": flow, "fill": fill, "o": o, "start_mask": m0, "frames": frames,
                 "mask": mask, "start": img}
+
+
+def plate_from_masks(frames_u8: Tensor, robot: Tensor, threshold: float = 0.3,
+                     margin_px: int = 2) -> Tensor:
+    """A background plate from frames of one fixed camera and their robot masks: per
+    pixel, the mean of the frames where no robot is within ``margin_px``.
+
+    Args:
+        frames_u8: uint8 ``[T, 3, H, W]``.
+        robot: float32 ``[T, 1, H, W]`` robot-mask probabilities in [0, 1].
+        threshold: probability above which a pixel is the robot's.
+        margin_px: the robot's mask is grown by this many pixels before it is left out
+            (the blurred edge of a link is not background).
+
+    Returns:
+        float32 ``[1, 4, H, W]``: RGB in [0, 1] and the validity (1 where at least one frame
+        showed the background, else 0 and RGB 0), the ``plate`` of :func:`warp_composite`.
+
+    Raises:
+        ValueError: the frames and masks do not match in shape.
+    """
+    if frames_u8.dim() != 4 or robot.shape != (frames_u8.shape[0], 1, *frames_u8.shape[2:]):
+        raise ValueError(f"plate_from_masks: expected frames [T, 3, H, W] and masks "
+                         f"[T, 1, H, W], got {tuple(frames_u8.shape)} and {tuple(robot.shape)}")
+    k = 2 * margin_px + 1
+    grown = F.max_pool2d(robot.to(torch.float32), k, 1, margin_px) if margin_px else robot
+    w = (grown < threshold).to(torch.float32)  # (T, 1, H, W)
+    x = frames_u8.to(torch.float32) * (1.0 / 255.0)
+    count = w.sum(0, keepdim=True)
+    rgb = (w * x).sum(0, keepdim=True) / count.clamp(min=1.0)
+    return torch.cat([rgb, (count > 0).to(torch.float32)], 1)
+
+
+def background_plate(model: WarpModel, frames_u8: Tensor, threshold: float = 0.3,
+                     margin_px: int = 2) -> Tensor:
+    """:func:`plate_from_masks` with the masks of the model's own start-mask head (no
+    recorded masks needed): e.g. of a cell's calibration episode, which moves the arm
+    away from some of what it covers in a rollout's start frame.
+
+    Args:
+        model: a warp model (its encoder and the decoder's start-mask head are used).
+        frames_u8: uint8 ``[T, 3, H, W]`` frames of one fixed camera.
+        threshold, margin_px: as in :func:`plate_from_masks`.
+
+    Returns:
+        float32 ``[1, 4, H, W]`` (:func:`plate_from_masks`).
+    """
+    with torch.no_grad():
+        robot = model.decoder.flows(model.encoder(frames_u8))["start_mask"]
+        return plate_from_masks(frames_u8, robot, threshold, margin_px)
 
 
 class WarpModel(nn.Module):
