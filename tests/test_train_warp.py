@@ -108,3 +108,35 @@ def test_true_flow_batches_replace_dis_and_train() -> None:
     bare = PairSet(_cells(), "cpu")
     with pytest.raises(Exception, match="no geometry"):
         bare.batch(np.random.default_rng(3), 2, 4, 16, flow_target="true")
+
+
+def test_a_plate_batch_fills_from_each_cells_calibration_frames() -> None:
+    from export.models.warp import background_plate
+    from export.train.warp import batch_forward
+
+    cfg = WarpConfig(feat_channels=8, motion_channels=8, global_channels=4,
+                     summary_channels=4, cal_width=8, dec_width=8, joint_width=8,
+                     composite="layered")
+    torch.manual_seed(0)
+    model = WarpModel(cfg).eval()
+    with torch.no_grad():
+        model.decoder.mask_head[-1].bias.fill_(-30.0)  # the start mask sees no robot
+        for p in model.parameters():  # a trained-looking model: nonzero flows and fill
+            p.add_(torch.randn_like(p) * 0.05)
+    b = PairSet(_cells(), "cpu").batch(np.random.default_rng(3), 2, 3, 16)
+    with torch.no_grad():
+        z, plain = batch_forward(model, b)
+        _, filled = batch_forward(model, b, plate=True)
+        plates = torch.cat([background_plate(model, f) for f in b["cal_frames"]])
+        # no robot seen: every pixel valid, each plate the mean of its cell's frames
+        assert plates[:, 3].min() == 1.0
+        mean = b["cal_frames"].to(torch.float32).mean(1) / 255.0
+        assert torch.allclose(plates[:, :3], mean, atol=1e-5)
+        manual = model.decoder.flows(z, plates[b["owner"]])["frames"]
+    assert torch.allclose(filled["frames"], manual, atol=1e-6)
+    o = plain["o"]
+    assert (o > 0).any() and (o == 0).any()
+    changed = (filled["frames"] - plain["frames"]).abs().amax(1, keepdim=True) > 1e-6
+    assert changed.any() and not (changed & (o == 0)).any()  # only where the fill is used
+    total, _ = losses(model, b, 0.1, 1.0, 0.2, plate=True)
+    assert np.isfinite(float(total.detach()))

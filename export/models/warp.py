@@ -680,6 +680,20 @@ class WarpDecoder(nn.Module):
         out = self.flows(z)
         return out["frames"], out["mask"]
 
+    def _start_mask(self, s16: Tensor, s32: Tensor) -> Tensor:
+        ms = F.pixel_shuffle(self.mask_static(s16), 2)  # (B, w32, 32, 32)
+        return F.interpolate(torch.sigmoid(self.mask_head(torch.cat([ms, s32], 1))),
+                             scale_factor=2.0, mode="bilinear", align_corners=False)
+
+    def start_mask(self, z: Tensor) -> Tensor:
+        """The start frame's robot mask float32 ``[B, 1, 64, 64]`` in [0, 1] of states ``[B,
+        C, 16, 16]`` (only the pixels, features and summary blocks are read): the
+        ``start_mask`` of :meth:`flows` without the motion path."""
+        lay = self.cfg.layout
+        img = F.pixel_shuffle(lay.slice(z, "pixels"), 4)
+        s16 = self.static16(torch.cat([lay.slice(z, "features"), lay.slice(z, "summary")], 1))
+        return self._start_mask(s16, self.static32(img))
+
     def flows(self, z: Tensor, plate: Tensor | None = None) -> dict[str, Tensor]:
         """Every intermediate output: ``flow`` and ``fill`` (px, ``[B, 2, 64, 64]``), ``o``
         (fill weight), ``start_mask`` (the start frame's robot mask), ``frames``, ``mask``,
@@ -708,9 +722,7 @@ class WarpDecoder(nn.Module):
                              scale_factor=2.0, mode="bilinear", align_corners=False)
         flow, fill = head[:, 0:2], head[:, 2:4]
         o = torch.clamp(head[:, 4:5], 0.0, 1.0)
-        ms = F.pixel_shuffle(self.mask_static(s16), 2)  # (B, w32, 32, 32)
-        m0 = F.interpolate(torch.sigmoid(self.mask_head(torch.cat([ms, s32], 1))),
-                           scale_factor=2.0, mode="bilinear", align_corners=False)
+        m0 = self._start_mask(s16, s32)
         frames, mask = warp_composite(img, m0, head[:, 0:4], o, self.base, self.sampler,
                                       self.cfg.composite, plate)
         return {"flow": flow, "fill": fill, "o": o, "start_mask": m0, "frames": frames,
@@ -763,7 +775,7 @@ def background_plate(model: WarpModel, frames_u8: Tensor, threshold: float = 0.3
         float32 ``[1, 4, H, W]`` (:func:`plate_from_masks`).
     """
     with torch.no_grad():
-        robot = model.decoder.flows(model.encoder(frames_u8))["start_mask"]
+        robot = model.decoder.start_mask(model.encoder(frames_u8))
         return plate_from_masks(frames_u8, robot, threshold, margin_px)
 
 

@@ -79,6 +79,8 @@ class WarpTrainOptions:
     joint_attention: int = 0
     #: how the decoder composites (``WarpConfig.composite``: blend or layered)
     composite: str = "blend"
+    #: the fill takes a background plate from each cell's calibration frames
+    plate: bool = False
     #: stop (with a checkpoint) after this many minutes of training; None: run to ``steps``
     max_minutes: float | None = None
 
@@ -226,10 +228,12 @@ def calibration_states(model: Any, cal_frames: Any) -> Any:
     return torch.cat([pix, rest], 1).reshape(n, t, -1, cfg.grid, cfg.grid)
 
 
-def batch_forward(model: Any, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def batch_forward(model: Any, b: dict[str, Any], plate: bool = False
+                  ) -> tuple[Any, dict[str, Any]]:
     """One batch of :meth:`PairSet.batch` through the model: the state at each target
     ``[P, C, h, w]`` and the decoder's outputs (``WarpDecoder.flows``: flows, fill weight,
-    masks, frames)."""
+    masks, frames). ``plate``: the fill takes each cell's background plate from its
+    calibration frames (:func:`export.models.warp.background_plate`, no gradient)."""
     ctx = model.calibration(calibration_states(model, b["cal_frames"]), b["cal_actions"],
                             b["dof_mask"])  # (N, A, D, h, w)
     ctx = ctx[b["owner"]]  # (P, A, D, h, w)
@@ -237,7 +241,14 @@ def batch_forward(model: Any, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     if model.cfg.start_offset:
         z0 = model.with_offset(z0, b["offset"])
     z = model.state_at(model.prepare(z0, ctx), b["cum"], ctx)
-    return z, model.decoder.flows(z)
+    if not plate:
+        return z, model.decoder.flows(z)
+    import torch
+
+    from export.models.warp import background_plate
+
+    plates = torch.cat([background_plate(model, f) for f in b["cal_frames"]])  # (N, 4, H, W)
+    return z, model.decoder.flows(z, plates[b["owner"]])
 
 
 def true_flow_loss(flow: Any, coarse: Any, b: dict[str, Any]) -> Any:
@@ -266,16 +277,18 @@ def true_flow_loss(flow: Any, coarse: Any, b: dict[str, Any]) -> Any:
 
 def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float = 0.1,
            fill_weight: float = 0.0, contrast_weight: float = 0.0,
-           pairs: int = 1, true_flow_weight: float = 0.0) -> tuple[Any, dict[str, float]]:
+           pairs: int = 1, true_flow_weight: float = 0.0, plate: bool = False
+           ) -> tuple[Any, dict[str, float]]:
     """Total loss and its parts for one batch (see the module docstring); with
     ``true_flow_weight`` the batch carries ``true_flow`` (not ``dis``) and
-    :func:`true_flow_loss` takes the DIS loss's place."""
+    :func:`true_flow_loss` takes the DIS loss's place; ``plate``: as in
+    :func:`batch_forward`."""
     import torch
     import torch.nn.functional as F
 
     from export.models.warp import warp
 
-    z, out = batch_forward(model, b)
+    z, out = batch_forward(model, b, plate)
     truth = b["target"].to(torch.float32) * (1.0 / 255.0)
     region = torch.clamp(b["mask0"] + b["mask"], 0, 1)
     region = F.max_pool2d(region, 5, 1, 2)
@@ -429,7 +442,7 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts.bf16):
             loss, parts = losses(model, b, fw, opts.mask_weight, opts.fill_weight,
                                  opts.contrast_weight, opts.pairs_per_cell,
-                                 opts.true_flow_weight)
+                                 opts.true_flow_weight, opts.plate)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -509,6 +522,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how the decoder composites (WarpConfig.composite): blend (every pixel "
                         "follows the arm's flow, mixed with the fill) or layered (only the "
                         "robot layer moves; the static scene stays the start frame's)")
+    p.add_argument("--plate", action="store_true",
+                   help="the fill takes a background plate from each cell's calibration frames "
+                        "where the model's start-mask head sees no robot (PyTorch only; the "
+                        "exported graphs do not carry a plate)")
     p.add_argument("--start-offset", action="store_true",
                    help="give the model the start pose's joint offsets from the calibration's "
                         "home pose (WarpConfig.start_offset)")
@@ -535,7 +552,7 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                             joint_dilations=tuple(int(v) for v in args.joint_dilations.split(",")
                                                   if v.strip()),
                             joint_attention=args.joint_attention,
-                            composite=args.composite,
+                            composite=args.composite, plate=args.plate,
                             max_minutes=args.max_minutes)
 
 
