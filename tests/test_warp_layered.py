@@ -177,3 +177,38 @@ def test_the_fill_takes_the_plate_where_it_is_valid(sampler):
                              "layered", plate)
     ref, _ = warp_composite(image, mask, flows, torch.zeros_like(o), BASE, sampler, "layered")
     assert torch.equal(same, ref)
+
+
+def test_a_layered_model_exports_and_its_graphs_keep_zero_actions_exact(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from pathlib import Path
+
+    import numpy as np
+
+    from edge.episode import load_episode
+    from edge.runtime.context import encode_calibration
+    from edge.runtime.model import load_model
+    from edge.runtime.rollout import Rollout
+    from export.variants.warp_export import export_warp_model
+
+    sample = Path(__file__).resolve().parent.parent / "samples" / "cell_sample"
+    torch.manual_seed(4)
+    cfg = WarpConfig(**SMALL, composite="layered")
+    model = perturbed(WarpModel(cfg))
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save({"model": model.state_dict(), "config": cfg.to_dict(), "step": 0,
+                "options": {}, "history": [], "cells": 0}, run / "warp.pt")
+    export_warp_model(str(run), str(tmp_path / "fp32"))
+    m = load_model(tmp_path / "fp32", intra_op_num_threads=1)
+    try:
+        assert m.manifest.provenance["config"]["composite"] == "layered"
+        ctx = encode_calibration(m, load_episode(sample / "calibration.npz"))
+        start = load_episode(sample / "test.npz").frames[0]
+        r = Rollout(m, ctx, max_horizon=6, max_candidates=2)
+        zero = r.run(start, np.zeros((2, 6, 7), np.float32))
+        assert np.abs(zero.astype(int) - start.astype(int)[None, None]).max() <= 1
+        moved = r.run(start, np.full((2, 6, 7), 0.1, np.float32))
+        assert np.abs(moved.astype(int) - start.astype(int)[None, None]).max() > 8
+    finally:
+        m.deactivate()
