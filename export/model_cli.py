@@ -90,15 +90,12 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
     from export.errors import require_torch
 
     require_torch("syncedge model eval-frames")
-    from edge.fileio import write_json_atomic
     from export.evaluation.frames import (
         SPLITS,
         FramesEvalOptions,
         evaluate_frames,
-        format_frames_table,
-        save_sheets,
+        write_frames_eval,
     )
-    from export.variants.parity_gates import json_safe
 
     models: dict[str, tuple[str, str]] = {}
     for spec in args.model:
@@ -126,16 +123,8 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
                   f"LABEL=v1,v2 with a LABEL given to --model", file=sys.stderr)
             return 2
         opts.model_variants[label] = tuple(v.strip() for v in names.split(","))
-    result = evaluate_frames(opts)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    sheets = save_sheets(result, out)
-    table = format_frames_table(result)
-    print(table)
-    write_json_atomic(out / "eval_frames.json", json_safe(result))
-    (out / "eval_frames.txt").write_text(table + "\n")
-    print("wrote " + ", ".join(str(p) for p in [out / "eval_frames.json",
-                                                 out / "eval_frames.txt", *sheets]))
+    paths = write_frames_eval(evaluate_frames(opts), Path(args.out))
+    print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 

@@ -24,10 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from edge.fileio import write_json_atomic
 from export.evaluation import frames as ef
 from export.evaluation.frames import SPLITS, FramesEvalOptions, evaluate_frames
-from export.variants.parity_gates import json_safe
 
 
 class _PlatePredictor(ef._WarpPredictor):
@@ -107,15 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         result = evaluate_frames(opts)
     finally:
         ef.make_predictor = original
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    sheets = ef.save_sheets(result, out)
-    table = ef.format_frames_table(result)
-    print(table)
-    write_json_atomic(out / "eval_frames.json", json_safe(result))
-    (out / "eval_frames.txt").write_text(table + "\n")
-    print("wrote " + ", ".join(str(p) for p in [out / "eval_frames.json",
-                                                 out / "eval_frames.txt", *sheets]))
+    paths = ef.write_frames_eval(result, Path(args.out))
+    print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 

@@ -43,6 +43,7 @@ from export.errors import ExportError
 __all__ = ["FramesEvalOptions", "frame_psnr", "retrieval_hits", "blur_control",
            "exact_flow_warp",
            "static_mask", "oracle_flow_warp", "evaluate_frames", "format_frames_table",
+           "save_sheets", "write_frames_eval",
            "PSNR_CAP_DB", "RETRIEVAL_STEPS"]
 
 #: PSNR of identical frames (dB), so that per-frame means stay finite.
@@ -638,3 +639,19 @@ def save_sheets(result: dict[str, Any], out: Path) -> list[Path]:
         cv2.imwrite(str(p), cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
         paths.append(p)
     return paths
+
+
+def write_frames_eval(result: dict[str, Any], out: Path) -> list[Path]:
+    """Write an :func:`evaluate_frames` result into ``out`` (created): the contact sheets
+    (:func:`save_sheets`), ``eval_frames.json`` (atomically) and ``eval_frames.txt`` (the
+    :func:`format_frames_table` table, also printed); returns every path written."""
+    from edge.fileio import write_json_atomic
+    from export.variants.parity_gates import json_safe
+
+    out.mkdir(parents=True, exist_ok=True)
+    sheets = save_sheets(result, out)
+    table = format_frames_table(result)
+    print(table)
+    write_json_atomic(out / "eval_frames.json", json_safe(result))
+    (out / "eval_frames.txt").write_text(table + "\n")
+    return [out / "eval_frames.json", out / "eval_frames.txt", *sheets]
