@@ -35,19 +35,19 @@ class _PlatePredictor(ef._WarpPredictor):
     def __init__(self, run: str):
         super().__init__(run)
         self.nocal = None  # the history model has no plate variant here
-        self.variants = ("calibrated", "plate")
+        # contexts() fills these; the evaluation rolls out only calibrated and plate
+        self.variants = ("calibrated", "zeroed", "mislabelled", "plate")
 
     def contexts(self, cells: list, rng: np.random.Generator) -> dict[str, list[Any]]:
         import torch
 
-        from export.models.warp import background_plate
+        from export.models.warp import background_plates
 
-        self.variants = ("calibrated", "zeroed", "mislabelled")
         out = super().contexts(cells, rng)
-        plates = [background_plate(self.model, torch.from_numpy(c.cal_frames)
-                                   .permute(0, 3, 1, 2).contiguous()) for c in cells]
-        out["plate"] = list(zip(out["calibrated"], plates, strict=True))
-        self.variants = ("calibrated", "plate")
+        frames = torch.from_numpy(np.stack([c.cal_frames for c in cells])).permute(
+            0, 1, 4, 2, 3).contiguous()
+        plates = background_plates(self.model, frames)
+        out["plate"] = [(ctx, plates[i:i + 1]) for i, ctx in enumerate(out["calibrated"])]
         return out
 
     def rollout(self, variant: str, ctx: Any, start: np.ndarray,

@@ -62,7 +62,7 @@ from export.models.latent import ResBlock
 
 __all__ = ["WarpConfig", "StateLayout", "WarpModel", "WarpDecoder", "SAMPLERS", "COMPOSITES", "warp",
            "bilinear_sample", "warp_composite", "identity_grid", "plate_from_masks",
-           "background_plate"]
+           "background_plate", "background_plates"]
 
 #: how :class:`WarpDecoder` warps: ``grid_sample`` (``F.grid_sample``; ONNX GridSample) or
 #: ``gather`` (:func:`bilinear_sample`; ONNX GatherElements), the same values
@@ -685,14 +685,20 @@ class WarpDecoder(nn.Module):
         return F.interpolate(torch.sigmoid(self.mask_head(torch.cat([ms, s32], 1))),
                              scale_factor=2.0, mode="bilinear", align_corners=False)
 
+    def _static(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The start frame ``[B, 3, 64, 64]`` in [0, 1] and the static features at 16x16 and
+        32x32 (what the motion path is steered by; no motion block is read)."""
+        lay = self.cfg.layout
+        img = F.pixel_shuffle(lay.slice(z, "pixels"), 4)
+        s16 = self.static16(torch.cat([lay.slice(z, "features"), lay.slice(z, "summary")], 1))
+        return img, s16, self.static32(img)
+
     def start_mask(self, z: Tensor) -> Tensor:
         """The start frame's robot mask float32 ``[B, 1, 64, 64]`` in [0, 1] of states ``[B,
         C, 16, 16]`` (only the pixels, features and summary blocks are read): the
         ``start_mask`` of :meth:`flows` without the motion path."""
-        lay = self.cfg.layout
-        img = F.pixel_shuffle(lay.slice(z, "pixels"), 4)
-        s16 = self.static16(torch.cat([lay.slice(z, "features"), lay.slice(z, "summary")], 1))
-        return self._start_mask(s16, self.static32(img))
+        _, s16, s32 = self._static(z)
+        return self._start_mask(s16, s32)
 
     def flows(self, z: Tensor, plate: Tensor | None = None) -> dict[str, Tensor]:
         """Every intermediate output: ``flow`` and ``fill`` (px, ``[B, 2, 64, 64]``), ``o``
@@ -700,8 +706,7 @@ class WarpDecoder(nn.Module):
         ``start`` (the start frame in [0, 1]). ``plate``: a background plate for the fill
         (:func:`warp_composite`; not in the exported graphs)."""
         lay = self.cfg.layout
-        img = F.pixel_shuffle(lay.slice(z, "pixels"), 4)  # (B, 3, 64, 64) in [0, 1]
-        s16 = self.static16(torch.cat([lay.slice(z, "features"), lay.slice(z, "summary")], 1))
+        img, s16, s32 = self._static(z)  # img (B, 3, 64, 64) in [0, 1]
         if self.cfg.joint_width:
             joint = lay.slice(z, "joint_flow")
             h = self.inp(torch.cat([lay.slice(z, "motion"), joint * 0.25], 1))
@@ -712,7 +717,6 @@ class WarpDecoder(nn.Module):
         flow16 = self.flow16(h) * 4.0  # px at 64x64
         if self.cfg.joint_width:
             flow16 = flow16 + joint
-        s32 = self.static32(img)
         up = F.interpolate(h, scale_factor=2.0, mode="bilinear", align_corners=False)
         h32 = self.block32(self.up32(up), s32)
         head = self.head(h32)
@@ -774,9 +778,19 @@ def background_plate(model: WarpModel, frames_u8: Tensor, threshold: float = 0.3
     Returns:
         float32 ``[1, 4, H, W]`` (:func:`plate_from_masks`).
     """
+    return background_plates(model, frames_u8[None], threshold, margin_px)
+
+
+def background_plates(model: WarpModel, frames_u8: Tensor, threshold: float = 0.3,
+                      margin_px: int = 2) -> Tensor:
+    """:func:`background_plate` of N cells at once (one encoder and mask-head pass over
+    every frame): uint8 ``[N, T, 3, H, W]`` -> float32 ``[N, 4, H, W]``."""
+    n, t = frames_u8.shape[:2]
     with torch.no_grad():
-        robot = model.decoder.start_mask(model.encoder(frames_u8))
-        return plate_from_masks(frames_u8, robot, threshold, margin_px)
+        robot = model.decoder.start_mask(model.encoder(frames_u8.flatten(0, 1)))
+        robot = robot.reshape(n, t, *robot.shape[1:])
+        return torch.cat([plate_from_masks(f, m, threshold, margin_px)
+                          for f, m in zip(frames_u8, robot, strict=True)])
 
 
 class WarpModel(nn.Module):

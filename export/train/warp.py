@@ -233,7 +233,7 @@ def batch_forward(model: Any, b: dict[str, Any], plate: bool = False
     """One batch of :meth:`PairSet.batch` through the model: the state at each target
     ``[P, C, h, w]`` and the decoder's outputs (``WarpDecoder.flows``: flows, fill weight,
     masks, frames). ``plate``: the fill takes each cell's background plate from its
-    calibration frames (:func:`export.models.warp.background_plate`, no gradient)."""
+    calibration frames (:func:`export.models.warp.background_plates`, no gradient)."""
     ctx = model.calibration(calibration_states(model, b["cal_frames"]), b["cal_actions"],
                             b["dof_mask"])  # (N, A, D, h, w)
     ctx = ctx[b["owner"]]  # (P, A, D, h, w)
@@ -243,11 +243,9 @@ def batch_forward(model: Any, b: dict[str, Any], plate: bool = False
     z = model.state_at(model.prepare(z0, ctx), b["cum"], ctx)
     if not plate:
         return z, model.decoder.flows(z)
-    import torch
+    from export.models.warp import background_plates
 
-    from export.models.warp import background_plate
-
-    plates = torch.cat([background_plate(model, f) for f in b["cal_frames"]])  # (N, 4, H, W)
+    plates = background_plates(model, b["cal_frames"])  # (N, 4, H, W)
     return z, model.decoder.flows(z, plates[b["owner"]])
 
 
