@@ -11,10 +11,12 @@ import pytest
 
 from export.cells.geometry import (
     NO_LINK,
+    dof_link_poses,
     load_geometry,
     project_points,
     render_chunk_geometry,
     true_backward_flow,
+    true_dof_fields,
     unproject,
 )
 from export.errors import CellError
@@ -74,6 +76,48 @@ def test_a_rotated_link_moves_its_pixels_about_the_joint() -> None:
                                                                        atol=1e-3)
 
 
+def _turn_about_x(angle: float) -> np.ndarray:
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[1.0, 0, 0], [0, c, -s], [0, s, c]])
+
+
+def test_per_dof_fields_of_a_turn_about_the_viewing_axis() -> None:
+    # link 0 is carried by joint 0, a turn about the viewing axis through the link's origin
+    # (the image centre, 2 m away); joint 1 moves nothing. Depth is unchanged by such a
+    # turn, so the image motion is the same turn: the sin field is the radius turned by a
+    # quarter and the (1 - cos) field is minus the radius, exactly.
+    depth = np.zeros((64, 64), np.float32)
+    link = np.full((64, 64), NO_LINK, np.uint8)
+    depth[20:28, 40:44] = 2.0
+    link[20:28, 40:44] = 0
+    home = _pose([2, 0, 0])[None]
+
+    def link_poses(q: np.ndarray) -> np.ndarray:
+        return _pose([2, 0, 0], _turn_about_x(q[0]))[None]
+
+    dof = dof_link_poses(link_poses, np.zeros(2), 0.3)
+    assert dof.shape == (2, 2, 1, 12)
+    fields, on = true_dof_fields(depth, link, home, dof, CAMERA, 0.3)
+    assert fields.shape == (2, 4, 64, 64) and on.sum() == 32
+    ys, xs = np.nonzero(on)
+    r = np.stack([xs + 0.5 - 32, ys + 0.5 - 32])  # (2, N) px from the centre
+    assert np.allclose(fields[0, 2:4][:, ys, xs], -r, atol=1e-3)
+    sin = fields[0, 0:2][:, ys, xs]
+    assert np.allclose(np.linalg.norm(sin, axis=0), np.linalg.norm(r, axis=0), atol=1e-3)
+    assert np.allclose((sin * r).sum(0), 0.0, atol=1e-3)  # a quarter turn of the radius
+    assert np.abs(fields[1]).max() < 1e-4 and (fields[:, :, ~on] == 0).all()
+    # the fields predict the motion of any turn: sin(t) S + (1 - cos t) C
+    t = 0.7
+    flow, _ = true_backward_flow(depth, link, home, _pose([2, 0, 0], _turn_about_x(t))[None],
+                                 CAMERA)
+    pred = np.sin(t) * fields[0, 0:2] + (1 - np.cos(t)) * fields[0, 2:4]
+    assert np.allclose(pred[:, on], flow[:, on], atol=1e-3)
+    with pytest.raises(ValueError, match="step"):
+        true_dof_fields(depth, link, home, dof, CAMERA, 0.0)
+    with pytest.raises(ValueError, match="expected"):
+        true_dof_fields(depth, link, home, dof[:, :1], CAMERA, 0.3)
+
+
 def test_bad_shapes_are_refused() -> None:
     with pytest.raises(ValueError, match="expected"):
         true_backward_flow(np.zeros((4, 4), np.float32), np.zeros((4, 5), np.uint8),
@@ -99,6 +143,8 @@ def chunk(tmp_path_factory) -> Path:
 def test_rendered_geometry_warps_the_start_onto_the_target_arm(chunk: Path) -> None:
     torch = pytest.importorskip("torch")
     from edge.episode import load_episode
+    from export.cells.sampling import CellParams
+    from export.cells.scene import CellScene
     from export.models.warp import identity_grid, warp
 
     manifest = render_chunk_geometry(chunk, command="test")
@@ -108,6 +154,27 @@ def test_rendered_geometry_warps_the_start_onto_the_target_arm(chunk: Path) -> N
     ep, geo = load_episode(ep_path), load_geometry(ep_path)
     assert geo is not None and geo["depth"].shape == (12, 64, 64)
     assert np.array_equal(geo["link"] != NO_LINK, ep.robot_mask)
+    n, links = ep.num_dof, geo["poses"].shape[1]
+    assert geo["dof_poses"].shape == (12, n, 2, links, 12)
+    # each joint's own field predicts where the arm goes when that joint alone turns
+    fields, on = true_dof_fields(geo["depth"][0], geo["link"][0], geo["poses"][0],
+                                 geo["dof_poses"][0], geo["camera"], float(geo["dof_step"]))
+    assert on.sum() > 20 and np.array_equal(on, geo["link"][0] != NO_LINK)
+    # the first joint carries the whole arm: a small turn of it alone is predicted by its
+    # fields to within a tenth of a pixel (the projection's second order)
+    t, q = 0.1, ep.joint_positions[0]
+    params = CellParams.from_json_dict(
+        json.loads((chunk / "manifest.json").read_text())["cells"][0])
+    with CellScene(params.robot) as scene:
+        scene.apply_cell(params)
+        qc = params.convention.to_canonical(q.astype(np.float64)[None])[0]
+        qc[0] += t
+        turned = scene.link_poses(qc)
+    flow, ok = true_backward_flow(geo["depth"][0], geo["link"][0], geo["poses"][0], turned,
+                                  geo["camera"])
+    pred = np.sin(t) * fields[0, 0:2] + (1 - np.cos(t)) * fields[0, 2:4]
+    assert np.abs(flow[:, ok]).mean() > 0.5
+    assert np.abs(pred[:, ok] - flow[:, ok]).max() < 0.1
     s, t = 0, 11
     flow, on = true_backward_flow(geo["depth"][t], geo["link"][t], geo["poses"][t],
                                   geo["poses"][s], geo["camera"])

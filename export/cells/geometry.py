@@ -27,11 +27,16 @@ import numpy as np
 
 from export.errors import CellError
 
-__all__ = ["unproject", "project_points", "true_backward_flow", "NO_LINK", "geometry_path",
-           "load_geometry", "render_chunk_geometry", "GEOMETRY_MANIFEST"]
+__all__ = ["unproject", "project_points", "true_backward_flow", "true_dof_fields",
+           "dof_link_poses", "NO_LINK", "DOF_STEP_RAD", "geometry_path", "load_geometry",
+           "render_chunk_geometry", "GEOMETRY_MANIFEST"]
 
 #: the link index of a pixel that does not see the robot
 NO_LINK = 255
+
+#: the joint step (rad) of the per-DoF link poses stored with the geometry (``dof_poses``):
+#: each joint moved by +- this from the frame's pose, the others held
+DOF_STEP_RAD = 0.35
 
 
 def _camera(camera: np.ndarray, width: int, height: int) -> tuple[np.ndarray, ...]:
@@ -109,31 +114,127 @@ def true_backward_flow(depth_t: np.ndarray, link_t: np.ndarray, poses_t: np.ndar
         raise ValueError(f"true_backward_flow: depth {depth_t.shape}, links {link_t.shape}, "
                          f"poses {poses_t.shape} / {poses_s.shape}: expected [H, W] twice "
                          "and two [B, 12]")
-    on = link_t != NO_LINK
     flow = np.zeros((2, h, w), np.float32)
-    if not on.any():
+    ys, xs, uv = _moved_pixels(depth_t, link_t, poses_t, poses_s[None], camera)
+    on = np.zeros((h, w), bool)
+    if not len(ys):
         return flow, on
-    links = link_t[on].astype(np.int64)
-    if links.max() >= len(poses_t):
-        raise ValueError(f"true_backward_flow: link {links.max()} but {len(poses_t)} poses")
-    world = unproject(depth_t, camera)[on]  # (N, 3)
-    pt = poses_t[links].astype(np.float64)
-    ps = poses_s[links].astype(np.float64)
-    rt, rs = pt[:, 3:].reshape(-1, 3, 3), ps[:, 3:].reshape(-1, 3, 3)
-    local = np.einsum("nji,nj->ni", rt, world - pt[:, :3])  # R_t^T (P - x_t)
-    back = np.einsum("nij,nj->ni", rs, local) + ps[:, :3]
-    uv = project_points(back, camera, w, h)
-    ys, xs = np.nonzero(on)
-    ok = np.isfinite(uv).all(1)
-    flow[0, ys[ok], xs[ok]] = uv[ok, 0] - (xs[ok] + 0.5)
-    flow[1, ys[ok], xs[ok]] = uv[ok, 1] - (ys[ok] + 0.5)
-    on = on.copy()
-    on[ys[~ok], xs[~ok]] = False
+    ok = np.isfinite(uv[0]).all(1)
+    flow[0, ys[ok], xs[ok]] = uv[0, ok, 0] - (xs[ok] + 0.5)
+    flow[1, ys[ok], xs[ok]] = uv[0, ok, 1] - (ys[ok] + 0.5)
+    on[ys[ok], xs[ok]] = True
     return flow, on
 
 
+def _moved_pixels(depth: np.ndarray, link: np.ndarray, poses: np.ndarray,
+                  poses_to: np.ndarray, camera: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each robot pixel of one frame goes when the links take other poses.
+
+    Args:
+        depth: float32 ``[H, W]`` (m); link: uint8 ``[H, W]``; poses: float32 ``[B, 12]``,
+            the links' poses of this frame; poses_to: float32 ``[S, B, 12]``, S other sets
+            of poses; camera: float ``[13]``.
+
+    Returns:
+        ``(ys, xs, uv)``: int ``[N]`` rows and columns of the N robot pixels; float64 ``[S,
+        N, 2]``, their pixel positions ``(u, v)`` under each set (NaN behind the camera).
+
+    Raises:
+        ValueError: a link index past the poses.
+    """
+    h, w = depth.shape
+    on = link != NO_LINK
+    ys, xs = np.nonzero(on)
+    if not len(ys):
+        return ys, xs, np.zeros((len(poses_to), 0, 2))
+    links = link[on].astype(np.int64)
+    if links.max() >= len(poses) or links.max() >= poses_to.shape[1]:
+        raise ValueError(f"link {links.max()} but {min(len(poses), poses_to.shape[1])} poses")
+    world = unproject(depth, camera)[on]  # (N, 3)
+    pt = poses[links].astype(np.float64)
+    rt = pt[:, 3:].reshape(-1, 3, 3)
+    local = np.einsum("nji,nj->ni", rt, world - pt[:, :3])  # R_t^T (P - x_t)
+    ps = poses_to[:, links].astype(np.float64)  # (S, N, 12)
+    rs = ps[..., 3:].reshape(*ps.shape[:2], 3, 3)
+    moved = np.einsum("snij,nj->sni", rs, local) + ps[..., :3]
+    return ys, xs, project_points(moved, camera, w, h)
+
+
+def dof_link_poses(link_poses: Callable[[np.ndarray], np.ndarray], q_rad: np.ndarray,
+                   step_rad: float = DOF_STEP_RAD) -> np.ndarray:
+    """Every link's pose with each joint moved by ``+step_rad`` and by ``-step_rad`` from
+    ``q_rad`` (canonical order, rad), the other joints held: float32 ``[n, 2, B, 12]``
+    (``[:, 0]`` plus, ``[:, 1]`` minus). ``link_poses(q) -> [B, 12]`` is e.g.
+    :meth:`~export.cells.scene.CellScene.link_poses` (no rendering)."""
+    q = np.asarray(q_rad, np.float64)
+    out = []
+    for j in range(len(q)):
+        for sign in (1.0, -1.0):
+            qq = q.copy()
+            qq[j] += sign * step_rad
+            out.append(np.asarray(link_poses(qq), np.float32))
+    return np.stack(out).reshape(len(q), 2, *out[0].shape)
+
+
+def true_dof_fields(depth: np.ndarray, link: np.ndarray, poses: np.ndarray,
+                    dof_poses: np.ndarray, camera: np.ndarray,
+                    step_rad: float = DOF_STEP_RAD) -> tuple[np.ndarray, np.ndarray]:
+    """Each joint's own image motion field at one frame: where the frame's robot pixels go
+    when that joint alone turns by ``theta``, written ``sin(theta) S + (1 - cos(theta)) C``.
+
+    For a revolute joint with unit axis ``w`` through ``o``, a point ``P`` on a link it
+    carries moves by ``sin(theta) w x (P - o) + (1 - cos(theta)) w x (w x (P - o))``
+    (Rodrigues' rotation formula), so the fields come from the two poses at ``+-step``:
+    ``S = (d+ - d-) / (2 sin step)`` and ``C = (d+ + d-) / (2 (1 - cos step))``, with
+    ``d+-`` the pixels' image displacements there (exact for the 3-D motion, first-order in
+    the perspective projection). A pixel on a link the joint does not carry gets zero.
+    These are the per-DoF fields of the warp model's step (``export.models.warp``,
+    ``StateStep.joint_fields``) as *forward* displacements in canonical joint order.
+
+    Args:
+        depth: float32 ``[H, W]`` (m); link: uint8 ``[H, W]``; poses: float32 ``[B, 12]``
+            of the frame; dof_poses: float32 ``[n, 2, B, 12]`` (:func:`dof_link_poses` at
+            the frame's joint positions); camera: float ``[13]``; step_rad: the step of
+            ``dof_poses``.
+
+    Returns:
+        ``(fields, on)``: float32 ``[n, 4, H, W]`` (``S`` dx, dy then ``C`` dx, dy, px per
+        unit of ``sin``/``1 - cos``, zero off the robot); bool ``[H, W]``, the robot pixels
+        (in front of the camera at every pose).
+
+    Raises:
+        ValueError: shapes that do not match, or a step outside (0, pi/2].
+    """
+    h, w = depth.shape
+    n = dof_poses.shape[0]
+    if link.shape != (h, w) or dof_poses.shape[1:] != (2, *poses.shape) or poses.shape[-1] != 12:
+        raise ValueError(f"true_dof_fields: depth {depth.shape}, links {link.shape}, poses "
+                         f"{poses.shape}, dof poses {dof_poses.shape}: expected [H, W] twice, "
+                         "[B, 12] and [n, 2, B, 12]")
+    if not 0.0 < step_rad <= np.pi / 2:
+        raise ValueError(f"true_dof_fields: step {step_rad} rad, expected in (0, pi/2]")
+    fields = np.zeros((n, 4, h, w), np.float32)
+    ys, xs, uv = _moved_pixels(depth, link, poses, dof_poses.reshape(2 * n, *poses.shape),
+                               camera)
+    on = np.zeros((h, w), bool)
+    if not len(ys):
+        return fields, on
+    d = (uv - np.stack([xs + 0.5, ys + 0.5], -1)[None]).reshape(n, 2, len(ys), 2)
+    ok = np.isfinite(d).all((0, 1, 3))
+    s = (d[:, 0] - d[:, 1]) / (2.0 * np.sin(step_rad))  # (n, N, 2)
+    c = (d[:, 0] + d[:, 1]) / (2.0 * (1.0 - np.cos(step_rad)))
+    yo, xo = ys[ok], xs[ok]
+    for k, part in enumerate((s[:, ok, 0], s[:, ok, 1], c[:, ok, 0], c[:, ok, 1])):
+        fields[:, k, yo, xo] = part
+    on[yo, xo] = True
+    return fields, on
+
+
 GEOMETRY_MANIFEST = "geometry.json"
-GEOMETRY_VERSION = 1
+#: 2: every frame also carries ``dof_poses`` (:func:`dof_link_poses`, step
+#: :data:`DOF_STEP_RAD`); a chunk rendered with an older version is rendered again
+GEOMETRY_VERSION = 2
 
 
 def geometry_path(episode_path: str | os.PathLike[str]) -> Path:
@@ -145,8 +246,9 @@ def geometry_path(episode_path: str | os.PathLike[str]) -> Path:
 
 def load_geometry(episode_path: str | os.PathLike[str]) -> dict[str, np.ndarray] | None:
     """The geometry of one motion episode (``depth`` float32 ``[T, H, W]``, ``link`` uint8
-    ``[T, H, W]``, ``poses`` float32 ``[T, B, 12]``, ``camera`` float64 ``[13]``), or None
-    when its chunk has none (``syncedge cells geometry`` makes it).
+    ``[T, H, W]``, ``poses`` float32 ``[T, B, 12]``, ``camera`` float64 ``[13]`` and, from
+    version 2 on, ``dof_poses`` float32 ``[T, n, 2, B, 12]`` with ``dof_step`` float64
+    ``[]``, rad), or None when its chunk has none (``syncedge cells geometry`` makes it).
 
     Raises:
         CellError: a geometry file that cannot be read or lacks a field.
@@ -156,7 +258,9 @@ def load_geometry(episode_path: str | os.PathLike[str]) -> dict[str, np.ndarray]
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in ("depth", "link", "poses", "camera")}
+            keys = ["depth", "link", "poses", "camera"]
+            keys += [k for k in ("dof_poses", "dof_step") if k in z.files]
+            return {k: z[k] for k in keys}
     except (OSError, ValueError, KeyError) as exc:
         raise CellError(f"{path}: unreadable geometry ({exc}); remove the chunk's "
                         f"{GEOMETRY_MANIFEST} and run 'syncedge cells geometry' again") from None
@@ -167,7 +271,8 @@ def render_chunk_geometry(chunk_dir: str | os.PathLike[str], command: str = "",
     """Render the geometry of every motion episode of one generated chunk (the cells'
     own scenes, replayed at each frame's recorded joint positions) next to its episodes,
     then the chunk's ``geometry.json`` (checksums, the command), written last; a chunk that
-    has one is skipped.
+    has one of the current :data:`GEOMETRY_VERSION` is skipped (an older one is rendered
+    again).
 
     Returns:
         The path of ``geometry.json``.
@@ -186,7 +291,12 @@ def render_chunk_geometry(chunk_dir: str | os.PathLike[str], command: str = "",
     chunk = Path(chunk_dir)
     out = chunk / GEOMETRY_MANIFEST
     if out.is_file():
-        return out
+        try:
+            version = json.loads(out.read_text()).get("version")
+        except (OSError, ValueError):
+            version = None
+        if version == GEOMETRY_VERSION:
+            return out
     man_path = chunk / "manifest.json"
     if not man_path.is_file():
         raise CellError(f"{chunk}: no manifest.json (an incomplete chunk); generate it with "
@@ -212,10 +322,11 @@ def render_chunk_geometry(chunk_dir: str | os.PathLike[str], command: str = "",
                     raise CellError(f"{chunk / rel}: no joint positions or robot mask to "
                                     "replay; generate cells with segmentation")
                 q = params.convention.to_canonical(ep.joint_positions)
-                depth, link, poses = [], [], []
+                depth, link, poses, dof = [], [], [], []
                 camera = np.zeros(13)
                 for t, qt in enumerate(q):
                     d, lk, ps, camera = scene.render_geometry(qt)
+                    dof.append(dof_link_poses(scene.link_poses, qt))
                     if not np.array_equal(lk != NO_LINK, ep.robot_mask[t]):
                         raise CellError(
                             f"{chunk / rel}: frame {t}: the replayed robot mask differs from "
@@ -227,7 +338,8 @@ def render_chunk_geometry(chunk_dir: str | os.PathLike[str], command: str = "",
                 frames += len(q)
                 buf = io.BytesIO()
                 np.savez_compressed(buf, depth=np.stack(depth), link=np.stack(link),
-                                    poses=np.stack(poses), camera=camera)
+                                    poses=np.stack(poses), camera=camera,
+                                    dof_poses=np.stack(dof), dof_step=np.float64(DOF_STEP_RAD))
                 target = geometry_path(chunk / rel)
                 data = buf.getvalue()
                 atomic_write(target, lambda f: f.write(data))  # noqa: B023 (called at once)
