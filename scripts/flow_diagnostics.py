@@ -10,7 +10,12 @@ Needs the split's geometry (``syncedge cells geometry --data DATA --split SPLIT`
    target): each model's 64x64 arm flow, zero flow and OpenCV DIS (the flow target of the
    DIS loss), against the exact backward flow, on the same (start, target) pairs 1-16 frames
    apart (``PairSet.batch``, seeded).
-2. **The additive form's bound**: for each cell's first motion episode, from frame 0 to
+2. **Each channel's own fields** (where the split's geometry carries the per-DoF poses,
+   geometry version 2): the end-point error (px per unit of ``sin``/``1 - cos``) of each
+   model's per-DoF flow fields of the step against the true fields at the start frame
+   (``export.train.warp.dof_field_loss``), beside zero fields; the reading of the
+   calibration, channel by channel.
+3. **The additive form's bound**: for each cell's first motion episode, from frame 0 to
    frames 4, 8 and 16, the forward displacement of every start-frame robot pixel under the
    true move, against the sum over joints of its displacement when that joint alone makes
    its own move (the form of the warp model's step: a sum of per-DoF fields) - the error a
@@ -34,14 +39,16 @@ from export.cells.geometry import true_backward_flow  # noqa: E402
 
 
 def flow_errors(models: list[str], data: str, split: str, cells: int, batches: int,
-                seed: int) -> dict[str, float]:
-    """Mean end-point error (px) on the target's robot pixels, per model, zero and DIS."""
+                seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Mean end-point error (px) on the target's robot pixels, per model, zero and DIS; and
+    (where the geometry has per-DoF poses) the per-DoF field error per model with a per-DoF
+    flow network, and of zero fields."""
     import cv2
     import torch
 
     from export.models.warp import WarpConfig, WarpModel
     from export.train.data import load_cells
-    from export.train.warp import PairSet, batch_forward
+    from export.train.warp import PairSet, batch_forward, dof_field_loss
 
     loaded = []
     for path in models:
@@ -53,10 +60,13 @@ def flow_errors(models: list[str], data: str, split: str, cells: int, batches: i
     rng = np.random.default_rng(seed)
     dis = cv2.DISOpticalFlow_create(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)  # type: ignore[attr-defined]
     sums: dict[str, float] = {}
+    dof_sums: dict[str, float] = {}
     count = 0
+    with_dof = all(g is not None and "dof_poses" in g for c in pairs.geometry for g in c)
     with torch.no_grad():
         for _ in range(batches):
-            b = pairs.batch(rng, min(6, pairs.n), 6, 16, flow_target="true")
+            b = pairs.batch(rng, min(6, pairs.n), 6, 16, flow_target="true",
+                            dof_fields=with_dof)
             robot = (b["mask"][:, 0] > 0) & (b["true_flow_valid"][:, 0] > 0)
             truth = b["true_flow"]
             n = int(robot.sum())
@@ -67,12 +77,35 @@ def flow_errors(models: list[str], data: str, split: str, cells: int, batches: i
                 g1 = cv2.cvtColor(b["target"][i].permute(1, 2, 0).numpy(), cv2.COLOR_RGB2GRAY)
                 d.append(torch.from_numpy(dis.calc(g1, g0, None)).permute(2, 0, 1))
             flows["dis"] = torch.stack(d)
+            keep: dict = {}
             for path, m in loaded:
-                flows[path] = batch_forward(m, b)[1]["flow"]
+                flows[path] = batch_forward(m, b, keep=keep)[1]["flow"]
+                if with_dof and m.cfg.joint_width:
+                    dof_sums[path] = dof_sums.get(path, 0.0) + float(
+                        dof_field_loss(m, keep["context"], keep["start_state"], b)[1])
+            if with_dof and keep:  # zero fields, on the channels the calibration sweeps
+                zero = _ZeroFields(keep["context"].shape[1])
+                dof_sums["zero"] = dof_sums.get("zero", 0.0) + float(
+                    dof_field_loss(zero, keep["context"], keep["start_state"], b)[1])
             for k, f in flows.items():
                 sums[k] = sums.get(k, 0.0) + float(torch.linalg.norm(f - truth, dim=1)[robot].sum())
             count += n
-    return {k: v / max(count, 1) for k, v in sums.items()}
+    return ({k: v / max(count, 1) for k, v in sums.items()},
+            {k: v / batches for k, v in dof_sums.items()})
+
+
+class _ZeroFields:
+    """Stands in for a model in ``dof_field_loss``: every channel's fields zero."""
+
+    def __init__(self, channels: int):
+        import torch
+
+        self.step = self
+        self.channels = channels
+        self._torch = torch
+
+    def joint_fields(self, z, context):  # noqa: ANN001, ANN201 (the model's signature)
+        return self._torch.zeros(z.shape[0], self.channels, 4, *z.shape[-2:])
 
 
 def additive_bound(data: str, split: str, cells: int,
@@ -131,11 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
-    out = {"flow_error_on_robot_px": flow_errors(args.model, args.data, args.split, args.cells,
-                                                 args.batches, args.seed),
+    flow, dof = flow_errors(args.model, args.data, args.split, args.cells, args.batches,
+                            args.seed)
+    out = {"flow_error_on_robot_px": flow, "dof_field_error_px": dof,
            "additive_form_bound": additive_bound(args.data, args.split, args.cells)}
-    for k, v in out["flow_error_on_robot_px"].items():
+    for k, v in flow.items():
         print(f"flow end-point error on the robot, {k}: {v:.2f} px")
+    for k, v in dof.items():
+        print(f"per-DoF field end-point error at the start frame, {k}: {v:.2f} px")
     for t, r in out["additive_form_bound"].items():
         print(f"step {t}: true displacement {r['true_displacement_px']:.2f} px, sum of "
               f"single-joint moves off by {r['sum_of_single_joint_error_px']:.2f} px "

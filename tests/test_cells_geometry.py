@@ -245,3 +245,65 @@ def test_cli_renders_every_complete_chunk_and_names_a_missing_split(chunk: Path,
     assert main(["cells", "geometry", "--data", str(tmp_path), "--split", "train"]) == 2
     err = capsys.readouterr().err
     assert "no complete chunk" in err and "syncedge cells generate --split train" in err
+
+
+def test_per_dof_targets_follow_the_controller_channels(chunk: Path) -> None:
+    # controller channel c turns canonical joint perm[c] by signs[c] times its action: the
+    # target of channel c, combined as the step combines it, gives the backward flow of
+    # that turn (pooled to the 16x16 grid), whatever the convention
+    pytest.importorskip("torch")
+    from export.cells.sampling import CellParams, Convention
+    from export.cells.scene import CellScene
+    from export.train.data import load_cells
+    from export.train.warp import PairSet
+
+    render_chunk_geometry(chunk, command="test")
+    cells = load_cells(chunk.parent.parent, ["train"], with_geometry=True)
+    pairs = PairSet(cells, "cpu")
+    n = cells[0].num_dof
+    conv = Convention(tuple(reversed(range(n))), tuple((-1) ** i for i in range(n)))
+    pairs.conventions[0] = conv
+    fields, cover = pairs.start_dof_fields(0, 0, 0)
+    assert fields.shape == (7, 4, 16, 16) and cover.shape == (1, 16, 16)
+    assert (fields[n:] == 0).all() and float(cover.max()) <= 1.0
+    geo = cells[0].motions[0].geometry
+    params = CellParams.from_json_dict(
+        json.loads((chunk / "manifest.json").read_text())["cells"][0])
+    q0 = params.convention.to_canonical(
+        cells[0].motions[0].joint_positions[0, :n].astype(np.float64)[None])[0]
+    keep = cover[0].numpy() >= 0.5
+    assert keep.sum() >= 4
+    t = 0.1
+    moved = 0.0
+    with CellScene(params.robot) as scene:
+        scene.apply_cell(params)
+        for c in range(n):
+            q = q0.copy()
+            q[conv.perm[c]] += conv.signs[c] * t
+            flow, on = true_backward_flow(geo["depth"][0], geo["link"][0], geo["poses"][0],
+                                          scene.link_poses(q), geo["camera"])
+            robot = on.astype(np.float32)
+            pooled = -(flow * robot).reshape(2, 16, 4, 16, 4).sum((2, 4)) / np.maximum(
+                robot.reshape(16, 4, 16, 4).sum((1, 3)), 1.0)
+            pred = (np.sin(t) * fields[c, 0:2] + (1 - np.cos(t)) * fields[c, 2:4]).numpy()
+            assert np.abs(pred - pooled)[:, keep].max() < 0.1, c
+            moved = max(moved, float(np.abs(pooled[:, keep]).mean()))
+    assert moved > 0.3  # some channel moves the arm by more than a third of a pixel
+
+
+def test_train_warp_with_the_per_dof_field_loss(chunk: Path, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from export.errors import ExportError
+    from export.train.warp import WarpTrainOptions, train_warp
+
+    render_chunk_geometry(chunk, command="test")
+    data = str(chunk.parent.parent)
+    opts = WarpTrainOptions(data=[data], out=str(tmp_path / "run"), steps=2, horizon=8,
+                            cells_per_batch=1, pairs_per_cell=2, true_flow_weight=0.05,
+                            dof_field_weight=0.05, joint_width=8, threads=1)
+    ck = torch.load(train_warp(opts), map_location="cpu", weights_only=False)
+    assert ck["step"] == 2 and ck["options"]["dof_field_weight"] == 0.05
+    assert all(np.isfinite(h[1]) for h in ck["history"])
+    with pytest.raises(ExportError, match="joint-width"):
+        train_warp(WarpTrainOptions(**{**opts.__dict__, "out": str(tmp_path / "r2"),
+                                       "joint_width": 0}))

@@ -20,7 +20,14 @@ t steps is one step with the summed actions). Losses, per pair:
   64x64 and, for the per-DoF fields of the step, on the coarse 16x16 flow. On 64x64 frames
   of a textureless arm DIS finds almost none of the arm's motion (its end-point error on
   the robot is about the true flow's own size), so the DIS target pulls the arm's flow
-  toward zero.
+  toward zero;
+- with ``--dof-field-weight`` (cells whose geometry carries the per-DoF poses, geometry
+  version 2), each action channel's own flow fields of the step (the ``sin`` and ``1 -
+  cos`` fields of ``StateStep.joint_fields``) against that channel's true fields at the
+  start frame (:func:`export.cells.geometry.true_dof_fields`, in the channel's sweep
+  direction, as backward flow, averaged over each 16x16 cell's robot pixels): the reading
+  of the calibration is supervised channel by channel, not only through the sum of the
+  fields.
 
 Checkpoints (``warp.pt``: weights, optimizer, step, loss history, config, options) are
 written atomically every ``--save-every`` steps and at the end; ``--resume`` continues
@@ -43,7 +50,8 @@ import numpy as np
 
 from export.errors import ExportError
 
-__all__ = ["WarpTrainOptions", "PairSet", "batch_forward", "true_flow_loss", "train_warp",
+__all__ = ["WarpTrainOptions", "PairSet", "batch_forward", "true_flow_loss", "dof_field_loss",
+           "train_warp",
            "add_arguments", "options_from_args", "main"]
 
 
@@ -83,6 +91,8 @@ class WarpTrainOptions:
     plate: bool = False
     #: stop (with a checkpoint) after this many minutes of training; None: run to ``steps``
     max_minutes: float | None = None
+    #: weight of the per-DoF field loss (:func:`dof_field_loss`; 0: off)
+    dof_field_weight: float = 0.0
 
 
 class PairSet:
@@ -124,12 +134,15 @@ class PairSet:
                             torch.from_numpy(m.robot_mask),
                             torch.from_numpy(off.astype(np.float32) * c.dof_mask)))
             self.motions.append(eps)
+        #: each cell's controller convention (channel c drives canonical joint perm[c] with
+        #: sign signs[c]), for the per-DoF field targets
+        self.conventions = [c.convention for c in cells]
         self.n = len(cells)
         self._flow: Any = None
 
     def batch(self, rng: np.random.Generator, cells: int, pairs: int,
               horizon: int, shared_start: bool = False,
-              flow_target: str = "dis") -> dict[str, Any]:
+              flow_target: str = "dis", dof_fields: bool = False) -> dict[str, Any]:
         """A batch: ``cell`` index per pair ``[P]``, ``start``/``target`` uint8
         ``[P, 3, H, W]``, ``cum`` float32 ``[P, A]`` (summed actions from start to target,
         rad), ``offset`` float32 ``[P, A]`` (the start frame's joint offset from the
@@ -140,10 +153,13 @@ class PairSet:
         flow (``true_flow`` float32 ``[P, 2, H, W]``, px, zero off the robot) and where it is
         known (``true_flow_valid`` float32 ``[P, 1, H, W]``: the robot at the target and the
         static scene, not what the arm uncovers) in place of ``dis``; the pair draws are the
-        same.
+        same. ``dof_fields`` adds each channel's true flow fields at the start frame
+        (:meth:`start_dof_fields`): ``dof_fields`` float32 ``[P, A, 4, h, w]`` and
+        ``dof_cover`` float32 ``[P, 1, h, w]``.
 
         Raises:
-            ExportError: ``flow_target`` ``true`` for an episode without geometry.
+            ExportError: ``flow_target`` ``true`` or ``dof_fields`` for an episode without
+                geometry (or, for ``dof_fields``, without per-DoF poses).
         """
         import cv2
         import torch
@@ -153,6 +169,8 @@ class PairSet:
         idx = rng.choice(self.n, size=cells, replace=False)
         st, tg, cum, m0, m1, dis, owner, offs = [], [], [], [], [], [], [], []
         valid: list[Any] = []
+        dof: list[tuple[Any, Any]] = []
+        dof_at: dict[tuple[int, int, int], tuple[Any, Any]] = {}
         if self._flow is None:  # made once: a DIS estimator holds no state between calls
             self._flow = cv2.DISOpticalFlow_create(  # type: ignore[attr-defined]
                 cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
@@ -182,6 +200,11 @@ class PairSet:
                 offs.append(of[s])
                 m1.append(mk[t])
                 owner.append(j)
+                if dof_fields:
+                    key = (int(ci), e, s)
+                    if key not in dof_at:
+                        dof_at[key] = self.start_dof_fields(int(ci), e, s)
+                    dof.append(dof_at[key])
                 if flow_target == "true":
                     geo = self.geometry[ci][e]
                     if geo is None:
@@ -201,6 +224,9 @@ class PairSet:
         flows = ({"true_flow": torch.stack(dis).to(dev),
                   "true_flow_valid": torch.stack(valid).to(dev)}
                  if flow_target == "true" else {"dis": torch.stack(dis).to(dev)})
+        if dof_fields:
+            flows["dof_fields"] = torch.stack([f for f, _ in dof]).to(dev)
+            flows["dof_cover"] = torch.stack([c for _, c in dof]).to(dev)
         return {**flows,
             "owner": torch.tensor(owner, device=dev),
             "start": torch.stack(st).to(dev), "target": torch.stack(tg).to(dev),
@@ -211,6 +237,52 @@ class PairSet:
             "cal_frames": self.cal_frames[idx_t], "cal_actions": self.cal_actions[idx_t],
             "dof_mask": self.dof_mask[idx_t],
         }
+
+
+    def start_dof_fields(self, cell: int, episode: int, frame: int,
+                         grid: int = 16) -> tuple[Any, Any]:
+        """Each action channel's true flow fields at one frame of a training episode, as the
+        step's per-DoF fields are written (``StateStep.joint_fields``): float32 ``[A, 4,
+        grid, grid]`` (``sin`` term dx, dy, then ``1 - cos`` term dx, dy; px at 64x64) and
+        the robot's cover of each grid cell float32 ``[1, grid, grid]`` in [0, 1].
+
+        Controller channel c turns canonical joint ``perm[c]`` by ``signs[c]`` times its
+        action (:class:`~export.cells.sampling.Convention`), so its ``sin`` fields are that
+        joint's times ``signs[c]`` and its ``1 - cos`` fields are the joint's; both are
+        negated (a backward flow) and averaged over the robot pixels of each cell (zero
+        where a cell sees no robot). Channels past the cell's DoF are zero. The model's
+        angles run in each channel's *sweep* direction, so the loss multiplies the ``sin``
+        fields by the channel's sweep direction (:func:`dof_field_loss`).
+
+        Raises:
+            ExportError: the episode has no geometry, or geometry without per-DoF poses
+                (rendered before geometry version 2).
+        """
+        import torch
+
+        from export.cells.geometry import true_dof_fields
+
+        geo = self.geometry[cell][episode]
+        if geo is None or "dof_poses" not in geo:
+            raise ExportError("per-DoF field loss: a training episode has no per-DoF poses; "
+                              "render its geometry again with 'syncedge cells geometry' "
+                              "(geometry version 2)")
+        fields, on = true_dof_fields(geo["depth"][frame], geo["link"][frame],
+                                     geo["poses"][frame], geo["dof_poses"][frame],
+                                     geo["camera"], float(geo["dof_step"]))
+        conv = self.conventions[cell]
+        n, h, w = len(conv.perm), *on.shape
+        k = self.motions[cell][episode][3].shape[-1]  # A, the padded channel count
+        out = np.zeros((k, 4, h, w), np.float32)
+        signs = np.asarray(conv.signs, np.float32)
+        out[:n] = fields[list(conv.perm)]
+        out[:n, 0:2] *= signs[:, None, None, None]
+        cell_px = h // grid
+        robot = on.astype(np.float32)
+        cover = robot.reshape(grid, cell_px, grid, cell_px).mean((1, 3))
+        summed = (-out * robot).reshape(k, 4, grid, cell_px, grid, cell_px).sum((3, 5))
+        pooled = summed / np.maximum(cover * cell_px * cell_px, 1.0)
+        return torch.from_numpy(pooled.astype(np.float32)), torch.from_numpy(cover[None])
 
 
 def calibration_states(model: Any, cal_frames: Any) -> Any:
@@ -228,19 +300,24 @@ def calibration_states(model: Any, cal_frames: Any) -> Any:
     return torch.cat([pix, rest], 1).reshape(n, t, -1, cfg.grid, cfg.grid)
 
 
-def batch_forward(model: Any, b: dict[str, Any], plate: bool = False
-                  ) -> tuple[Any, dict[str, Any]]:
+def batch_forward(model: Any, b: dict[str, Any], plate: bool = False,
+                  keep: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """One batch of :meth:`PairSet.batch` through the model: the state at each target
     ``[P, C, h, w]`` and the decoder's outputs (``WarpDecoder.flows``: flows, fill weight,
     masks, frames). ``plate``: the fill takes each cell's background plate from its
-    calibration frames (:func:`export.models.warp.background_plates`, no gradient)."""
+    calibration frames (:func:`export.models.warp.background_plates`, no gradient).
+    ``keep``: a dict that receives the pairs' ``context`` ``[P, A, D, h, w]`` and prepared
+    ``start_state`` ``[P, C, h, w]``."""
     ctx = model.calibration(calibration_states(model, b["cal_frames"]), b["cal_actions"],
                             b["dof_mask"])  # (N, A, D, h, w)
     ctx = ctx[b["owner"]]  # (P, A, D, h, w)
     z0 = model.encoder(b["start"])
     if model.cfg.start_offset:
         z0 = model.with_offset(z0, b["offset"])
-    z = model.state_at(model.prepare(z0, ctx), b["cum"], ctx)
+    z0 = model.prepare(z0, ctx)
+    if keep is not None:
+        keep["context"], keep["start_state"] = ctx, z0
+    z = model.state_at(z0, b["cum"], ctx)
     if not plate:
         return z, model.decoder.flows(z)
     from export.models.warp import background_plates
@@ -273,20 +350,55 @@ def true_flow_loss(flow: Any, coarse: Any, b: dict[str, Any]) -> Any:
     return loss
 
 
+def dof_field_loss(model: Any, context: Any, start_state: Any, b: dict[str, Any]
+                   ) -> tuple[Any, Any]:
+    """The per-DoF field loss of one batch: smooth L1 (px) of each action channel's flow
+    fields of the step (``StateStep.joint_fields(start_state, context)`` ``[P, A, 4, h,
+    w]``) against ``b["dof_fields"]`` (:meth:`PairSet.start_dof_fields`, the ``sin`` fields
+    turned into the channel's sweep direction, read from the context's direction plane),
+    the mean over the grid cells the robot covers at least half of and the channels the
+    cell has.
+
+    Returns:
+        ``(loss, error)``: the loss (a scalar tensor) and the mean end-point error of the
+        fields (px per unit of ``sin``/``1 - cos``, no gradient) over the same cells.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    fields = model.step.joint_fields(start_state, context)  # (P, A, 4, h, w)
+    direction = context[:, :, -1, 0, 0]  # (P, A): sign of the sweep, 0 for absent channels
+    turn = torch.stack([direction, direction, torch.ones_like(direction),
+                        torch.ones_like(direction)], 2)[..., None, None]
+    target = b["dof_fields"] * turn
+    keep = ((b["dof_cover"] >= 0.5).to(fields.dtype)[:, None]
+            * (direction != 0).to(fields.dtype)[:, :, None, None, None])  # (P, A, 1, h, w)
+    err = F.smooth_l1_loss(fields, target, reduction="none").sum(2, True)
+    count = keep.sum().clamp(min=1.0)
+    with torch.no_grad():
+        d = fields - target
+        epe = (torch.linalg.vector_norm(d[:, :, 0:2], dim=2, keepdim=True)
+               + torch.linalg.vector_norm(d[:, :, 2:4], dim=2, keepdim=True)) * 0.5
+        epe = (epe * keep).sum() / count
+    return (err * keep).sum() / count, epe
+
+
 def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float = 0.1,
            fill_weight: float = 0.0, contrast_weight: float = 0.0,
-           pairs: int = 1, true_flow_weight: float = 0.0, plate: bool = False
-           ) -> tuple[Any, dict[str, float]]:
+           pairs: int = 1, true_flow_weight: float = 0.0, plate: bool = False,
+           dof_field_weight: float = 0.0) -> tuple[Any, dict[str, float]]:
     """Total loss and its parts for one batch (see the module docstring); with
     ``true_flow_weight`` the batch carries ``true_flow`` (not ``dis``) and
     :func:`true_flow_loss` takes the DIS loss's place; ``plate``: as in
-    :func:`batch_forward`."""
+    :func:`batch_forward`; with ``dof_field_weight`` the batch carries ``dof_fields`` and
+    :func:`dof_field_loss` is added."""
     import torch
     import torch.nn.functional as F
 
     from export.models.warp import warp
 
-    z, out = batch_forward(model, b, plate)
+    keep: dict[str, Any] = {}
+    z, out = batch_forward(model, b, plate, keep)
     truth = b["target"].to(torch.float32) * (1.0 / 255.0)
     region = torch.clamp(b["mask0"] + b["mask"], 0, 1)
     region = F.max_pool2d(region, 5, 1, 2)
@@ -324,9 +436,13 @@ def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float
         target = torch.arange(pairs, device=logits.device).expand(logits.shape[0], -1)
         contrast = F.cross_entropy(logits.flatten(0, 1), target.flatten())
         total = total + contrast_weight * contrast
+    dof_loss, dof_epe = torch.zeros(()), torch.zeros(())
+    if dof_field_weight and "dof_fields" in b:
+        dof_loss, dof_epe = dof_field_loss(model, keep["context"], keep["start_state"], b)
+        total = total + dof_field_weight * dof_loss
     return total, {"photo": float(photo.detach()), "mask": float(mask_loss.detach()),
                    "flow": float(flow_loss.detach()), "fill": float(fill_loss.detach()),
-                   "contrast": float(contrast.detach())}
+                   "contrast": float(contrast.detach()), "dof": float(dof_epe)}
 
 
 def _warm_start(model: Any, path: str) -> None:
@@ -388,6 +504,9 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
                             joint_dilations=tuple(opts.joint_dilations),
                             joint_attention=opts.joint_attention,
                             composite=opts.composite)
+    if opts.dof_field_weight and not cfg.joint_width:
+        raise ExportError("--dof-field-weight needs the step's per-DoF flow network "
+                          "(--joint-width > 0)")
     model = WarpModel(cfg).to(device)
     if opts.init and not ckpt_path.exists():
         _warm_start(model, opts.init)
@@ -410,7 +529,8 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
     cells = []
     for root in opts.data:
         cells += load_cells(root, ["train"], cfg.max_dof, cfg.segment_frames,
-                            limit=opts.max_cells, with_geometry=opts.true_flow_weight > 0)
+                            limit=opts.max_cells,
+                            with_geometry=opts.true_flow_weight > 0 or opts.dof_field_weight > 0)
     pairs = PairSet(cells, device)
     print(f"{len(cells)} training cells from {', '.join(opts.data)}", file=sys.stderr,
           flush=True)
@@ -435,12 +555,13 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
             g["lr"] = lr_at(step)
         b = pairs.batch(rng, min(opts.cells_per_batch, pairs.n), opts.pairs_per_cell,
                         opts.horizon, shared_start=opts.contrast_weight > 0,
-                        flow_target="true" if opts.true_flow_weight > 0 else "dis")
+                        flow_target="true" if opts.true_flow_weight > 0 else "dis",
+                        dof_fields=opts.dof_field_weight > 0)
         fw = opts.flow_weight * max(opts.flow_floor, 1.0 - step / max(1, opts.steps))
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=opts.bf16):
             loss, parts = losses(model, b, fw, opts.mask_weight, opts.fill_weight,
                                  opts.contrast_weight, opts.pairs_per_cell,
-                                 opts.true_flow_weight, opts.plate)
+                                 opts.true_flow_weight, opts.plate, opts.dof_field_weight)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -453,6 +574,7 @@ def train_warp(opts: WarpTrainOptions, cfg: Any = None) -> Path:
             print(f"step {step + 1}/{opts.steps} loss {float(loss.detach()):.4f} photo "
                   f"{parts['photo']:.4f} mask {parts['mask']:.4f} flow {parts['flow']:.3f} "
                   f"fill {parts['fill']:.3f} contrast {parts['contrast']:.3f} "
+                  + (f"dof {parts['dof']:.2f}px " if opts.dof_field_weight else "") +
                   f"lr {lr_at(step):.2e} {seen / el:.1f} pairs/s", file=sys.stderr, flush=True)
         if (step + 1) % opts.save_every == 0:
             _save(ckpt_path, payload(step + 1))
@@ -499,6 +621,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--true-flow-weight", type=float, default=0.0,
                    help="weight of the exact-flow loss (the data's geometry, 'syncedge cells "
                         "geometry'), which replaces the DIS-flow loss (0: off)")
+    p.add_argument("--dof-field-weight", type=float, default=0.0,
+                   help="weight of the per-DoF field loss: each channel's flow fields of the "
+                        "step against its true fields at the start frame (needs the data's "
+                        "geometry, version 2, and --joint-width; 0: off)")
     p.add_argument("--mask-weight", type=float, default=0.1, help="robot-mask BCE weight")
     p.add_argument("--fill-weight", type=float, default=0.0,
                    help="weight of the fill-weight BCE against the uncovered pixels")
@@ -551,7 +677,8 @@ def options_from_args(args: argparse.Namespace) -> WarpTrainOptions:
                                                   if v.strip()),
                             joint_attention=args.joint_attention,
                             composite=args.composite, plate=args.plate,
-                            max_minutes=args.max_minutes)
+                            max_minutes=args.max_minutes,
+                            dof_field_weight=args.dof_field_weight)
 
 
 def main(argv: list[str] | None = None) -> int:
