@@ -1,0 +1,404 @@
+"""How far can moving the start frame's pixels go in futures retrieval, with perfect flows?
+
+    python scripts/oracle_retrieval.py --data data/cells --split test_convention \
+        [--cells 32] [--json out.json]
+
+The futures are the ones ``syncedge model eval-frames`` scores every model on (8 candidates
+per cell from the first frame of the cell's first motion episode, both motion profiles,
+cached under ``DATA/SPLIT/futures/``; rendered here when missing). Each candidate's frames
+are replayed in the cell's own scene for their geometry (``CellScene.render_geometry``),
+and these predictions of every candidate are scored as eval-frames scores a model
+(``export.evaluation.frames.retrieval_hits``, whole-frame PSNR, motion-region PSNR):
+
+- ``copy_last``: the start frame;
+- ``exact_warp``: the start frame warped by the exact backward flow of the robot's pixels
+  at each step (``true_backward_flow``; static pixels stay; no fill: where the arm
+  uncovers background, the start frame's arm stays);
+- ``exact_warp_fill``: the same, with the pixels the arm uncovers taken from the true
+  frame (a perfect fill; the ceiling of warping the start frame at all);
+- ``additive_fields``: the warp model's form with a perfect reading: the start frame's
+  robot pixels moved by the sum over channels of ``sin(theta_c) S_c + (1 - cos(theta_c))
+  C_c``, each channel's true fields at the start pose (``true_dof_fields``), used as the
+  model uses its fields (negated, as a backward flow on the start frame's grid), 64x64;
+- ``exact_forward_as_backward``: the true forward displacement of the start frame's robot
+  pixels under the whole move, negated and used as a backward flow on the start frame's
+  grid (what the model's form does with its fields; wrong by the displacement itself where
+  the arm moves far);
+- ``exact_forward_inverted`` / ``additive_fields_inverted``: the true forward
+  displacement / the additive fields' sum, turned into a backward flow by the fixed point
+  ``b(x) = -fwd(x + b(x))`` (5 bilinear iterations from ``-fwd(x)``);
+- ``exact_splatflow``: the true forward displacement of the start frame's robot pixels,
+  carried to where each pixel lands (a backward flow at the target, splatted bilinearly
+  from a 2x finer sampling, gaps of one pixel closed); ``_z``: the same with softmax
+  splatting by the moved points' depth (the nearest surface wins); ``_linkdepth`` /
+  ``_flatdepth``: each link's pixels moved as if at their link's median depth / the whole
+  robot at one depth (how exact a model's depth must be);
+- ``additive_splatflow``: the additive per-DoF fields' sum, splatted the same way;
+- ``chain_affine_splatflow``: each joint's true fields fitted by 2-D affine maps over the
+  pixels it carries and composed along the chain (distal first, the image-plane product of
+  exponentials), splatted the same way;
+- ``additive_fields16``: the same fields averaged over each 4x4 cell's robot pixels and
+  upsampled bilinearly, as the step's 16x16 per-DoF fields reach the decoder.
+
+The geometry of the split's own motion episodes is not needed; the per-DoF poses are
+computed here (``dof_link_poses``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from export.cells.geometry import (  # noqa: E402
+    NO_LINK,
+    dof_link_poses,
+    project_points,
+    true_backward_flow,
+    true_dof_fields,
+    unproject,
+)
+from export.evaluation.frames import (  # noqa: E402
+    RETRIEVAL_STEPS,
+    _remap,
+    frame_psnr,
+    retrieval_hits,
+)
+
+PREDICTORS = ("copy_last", "exact_warp", "exact_warp_fill", "exact_forward_as_backward",
+              "exact_forward_inverted", "exact_forward_splat", "additive_fields",
+              "additive_fields_inverted", "additive_fields_splat", "additive_fields16",
+              "exact_splatflow", "exact_splatflow_z", "exact_splatflow_linkdepth",
+              "exact_splatflow_flatdepth", "additive_splatflow", "chain_affine_splatflow")
+
+
+def rigid_motion(depth: np.ndarray, link: np.ndarray, poses: np.ndarray, poses_to: np.ndarray,
+                 camera: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Forward displacement ``[2, H, W]`` (px) of every robot pixel under the links' move
+    from ``poses`` to ``poses_to`` (``[B, 12]``), and the moved points' depth ``[H, W]`` (m,
+    along the viewing axis; 0 off the robot)."""
+    h, w = depth.shape
+    on = link != NO_LINK
+    disp = np.zeros((2, h, w))
+    z = np.zeros((h, w))
+    if not on.any():
+        return disp, z
+    links = link[on].astype(np.int64)
+    world = unproject(depth, camera)[on]
+    pt, ps = poses[links].astype(np.float64), poses_to[links].astype(np.float64)
+    local = np.einsum("nji,nj->ni", pt[:, 3:].reshape(-1, 3, 3), world - pt[:, :3])
+    moved = np.einsum("nij,nj->ni", ps[:, 3:].reshape(-1, 3, 3), local) + ps[:, :3]
+    uv = project_points(moved, camera, w, h)
+    ys, xs = np.nonzero(on)
+    disp[0, ys, xs] = uv[:, 0] - (xs + 0.5)
+    disp[1, ys, xs] = uv[:, 1] - (ys + 0.5)
+    z[ys, xs] = (moved - camera[0:3]) @ camera[3:6]
+    return np.nan_to_num(disp), z
+
+
+def splat_flow(robot: np.ndarray, fwd: np.ndarray, upsample: int = 2,
+               depth: np.ndarray | None = None, depth_scale_m: float = 0.01
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """A backward flow at the *target* from a forward displacement of the start frame's
+    robot pixels: each robot sample (``upsample`` x finer) carries ``-fwd`` to where it
+    lands, splatted bilinearly and normalised; a pixel is landed on where at least half of
+    a pixel's worth of samples arrives, and a gap that at least half of its 3x3
+    neighbourhood's worth reaches takes the neighbourhood's mean (stretched links leave no
+    holes, and the silhouette does not grow). Returns the flow float32 ``[H, W, 2]`` (zero where nothing
+    lands) and the landed cover float32 ``[H, W]`` in [0, 1]. With ``depth`` (the moved
+    points' depth ``[H, W]``, m), what lands on a pixel is weighted by ``exp(-(z - z_min) /
+    depth_scale_m)`` (softmax splatting: the nearest surface wins)."""
+    import cv2
+
+    h, w = robot.shape
+    big = (w * upsample, h * upsample)
+    rob = cv2.resize(robot.astype(np.float32), big, interpolation=cv2.INTER_NEAREST) > 0.5
+    fu = np.stack([cv2.resize(f.astype(np.float32), big, interpolation=cv2.INTER_NEAREST)
+                   for f in fwd])
+    ys, xs = np.nonzero(rob)
+    x = (xs + 0.5) / upsample - 0.5 + fu[0, ys, xs]
+    y = (ys + 0.5) / upsample - 0.5 + fu[1, ys, xs]
+    x0, y0 = np.floor(x).astype(int), np.floor(y).astype(int)
+    acc = np.zeros((h, w, 2))
+    wsum = np.zeros((h, w))
+    isum = np.zeros((h, w))
+    val = -np.stack([fu[0, ys, xs], fu[1, ys, xs]], -1)
+    imp = np.ones(len(ys))
+    if depth is not None:
+        zu = cv2.resize(depth.astype(np.float32), big, interpolation=cv2.INTER_NEAREST)[ys, xs]
+        imp = np.exp(-(zu - zu.min()) / depth_scale_m)
+    for dy in (0, 1):
+        for dx in (0, 1):
+            xi, yi = x0 + dx, y0 + dy
+            wt = (1 - np.abs(x - xi)) * (1 - np.abs(y - yi))
+            ok = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h) & (wt > 0)
+            np.add.at(wsum, (yi[ok], xi[ok]), wt[ok])
+            np.add.at(acc, (yi[ok], xi[ok]), (wt * imp)[ok, None] * val[ok])
+            np.add.at(isum, (yi[ok], xi[ok]), (wt * imp)[ok])
+    acc = acc / np.maximum(isum, 1e-300)[..., None] * wsum[..., None]
+    density = wsum / upsample ** 2  # 1 where a pixel is fully landed on
+    box = np.ones((3, 3), np.float32) / 9.0
+    d_closed = cv2.filter2D(density.astype(np.float32), -1, box, borderType=cv2.BORDER_CONSTANT)
+    a_closed = np.stack([cv2.filter2D(acc[..., k].astype(np.float32), -1, box,
+                                      borderType=cv2.BORDER_CONSTANT) for k in range(2)], -1)
+    w_closed = d_closed * upsample ** 2
+    # the direct splat where at least half a pixel landed; a gap (no more than that landed,
+    # but at least half of its 3x3 neighbourhood did) takes its neighbourhood's mean
+    direct = density >= 0.5
+    gap = ~direct & (d_closed >= 0.5)
+    flow = np.where(direct[..., None], acc / np.maximum(wsum, 1e-6)[..., None],
+                    a_closed / np.maximum(w_closed, 1e-6)[..., None])
+    cover = (direct | gap).astype(np.float64)
+    flow = flow * cover[..., None]
+    return flow.astype(np.float32), cover.astype(np.float32)
+
+
+def affine_fields(fields: np.ndarray, on: np.ndarray, min_px: float = 0.05
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each joint's per-DoF fields fitted by 2-D affine maps of the pixel position over the
+    pixels it carries: ``S(x) ~ As [x, y, 1]``, ``C(x) ~ Ac [x, y, 1]``. Returns ``As``,
+    ``Ac`` float64 ``[n, 2, 3]`` and the carried pixels bool ``[n, H, W]``."""
+    n, _, h, w = fields.shape
+    ys, xs = np.mgrid[0:h, 0:w]
+    X = np.stack([xs + 0.5, ys + 0.5, np.ones_like(xs, float)], -1)  # (H, W, 3)
+    As, Ac = np.zeros((n, 2, 3)), np.zeros((n, 2, 3))
+    carried = np.zeros((n, h, w), bool)
+    for j in range(n):
+        mag = np.abs(fields[j]).sum(0)
+        c = on & (mag > min_px)
+        carried[j] = c
+        if c.sum() < 3:
+            continue
+        A = X[c]
+        for dst, a, b in ((As, 0, 2), (Ac, 2, 4)):
+            sol, *_ = np.linalg.lstsq(A, fields[j, a:b][:, c].T, rcond=None)
+            dst[j] = sol.T
+    return As, Ac, carried
+
+
+def chain_displacement(As: np.ndarray, Ac: np.ndarray, carried: np.ndarray,
+                       theta: np.ndarray) -> np.ndarray:
+    """The forward displacement ``[2, H, W]`` of every start pixel under the 2-D product of
+    exponentials: the joints ordered proximal to distal by how many pixels they carry,
+    applied distal first, each moving a pixel it carries by its affine fields evaluated
+    where the joints after it have already taken that pixel."""
+    n, h, w = carried.shape
+    ys, xs = np.mgrid[0:h, 0:w]
+    pos = np.stack([xs + 0.5, ys + 0.5], 0).astype(np.float64)  # (2, H, W)
+    start = pos.copy()
+    order = np.argsort(-carried.reshape(n, -1).sum(1), kind="stable")
+    for j in order[::-1]:
+        if not carried[j].any():
+            continue
+        X = np.concatenate([pos, np.ones((1, h, w))], 0)
+        d = (np.sin(theta[j]) * np.einsum("ik,khw->ihw", As[j], X)
+             + (1 - np.cos(theta[j])) * np.einsum("ik,khw->ihw", Ac[j], X))
+        pos = pos + d * carried[j][None]
+    return pos - start
+
+
+def forward_splat(start: np.ndarray, robot: np.ndarray, fwd: np.ndarray,
+                  upsample: int = 2) -> np.ndarray:
+    """The start frame's robot pixels moved *forward* by ``fwd`` ``[2, H, W]`` (px) and
+    splatted bilinearly over the start frame (average of what lands on a pixel where at
+    least half a pixel's worth lands; a pixel less reaches keeps the start frame, so what the arm uncovers keeps its old
+    look). Sampled ``upsample`` times finer than the frame so stretched links leave no
+    holes: uint8 ``[H, W, 3]``."""
+    import cv2
+
+    h, w = robot.shape
+    big = (w * upsample, h * upsample)
+    img = cv2.resize(start.astype(np.float32), big, interpolation=cv2.INTER_LINEAR)
+    rob = cv2.resize(robot.astype(np.float32), big, interpolation=cv2.INTER_NEAREST) > 0.5
+    fu = np.stack([cv2.resize(f.astype(np.float32), big, interpolation=cv2.INTER_NEAREST)
+                   for f in fwd])
+    ys, xs = np.nonzero(rob)
+    x = (xs + 0.5) / upsample - 0.5 + fu[0, ys, xs]
+    y = (ys + 0.5) / upsample - 0.5 + fu[1, ys, xs]
+    x0, y0 = np.floor(x).astype(int), np.floor(y).astype(int)
+    acc = np.zeros((h, w, 3))
+    wsum = np.zeros((h, w))
+    col = img[ys, xs]
+    for dy in (0, 1):
+        for dx in (0, 1):
+            xi, yi = x0 + dx, y0 + dy
+            wt = (1 - np.abs(x - xi)) * (1 - np.abs(y - yi))
+            ok = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h) & (wt > 0)
+            np.add.at(wsum, (yi[ok], xi[ok]), wt[ok])
+            np.add.at(acc, (yi[ok], xi[ok]), wt[ok, None] * col[ok])
+    cover = (wsum / upsample ** 2 >= 0.5)[..., None]  # at least half a pixel landed
+    layer = acc / np.maximum(wsum, 1e-6)[..., None]
+    out = cover * layer + (1 - cover) * start
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def invert_forward(fwd: np.ndarray, iterations: int = 5) -> np.ndarray:
+    """A backward flow ``b`` ``[H, W, 2]`` from a forward displacement field ``fwd`` ``[H, W,
+    2]`` of the start frame's pixels, by the fixed point ``b(x) = -fwd(x + b(x))`` (bilinear
+    samples, starting from ``-fwd(x)``)."""
+    import cv2
+
+    h, w = fwd.shape[:2]
+    gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+    f = fwd.astype(np.float32)
+    b = -f
+    for _ in range(iterations):
+        b = -cv2.remap(f, gx + b[..., 0], gy + b[..., 1], cv2.INTER_LINEAR,
+                       borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    return b
+
+
+def _pool_up(flow: np.ndarray, robot: np.ndarray) -> np.ndarray:
+    """A ``[2, 64, 64]`` flow averaged over each 4x4 cell's robot pixels (zero where none),
+    upsampled bilinearly back to 64x64 (``align_corners=False``, as the decoder does)."""
+    import cv2
+
+    r = robot.astype(np.float32)
+    count = r.reshape(16, 4, 16, 4).sum((1, 3))
+    pooled = (flow * r).reshape(2, 16, 4, 16, 4).sum((2, 4)) / np.maximum(count, 1.0)
+    return np.stack([cv2.resize(p, (64, 64), interpolation=cv2.INTER_LINEAR) for p in pooled])
+
+
+def predict(scene, params, start: np.ndarray, q0_ctrl: np.ndarray, actions: np.ndarray,
+            truth: np.ndarray) -> dict[str, np.ndarray]:
+    """Every predictor's frames uint8 ``[T, H, W, 3]`` of one candidate: controller actions
+    ``[T, n]`` from ``q0_ctrl [n]``, its true frames ``truth [T, H, W, 3]``."""
+    conv = params.convention
+    q_ctrl = q0_ctrl[None] + np.cumsum(actions, 0)
+    q = conv.to_canonical(q_ctrl.astype(np.float64))
+    q0 = conv.to_canonical(q0_ctrl.astype(np.float64)[None])[0]
+    d0, l0, p0, cam = scene.render_geometry(q0)
+    fields, on0 = true_dof_fields(d0, l0, p0, dof_link_poses(scene.link_poses, q0), cam)
+    theta = q - q0  # (T, n) canonical joint turns
+    out: dict[str, list[np.ndarray]] = {k: [] for k in ("exact_warp", "exact_warp_fill",
+                                                         "exact_forward_splat",
+                                                         "additive_fields_splat")}
+    flows_sf: dict[str, list[np.ndarray]] = {k: [] for k in PREDICTORS if "splatflow" in k}
+    link_depth = d0.copy()
+    for lk in np.unique(l0[l0 != NO_LINK]):
+        link_depth[l0 == lk] = np.median(d0[l0 == lk])
+    flat_depth = np.where(l0 != NO_LINK, np.median(d0[l0 != NO_LINK]) if (l0 != NO_LINK).any()
+                          else 0.0, 0.0).astype(np.float32)
+    As, Ac, carried = affine_fields(fields, on0)
+    flows_add, flows_add16, flows_fwd, flows_fwd_inv, flows_add_inv = [], [], [], [], []
+    robot0 = l0 != NO_LINK
+    for t in range(len(q)):
+        d, lk, ps, _ = scene.render_geometry(q[t])
+        back, _ = true_backward_flow(d, lk, ps, p0, cam)
+        warped = _remap(start, [back.transpose(1, 2, 0)])[0]
+        out["exact_warp"].append(warped)
+        uncovered = (l0 != NO_LINK) & (lk == NO_LINK)
+        filled = warped.copy()
+        filled[uncovered] = truth[t][uncovered]
+        out["exact_warp_fill"].append(filled)
+        whole, _ = true_backward_flow(d0, l0, p0, ps, cam)  # forward, start pixels
+        flows_fwd.append((-whole).transpose(1, 2, 0).astype(np.float32))
+        flows_fwd_inv.append(invert_forward(whole.transpose(1, 2, 0)))
+        out["exact_forward_splat"].append(forward_splat(start, robot0, whole))
+        fwd = (np.sin(theta[t])[:, None, None, None] * fields[:, 0:2]
+               + (1 - np.cos(theta[t]))[:, None, None, None] * fields[:, 2:4]).sum(0)
+        flows_add.append((-fwd).transpose(1, 2, 0).astype(np.float32))
+        flows_add_inv.append(invert_forward(fwd.transpose(1, 2, 0)))
+        out["additive_fields_splat"].append(forward_splat(start, robot0, fwd))
+        chain = chain_displacement(As, Ac, carried, theta[t])
+        for key, disp in (("exact_splatflow", whole), ("additive_splatflow", fwd),
+                          ("chain_affine_splatflow", chain)):
+            flows_sf[key].append(splat_flow(robot0, disp)[0])
+        disp_z, z_t = rigid_motion(d0, l0, p0, ps, cam)
+        flows_sf["exact_splatflow_z"].append(splat_flow(robot0, disp_z, depth=z_t)[0])
+        for key, dd in (("exact_splatflow_linkdepth", link_depth),
+                        ("exact_splatflow_flatdepth", flat_depth)):
+            flows_sf[key].append(splat_flow(robot0, rigid_motion(dd, l0, p0, ps, cam)[0])[0])
+        flows_add16.append(_pool_up(-fwd, on0).transpose(1, 2, 0).astype(np.float32))
+    out["additive_fields"] = list(_remap(start, flows_add))
+    out["exact_forward_as_backward"] = list(_remap(start, flows_fwd))
+    out["exact_forward_inverted"] = list(_remap(start, flows_fwd_inv))
+    out["additive_fields_inverted"] = list(_remap(start, flows_add_inv))
+    for key, fl in flows_sf.items():
+        out[key] = list(_remap(start, fl))
+    out["additive_fields16"] = list(_remap(start, flows_add16))
+    res = {k: np.stack(v) for k, v in out.items()}
+    res["copy_last"] = np.repeat(start[None], len(q), 0)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="cells folder")
+    p.add_argument("--split", required=True, help="split folder (e.g. test_convention)")
+    p.add_argument("--cells", type=int, default=32, help="first N cells (default 32)")
+    p.add_argument("--candidates", type=int, default=8)
+    p.add_argument("--horizon", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args(argv)
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    from edge.metrics import motion_mask
+    from export.cells.futures import load_or_render_futures
+    from export.cells.generate import CellGenerator, GenerateOptions
+    from export.cells.sampling import CellParams
+    from export.train.data import load_cells
+
+    t0 = time.perf_counter()
+    cells = load_cells(args.data, [args.split], 7, 8, limit=args.cells)
+    gen = CellGenerator(GenerateOptions())
+    hits: dict[str, list[float]] = {}
+    psnr: dict[str, list[list[float]]] = {}
+    for i, cell in enumerate(cells):
+        params = CellParams.from_json_dict(cell.params)
+        scene = gen.scene(params.robot)
+        scene.apply_cell(params)
+        mo = cell.motions[0]
+        q0 = mo.joint_positions[0, :cell.num_dof]
+        for prof in ("all_joints", "two_joint"):
+            f = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen, params,
+                                       q0, args.candidates, args.horizon, prof, args.seed)
+            start, truth = f.frames[0, 0], f.frames[:, 1:]
+            preds = [predict(scene, params, start, q0, f.actions[m], truth[m])
+                     for m in range(len(truth))]
+            for k in PREDICTORS:
+                stack = np.stack([pr[k] for pr in preds])  # (M, T, H, W, 3)
+                for s in RETRIEVAL_STEPS:
+                    hits.setdefault(f"{k}/{prof}/{s}", []).append(
+                        float(retrieval_hits(stack[:, s - 1], truth[:, s - 1]).mean()))
+                if prof == "all_joints":
+                    mm = [motion_mask(truth[m], start) for m in range(len(truth))]
+                    psnr.setdefault(f"{k}/psnr", []).append(
+                        [float(np.mean([frame_psnr(stack[m, t], truth[m, t])
+                                        for m in range(len(truth))]))
+                         for t in range(args.horizon)])
+                    psnr.setdefault(f"{k}/motion_psnr", []).append(
+                        [float(np.nanmean([frame_psnr(stack[m, t], truth[m, t], mm[m][t])
+                                           for m in range(len(truth))]))
+                         for t in range(args.horizon)])
+        if (i + 1) % 8 == 0 or i + 1 == len(cells):
+            print(f"[{time.perf_counter() - t0:6.1f}s] cell {i + 1}/{len(cells)}",
+                  file=sys.stderr, flush=True)
+    gen.close()
+    out = {"split": args.split, "cells": len(cells), "candidates": args.candidates,
+           "retrieval": {k: float(np.mean(v)) for k, v in hits.items()},
+           "psnr_at_step": {k: [float(x) for x in np.nanmean(np.asarray(v), 0)]
+                            for k, v in psnr.items()}}
+    print(f"{args.split}, {len(cells)} cells, M = {args.candidates}")
+    print("| prediction | retrieval@4 | @8 | @16 | two-joint @8 | PSNR@16 | motion PSNR@16 |")
+    print("|---|---|---|---|---|---|---|")
+    r, ps = out["retrieval"], out["psnr_at_step"]
+    for k in PREDICTORS:
+        print(f"| {k} | {r[f'{k}/all_joints/4']:.2f} | {r[f'{k}/all_joints/8']:.2f} | "
+              f"{r[f'{k}/all_joints/16']:.2f} | {r[f'{k}/two_joint/8']:.2f} | "
+              f"{ps[f'{k}/psnr'][-1]:.2f} | {ps[f'{k}/motion_psnr'][-1]:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
