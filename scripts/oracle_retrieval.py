@@ -1,7 +1,7 @@
 """How far can moving the start frame's pixels go in futures retrieval, with perfect flows?
 
     python scripts/oracle_retrieval.py --data data/cells --split test_convention \
-        [--cells 32] [--json out.json]
+        [--cells 32] [--json out.json] [--sheet out.png]
 
 The futures are the ones ``syncedge model eval-frames`` scores every model on (8 candidates
 per cell from the first frame of the cell's first motion episode, both motion profiles,
@@ -240,6 +240,14 @@ def forward_splat(start: np.ndarray, robot: np.ndarray, fwd: np.ndarray,
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
+#: the predictions drawn on the contact sheet, and their tile labels
+SHEET = ("exact_warp", "exact_warp_fill", "exact_splatflow", "additive_splatflow",
+         "additive_fields16", "exact_forward_as_backward")
+SHEET_LABELS = {"exact_warp": "exact", "exact_warp_fill": "exact+fill",
+                "exact_splatflow": "splat", "additive_splatflow": "add splat",
+                "additive_fields16": "model form", "exact_forward_as_backward": "fwd as bwd"}
+
+
 def invert_forward(fwd: np.ndarray, iterations: int = 5) -> np.ndarray:
     """A backward flow ``b`` ``[H, W, 2]`` from a forward displacement field ``fwd`` ``[H, W,
     2]`` of the start frame's pixels, by the fixed point ``b(x) = -fwd(x + b(x))`` (bilinear
@@ -339,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--horizon", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the figures here")
+    p.add_argument("--sheet", help="write a contact sheet here (PNG): the first 4 cells' first "
+                                   "all-joints candidate at step 8, one row per cell")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     from edge.metrics import motion_mask
@@ -352,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = CellGenerator(GenerateOptions())
     hits: dict[str, list[float]] = {}
     psnr: dict[str, list[list[float]]] = {}
+    sheet_rows: list[np.ndarray] = []
     for i, cell in enumerate(cells):
         params = CellParams.from_json_dict(cell.params)
         scene = gen.scene(params.robot)
@@ -364,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
             start, truth = f.frames[0, 0], f.frames[:, 1:]
             preds = [predict(scene, params, start, q0, f.actions[m], truth[m])
                      for m in range(len(truth))]
+            if prof == "all_joints" and len(sheet_rows) < 4:
+                sheet_rows.append(np.stack([start, truth[0, 7]]
+                                           + [preds[0][k][7] for k in SHEET]))
             for k in PREDICTORS:
                 stack = np.stack([pr[k] for pr in preds])  # (M, T, H, W, 3)
                 for s in RETRIEVAL_STEPS:
@@ -383,6 +397,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{time.perf_counter() - t0:6.1f}s] cell {i + 1}/{len(cells)}",
                   file=sys.stderr, flush=True)
     gen.close()
+    if args.sheet:
+        from edge.visual import contact_sheet, write_png
+
+        names = ["start", "truth 8"] + [SHEET_LABELS[k] for k in SHEET]
+        write_png(args.sheet, contact_sheet(
+            sheet_rows, row_labels=[c.cell_id for c in cells[:len(sheet_rows)]],
+            tile_labels=[names] + [[]] * (len(sheet_rows) - 1), scale=3,
+            note=f"{args.split}: step 8 of each cell's first all-joints candidate"))
     out = {"split": args.split, "cells": len(cells), "candidates": args.candidates,
            "retrieval": {k: float(np.mean(v)) for k, v in hits.items()},
            "psnr_at_step": {k: [float(x) for x in np.nanmean(np.asarray(v), 0)]
