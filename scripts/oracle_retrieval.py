@@ -37,6 +37,14 @@ and these predictions of every candidate are scored as eval-frames scores a mode
 - ``chain_affine_splatflow``: each joint's true fields fitted by 2-D affine maps over the
   pixels it carries and composed along the chain (distal first, the image-plane product of
   exponentials), splatted the same way;
+- ``chain_home_axes_splatflow``: the chain composed from each joint's axis and pivot at
+  the *calibration's home pose* instead of the start pose (what a reading of the sweep
+  gives when it is not carried to the start pose), splatted; ``..._offset``: the same
+  axes carried to the start pose through the start's joint offsets from the home pose
+  (which a cell knows from its joint readings; exact by the product of exponentials);
+  ``chain_axes_5deg`` /
+  ``_10deg``: from the start pose's axes each turned by 5 / 10 degrees and pivots moved
+  by 1 / 2 cm, in random directions (how exact a learned reading must be);
 - ``additive_fields16``: the same fields averaged over each 4x4 cell's robot pixels and
   upsampled bilinearly, as the step's 16x16 per-DoF fields reach the decoder.
 
@@ -64,6 +72,7 @@ from export.cells.geometry import (  # noqa: E402
     project_points,
     true_backward_flow,
     true_dof_fields,
+    true_joint_axes,
     unproject,
 )
 from export.evaluation.frames import (  # noqa: E402
@@ -77,7 +86,82 @@ PREDICTORS = ("copy_last", "exact_warp", "exact_warp_fill", "exact_forward_as_ba
               "exact_forward_inverted", "exact_forward_splat", "additive_fields",
               "additive_fields_inverted", "additive_fields_splat", "additive_fields16",
               "exact_splatflow", "exact_splatflow_z", "exact_splatflow_linkdepth",
-              "exact_splatflow_flatdepth", "additive_splatflow", "chain_affine_splatflow")
+              "exact_splatflow_flatdepth", "additive_splatflow", "chain_affine_splatflow",
+              "chain_home_axes_splatflow", "chain_home_axes_offset_splatflow",
+              "chain_axes_5deg_splatflow",
+              "chain_axes_10deg_splatflow")
+
+
+def _tilt(axes: np.ndarray, pivots: np.ndarray, rng: np.random.Generator, degrees: float,
+          pivot_m: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each axis turned by ``degrees`` about a random direction perpendicular to it, each
+    pivot moved by a random offset of ``pivot_m`` (m) perpendicular to its axis."""
+    out_a, out_p = axes.copy(), pivots.copy()
+    for j, a in enumerate(axes):
+        if not a.any():
+            continue
+        r = rng.normal(size=3)
+        perp = r - (r @ a) * a
+        perp /= np.linalg.norm(perp)
+        t = np.radians(degrees)
+        out_a[j] = np.cos(t) * a + np.sin(t) * perp
+        r = rng.normal(size=3)
+        off = r - (r @ a) * a
+        out_p[j] = pivots[j] + pivot_m * off / np.linalg.norm(off)
+    return out_a, out_p
+
+
+def carry_axes(axes: np.ndarray, pivots: np.ndarray, carried: np.ndarray,
+               offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Joint axes read at one pose carried to another through the joints' own turns
+    ``offset [n]`` (rad): joint j's axis rides on every joint that carries all the links j
+    carries (its proximal joints), so the chain moves the axis's pivot and a point one unit
+    along it like any other point (``compose_chain``)."""
+    import torch
+
+    from export.models.kinematics import compose_chain
+
+    n = len(axes)
+    pts = np.concatenate([pivots, pivots + axes])  # (2n, 3)
+    car = np.zeros((n, 2 * n))
+    for j in range(n):
+        for i in range(n):
+            if i != j and carried[j].any() and (carried[i] >= carried[j]).all() \
+                    and carried[i].sum() > carried[j].sum():
+                car[i, j] = car[i, n + j] = 1.0
+    moved = compose_chain(torch.from_numpy(pts)[None], torch.from_numpy(axes)[None],
+                          torch.from_numpy(pivots)[None], torch.from_numpy(offset)[None],
+                          torch.from_numpy(car)[None])[0].numpy()
+    new_axes = moved[n:] - moved[:n]
+    norm = np.linalg.norm(new_axes, axis=1, keepdims=True)
+    return np.where(norm > 0, new_axes / np.maximum(norm, 1e-12), 0.0), moved[:n]
+
+
+def chain_motion(depth: np.ndarray, link: np.ndarray, camera: np.ndarray, axes: np.ndarray,
+                 pivots: np.ndarray, carried: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """Forward displacement ``[2, H, W]`` of every robot pixel of a frame under the joints'
+    turns ``theta [n]`` (rad), composed along the chain from the joints' ``axes``,
+    ``pivots`` (world, m) and the links each ``carried`` (``[n, B]``)
+    (``export.models.kinematics.compose_chain``)."""
+    import torch
+
+    from export.models.kinematics import compose_chain
+
+    h, w = depth.shape
+    on = link != NO_LINK
+    ys, xs = np.nonzero(on)
+    disp = np.zeros((2, h, w))
+    if not len(ys):
+        return disp
+    pts = unproject(depth, camera)[ys, xs]
+    car = carried[:, link[ys, xs]].astype(np.float64)
+    moved = compose_chain(torch.from_numpy(pts)[None], torch.from_numpy(axes)[None],
+                          torch.from_numpy(pivots)[None], torch.from_numpy(theta)[None],
+                          torch.from_numpy(car)[None])[0].numpy()
+    uv = project_points(moved, camera, w, h)
+    disp[0, ys, xs] = uv[:, 0] - (xs + 0.5)
+    disp[1, ys, xs] = uv[:, 1] - (ys + 0.5)
+    return np.nan_to_num(disp)
 
 
 def rigid_motion(depth: np.ndarray, link: np.ndarray, poses: np.ndarray, poses_to: np.ndarray,
@@ -108,15 +192,19 @@ def splat_flow(robot: np.ndarray, fwd: np.ndarray, upsample: int = 2,
                depth: np.ndarray | None = None, depth_scale_m: float = 0.01
                ) -> tuple[np.ndarray, np.ndarray]:
     """A backward flow at the *target* from a forward displacement of the start frame's
-    robot pixels: each robot sample (``upsample`` x finer) carries ``-fwd`` to where it
-    lands, splatted bilinearly and normalised; a pixel is landed on where at least half of
-    a pixel's worth of samples arrives, and a gap that at least half of its 3x3
-    neighbourhood's worth reaches takes the neighbourhood's mean (stretched links leave no
-    holes, and the silhouette does not grow). Returns the flow float32 ``[H, W, 2]`` (zero where nothing
-    lands) and the landed cover float32 ``[H, W]`` in [0, 1]. With ``depth`` (the moved
-    points' depth ``[H, W]``, m), what lands on a pixel is weighted by ``exp(-(z - z_min) /
-    depth_scale_m)`` (softmax splatting: the nearest surface wins)."""
+    robot pixels (``export.models.kinematics.splat_flow`` and ``close_gaps``): each robot
+    sample, ``upsample`` times finer than the frame, carries ``-fwd`` to where it lands; a
+    pixel is landed on where at least half a pixel's worth of samples arrives, and a gap
+    that at least half of its 3x3 neighbourhood's worth reaches takes the neighbourhood's
+    mean (stretched links leave no holes, and the silhouette does not grow). With
+    ``depth`` (the moved points' depth ``[H, W]``, m) the nearest surface wins (softmax
+    splatting). Returns the flow float32 ``[H, W, 2]`` (zero where nothing lands) and the
+    cover float32 ``[H, W]`` (0 or 1)."""
     import cv2
+    import torch
+
+    from export.models.kinematics import close_gaps
+    from export.models.kinematics import splat_flow as splat
 
     h, w = robot.shape
     big = (w * upsample, h * upsample)
@@ -124,41 +212,17 @@ def splat_flow(robot: np.ndarray, fwd: np.ndarray, upsample: int = 2,
     fu = np.stack([cv2.resize(f.astype(np.float32), big, interpolation=cv2.INTER_NEAREST)
                    for f in fwd])
     ys, xs = np.nonzero(rob)
-    x = (xs + 0.5) / upsample - 0.5 + fu[0, ys, xs]
-    y = (ys + 0.5) / upsample - 0.5 + fu[1, ys, xs]
-    x0, y0 = np.floor(x).astype(int), np.floor(y).astype(int)
-    acc = np.zeros((h, w, 2))
-    wsum = np.zeros((h, w))
-    isum = np.zeros((h, w))
-    val = -np.stack([fu[0, ys, xs], fu[1, ys, xs]], -1)
-    imp = np.ones(len(ys))
+    src = np.stack([(xs + 0.5) / upsample, (ys + 0.5) / upsample], -1)
+    dst = src + np.stack([fu[0, ys, xs], fu[1, ys, xs]], -1)
+    z = None
     if depth is not None:
-        zu = cv2.resize(depth.astype(np.float32), big, interpolation=cv2.INTER_NEAREST)[ys, xs]
-        imp = np.exp(-(zu - zu.min()) / depth_scale_m)
-    for dy in (0, 1):
-        for dx in (0, 1):
-            xi, yi = x0 + dx, y0 + dy
-            wt = (1 - np.abs(x - xi)) * (1 - np.abs(y - yi))
-            ok = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h) & (wt > 0)
-            np.add.at(wsum, (yi[ok], xi[ok]), wt[ok])
-            np.add.at(acc, (yi[ok], xi[ok]), (wt * imp)[ok, None] * val[ok])
-            np.add.at(isum, (yi[ok], xi[ok]), (wt * imp)[ok])
-    acc = acc / np.maximum(isum, 1e-300)[..., None] * wsum[..., None]
-    density = wsum / upsample ** 2  # 1 where a pixel is fully landed on
-    box = np.ones((3, 3), np.float32) / 9.0
-    d_closed = cv2.filter2D(density.astype(np.float32), -1, box, borderType=cv2.BORDER_CONSTANT)
-    a_closed = np.stack([cv2.filter2D(acc[..., k].astype(np.float32), -1, box,
-                                      borderType=cv2.BORDER_CONSTANT) for k in range(2)], -1)
-    w_closed = d_closed * upsample ** 2
-    # the direct splat where at least half a pixel landed; a gap (no more than that landed,
-    # but at least half of its 3x3 neighbourhood did) takes its neighbourhood's mean
-    direct = density >= 0.5
-    gap = ~direct & (d_closed >= 0.5)
-    flow = np.where(direct[..., None], acc / np.maximum(wsum, 1e-6)[..., None],
-                    a_closed / np.maximum(w_closed, 1e-6)[..., None])
-    cover = (direct | gap).astype(np.float64)
-    flow = flow * cover[..., None]
-    return flow.astype(np.float32), cover.astype(np.float32)
+        zu = cv2.resize(depth.astype(np.float32), big, interpolation=cv2.INTER_NEAREST)
+        z = torch.from_numpy(zu[ys, xs].astype(np.float64))[None]
+    flow, dens = splat(torch.from_numpy(src)[None], torch.from_numpy(dst)[None], (h, w),
+                       depth=z, depth_scale=depth_scale_m, samples_per_px=upsample ** 2)
+    flow, cover = close_gaps(flow, dens)
+    return (flow[0].permute(1, 2, 0).numpy().astype(np.float32),
+            cover[0, 0].numpy().astype(np.float32))
 
 
 def affine_fields(fields: np.ndarray, on: np.ndarray, min_px: float = 0.05
@@ -276,16 +340,27 @@ def _pool_up(flow: np.ndarray, robot: np.ndarray) -> np.ndarray:
 
 
 def predict(scene, params, start: np.ndarray, q0_ctrl: np.ndarray, actions: np.ndarray,
-            truth: np.ndarray) -> dict[str, np.ndarray]:
+            truth: np.ndarray, home_ctrl: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
     """Every predictor's frames uint8 ``[T, H, W, 3]`` of one candidate: controller actions
-    ``[T, n]`` from ``q0_ctrl [n]``, its true frames ``truth [T, H, W, 3]``."""
+    ``[T, n]`` from ``q0_ctrl [n]``, its true frames ``truth [T, H, W, 3]``; ``home_ctrl
+    [n]``: the calibration episode's home pose (controller order, rad)."""
     conv = params.convention
     q_ctrl = q0_ctrl[None] + np.cumsum(actions, 0)
     q = conv.to_canonical(q_ctrl.astype(np.float64))
     q0 = conv.to_canonical(q0_ctrl.astype(np.float64)[None])[0]
     d0, l0, p0, cam = scene.render_geometry(q0)
-    fields, on0 = true_dof_fields(d0, l0, p0, dof_link_poses(scene.link_poses, q0), cam)
+    dof0 = dof_link_poses(scene.link_poses, q0)
+    fields, on0 = true_dof_fields(d0, l0, p0, dof0, cam)
     theta = q - q0  # (T, n) canonical joint turns
+    axes0, piv0, car0 = true_joint_axes(p0, dof0)
+    qh = conv.to_canonical(home_ctrl.astype(np.float64)[None])[0]
+    axes_h, piv_h, car_h = true_joint_axes(scene.link_poses(qh),
+                                           dof_link_poses(scene.link_poses, qh))
+    rng = np.random.default_rng(seed)
+    chains = {"chain_home_axes_splatflow": (axes_h, piv_h),
+              "chain_home_axes_offset_splatflow": carry_axes(axes_h, piv_h, car_h, q0 - qh),
+              "chain_axes_5deg_splatflow": _tilt(axes0, piv0, rng, 5.0, 0.01),
+              "chain_axes_10deg_splatflow": _tilt(axes0, piv0, rng, 10.0, 0.02)}
     out: dict[str, list[np.ndarray]] = {k: [] for k in ("exact_warp", "exact_warp_fill",
                                                          "exact_forward_splat",
                                                          "additive_fields_splat")}
@@ -322,6 +397,9 @@ def predict(scene, params, start: np.ndarray, q0_ctrl: np.ndarray, actions: np.n
             flows_sf[key].append(splat_flow(robot0, disp)[0])
         disp_z, z_t = rigid_motion(d0, l0, p0, ps, cam)
         flows_sf["exact_splatflow_z"].append(splat_flow(robot0, disp_z, depth=z_t)[0])
+        for key, (ax, pv) in chains.items():
+            flows_sf[key].append(splat_flow(robot0, chain_motion(d0, l0, cam, ax, pv, car0,
+                                                                 theta[t]))[0])
         for key, dd in (("exact_splatflow_linkdepth", link_depth),
                         ("exact_splatflow_flatdepth", flat_depth)):
             flows_sf[key].append(splat_flow(robot0, rigid_motion(dd, l0, p0, ps, cam)[0])[0])
@@ -373,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
             f = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen, params,
                                        q0, args.candidates, args.horizon, prof, args.seed)
             start, truth = f.frames[0, 0], f.frames[:, 1:]
-            preds = [predict(scene, params, start, q0, f.actions[m], truth[m])
+            home = (cell.cal_home[:cell.num_dof] if cell.cal_home is not None
+                    else q0)  # no recorded home: the start itself
+            preds = [predict(scene, params, start, q0, f.actions[m], truth[m], home, seed=m)
                      for m in range(len(truth))]
             if prof == "all_joints" and len(sheet_rows) < 4:
                 sheet_rows.append(np.stack([start, truth[0, 7]]

@@ -307,3 +307,44 @@ def test_train_warp_with_the_per_dof_field_loss(chunk: Path, tmp_path: Path) -> 
     with pytest.raises(ExportError, match="joint-width"):
         train_warp(WarpTrainOptions(**{**opts.__dict__, "out": str(tmp_path / "r2"),
                                        "joint_width": 0}))
+
+
+def test_the_product_of_exponentials_of_the_true_axes_moves_the_arm_exactly(chunk: Path) -> None:
+    # every joint turned at once by up to 0.6 rad: the chain composed from each joint's
+    # axis at the start pose (true_joint_axes) lands every robot pixel where the scene's
+    # own forward kinematics puts it
+    torch = pytest.importorskip("torch")
+    from edge.episode import load_episode
+    from export.cells.geometry import true_joint_axes
+    from export.cells.sampling import CellParams
+    from export.cells.scene import CellScene
+    from export.models.kinematics import compose_chain
+
+    render_chunk_geometry(chunk, command="test")
+    ep_path = next(chunk.glob("*/motion-00.npz"))
+    ep, geo = load_episode(ep_path), load_geometry(ep_path)
+    assert geo is not None
+    params = CellParams.from_json_dict(
+        json.loads((chunk / "manifest.json").read_text())["cells"][0])
+    axes, pivots, carried = true_joint_axes(geo["poses"][0], geo["dof_poses"][0],
+                                            float(geo["dof_step"]))
+    n = ep.num_dof
+    assert np.allclose(np.linalg.norm(axes, axis=1), 1.0)
+    assert carried[0].sum() >= carried[-1].sum() > 0  # the base joint carries the most
+    q0 = params.convention.to_canonical(ep.joint_positions[:1].astype(np.float64))[0]
+    dq = np.random.default_rng(0).uniform(-0.6, 0.6, n)
+    with CellScene(params.robot) as scene:
+        scene.apply_cell(params)
+        moved_poses = scene.link_poses(q0 + dq)
+    depth, link = geo["depth"][0], geo["link"][0]
+    truth, on = true_backward_flow(depth, link, geo["poses"][0], moved_poses, geo["camera"])
+    ys, xs = np.nonzero(on)
+    pts = unproject(depth, geo["camera"])[ys, xs]
+    car = carried[:, link[ys, xs]].astype(np.float64)  # (n, N)
+    out = compose_chain(torch.from_numpy(pts)[None], torch.from_numpy(axes)[None],
+                        torch.from_numpy(pivots)[None], torch.from_numpy(dq)[None],
+                        torch.from_numpy(car)[None])[0].numpy()
+    uv = project_points(out, geo["camera"], 64, 64)
+    disp = uv - np.stack([xs + 0.5, ys + 0.5], -1)
+    assert np.abs(truth[:, ys, xs].T).mean() > 1.0  # the arm moved
+    assert np.abs(disp - truth[:, ys, xs].T).max() < 0.05

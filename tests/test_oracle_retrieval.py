@@ -56,3 +56,15 @@ def test_nested_joints_compose_distal_first() -> None:
         p = np.array([x + 0.5, y + 0.5])
         q = p + (np.array([1.0, 0.0]) if x < 8 else 0.0)
         assert np.allclose(p + d[:, y, x], c + jm @ (q - c), atol=1e-9)
+
+
+def test_axes_read_at_home_are_carried_to_the_start_by_the_proximal_turns() -> None:
+    # joint a about z through the origin carries links 0 and 1; joint b about z through
+    # (1, 0, 0) carries link 1. A quarter turn of a moves b's pivot to (0, 1, 0); b's own
+    # turn moves nothing of its axis, and a's axis stays.
+    axes = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    pivots = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    carried = np.array([[True, True], [False, True]])
+    new_axes, new_pivots = oracle.carry_axes(axes, pivots, carried, np.array([np.pi / 2, 0.4]))
+    assert np.allclose(new_axes, axes, atol=1e-12)
+    assert np.allclose(new_pivots, [[0.0, 0.0, 0.0], [0.0, 1.0, 0.0]], atol=1e-12)

@@ -28,6 +28,7 @@ import numpy as np
 from export.errors import CellError
 
 __all__ = ["unproject", "project_points", "true_backward_flow", "true_dof_fields",
+           "true_joint_axes",
            "dof_link_poses", "NO_LINK", "DOF_STEP_RAD", "geometry_path", "load_geometry",
            "render_chunk_geometry", "GEOMETRY_MANIFEST"]
 
@@ -229,6 +230,53 @@ def true_dof_fields(depth: np.ndarray, link: np.ndarray, poses: np.ndarray,
         fields[:, k, yo, xo] = part
     on[yo, xo] = True
     return fields, on
+
+
+def true_joint_axes(poses: np.ndarray, dof_poses: np.ndarray,
+                    step_rad: float = DOF_STEP_RAD) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each joint's axis, a point on it and the links it carries, at one frame, from the
+    links' poses with that joint turned by ``+step_rad`` (:func:`dof_link_poses`).
+
+    A joint turns every link it carries by the same world motion, a rotation by the step
+    about the joint's axis: ``T = P+ P^-1``; its rotation's axis (``vee(R - R^T) / (2 sin
+    step)``) is the joint's, and ``(I - R) o = t`` gives the points ``o`` of the axis (the
+    one nearest the world origin is returned). A link whose pose does not change is not
+    carried.
+
+    Args:
+        poses: float32 ``[B, 12]``, the frame's link poses; dof_poses: float32 ``[n, 2, B,
+            12]``; step_rad: the step of ``dof_poses``.
+
+    Returns:
+        ``(axes, pivots, carried)``: float64 ``[n, 3]`` unit axes (right-handed: a positive
+        turn of the joint turns its links positively about it), float64 ``[n, 3]`` points
+        (m, world), bool ``[n, B]``. A joint that carries nothing gets a zero axis.
+
+    Raises:
+        ValueError: shapes that do not match.
+    """
+    n = dof_poses.shape[0]
+    if dof_poses.shape[1:] != (2, *poses.shape) or poses.shape[-1] != 12:
+        raise ValueError(f"true_joint_axes: poses {poses.shape}, dof poses {dof_poses.shape}: "
+                         "expected [B, 12] and [n, 2, B, 12]")
+    p0 = poses.astype(np.float64)
+    r0, x0 = p0[:, 3:].reshape(-1, 3, 3), p0[:, :3]
+    axes, pivots = np.zeros((n, 3)), np.zeros((n, 3))
+    carried = np.zeros((n, len(poses)), bool)
+    for j in range(n):
+        p1 = dof_poses[j, 0].astype(np.float64)
+        r = np.einsum("bij,bkj->bik", p1[:, 3:].reshape(-1, 3, 3), r0)  # R+ R^T
+        t = p1[:, :3] - np.einsum("bij,bj->bi", r, x0)
+        moved = (np.abs(r - np.eye(3)).max((1, 2)) > 1e-5) | (np.abs(t).max(1) > 1e-6)
+        carried[j] = moved
+        if not moved.any():
+            continue
+        b = int(np.flatnonzero(moved)[-1])  # the most distal carried link
+        rb = r[b]
+        w = np.array([rb[2, 1] - rb[1, 2], rb[0, 2] - rb[2, 0], rb[1, 0] - rb[0, 1]])
+        axes[j] = w / np.linalg.norm(w)
+        pivots[j] = np.linalg.lstsq(np.eye(3) - rb, t[b], rcond=None)[0]
+    return axes, pivots, carried
 
 
 GEOMETRY_MANIFEST = "geometry.json"
