@@ -254,10 +254,13 @@ def register(subparsers: Any) -> None:
     ge = sub.add_parser(
         "geometry", help="render the true robot-pixel geometry of generated motion episodes",
         description="Replay every motion episode of generated chunks and write, next to "
-                    "each episode, the depth and link of every robot pixel, each link's pose "
-                    "and the camera (motion-NN.geometry.npz; a chunk's geometry.json, "
-                    "written last, lists them). 'model train-warp --true-flow-weight' "
-                    "trains the warp model's flow against the exact backward flow they give.")
+                    "each episode, the depth and link of every robot pixel, each link's pose, "
+                    "each link's pose with every joint alone turned by +-0.35 rad, and the "
+                    "camera (motion-NN.geometry.npz; a chunk's geometry.json, written last, "
+                    "lists them; a chunk of an older geometry version is rendered again). "
+                    "'model train-warp --true-flow-weight' trains the warp model's flow "
+                    "against the exact backward flow they give, '--dof-field-weight' its "
+                    "per-DoF fields against each joint's own motion fields.")
     ge.add_argument("--data", default="data/cells", help="cells folder (default data/cells)")
     ge.add_argument("--split", required=True, help="the split's folder under --data")
     ge.add_argument("--chunks", help="chunk indices: N, A-B or a list (default: every "
