@@ -68,3 +68,4 @@ def test_axes_read_at_home_are_carried_to_the_start_by_the_proximal_turns() -> N
     new_axes, new_pivots = oracle.carry_axes(axes, pivots, carried, np.array([np.pi / 2, 0.4]))
     assert np.allclose(new_axes, axes, atol=1e-12)
     assert np.allclose(new_pivots, [[0.0, 0.0, 0.0], [0.0, 1.0, 0.0]], atol=1e-12)
+
