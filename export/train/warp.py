@@ -51,8 +51,7 @@ import numpy as np
 from export.errors import ExportError
 
 __all__ = ["WarpTrainOptions", "PairSet", "batch_forward", "true_flow_loss", "dof_field_loss",
-           "train_warp",
-           "add_arguments", "options_from_args", "main"]
+           "train_warp", "add_arguments", "options_from_args", "main"]
 
 
 @dataclass
@@ -237,7 +236,6 @@ class PairSet:
             "cal_frames": self.cal_frames[idx_t], "cal_actions": self.cal_actions[idx_t],
             "dof_mask": self.dof_mask[idx_t],
         }
-
 
     def start_dof_fields(self, cell: int, episode: int, frame: int,
                          grid: int = 16) -> tuple[Any, Any]:
