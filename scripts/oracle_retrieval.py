@@ -33,6 +33,8 @@ and these predictions of every candidate are scored as eval-frames scores a mode
   splatting by the moved points' depth (the nearest surface wins); ``_linkdepth`` /
   ``_flatdepth``: each link's pixels moved as if at their link's median depth / the whole
   robot at one depth (how exact a model's depth must be);
+- ``exact_splatflow_fill``: ``exact_splatflow`` with what the arm uncovers taken from the
+  true frame (as ``exact_warp_fill``): what the splat leaves once the fill is perfect;
 - ``additive_splatflow``: the additive per-DoF fields' sum, splatted the same way;
 - ``chain_affine_splatflow``: each joint's true fields fitted by 2-D affine maps over the
   pixels it carries and composed along the chain (distal first, the image-plane product of
@@ -89,7 +91,7 @@ PREDICTORS = ("copy_last", "exact_warp", "exact_warp_fill", "exact_forward_as_ba
               "exact_splatflow_flatdepth", "additive_splatflow", "chain_affine_splatflow",
               "chain_home_axes_splatflow", "chain_home_axes_offset_splatflow",
               "chain_axes_5deg_splatflow",
-              "chain_axes_10deg_splatflow")
+              "chain_axes_10deg_splatflow", "exact_splatflow_fill")
 
 
 def _tilt(axes: np.ndarray, pivots: np.ndarray, rng: np.random.Generator, degrees: float,
@@ -364,7 +366,9 @@ def predict(scene, params, start: np.ndarray, q0_ctrl: np.ndarray, actions: np.n
     out: dict[str, list[np.ndarray]] = {k: [] for k in ("exact_warp", "exact_warp_fill",
                                                          "exact_forward_splat",
                                                          "additive_fields_splat")}
-    flows_sf: dict[str, list[np.ndarray]] = {k: [] for k in PREDICTORS if "splatflow" in k}
+    flows_sf: dict[str, list[np.ndarray]] = {k: [] for k in PREDICTORS
+                                             if "splatflow" in k and not k.endswith("_fill")}
+    uncovered_all: list[np.ndarray] = []
     link_depth = d0.copy()
     for lk in np.unique(l0[l0 != NO_LINK]):
         link_depth[l0 == lk] = np.median(d0[l0 == lk])
@@ -379,6 +383,7 @@ def predict(scene, params, start: np.ndarray, q0_ctrl: np.ndarray, actions: np.n
         warped = _remap(start, [back.transpose(1, 2, 0)])[0]
         out["exact_warp"].append(warped)
         uncovered = (l0 != NO_LINK) & (lk == NO_LINK)
+        uncovered_all.append(uncovered)
         filled = warped.copy()
         filled[uncovered] = truth[t][uncovered]
         out["exact_warp_fill"].append(filled)
@@ -410,6 +415,10 @@ def predict(scene, params, start: np.ndarray, q0_ctrl: np.ndarray, actions: np.n
     out["additive_fields_inverted"] = list(_remap(start, flows_add_inv))
     for key, fl in flows_sf.items():
         out[key] = list(_remap(start, fl))
+    fill = [f.copy() for f in out["exact_splatflow"]]
+    for t, unc in enumerate(uncovered_all):
+        fill[t][unc] = truth[t][unc]
+    out["exact_splatflow_fill"] = fill
     out["additive_fields16"] = list(_remap(start, flows_add16))
     res = {k: np.stack(v) for k, v in out.items()}
     res["copy_last"] = np.repeat(start[None], len(q), 0)
