@@ -307,10 +307,11 @@ def forward_splat(start: np.ndarray, robot: np.ndarray, fwd: np.ndarray,
 
 
 #: the predictions drawn on the contact sheet, and their tile labels
-SHEET = ("exact_warp", "exact_warp_fill", "exact_splatflow", "additive_splatflow",
-         "additive_fields16", "exact_forward_as_backward")
+SHEET = ("exact_warp", "exact_warp_fill", "exact_splatflow", "exact_splatflow_fill",
+         "additive_splatflow", "additive_fields16", "exact_forward_as_backward")
 SHEET_LABELS = {"exact_warp": "exact", "exact_warp_fill": "exact+fill",
-                "exact_splatflow": "splat", "additive_splatflow": "add splat",
+                "exact_splatflow": "splat", "exact_splatflow_fill": "splat+fill",
+                "additive_splatflow": "add splat",
                 "additive_fields16": "model form", "exact_forward_as_backward": "fwd as bwd"}
 
 
