@@ -80,32 +80,17 @@ def flow_errors(models: list[str], data: str, split: str, cells: int, batches: i
             keep: dict = {}
             for path, m in loaded:
                 flows[path] = batch_forward(m, b, keep=keep)[1]["flow"]
-                if with_dof and m.cfg.joint_width:
+                if with_dof and "fields" in keep:
                     dof_sums[path] = dof_sums.get(path, 0.0) + float(
-                        dof_field_loss(m, keep["context"], keep["start_state"], b)[1])
-            if with_dof and keep:  # zero fields, on the channels the calibration sweeps
-                zero = _ZeroFields(keep["context"].shape[1])
+                        dof_field_loss(keep["fields"], keep["context"], b)[1])
+            if with_dof and "fields" in keep:  # zero fields, on the channels swept
                 dof_sums["zero"] = dof_sums.get("zero", 0.0) + float(
-                    dof_field_loss(zero, keep["context"], keep["start_state"], b)[1])
+                    dof_field_loss(torch.zeros_like(keep["fields"]), keep["context"], b)[1])
             for k, f in flows.items():
                 sums[k] = sums.get(k, 0.0) + float(torch.linalg.norm(f - truth, dim=1)[robot].sum())
             count += n
     return ({k: v / max(count, 1) for k, v in sums.items()},
             {k: v / batches for k, v in dof_sums.items()})
-
-
-class _ZeroFields:
-    """Stands in for a model in ``dof_field_loss``: every channel's fields zero."""
-
-    def __init__(self, channels: int):
-        import torch
-
-        self.step = self
-        self.channels = channels
-        self._torch = torch
-
-    def joint_fields(self, z, context):  # noqa: ANN001, ANN201 (the model's signature)
-        return self._torch.zeros(z.shape[0], self.channels, 4, *z.shape[-2:])
 
 
 def additive_bound(data: str, split: str, cells: int,

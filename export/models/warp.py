@@ -551,7 +551,9 @@ class StateStep(nn.Module):
                 self.joint_wide = nn.Sequential(*layers)
 
     def forward(self, hist_states: Tensor, hist_actions: Tensor, action: Tensor,
-                context: Tensor) -> Tensor:
+                context: Tensor, fields: Tensor | None = None) -> Tensor:
+        """``fields``: the channels' flow fields ``[B, A, 4, h, w]`` when the caller has
+        already made them (:meth:`joint_fields` of the same state and context), else None."""
         cfg, lay = self.cfg, self.cfg.layout
         m, s = cfg.motion_channels, cfg.summary_channels
         z = hist_states[:, -1]
@@ -585,6 +587,8 @@ class StateStep(nn.Module):
             bsz, k = t_tok.shape[:2]
             if cfg.joint_fields_in_state:
                 f = lay.slice(z, "joint_fields").reshape(bsz, k, 4, hh, hh)
+            elif fields is not None:
+                f = fields
             else:
                 f = self.joint_fields(z, context)
             flow = (torch.einsum("ba,bachw->bchw", c_sin, f[:, :, :2])
@@ -830,11 +834,13 @@ class WarpModel(nn.Module):
             -1, -1, *start_state.shape[-2:])
         return torch.cat([start_state[:, :a], planes, start_state[:, b:]], 1)
 
-    def state_at(self, start_state: Tensor, cum_actions: Tensor, context: Tensor) -> Tensor:
+    def state_at(self, start_state: Tensor, cum_actions: Tensor, context: Tensor,
+                 fields: Tensor | None = None) -> Tensor:
         """The state after actions summing to ``cum_actions [B, A]`` (rad) from the start
         state ``[B, C, h, w]`` (made ready by :meth:`prepare`): one step with the sum (the
-        step is additive in the angles)."""
-        return self.step(start_state[:, None], cum_actions[:, None], cum_actions, context)
+        step is additive in the angles). ``fields``: as in :meth:`StateStep.forward`."""
+        return self.step(start_state[:, None], cum_actions[:, None], cum_actions, context,
+                         fields)
 
     def rollout(self, start_state: Tensor, actions: Tensor, context: Tensor) -> Tensor:
         """States of frames 1..T ``[B, T, C, h, w]`` for actions ``[B, T, A]`` from the start

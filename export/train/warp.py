@@ -304,8 +304,10 @@ def batch_forward(model: Any, b: dict[str, Any], plate: bool = False,
     ``[P, C, h, w]`` and the decoder's outputs (``WarpDecoder.flows``: flows, fill weight,
     masks, frames). ``plate``: the fill takes each cell's background plate from its
     calibration frames (:func:`export.models.warp.background_plates`, no gradient).
-    ``keep``: a dict that receives the pairs' ``context`` ``[P, A, D, h, w]`` and prepared
-    ``start_state`` ``[P, C, h, w]``."""
+    ``keep``: a dict that receives the pairs' ``context`` ``[P, A, D, h, w]`` and, for a
+    model with a per-DoF flow network whose fields are not carried in the state, their
+    ``fields`` ``[P, A, 4, h, w]`` (``StateStep.joint_fields``, made once and used by the
+    step)."""
     ctx = model.calibration(calibration_states(model, b["cal_frames"]), b["cal_actions"],
                             b["dof_mask"])  # (N, A, D, h, w)
     ctx = ctx[b["owner"]]  # (P, A, D, h, w)
@@ -313,9 +315,12 @@ def batch_forward(model: Any, b: dict[str, Any], plate: bool = False,
     if model.cfg.start_offset:
         z0 = model.with_offset(z0, b["offset"])
     z0 = model.prepare(z0, ctx)
+    fields = None
     if keep is not None:
-        keep["context"], keep["start_state"] = ctx, z0
-    z = model.state_at(z0, b["cum"], ctx)
+        keep["context"] = ctx
+        if model.cfg.joint_width and not model.cfg.joint_fields_in_state:
+            fields = keep["fields"] = model.step.joint_fields(z0, ctx)
+    z = model.state_at(z0, b["cum"], ctx, fields)
     if not plate:
         return z, model.decoder.flows(z)
     from export.models.warp import background_plates
@@ -348,14 +353,13 @@ def true_flow_loss(flow: Any, coarse: Any, b: dict[str, Any]) -> Any:
     return loss
 
 
-def dof_field_loss(model: Any, context: Any, start_state: Any, b: dict[str, Any]
-                   ) -> tuple[Any, Any]:
+def dof_field_loss(fields: Any, context: Any, b: dict[str, Any]) -> tuple[Any, Any]:
     """The per-DoF field loss of one batch: smooth L1 (px) of each action channel's flow
-    fields of the step (``StateStep.joint_fields(start_state, context)`` ``[P, A, 4, h,
-    w]``) against ``b["dof_fields"]`` (:meth:`PairSet.start_dof_fields`, the ``sin`` fields
-    turned into the channel's sweep direction, read from the context's direction plane),
-    the mean over the grid cells the robot covers at least half of and the channels the
-    cell has.
+    fields of the step (``fields`` ``[P, A, 4, h, w]``, ``StateStep.joint_fields``; kept
+    by :func:`batch_forward`) against ``b["dof_fields"]`` (:meth:`PairSet.start_dof_fields`,
+    the ``sin`` fields turned into the channel's sweep direction, read from the direction
+    plane of ``context`` ``[P, A, D, h, w]``), the mean over the grid cells the robot covers
+    at least half of and the channels the cell has.
 
     Returns:
         ``(loss, error)``: the loss (a scalar tensor) and the mean end-point error of the
@@ -364,7 +368,6 @@ def dof_field_loss(model: Any, context: Any, start_state: Any, b: dict[str, Any]
     import torch
     import torch.nn.functional as F
 
-    fields = model.step.joint_fields(start_state, context)  # (P, A, 4, h, w)
     direction = context[:, :, -1, 0, 0]  # (P, A): sign of the sweep, 0 for absent channels
     turn = torch.stack([direction, direction, torch.ones_like(direction),
                         torch.ones_like(direction)], 2)[..., None, None]
@@ -436,7 +439,7 @@ def losses(model: Any, b: dict[str, Any], flow_weight: float, mask_weight: float
         total = total + contrast_weight * contrast
     dof_loss, dof_epe = torch.zeros(()), torch.zeros(())
     if dof_field_weight and "dof_fields" in b:
-        dof_loss, dof_epe = dof_field_loss(model, keep["context"], keep["start_state"], b)
+        dof_loss, dof_epe = dof_field_loss(keep["fields"], keep["context"], b)
         total = total + dof_field_weight * dof_loss
     return total, {"photo": float(photo.detach()), "mask": float(mask_loss.detach()),
                    "flow": float(flow_loss.detach()), "fill": float(fill_loss.detach()),
