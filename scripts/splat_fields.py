@@ -49,6 +49,7 @@ def rollouts(model, cell, start: np.ndarray, actions: np.ndarray) -> dict[str, n
 
     from export.evaluation.zero_shot import to_uint8
     from export.models.kinematics import close_gaps, splat_flow
+    from export.models.warp import identity_grid, warp
     from export.train.warp import calibration_states
 
     m, t = actions.shape[:2]
@@ -72,7 +73,8 @@ def rollouts(model, cell, start: np.ndarray, actions: np.ndarray) -> dict[str, n
         ys, xs = torch.nonzero(rob, as_tuple=True)
         src = torch.stack([(xs + 0.5) / 2, (ys + 0.5) / 2], -1).to(torch.float64)
         start_f = s.to(torch.float32) / 255.0
-        splat, over = [], []
+        base = identity_grid(size)
+        splat, covers = [], []
         for th in theta.reshape(-1, theta.shape[-1]):  # (A,) per candidate and step
             coarse = (torch.sin(th)[:, None, None, None] * fields[:, 0:2]
                       + (1 - torch.cos(th))[:, None, None, None] * fields[:, 2:4]).sum(0)
@@ -81,16 +83,14 @@ def rollouts(model, cell, start: np.ndarray, actions: np.ndarray) -> dict[str, n
             dst = src + fwd[:, ys, xs].T.to(torch.float64)
             flow, dens = splat_flow(src[None], dst[None], (size, size), samples_per_px=4)
             flow, cover = close_gaps(flow, dens)
-            from export.models.warp import identity_grid, warp
-
-            moved = warp(start_f, flow.to(torch.float32), identity_grid(size))
-            splat.append(cover.to(torch.float32) * moved + (1 - cover.to(torch.float32)) * start_f)
-            over.append(cover.to(torch.float32) * moved)
-        splat_t = torch.cat(splat)
-        cover_t = torch.cat(over)
-    sp = to_uint8(splat_t).reshape(m, t, *start.shape)
-    cov = (cover_t.sum(1, keepdim=True) > 0).permute(0, 2, 3, 1).numpy().reshape(m, t, *start.shape[:2], 1)
-    return {"model": own, "splat": sp, "splat_over_model": np.where(cov, sp, own)}
+            cover = cover.to(torch.float32)
+            moved = warp(start_f, flow.to(torch.float32), base)
+            splat.append(cover * moved + (1 - cover) * start_f)
+            covers.append(cover)
+        sp = to_uint8(torch.cat(splat)).reshape(m, t, *start.shape)
+        landed = (torch.cat(covers) > 0).permute(0, 2, 3, 1).numpy().reshape(
+            m, t, *start.shape[:2], 1)
+    return {"model": own, "splat": sp, "splat_over_model": np.where(landed, sp, own)}
 
 
 def main(argv: list[str] | None = None) -> int:
