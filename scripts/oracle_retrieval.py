@@ -61,6 +61,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -342,54 +343,92 @@ def _pool_up(flow: np.ndarray, robot: np.ndarray) -> np.ndarray:
     return np.stack([cv2.resize(p, (64, 64), interpolation=cv2.INTER_LINEAR) for p in pooled])
 
 
-def predict(scene, params, start: np.ndarray, q0_ctrl: np.ndarray, actions: np.ndarray,
-            truth: np.ndarray, home_ctrl: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
-    """Every predictor's frames uint8 ``[T, H, W, 3]`` of one candidate: controller actions
-    ``[T, n]`` from ``q0_ctrl [n]``, its true frames ``truth [T, H, W, 3]``; ``home_ctrl
-    [n]``: the calibration episode's home pose (controller order, rad)."""
+@dataclass
+class StartPose:
+    """What the predictions of one cell share: its start frame's geometry (depth, links,
+    link poses, camera), each joint's true fields and axes there, the axes at the
+    calibration's home pose, the depth variants and the affine fits."""
+
+    q0_ctrl: np.ndarray  # the start's joint positions, controller order, rad
+    q0: np.ndarray  # the same, canonical order
+    depth: np.ndarray
+    link: np.ndarray
+    poses: np.ndarray
+    camera: np.ndarray
+    fields: np.ndarray  # (n, 4, H, W)
+    on: np.ndarray
+    axes: np.ndarray
+    pivots: np.ndarray
+    carried: np.ndarray
+    home_axes: tuple[np.ndarray, np.ndarray]
+    carried_home_axes: tuple[np.ndarray, np.ndarray]
+    link_depth: np.ndarray
+    flat_depth: np.ndarray
+    affine: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+    @property
+    def robot(self) -> np.ndarray:
+        return self.link != NO_LINK
+
+
+def start_pose(scene, params, q0_ctrl: np.ndarray, home_ctrl: np.ndarray) -> StartPose:
+    """:class:`StartPose` of a cell's start ``q0_ctrl [n]`` and its calibration's home pose
+    ``home_ctrl [n]`` (controller order, rad)."""
     conv = params.convention
-    q_ctrl = q0_ctrl[None] + np.cumsum(actions, 0)
-    q = conv.to_canonical(q_ctrl.astype(np.float64))
     q0 = conv.to_canonical(q0_ctrl.astype(np.float64)[None])[0]
     d0, l0, p0, cam = scene.render_geometry(q0)
     dof0 = dof_link_poses(scene.link_poses, q0)
     fields, on0 = true_dof_fields(d0, l0, p0, dof0, cam)
-    theta = q - q0  # (T, n) canonical joint turns
     axes0, piv0, car0 = true_joint_axes(p0, dof0)
     qh = conv.to_canonical(home_ctrl.astype(np.float64)[None])[0]
     axes_h, piv_h, car_h = true_joint_axes(scene.link_poses(qh),
                                            dof_link_poses(scene.link_poses, qh))
+    robot = l0 != NO_LINK
+    link_depth = d0.copy()
+    for lk in np.unique(l0[robot]):
+        link_depth[l0 == lk] = np.median(d0[l0 == lk])
+    flat_depth = np.where(robot, np.median(d0[robot]) if robot.any() else 0.0,
+                          0.0).astype(np.float32)
+    return StartPose(q0_ctrl, q0, d0, l0, p0, cam, fields, on0, axes0, piv0, car0, (axes_h, piv_h),
+                     carry_axes(axes_h, piv_h, car_h, q0 - qh), link_depth, flat_depth,
+                     affine_fields(fields, on0))
+
+
+def predict(scene, params, sp: StartPose, start: np.ndarray, actions: np.ndarray,
+            truth: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
+    """Every predictor's frames uint8 ``[T, H, W, 3]`` of one candidate: controller actions
+    ``[T, n]`` from the start :class:`StartPose`, its true frames ``truth [T, H, W, 3]``;
+    ``seed``: of the axes' tilts."""
+    conv = params.convention
+    q = conv.to_canonical((sp.q0_ctrl[None] + np.cumsum(actions, 0)).astype(np.float64))
+    theta = q - sp.q0  # (T, n) canonical joint turns
+    d0, l0, p0, cam, fields = sp.depth, sp.link, sp.poses, sp.camera, sp.fields
     rng = np.random.default_rng(seed)
-    chains = {"chain_home_axes_splatflow": (axes_h, piv_h),
-              "chain_home_axes_offset_splatflow": carry_axes(axes_h, piv_h, car_h, q0 - qh),
-              "chain_axes_5deg_splatflow": _tilt(axes0, piv0, rng, 5.0, 0.01),
-              "chain_axes_10deg_splatflow": _tilt(axes0, piv0, rng, 10.0, 0.02)}
+    chains = {"chain_home_axes_splatflow": sp.home_axes,
+              "chain_home_axes_offset_splatflow": sp.carried_home_axes,
+              "chain_axes_5deg_splatflow": _tilt(sp.axes, sp.pivots, rng, 5.0, 0.01),
+              "chain_axes_10deg_splatflow": _tilt(sp.axes, sp.pivots, rng, 10.0, 0.02)}
     out: dict[str, list[np.ndarray]] = {k: [] for k in ("exact_warp", "exact_warp_fill",
                                                          "exact_forward_splat",
                                                          "additive_fields_splat")}
     flows_sf: dict[str, list[np.ndarray]] = {k: [] for k in PREDICTORS
                                              if "splatflow" in k and not k.endswith("_fill")}
     uncovered_all: list[np.ndarray] = []
-    link_depth = d0.copy()
-    for lk in np.unique(l0[l0 != NO_LINK]):
-        link_depth[l0 == lk] = np.median(d0[l0 == lk])
-    flat_depth = np.where(l0 != NO_LINK, np.median(d0[l0 != NO_LINK]) if (l0 != NO_LINK).any()
-                          else 0.0, 0.0).astype(np.float32)
-    As, Ac, carried = affine_fields(fields, on0)
     flows_add, flows_add16, flows_fwd, flows_fwd_inv, flows_add_inv = [], [], [], [], []
-    robot0 = l0 != NO_LINK
+    robot0 = sp.robot
     for t in range(len(q)):
         d, lk, ps, _ = scene.render_geometry(q[t])
         back, _ = true_backward_flow(d, lk, ps, p0, cam)
         warped = _remap(start, [back.transpose(1, 2, 0)])[0]
         out["exact_warp"].append(warped)
-        uncovered = (l0 != NO_LINK) & (lk == NO_LINK)
+        uncovered = robot0 & (lk == NO_LINK)
         uncovered_all.append(uncovered)
         filled = warped.copy()
         filled[uncovered] = truth[t][uncovered]
         out["exact_warp_fill"].append(filled)
-        whole, _ = true_backward_flow(d0, l0, p0, ps, cam)  # forward, start pixels
-        flows_fwd.append((-whole).transpose(1, 2, 0).astype(np.float32))
+        moved, z_t = rigid_motion(d0, l0, p0, ps, cam)  # forward, start pixels
+        whole = moved.astype(np.float32)
+        flows_fwd.append((-whole).transpose(1, 2, 0))
         flows_fwd_inv.append(invert_forward(whole.transpose(1, 2, 0)))
         out["exact_forward_splat"].append(forward_splat(start, robot0, whole))
         fwd = (np.sin(theta[t])[:, None, None, None] * fields[:, 0:2]
@@ -397,19 +436,18 @@ def predict(scene, params, start: np.ndarray, q0_ctrl: np.ndarray, actions: np.n
         flows_add.append((-fwd).transpose(1, 2, 0).astype(np.float32))
         flows_add_inv.append(invert_forward(fwd.transpose(1, 2, 0)))
         out["additive_fields_splat"].append(forward_splat(start, robot0, fwd))
-        chain = chain_displacement(As, Ac, carried, theta[t])
+        chain = chain_displacement(*sp.affine, theta[t])
         for key, disp in (("exact_splatflow", whole), ("additive_splatflow", fwd),
                           ("chain_affine_splatflow", chain)):
             flows_sf[key].append(splat_flow(robot0, disp)[0])
-        disp_z, z_t = rigid_motion(d0, l0, p0, ps, cam)
-        flows_sf["exact_splatflow_z"].append(splat_flow(robot0, disp_z, depth=z_t)[0])
+        flows_sf["exact_splatflow_z"].append(splat_flow(robot0, moved, depth=z_t)[0])
         for key, (ax, pv) in chains.items():
-            flows_sf[key].append(splat_flow(robot0, chain_motion(d0, l0, cam, ax, pv, car0,
-                                                                 theta[t]))[0])
-        for key, dd in (("exact_splatflow_linkdepth", link_depth),
-                        ("exact_splatflow_flatdepth", flat_depth)):
+            flows_sf[key].append(splat_flow(robot0, chain_motion(d0, l0, cam, ax, pv,
+                                                                 sp.carried, theta[t]))[0])
+        for key, dd in (("exact_splatflow_linkdepth", sp.link_depth),
+                        ("exact_splatflow_flatdepth", sp.flat_depth)):
             flows_sf[key].append(splat_flow(robot0, rigid_motion(dd, l0, p0, ps, cam)[0])[0])
-        flows_add16.append(_pool_up(-fwd, on0).transpose(1, 2, 0).astype(np.float32))
+        flows_add16.append(_pool_up(-fwd, sp.on).transpose(1, 2, 0).astype(np.float32))
     out["additive_fields"] = list(_remap(start, flows_add))
     out["exact_forward_as_backward"] = list(_remap(start, flows_fwd))
     out["exact_forward_inverted"] = list(_remap(start, flows_fwd_inv))
@@ -457,13 +495,14 @@ def main(argv: list[str] | None = None) -> int:
         scene.apply_cell(params)
         mo = cell.motions[0]
         q0 = mo.joint_positions[0, :cell.num_dof]
+        home = (cell.cal_home[:cell.num_dof] if cell.cal_home is not None
+                else q0)  # no recorded home: the start itself
+        sp = start_pose(scene, params, q0, home)
         for prof in ("all_joints", "two_joint"):
             f = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen, params,
                                        q0, args.candidates, args.horizon, prof, args.seed)
             start, truth = f.frames[0, 0], f.frames[:, 1:]
-            home = (cell.cal_home[:cell.num_dof] if cell.cal_home is not None
-                    else q0)  # no recorded home: the start itself
-            preds = [predict(scene, params, start, q0, f.actions[m], truth[m], home, seed=m)
+            preds = [predict(scene, params, sp, start, f.actions[m], truth[m], seed=m)
                      for m in range(len(truth))]
             if prof == "all_joints" and len(sheet_rows) < 4:
                 sheet_rows.append(np.stack([start, truth[0, 7]]
