@@ -72,6 +72,7 @@ sys.path.insert(0, str(ROOT))
 from export.cells.geometry import (  # noqa: E402
     NO_LINK,
     dof_link_poses,
+    moved_robot_points,
     project_points,
     true_backward_flow,
     true_dof_fields,
@@ -173,21 +174,15 @@ def rigid_motion(depth: np.ndarray, link: np.ndarray, poses: np.ndarray, poses_t
     from ``poses`` to ``poses_to`` (``[B, 12]``), and the moved points' depth ``[H, W]`` (m,
     along the viewing axis; 0 off the robot)."""
     h, w = depth.shape
-    on = link != NO_LINK
     disp = np.zeros((2, h, w))
     z = np.zeros((h, w))
-    if not on.any():
+    ys, xs, moved = moved_robot_points(depth, link, poses, poses_to[None], camera)
+    if not len(ys):
         return disp, z
-    links = link[on].astype(np.int64)
-    world = unproject(depth, camera)[on]
-    pt, ps = poses[links].astype(np.float64), poses_to[links].astype(np.float64)
-    local = np.einsum("nji,nj->ni", pt[:, 3:].reshape(-1, 3, 3), world - pt[:, :3])
-    moved = np.einsum("nij,nj->ni", ps[:, 3:].reshape(-1, 3, 3), local) + ps[:, :3]
-    uv = project_points(moved, camera, w, h)
-    ys, xs = np.nonzero(on)
+    uv = project_points(moved[0], camera, w, h)
     disp[0, ys, xs] = uv[:, 0] - (xs + 0.5)
     disp[1, ys, xs] = uv[:, 1] - (ys + 0.5)
-    z[ys, xs] = (moved - camera[0:3]) @ camera[3:6]
+    z[ys, xs] = (moved[0] - camera[0:3]) @ camera[3:6]
     return np.nan_to_num(disp), z
 
 

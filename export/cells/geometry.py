@@ -27,8 +27,8 @@ import numpy as np
 
 from export.errors import CellError
 
-__all__ = ["unproject", "project_points", "true_backward_flow", "true_dof_fields",
-           "true_joint_axes",
+__all__ = ["unproject", "project_points", "moved_robot_points", "true_backward_flow",
+           "true_dof_fields", "true_joint_axes",
            "dof_link_poses", "NO_LINK", "DOF_STEP_RAD", "geometry_path", "load_geometry",
            "render_chunk_geometry", "GEOMETRY_MANIFEST"]
 
@@ -127,10 +127,11 @@ def true_backward_flow(depth_t: np.ndarray, link_t: np.ndarray, poses_t: np.ndar
     return flow, on
 
 
-def _moved_pixels(depth: np.ndarray, link: np.ndarray, poses: np.ndarray,
-                  poses_to: np.ndarray, camera: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where each robot pixel of one frame goes when the links take other poses.
+def moved_robot_points(depth: np.ndarray, link: np.ndarray, poses: np.ndarray,
+                       poses_to: np.ndarray, camera: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where the world point behind each robot pixel of one frame goes when the links take
+    other poses (each point rides rigidly on its link).
 
     Args:
         depth: float32 ``[H, W]`` (m); link: uint8 ``[H, W]``; poses: float32 ``[B, 12]``,
@@ -138,17 +139,16 @@ def _moved_pixels(depth: np.ndarray, link: np.ndarray, poses: np.ndarray,
             of poses; camera: float ``[13]``.
 
     Returns:
-        ``(ys, xs, uv)``: int ``[N]`` rows and columns of the N robot pixels; float64 ``[S,
-        N, 2]``, their pixel positions ``(u, v)`` under each set (NaN behind the camera).
+        ``(ys, xs, points)``: int ``[N]`` rows and columns of the N robot pixels; float64
+        ``[S, N, 3]``, their world points (m) under each set.
 
     Raises:
         ValueError: a link index past the poses.
     """
-    h, w = depth.shape
     on = link != NO_LINK
     ys, xs = np.nonzero(on)
     if not len(ys):
-        return ys, xs, np.zeros((len(poses_to), 0, 2))
+        return ys, xs, np.zeros((len(poses_to), 0, 3))
     links = link[on].astype(np.int64)
     if links.max() >= len(poses) or links.max() >= poses_to.shape[1]:
         raise ValueError(f"link {links.max()} but {min(len(poses), poses_to.shape[1])} poses")
@@ -158,7 +158,18 @@ def _moved_pixels(depth: np.ndarray, link: np.ndarray, poses: np.ndarray,
     local = np.einsum("nji,nj->ni", rt, world - pt[:, :3])  # R_t^T (P - x_t)
     ps = poses_to[:, links].astype(np.float64)  # (S, N, 12)
     rs = ps[..., 3:].reshape(*ps.shape[:2], 3, 3)
-    moved = np.einsum("snij,nj->sni", rs, local) + ps[..., :3]
+    return ys, xs, np.einsum("snij,nj->sni", rs, local) + ps[..., :3]
+
+
+def _moved_pixels(depth: np.ndarray, link: np.ndarray, poses: np.ndarray,
+                  poses_to: np.ndarray, camera: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`moved_robot_points` projected: ``(ys, xs, uv)`` with ``uv`` float64 ``[S, N,
+    2]`` pixel positions ``(u, v)`` (NaN behind the camera)."""
+    h, w = depth.shape
+    ys, xs, moved = moved_robot_points(depth, link, poses, poses_to, camera)
+    if not len(ys):
+        return ys, xs, np.zeros((len(poses_to), 0, 2))
     return ys, xs, project_points(moved, camera, w, h)
 
 
