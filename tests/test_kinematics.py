@@ -17,6 +17,7 @@ from export.models.kinematics import (  # noqa: E402
     project_pinhole,
     rotate_about_axis,
     splat_flow,
+    splat_values,
 )
 
 
@@ -103,3 +104,25 @@ def test_gaps_between_stretched_samples_are_closed_and_the_silhouette_does_not_g
     out, cover = close_gaps(flow, dens)
     assert cover[0, 0, 3, 3] == 1 and torch.isclose(out[0, 0, 3, 3], torch.tensor(2.0))
     assert cover[0, 0].sum() == 16 and cover[0, 0, 1, 3] == 0
+
+
+def test_the_nearest_surface_wins_however_deep_the_scene() -> None:
+    # two samples on one pixel centre, 0.1 apart in depth, in a scene whose nearest point
+    # is 5 depth units closer: the softmax is taken per pixel, so nothing underflows
+    tgt = torch.tensor([[[3.5, 3.5], [3.5, 3.5], [0.5, 0.5]]], dtype=torch.float64)
+    val = torch.tensor([[[10.0], [20.0], [7.0]]], dtype=torch.float64)
+    z = torch.tensor([[6.0, 6.1, 1.0]], dtype=torch.float64)
+    out, dens = splat_values(tgt, val, (5, 5), depth=z, depth_scale=0.01)
+    assert out[0, 0, 3, 3].item() == pytest.approx(10.0, abs=1e-3)
+    assert out[0, 0, 0, 0].item() == pytest.approx(7.0)
+    assert dens[0, 0, 3, 3].item() == pytest.approx(2.0)
+
+
+def test_a_sample_at_no_position_lands_nowhere() -> None:
+    tgt = torch.tensor([[[1.5, 1.5], [float("nan"), 2.0]]], dtype=torch.float64)
+    val = torch.tensor([[[1.0, 2.0, 3.0], [9.0, 9.0, 9.0]]], dtype=torch.float64)
+    out, dens = splat_values(tgt, val, (3, 3), depth=torch.tensor([[1.0, 0.5]],
+                                                                     dtype=torch.float64))
+    assert torch.isfinite(out).all()
+    assert out[0, :, 1, 1].tolist() == pytest.approx([1.0, 2.0, 3.0])
+    assert dens.sum().item() == pytest.approx(1.0)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["rotate_about_axis", "compose_chain", "project_pinhole", "splat_flow",
+__all__ = ["rotate_about_axis", "compose_chain", "project_pinhole", "splat_values", "splat_flow",
            "close_gaps", "camera_frame"]
 
 
@@ -108,27 +108,95 @@ def project_pinhole(points: Tensor, focal_px: Tensor, centre_px: Tensor) -> Tens
     return points[..., 0:2] / z * focal_px[..., None, None] + centre_px[..., None, :]
 
 
+def splat_values(target_px: Tensor, values: Tensor, size: tuple[int, int],
+                 weight: Tensor | None = None, depth: Tensor | None = None,
+                 depth_scale: float = 0.01, samples_per_px: float = 1.0
+                 ) -> tuple[Tensor, Tensor]:
+    """Per-sample values splatted to where the samples land.
+
+    Each sample lands at ``target_px`` and spreads its value bilinearly over the four
+    nearest pixel centres; a pixel's value is the weighted mean of what lands on it, and its
+    density the landed weight per ``samples_per_px`` (1 where a whole pixel's worth of
+    samples landed). With ``depth``, what lands is weighted by ``exp(-(z - min z) /
+    depth_scale)`` with ``min z`` the nearest depth landing on that pixel (softmax
+    splatting: Niklaus and Liu 2020): the nearest surface decides the value where several
+    land.
+
+    Args:
+        target_px: float ``[B, N, 2]`` (u, v), px, pixel ``i``'s centre at ``i + 0.5``;
+            a sample with a non-finite position lands nowhere.
+        values: float ``[B, N, C]``.
+        size: ``(H, W)`` of the target.
+        weight: float ``[B, N]`` in [0, 1] (e.g. a soft robot mask, a visibility), or None
+            (all 1).
+        depth: float ``[B, N]``, the samples' depth at the target, or None.
+        depth_scale: the depth difference (same unit) that divides the weight by e.
+        samples_per_px: how many samples a source pixel has (4 for a 2x finer sampling).
+
+    Returns:
+        ``(value [B, C, H, W], density [B, 1, H, W])``; value zero where nothing landed.
+
+    Raises:
+        ValueError: shapes that do not match.
+    """
+    b, n, _ = target_px.shape
+    if target_px.shape[-1] != 2 or values.shape[:2] != (b, n):
+        raise ValueError(f"splat_values: target {tuple(target_px.shape)} and values "
+                         f"{tuple(values.shape)}: expected [B, N, 2] and [B, N, C]")
+    h, w = size
+    ch = values.shape[-1]
+    wt = torch.ones(b, n, dtype=target_px.dtype, device=target_px.device) \
+        if weight is None else weight
+    finite = torch.isfinite(target_px).all(-1)  # a sample at no position lands nowhere
+    if not bool(finite.all()):
+        target_px = torch.where(finite[..., None], target_px,
+                                torch.full_like(target_px, -10.0))
+        values = torch.where(finite[..., None], values, torch.zeros_like(values))
+        if depth is not None:
+            depth = torch.where(finite, depth, torch.ones_like(depth))
+    x = target_px[..., 0] - 0.5
+    y = target_px[..., 1] - 0.5
+    x0, y0 = torch.floor(x.detach()), torch.floor(y.detach())
+    corners = []
+    for dy in (0.0, 1.0):
+        for dx in (0.0, 1.0):
+            xi, yi = x0 + dx, y0 + dy
+            bil = (1.0 - (x - xi).abs()).clamp(min=0) * (1.0 - (y - yi).abs()).clamp(min=0)
+            inside = ((xi >= 0) & (xi < w) & (yi >= 0) & (yi < h)).to(bil.dtype)
+            corners.append((bil * inside, (yi.clamp(0, h - 1) * w + xi.clamp(0, w - 1)).long()))
+    zmin = None
+    if depth is not None:
+        # each pixel's nearest landing depth, so the softmax never underflows
+        zmin = torch.full((b, h * w), float("inf"), dtype=depth.dtype, device=depth.device)
+        zd = depth.detach()
+        for bil, idx in corners:
+            zmin = zmin.scatter_reduce(1, idx, torch.where(bil > 0, zd, torch.full_like(
+                zd, float("inf"))), reduce="amin")
+    acc = target_px.new_zeros(b, ch + 1, h * w)  # importance-weighted values, importance
+    dens = target_px.new_zeros(b, 1, h * w)
+    for bil, idx in corners:
+        imp = wt
+        if zmin is not None and depth is not None:
+            near = torch.gather(zmin, 1, idx)
+            imp = wt * torch.exp(-(depth - torch.where(torch.isfinite(near), near, depth))
+                                 / depth_scale)
+        a = bil * imp
+        src = torch.cat([a[..., None] * values, a[..., None]], -1).transpose(1, 2)
+        acc = acc.scatter_add(2, idx[:, None].expand(-1, ch + 1, -1), src)
+        dens = dens.scatter_add(2, idx[:, None], (bil * wt)[:, None])
+    landed = acc[:, ch:] > 0
+    val = acc[:, :ch] / torch.where(landed, acc[:, ch:], torch.ones_like(acc[:, ch:]))
+    val = torch.where(landed, val, torch.zeros_like(val))
+    return val.reshape(b, ch, h, w), (dens / samples_per_px).reshape(b, 1, h, w)
+
+
 def splat_flow(source_px: Tensor, target_px: Tensor, size: tuple[int, int],
                weight: Tensor | None = None, depth: Tensor | None = None,
                depth_scale: float = 0.01, samples_per_px: float = 1.0
                ) -> tuple[Tensor, Tensor]:
-    """A backward flow at the target from a forward motion of source samples.
-
-    Each sample moves from ``source_px`` to ``target_px`` and carries the backward flow
-    ``source - target`` to where it lands, splatted bilinearly over the four nearest pixel
-    centres; a pixel's flow is the weighted mean of what lands on it, and its density the
-    landed weight per ``samples_per_px`` (1 where a whole pixel's worth of samples landed).
-    With ``depth``, what lands is weighted by ``exp(-(z - min z) / depth_scale)`` (softmax
-    splatting): the nearest surface decides the flow where several land.
-
-    Args:
-        source_px, target_px: float ``[B, N, 2]`` (u, v), px, pixel ``i``'s centre at
-            ``i + 0.5``.
-        size: ``(H, W)`` of the target.
-        weight: float ``[B, N]`` in [0, 1] (e.g. a soft robot mask), or None (all 1).
-        depth: float ``[B, N]``, the moved samples' depth, or None.
-        depth_scale: the depth difference (same unit) that divides the weight by e.
-        samples_per_px: how many samples a source pixel has (4 for a 2x finer sampling).
+    """A backward flow at the target from a forward motion of source samples: each sample
+    moves from ``source_px`` to ``target_px`` ``[B, N, 2]`` and carries ``source -
+    target`` to where it lands (:func:`splat_values`, same arguments).
 
     Returns:
         ``(flow [B, 2, H, W], density [B, 1, H, W])``; flow zero where nothing landed.
@@ -140,33 +208,8 @@ def splat_flow(source_px: Tensor, target_px: Tensor, size: tuple[int, int],
     if target_px.shape != (b, n, 2) or source_px.shape[-1] != 2:
         raise ValueError(f"splat_flow: source {tuple(source_px.shape)} and target "
                          f"{tuple(target_px.shape)}: expected two [B, N, 2]")
-    h, w = size
-    wt = torch.ones(b, n, dtype=source_px.dtype, device=source_px.device) \
-        if weight is None else weight
-    imp = wt
-    if depth is not None:
-        zmin = depth.detach().amin(1, keepdim=True)
-        imp = wt * torch.exp(-(depth - zmin) / depth_scale)
-    x = target_px[..., 0] - 0.5
-    y = target_px[..., 1] - 0.5
-    x0, y0 = torch.floor(x.detach()), torch.floor(y.detach())
-    value = source_px - target_px  # (B, N, 2)
-    acc = source_px.new_zeros(b, 3, h * w)  # flow x, flow y (importance-weighted), importance
-    dens = source_px.new_zeros(b, 1, h * w)
-    for dy in (0.0, 1.0):
-        for dx in (0.0, 1.0):
-            xi, yi = x0 + dx, y0 + dy
-            bil = (1.0 - (x - xi).abs()).clamp(min=0) * (1.0 - (y - yi).abs()).clamp(min=0)
-            inside = ((xi >= 0) & (xi < w) & (yi >= 0) & (yi < h)).to(bil.dtype)
-            bil = bil * inside
-            idx = (yi.clamp(0, h - 1) * w + xi.clamp(0, w - 1)).long()  # (B, N)
-            a = bil * imp
-            src = torch.stack([a * value[..., 0], a * value[..., 1], a], 1)  # (B, 3, N)
-            acc = acc.scatter_add(2, idx[:, None].expand(-1, 3, -1), src)
-            dens = dens.scatter_add(2, idx[:, None], (bil * wt)[:, None])
-    flow = acc[:, 0:2] / acc[:, 2:3].clamp(min=1e-12)
-    flow = torch.where(acc[:, 2:3] > 0, flow, torch.zeros_like(flow))
-    return flow.reshape(b, 2, h, w), (dens / samples_per_px).reshape(b, 1, h, w)
+    return splat_values(target_px, source_px - target_px, size, weight, depth, depth_scale,
+                        samples_per_px)
 
 
 def camera_frame(camera: Tensor, width: int, height: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -1,0 +1,552 @@
+"""Reading a cell's kinematic chain from its calibration episode by fitting it.
+
+The calibration episode sweeps each controller channel alone from the home pose and back
+(``syncedge calibrate record``). Every robot pixel of the home frame is a 3-D point that the
+swept joint turns about a fixed axis by a known angle (the channel's recorded joint
+positions), so its image track over the sweep is the projection of a circular arc. The
+fit finds, in the home frame's camera coordinates, one depth per robot pixel and each
+channel's axis and pivot such that Rodrigues' rotation of the points, projected through
+the pinhole, lands on the observed tracks. Because a distal point is turned by every
+joint proximal to it, its depth is pinned down by several axes at once; the product of
+exponentials (:func:`export.models.kinematics.compose_chain`) then moves the home points
+to any joint offset, which is all a rollout needs:
+
+- the start frame's robot pixels are the home points moved by the start's joint offset
+  from the home pose (the controller's own joint readings);
+- the target's are the same points moved by the offset plus the summed actions;
+- the backward flow at the target is the start position minus the target position,
+  splatted to the target (:func:`export.models.kinematics.splat_flow`), and the start frame
+  warped by it; what the arm uncovers is taken from the calibration frames where the fit
+  says no arm covers the pixel.
+
+The depth scale is a gauge (scaling every depth and pivot together projects the same); it
+is fixed by the median robot depth of 1 (the unit of :attr:`ChainFit.depth`). The camera's
+pinhole (focal length and principal point, px) is an input.
+
+Tracks come from :func:`sweep_tracks` (dense optical flow from the home frame, OpenCV DIS;
+Kroeger et al. 2016, "Fast Optical Flow using Dense Inverse Search") or, to measure the fit
+apart from tracking, from a cell's true geometry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ChainFit", "sweep_tracks", "fit_chain", "chain_positions", "chain_flow",
+           "calibration_background", "predict_frames"]
+
+
+@dataclass
+class ChainFit:
+    """A cell's chain as read from its calibration episode (home frame's camera
+    coordinates: x right, y down, z forward; depth unit: the median robot depth).
+
+    Attributes:
+        robot: bool ``[H, W]``, the home frame's pixels that move in some sweep.
+        depth: float64 ``[N]``, each robot pixel's depth (row-major order of ``robot``).
+        axes: float64 ``[K, 3]``, each channel's unit axis: a positive change of the
+            channel's joint reading turns the points right-handed about it.
+        pivots: float64 ``[K, 3]``, a point on each axis.
+        carried: float64 ``[K, N]`` in {0, 1}, which channels carry each point.
+        rad_per_unit: float64 ``[K]``, the turn (rad) per unit of each channel's reading.
+        focal_px: focal length, px.
+        centre_px: float64 ``[2]``, principal point, px (pixel i's centre at i + 0.5).
+        residual_px: float64 ``[K]``, each channel's RMS track residual after the fit, px.
+    """
+
+    robot: np.ndarray
+    depth: np.ndarray
+    axes: np.ndarray
+    pivots: np.ndarray
+    carried: np.ndarray
+    rad_per_unit: np.ndarray
+    focal_px: float
+    centre_px: np.ndarray
+    residual_px: np.ndarray
+
+    def points(self) -> np.ndarray:
+        """The robot pixels' 3-D points float64 ``[N, 3]``."""
+        ys, xs = np.nonzero(self.robot)
+        z = self.depth
+        return np.stack([(xs + 0.5 - self.centre_px[0]) * z / self.focal_px,
+                         (ys + 0.5 - self.centre_px[1]) * z / self.focal_px, z], -1)
+
+
+def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsample: int = 1,
+                 preset: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Where every pixel of the home frame (frame 0) is in each calibration frame.
+
+    Dense optical flow from frame 0 to every frame (OpenCV DIS on the grey frames,
+    ``upsample`` times larger), checked forward-backward, then averaged onto the model's
+    pixel grid ``size``: a calibration recorded at a higher resolution than the model runs
+    at gives tracks to a fraction of a model pixel.
+
+    Args:
+        frames: uint8 ``[T, h, w, 3]``, the calibration episode, home frame first.
+        size: the model's ``(H, W)``; None: the frames' own. ``h`` and ``w`` must be whole
+            multiples of it.
+        upsample: the flow is computed on frames this many times larger.
+        preset: a ``cv2.DISOPTICAL_FLOW_PRESET_*``; None: MEDIUM.
+
+    Returns:
+        ``(tracks, valid)``: float32 ``[T, H, W, 2]`` forward displacement (model px) of each
+        home pixel at frame t (zero at t = 0); bool ``[T, H, W]``, the forward-backward
+        error under half a model pixel.
+
+    Raises:
+        ValueError: frames whose size is not a whole multiple of ``size``.
+    """
+    import cv2
+
+    t, fh, fw, _ = frames.shape
+    h, w = (fh, fw) if size is None else size
+    if fh % h or fw % w or fh // h != fw // w:
+        raise ValueError(f"sweep_tracks: calibration frames {fh}x{fw} are not a whole "
+                         f"multiple of the model's {h}x{w}")
+    ratio = fh // h
+    big = (fw * upsample, fh * upsample)
+    grey = [cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in frames]
+    if upsample != 1:
+        grey = [cv2.resize(g, big, interpolation=cv2.INTER_CUBIC) for g in grey]
+    make = cv2.DISOpticalFlow_create  # type: ignore[attr-defined]
+    dis = make(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM if preset is None else preset)
+    tracks = np.zeros((t, h, w, 2), np.float32)
+    valid = np.ones((t, h, w), bool)
+    gx, gy = np.meshgrid(np.arange(big[0], dtype=np.float32),
+                         np.arange(big[1], dtype=np.float32))
+    per_model_px = float(upsample * ratio)
+    for i in range(1, t):
+        fwd = dis.calc(grey[0], grey[i], None)
+        bwd = dis.calc(grey[i], grey[0], None)
+        back = cv2.remap(bwd, gx + fwd[..., 0], gy + fwd[..., 1], cv2.INTER_LINEAR,
+                         borderMode=cv2.BORDER_REPLICATE)
+        err = np.linalg.norm(fwd + back, axis=-1) / per_model_px
+        tracks[i] = cv2.resize(fwd, (w, h), interpolation=cv2.INTER_AREA) / per_model_px
+        valid[i] = cv2.resize(err, (w, h), interpolation=cv2.INTER_AREA) < 0.5
+    return tracks, valid
+
+
+def _carried_from_tracks(moves: np.ndarray) -> np.ndarray:
+    """Hierarchical carried sets: channel c carries a point if the point moves in c's
+    sweep, or if c carries every point some other channel moves (a proximal joint
+    carries whatever its distal joints carry). ``moves`` bool ``[K, N]``."""
+    k = len(moves)
+    car = moves.copy()
+    counts = moves.sum(1)
+    for c in range(k):
+        for d in range(k):
+            if c == d or not moves[d].any():
+                continue
+            # c is proximal to d when c moves most of what d moves and more besides
+            shared = (moves[c] & moves[d]).sum() / max(moves[d].sum(), 1)
+            if shared > 0.6 and counts[c] > counts[d]:
+                car[c] |= moves[d]
+    return car
+
+
+def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray,
+              segments: list[tuple[int, int]], focal_px: float, centre_px: np.ndarray,
+              robot: np.ndarray | None = None, moving_px: float = 0.5,
+              restarts: int = 16, steps: int = 300, refine_steps: int = 600,
+              smooth: float = 2.0, seed: int = 0) -> ChainFit:
+    """Fit depths, axes and pivots to a calibration sweep's tracks (module docstring).
+
+    Args:
+        tracks: float32 ``[T, H, W, 2]``, forward displacement of each home pixel at each
+            frame, px (:func:`sweep_tracks`).
+        valid: bool ``[T, H, W]``, which track samples to trust.
+        joint_positions: float ``[T, K]``, each frame's joint readings (controller order
+            and unit; frame 0 is the home pose).
+        segments: ``[(start, stop)]`` per channel, the frames of its sweep (stop
+            exclusive); channel c's sweep moves only channel c.
+        focal_px, centre_px: the camera's pinhole, px.
+        robot: bool ``[H, W]``, the home frame's robot pixels; None: every pixel that moves
+            more than ``moving_px`` in some frame.
+        moving_px: the displacement (px) above which a pixel counts as moved by a sweep.
+        restarts: initial axis directions tried per channel.
+        steps, refine_steps: Adam steps per restart and for the joint refinement.
+        smooth: weight of the depth smoothness prior (squared log-depth difference of
+            neighbouring robot pixels: a link's surface is smooth), against the mean
+            Huber track residual (px).
+        seed: of the initial directions.
+
+    Returns:
+        :class:`ChainFit`.
+
+    Raises:
+        ValueError: shapes that do not match or a segment outside the episode.
+    """
+    import torch
+
+    from export.models.kinematics import rotate_about_axis
+
+    t_all, h, w, _ = tracks.shape
+    q = np.asarray(joint_positions, np.float64)
+    k = q.shape[1]
+    if valid.shape != (t_all, h, w) or q.shape[0] != t_all or len(segments) != k:
+        raise ValueError(f"fit_chain: tracks {tracks.shape}, valid {valid.shape}, joint "
+                         f"positions {q.shape}, {len(segments)} segments: expected [T, H, W, "
+                         "2], [T, H, W], [T, K] and K segments")
+    for a, b in segments:
+        if not 0 <= a < b <= t_all:
+            raise ValueError(f"fit_chain: segment ({a}, {b}) outside the {t_all} frames")
+    mag = np.linalg.norm(tracks, axis=-1) * valid  # (T, H, W)
+    if robot is None:
+        robot = mag.max(0) > moving_px
+    ys, xs = np.nonzero(robot)
+    n = len(ys)
+    moves = np.zeros((k, n), bool)
+    for c, (a, b) in enumerate(segments):  # moved at the sweep's far end
+        far = np.abs(q[a:b, c] - q[0, c])
+        peak = far >= 0.75 * far.max() if far.max() > 0 else np.zeros(b - a, bool)
+        if n and peak.any():
+            moves[c] = mag[a:b][peak][:, ys, xs].mean(0) > moving_px
+    carried = _carried_from_tracks(moves)
+    idx = np.full((h, w), -1)
+    idx[ys, xs] = np.arange(n)
+    pair_np = np.concatenate([np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
+                              np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)])
+    pairs = torch.from_numpy(pair_np[(pair_np >= 0).all(1)])
+    dt = torch.float64
+    uv0 = torch.tensor(np.stack([xs + 0.5, ys + 0.5], -1), dtype=dt)  # (N, 2)
+    cen = torch.tensor(np.asarray(centre_px, np.float64), dtype=dt)
+    f = float(focal_px)
+    ray = torch.cat([(uv0 - cen) / f, torch.ones(n, 1, dtype=dt)], 1)  # (N, 3)
+
+    def project(p):
+        return p[..., :2] / p[..., 2:3].clamp(min=1e-3) * f + cen
+
+    obs, seen, ang = [], [], []
+    for c, (a, b) in enumerate(segments):
+        obs.append(torch.tensor(tracks[a:b][:, ys, xs], dtype=dt) + uv0)  # (L, N, 2)
+        seen.append(torch.tensor(valid[a:b][:, ys, xs], dtype=dt))
+        ang.append(torch.tensor(q[a:b, c] - q[0, c], dtype=dt))
+    ok: list = []
+
+    def set_carried(car):
+        ok[:] = [seen[c] * torch.tensor(car[c], dtype=dt)[None] for c in range(k)]
+
+    set_carried(carried)
+
+    def channel_loss(c, axis, pivot, logz, sel=None):
+        p = ray * logz.exp()[:, None]
+        if sel is not None:
+            p, o, m = p[sel], obs[c][:, sel], ok[c][:, sel]
+        else:
+            o, m = obs[c], ok[c]
+        wv = axis / axis.norm()
+        turned = rotate_about_axis(p[None].expand(len(ang[c]), -1, -1),
+                                   wv[None].expand(len(ang[c]), -1),
+                                   pivot[None].expand(len(ang[c]), -1), ang[c])
+        r = (project(turned) - o).norm(dim=-1)
+        hub = torch.where(r < 1.0, 0.5 * r ** 2, r - 0.5)
+        return (hub * m).sum() / m.sum().clamp(min=1.0)
+
+    def smoothness(logz, keep=None):
+        pr = pairs if keep is None else pairs[keep[pairs].all(1)]
+        if not len(pr):
+            return logz.sum() * 0.0
+        return smooth * ((logz[pr[:, 0]] - logz[pr[:, 1]]) ** 2).mean()
+
+    # channel by channel, proximal (most carried) first: a channel's points whose depth an
+    # earlier channel fixed keep it, so every axis is read in one consistent depth (a
+    # channel fitted alone can land in the depth-mirrored twin of its motion)
+    rng = np.random.default_rng(seed)
+    axes = np.zeros((k, 3))
+    pivots = np.zeros((k, 3))
+    known = np.zeros(n, bool)
+    logz_known = np.zeros(n)
+    for c in np.argsort(-carried.sum(1), kind="stable"):
+        sel_np = np.nonzero(carried[c])[0]
+        if len(sel_np) < 3:
+            continue
+        sel = torch.from_numpy(sel_np)
+        fixed = torch.from_numpy(known[sel_np])
+        base = torch.tensor(logz_known[sel_np], dtype=dt)
+        start_z = float(logz_known[known].mean()) if known.any() else 0.0
+        best_loss = np.inf
+        best: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(3), np.zeros(3),
+                                                          np.zeros(len(sel_np)))
+        dirs = rng.normal(size=(restarts, 3))
+        dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+        keep = torch.zeros(n, dtype=torch.bool)
+        keep[sel] = True
+        for d in dirs:
+            axis = torch.tensor(d, dtype=dt, requires_grad=True)
+            pivot = (ray[sel].mean(0) * np.exp(start_z)).clone().requires_grad_(True)
+            free = torch.full((len(sel),), start_z, dtype=dt, requires_grad=True)
+            opt = torch.optim.Adam([axis, pivot, free], lr=0.03)
+            for _ in range(steps):
+                opt.zero_grad()
+                lz = torch.where(fixed, base, free)
+                full = torch.zeros(n, dtype=dt).index_put((sel,), lz)
+                loss = channel_loss(c, axis, pivot, full, sel) + smoothness(full, keep)
+                if not known.any():
+                    loss = loss + 1e-2 * lz.mean() ** 2
+                loss.backward()
+                opt.step()
+            if loss.item() < best_loss:
+                best_loss = loss.item()
+                best = (axis.detach().numpy().copy(), pivot.detach().numpy().copy(),
+                        torch.where(fixed, base, free).detach().numpy())
+        a_, p_, lz_best = best
+        axes[c] = a_ / np.linalg.norm(a_)
+        pivots[c] = p_
+        logz_known[sel_np] = lz_best
+        known[sel_np] = True
+
+    # joint refinement: one depth per point shared by every channel that turns it
+    axis_t = torch.tensor(axes, dtype=dt, requires_grad=True)
+    pivot_t = torch.tensor(pivots, dtype=dt, requires_grad=True)
+    logz_t = torch.tensor(np.where(known, logz_known, logz_known[known].mean()
+                                   if known.any() else 0.0), dtype=dt, requires_grad=True)
+    active = [c for c in range(k) if carried[c].sum() >= 3]
+
+    def refine(nsteps):
+        opt = torch.optim.Adam([axis_t, pivot_t, logz_t], lr=0.01)
+        for _ in range(nsteps):
+            opt.zero_grad()
+            loss = sum(channel_loss(c, axis_t[c], pivot_t[c], logz_t) for c in active) \
+                / max(len(active), 1) + 1e-2 * logz_t.mean() ** 2 + smoothness(logz_t)
+            loss.backward()
+            opt.step()
+
+    refine(refine_steps)
+    # carried again: a point moves with a channel where the channel's turn explains its
+    # track better than standing still does; then refined with those sets
+    with torch.no_grad():
+        moves = np.zeros((k, n), bool)
+        p = ray * logz_t.exp()[:, None]
+        for c in active:
+            wv = axis_t[c] / axis_t[c].norm()
+            turned = rotate_about_axis(p[None].expand(len(ang[c]), -1, -1),
+                                       wv[None].expand(len(ang[c]), -1),
+                                       pivot_t[c][None].expand(len(ang[c]), -1), ang[c])
+            r_rot = (((project(turned) - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
+            r_static = (((uv0[None] - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
+            moves[c] = (r_rot < r_static).numpy()
+    carried = _carried_from_tracks(moves)
+    set_carried(carried)
+    active = [c for c in range(k) if carried[c].sum() >= 3]
+    refine(refine_steps // 2)
+    with torch.no_grad():
+        logz = logz_t - logz_t.median()  # gauge: median depth 1
+        scale = float(torch.exp(-logz_t.median()))
+        norm = axis_t.norm(dim=1, keepdim=True)
+        axes = torch.where(norm > 0, axis_t / norm.clamp(min=1e-12), 0.0).numpy()
+        pivots = (pivot_t * scale).numpy()
+        for c in range(k):
+            if c not in active:  # a channel whose sweep moves nothing the home frame shows
+                axes[c] = 0.0
+                pivots[c] = 0.0
+                carried[c] = False
+        res = np.zeros(k)
+        for c in active:
+            p = ray * logz.exp()[:, None]
+            turned = rotate_about_axis(p[None].expand(len(ang[c]), -1, -1),
+                                       torch.tensor(axes[c])[None].expand(len(ang[c]), -1),
+                                       torch.tensor(pivots[c])[None].expand(len(ang[c]), -1),
+                                       ang[c])
+            r2 = ((project(turned) - obs[c]) ** 2).sum(-1)
+            res[c] = torch.sqrt((r2 * ok[c]).sum() / ok[c].sum().clamp(min=1.0)).item()
+    return ChainFit(robot, logz.exp().numpy(), axes, pivots, carried.astype(np.float64),
+                    np.ones(k), f, np.asarray(centre_px, np.float64), res)
+
+
+def _samples(fit: ChainFit, upsample: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each robot pixel as ``upsample**2`` 3-D samples at sub-pixel centres (the pixel's
+    depth and carried set): ``(points [M, 3], carried [K, M])``."""
+    ys, xs = np.nonzero(fit.robot)
+    off = (np.arange(upsample) + 0.5) / upsample
+    oy, ox = np.meshgrid(off, off, indexing="ij")
+    u = (xs[:, None] + ox.reshape(1, -1)).reshape(-1)
+    v = (ys[:, None] + oy.reshape(1, -1)).reshape(-1)
+    z = np.repeat(fit.depth, upsample ** 2)
+    pts = np.stack([(u - fit.centre_px[0]) * z / fit.focal_px,
+                    (v - fit.centre_px[1]) * z / fit.focal_px, z], -1)
+    return pts, np.repeat(fit.carried, upsample ** 2, axis=1)
+
+
+def chain_positions(fit: ChainFit, offsets: np.ndarray, upsample: int = 1
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Where the home points land under joint offsets from the home pose (the product of
+    exponentials, :func:`export.models.kinematics.compose_chain`).
+
+    Args:
+        fit: :class:`ChainFit`.
+        offsets: float ``[S, K]``, joint readings minus the home pose's (controller unit).
+        upsample: each robot pixel as ``upsample**2`` samples.
+
+    Returns:
+        ``(uv [S, M, 2] px, z [S, M])``, ``M = N * upsample**2``.
+    """
+    import torch
+
+    from export.models.kinematics import compose_chain
+
+    off = np.asarray(offsets, np.float64)
+    s = len(off)
+    pts, car = _samples(fit, upsample)
+    moved = compose_chain(torch.from_numpy(pts)[None].expand(s, -1, -1),
+                          torch.from_numpy(fit.axes)[None].expand(s, -1, -1),
+                          torch.from_numpy(fit.pivots)[None].expand(s, -1, -1),
+                          torch.from_numpy(off * fit.rad_per_unit[None]),
+                          torch.from_numpy(car)[None].expand(s, -1, -1))
+    z = moved[..., 2].clamp(min=1e-3)
+    uv = moved[..., :2] / z[..., None] * fit.focal_px + torch.from_numpy(fit.centre_px)
+    return uv.numpy(), z.numpy()
+
+
+def chain_flow(fit: ChainFit, start_offset: np.ndarray, offsets: np.ndarray,
+               size: tuple[int, int], upsample: int = 2, depth_scale: float = 0.01
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Backward flows at each target from the start pose: the home points moved to the
+    start and to each target, the start position minus the target position splatted to
+    the target (:func:`export.models.kinematics.splat_flow`, softmax by depth; gaps
+    closed by :func:`~export.models.kinematics.close_gaps`).
+
+    Args:
+        fit: :class:`ChainFit`.
+        start_offset: float ``[K]``, the start's joint readings minus the home pose's.
+        offsets: float ``[S, K]``, each target's.
+        size: ``(H, W)``.
+        upsample: each home pixel moved as ``upsample**2`` samples (no holes where a
+            link stretches).
+        depth_scale: softmax splatting's depth scale, in the fit's depth unit.
+
+    Returns:
+        ``(flow [S, H, W, 2] float32 px, cover [S, H, W] bool, start_cover [H, W] bool)``:
+        the arm's backward flow where the arm lands at each target (zero elsewhere), where
+        it lands at each target, and where it is at the start.
+    """
+    import torch
+
+    from export.models.kinematics import close_gaps, splat_flow
+
+    h, w = size
+    offs = np.concatenate([np.asarray(start_offset, np.float64)[None],
+                           np.asarray(offsets, np.float64)])
+    uv, z = chain_positions(fit, offs, upsample)
+    src = torch.from_numpy(uv[:1]).expand(len(offs), -1, -1)
+    flow, dens = splat_flow(src, torch.from_numpy(uv), (h, w), depth=torch.from_numpy(z),
+                            depth_scale=depth_scale, samples_per_px=upsample ** 2)
+    flow, cover = close_gaps(flow, dens)
+    flow_np = flow.permute(0, 2, 3, 1).numpy().astype(np.float32)
+    cov = cover[:, 0].numpy() > 0.5
+    return flow_np[1:], cov[1:], cov[0]
+
+
+def calibration_background(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
+                           upsample: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """The static scene behind the arm, from the calibration frames: each pixel's mean
+    over the frames where the fitted arm does not cover it (dilated by one pixel).
+
+    Args:
+        fit: :class:`ChainFit` of this episode.
+        frames: uint8 ``[T, H, W, 3]``.
+        joint_positions: float ``[T, K]``, frame 0 the home pose.
+        upsample: as :func:`chain_flow`.
+
+    Returns:
+        ``(background float32 [H, W, 3], seen bool [H, W])``: seen where some frame shows
+        the pixel uncovered.
+    """
+    import cv2
+
+    t, h, w, _ = frames.shape
+    q = np.asarray(joint_positions, np.float64)
+    _, cover, cover0 = chain_flow(fit, q[0] - q[0], q - q[0], (h, w), upsample)
+    kernel = np.ones((3, 3), np.uint8)
+    free = np.stack([cv2.dilate(c.astype(np.uint8), kernel) == 0 for c in cover])
+    acc = (frames.astype(np.float64) * free[..., None]).sum(0)
+    cnt = free.sum(0)
+    bg = acc / np.maximum(cnt, 1)[..., None]
+    return bg.astype(np.float32), cnt > 0
+
+
+def predict_frames(fit: ChainFit, start: np.ndarray, start_offset: np.ndarray,
+                   actions: np.ndarray, home: np.ndarray | None = None,
+                   background: tuple[np.ndarray, np.ndarray] | None = None,
+                   upsample: int = 2, depth_scale: float = 0.01,
+                   visible_tol: float = 0.02) -> np.ndarray:
+    """A rollout: the arm's points moved by the chain and drawn over the start frame.
+
+    Every robot sample of the home frame is moved to the start pose and to each step's
+    pose (:func:`chain_positions`) and splatted to each step (softmax by depth, gaps
+    closed), carrying where it is at the start and at home. A pixel the arm covers at the
+    step reads the start frame where the start shows its sample (the nearest at its start
+    pixel, within ``visible_tol`` of depth), else the home frame (a backward warp, so an
+    arm that does not move reads exactly its own pixels); where the arm was at the start
+    and is not at the step, the calibration's background is drawn; everything else is
+    the start frame.
+
+    Args:
+        fit: :class:`ChainFit` of the cell's calibration episode.
+        start: uint8 ``[H, W, 3]``.
+        start_offset: float ``[K]``, the start's joint readings minus the calibration's
+            home pose (controller order and unit).
+        actions: float ``[S, K]``, joint-position deltas; step s shows the pose after
+            actions ``0..s``.
+        home: uint8 ``[H, W, 3]``, the calibration's home frame (colours of what the start
+            hides), or None (hidden samples are dropped).
+        background: :func:`calibration_background`, or None (what the arm uncovers keeps
+            the start frame's look).
+        upsample: each home pixel moved as ``upsample**2`` samples.
+        depth_scale: softmax splatting's depth scale, in the fit's depth unit.
+        visible_tol: depth margin of the start's visibility test, in the fit's depth unit.
+
+    Returns:
+        uint8 ``[S, H, W, 3]``.
+    """
+    import cv2
+    import torch
+
+    from export.models.kinematics import close_gaps, splat_values
+
+    h, w, _ = start.shape
+    k = len(fit.axes)
+    off0 = np.asarray(start_offset, np.float64)
+    offs = off0[None] + np.cumsum(np.asarray(actions, np.float64), 0)
+    uv, z = chain_positions(fit, np.concatenate([np.zeros((1, k)), off0[None], offs]),
+                            upsample)
+    uh, us, zs = uv[0], uv[1], z[1]
+    uv, z = uv[1:], z[1:]  # the start, then each step
+    # visibility at the start: the nearest depth landing on each start pixel
+    ix = np.clip(np.floor(us[:, 0]).astype(int), 0, w - 1)
+    iy = np.clip(np.floor(us[:, 1]).astype(int), 0, h - 1)
+    zbuf = np.full(h * w, np.inf)
+    np.minimum.at(zbuf, iy * w + ix, zs)
+    visible = (zs <= zbuf[iy * w + ix] + visible_tol).astype(np.float64)
+    # each sample carries where to read its colour: the start frame where the start shows
+    # it, else the home frame; both read by a backward warp at the target, so a sample
+    # that does not move reads exactly its own pixel
+    vals = np.concatenate([np.broadcast_to(us, uv.shape) - uv, uh[None] - uv,
+                           np.broadcast_to(visible[None, :, None], uv.shape[:2] + (1,))], -1)
+    weight = np.ones(len(uh)) if home is not None else visible
+    spl, dens = splat_values(torch.from_numpy(uv), torch.from_numpy(vals), (h, w),
+                             weight=torch.from_numpy(weight)[None].expand(len(uv), -1),
+                             depth=torch.from_numpy(z), depth_scale=depth_scale,
+                             samples_per_px=upsample ** 2)
+    spl_t, cover_t = close_gaps(spl, dens)
+    spl_np = spl_t.permute(0, 2, 3, 1).numpy().astype(np.float32)
+    cover = cover_t[:, 0].numpy() > 0.5
+    gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+    img = start.astype(np.float32)
+    hom = home.astype(np.float32) if home is not None else img
+    out = np.empty((len(offs), h, w, 3), np.uint8)
+    for s in range(len(offs)):
+        f = spl_np[s + 1]
+        from_start = cv2.remap(img, gx + f[..., 0], gy + f[..., 1], cv2.INTER_LINEAR,
+                               borderMode=cv2.BORDER_REPLICATE)
+        from_home = cv2.remap(hom, gx + f[..., 2], gy + f[..., 3], cv2.INTER_LINEAR,
+                              borderMode=cv2.BORDER_REPLICATE)
+        arm = np.where((f[..., 4:5] >= 0.5), from_start, from_home)
+        frame = np.where(cover[s + 1][..., None], arm, img)
+        if background is not None:
+            bg, seen = background
+            hole = cover[0] & ~cover[s + 1] & seen
+            frame[hole] = bg[hole]
+        out[s] = np.clip(np.rint(frame), 0, 255).astype(np.uint8)
+    return out

@@ -1,0 +1,267 @@
+"""The calibration-fitted kinematic chain (``export.models.chain_fit``) on the futures.
+
+    python scripts/chain_fit_eval.py --data data/cells --split test_convention \\
+        [--cells 16] [--tracks dis|true|both] [--json out.json] [--sheet out.png]
+
+For each cell: the chain is fitted to the calibration episode's tracks (``dis``: OpenCV
+DIS optical flow from the home frame, what a device has; ``true``: the home pixels' true
+positions from the cell's geometry, to measure the fit apart from tracking), then every
+candidate of the eval-frames futures (8 per cell from the first frame of the first motion
+episode, both motion profiles) is predicted from the start frame, the start's joint
+readings and the actions, and scored as ``oracle_retrieval.py`` scores its predictions
+(futures retrieval, whole-frame and motion-region PSNR against copy-last). Printed: the
+fit's axis error against the true home-pose axes (deg, over joints that move at least one
+pixel) and its track residual. The camera's pinhole is the cell's own (an input of the
+fit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def true_tracks(scene, params, home_ctrl: np.ndarray, q_ctrl: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The home frame's robot pixels' true displacement at every calibration frame:
+    ``(tracks [T, H, W, 2], valid [T, H, W], robot [H, W])``."""
+    from export.cells.geometry import NO_LINK, moved_robot_points, project_points
+
+    conv = params.convention
+    qh = conv.to_canonical(home_ctrl.astype(np.float64)[None])[0]
+    d, lk, ps, cam = scene.render_geometry(qh)
+    h, w = d.shape
+    poses = np.stack([scene.link_poses(conv.to_canonical(q[None].astype(np.float64))[0])
+                      for q in q_ctrl])
+    ys, xs, moved = moved_robot_points(d, lk, ps, poses, cam)
+    uv = project_points(moved, cam, w, h)  # (T, N, 2)
+    tracks = np.zeros((len(q_ctrl), h, w, 2), np.float32)
+    tracks[:, ys, xs, 0] = uv[..., 0] - (xs + 0.5)
+    tracks[:, ys, xs, 1] = uv[..., 1] - (ys + 0.5)
+    return np.nan_to_num(tracks), np.ones(tracks.shape[:3], bool), lk != NO_LINK
+
+
+def smooth_noise(shape: tuple[int, ...], rms: float, seed: int) -> np.ndarray:
+    """Gaussian noise float32 ``shape`` (``[T, H, W, 2]``), blurred over 2 px in space so
+    that neighbouring pixels err together (as a tracker does), scaled to ``rms`` px."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    n = rng.normal(size=shape).astype(np.float32)
+    for t in range(shape[0]):
+        n[t] = cv2.GaussianBlur(n[t], (0, 0), 2.0)
+    return n * (rms / max(float(n[1:].std()), 1e-12))
+
+
+def axis_errors(fit, scene, params, home_ctrl: np.ndarray) -> np.ndarray:
+    """Angle (deg) between each channel's fitted axis and the true one at the home pose
+    (in camera coordinates, sign from the convention); NaN where the fit has no axis."""
+    import torch
+
+    from export.cells.geometry import dof_link_poses, true_joint_axes
+    from export.models.kinematics import camera_frame
+
+    conv = params.convention
+    qh = conv.to_canonical(home_ctrl.astype(np.float64)[None])[0]
+    _, _, _, cam = scene.render_geometry(qh)
+    axes_w, _, _ = true_joint_axes(scene.link_poses(qh), dof_link_poses(scene.link_poses, qh))
+    rot, _, _ = camera_frame(torch.from_numpy(cam), 64, 64)
+    rot = rot.numpy()
+    out = np.full(len(conv.perm), np.nan)
+    for c, (j, s) in enumerate(zip(conv.perm, conv.signs, strict=True)):
+        if fit.carried[c].sum() < 3 or not axes_w[j].any():
+            continue
+        true = s * (rot @ axes_w[j])
+        out[c] = np.degrees(np.arccos(np.clip(true @ fit.axes[c], -1, 1)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="cells folder")
+    p.add_argument("--split", required=True)
+    p.add_argument("--cells", type=int, default=16, help="first N cells (default 16)")
+    p.add_argument("--tracks", choices=("dis", "true", "both"), default="both")
+    p.add_argument("--calibration-data", help="read each cell's calibration episode for "
+                                              "tracking from this cells folder instead "
+                                              "(the same cells rendered at a higher "
+                                              "resolution, --size of cells generate)")
+    p.add_argument("--track-noise", type=float, default=0.0,
+                   help="add spatially smooth noise of this RMS (px, per axis) to the true "
+                        "tracks (how exact a tracker must be)")
+    p.add_argument("--candidates", type=int, default=8)
+    p.add_argument("--horizon", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write the figures here")
+    p.add_argument("--sheet", help="contact sheet (PNG): the first 4 cells' first "
+                                   "all-joints candidate at steps 4, 8, 16")
+    args = p.parse_args(argv)
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    import torch
+
+    from edge.episode import load_episode
+    from edge.metrics import motion_mask
+    from export.cells.futures import load_or_render_futures
+    from export.cells.generate import CellGenerator, GenerateOptions
+    from export.cells.sampling import CellParams
+    from export.evaluation.frames import RETRIEVAL_STEPS, frame_psnr, retrieval_hits
+    from export.models.chain_fit import (
+        calibration_background,
+        fit_chain,
+        predict_frames,
+        sweep_tracks,
+    )
+    from export.models.kinematics import camera_frame
+    from export.train.data import load_cells
+
+    torch.set_num_threads(2)
+    kinds = ("dis", "true") if args.tracks == "both" else (args.tracks,)
+    preds_names = ["copy_last"] + [f"fit_{k}" for k in kinds] + [f"fit_{k}_fill" for k in kinds]
+    t0 = time.perf_counter()
+    cells = load_cells(args.data, [args.split], 7, 8, limit=args.cells)
+    gen = CellGenerator(GenerateOptions())
+    hits: dict[str, list[float]] = {}
+    psnr: dict[str, list[list[float]]] = {}
+    fit_stats: dict[str, list] = {k: [] for k in kinds}
+    track_err: list[float] = []
+    sheet_rows: list[np.ndarray] = []
+    for i, cell in enumerate(cells):
+        params = CellParams.from_json_dict(cell.params)
+        scene = gen.scene(params.robot)
+        scene.apply_cell(params)
+        mo = cell.motions[0]
+        cal = load_episode(Path(mo.path).parent / "calibration.npz")
+        n = cal.num_dof
+        qc = np.asarray(cal.joint_positions, np.float64)[:, :n]
+        names = list(cal.metadata.dof_names)
+        segments = [None] * n
+        for sgm in cal.metadata.segments:
+            segments[names.index(sgm.dof)] = (sgm.start, sgm.stop + 1)
+        q0 = mo.joint_positions[0, :n].astype(np.float64)
+        d0, _, _, cam = scene.render_geometry(
+            params.convention.to_canonical(qc[:1])[0])
+        _, f, c = camera_frame(torch.from_numpy(cam), 64, 64)
+        fits = {}
+        for kind in kinds:
+            tf = time.perf_counter()
+            if kind == "true":
+                tracks, valid, robot = true_tracks(scene, params, qc[0], qc)
+                if args.track_noise > 0:
+                    tracks = tracks + smooth_noise(tracks.shape, args.track_noise,
+                                                   args.seed + i)
+            else:
+                hi = cal
+                if args.calibration_data:
+                    rel = os.path.relpath(Path(mo.path).parent.resolve(),
+                                          Path(args.data).resolve())
+                    hi = load_episode(Path(args.calibration_data) / rel / "calibration.npz")
+                tracks, valid = sweep_tracks(hi.frames, size=cal.frames.shape[1:3])
+                robot = None
+                tt, _, rb = true_tracks(scene, params, qc[0], qc)
+                err = np.linalg.norm(tracks - tt, axis=-1)[1:, rb]
+                moving = np.linalg.norm(tt, axis=-1)[1:, rb] > 0.5
+                track_err.append(float(np.median(err[moving])))
+            fit = fit_chain(tracks, valid, qc, segments, float(f), c.numpy(), robot=robot)
+            err = axis_errors(fit, scene, params, qc[0])
+            fits[kind] = (fit, calibration_background(fit, cal.frames, qc))
+            fit_stats[kind].append({"cell": cell.cell_id, "axis_error_deg": err.tolist(),
+                                    "residual_px": fit.residual_px.tolist(),
+                                    "robot_px": int(fit.robot.sum()),
+                                    "seconds": time.perf_counter() - tf})
+        for prof in ("all_joints", "two_joint"):
+            fut = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen,
+                                         params, q0, args.candidates, args.horizon, prof,
+                                         args.seed)
+            start, truth = fut.frames[0, 0], fut.frames[:, 1:]
+            preds: dict[str, np.ndarray] = {"copy_last": np.repeat(start[None, None],
+                                                                   len(truth), 0).repeat(
+                args.horizon, 1)}
+            for kind, (fit, bg) in fits.items():
+                acts = fut.actions[:, :, :n]
+                preds[f"fit_{kind}"] = np.stack([predict_frames(fit, start, q0 - qc[0], a,
+                                                                home=cal.frames[0])
+                                                 for a in acts])
+                preds[f"fit_{kind}_fill"] = np.stack([predict_frames(fit, start, q0 - qc[0], a,
+                                                                     home=cal.frames[0],
+                                                                     background=bg)
+                                                      for a in acts])
+            if prof == "all_joints" and len(sheet_rows) < 4:
+                row = [start]
+                for s in (4, 8, 16):
+                    row += [truth[0, s - 1]] + [preds[k][0, s - 1] for k in preds_names[1:]]
+                sheet_rows.append(np.stack(row))
+            for k in preds_names:
+                stack = preds[k]
+                for s in RETRIEVAL_STEPS:
+                    hits.setdefault(f"{k}/{prof}/{s}", []).append(
+                        float(retrieval_hits(stack[:, s - 1], truth[:, s - 1]).mean()))
+                if prof == "all_joints":
+                    mm = [motion_mask(truth[m], start) for m in range(len(truth))]
+                    psnr.setdefault(f"{k}/psnr", []).append(
+                        [float(np.mean([frame_psnr(stack[m, t], truth[m, t])
+                                        for m in range(len(truth))]))
+                         for t in range(args.horizon)])
+                    psnr.setdefault(f"{k}/motion_psnr", []).append(
+                        [float(np.nanmean([frame_psnr(stack[m, t], truth[m, t], mm[m][t])
+                                           for m in range(len(truth))]))
+                         for t in range(args.horizon)])
+        print(f"[{time.perf_counter() - t0:6.1f}s] cell {i + 1}/{len(cells)} "
+              + " ".join(f"{k}: axis err median {np.nanmedian(fit_stats[k][-1]['axis_error_deg']):.1f} deg"
+                         for k in kinds), file=sys.stderr, flush=True)
+    gen.close()
+    if args.sheet:
+        from edge.visual import contact_sheet, write_png
+
+        labels = ["start"]
+        for s in (4, 8, 16):
+            labels += [f"truth {s}"] + [f"{k[4:]} {s}" for k in preds_names[1:]]
+        write_png(args.sheet, contact_sheet(
+            sheet_rows, row_labels=[c.cell_id for c in cells[:len(sheet_rows)]],
+            tile_labels=[labels] + [[]] * (len(sheet_rows) - 1), scale=3,
+            note=f"{args.split}: the chain fitted to the calibration, first all-joints "
+                 "candidate"))
+    r = {k: float(np.mean(v)) for k, v in hits.items()}
+    ps = {k: [float(x) for x in np.nanmean(np.asarray(v), 0)] for k, v in psnr.items()}
+    stats = {}
+    for k, rows in fit_stats.items():
+        errs = np.asarray([e for row in rows for e in row["axis_error_deg"]], float)
+        stats[k] = {"axis_error_deg_median": float(np.nanmedian(errs)),
+                    "axis_error_deg_p90": float(np.nanpercentile(errs, 90)),
+                    "residual_px_median": float(np.nanmedian(
+                        [x for row in rows for x in row["residual_px"]])),
+                    "fit_seconds_mean": float(np.mean([row["seconds"] for row in rows])),
+                    "cells": rows}
+    print(f"{args.split}, {len(cells)} cells, M = {args.candidates}")
+    if track_err:
+        print(f"dis tracks: median error {np.median(track_err):.2f} px on the moving robot "
+              "pixels (per cell, then median)")
+    for k in kinds:
+        print(f"fit on {k} tracks: axis error median {stats[k]['axis_error_deg_median']:.1f} "
+              f"deg (p90 {stats[k]['axis_error_deg_p90']:.1f}), residual median "
+              f"{stats[k]['residual_px_median']:.2f} px, {stats[k]['fit_seconds_mean']:.1f} s "
+              "per cell")
+    print("| prediction | retrieval@4 | @8 | @16 | two-joint @8 | PSNR@16 | motion PSNR@16 |")
+    print("|---|---|---|---|---|---|---|")
+    for k in preds_names:
+        print(f"| {k} | {r[f'{k}/all_joints/4']:.2f} | {r[f'{k}/all_joints/8']:.2f} | "
+              f"{r[f'{k}/all_joints/16']:.2f} | {r[f'{k}/two_joint/8']:.2f} | "
+              f"{ps[f'{k}/psnr'][-1]:.2f} | {ps[f'{k}/motion_psnr'][-1]:.2f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"split": args.split, "cells": len(cells),
+                                               "retrieval": r, "psnr_at_step": ps,
+                                               "fit": stats,
+                                               "dis_track_error_px": track_err}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""The kinematic chain read from a calibration sweep's tracks (export.models.chain_fit)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from export.models.chain_fit import (  # noqa: E402
+    ChainFit,
+    calibration_background,
+    chain_positions,
+    fit_chain,
+    predict_frames,
+    sweep_tracks,
+)
+
+F, C = 40.0, np.array([16.0, 16.0])
+SIZE = 32
+
+
+def _rot(p, axis, pivot, t):
+    axis = axis / np.linalg.norm(axis)
+    v = p - pivot
+    return (pivot + v * np.cos(t) + np.cross(axis, v) * np.sin(t)
+            + axis * (v @ axis)[:, None] * (1 - np.cos(t)))
+
+
+def _project(p):
+    return p[:, :2] / p[:, 2:3] * F + C
+
+
+class TwoLinkArm:
+    """Two links on a slanted plane 2 m away: an upper arm (turned by joint 0 only) and a
+    forearm (turned by joints 0 and 1); controller channel 1 reads joint 1 negated."""
+
+    def __init__(self):
+        ys, xs = np.mgrid[0:SIZE, 0:SIZE]
+        upper = (xs >= 8) & (xs < 14) & (ys >= 6) & (ys < 26)
+        fore = (xs >= 14) & (xs < 26) & (ys >= 18) & (ys < 24)
+        self.robot = upper | fore
+        self.link = np.where(fore, 1, 0)[self.robot]
+        z = 2.0 + 0.01 * xs + 0.005 * ys  # a tilted surface
+        u, v = xs + 0.5, ys + 0.5
+        pts = np.stack([(u - C[0]) * z / F, (v - C[1]) * z / F, z], -1)
+        self.points = pts[self.robot]
+        self.axes = np.array([[0.9, 0.3, 0.6], [1.0, 0.1, 0.4]])
+        self.axes /= np.linalg.norm(self.axes, axis=1, keepdims=True)
+        # a shoulder above the upper arm, an elbow where the forearm meets it
+        self.pivots = pts[[4, 21], [11, 14]]
+        self.signs = np.array([1.0, -1.0])
+
+    def positions(self, q_ctrl):
+        """Pixel positions of the home points at controller readings ``q_ctrl [2]`` (home
+        = 0): the distal joint first, about its home axis (product of exponentials)."""
+        theta = q_ctrl * self.signs
+        p = self.points.copy()
+        fore = self.link == 1
+        p[fore] = _rot(p[fore], self.axes[1], self.pivots[1], theta[1])
+        p = _rot(p, self.axes[0], self.pivots[0], theta[0])
+        return _project(p)
+
+    def sweep(self):
+        """Joint readings ``[17, 2]`` and tracks ``[17, H, W, 2]`` of a calibration sweep:
+        each channel out to +0.4 and back in 8 frames."""
+        prof = np.array([0.0, 0.1, 0.3, 0.4, 0.4, 0.3, 0.1, 0.0])
+        q = np.zeros((17, 2))
+        q[1:9, 0] = prof
+        q[9:17, 1] = prof
+        home = self.positions(np.zeros(2))
+        tracks = np.zeros((17, SIZE, SIZE, 2), np.float32)
+        for t in range(17):
+            tracks[t][self.robot] = self.positions(q[t]) - home
+        return q, tracks
+
+
+@pytest.fixture(scope="module")
+def arm_fit():
+    arm = TwoLinkArm()
+    q, tracks = arm.sweep()
+    fit = fit_chain(tracks, np.ones(tracks.shape[:3], bool), q, [(0, 9), (8, 17)], F, C,
+                    robot=arm.robot, restarts=16, steps=250, refine_steps=600)
+    return arm, fit
+
+
+def test_fit_recovers_axes_carried_sets_and_depth_ratios(arm_fit):
+    arm, fit = arm_fit
+    for c in range(2):
+        true = arm.signs[c] * arm.axes[c]
+        err = np.degrees(np.arccos(np.clip(true @ fit.axes[c], -1, 1)))
+        assert err < 1.0, (c, err, fit.axes[c], true)
+    q, tracks = arm.sweep()
+    moving = np.linalg.norm(tracks[11:13], axis=-1).mean(0)[arm.robot] > 0.5  # elbow's peak
+    fore = arm.link == 1
+    assert not (fit.carried[1] > 0)[~fore].any()  # the elbow carries only the forearm...
+    assert (fit.carried[1] > 0)[fore & moving].all()  # ...and all of it that it moves
+    assert fit.carried[0][arm.link == 1].all()
+    assert fit.carried[0][arm.link == 0].mean() > 0.95  # all but the shoulder's own pixels
+    ratio = fit.depth / arm.points[:, 2]
+    assert ratio.std() / ratio.mean() < 0.01  # depths right up to the global scale
+    assert np.median(fit.depth) == pytest.approx(1.0, rel=1e-3)  # the gauge
+    assert fit.residual_px.max() < 0.05
+
+
+def test_fit_predicts_poses_it_never_saw(arm_fit):
+    arm, fit = arm_fit
+    for q in ([0.5, -0.3], [-0.2, 0.6], [0.3, 0.3]):
+        uv, _ = chain_positions(fit, np.asarray(q)[None])
+        err = np.linalg.norm(uv[0] - arm.positions(np.asarray(q)), axis=1)
+        assert err.max() < 0.1, (q, err.max())
+
+
+def test_zero_actions_from_home_reproduce_the_start_frame(arm_fit):
+    arm, fit = arm_fit
+    rng = np.random.default_rng(0)
+    start = rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)
+    start[arm.robot] = (200, 40, 40)
+    out = predict_frames(fit, start, np.zeros(2), np.zeros((3, 2)), home=start)
+    assert out.shape == (3, SIZE, SIZE, 3)
+    assert np.abs(out.astype(int) - start).max() <= 1
+
+
+def test_moved_arm_uncovers_the_calibration_background(arm_fit):
+    arm, fit = arm_fit
+    q, _ = arm.sweep()
+    bgc = np.array([30, 90, 160], np.uint8)
+    frames = np.empty((17, SIZE, SIZE, 3), np.uint8)
+    home = arm.positions(np.zeros(2))
+    for t in range(17):
+        frames[t] = bgc
+        uv = np.floor(arm.positions(q[t])).astype(int)
+        ok = (uv >= 0).all(1) & (uv < SIZE).all(1)
+        frames[t][uv[ok, 1], uv[ok, 0]] = (200, 40, 40)
+    del home
+    bg, seen = calibration_background(fit, frames, q)
+    start = frames[0]
+    out = predict_frames(fit, start, np.zeros(2), np.array([[0.9, 0.0]]), home=start,
+                         background=(bg, seen))[0]
+    vacated = arm.robot & np.all(out != (200, 40, 40), axis=-1)
+    assert vacated.sum() > 20  # the arm left some of its home pixels...
+    np.testing.assert_array_equal(out[vacated & seen], np.broadcast_to(bgc, out[vacated & seen].shape))
+    # ...and the turned arm is drawn somewhere it was not
+    assert (np.all(out == (200, 40, 40), axis=-1) & ~arm.robot).sum() >= 15
+
+
+def test_a_channel_that_moves_nothing_gets_no_axis(arm_fit):
+    arm, _ = arm_fit
+    q, tracks = arm.sweep()
+    q3 = np.concatenate([q, np.zeros((8, 2))])
+    q3 = np.concatenate([q3, np.zeros((25, 1))], 1)
+    q3[17:25, 2] = [0.1, 0.3, 0.4, 0.4, 0.3, 0.1, 0.0, 0.0]
+    tr = np.concatenate([tracks, np.zeros((8,) + tracks.shape[1:], np.float32)])
+    fit = fit_chain(tr, np.ones(tr.shape[:3], bool), q3, [(0, 9), (8, 17), (16, 25)], F, C,
+                    robot=arm.robot, restarts=2, steps=50, refine_steps=50)
+    assert not fit.axes[2].any() and not fit.carried[2].any()
+    uv, _ = chain_positions(fit, np.array([[0.2, 0.1, 0.5]]))
+    assert np.isfinite(uv).all()
+
+
+def test_fit_refuses_mismatched_inputs():
+    with pytest.raises(ValueError, match="segments"):
+        fit_chain(np.zeros((5, 4, 4, 2), np.float32), np.ones((5, 4, 4), bool),
+                  np.zeros((5, 2)), [(0, 3)], F, C)
+    with pytest.raises(ValueError, match="outside"):
+        fit_chain(np.zeros((5, 4, 4, 2), np.float32), np.ones((5, 4, 4), bool),
+                  np.zeros((5, 1)), [(2, 9)], F, C)
+
+
+def test_sweep_tracks_measures_a_shifted_block_on_the_model_grid():
+    # a textured block moved 8 px right at 4x the model's resolution = 2 model px
+    rng = np.random.default_rng(1)
+    tex = rng.integers(0, 256, (48, 48), dtype=np.uint8)
+    frames = np.zeros((2, 128, 128, 3), np.uint8)
+    frames[0, 40:88, 40:88] = tex[..., None]
+    frames[1, 40:88, 48:96] = tex[..., None]
+    tracks, valid = sweep_tracks(frames, size=(32, 32))
+    assert tracks.shape == (2, 32, 32, 2) and valid.shape == (2, 32, 32)
+    inner = tracks[1, 12:20, 12:20]
+    assert np.median(inner[..., 0]) == pytest.approx(2.0, abs=0.1)
+    assert np.abs(np.median(inner[..., 1])) < 0.1
+    with pytest.raises(ValueError, match="multiple"):
+        sweep_tracks(frames, size=(30, 30))
+
+
+def test_chain_fit_points_unproject_through_the_pinhole():
+    robot = np.zeros((4, 4), bool)
+    robot[1, 2] = True
+    fit = ChainFit(robot, np.array([2.0]), np.zeros((1, 3)), np.zeros((1, 3)),
+                   np.zeros((1, 1)), np.ones(1), 10.0, np.array([2.0, 2.0]), np.zeros(1))
+    np.testing.assert_allclose(fit.points(), [[0.5 * 2 / 10, -0.5 * 2 / 10, 2.0]])
