@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     from export.models.kinematics import camera_frame
     from export.train.data import load_cells
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("SYNCEDGE_THREADS", "2")))
     kinds = ("dis", "true") if args.tracks == "both" else (args.tracks,)
     preds_names = ["copy_last"] + [f"fit_{k}" for k in kinds] + [f"fit_{k}_fill" for k in kinds]
     t0 = time.perf_counter()
