@@ -28,6 +28,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from oracle_retrieval import FuturesScore  # noqa: E402
 
 
 def true_tracks(scene, params, home_ctrl: np.ndarray, q_ctrl: np.ndarray
@@ -109,11 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from edge.episode import load_episode
-    from edge.metrics import motion_mask
     from export.cells.futures import load_or_render_futures
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.sampling import CellParams
-    from export.evaluation.frames import RETRIEVAL_STEPS, frame_psnr, retrieval_hits
     from export.models.chain_fit import (
         calibration_background,
         fit_chain,
@@ -129,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     cells = load_cells(args.data, [args.split], 7, 8, limit=args.cells)
     gen = CellGenerator(GenerateOptions())
-    hits: dict[str, list[float]] = {}
-    psnr: dict[str, list[list[float]]] = {}
+    score = FuturesScore()
     fit_stats: dict[str, list] = {k: [] for k in kinds}
     track_err: list[float] = []
     sheet_rows: list[np.ndarray] = []
@@ -150,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         d0, _, _, cam = scene.render_geometry(
             params.convention.to_canonical(qc[:1])[0])
         _, f, c = camera_frame(torch.from_numpy(cam), 64, 64)
+        truth_tracks = true_tracks(scene, params, qc[0], qc)  # the fit's input or its check
         fits = {}
         for kind in kinds:
             tf = time.perf_counter()
             if kind == "true":
-                tracks, valid, robot = true_tracks(scene, params, qc[0], qc)
+                tracks, valid, robot = truth_tracks
                 if args.track_noise > 0:
                     tracks = tracks + smooth_noise(tracks.shape, args.track_noise,
                                                    args.seed + i)
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                     hi = load_episode(Path(args.calibration_data) / rel / "calibration.npz")
                 tracks, valid = sweep_tracks(hi.frames, size=cal.frames.shape[1:3])
                 robot = None
-                tt, _, rb = true_tracks(scene, params, qc[0], qc)
+                tt, _, rb = truth_tracks
                 err = np.linalg.norm(tracks - tt, axis=-1)[1:, rb]
                 moving = np.linalg.norm(tt, axis=-1)[1:, rb] > 0.5
                 track_err.append(float(np.median(err[moving])))
@@ -199,21 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 for s in (4, 8, 16):
                     row += [truth[0, s - 1]] + [preds[k][0, s - 1] for k in preds_names[1:]]
                 sheet_rows.append(np.stack(row))
-            for k in preds_names:
-                stack = preds[k]
-                for s in RETRIEVAL_STEPS:
-                    hits.setdefault(f"{k}/{prof}/{s}", []).append(
-                        float(retrieval_hits(stack[:, s - 1], truth[:, s - 1]).mean()))
-                if prof == "all_joints":
-                    mm = [motion_mask(truth[m], start) for m in range(len(truth))]
-                    psnr.setdefault(f"{k}/psnr", []).append(
-                        [float(np.mean([frame_psnr(stack[m, t], truth[m, t])
-                                        for m in range(len(truth))]))
-                         for t in range(args.horizon)])
-                    psnr.setdefault(f"{k}/motion_psnr", []).append(
-                        [float(np.nanmean([frame_psnr(stack[m, t], truth[m, t], mm[m][t])
-                                           for m in range(len(truth))]))
-                         for t in range(args.horizon)])
+            score.add(prof, start, truth, preds)
         print(f"[{time.perf_counter() - t0:6.1f}s] cell {i + 1}/{len(cells)} "
               + " ".join(f"{k}: axis err median {np.nanmedian(fit_stats[k][-1]['axis_error_deg']):.1f} deg"
                          for k in kinds), file=sys.stderr, flush=True)
@@ -229,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             tile_labels=[labels] + [[]] * (len(sheet_rows) - 1), scale=3,
             note=f"{args.split}: the chain fitted to the calibration, first all-joints "
                  "candidate"))
-    r = {k: float(np.mean(v)) for k, v in hits.items()}
-    ps = {k: [float(x) for x in np.nanmean(np.asarray(v), 0)] for k, v in psnr.items()}
+    r, ps = score.summary()
     stats = {}
     for k, rows in fit_stats.items():
         errs = np.asarray([e for row in rows for e in row["axis_error_deg"]], float)
@@ -249,12 +235,7 @@ def main(argv: list[str] | None = None) -> int:
               f"deg (p90 {stats[k]['axis_error_deg_p90']:.1f}), residual median "
               f"{stats[k]['residual_px_median']:.2f} px, {stats[k]['fit_seconds_mean']:.1f} s "
               "per cell")
-    print("| prediction | retrieval@4 | @8 | @16 | two-joint @8 | PSNR@16 | motion PSNR@16 |")
-    print("|---|---|---|---|---|---|---|")
-    for k in preds_names:
-        print(f"| {k} | {r[f'{k}/all_joints/4']:.2f} | {r[f'{k}/all_joints/8']:.2f} | "
-              f"{r[f'{k}/all_joints/16']:.2f} | {r[f'{k}/two_joint/8']:.2f} | "
-              f"{ps[f'{k}/psnr'][-1]:.2f} | {ps[f'{k}/motion_psnr'][-1]:.2f} |")
+    score.print_table(preds_names)
     if args.json:
         Path(args.json).write_text(json.dumps({"split": args.split, "cells": len(cells),
                                                "retrieval": r, "psnr_at_step": ps,

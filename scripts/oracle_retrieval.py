@@ -459,6 +459,55 @@ def predict(scene, params, sp: StartPose, start: np.ndarray, actions: np.ndarray
     return res
 
 
+class FuturesScore:
+    """Futures retrieval, whole-frame and motion-region PSNR of named predictions, summed
+    over cells as ``syncedge model eval-frames`` scores a model (retrieval per profile at
+    ``RETRIEVAL_STEPS``; PSNR per step on the all-joints profile)."""
+
+    def __init__(self) -> None:
+        self.hits: dict[str, list[float]] = {}
+        self.psnr: dict[str, list[list[float]]] = {}
+
+    def add(self, profile: str, start: np.ndarray, truth: np.ndarray,
+            preds: dict[str, np.ndarray]) -> None:
+        """One cell's candidates of one motion profile: ``start`` uint8 ``[H, W, 3]``,
+        ``truth`` and every prediction uint8 ``[M, T, H, W, 3]``."""
+        from edge.metrics import motion_mask
+
+        m_count, horizon = truth.shape[:2]
+        masks = ([motion_mask(truth[m], start) for m in range(m_count)]
+                 if profile == "all_joints" else [])
+        for k, stack in preds.items():
+            for s in RETRIEVAL_STEPS:
+                self.hits.setdefault(f"{k}/{profile}/{s}", []).append(
+                    float(retrieval_hits(stack[:, s - 1], truth[:, s - 1]).mean()))
+            if masks:
+                self.psnr.setdefault(f"{k}/psnr", []).append(
+                    [float(np.mean([frame_psnr(stack[m, t], truth[m, t])
+                                    for m in range(m_count)])) for t in range(horizon)])
+                self.psnr.setdefault(f"{k}/motion_psnr", []).append(
+                    [float(np.nanmean([frame_psnr(stack[m, t], truth[m, t], masks[m][t])
+                                       for m in range(m_count)])) for t in range(horizon)])
+
+    def summary(self) -> tuple[dict[str, float], dict[str, list[float]]]:
+        """``(retrieval, psnr_at_step)``: means over cells."""
+        return ({k: float(np.mean(v)) for k, v in self.hits.items()},
+                {k: [float(x) for x in np.nanmean(np.asarray(v), 0)]
+                 for k, v in self.psnr.items()})
+
+    def print_table(self, names: list[str] | tuple[str, ...]) -> None:
+        """The markdown table of ``names``: retrieval@4/8/16 (all-joints), two-joint@8,
+        PSNR@16 and motion PSNR@16."""
+        r, ps = self.summary()
+        print("| prediction | retrieval@4 | @8 | @16 | two-joint @8 | PSNR@16 | "
+              "motion PSNR@16 |")
+        print("|---|---|---|---|---|---|---|")
+        for k in names:
+            print(f"| {k} | {r[f'{k}/all_joints/4']:.2f} | {r[f'{k}/all_joints/8']:.2f} | "
+                  f"{r[f'{k}/all_joints/16']:.2f} | {r[f'{k}/two_joint/8']:.2f} | "
+                  f"{ps[f'{k}/psnr'][-1]:.2f} | {ps[f'{k}/motion_psnr'][-1]:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="cells folder")
@@ -472,7 +521,6 @@ def main(argv: list[str] | None = None) -> int:
                                    "all-joints candidate at step 8, one row per cell")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
-    from edge.metrics import motion_mask
     from export.cells.futures import load_or_render_futures
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.sampling import CellParams
@@ -481,8 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     cells = load_cells(args.data, [args.split], 7, 8, limit=args.cells)
     gen = CellGenerator(GenerateOptions())
-    hits: dict[str, list[float]] = {}
-    psnr: dict[str, list[list[float]]] = {}
+    score = FuturesScore()
     sheet_rows: list[np.ndarray] = []
     for i, cell in enumerate(cells):
         params = CellParams.from_json_dict(cell.params)
@@ -502,21 +549,8 @@ def main(argv: list[str] | None = None) -> int:
             if prof == "all_joints" and len(sheet_rows) < 4:
                 sheet_rows.append(np.stack([start, truth[0, 7]]
                                            + [preds[0][k][7] for k in SHEET]))
-            for k in PREDICTORS:
-                stack = np.stack([pr[k] for pr in preds])  # (M, T, H, W, 3)
-                for s in RETRIEVAL_STEPS:
-                    hits.setdefault(f"{k}/{prof}/{s}", []).append(
-                        float(retrieval_hits(stack[:, s - 1], truth[:, s - 1]).mean()))
-                if prof == "all_joints":
-                    mm = [motion_mask(truth[m], start) for m in range(len(truth))]
-                    psnr.setdefault(f"{k}/psnr", []).append(
-                        [float(np.mean([frame_psnr(stack[m, t], truth[m, t])
-                                        for m in range(len(truth))]))
-                         for t in range(args.horizon)])
-                    psnr.setdefault(f"{k}/motion_psnr", []).append(
-                        [float(np.nanmean([frame_psnr(stack[m, t], truth[m, t], mm[m][t])
-                                           for m in range(len(truth))]))
-                         for t in range(args.horizon)])
+            score.add(prof, start, truth,
+                      {k: np.stack([pr[k] for pr in preds]) for k in PREDICTORS})
         if (i + 1) % 8 == 0 or i + 1 == len(cells):
             print(f"[{time.perf_counter() - t0:6.1f}s] cell {i + 1}/{len(cells)}",
                   file=sys.stderr, flush=True)
@@ -529,18 +563,11 @@ def main(argv: list[str] | None = None) -> int:
             sheet_rows, row_labels=[c.cell_id for c in cells[:len(sheet_rows)]],
             tile_labels=[names] + [[]] * (len(sheet_rows) - 1), scale=3,
             note=f"{args.split}: step 8 of each cell's first all-joints candidate"))
+    retrieval, psnr_at_step = score.summary()
     out = {"split": args.split, "cells": len(cells), "candidates": args.candidates,
-           "retrieval": {k: float(np.mean(v)) for k, v in hits.items()},
-           "psnr_at_step": {k: [float(x) for x in np.nanmean(np.asarray(v), 0)]
-                            for k, v in psnr.items()}}
+           "retrieval": retrieval, "psnr_at_step": psnr_at_step}
     print(f"{args.split}, {len(cells)} cells, M = {args.candidates}")
-    print("| prediction | retrieval@4 | @8 | @16 | two-joint @8 | PSNR@16 | motion PSNR@16 |")
-    print("|---|---|---|---|---|---|---|")
-    r, ps = out["retrieval"], out["psnr_at_step"]
-    for k in PREDICTORS:
-        print(f"| {k} | {r[f'{k}/all_joints/4']:.2f} | {r[f'{k}/all_joints/8']:.2f} | "
-              f"{r[f'{k}/all_joints/16']:.2f} | {r[f'{k}/two_joint/8']:.2f} | "
-              f"{ps[f'{k}/psnr'][-1]:.2f} | {ps[f'{k}/motion_psnr'][-1]:.2f} |")
+    score.print_table(PREDICTORS)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
