@@ -101,6 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--track-noise", type=float, default=0.0,
                    help="add spatially smooth noise of this RMS (px, per axis) to the true "
                         "tracks (how exact a tracker must be)")
+    p.add_argument("--dis-robot", choices=("cut", "moved", "true"), default="cut",
+                   help="which home pixels the DIS fit reads: the arm cut from the home "
+                        "frame by sweep_robot_mask (default), those DIS moves by more than "
+                        "half a pixel, or the cell's true moving robot pixels (to measure "
+                        "the mask apart from the tracks)")
+    p.add_argument("--photometric", type=int, default=0, metavar="SIZE",
+                   help="refine the DIS fit against the calibration frames resized to "
+                        "SIZE x SIZE (refine_photometric; 0: no refinement)")
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--horizon", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
@@ -109,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "all-joints candidate at steps 4, 8, 16")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
+    import cv2
     import torch
 
     from edge.episode import load_episode
@@ -119,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         calibration_background,
         fit_chain,
         predict_frames,
+        refine_photometric,
+        sweep_robot_mask,
         sweep_tracks,
     )
     from export.models.kinematics import camera_frame
@@ -166,12 +177,22 @@ def main(argv: list[str] | None = None) -> int:
                                           Path(args.data).resolve())
                     hi = load_episode(Path(args.calibration_data) / rel / "calibration.npz")
                 tracks, valid = sweep_tracks(hi.frames, size=cal.frames.shape[1:3])
-                robot = None
                 tt, _, rb = truth_tracks
+                if args.dis_robot == "true":
+                    robot = rb & (np.linalg.norm(tt, axis=-1).max(0) > 0.5)
+                elif args.dis_robot == "cut":
+                    robot = sweep_robot_mask(hi.frames, size=cal.frames.shape[1:3])
+                else:
+                    robot = None
                 err = np.linalg.norm(tracks - tt, axis=-1)[1:, rb]
                 moving = np.linalg.norm(tt, axis=-1)[1:, rb] > 0.5
                 track_err.append(float(np.median(err[moving])))
             fit = fit_chain(tracks, valid, qc, segments, float(f), c.numpy(), robot=robot)
+            if kind == "dis" and args.photometric:
+                size = (args.photometric, args.photometric)
+                photo = np.stack([cv2.resize(x, size, interpolation=cv2.INTER_AREA)
+                                  for x in hi.frames])
+                fit, _ = refine_photometric(fit, photo, qc)
             err = axis_errors(fit, scene, params, qc[0])
             fits[kind] = (fit, calibration_background(fit, cal.frames, qc))
             fit_stats[kind].append({"cell": cell.cell_id, "axis_error_deg": err.tolist(),

@@ -13,6 +13,8 @@ from export.models.chain_fit import (  # noqa: E402
     chain_positions,
     fit_chain,
     predict_frames,
+    refine_photometric,
+    sweep_robot_mask,
     sweep_tracks,
 )
 
@@ -189,3 +191,95 @@ def test_chain_fit_points_unproject_through_the_pinhole():
     fit = ChainFit(robot, np.array([2.0]), np.zeros((1, 3)), np.zeros((1, 3)),
                    np.zeros((1, 1)), np.ones(1), 10.0, np.array([2.0, 2.0]), np.zeros(1))
     np.testing.assert_allclose(fit.points(), [[0.5 * 2 / 10, -0.5 * 2 / 10, 2.0]])
+
+
+def _render_sweep(arm: TwoLinkArm, q: np.ndarray, scale: int) -> np.ndarray:
+    """The arm's sweep drawn at ``scale`` times the model's grid: uint8 ``[T, S, S, 3]``,
+    a striped red arm (nearest surface wins) over a scene with a few still boxes."""
+    n = SIZE * scale
+    ys, xs = np.mgrid[0:n, 0:n]
+    scene = np.zeros((n, n, 3), np.uint8)
+    scene[...] = (40, 70, 120)
+    scene[(xs // (3 * scale) + ys // (5 * scale)) % 7 == 0] = (60, 140, 60)  # still boxes
+    off = (np.arange(scale) + 0.5) / scale
+    rys, rxs = np.nonzero(arm.robot)
+    shape = (len(rxs), scale, scale)
+    u = np.broadcast_to(rxs[:, None, None] + off[None, None, :], shape).reshape(-1)
+    v = np.broadcast_to(rys[:, None, None] + off[None, :, None], shape).reshape(-1)
+    link = np.repeat(arm.link, scale * scale)
+    z = 2.0 + 0.01 * (u - 0.5) + 0.005 * (v - 0.5)
+    pts = np.stack([(u - C[0]) * z / F, (v - C[1]) * z / F, z], -1)
+    stripe = ((u * 2).astype(int) + (v * 3).astype(int)) % 3
+    colour = np.array([[200, 40, 40], [240, 120, 60], [150, 20, 60]], np.uint8)[stripe]
+    out = np.empty((len(q), n, n, 3), np.uint8)
+    for t, qt in enumerate(q):
+        theta = qt * arm.signs
+        p = pts.copy()
+        fore = link == 1
+        p[fore] = _rot(p[fore], arm.axes[1], arm.pivots[1], theta[1])
+        p = _rot(p, arm.axes[0], arm.pivots[0], theta[0])
+        px = np.floor(_project(p) * scale).astype(int)
+        ok = (px >= 0).all(1) & (px < n).all(1)
+        order = np.argsort(-p[:, 2])  # far first, so the nearest is drawn last
+        order = order[ok[order]]
+        frame = scene.copy()
+        frame[px[order, 1], px[order, 0]] = colour[order]
+        out[t] = frame
+    return out
+
+
+@pytest.fixture(scope="module")
+def arm_frames():
+    arm = TwoLinkArm()
+    q, _ = arm.sweep()
+    return arm, q, _render_sweep(arm, q, 4)
+
+
+def test_sweep_robot_mask_cuts_the_arm_not_the_flow_smear(arm_frames):
+    arm, q, frames = arm_frames
+    _, tracks = arm.sweep()
+    moving = arm.robot & (np.linalg.norm(tracks, axis=-1).max(0) > 0.5)
+    mask = sweep_robot_mask(frames, size=(SIZE, SIZE))
+    assert mask.shape == (SIZE, SIZE)
+    assert (mask & moving).sum() / (mask | moving).sum() > 0.85
+    # the flow moves far more than the arm: what a motion threshold would take
+    flow, valid = sweep_tracks(frames, size=(SIZE, SIZE))
+    smeared = (np.linalg.norm(flow, axis=-1) * valid).max(0) > 0.5
+    assert (smeared & ~arm.robot).sum() > 3 * max((mask & ~arm.robot).sum(), 1)
+    still = np.repeat(frames[:1], 4, 0)
+    assert not sweep_robot_mask(still, size=(SIZE, SIZE)).any()
+    with pytest.raises(ValueError, match="multiple"):
+        sweep_robot_mask(frames, size=(30, 30))
+
+
+def test_refine_photometric_reads_the_frames_better_than_a_perturbed_fit(arm_fit, arm_frames):
+    arm, fit = arm_fit
+    _, q, frames = arm_frames
+    frames2 = frames.reshape(len(q), SIZE * 2, 2, SIZE * 2, 2, 3).mean((2, 4)).astype(np.uint8)
+    rng = np.random.default_rng(3)
+    tilt = np.array([[0.0, 0.15, 0.0], [0.0, 0.0, -0.15]])  # ~9 deg off each axis
+    start = ChainFit(fit.robot, fit.depth * np.exp(rng.normal(0, 0.01, fit.depth.shape)),
+                     fit.axes + tilt, fit.pivots + np.array([0.02, -0.02, 0.0]),
+                     fit.carried, fit.rad_per_unit, fit.focal_px, fit.centre_px,
+                     fit.residual_px)
+
+    def pose_error(f):
+        errs = []
+        for qq in ([0.5, -0.3], [-0.2, 0.6], [0.3, 0.3]):
+            uv, _ = chain_positions(f, np.asarray(qq)[None])
+            errs.append(np.linalg.norm(uv[0] - arm.positions(np.asarray(qq)), axis=1).mean())
+        return float(np.mean(errs))
+
+    refined, opacity = refine_photometric(start, frames2, q, steps=(60, 60),
+                                          blur_px=(2.0, 1.0), frames_per_step=8)
+    # a pixel that leaves its place must show its colour where it goes
+    _, tracks = arm.sweep()
+    leaves = np.linalg.norm(tracks, axis=-1).max(0)[arm.robot] > 1.0
+    assert opacity.shape == (fit.robot.sum(),) and (opacity[leaves] > 0.5).mean() > 0.9
+    before, after = pose_error(start), pose_error(refined)
+    assert after < 0.5 * before, (before, after)
+    assert np.median(refined.depth) == pytest.approx(1.0, rel=1e-3)  # the gauge
+    with pytest.raises(ValueError, match="multiple"):
+        refine_photometric(start, frames2[:, :50, :50], q)
+    with pytest.raises(ValueError, match="joint positions"):
+        refine_photometric(start, frames2, q[:5])

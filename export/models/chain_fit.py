@@ -25,7 +25,11 @@ pinhole (focal length and principal point, px) is an input.
 
 Tracks come from :func:`sweep_tracks` (dense optical flow from the home frame, OpenCV DIS;
 Kroeger et al. 2016, "Fast Optical Flow using Dense Inverse Search") or, to measure the fit
-apart from tracking, from a cell's true geometry.
+apart from tracking, from a cell's true geometry. Which home pixels are arm comes from
+:func:`sweep_robot_mask` (the flow spreads a link's motion onto the still scene around it,
+so the pixels it moves are several times the arm). :func:`refine_photometric` then refines
+the fit against the calibration frames themselves, and :func:`read_chain` runs the whole
+reading as a device would.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ChainFit", "sweep_tracks", "fit_chain", "chain_positions", "chain_flow",
-           "calibration_background", "predict_frames"]
+__all__ = ["ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
+           "read_chain", "chain_positions", "chain_flow", "calibration_background",
+           "predict_frames"]
 
 
 @dataclass
@@ -126,6 +131,67 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
         tracks[i] = cv2.resize(fwd, (w, h), interpolation=cv2.INTER_AREA) / per_model_px
         valid[i] = cv2.resize(err, (w, h), interpolation=cv2.INTER_AREA) < 0.5
     return tracks, valid
+
+
+def sweep_robot_mask(frames: np.ndarray, size: tuple[int, int] | None = None,
+                     change: float = 20.0, iterations: int = 5) -> np.ndarray:
+    """The home frame's pixels on the moving arm, segmented from the calibration sweep.
+
+    Dense optical flow spreads a link's motion onto the still background around it, so
+    "the pixels the flow moves" is several times the arm. Instead the home frame is cut
+    into arm and scene by colour (GrabCut: Rother et al. 2004, "GrabCut: interactive
+    foreground extraction using iterated graph cuts"; OpenCV's ``grabCut``), seeded from
+    the sweep: pixels whose colour never changes in any frame are scene; pixels that
+    change are probably arm; pixels that change and whose home colour the flow finds
+    again where it carries them are surely arm. The cut then gives a changed pixel to the
+    scene where its home colour is the scene's (the arm passed over it).
+
+    Args:
+        frames: uint8 ``[T, h, w, 3]``, the calibration episode, home frame first.
+        size: the model's ``(H, W)``; None: the frames' own (``h``, ``w`` whole multiples).
+        change: the colour change (sum over RGB, 0-765) that counts as changed.
+        iterations: GrabCut's.
+
+    Returns:
+        bool ``[H, W]``: model pixels at least half of whose calibration pixels are arm.
+
+    Raises:
+        ValueError: frames whose size is not a whole multiple of ``size``.
+    """
+    import cv2
+
+    t, fh, fw, _ = frames.shape
+    h, w = (fh, fw) if size is None else size
+    if fh % h or fw % w or fh // h != fw // w:
+        raise ValueError(f"sweep_robot_mask: calibration frames {fh}x{fw} are not a whole "
+                         f"multiple of the model's {h}x{w}")
+    img = frames.astype(np.float32)
+    diff = np.abs(img[1:] - img[:1]).sum(-1)  # (T-1, h, w)
+    changed = diff.max(0) > change
+    if not changed.any():
+        return np.zeros((h, w), bool)
+    grey = [cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in frames]
+    dis = cv2.DISOpticalFlow_create(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)  # type: ignore[attr-defined]
+    gx, gy = np.meshgrid(np.arange(fw, dtype=np.float32), np.arange(fh, dtype=np.float32))
+    sure = np.zeros((fh, fw), bool)
+    for i in range(1, t):
+        if not (diff[i - 1] > change).any():
+            continue
+        fwd = dis.calc(grey[0], grey[i], None)
+        carried = cv2.remap(img[i], gx + fwd[..., 0], gy + fwd[..., 1], cv2.INTER_LINEAR,
+                            borderMode=cv2.BORDER_REPLICATE)
+        kept = np.abs(carried - img[0]).sum(-1)
+        sure |= (diff[i - 1] > 2 * change) & (kept < 0.25 * diff[i - 1])
+    seeds = np.full((fh, fw), cv2.GC_BGD, np.uint8)
+    seeds[cv2.dilate(changed.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0] = cv2.GC_PR_BGD
+    seeds[changed] = cv2.GC_PR_FGD
+    seeds[cv2.erode(sure.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0] = cv2.GC_FGD
+    if (seeds == cv2.GC_FGD).any() or (seeds == cv2.GC_PR_FGD).any():
+        bgd, fgd = np.zeros((1, 65)), np.zeros((1, 65))
+        cv2.grabCut(np.ascontiguousarray(frames[0][..., ::-1]), seeds, (0, 0, fw, fh), bgd, fgd,
+                    iterations, cv2.GC_INIT_WITH_MASK)
+    arm = (seeds == cv2.GC_FGD) | (seeds == cv2.GC_PR_FGD)
+    return cv2.resize(arm.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA) >= 0.5
 
 
 def _carried_from_tracks(moves: np.ndarray) -> np.ndarray:
@@ -550,3 +616,195 @@ def predict_frames(fit: ChainFit, start: np.ndarray, start_offset: np.ndarray,
             frame[hole] = bg[hole]
         out[s] = np.clip(np.rint(frame), 0, 255).astype(np.uint8)
     return out
+
+
+def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
+                       steps: tuple[int, ...] = (150, 150, 150),
+                       blur_px: tuple[float, ...] = (4.0, 2.0, 1.0), lr: float = 0.003,
+                       smooth: float = 2.0, frames_per_step: int = 16,
+                       sparsity: float = 0.0, seed: int = 0, log=None
+                       ) -> tuple[ChainFit, np.ndarray]:
+    """Refine a fit against the calibration frames themselves (analysis by synthesis).
+
+    The home frame's robot pixels, at the calibration's own resolution (one sample per
+    calibration pixel inside each of the fit's robot pixels, each with its colour and an
+    opacity), are moved by the chain to every calibration frame's joint readings,
+    splatted (softmax by depth) over the static background, and compared with the
+    recorded frame; depths, axes, pivots and the opacities follow the photometric error,
+    coarse to fine (both images blurred by ``blur_px`` in turn). Tracks measured by
+    optical flow err most where a link has no texture; the frames do not, and the
+    silhouette of every link in every frame constrains the chain.
+
+    Args:
+        fit: :class:`ChainFit` to start from (e.g. :func:`fit_chain` on
+            :func:`sweep_tracks`); its robot pixels and carried sets are kept.
+        frames: uint8 ``[T, h, w, 3]``, the calibration episode (home frame first), at a
+            whole multiple ``r`` of the fit's grid.
+        joint_positions: float ``[T, K]``.
+        steps: Adam steps at each blur level.
+        blur_px: the Gaussian blur (calibration px) of each level.
+        lr: Adam's step size.
+        smooth: weight of the depth smoothness prior (as :func:`fit_chain`).
+        frames_per_step: calibration frames drawn for each step.
+        seed: of the frame draws.
+        log: called with a line of progress per level, or None.
+
+    Returns:
+        ``(fit, opacity)``: a new :class:`ChainFit` (``residual_px`` from the input fit);
+        float64 ``[N]``, each robot pixel's mean opacity (low: the frames say the pixel is
+        not on the arm).
+
+    Raises:
+        ValueError: frames that are not a whole multiple of the fit's grid, or a joint
+            array of another length.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from export.models.kinematics import compose_chain, splat_values
+
+    t_all, fh, fw, _ = frames.shape
+    h, w = fit.robot.shape
+    q = np.asarray(joint_positions, np.float64)
+    if fh % h or fw % w or fh // h != fw // w:
+        raise ValueError(f"refine_photometric: calibration frames {fh}x{fw} are not a whole "
+                         f"multiple of the fit's {h}x{w}")
+    if q.shape != (t_all, len(fit.axes)):
+        raise ValueError(f"refine_photometric: joint positions {q.shape}, expected "
+                         f"({t_all}, {len(fit.axes)})")
+    r = fh // w
+    dt = torch.float64
+    ys, xs = np.nonzero(fit.robot)
+    n = len(ys)
+    oy, ox = np.meshgrid(np.arange(r), np.arange(r), indexing="ij")
+    hy = (ys[:, None] * r + oy.reshape(1, -1)).reshape(-1)
+    hx = (xs[:, None] * r + ox.reshape(1, -1)).reshape(-1)
+    parent = torch.from_numpy(np.repeat(np.arange(n), r * r))
+    uv_model = torch.tensor(np.stack([(hx + 0.5) / r, (hy + 0.5) / r], -1), dtype=dt)
+    cen = torch.tensor(fit.centre_px, dtype=dt)
+    f = float(fit.focal_px)
+    ray = torch.cat([(uv_model - cen) / f, torch.ones(len(hy), 1, dtype=dt)], 1)
+    obs = torch.tensor(frames, dtype=torch.float32).permute(0, 3, 1, 2) / 255.0
+    colour = obs[0, :, hy, hx].T.to(dt)  # (M, 3)
+    car = torch.tensor(fit.carried, dtype=dt)[:, parent]  # (K, M)
+    ang = torch.tensor((q - q[0]) * fit.rad_per_unit[None], dtype=dt)
+    active = torch.tensor(fit.carried.sum(1) >= 3)
+    idx = np.full((h, w), -1)
+    idx[ys, xs] = np.arange(n)
+    pr = np.concatenate([np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
+                         np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)])
+    pairs = torch.from_numpy(pr[(pr >= 0).all(1)])
+
+    logz = torch.tensor(np.log(fit.depth), dtype=dt, requires_grad=True)
+    axes = torch.tensor(fit.axes, dtype=dt, requires_grad=True)
+    pivots = torch.tensor(fit.pivots, dtype=dt, requires_grad=True)
+    opacity = torch.full((len(hy),), 3.0, dtype=dt, requires_grad=True)
+
+    def render(sel, with_grad=True):
+        s = len(sel)
+        pts = ray * logz.exp()[parent][:, None]
+        norm = axes.norm(dim=1, keepdim=True).clamp(min=1e-9)
+        ax = torch.where(active[:, None], axes / norm, torch.zeros_like(axes))
+        moved = compose_chain(pts[None].expand(s, -1, -1), ax[None].expand(s, -1, -1),
+                              pivots[None].expand(s, -1, -1), ang[sel],
+                              car[None].expand(s, -1, -1))
+        z = moved[..., 2].clamp(min=1e-3)
+        uv = (moved[..., :2] / z[..., None] * f + cen) * r
+        val, dens = splat_values(uv, colour[None].expand(s, -1, -1), (fh, fw),
+                                 weight=torch.sigmoid(opacity)[None].expand(s, -1),
+                                 depth=z, depth_scale=0.01)
+        return val, dens.clamp(max=1.0)
+
+    with torch.no_grad():  # the static scene: each pixel where the arm leaves it
+        cover = torch.cat([render(torch.arange(i, min(i + 8, t_all)))[1]
+                           for i in range(0, t_all, 8)])
+        free = F.max_pool2d(cover, 2 * r + 1, 1, r) < 0.05  # (T, 1, h, w)
+        cnt = free.sum(0)
+        bg = (obs.double() * free).sum(0) / cnt.clamp(min=1)
+        bg = torch.where(cnt > 0, bg, obs[0].double())
+
+    def blur(img, sigma):
+        rad = max(1, int(3 * sigma))
+        x = torch.arange(-rad, rad + 1, dtype=img.dtype)
+        k1 = torch.exp(-0.5 * (x / sigma) ** 2)
+        k1 = k1 / k1.sum()
+        c = img.shape[1]
+        img = F.conv2d(F.pad(img, (rad, rad, 0, 0), mode="replicate"),
+                       k1.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
+        return F.conv2d(F.pad(img, (0, 0, rad, rad), mode="replicate"),
+                        k1.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
+
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.Adam([{"params": [logz, axes, pivots], "lr": lr},
+                            {"params": [opacity], "lr": 0.05}])
+    for level, (nsteps, sigma) in enumerate(zip(steps, blur_px, strict=True)):
+        total = 0.0
+        for _ in range(nsteps):
+            sel = torch.from_numpy(np.sort(rng.choice(np.arange(1, t_all), min(
+                frames_per_step, t_all - 1), replace=False)))
+            opt.zero_grad()
+            val, dens = render(sel)
+            img = val * dens + bg[None] * (1 - dens)
+            diff = blur(img, sigma) - blur(obs[sel].double(), sigma)
+            loss = torch.sqrt(diff ** 2 + 1e-6).mean() * 100.0
+            if len(pairs):
+                loss = loss + smooth * ((logz[pairs[:, 0]] - logz[pairs[:, 1]]) ** 2).mean()
+            loss = loss + 1e-2 * logz.mean() ** 2 + sparsity * torch.sigmoid(opacity).mean()
+            loss.backward()
+            opt.step()
+            total += loss.item()
+        if log is not None:
+            log(f"photometric level {level} (blur {sigma} px): mean loss {total / nsteps:.4f}")
+    with torch.no_grad():
+        med = logz.median()
+        scale = float(torch.exp(-med))
+        norm = axes.norm(dim=1, keepdim=True)
+        ax = torch.where((norm > 0) & active[:, None], axes / norm.clamp(min=1e-12), 0.0)
+        piv = torch.where(active[:, None], pivots * scale, 0.0)
+        depth = (logz - med).exp()
+        alpha = torch.zeros(n, dtype=dt).index_add(0, parent, torch.sigmoid(opacity)) / (r * r)
+    return ChainFit(fit.robot, depth.numpy(), ax.numpy(), piv.numpy(), fit.carried.copy(),
+                    fit.rad_per_unit.copy(), fit.focal_px, fit.centre_px.copy(),
+                    fit.residual_px.copy()), alpha.numpy()
+
+
+def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
+               segments: list[tuple[int, int]], focal_px: float, centre_px: np.ndarray,
+               size: tuple[int, int], photometric_size: int | None = 128,
+               log=None) -> ChainFit:
+    """A cell's chain read from its calibration episode alone, as a device would: the arm
+    cut from the home frame (:func:`sweep_robot_mask`), its pixels tracked through the
+    sweep (:func:`sweep_tracks`), the chain fitted to the tracks (:func:`fit_chain`) and
+    refined against the frames (:func:`refine_photometric`).
+
+    Args:
+        frames: uint8 ``[T, h, w, 3]``, the calibration episode (home frame first), at a
+            whole multiple of the model's ``size``.
+        joint_positions: float ``[T, K]``, each frame's joint readings.
+        segments: ``[(start, stop)]`` per channel (stop exclusive).
+        focal_px, centre_px: the camera's pinhole on the model's grid, px.
+        size: the model's ``(H, W)``.
+        photometric_size: the side (px) the frames are resized to for the photometric
+            refinement, a whole multiple of the model's; None: no refinement.
+        log: called with a line per stage, or None.
+
+    Returns:
+        :class:`ChainFit` on the model's grid.
+
+    Raises:
+        ValueError: as the stages raise (sizes, shapes, segments).
+    """
+    import cv2
+
+    say = log or (lambda _line: None)
+    robot = sweep_robot_mask(frames, size=size)
+    say(f"arm: {int(robot.sum())} of {size[0] * size[1]} model pixels")
+    tracks, valid = sweep_tracks(frames, size=size)
+    fit = fit_chain(tracks, valid, joint_positions, segments, focal_px, centre_px,
+                    robot=robot)
+    say(f"fit to the tracks: residual {np.round(fit.residual_px, 2).tolist()} px")
+    if photometric_size:
+        small = np.stack([cv2.resize(f, (photometric_size, photometric_size),
+                                     interpolation=cv2.INTER_AREA) for f in frames])
+        fit, _ = refine_photometric(fit, small, joint_positions, log=log)
+    return fit
