@@ -737,8 +737,11 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam([{"params": [logz, axes, pivots], "lr": lr},
                             {"params": [opacity], "lr": 0.05}])
+    params = [logz, axes, pivots, opacity]
+    saved = [p.detach().clone() for p in params]
+    diverged = False
     for level, (nsteps, sigma) in enumerate(zip(steps, blur_px, strict=True)):
-        total = 0.0
+        total, done = 0.0, 0
         for _ in range(nsteps):
             sel = torch.from_numpy(np.sort(rng.choice(np.arange(1, t_all), min(
                 frames_per_step, t_all - 1), replace=False)))
@@ -751,10 +754,22 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
                 loss = loss + smooth * ((logz[pairs[:, 0]] - logz[pairs[:, 1]]) ** 2).mean()
             loss = loss + 1e-2 * logz.mean() ** 2 + sparsity * torch.sigmoid(opacity).mean()
             loss.backward()
+            if not torch.isfinite(loss) or not all(bool(torch.isfinite(p.grad).all())
+                                                   for p in params if p.grad is not None):
+                diverged = True  # keep the last parameters that rendered finitely
+                break
+            saved = [p.detach().clone() for p in params]
             opt.step()
             total += loss.item()
+            done += 1
         if log is not None:
-            log(f"photometric level {level} (blur {sigma} px): mean loss {total / nsteps:.4f}")
+            log(f"photometric level {level} (blur {sigma} px): mean loss "
+                f"{total / max(done, 1):.4f}" + (" (not finite: stopped)" if diverged else ""))
+        if diverged:
+            with torch.no_grad():
+                for p, v in zip(params, saved, strict=True):
+                    p.copy_(v)
+            break
     with torch.no_grad():
         med = logz.median()
         scale = float(torch.exp(-med))
