@@ -1,11 +1,13 @@
 """The calibration-fitted kinematic chain (``export.models.chain_fit``) on the futures.
 
     python scripts/chain_fit_eval.py --data data/cells --split test_convention \\
-        [--cells 16] [--tracks dis|true|both] [--json out.json] [--sheet out.png]
+        [--cells 16] [--tracks dis|true|both] [--calibration-data data/cells256] \
+        [--dis-robot cut|moved|true] [--photometric 128] [--json out.json] [--sheet out.png]
 
 For each cell: the chain is fitted to the calibration episode's tracks (``dis``: OpenCV
-DIS optical flow from the home frame, what a device has; ``true``: the home pixels' true
-positions from the cell's geometry, to measure the fit apart from tracking), then every
+DIS optical flow from the home frame on the arm cut from it, what a device has, optionally
+refined against the calibration frames; ``true``: the home pixels' true positions from the
+cell's geometry, to measure the fit apart from tracking), then every
 candidate of the eval-frames futures (8 per cell from the first frame of the first motion
 episode, both motion profiles) is predicted from the start frame, the start's joint
 readings and the actions, and scored as ``oracle_retrieval.py`` scores its predictions

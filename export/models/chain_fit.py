@@ -622,8 +622,7 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
                        steps: tuple[int, ...] = (150, 150, 150),
                        blur_px: tuple[float, ...] = (4.0, 2.0, 1.0), lr: float = 0.003,
                        smooth: float = 2.0, frames_per_step: int = 16,
-                       sparsity: float = 0.0, seed: int = 0, log=None
-                       ) -> tuple[ChainFit, np.ndarray]:
+                       seed: int = 0, log=None) -> tuple[ChainFit, np.ndarray]:
     """Refine a fit against the calibration frames themselves (analysis by synthesis).
 
     The home frame's robot pixels, at the calibration's own resolution (one sample per
@@ -752,7 +751,7 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
             loss = torch.sqrt(diff ** 2 + 1e-6).mean() * 100.0
             if len(pairs):
                 loss = loss + smooth * ((logz[pairs[:, 0]] - logz[pairs[:, 1]]) ** 2).mean()
-            loss = loss + 1e-2 * logz.mean() ** 2 + sparsity * torch.sigmoid(opacity).mean()
+            loss = loss + 1e-2 * logz.mean() ** 2
             loss.backward()
             if not torch.isfinite(loss) or not all(bool(torch.isfinite(p.grad).all())
                                                    for p in params if p.grad is not None):
@@ -786,6 +785,7 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
 def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
                segments: list[tuple[int, int]], focal_px: float, centre_px: np.ndarray,
                size: tuple[int, int], photometric_size: int | None = 128,
+               fit_options: dict | None = None, refine_options: dict | None = None,
                log=None) -> ChainFit:
     """A cell's chain read from its calibration episode alone, as a device would: the arm
     cut from the home frame (:func:`sweep_robot_mask`), its pixels tracked through the
@@ -801,6 +801,8 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
         size: the model's ``(H, W)``.
         photometric_size: the side (px) the frames are resized to for the photometric
             refinement, a whole multiple of the model's; None: no refinement.
+        fit_options, refine_options: keyword arguments of :func:`fit_chain` and
+            :func:`refine_photometric` (steps, restarts, ...), or None (their defaults).
         log: called with a line per stage, or None.
 
     Returns:
@@ -816,10 +818,11 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     say(f"arm: {int(robot.sum())} of {size[0] * size[1]} model pixels")
     tracks, valid = sweep_tracks(frames, size=size)
     fit = fit_chain(tracks, valid, joint_positions, segments, focal_px, centre_px,
-                    robot=robot)
+                    robot=robot, **(fit_options or {}))
     say(f"fit to the tracks: residual {np.round(fit.residual_px, 2).tolist()} px")
     if photometric_size:
         small = np.stack([cv2.resize(f, (photometric_size, photometric_size),
                                      interpolation=cv2.INTER_AREA) for f in frames])
-        fit, _ = refine_photometric(fit, small, joint_positions, log=log)
+        fit, _ = refine_photometric(fit, small, joint_positions, log=log,
+                                    **(refine_options or {}))
     return fit
