@@ -79,6 +79,31 @@ class ChainFit:
                          (ys + 0.5 - self.centre_px[1]) * z / self.focal_px, z], -1)
 
 
+def _grid_ratio(frames: np.ndarray, size: tuple[int, int] | None, who: str
+                ) -> tuple[int, int, int]:
+    """``(H, W, r)``: the model's grid (``size``, or the frames' own) and how many
+    calibration pixels one model pixel spans. Raises ValueError where the frames are not
+    a whole multiple of it."""
+    fh, fw = frames.shape[1:3]
+    h, w = (fh, fw) if size is None else size
+    if fh % h or fw % w or fh // h != fw // w:
+        raise ValueError(f"{who}: calibration frames {fh}x{fw} are not a whole multiple of "
+                         f"the model's {h}x{w}")
+    return h, w, fh // h
+
+
+def _neighbour_pairs(robot: np.ndarray) -> np.ndarray:
+    """int ``[P, 2]``: indices (row-major order of ``robot``'s pixels) of horizontally and
+    vertically neighbouring robot pixels."""
+    h, w = robot.shape
+    idx = np.full((h, w), -1)
+    ys, xs = np.nonzero(robot)
+    idx[ys, xs] = np.arange(len(ys))
+    pairs = np.concatenate([np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
+                            np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)])
+    return pairs[(pairs >= 0).all(1)]
+
+
 def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsample: int = 1,
                  preset: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Where every pixel of the home frame (frame 0) is in each calibration frame.
@@ -106,11 +131,7 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
     import cv2
 
     t, fh, fw, _ = frames.shape
-    h, w = (fh, fw) if size is None else size
-    if fh % h or fw % w or fh // h != fw // w:
-        raise ValueError(f"sweep_tracks: calibration frames {fh}x{fw} are not a whole "
-                         f"multiple of the model's {h}x{w}")
-    ratio = fh // h
+    h, w, ratio = _grid_ratio(frames, size, "sweep_tracks")
     big = (fw * upsample, fh * upsample)
     grey = [cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in frames]
     if upsample != 1:
@@ -161,10 +182,7 @@ def sweep_robot_mask(frames: np.ndarray, size: tuple[int, int] | None = None,
     import cv2
 
     t, fh, fw, _ = frames.shape
-    h, w = (fh, fw) if size is None else size
-    if fh % h or fw % w or fh // h != fw // w:
-        raise ValueError(f"sweep_robot_mask: calibration frames {fh}x{fw} are not a whole "
-                         f"multiple of the model's {h}x{w}")
+    h, w, _ = _grid_ratio(frames, size, "sweep_robot_mask")
     img = frames.astype(np.float32)
     diff = np.abs(img[1:] - img[:1]).sum(-1)  # (T-1, h, w)
     changed = diff.max(0) > change
@@ -270,11 +288,7 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         if n and peak.any():
             moves[c] = mag[a:b][peak][:, ys, xs].mean(0) > moving_px
     carried = _carried_from_tracks(moves)
-    idx = np.full((h, w), -1)
-    idx[ys, xs] = np.arange(n)
-    pair_np = np.concatenate([np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
-                              np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)])
-    pairs = torch.from_numpy(pair_np[(pair_np >= 0).all(1)])
+    pairs = torch.from_numpy(_neighbour_pairs(robot))
     dt = torch.float64
     uv0 = torch.tensor(np.stack([xs + 0.5, ys + 0.5], -1), dtype=dt)  # (N, 2)
     cen = torch.tensor(np.asarray(centre_px, np.float64), dtype=dt)
@@ -663,15 +677,11 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     from export.models.kinematics import compose_chain, splat_values
 
     t_all, fh, fw, _ = frames.shape
-    h, w = fit.robot.shape
+    _, _, r = _grid_ratio(frames, fit.robot.shape, "refine_photometric")
     q = np.asarray(joint_positions, np.float64)
-    if fh % h or fw % w or fh // h != fw // w:
-        raise ValueError(f"refine_photometric: calibration frames {fh}x{fw} are not a whole "
-                         f"multiple of the fit's {h}x{w}")
     if q.shape != (t_all, len(fit.axes)):
         raise ValueError(f"refine_photometric: joint positions {q.shape}, expected "
                          f"({t_all}, {len(fit.axes)})")
-    r = fh // w
     dt = torch.float64
     ys, xs = np.nonzero(fit.robot)
     n = len(ys)
@@ -688,11 +698,7 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     car = torch.tensor(fit.carried, dtype=dt)[:, parent]  # (K, M)
     ang = torch.tensor((q - q[0]) * fit.rad_per_unit[None], dtype=dt)
     active = torch.tensor(fit.carried.sum(1) >= 3)
-    idx = np.full((h, w), -1)
-    idx[ys, xs] = np.arange(n)
-    pr = np.concatenate([np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
-                         np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)])
-    pairs = torch.from_numpy(pr[(pr >= 0).all(1)])
+    pairs = torch.from_numpy(_neighbour_pairs(fit.robot))
 
     logz = torch.tensor(np.log(fit.depth), dtype=dt, requires_grad=True)
     axes = torch.tensor(fit.axes, dtype=dt, requires_grad=True)
@@ -741,13 +747,14 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     diverged = False
     for level, (nsteps, sigma) in enumerate(zip(steps, blur_px, strict=True)):
         total, done = 0.0, 0
+        target = blur(obs.double(), sigma)  # every frame once per level
         for _ in range(nsteps):
             sel = torch.from_numpy(np.sort(rng.choice(np.arange(1, t_all), min(
                 frames_per_step, t_all - 1), replace=False)))
             opt.zero_grad()
             val, dens = render(sel)
             img = val * dens + bg[None] * (1 - dens)
-            diff = blur(img, sigma) - blur(obs[sel].double(), sigma)
+            diff = blur(img, sigma) - target[sel]
             loss = torch.sqrt(diff ** 2 + 1e-6).mean() * 100.0
             if len(pairs):
                 loss = loss + smooth * ((logz[pairs[:, 0]] - logz[pairs[:, 1]]) ** 2).mean()
