@@ -186,6 +186,28 @@ def test_sweep_tracks_measures_a_shifted_block_on_the_model_grid():
         sweep_tracks(frames, size=(30, 30))
 
 
+def test_sweep_tracks_follows_a_plain_block_swept_far_from_home():
+    # a shaded block without texture swept 5 px a frame for 10 frames (50 px at 4x the
+    # model's resolution = 12.5 model px): the flow from home alone loses it far out,
+    # the steps between frames lead to it
+    ys, xs = np.mgrid[0:128, 0:128]
+    rng = np.random.default_rng(3)
+    scene = 90 + 25 * np.sin(xs / 9.0) * np.cos(ys / 13.0) + rng.normal(0, 6, (128, 128))
+    by, bx = np.mgrid[0:28, 0:28]
+    block = 200 - np.hypot(by - 14, bx - 14)
+    frames = np.zeros((11, 128, 128, 3), np.uint8)
+    for t in range(11):
+        img = scene.copy()
+        img[50:78, 20 + 5 * t:48 + 5 * t] = block
+        frames[t] = np.repeat(img.clip(0, 255)[..., None], 3, -1)
+    tracks, valid = sweep_tracks(frames, size=(32, 32))
+    inner = (slice(14, 18), slice(6, 10))  # the block's middle at home, model px
+    for t in (2, 5, 8, 10):
+        assert np.median(tracks[t][inner][..., 0]) == pytest.approx(5 * t / 4, abs=0.3)
+        assert np.abs(np.median(tracks[t][inner][..., 1])) < 0.3
+    assert valid[10][inner].mean() > 0.9
+
+
 def test_chain_fit_points_unproject_through_the_pinhole():
     robot = np.zeros((4, 4), bool)
     robot[1, 2] = True
