@@ -717,7 +717,7 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     pivots = torch.tensor(fit.pivots, dtype=dt, requires_grad=True)
     opacity = torch.full((len(hy),), 3.0, dtype=dt, requires_grad=True)
 
-    def render(sel, with_grad=True):
+    def render(sel):
         s = len(sel)
         pts = ray * logz.exp()[parent][:, None]
         norm = axes.norm(dim=1, keepdim=True).clamp(min=1e-9)
