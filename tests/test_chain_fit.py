@@ -122,6 +122,12 @@ def test_zero_actions_from_home_reproduce_the_start_frame(arm_fit):
     out = predict_frames(fit, start, np.zeros(2), np.zeros((3, 2)), home=start)
     assert out.shape == (3, SIZE, SIZE, 3)
     assert np.abs(out.astype(int) - start).max() <= 1
+    # from a start away from home, with a home frame that differs: still the start frame,
+    # also where the folded elbow hides part of the arm at the start
+    home = rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)
+    for off in ([0.3, -0.2], [-0.25, 0.4], [0.0, 2.0], [0.0, -2.0], [1.0, 2.5]):
+        out = predict_frames(fit, start, np.asarray(off), np.zeros((3, 2)), home=home)
+        assert np.abs(out.astype(int) - start).max() <= 1, off
 
 
 def test_moved_arm_uncovers_the_calibration_background(arm_fit):

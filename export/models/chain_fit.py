@@ -569,8 +569,9 @@ def predict_frames(fit: ChainFit, start: np.ndarray, start_offset: np.ndarray,
     pose (:func:`chain_positions`) and splatted to each step (softmax by depth, gaps
     closed), carrying where it is at the start and at home. A pixel the arm covers at the
     step reads the start frame where the start shows its sample (the nearest at its start
-    pixel, within ``visible_tol`` of depth), else the home frame (a backward warp, so an
-    arm that does not move reads exactly its own pixels); where the arm was at the start
+    pixel, within ``visible_tol`` of depth) or where no sample there has moved from the
+    start, else the home frame (a backward warp, so an arm that does not move reads
+    exactly its own pixels, from any start pose); where the arm was at the start
     and is not at the step, the calibration's background is drawn; everything else is
     the start frame.
 
@@ -634,7 +635,10 @@ def predict_frames(fit: ChainFit, start: np.ndarray, start_offset: np.ndarray,
                                borderMode=cv2.BORDER_REPLICATE)
         from_home = cv2.remap(hom, gx + f[..., 2], gy + f[..., 3], cv2.INTER_LINEAR,
                               borderMode=cv2.BORDER_REPLICATE)
-        arm = np.where((f[..., 4:5] >= 0.5), from_start, from_home)
+        # where the arm has not moved from the start, the start frame shows it as it is
+        # (a sample hidden there is hidden still)
+        still = np.hypot(f[..., 0], f[..., 1])[..., None] < 1e-3
+        arm = np.where((f[..., 4:5] >= 0.5) | still, from_start, from_home)
         frame = np.where(cover[s + 1][..., None], arm, img)
         if background is not None:
             bg, seen = background
