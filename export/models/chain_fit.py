@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
-           "read_chain", "chain_positions", "chain_flow", "calibration_background",
-           "predict_frames"]
+           "read_chain", "chain_positions", "as_calibration", "calibration_background",
+           "predict_frames", "camera_pinhole", "read_chain_calibration"]
 
 
 @dataclass
@@ -213,7 +213,10 @@ def sweep_robot_mask(frames: np.ndarray, size: tuple[int, int] | None = None,
         return np.zeros((h, w), bool)
     seeds = np.full((fh, fw), cv2.GC_BGD, np.uint8)
     seeds[cv2.dilate(changed.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0] = cv2.GC_PR_BGD
-    seeds[changed] = cv2.GC_PR_FGD
+    # a changed pixel is probably arm where its home colour is more likely among the
+    # colours changed pixels take when they change (mostly the arm passing over scene)
+    # than among the pixels that never change (scene); else probably scene
+    seeds[changed & _armlike(frames, img, changed, change)] = cv2.GC_PR_FGD
     if not (seeds == cv2.GC_BGD).any():  # the whole view changed: nothing to cut against
         return cv2.resize(changed.astype(np.float32), (w, h),
                           interpolation=cv2.INTER_AREA) >= 0.5
@@ -222,6 +225,41 @@ def sweep_robot_mask(frames: np.ndarray, size: tuple[int, int] | None = None,
                 iterations, cv2.GC_INIT_WITH_MASK)
     arm = (seeds == cv2.GC_FGD) | (seeds == cv2.GC_PR_FGD)
     return cv2.resize(arm.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA) >= 0.5
+
+
+def _colour_hist(colours: np.ndarray, weights: np.ndarray | None = None, bins: int = 16
+                 ) -> np.ndarray:
+    """A normalised RGB histogram ``[bins]*3`` of uint8 colours ``[M, 3]``, smoothed by one
+    bin."""
+    q = (colours.astype(np.int64) * bins) // 256
+    idx = (q[:, 0] * bins + q[:, 1]) * bins + q[:, 2]
+    h = np.bincount(idx, weights, bins ** 3).reshape(bins, bins, bins)
+    for ax in range(3):  # a [1, 2, 1] / 4 kernel along each colour axis
+        h = np.moveaxis(h, ax, 0)
+        p = np.pad(h, ((1, 1), (0, 0), (0, 0)))
+        h = np.moveaxis(0.25 * p[:-2] + 0.5 * p[1:-1] + 0.25 * p[2:], 0, ax)
+    return h / max(float(h.sum()), 1e-12)
+
+
+def _armlike(frames: np.ndarray, img: np.ndarray, changed: np.ndarray, change: float,
+             bins: int = 16) -> np.ndarray:
+    """Which changed pixels' home colour looks like arm: more likely under the colours the
+    changed pixels take when they change (mostly arm passing over scene) than under the
+    colours of pixels that never change (scene)."""
+    diff = np.abs(img[1:] - img[:1]).sum(-1) > change  # (T-1, h, w)
+    ys, xs = np.nonzero(changed)
+    d = diff[:, ys, xs]  # (T-1, M)
+    cnt = np.maximum(d.sum(0), 1)
+    into = frames[1:][:, ys, xs][d]  # colours when changed
+    w_into = (np.broadcast_to(1.0 / cnt, d.shape))[d]
+    h_into = _colour_hist(into, w_into, bins)
+    h_static = _colour_hist(frames[0][~changed], None, bins)
+    q = (frames[0][ys, xs].astype(np.int64) * bins) // 256
+    p_in = h_into[q[:, 0], q[:, 1], q[:, 2]]
+    p_st = h_static[q[:, 0], q[:, 1], q[:, 2]]
+    out = np.zeros(changed.shape, bool)
+    out[ys, xs] = p_in > p_st
+    return out
 
 
 def _carried_from_tracks(moves: np.ndarray) -> np.ndarray:
@@ -447,87 +485,53 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
                     np.ones(k), f, np.asarray(centre_px, np.float64), res)
 
 
-def _samples(fit: ChainFit, upsample: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each robot pixel as ``upsample**2`` 3-D samples at sub-pixel centres (the pixel's
-    depth and carried set): ``(points [M, 3], carried [K, M])``."""
-    ys, xs = np.nonzero(fit.robot)
-    off = (np.arange(upsample) + 0.5) / upsample
-    oy, ox = np.meshgrid(off, off, indexing="ij")
-    u = (xs[:, None] + ox.reshape(1, -1)).reshape(-1)
-    v = (ys[:, None] + oy.reshape(1, -1)).reshape(-1)
-    z = np.repeat(fit.depth, upsample ** 2)
-    pts = np.stack([(u - fit.centre_px[0]) * z / fit.focal_px,
-                    (v - fit.centre_px[1]) * z / fit.focal_px, z], -1)
-    return pts, np.repeat(fit.carried, upsample ** 2, axis=1)
-
-
 def chain_positions(fit: ChainFit, offsets: np.ndarray, upsample: int = 1
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Where the home points land under joint offsets from the home pose (the product of
-    exponentials, :func:`export.models.kinematics.compose_chain`).
+    """Where the home points land under joint offsets ``[S, K]`` from the home pose:
+    ``(uv [S, M, 2] px, z [S, M])``, ``M = N * upsample**2``
+    (:func:`edge.runtime.chain.chain_positions`, the runtime's own)."""
+    from edge.runtime.chain import chain_positions as positions
+
+    return positions(fit, offsets, upsample)
+
+
+def as_calibration(fit: ChainFit, home: np.ndarray, home_joint_positions: np.ndarray,
+                   background: tuple[np.ndarray, np.ndarray] | None = None,
+                   dof_names: list[str] | None = None, info: dict | None = None):
+    """The fit as the runtime's :class:`edge.runtime.chain.ChainCalibration`.
 
     Args:
         fit: :class:`ChainFit`.
-        offsets: float ``[S, K]``, joint readings minus the home pose's (controller unit).
-        upsample: each robot pixel as ``upsample**2`` samples.
+        home: uint8 ``[H, W, 3]``, the calibration's home frame on the fit's grid.
+        home_joint_positions: float ``[K]``, the home pose's joint readings.
+        background: :func:`calibration_background`'s ``(background, seen)``, or None
+            (nothing seen: a rollout keeps the start frame where the arm leaves).
+        dof_names: the channels' names; None: ``dof0..``.
+        info: provenance stored with it.
 
-    Returns:
-        ``(uv [S, M, 2] px, z [S, M])``, ``M = N * upsample**2``.
+    Raises:
+        edge.runtime.chain.ChainFileError: fields that do not fit together.
     """
-    import torch
+    from edge.runtime.chain import ChainCalibration
 
-    from export.models.kinematics import compose_chain
-
-    off = np.asarray(offsets, np.float64)
-    s = len(off)
-    pts, car = _samples(fit, upsample)
-    moved = compose_chain(torch.from_numpy(pts)[None].expand(s, -1, -1),
-                          torch.from_numpy(fit.axes)[None].expand(s, -1, -1),
-                          torch.from_numpy(fit.pivots)[None].expand(s, -1, -1),
-                          torch.from_numpy(off * fit.rad_per_unit[None]),
-                          torch.from_numpy(car)[None].expand(s, -1, -1))
-    z = moved[..., 2].clamp(min=1e-3)
-    uv = moved[..., :2] / z[..., None] * fit.focal_px + torch.from_numpy(fit.centre_px)
-    return uv.numpy(), z.numpy()
-
-
-def chain_flow(fit: ChainFit, start_offset: np.ndarray, offsets: np.ndarray,
-               size: tuple[int, int], upsample: int = 2, depth_scale: float = 0.01
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Backward flows at each target from the start pose: the home points moved to the
-    start and to each target, the start position minus the target position splatted to
-    the target (:func:`export.models.kinematics.splat_flow`, softmax by depth; gaps
-    closed by :func:`~export.models.kinematics.close_gaps`).
-
-    Args:
-        fit: :class:`ChainFit`.
-        start_offset: float ``[K]``, the start's joint readings minus the home pose's.
-        offsets: float ``[S, K]``, each target's.
-        size: ``(H, W)``.
-        upsample: each home pixel moved as ``upsample**2`` samples (no holes where a
-            link stretches).
-        depth_scale: softmax splatting's depth scale, in the fit's depth unit.
-
-    Returns:
-        ``(flow [S, H, W, 2] float32 px, cover [S, H, W] bool, start_cover [H, W] bool)``:
-        the arm's backward flow where the arm lands at each target (zero elsewhere), where
-        it lands at each target, and where it is at the start.
-    """
-    import torch
-
-    from export.models.kinematics import close_gaps, splat_flow
-
-    h, w = size
-    offs = np.concatenate([np.asarray(start_offset, np.float64)[None],
-                           np.asarray(offsets, np.float64)])
-    uv, z = chain_positions(fit, offs, upsample)
-    src = torch.from_numpy(uv[:1]).expand(len(offs), -1, -1)
-    flow, dens = splat_flow(src, torch.from_numpy(uv), (h, w), depth=torch.from_numpy(z),
-                            depth_scale=depth_scale, samples_per_px=upsample ** 2)
-    flow, cover = close_gaps(flow, dens)
-    flow_np = flow.permute(0, 2, 3, 1).numpy().astype(np.float32)
-    cov = cover[:, 0].numpy() > 0.5
-    return flow_np[1:], cov[1:], cov[0]
+    h, w = fit.robot.shape
+    bg, seen = background if background is not None else (
+        np.zeros((h, w, 3), np.float32), np.zeros((h, w), bool))
+    k = len(fit.axes)
+    chain = ChainCalibration(
+        robot=fit.robot.astype(bool), depth=np.asarray(fit.depth, np.float64),
+        axes=np.asarray(fit.axes, np.float64), pivots=np.asarray(fit.pivots, np.float64),
+        carried=np.asarray(fit.carried, np.float64),
+        rad_per_unit=np.asarray(fit.rad_per_unit, np.float64), focal_px=float(fit.focal_px),
+        centre_px=np.asarray(fit.centre_px, np.float64),
+        residual_px=np.asarray(fit.residual_px, np.float64),
+        home_frame=np.ascontiguousarray(home, np.uint8),
+        home_joint_positions=np.asarray(home_joint_positions, np.float64),
+        background=np.asarray(bg, np.float32), background_seen=np.asarray(seen, bool),
+        dof_names=list(dof_names) if dof_names else [f"dof{i}" for i in range(k)],
+        info=dict(info or {}))
+    chain.validate("chain fit")
+    return chain
 
 
 def calibration_background(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
@@ -537,9 +541,9 @@ def calibration_background(fit: ChainFit, frames: np.ndarray, joint_positions: n
 
     Args:
         fit: :class:`ChainFit` of this episode.
-        frames: uint8 ``[T, H, W, 3]``.
+        frames: uint8 ``[T, H, W, 3]`` on the fit's grid.
         joint_positions: float ``[T, K]``, frame 0 the home pose.
-        upsample: as :func:`chain_flow`.
+        upsample: each arm pixel as ``upsample**2`` samples.
 
     Returns:
         ``(background float32 [H, W, 3], seen bool [H, W])``: seen where some frame shows
@@ -547,9 +551,10 @@ def calibration_background(fit: ChainFit, frames: np.ndarray, joint_positions: n
     """
     import cv2
 
-    t, h, w, _ = frames.shape
+    from edge.runtime.chain import arm_cover
+
     q = np.asarray(joint_positions, np.float64)
-    _, cover, cover0 = chain_flow(fit, q[0] - q[0], q - q[0], (h, w), upsample)
+    cover = arm_cover(fit, q - q[0], upsample)
     kernel = np.ones((3, 3), np.uint8)
     free = np.stack([cv2.dilate(c.astype(np.uint8), kernel) == 0 for c in cover])
     acc = (frames.astype(np.float64) * free[..., None]).sum(0)
@@ -563,89 +568,29 @@ def predict_frames(fit: ChainFit, start: np.ndarray, start_offset: np.ndarray,
                    background: tuple[np.ndarray, np.ndarray] | None = None,
                    upsample: int = 2, depth_scale: float = 0.01,
                    visible_tol: float = 0.02) -> np.ndarray:
-    """A rollout: the arm's points moved by the chain and drawn over the start frame.
-
-    Every robot sample of the home frame is moved to the start pose and to each step's
-    pose (:func:`chain_positions`) and splatted to each step (softmax by depth, gaps
-    closed), carrying where it is at the start and at home. A pixel the arm covers at the
-    step reads the start frame where the start shows its sample (the nearest at its start
-    pixel, within ``visible_tol`` of depth) or where no sample there has moved from the
-    start, else the home frame (a backward warp, so an arm that does not move reads
-    exactly its own pixels, from any start pose); where the arm was at the start
-    and is not at the step, the calibration's background is drawn; everything else is
-    the start frame.
+    """A rollout of the fit (:func:`edge.runtime.chain.chain_rollout`, the runtime's own).
 
     Args:
         fit: :class:`ChainFit` of the cell's calibration episode.
         start: uint8 ``[H, W, 3]``.
         start_offset: float ``[K]``, the start's joint readings minus the calibration's
             home pose (controller order and unit).
-        actions: float ``[S, K]``, joint-position deltas; step s shows the pose after
-            actions ``0..s``.
+        actions: float ``[S, K]`` or ``[N, S, K]``, joint-position deltas.
         home: uint8 ``[H, W, 3]``, the calibration's home frame (colours of what the start
-            hides), or None (hidden samples are dropped).
+            hides), or None (the start frame stands in).
         background: :func:`calibration_background`, or None (what the arm uncovers keeps
             the start frame's look).
-        upsample: each home pixel moved as ``upsample**2`` samples.
-        depth_scale: softmax splatting's depth scale, in the fit's depth unit.
-        visible_tol: depth margin of the start's visibility test, in the fit's depth unit.
+        upsample, depth_scale, visible_tol: as ``chain_rollout``.
 
     Returns:
-        uint8 ``[S, H, W, 3]``.
+        uint8 ``[S, H, W, 3]`` or ``[N, S, H, W, 3]``.
     """
-    import cv2
-    import torch
+    from edge.runtime.chain import chain_rollout
 
-    from export.models.kinematics import close_gaps, splat_values
-
-    h, w, _ = start.shape
     k = len(fit.axes)
-    off0 = np.asarray(start_offset, np.float64)
-    offs = off0[None] + np.cumsum(np.asarray(actions, np.float64), 0)
-    uv, z = chain_positions(fit, np.concatenate([np.zeros((1, k)), off0[None], offs]),
-                            upsample)
-    uh, us, zs = uv[0], uv[1], z[1]
-    uv, z = uv[1:], z[1:]  # the start, then each step
-    # visibility at the start: the nearest depth landing on each start pixel
-    ix = np.clip(np.floor(us[:, 0]).astype(int), 0, w - 1)
-    iy = np.clip(np.floor(us[:, 1]).astype(int), 0, h - 1)
-    zbuf = np.full(h * w, np.inf)
-    np.minimum.at(zbuf, iy * w + ix, zs)
-    visible = (zs <= zbuf[iy * w + ix] + visible_tol).astype(np.float64)
-    # each sample carries where to read its colour: the start frame where the start shows
-    # it, else the home frame; both read by a backward warp at the target, so a sample
-    # that does not move reads exactly its own pixel
-    vals = np.concatenate([np.broadcast_to(us, uv.shape) - uv, uh[None] - uv,
-                           np.broadcast_to(visible[None, :, None], uv.shape[:2] + (1,))], -1)
-    weight = np.ones(len(uh)) if home is not None else visible
-    spl, dens = splat_values(torch.from_numpy(uv), torch.from_numpy(vals), (h, w),
-                             weight=torch.from_numpy(weight)[None].expand(len(uv), -1),
-                             depth=torch.from_numpy(z), depth_scale=depth_scale,
-                             samples_per_px=upsample ** 2)
-    spl_t, cover_t = close_gaps(spl, dens)
-    spl_np = spl_t.permute(0, 2, 3, 1).numpy().astype(np.float32)
-    cover = cover_t[:, 0].numpy() > 0.5
-    gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
-    img = start.astype(np.float32)
-    hom = home.astype(np.float32) if home is not None else img
-    out = np.empty((len(offs), h, w, 3), np.uint8)
-    for s in range(len(offs)):
-        f = spl_np[s + 1]
-        from_start = cv2.remap(img, gx + f[..., 0], gy + f[..., 1], cv2.INTER_LINEAR,
-                               borderMode=cv2.BORDER_REPLICATE)
-        from_home = cv2.remap(hom, gx + f[..., 2], gy + f[..., 3], cv2.INTER_LINEAR,
-                              borderMode=cv2.BORDER_REPLICATE)
-        # where the arm has not moved from the start, the start frame shows it as it is
-        # (a sample hidden there is hidden still)
-        still = np.hypot(f[..., 0], f[..., 1])[..., None] < 1e-3
-        arm = np.where((f[..., 4:5] >= 0.5) | still, from_start, from_home)
-        frame = np.where(cover[s + 1][..., None], arm, img)
-        if background is not None:
-            bg, seen = background
-            hole = cover[0] & ~cover[s + 1] & seen
-            frame[hole] = bg[hole]
-        out[s] = np.clip(np.rint(frame), 0, 255).astype(np.uint8)
-    return out
+    chain = as_calibration(fit, start if home is None else home, np.zeros(k), background)
+    return chain_rollout(chain, start, start_offset, actions, fill=background is not None,
+                         upsample=upsample, depth_scale=depth_scale, visible_tol=visible_tol)
 
 
 def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
@@ -849,3 +794,107 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
         fit, _ = refine_photometric(fit, small, joint_positions, log=log,
                                     **(refine_options or {}))
     return fit
+
+
+def camera_pinhole(episode, size: tuple[int, int], fovy_deg: float | None = None
+                   ) -> tuple[float, np.ndarray, str]:
+    """The camera's pinhole on the model's grid, from ``fovy_deg`` or the episode's
+    ``metadata.camera`` (``fovy_deg``: vertical field of view, degrees; the principal
+    point at the image centre).
+
+    Returns:
+        ``(focal_px, centre_px [2], where)``; ``where`` says which source gave it.
+
+    Raises:
+        ValueError: no field of view given or recorded, or one outside (1, 179) degrees.
+    """
+    h, w = size
+    where = "--fovy-deg"
+    if fovy_deg is None:
+        cam = dict(episode.metadata.camera or {})
+        if "fovy_deg" not in cam:
+            raise ValueError("the calibration's metadata.camera has no 'fovy_deg' (the "
+                             "camera's vertical field of view, degrees): pass --fovy-deg")
+        fovy_deg, where = cam["fovy_deg"], "metadata.camera.fovy_deg"
+    try:
+        fovy = float(fovy_deg)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: expected a number of degrees, found {fovy_deg!r}") from None
+    if not 1.0 < fovy < 179.0:
+        raise ValueError(f"{where}: expected a vertical field of view in (1, 179) degrees, "
+                         f"found {fovy}")
+    focal = 0.5 * h / np.tan(np.radians(fovy) / 2.0)
+    return float(focal), np.array([w / 2.0, h / 2.0]), where
+
+
+def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
+                           fovy_deg: float | None = None, photometric_size: int | None = 128,
+                           log=None):
+    """Read a calibration episode into the chain model's encoded calibration.
+
+    Runs :func:`read_chain` on the episode's frames (recorded at a whole multiple of
+    ``size``; a higher resolution tracks the links to a fraction of a model pixel), then
+    the home frame and the static background on the model's grid (frames reduced by area
+    averaging), and packs them with the camera's pinhole (:func:`camera_pinhole`) as an
+    :class:`edge.runtime.chain.ChainCalibration`.
+
+    Args:
+        episode: :class:`edge.episode.Episode` of kind ``calibration`` (segments: one sweep
+            per channel, each channel in rad).
+        size: the model's grid ``(H, W)``.
+        fovy_deg: the camera's vertical field of view; None: from the episode's metadata.
+        photometric_size: as :func:`read_chain` (None: no refinement).
+        log: called with a line per stage, or None.
+
+    Returns:
+        :class:`edge.runtime.chain.ChainCalibration`.
+
+    Raises:
+        ValueError: not a calibration episode, a channel without a sweep segment or in
+            metres (the chain reads revolute joints), frames that are not a whole multiple
+            of ``size``, no field of view.
+    """
+    import time
+
+    import cv2
+
+    say = log or (lambda _line: None)
+    meta = episode.metadata
+    if meta.kind != "calibration" or not meta.segments:
+        raise ValueError(f"expected a calibration episode (kind 'calibration' with a sweep "
+                         f"segment per channel), found kind '{meta.kind}' with "
+                         f"{len(meta.segments)} segments")
+    names = list(meta.dof_names)
+    k = len(names)
+    metres = [n for n, u in zip(names, meta.dof_units, strict=True) if u != "rad"]
+    if metres:
+        raise ValueError(f"channels {metres} are not in rad: the chain model reads revolute "
+                         "joints only")
+    segments: list[tuple[int, int] | None] = [None] * k
+    t = episode.num_frames
+    for s in meta.segments:
+        # the segment and the frame that closes it (back at home)
+        segments[names.index(s.dof)] = (s.start, min(s.stop + 1, t))
+    missing = [n for n, s in zip(names, segments, strict=True) if s is None]
+    if missing:
+        raise ValueError(f"channels {missing} have no sweep segment in the calibration: "
+                         "record every channel's sweep (`syncedge calibrate record`)")
+    focal, centre, where = camera_pinhole(episode, size, fovy_deg)
+    frames = episode.frames
+    q = np.asarray(episode.joint_positions, np.float64)[:, :k]
+    t0 = time.perf_counter()
+    fit = read_chain(frames, q, [s for s in segments if s is not None], focal, centre, size,
+                     photometric_size=photometric_size, log=log)
+    h, w = size
+    grid = frames if frames.shape[1:3] == (h, w) else np.stack(
+        [cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
+    background = calibration_background(fit, grid, q)
+    say(f"read in {time.perf_counter() - t0:.1f} s; background seen at "
+        f"{int(background[1].sum())} of {h * w} pixels")
+    info = {"calibration": {"cell_id": meta.cell_id, "camera_id": meta.camera_id,
+                            "robot_id": meta.robot_id, "robot": meta.robot,
+                            "frames": int(t), "resolution": list(frames.shape[1:3]),
+                            "fps": float(meta.fps)},
+            "pinhole_from": where, "photometric_size": photometric_size,
+            "arm_pixels": int(fit.robot.sum()), "seconds": round(time.perf_counter() - t0, 1)}
+    return as_calibration(fit, grid[0], q[0], background, names, info)

@@ -1,0 +1,618 @@
+"""The chain model's rollout: a cell's kinematic chain, read from its calibration episode,
+moves the arm's pixels; NumPy and OpenCV only (no torch, no ONNX).
+
+A *chain calibration* (the encoded calibration of the chain model, written by ``syncedge
+model read-chain``; the fit itself is ``export.models.chain_fit.read_chain``) holds, on the
+model's pixel grid and in the calibration home frame's camera coordinates (x right, y down,
+z forward; depth unit: the median arm depth):
+
+- which home-frame pixels are arm, one depth per arm pixel, each controller channel's axis
+  and pivot and which arm pixels it carries;
+- the camera's pinhole (focal length and principal point, px);
+- the home frame, the home pose's joint readings and the static scene behind the arm.
+
+A rollout (:func:`chain_rollout`) moves the home points through the chain (the product of
+exponentials: every point turned about each joint that carries it, distal joints first;
+Lynch and Park, "Modern Robotics", ch. 4) to the start's joint readings and to each
+step's (start plus the summed actions), projects them through the pinhole, splats them to
+each step (softmax by depth: Niklaus and Liu 2020, "Softmax splatting for video frame
+interpolation") and reads each covered pixel's colour from the start frame (where the
+start shows the point) or the home frame (where the start hides it) by a backward warp;
+what the arm uncovers is drawn from the calibration's background. Zero actions give the
+start frame exactly, from any start pose, and relabelling the controller's channels with
+the calibration changes nothing (the channels are read, not learned).
+
+:func:`splat_values` and :func:`close_gaps` are the NumPy twins of
+``export.models.kinematics.splat_values`` / ``close_gaps`` (float64, same results).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edge.fileio import atomic_write
+from edge.runtime.errors import RuntimeInputError
+
+__all__ = ["CHAIN_FORMAT", "CHAIN_SCHEMA_VERSION", "ChainCalibration", "ChainFileError",
+           "arm_cover", "chain_positions", "sweep_check", "chain_rollout", "close_gaps", "compose_chain",
+           "load_chain_calibration", "save_chain_calibration", "splat_values"]
+
+#: The ``format`` field of a chain calibration file's header.
+CHAIN_FORMAT = "syncedge.chain_calibration"
+#: Its schema version; a file of another version is refused by name.
+CHAIN_SCHEMA_VERSION = 1
+
+
+class ChainFileError(RuntimeInputError):
+    """A chain calibration file is missing, unreadable or malformed; names the file and the
+    field, what was expected and what to do."""
+
+
+@dataclass
+class ChainCalibration:
+    """A cell's chain as read from its calibration episode, with what a rollout draws from.
+
+    Grid ``H x W`` (the model's), ``K`` controller channels, ``N`` arm pixels.
+
+    Attributes:
+        robot: bool ``[H, W]``, the home frame's arm pixels.
+        depth: float64 ``[N]``, each arm pixel's depth (row-major order of ``robot``), in
+            the median arm depth (a gauge: only ratios are observable).
+        axes: float64 ``[K, 3]``, each channel's unit axis: a positive change of the
+            channel's reading turns its points right-handed about it (zero where the
+            calibration showed no motion of the channel: it moves nothing).
+        pivots: float64 ``[K, 3]``, a point on each axis (same unit as depth).
+        carried: float64 ``[K, N]`` in [0, 1], how much each channel carries each point.
+        rad_per_unit: float64 ``[K]``, the turn (rad) per unit of each channel's reading.
+        focal_px: the camera's focal length on the grid, px.
+        centre_px: float64 ``[2]``, its principal point on the grid, px (pixel i's centre
+            at i + 0.5).
+        residual_px: float64 ``[K]``, each channel's RMS track residual of the fit, px.
+        home_frame: uint8 ``[H, W, 3]``, the calibration's home frame on the grid.
+        home_joint_positions: float64 ``[K]``, the home pose's joint readings
+            (controller order and unit).
+        background: float32 ``[H, W, 3]``, the static scene where some calibration frame
+            shows it uncovered (0-255).
+        background_seen: bool ``[H, W]``, where it does.
+        dof_names: the ``K`` channel names, controller order.
+        info: provenance (source calibration and its sha256, reading options, timings).
+    """
+
+    robot: np.ndarray
+    depth: np.ndarray
+    axes: np.ndarray
+    pivots: np.ndarray
+    carried: np.ndarray
+    rad_per_unit: np.ndarray
+    focal_px: float
+    centre_px: np.ndarray
+    residual_px: np.ndarray
+    home_frame: np.ndarray
+    home_joint_positions: np.ndarray
+    background: np.ndarray
+    background_seen: np.ndarray
+    dof_names: list[str]
+    info: dict = field(default_factory=dict)
+
+    @property
+    def resolution(self) -> tuple[int, int]:
+        """The grid ``(H, W)``."""
+        h, w = self.robot.shape
+        return int(h), int(w)
+
+    @property
+    def num_dof(self) -> int:
+        """``K``, the controller channels."""
+        return len(self.dof_names)
+
+    def validate(self, who: str = "chain calibration") -> None:
+        """Check shapes, dtypes and values; raises :class:`ChainFileError` naming ``who``
+        and the field."""
+        def bad(name: str, expected: str, found: str) -> ChainFileError:
+            return ChainFileError(f"{who}: field '{name}': expected {expected}, found "
+                                  f"{found}; read the calibration again with `syncedge "
+                                  "model read-chain`")
+
+        if self.robot.dtype != bool or self.robot.ndim != 2:
+            raise bad("robot", "bool [H, W]", f"{self.robot.dtype} {list(self.robot.shape)}")
+        h, w = self.robot.shape
+        n, k = int(self.robot.sum()), len(self.dof_names)
+        shapes = {"depth": (n,), "axes": (k, 3), "pivots": (k, 3), "carried": (k, n),
+                  "rad_per_unit": (k,), "centre_px": (2,), "residual_px": (k,),
+                  "home_frame": (h, w, 3), "home_joint_positions": (k,),
+                  "background": (h, w, 3), "background_seen": (h, w)}
+        for name, shape in shapes.items():
+            a = np.asarray(getattr(self, name))
+            if a.shape != shape:
+                raise bad(name, f"shape {list(shape)}", f"{list(a.shape)}")
+            if a.dtype != bool and not np.all(np.isfinite(a.astype(np.float64))):
+                raise bad(name, "finite values", "NaN or inf")
+        if self.home_frame.dtype != np.uint8:
+            raise bad("home_frame", "uint8", str(self.home_frame.dtype))
+        if self.background_seen.dtype != bool:
+            raise bad("background_seen", "bool", str(self.background_seen.dtype))
+        if k < 1:
+            raise bad("dof_names", "at least one channel", "none")
+        if n and (self.depth <= 0).any():
+            raise bad("depth", "positive depths", f"min {float(self.depth.min()):.3g}")
+        norm = np.linalg.norm(self.axes, axis=1)
+        if (np.minimum(np.abs(norm - 1.0), norm) > 1e-6).any():
+            raise bad("axes", "unit vectors (zero for a channel the sweep showed no motion "
+                      "of)", f"lengths {np.round(norm, 4).tolist()}")
+        if ((self.carried < 0) | (self.carried > 1)).any():
+            raise bad("carried", "values in [0, 1]", "others")
+        if not (np.isfinite(self.focal_px) and self.focal_px > 0):
+            raise bad("focal_px", "a positive focal length (px)", str(self.focal_px))
+        if len(set(self.dof_names)) != k:
+            raise bad("dof_names", "distinct names", str(self.dof_names))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The array fields by name (what the file stores besides its header)."""
+        return {"robot": self.robot, "depth": self.depth, "axes": self.axes,
+                "pivots": self.pivots, "carried": self.carried,
+                "rad_per_unit": self.rad_per_unit, "centre_px": self.centre_px,
+                "residual_px": self.residual_px, "home_frame": self.home_frame,
+                "home_joint_positions": self.home_joint_positions,
+                "background": self.background, "background_seen": self.background_seen}
+
+    def sha256(self) -> str:
+        """A digest of the arrays, focal length and channel names (not ``info``)."""
+        h = hashlib.sha256()
+        for name, a in sorted(self.arrays().items()):
+            a = np.ascontiguousarray(a)
+            h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+            h.update(a.tobytes())
+        h.update(repr(float(self.focal_px)).encode())
+        h.update(json.dumps(self.dof_names).encode())
+        return h.hexdigest()
+
+
+def save_chain_calibration(path: str | os.PathLike[str], chain: ChainCalibration) -> Path:
+    """Write ``chain`` to ``path`` (``.npz``; a JSON header with the format, schema version,
+    grid, channel names, focal length, content sha256 and ``info``), atomically: the file
+    is complete or absent.
+
+    Raises:
+        ChainFileError: ``chain`` does not validate.
+    """
+    chain.validate(str(path))
+    header = {"format": CHAIN_FORMAT, "schema_version": CHAIN_SCHEMA_VERSION,
+              "resolution": list(chain.resolution), "dof_names": list(chain.dof_names),
+              "focal_px": float(chain.focal_px), "sha256": chain.sha256(), "info": chain.info}
+    buf = io.BytesIO()
+    np.savez_compressed(buf, header_json=np.frombuffer(json.dumps(header).encode(), np.uint8),
+                        **{k: np.ascontiguousarray(v) for k, v in chain.arrays().items()})
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
+    return Path(path)
+
+
+def load_chain_calibration(path: str | os.PathLike[str]) -> ChainCalibration:
+    """Read a chain calibration written by :func:`save_chain_calibration`.
+
+    Raises:
+        ChainFileError: a missing or unreadable file, another format or schema version, a
+            missing or malformed field, or content whose sha256 is not the header's
+            (each names the file and the field).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ChainFileError(f"{p}: is a folder; expected a chain calibration .npz (written "
+                             "by `syncedge model read-chain`)")
+    if not p.is_file():
+        raise ChainFileError(f"{p}: no such file; write it with `syncedge model read-chain "
+                             f"--calibration CALIBRATION.npz --out {p}`")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError) as exc:
+        raise ChainFileError(f"{p}: cannot read it as a chain calibration .npz: {exc}") from None
+    if "header_json" not in data:
+        raise ChainFileError(f"{p}: field 'header_json' missing: not a chain calibration "
+                             "(write one with `syncedge model read-chain`)")
+    try:
+        header = json.loads(bytes(data["header_json"]).decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ChainFileError(f"{p}: field 'header_json': not JSON ({exc})") from None
+    if not isinstance(header, dict) or header.get("format") != CHAIN_FORMAT:
+        raise ChainFileError(f"{p}: header field 'format': expected '{CHAIN_FORMAT}', found "
+                             f"{header.get('format') if isinstance(header, dict) else header!r}")
+    if header.get("schema_version") != CHAIN_SCHEMA_VERSION:
+        raise ChainFileError(f"{p}: header field 'schema_version': expected "
+                             f"{CHAIN_SCHEMA_VERSION}, found {header.get('schema_version')!r}; "
+                             "read the calibration again with this version's `syncedge model "
+                             "read-chain`")
+    for name in ("dof_names", "focal_px", "sha256"):
+        if name not in header:
+            raise ChainFileError(f"{p}: header field '{name}' missing")
+    names = ("robot", "depth", "axes", "pivots", "carried", "rad_per_unit", "centre_px",
+             "residual_px", "home_frame", "home_joint_positions", "background",
+             "background_seen")
+    for name in names:
+        if name not in data:
+            raise ChainFileError(f"{p}: field '{name}' missing")
+    f64 = {n: data[n].astype(np.float64) for n in names
+           if n not in ("robot", "home_frame", "background", "background_seen")}
+    dof = header["dof_names"]
+    if not isinstance(dof, list) or not all(isinstance(x, str) for x in dof):
+        raise ChainFileError(f"{p}: header field 'dof_names': expected a list of strings, "
+                             f"found {dof!r}")
+    try:
+        focal = float(header["focal_px"])
+    except (TypeError, ValueError):
+        raise ChainFileError(f"{p}: header field 'focal_px': expected a number, found "
+                             f"{header['focal_px']!r}") from None
+    chain = ChainCalibration(
+        robot=data["robot"], depth=f64["depth"], axes=f64["axes"], pivots=f64["pivots"],
+        carried=f64["carried"], rad_per_unit=f64["rad_per_unit"], focal_px=focal,
+        centre_px=f64["centre_px"], residual_px=f64["residual_px"],
+        home_frame=data["home_frame"], home_joint_positions=f64["home_joint_positions"],
+        background=data["background"].astype(np.float32),
+        background_seen=data["background_seen"], dof_names=list(dof),
+        info=header.get("info") or {})
+    chain.validate(str(p))
+    if chain.sha256() != header["sha256"]:
+        raise ChainFileError(f"{p}: content sha256 {chain.sha256()[:12]}... is not the "
+                             f"header's {str(header['sha256'])[:12]}...: the file was altered "
+                             "or damaged; read the calibration again")
+    return chain
+
+
+# -- geometry ------------------------------------------------------------------------------
+
+
+def compose_chain(points: np.ndarray, axes: np.ndarray, pivots: np.ndarray,
+                  angles: np.ndarray, carried: np.ndarray) -> np.ndarray:
+    """The product of exponentials: every point turned about each joint that carries it.
+
+    Args:
+        points: float64 ``[N, 3]`` at the reference pose.
+        axes, pivots: float64 ``[K, 3]``, unit axes and a point on each.
+        angles: float64 ``[S, K]``, each joint's turn from the reference pose, rad.
+        carried: float64 ``[K, N]`` in [0, 1] (a soft value blends the turned and unturned
+            point).
+
+    Returns:
+        float64 ``[S, N, 3]``. The joints are applied distal first, the order following
+        from the memberships (a proximal joint carries more points), as
+        ``export.models.kinematics.compose_chain`` does.
+    """
+    order = np.argsort(-carried.sum(1), kind="stable")
+    p = np.broadcast_to(points, (len(angles),) + points.shape).copy()
+    for j in order[::-1]:  # distal first
+        w, o = axes[j], pivots[j]
+        c = np.cos(angles[:, j])[:, None, None]
+        s = np.sin(angles[:, j])[:, None, None]
+        v = p - o
+        dot = v @ w
+        turned = o + v * c + np.cross(w, v) * s + w * dot[..., None] * (1.0 - c)
+        p += carried[j][None, :, None] * (turned - p)
+    return p
+
+
+def _samples(chain: ChainCalibration, upsample: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each arm pixel as ``upsample**2`` 3-D samples at sub-pixel centres:
+    ``(points [M, 3], carried [K, M])``."""
+    ys, xs = np.nonzero(chain.robot)
+    off = (np.arange(upsample) + 0.5) / upsample
+    oy, ox = np.meshgrid(off, off, indexing="ij")
+    u = (xs[:, None] + ox.reshape(1, -1)).reshape(-1)
+    v = (ys[:, None] + oy.reshape(1, -1)).reshape(-1)
+    z = np.repeat(chain.depth, upsample ** 2)
+    pts = np.stack([(u - chain.centre_px[0]) * z / chain.focal_px,
+                    (v - chain.centre_px[1]) * z / chain.focal_px, z], -1)
+    return pts, np.repeat(chain.carried, upsample ** 2, axis=1)
+
+
+def chain_positions(chain: ChainCalibration, offsets: np.ndarray, upsample: int = 1
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Where the home points land under joint offsets from the home pose.
+
+    Args:
+        chain: :class:`ChainCalibration` (or any object with its geometry fields).
+        offsets: float ``[S, K]``, joint readings minus the home pose's (controller unit).
+        upsample: each arm pixel as ``upsample**2`` samples.
+
+    Returns:
+        ``(uv [S, M, 2] px, z [S, M])`` float64, ``M = N * upsample**2``; depths clamped at
+        1e-3.
+    """
+    off = np.asarray(offsets, np.float64)
+    pts, car = _samples(chain, upsample)
+    moved = compose_chain(pts, chain.axes, chain.pivots, off * chain.rad_per_unit[None], car)
+    z = np.maximum(moved[..., 2], 1e-3)
+    uv = moved[..., :2] / z[..., None] * chain.focal_px + chain.centre_px
+    return uv, z
+
+
+def splat_values(target_px: np.ndarray, values: np.ndarray, size: tuple[int, int],
+                 weight: np.ndarray | None = None, depth: np.ndarray | None = None,
+                 depth_scale: float = 0.01, samples_per_px: float = 1.0
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample values splatted bilinearly to where the samples land, softmax-weighted
+    by depth where given (the nearest surface decides; Niklaus and Liu 2020).
+
+    Args:
+        target_px: float ``[B, N, 2]`` (u, v), px, pixel i's centre at i + 0.5; a sample
+            at a non-finite position lands nowhere.
+        values: float ``[B, N, C]``.
+        size: ``(H, W)``.
+        weight: float ``[B, N]`` in [0, 1], or None (all 1).
+        depth: float ``[B, N]``, or None.
+        depth_scale: the depth difference that divides a sample's weight by e.
+        samples_per_px: samples per source pixel (density 1 where a pixel's worth landed).
+
+    Returns:
+        ``(value float64 [B, H, W, C], density float64 [B, H, W])``; value zero where
+        nothing landed.
+
+    Raises:
+        ValueError: shapes that do not match.
+    """
+    target_px = np.asarray(target_px, np.float64)
+    values = np.asarray(values, np.float64)
+    b, n, _ = target_px.shape
+    if target_px.shape[-1] != 2 or values.shape[:2] != (b, n):
+        raise ValueError(f"splat_values: target {list(target_px.shape)} and values "
+                         f"{list(values.shape)}: expected [B, N, 2] and [B, N, C]")
+    h, w = size
+    ch = values.shape[-1]
+    wt = np.ones((b, n)) if weight is None else np.broadcast_to(
+        np.asarray(weight, np.float64), (b, n))
+    finite = np.isfinite(target_px).all(-1)
+    if not finite.all():
+        target_px = np.where(finite[..., None], target_px, -10.0)
+        values = np.where(finite[..., None], values, 0.0)
+        if depth is not None:
+            depth = np.where(finite, depth, 1.0)
+    x = target_px[..., 0] - 0.5
+    y = target_px[..., 1] - 0.5
+    x0, y0 = np.floor(x), np.floor(y)
+    base = (np.arange(b) * h * w)[:, None]
+    corners = []
+    for dy in (0.0, 1.0):
+        for dx in (0.0, 1.0):
+            xi, yi = x0 + dx, y0 + dy
+            bil = np.clip(1.0 - np.abs(x - xi), 0, None) * np.clip(1.0 - np.abs(y - yi), 0,
+                                                                    None)
+            inside = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h)
+            idx = (np.clip(yi, 0, h - 1) * w + np.clip(xi, 0, w - 1)).astype(np.int64) + base
+            corners.append((bil * inside, idx))
+    imp = [wt] * 4
+    if depth is not None:
+        z = np.asarray(depth, np.float64)
+        zmin = np.full(b * h * w, np.inf)
+        for bil, idx in corners:
+            hit = bil > 0
+            np.minimum.at(zmin, idx[hit], z[hit])
+        imp = []
+        for _bil, idx in corners:
+            near = zmin[idx]
+            imp.append(wt * np.exp(-(z - np.where(np.isfinite(near), near, z)) / depth_scale))
+    acc = np.zeros((ch + 1, b * h * w))
+    dens = np.zeros(b * h * w)
+    for (bil, idx), im in zip(corners, imp, strict=True):
+        a = (bil * im).ravel()
+        fi = idx.ravel()
+        for c in range(ch):
+            acc[c] += np.bincount(fi, a * values[..., c].ravel(), b * h * w)
+        acc[ch] += np.bincount(fi, a, b * h * w)
+        dens += np.bincount(fi, (bil * wt).ravel(), b * h * w)
+    landed = acc[ch] > 0
+    val = np.where(landed, acc[:ch] / np.where(landed, acc[ch], 1.0), 0.0)
+    return (val.T.reshape(b, h, w, ch), (dens / samples_per_px).reshape(b, h, w))
+
+
+def _box3(a: np.ndarray) -> np.ndarray:
+    """3x3 mean over the last two axes (before a channel axis, if any) with zero padding,
+    as ``avg_pool2d(..., 3, 1, 1, count_include_pad=True)``."""
+    pad = [(0, 0)] * a.ndim
+    pad[1] = pad[2] = (1, 1)
+    p = np.pad(a, pad)
+    h, w = a.shape[1:3]
+    return sum(p[:, dy:dy + h, dx:dx + w] for dy in range(3) for dx in range(3)) / 9.0
+
+
+def close_gaps(values: np.ndarray, density: np.ndarray, threshold: float = 0.5
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Where less than ``threshold`` landed but at least that much landed on average over
+    the 3x3 neighbourhood (a gap between stretched samples), the neighbourhood's
+    density-weighted mean; elsewhere the value where ``threshold`` landed and zero where it
+    did not (the silhouette does not grow).
+
+    Args:
+        values: float ``[B, H, W, C]``; density: float ``[B, H, W]`` (:func:`splat_values`).
+
+    Returns:
+        ``(values [B, H, W, C], cover bool [B, H, W])``.
+    """
+    direct = density >= threshold
+    d3 = _box3(density)
+    v3 = _box3(values * density[..., None]) / np.maximum(d3, 1e-12)[..., None]
+    gap = ~direct & (d3 >= threshold)
+    out = np.where(direct[..., None], values, 0.0) + np.where(gap[..., None], v3, 0.0)
+    return out, direct | gap
+
+
+def arm_cover(chain, offsets: np.ndarray, upsample: int = 2, depth_scale: float = 0.01
+              ) -> np.ndarray:
+    """Where the arm lies under joint offsets from the home pose.
+
+    Args:
+        chain: :class:`ChainCalibration` (or any object with its geometry fields).
+        offsets: float ``[S, K]``, joint readings minus the home pose's.
+        upsample, depth_scale: as :func:`chain_rollout`.
+
+    Returns:
+        bool ``[S, H, W]``: pixels the arm's samples land on (gaps closed).
+    """
+    h, w = chain.robot.shape
+    uv, z = chain_positions(chain, offsets, upsample)
+    val, dens = splat_values(uv, np.zeros(uv.shape[:2] + (1,)), (h, w), depth=z,
+                             depth_scale=depth_scale, samples_per_px=upsample ** 2)
+    return close_gaps(val, dens)[1]
+
+
+# -- the rollout ---------------------------------------------------------------------------
+
+
+def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positions: np.ndarray,
+                  actions: np.ndarray, fill: bool = True, upsample: int = 2,
+                  depth_scale: float = 0.01, visible_tol: float = 0.02,
+                  with_cover: bool = False):
+    """Predict frames: the arm's points moved by the chain and drawn over the start frame.
+
+    Every arm sample of the home frame is moved to the start pose and to each step's pose
+    (:func:`chain_positions`) and splatted to each step (softmax by depth, gaps closed),
+    carrying where it is at the start and at home. A pixel the arm covers at the step reads
+    the start frame where the start shows its sample (the nearest at its start pixel,
+    within ``visible_tol`` of depth) or where no sample there has moved from the start,
+    else the home frame (a backward warp, so an arm that does not move reads exactly its
+    own pixels, from any start pose); where the arm was at the start and is not at the
+    step, the calibration's background is drawn (``fill``); everything else is the start
+    frame.
+
+    Args:
+        chain: :class:`ChainCalibration` of the cell.
+        start: uint8 ``[H, W, 3]`` on the chain's grid.
+        start_joint_positions: float ``[K]``, the controller's joint readings at the start
+            frame (controller order and unit, as in the calibration).
+        actions: float ``[S, K]`` or ``[N, S, K]``, joint-position deltas; step s shows the
+            pose after actions ``0..s``.
+        fill: draw the calibration's background where the arm leaves.
+        upsample: each arm pixel moved as ``upsample**2`` samples (no holes where a link
+            stretches).
+        depth_scale: softmax splatting's depth scale (the chain's depth unit).
+        visible_tol: depth margin of the start's visibility test (the chain's depth unit).
+
+        with_cover: also return where the arm lies at each step.
+
+    Returns:
+        uint8 ``[S, H, W, 3]`` or ``[N, S, H, W, 3]`` (as ``actions``); with ``with_cover``
+        ``(frames, cover)``, cover bool ``[S, H, W]`` or ``[N, S, H, W]``: the pixels the
+        arm's samples land on at each step (the predicted robot mask, of the arm the
+        calibration saw move).
+
+    Raises:
+        RuntimeInputError: a start frame of another size, joint readings or actions of
+            another width than the chain's channels, non-finite values.
+    """
+    import cv2
+
+    h, w = chain.resolution
+    k = chain.num_dof
+    start = np.asarray(start)
+    if start.shape != (h, w, 3) or start.dtype != np.uint8:
+        raise RuntimeInputError(f"start frame: expected uint8 [{h}, {w}, 3] (the chain "
+                                f"calibration's grid), found {start.dtype} {list(start.shape)}")
+    q0 = np.asarray(start_joint_positions, np.float64)
+    if q0.shape != (k,) or not np.isfinite(q0).all():
+        raise RuntimeInputError(f"start joint readings: expected {k} finite values "
+                                f"({', '.join(chain.dof_names)}), found {list(q0.shape)}")
+    acts = np.asarray(actions, np.float64)
+    single = acts.ndim == 2
+    if single:
+        acts = acts[None]
+    if acts.ndim != 3 or acts.shape[2] != k or acts.shape[1] < 1:
+        raise RuntimeInputError(f"actions: expected [S, {k}] or [N, S, {k}] with S >= 1, "
+                                f"found {list(np.asarray(actions).shape)}")
+    if not np.isfinite(acts).all():
+        raise RuntimeInputError("actions: NaN or inf")
+    nc, ns = acts.shape[:2]
+    off0 = q0 - chain.home_joint_positions
+    offs = (off0[None, None] + np.cumsum(acts, 1)).reshape(nc * ns, k)
+    uv, z = chain_positions(chain, np.concatenate([np.zeros((1, k)), off0[None], offs]),
+                            upsample)
+    uh, us, zs = uv[0], uv[1], z[1]
+    uv, z = uv[1:], z[1:]  # the start, then each step
+    # visibility at the start: the nearest depth landing on each start pixel
+    ix = np.clip(np.floor(us[:, 0]).astype(int), 0, w - 1)
+    iy = np.clip(np.floor(us[:, 1]).astype(int), 0, h - 1)
+    zbuf = np.full(h * w, np.inf)
+    np.minimum.at(zbuf, iy * w + ix, zs)
+    visible = (zs <= zbuf[iy * w + ix] + visible_tol).astype(np.float64)
+    vals = np.concatenate([us[None] - uv, uh[None] - uv,
+                           np.broadcast_to(visible[None, :, None], uv.shape[:2] + (1,))], -1)
+    spl, dens = splat_values(uv, vals, (h, w), weight=np.ones(len(uh)), depth=z,
+                             depth_scale=depth_scale, samples_per_px=upsample ** 2)
+    spl, cover = close_gaps(spl, dens)
+    spl = spl.astype(np.float32)
+    gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+    img = start.astype(np.float32)
+    hom = chain.home_frame.astype(np.float32)
+    bg, seen = chain.background, chain.background_seen
+    out = np.empty((nc * ns, h, w, 3), np.uint8)
+    for s in range(nc * ns):
+        f = spl[s + 1]
+        from_start = cv2.remap(img, gx + f[..., 0], gy + f[..., 1], cv2.INTER_LINEAR,
+                               borderMode=cv2.BORDER_REPLICATE)
+        from_home = cv2.remap(hom, gx + f[..., 2], gy + f[..., 3], cv2.INTER_LINEAR,
+                              borderMode=cv2.BORDER_REPLICATE)
+        # where the arm has not moved from the start, the start frame shows it as it is
+        # (a sample hidden there is hidden still)
+        still = np.hypot(f[..., 0], f[..., 1])[..., None] < 1e-3
+        arm = np.where((f[..., 4:5] >= 0.5) | still, from_start, from_home)
+        frame = np.where(cover[s + 1][..., None], arm, img)
+        if fill:
+            hole = cover[0] & ~cover[s + 1] & seen
+            frame[hole] = bg[hole]
+        out[s] = np.clip(np.rint(frame), 0, 255).astype(np.uint8)
+    out = out.reshape(nc, ns, h, w, 3)
+    cov = cover[1:].reshape(nc, ns, h, w)
+    if single:
+        out, cov = out[0], cov[0]
+    return (out, cov) if with_cover else out
+
+
+def sweep_check(chain: ChainCalibration, frames: np.ndarray, joint_positions: np.ndarray,
+                segments: list[tuple[int, int]]) -> tuple[list[dict], np.ndarray]:
+    """How well the chain redraws its own calibration: for each channel, the recorded frame
+    where its sweep is farthest from home against the chain's rollout from the home frame
+    to that frame's joint readings (PSNR on the whole frame and on the pixels the recording
+    changed from home), beside the home frame itself as the baseline.
+
+    Args:
+        chain: :class:`ChainCalibration` read from this calibration.
+        frames: uint8 ``[T, H, W, 3]``, the calibration frames on the chain's grid.
+        joint_positions: float ``[T, K]``.
+        segments: ``[(start, stop)]`` per channel, stop exclusive.
+
+    Returns:
+        ``(rows, tiles)``: one dict per channel (``dof``, ``frame``, ``swept`` in the
+        channel's unit, ``psnr_db``, ``home_psnr_db``, ``changed_psnr_db``,
+        ``home_changed_psnr_db``; None where nothing changed) and uint8 ``[2, K, H, W, 3]``
+        (recorded peaks, redrawn peaks).
+    """
+    q = np.asarray(joint_positions, np.float64)
+    home = chain.home_frame
+    peaks = []
+    for c, (a, b) in enumerate(segments):
+        peaks.append(a + int(np.argmax(np.abs(q[a:b, c] - q[0, c]))))
+    pred = chain_rollout(chain, home, chain.home_joint_positions,
+                         (q[peaks] - chain.home_joint_positions)[:, None])[:, 0]
+
+    def psnr(x: np.ndarray, y: np.ndarray, m: np.ndarray | None = None) -> float | None:
+        d = (x.astype(np.float64) - y) ** 2
+        if m is not None:
+            if not m.any():
+                return None
+            d = d[m]
+        mse = float(d.mean())
+        return 100.0 if mse == 0 else round(10 * np.log10(255.0 ** 2 / mse), 3)
+
+    rows = []
+    for c, f in enumerate(peaks):
+        rec = frames[f]
+        changed = (np.abs(rec.astype(np.int32) - home).sum(-1) > 24)
+        rows.append({"dof": chain.dof_names[c], "frame": int(f),
+                     "swept": round(float(q[f, c] - q[0, c]), 5),
+                     "psnr_db": psnr(pred[c], rec), "home_psnr_db": psnr(home, rec),
+                     "changed_psnr_db": psnr(pred[c], rec, changed),
+                     "home_changed_psnr_db": psnr(home, rec, changed)})
+    return rows, np.stack([frames[peaks], pred])

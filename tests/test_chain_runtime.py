@@ -1,0 +1,223 @@
+"""The chain model's runtime (edge.runtime.chain): file format, rollout properties and
+the NumPy splatting's agreement with the training code's."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from edge.runtime.chain import (
+    ChainCalibration,
+    ChainFileError,
+    arm_cover,
+    chain_positions,
+    chain_rollout,
+    close_gaps,
+    load_chain_calibration,
+    save_chain_calibration,
+    splat_values,
+)
+from edge.runtime.errors import RuntimeInputError
+
+SIZE, F = 32, 40.0
+C = np.array([16.0, 16.0])
+ARM, SCENE = (200, 40, 40), (30, 90, 160)
+
+
+def two_link_chain(signs=(1.0, -1.0)) -> ChainCalibration:
+    """Two links on a tilted plane 2 units away: channel 0 turns both (shoulder), channel 1
+    only the forearm (elbow); a plain scene behind."""
+    ys, xs = np.mgrid[0:SIZE, 0:SIZE]
+    upper = (xs >= 8) & (xs < 14) & (ys >= 6) & (ys < 26)
+    fore = (xs >= 14) & (xs < 26) & (ys >= 18) & (ys < 24)
+    robot = upper | fore
+    z = 2.0 + 0.01 * xs + 0.005 * ys
+    u, v = xs + 0.5, ys + 0.5
+    pts = np.stack([(u - C[0]) * z / F, (v - C[1]) * z / F, z], -1)
+    axes = np.array([[0.9, 0.3, 0.6], [1.0, 0.1, 0.4]])
+    axes /= np.linalg.norm(axes, axis=1, keepdims=True)
+    home = np.empty((SIZE, SIZE, 3), np.uint8)
+    home[:] = SCENE
+    home[robot] = ARM
+    bg = np.empty((SIZE, SIZE, 3), np.float32)
+    bg[:] = SCENE
+    return ChainCalibration(
+        robot=robot, depth=z[robot], axes=axes, pivots=pts[[4, 21], [11, 14]],
+        carried=np.stack([np.ones(robot.sum()), fore[robot].astype(float)]),
+        rad_per_unit=np.asarray(signs, float), focal_px=F, centre_px=C.copy(),
+        residual_px=np.zeros(2), home_frame=home, home_joint_positions=np.array([0.1, -0.2]),
+        background=bg, background_seen=np.ones((SIZE, SIZE), bool),
+        dof_names=["shoulder", "elbow"], info={"calibration": {"fps": 10.0}})
+
+
+def start_frame(chain: ChainCalibration, q: np.ndarray) -> np.ndarray:
+    """The frame at joint readings ``q``: the scene with the arm drawn where the chain puts
+    it (the rollout's own drawing, so only the rollout's motion is under test)."""
+    return chain_rollout(chain, chain.home_frame, chain.home_joint_positions,
+                         (np.asarray(q) - chain.home_joint_positions)[None])[0]
+
+
+def test_zero_actions_give_the_start_frame_from_any_start_pose():
+    chain = two_link_chain()
+    rng = np.random.default_rng(0)
+    for q in ([0.1, -0.2], [0.4, 0.3], [-0.3, 1.8], [0.0, -2.5]):
+        start = start_frame(chain, np.asarray(q))
+        start = np.where(rng.random(start.shape[:2])[..., None] < 0.2,
+                         rng.integers(0, 256, start.shape), start).astype(np.uint8)
+        out = chain_rollout(chain, start, np.asarray(q), np.zeros((5, 2)))
+        assert out.shape == (5, SIZE, SIZE, 3)
+        np.testing.assert_array_equal(out, np.broadcast_to(start, out.shape))
+
+
+def test_actions_move_the_arm_and_uncover_the_background():
+    chain = two_link_chain()
+    q0 = chain.home_joint_positions
+    out = chain_rollout(chain, chain.home_frame, q0, np.array([[0.3, 0.0], [0.3, 0.0]]))
+    arm_at = [np.all(f == ARM, axis=-1) for f in out]
+    cover = arm_cover(chain, np.array([[0.3, 0.0], [0.6, 0.0]]))
+    left = chain.robot & ~cover[1]
+    assert left.sum() > 30  # the arm left home pixels...
+    np.testing.assert_array_equal(out[1][left], np.broadcast_to(SCENE, out[1][left].shape))
+    assert (arm_at[1] & ~chain.robot).sum() > 10  # ...and is drawn where it was not
+    assert (arm_at[1] & ~arm_at[0]).sum() > 5  # and step 2 moved on from step 1
+    # without the fill the vacated pixels keep the start frame's arm colour
+    nofill = chain_rollout(chain, chain.home_frame, q0, np.array([[0.6, 0.0]]), fill=False)
+    np.testing.assert_array_equal(nofill[0][left], np.broadcast_to(ARM, nofill[0][left].shape))
+
+
+def test_relabelled_and_sign_flipped_channels_give_the_same_frames():
+    chain = two_link_chain()
+    rng = np.random.default_rng(1)
+    q0 = np.array([0.25, 0.5])
+    acts = rng.uniform(-0.1, 0.1, (3, 6, 2))
+    start = start_frame(chain, q0)
+    ref = chain_rollout(chain, start, q0, acts)
+    # the controller reports elbow first and the shoulder negated: the calibration read
+    # on that controller carries the same relabelling
+    perm, sign = np.array([1, 0]), np.array([1.0, -1.0])
+    other = two_link_chain(signs=tuple(np.asarray((1.0, -1.0))[perm] * sign))
+    other.axes, other.pivots = chain.axes[perm], chain.pivots[perm]
+    other.carried, other.dof_names = chain.carried[perm], ["elbow", "shoulder"]
+    other.home_joint_positions = chain.home_joint_positions[perm] * sign
+    out = chain_rollout(other, start, q0[perm] * sign, acts[..., perm] * sign)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_batched_candidates_equal_one_at_a_time():
+    chain = two_link_chain()
+    acts = np.random.default_rng(2).uniform(-0.15, 0.15, (4, 5, 2))
+    start = start_frame(chain, np.array([0.2, 0.1]))
+    both = chain_rollout(chain, start, np.array([0.2, 0.1]), acts)
+    for i in range(4):
+        np.testing.assert_array_equal(both[i], chain_rollout(chain, start,
+                                                             np.array([0.2, 0.1]), acts[i]))
+
+
+def test_bad_inputs_are_refused_naming_them():
+    chain = two_link_chain()
+    start = chain.home_frame
+    with pytest.raises(RuntimeInputError, match=r"start frame: expected uint8 \[32, 32, 3\]"):
+        chain_rollout(chain, np.zeros((64, 64, 3), np.uint8), np.zeros(2), np.zeros((2, 2)))
+    with pytest.raises(RuntimeInputError, match="start joint readings: expected 2"):
+        chain_rollout(chain, start, np.zeros(3), np.zeros((2, 2)))
+    with pytest.raises(RuntimeInputError, match=r"actions: expected \[S, 2\]"):
+        chain_rollout(chain, start, np.zeros(2), np.zeros((2, 7)))
+    with pytest.raises(RuntimeInputError, match="actions: NaN"):
+        chain_rollout(chain, start, np.zeros(2), np.full((2, 2), np.nan))
+
+
+def test_file_round_trip_and_refusals(tmp_path):
+    chain = two_link_chain()
+    p = save_chain_calibration(tmp_path / "chain.npz", chain)
+    back = load_chain_calibration(p)
+    assert back.sha256() == chain.sha256()
+    assert back.dof_names == chain.dof_names and back.info == chain.info
+    np.testing.assert_array_equal(chain_rollout(back, chain.home_frame, [0.3, 0.1],
+                                                np.full((3, 2), 0.1)),
+                                  chain_rollout(chain, chain.home_frame, [0.3, 0.1],
+                                                np.full((3, 2), 0.1)))
+    with pytest.raises(ChainFileError, match="no such file"):
+        load_chain_calibration(tmp_path / "missing.npz")
+    with pytest.raises(ChainFileError, match="is a folder"):
+        load_chain_calibration(tmp_path)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ChainFileError, match="cannot read"):
+        load_chain_calibration(tmp_path / "junk.npz")
+
+    def rewrite(name: str, **changes) -> str:
+        with np.load(p) as z:
+            data = {k: z[k] for k in z.files}
+        header = json.loads(bytes(data["header_json"]).decode())
+        for k, v in changes.items():
+            if k in header:
+                header[k] = v
+            else:
+                data[k] = v
+        data["header_json"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+        out = tmp_path / name
+        np.savez(out, **data)
+        return str(out)
+
+    with pytest.raises(ChainFileError, match="'schema_version': expected 1, found 2"):
+        load_chain_calibration(rewrite("v2.npz", schema_version=2))
+    with pytest.raises(ChainFileError, match="field 'depth': expected positive"):
+        load_chain_calibration(rewrite("neg.npz", depth=-chain.depth))
+    with pytest.raises(ChainFileError, match="field 'axes': expected shape"):
+        load_chain_calibration(rewrite("axes.npz", axes=np.zeros((3, 3))))
+    with pytest.raises(ChainFileError, match="sha256"):
+        load_chain_calibration(rewrite("altered.npz", pivots=chain.pivots + 0.01))
+    with zipfile.ZipFile(p) as z:
+        names = [n for n in z.namelist() if n != "depth.npy"]
+        with zipfile.ZipFile(tmp_path / "nodepth.npz", "w") as out:
+            for n in names:
+                out.writestr(n, z.read(n))
+    with pytest.raises(ChainFileError, match="field 'depth' missing"):
+        load_chain_calibration(tmp_path / "nodepth.npz")
+
+
+def test_saving_refuses_an_inconsistent_chain_and_writes_nothing(tmp_path):
+    chain = two_link_chain()
+    chain.carried = chain.carried[:, :-1]
+    with pytest.raises(ChainFileError, match="field 'carried'"):
+        save_chain_calibration(tmp_path / "c.npz", chain)
+    assert not list(tmp_path.iterdir())
+
+
+def test_positions_follow_rodrigues_about_each_axis():
+    chain = two_link_chain()
+    uv0, _ = chain_positions(chain, np.zeros((1, 2)))
+    ys, xs = np.nonzero(chain.robot)
+    np.testing.assert_allclose(uv0[0], np.stack([xs + 0.5, ys + 0.5], 1), atol=1e-9)
+    # a half turn of the elbow about its axis, twice, is a full turn: back home
+    uv, _ = chain_positions(chain, np.array([[0.0, np.pi], [0.0, 2 * np.pi]]))
+    fore = chain.carried[1] > 0
+    assert np.median(np.linalg.norm(uv[0][fore] - uv0[0][fore], axis=1)) > 2.0
+    np.testing.assert_allclose(uv[1], uv0[0], atol=1e-9)
+    np.testing.assert_allclose(uv[0][~fore], uv0[0][~fore], atol=1e-9)  # upper arm stays
+    assert arm_cover(chain, np.zeros((1, 2)))[0][chain.robot].mean() > 0.99
+
+
+def test_numpy_splatting_equals_the_training_code():
+    torch = pytest.importorskip("torch")
+    from export.models.kinematics import close_gaps as close_t
+    from export.models.kinematics import splat_values as splat_t
+
+    rng = np.random.default_rng(3)
+    b, n, h, w = 3, 400, 12, 16
+    tgt = rng.uniform(-2, 18, (b, n, 2))
+    tgt[0, :5] = np.nan  # lands nowhere
+    vals = rng.normal(size=(b, n, 3))
+    wt = rng.uniform(0, 1, (b, n))
+    z = rng.uniform(1.0, 1.1, (b, n))
+    v_np, d_np = splat_values(tgt, vals, (h, w), wt, z, 0.01, 4.0)
+    v_t, d_t = splat_t(torch.from_numpy(tgt), torch.from_numpy(vals), (h, w),
+                       torch.from_numpy(wt), torch.from_numpy(z), 0.01, 4.0)
+    np.testing.assert_allclose(v_np, v_t.permute(0, 2, 3, 1).numpy(), atol=1e-9)
+    np.testing.assert_allclose(d_np, d_t[:, 0].numpy(), atol=1e-9)
+    c_np, cov_np = close_gaps(v_np, d_np)
+    c_t, cov_t = close_t(v_t, d_t)
+    np.testing.assert_allclose(c_np, c_t.permute(0, 2, 3, 1).numpy(), atol=1e-9)
+    np.testing.assert_array_equal(cov_np, cov_t[:, 0].numpy() > 0.5)
