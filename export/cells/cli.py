@@ -124,8 +124,11 @@ def _run_geometry(args: argparse.Namespace) -> int:
 def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
     """Render the shipped sample cell (held-out robot, held-out camera) into ``out``.
 
-    Writes ``calibration.npz``, ``test.npz`` and ``manifest.json`` (checksums, seed and the
-    command that regenerates it). Returns the manifest path.
+    Writes ``calibration.npz``, ``test.npz``, ``calibration_256.npz`` (the same calibration
+    episode rendered at 256x256, as a camera recording at a higher resolution than the
+    model's 64x64 would give it: what ``syncedge model read-chain`` reads the chain from)
+    and ``manifest.json`` (checksums, seed and the command that regenerates it). Returns the
+    manifest path.
     """
     import numpy as np
 
@@ -147,6 +150,10 @@ def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
         rng = np.random.default_rng(cell.seed + 1)
         q = motion_trajectory(rng, robot_spec(cell.robot), motion_frames, opts.motion)
         eps["test"] = gen.render_episode(cell, q, "validation")
+    hi_opts = GenerateOptions(motion_episodes=0, motion_frames=motion_frames, width=256,
+                              height=256)
+    with CellGenerator(hi_opts) as gen:
+        eps["calibration_256"] = gen.cell_episodes(cell)["calibration"]
     files = {}
     for name, ep in eps.items():
         p = save_episode(ep, out / f"{name}.npz")
