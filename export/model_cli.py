@@ -198,6 +198,104 @@ best candidate marked). Needs MuJoCo (pip install 'syncedge[train]'); the three 
 64 cells took 8-20 minutes on 2 shared CPU cores."""
 
 
+READ_CHAIN_DESCRIPTION = """\
+Read a cell's calibration episode into the chain model's encoded calibration (a .npz that
+`syncedge simulate --chain FILE` rolls out with NumPy alone, offline).
+
+The episode's sweeps are tracked (optical flow), the arm is cut from the home frame, and
+a kinematic chain (a depth per arm pixel, each channel's axis and pivot) is fitted so that
+the recorded joint readings move the home pixels along their tracks, then refined against
+the frames themselves. Writes OUT (the chain calibration), OUT with .png (the recorded
+sweep peaks above the chain's redrawing of them from the home frame) and OUT with .json
+(fit residuals, the redrawing's PSNR per channel, provenance). Record the calibration at a whole multiple of the model's grid
+(e.g. 256x256 for the 64x64 grid): tracks are then read to a fraction of a model pixel.
+The camera's vertical field of view comes from the episode's metadata.camera.fovy_deg or
+--fovy-deg. Needs torch (pip install 'syncedge[train]'); 1-3 minutes per cell on 2 CPU
+cores. Prints one line per stage; the file is written whole or not at all."""
+
+
+def _run_read_chain(args: argparse.Namespace) -> int:
+    import cv2
+    import numpy as np
+    import torch
+
+    from edge.episode import EpisodeError, load_episode
+    from edge.fileio import sha256_file, write_json_atomic
+    from edge.runtime.chain import save_chain_calibration, sweep_check
+    from edge.visual import contact_sheet, write_png
+    from export.models.chain_fit import read_chain_calibration
+
+    out = Path(args.out)
+    if out.suffix != ".npz":
+        print(f"error: --out {out}: expected a .npz file name", file=sys.stderr)
+        return 2
+    for p in (out, out.with_suffix(".png"), out.with_suffix(".json")):
+        if p.exists():
+            print(f"error: {p}: exists; remove it or choose another --out", file=sys.stderr)
+            return 2
+    if not out.parent.is_dir():
+        print(f"error: --out {out}: folder {out.parent} does not exist", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    try:
+        ep = load_episode(args.calibration)
+    except EpisodeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def say(line: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f}s] {line}", flush=True)
+
+    say(f"{args.calibration}: {ep.num_frames} frames at {ep.frames.shape[2]}x"
+        f"{ep.frames.shape[1]}, {ep.num_dof} channels")
+    try:
+        chain = read_chain_calibration(ep, (args.grid, args.grid), args.fovy_deg,
+                                       args.photometric or None, log=say)
+    except ValueError as exc:
+        print(f"error: {args.calibration}: {exc}", file=sys.stderr)
+        return 2
+    chain.info["calibration"]["file"] = str(args.calibration)
+    chain.info["calibration"]["sha256"] = sha256_file(args.calibration)
+    # the fit redrawn at each channel's sweep peak, beside the recording
+    grid = ep.frames if ep.frames.shape[1:3] == chain.resolution else np.stack(
+        [cv2.resize(f, chain.resolution[::-1], interpolation=cv2.INTER_AREA)
+         for f in ep.frames])
+    names = list(ep.metadata.dof_names)
+    segs = [(0, 0)] * len(names)
+    for sg in ep.metadata.segments:
+        segs[names.index(sg.dof)] = (sg.start, min(sg.stop + 1, ep.num_frames))
+    rows, tiles = sweep_check(chain, grid, ep.joint_positions[:, :len(names)], segs)
+    cut = grid[0].copy()
+    cut[~chain.robot] = (cut[~chain.robot] * 0.35).astype(np.uint8)
+    sheet = contact_sheet(
+        [np.concatenate([grid[:1], tiles[0]]), np.concatenate([cut[None], tiles[1]])],
+        ["recorded: home, then each channel's sweep peak",
+         "the chain: the arm cut from home, then the home frame moved to each peak"],
+        [["home"] + [r["dof"] for r in rows], ["arm cut"] + [
+            f"{r['psnr_db']:.1f} dB" for r in rows]], scale=3,
+        note=f"{args.calibration}: fit residual {np.median(chain.residual_px):.2f} px median")
+    report = {"chain": str(out), "sha256": chain.sha256(), "command": " ".join(sys.argv),
+              "info": chain.info, "residual_px": dict(zip(chain.dof_names,
+                                                          np.round(chain.residual_px, 4).tolist(),
+                                                          strict=True)),
+              "sweep_peaks": rows}
+    sheet_path, json_path = out.with_suffix(".png"), out.with_suffix(".json")
+    write_png(sheet_path, sheet)
+    write_json_atomic(json_path, report)
+    save_chain_calibration(out, chain)  # last: the chain file's presence means complete
+    for r in rows:
+        say(f"{r['dof']}: sweep peak (frame {r['frame']}, {r['swept']:+.3f}) redrawn at "
+            f"{r['psnr_db']} dB (the home frame: {r['home_psnr_db']} dB); changed pixels "
+            f"{r['changed_psnr_db']} dB (home: {r['home_changed_psnr_db']} dB)")
+    res = ", ".join(f"{n} {r:.2f}" for n, r in zip(chain.dof_names, chain.residual_px,
+                                                   strict=True))
+    say(f"track residual per channel (px): {res}")
+    for p in (out, sheet_path, json_path):
+        print(p)
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add ``model`` and its subcommands to the ``syncedge`` parser."""
     from export.train.options import add_train_arguments
@@ -297,3 +395,24 @@ def register(subparsers: Any) -> None:
     ep.add_argument("--out", required=True, metavar="FOLDER",
                     help="output folder: precheck.json, precheck.txt, precheck_<split>.png")
     ep.set_defaults(func=_run_eval_precheck)
+    rc = sub.add_parser(
+        "read-chain", help="read a calibration episode into the chain model's encoded "
+                           "calibration (for simulate --chain)",
+        description=READ_CHAIN_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    rc.add_argument("--calibration", required=True, metavar="FILE",
+                    help="the cell's calibration episode (.npz), e.g. "
+                         "samples/cell_sample/calibration_256.npz")
+    rc.add_argument("--out", required=True, metavar="FILE", help="the .npz to write (must "
+                                                                 "not exist)")
+    rc.add_argument("--grid", type=int, default=64, metavar="PX",
+                    help="the model's grid side, px; the calibration must be a whole multiple "
+                         "(default 64)")
+    rc.add_argument("--fovy-deg", type=float, default=None, metavar="DEG",
+                    help="the camera's vertical field of view (default: the calibration's "
+                         "metadata.camera.fovy_deg)")
+    rc.add_argument("--photometric", type=int, default=128, metavar="PX",
+                    help="side the frames are resized to for refining the fit against them, "
+                         "a whole multiple of --grid; 0: no refinement (default 128)")
+    rc.add_argument("--threads", type=int, default=2, metavar="N",
+                    help="torch threads (default 2)")
+    rc.set_defaults(func=_run_read_chain)

@@ -366,3 +366,48 @@ def test_sweep_robot_mask_on_the_sample_cell_keeps_the_scene_between_the_links_o
     mask = sweep_robot_mask(ep.frames, size=(64, 64))
     assert (mask & truth).sum() / mask.sum() > 0.95  # every colour-blind seed: 0.29
     assert (mask & truth & changed).sum() / (truth & changed).sum() > 0.95
+
+
+def test_read_chain_command_writes_a_chain_the_runtime_rolls_out(arm_frames, tmp_path):
+    """``syncedge model read-chain`` on a recorded two-link sweep (128x128 for a 32x32
+    grid): the chain file, its sheet and report; the runtime's rollout of it moves the arm
+    to where the true chain puts it."""
+    import json
+
+    from edge.cli import main
+    from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, save_episode
+    from edge.runtime.chain import chain_positions as runtime_positions
+    from edge.runtime.chain import load_chain_calibration
+
+    arm, q, frames = arm_frames
+    fovy = float(np.degrees(2 * np.arctan(0.5 * SIZE / F)))  # the test's pinhole
+    meta = EpisodeMetadata(
+        cell_id="two-link", camera_id="cam", robot_id="arm", robot="two-link",
+        dof_names=("shoulder", "elbow"), dof_units=("rad", "rad"), fps=10.0,
+        kind="calibration", camera={"fovy_deg": fovy},
+        segments=(CalibrationSegment("shoulder", 0, 8, 0.4),
+                  CalibrationSegment("elbow", 8, 16, 0.4)))
+    acts = np.zeros((len(q), 2), np.float32)
+    acts[:-1] = np.diff(q, axis=0)
+    ep = Episode(frames, acts, np.arange(len(q)) / 10.0, meta, joint_positions=q)
+    cal = save_episode(ep, tmp_path / "cal.npz")
+    out = tmp_path / "chain.npz"
+    assert main(["model", "read-chain", "--calibration", str(cal), "--out", str(out),
+                 "--grid", str(SIZE), "--photometric", "0", "--threads", "1"]) == 0
+    chain = load_chain_calibration(out)
+    assert chain.dof_names == ["shoulder", "elbow"] and chain.resolution == (SIZE, SIZE)
+    assert chain.focal_px == pytest.approx(F)
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["sha256"] == chain.sha256() and len(report["sweep_peaks"]) == 2
+    assert out.with_suffix(".png").stat().st_size > 1000
+    idx = np.full(arm.robot.shape, -1)
+    idx[arm.robot] = np.arange(arm.robot.sum())
+    both = chain.robot & arm.robot
+    for qq in ([0.3, -0.2], [-0.2, 0.3]):
+        uv, _ = runtime_positions(chain, np.asarray(qq)[None])
+        truth = arm.positions(np.asarray(qq))[idx[both]]
+        home = arm.positions(np.zeros(2))[idx[both]]
+        err = np.median(np.linalg.norm(uv[0][both[chain.robot]] - truth, axis=1))
+        still = np.median(np.linalg.norm(home - truth, axis=1))
+        assert err < 0.6 * still, (qq, err, still)
+    assert main(["model", "read-chain", "--calibration", str(cal), "--out", str(out)]) == 2

@@ -61,6 +61,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "a .npy/.json/.csv file (default: the start episode's first row)")
     p.add_argument("--rules", required=True, metavar="YAML", help="rules file")
     add_model_args(p)
+    p.add_argument("--chain", metavar="FILE",
+                   help="run the chain model with this chain calibration (.npz from "
+                        "`syncedge model read-chain`) instead of an ONNX model (with "
+                        "--actions); keep-out basis robot_mask or auto is decided on where "
+                        "the chain puts the arm")
     add_stale_args(p)
     p.add_argument("--out", default="precheck-out", metavar="DIR", help="output folder")
     p.set_defaults(func=run)
@@ -115,6 +120,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     """Run ``precheck`` for parsed arguments; returns 0 if a candidate passes, else 1."""
     rules = load_rules(args.rules)
     check_out_dir(args.out)  # before any work
+    if getattr(args, "chain", None):
+        return _run_chain(args, rules)
     if args.policy and args.horizon is not None:
         check_horizon(args.horizon)
     model = open_model(args)
@@ -185,34 +192,51 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             actions = actions[..., ctrl]
             if q0 is not None and len(q0) == len(ctrl):
                 q0 = np.asarray(q0)[ctrl]
-        result = evaluate(rules, start, q0, actions, frames, names, goal,
-                          reference_frames=reference, robot_counts=robot_counts)
         ident = model_identity(model)
-        report = {
-            "rules": str(args.rules), "model": str(model.model_dir),
-            "model_sha256": model.sha256, "model_id": ident, "context": ctx.source,
-            "start": str(args.start),
-            "candidates_from": str(args.policy or args.actions),
-            "horizon": int(actions.shape[1]), "calibration_warning": stale,
-            "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
-            "chosen_index": result.chosen,
-            "keepout_basis": result.keepout_basis,
-            "ranking": [result.verdicts[i].name for i in result.ranking],
-            "verdicts": [{"index": v.index, "name": v.name, "passed": v.passed,
-                          "rank": v.rank, "first_fail_step": v.first_fail_step,
-                          "first_fail_rule": v.first_fail_rule, "detail": v.detail,
-                          "scores": v.scores} for v in result.verdicts],
-        }
-        image, report["report_png"] = report_image(result, start, frames)
-        with StagedOutput(args.out) as out:
-            write_json_atomic(out.path("report.json"), report)
-            write_png(out.path("report.png"), image)
-            write_prediction_npz(out.path("prediction.npz"), frames,
-                                 model.contract.frame_rate_hz,
-                                 [v.name for v in result.verdicts])
-            paths = out.commit()
+        result, paths = _evaluate_and_write(
+            args, rules, start, goal, q0, actions, frames, names, reference, robot_counts,
+            ident, ctx.source, stale, model.contract.frame_rate_hz)
     finally:
         model.deactivate()
+    return _print_result(ident, result, paths)
+
+
+def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
+                        goal: np.ndarray | None, q0: np.ndarray | None, actions: np.ndarray,
+                        frames: np.ndarray, names: list[str] | None,
+                        reference: np.ndarray | None, robot_counts: np.ndarray | None,
+                        ident: dict, context: str, stale: str | None, fps: float):
+    """The verdicts (:func:`edge.precheck.evaluate.evaluate`) and the output folder
+    (``report.json``, ``report.png``, ``prediction.npz``, all at once); returns
+    ``(result, paths)``."""
+    result = evaluate(rules, start, q0, actions, frames, names, goal,
+                      reference_frames=reference, robot_counts=robot_counts)
+    report = {
+        "rules": str(args.rules), "model": ident["folder"],
+        "model_sha256": ident["sha256"], "model_id": ident, "context": context,
+        "start": str(args.start),
+        "candidates_from": str(args.policy or args.actions),
+        "horizon": int(actions.shape[1]), "calibration_warning": stale,
+        "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
+        "chosen_index": result.chosen,
+        "keepout_basis": result.keepout_basis,
+        "ranking": [result.verdicts[i].name for i in result.ranking],
+        "verdicts": [{"index": v.index, "name": v.name, "passed": v.passed,
+                      "rank": v.rank, "first_fail_step": v.first_fail_step,
+                      "first_fail_rule": v.first_fail_rule, "detail": v.detail,
+                      "scores": v.scores} for v in result.verdicts],
+    }
+    image, report["report_png"] = report_image(result, start, frames)
+    with StagedOutput(args.out) as out:
+        write_json_atomic(out.path("report.json"), report)
+        write_png(out.path("report.png"), image)
+        write_prediction_npz(out.path("prediction.npz"), frames, fps,
+                             [v.name for v in result.verdicts])
+        paths = out.commit()
+    return result, paths
+
+
+def _print_result(ident: dict, result, paths) -> int:
     print(describe_identity(ident))
     if result.keepout_basis:
         print(f"keep-out decided on: {result.keepout_basis}")
@@ -228,6 +252,63 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         print("no candidate passes", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_chain(args: argparse.Namespace, rules) -> int:
+    """``precheck --chain``: the chain model (:mod:`edge.runtime.chain`); keep-out on where
+    the chain puts the arm."""
+    from edge.runtime.chain import chain_rollout, load_chain_calibration
+
+    for flag, given in (("--model", args.model), ("--calibration", args.calibration),
+                        ("--cell", args.cell), ("--policy", args.policy)):
+        if given:
+            raise RuntimeInputError(f"{flag}: not with --chain (the chain model takes "
+                                    "--actions and its chain calibration)")
+    if args.horizon is not None:
+        raise RuntimeInputError("--horizon goes with --policy; with --actions the horizon "
+                                "is the file's step count")
+    chain = load_chain_calibration(args.chain)
+    k = chain.num_dof
+    start, episode = load_start(args.start, chain.resolution)
+    goal = None
+    if rules.goal is not None:
+        goal = load_image(rules.goal.image)
+        if goal.shape != start.shape:
+            raise RuntimeInputError(f"{rules.goal.image}: expected a goal image of "
+                                    f"{list(start.shape)}, found {list(goal.shape)}")
+    if args.joint_state:
+        q0 = load_joint_state(args.joint_state)
+    elif episode is not None:
+        q0 = np.asarray(episode.joint_positions[0, :k], np.float64)
+    else:
+        raise RuntimeInputError("--joint-state: required with --chain when --start is a "
+                                "frame (the controller's joint readings at the start frame)")
+    if q0.shape != (k,):
+        raise RuntimeInputError(f"--joint-state: expected {k} values "
+                                f"({', '.join(chain.dof_names)}), found {q0.size}")
+    actions, names = load_actions(args.actions)
+    n, horizon = actions.shape[:2]
+    check_rollout_size(n, horizon, str(args.actions))
+    if actions.shape[2] != k:
+        raise RuntimeInputError(f"{args.actions}: expected actions [N, T, {k}] (one per "
+                                f"channel: {', '.join(chain.dof_names)}), found "
+                                f"{list(actions.shape)}")
+    ko = rules.keep_out
+    frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
+    robot_counts = reference = None
+    if ko is not None and ko.basis == "motion":
+        # the chain's own zero-action rollout (the start frame itself)
+        reference = chain_rollout(chain, start, q0, np.zeros((horizon, k)))
+    elif ko is not None:
+        inside = rasterise(ko.regions, *chain.resolution) > 0
+        robot_counts = (cover & inside).sum((-1, -2)).astype(np.int32)
+    ident = {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
+             "bundle_slot": None, "folder": str(args.chain)}
+    fps = float((chain.info.get("calibration") or {}).get("fps") or 10.0)
+    result, paths = _evaluate_and_write(
+        args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,
+        f"chain calibration {args.chain}", None, fps)
+    return _print_result(ident, result, paths)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,13 @@ grid with a step counter), ``prediction.npz`` (the predicted frames, lossless),
 ``contact_sheet.png`` (one row per candidate, up to 16, the ground truth below) and
 ``metrics.json`` (per-step PSNR, SSIM and motion-region PSNR against the ground truth,
 timings, provenance). At most 256 candidates, 256 steps and 8192 predicted frames per call.
+
+Two model families run here. ``--model`` (default: the active bundle) runs an exported
+ONNX model with ``--calibration``/``--cell`` (or none: history mode). ``--chain FILE``
+runs the chain model instead: the cell's kinematic chain read from its calibration
+episode by ``syncedge model read-chain`` moves the start frame's arm pixels (NumPy and
+OpenCV, no model file); it needs the controller's joint readings at the start frame (the
+start episode's first ``joint_positions``, or ``--start-joints``).
 """
 
 from __future__ import annotations
@@ -59,6 +66,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--actions", metavar="FILE", help="candidate actions (.npy/.csv/.json); "
                    "default: the start episode's own actions")
     add_model_args(p)
+    p.add_argument("--chain", metavar="FILE",
+                   help="run the chain model with this chain calibration (.npz from "
+                        "`syncedge model read-chain`) instead of an ONNX model")
+    p.add_argument("--start-joints", metavar="Q|FILE",
+                   help="with --chain: the controller's joint readings at the start frame "
+                        "(comma-separated, or .npy/.json/.csv; default: the start episode's "
+                        "first joint_positions)")
     p.add_argument("--out", default="simulate-out", metavar="DIR", help="output folder")
     p.set_defaults(func=run)
     return p
@@ -93,6 +107,11 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     """Run ``simulate`` for parsed arguments; returns the exit code (0)."""
     t_start = time.perf_counter()
     check_out_dir(args.out)  # before any work
+    if getattr(args, "chain", None):
+        return _run_chain(args, t_start)
+    if getattr(args, "start_joints", None):
+        raise RuntimeInputError("--start-joints: only with --chain (an ONNX model reads the "
+                                "start frame alone)")
     model = open_model(args)
     try:
         start, episode = load_start(args.start, model.contract.resolution)
@@ -146,45 +165,139 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             "host_copies_steps_2_to_T": steady_copies.to_json(),
             "ground_truth": None, "per_step": None, "summary": None,
         }
-        if truth is not None:
-            per = step_metrics(pred[0], truth, start)
-            report["ground_truth"] = f"{args.start} frames 1..{horizon}"
-            report["per_step"] = per
-            report["summary"] = {k: _clean(float(np.mean([p[k] for p in per
-                                                          if p[k] is not None])))
-                                 if any(p[k] is not None for p in per) else None
-                                 for k in ("psnr_db", "ssim", "motion_psnr_db")}
-        cols = sheet_columns(horizon)
-        shown = min(n, MAX_SHEET_ROWS)
-        rows = [pred[i, cols] for i in range(shown)]
-        labels = [f"pred {i} {report['names'][i]}" for i in range(shown)]
-        if truth is not None:
-            rows.append(truth[cols])
-            labels.append("truth")
-        note = None if shown == n else (f"{shown} of {n} candidates shown (the first {shown}); "
-                                        f"every candidate is in prediction.npz")
-        report["contact_sheet"] = {"candidates_shown": shown, "candidates": n, "note": note}
-        sheet = contact_sheet(rows, labels, [[f"t{c + 1}" for c in cols]] * len(rows),
-                              note=note)
-        fps = model.contract.frame_rate_hz
-        report["video"] = layout.to_json()
-        with StagedOutput(args.out) as out:
-            write_mp4(out.path("prediction.mp4"), video_frames(layout, pred, truth, fps), fps,
-                      scale=1)
-            write_prediction_npz(out.path("prediction.npz"), pred, fps, report["names"])
-            write_png(out.path("contact_sheet.png"), sheet)
-            report["timings_s"]["total"] = round(time.perf_counter() - t_start, 6)
-            write_json_atomic(out.path("metrics.json"), report)
-            paths = out.commit()
+        paths = _write_outputs(args, report, pred, truth, start, model.contract.frame_rate_hz,
+                               layout, t_start)
     finally:
         model.deactivate()
+    _print_summary(report, paths)
+    return 0
+
+
+def _write_outputs(args: argparse.Namespace, report: dict, pred: np.ndarray,
+                   truth: np.ndarray | None, start: np.ndarray, fps: float, layout,
+                   t_start: float) -> list[Path]:
+    """Per-step metrics against ``truth`` (when given) into ``report``, then the contact
+    sheet, video, ``prediction.npz`` and ``metrics.json`` written into ``--out`` at once;
+    returns the paths written."""
+    n, horizon = pred.shape[:2]
+    if truth is not None:
+        per = step_metrics(pred[0], truth, start)
+        report["ground_truth"] = f"{args.start} frames 1..{horizon}"
+        report["per_step"] = per
+        report["summary"] = {k: _clean(float(np.mean([p[k] for p in per
+                                                      if p[k] is not None])))
+                             if any(p[k] is not None for p in per) else None
+                             for k in ("psnr_db", "ssim", "motion_psnr_db")}
+    cols = sheet_columns(horizon)
+    shown = min(n, MAX_SHEET_ROWS)
+    rows = [pred[i, cols] for i in range(shown)]
+    labels = [f"pred {i} {report['names'][i]}" for i in range(shown)]
+    if truth is not None:
+        rows.append(truth[cols])
+        labels.append("truth")
+    note = None if shown == n else (f"{shown} of {n} candidates shown (the first {shown}); "
+                                    f"every candidate is in prediction.npz")
+    report["contact_sheet"] = {"candidates_shown": shown, "candidates": n, "note": note}
+    sheet = contact_sheet(rows, labels, [[f"t{c + 1}" for c in cols]] * len(rows), note=note)
+    report["video"] = layout.to_json()
+    with StagedOutput(args.out) as out:
+        write_mp4(out.path("prediction.mp4"), video_frames(layout, pred, truth, fps), fps,
+                  scale=1)
+        write_prediction_npz(out.path("prediction.npz"), pred, fps, report["names"])
+        write_png(out.path("contact_sheet.png"), sheet)
+        report["timings_s"]["total"] = round(time.perf_counter() - t_start, 6)
+        write_json_atomic(out.path("metrics.json"), report)
+        return out.commit()
+
+
+def _print_summary(report: dict, paths: list[Path]) -> None:
     print(describe_identity(report["model_id"]))
     for p in paths:
         print(p)
     if report["summary"]:
         s = report["summary"]
         print(f"mean PSNR {s['psnr_db']} dB, SSIM {s['ssim']}, motion PSNR "
-              f"{s['motion_psnr_db']} dB over {horizon} steps")
+              f"{s['motion_psnr_db']} dB over {len(report['per_step'])} steps")
+
+
+def _run_chain(args: argparse.Namespace, t_start: float) -> int:
+    """``simulate --chain``: the chain model (:mod:`edge.runtime.chain`)."""
+    from edge.runtime.chain import chain_rollout, load_chain_calibration
+    from edge.runtime.inputs import load_joint_state
+
+    for flag, given in (("--model", args.model), ("--calibration", args.calibration),
+                        ("--cell", args.cell)):
+        if given:
+            raise RuntimeInputError(f"{flag}: not with --chain (the chain calibration "
+                                    f"{args.chain} is the cell's encoded calibration and the "
+                                    "model)")
+    chain = load_chain_calibration(args.chain)
+    k = chain.num_dof
+    start, episode = load_start(args.start, chain.resolution)
+    if episode is not None:
+        names_ep = list(episode.metadata.dof_names)
+        if names_ep[:k] != chain.dof_names:
+            raise RuntimeInputError(
+                f"{args.start}: metadata.dof_names {names_ep}: expected the chain "
+                f"calibration's channels in its order, {chain.dof_names} (record the "
+                "start with the controller the cell was calibrated with)")
+        fps_cal = (chain.info.get("calibration") or {}).get("fps")
+        if fps_cal and abs(float(episode.metadata.fps) - float(fps_cal)) > 1e-6:
+            raise RuntimeInputError(f"{args.start}: metadata.fps {episode.metadata.fps} Hz: "
+                                    f"expected the calibration's {fps_cal} Hz (actions are "
+                                    "joint changes per frame)")
+    if args.start_joints:
+        q0 = load_joint_state(args.start_joints)
+    elif episode is not None:
+        q0 = np.asarray(episode.joint_positions[0, :k], np.float64)
+    else:
+        raise RuntimeInputError("--start-joints: required with --chain when --start is a "
+                                "frame, not an episode (the controller's joint readings at "
+                                "the start frame)")
+    if q0.shape != (k,):
+        raise RuntimeInputError(f"--start-joints: expected {k} values "
+                                f"({', '.join(chain.dof_names)}), found {q0.size}")
+    if args.actions:
+        actions, names = load_actions(args.actions)
+    elif episode is not None:
+        if episode.num_frames < 2:
+            raise RuntimeInputError(f"{args.start}: expected an episode of at least 2 "
+                                    f"frames to take its actions, found 1")
+        actions, names = episode.actions[None, :-1, :k].astype(np.float32), ["episode"]
+    else:
+        raise RuntimeInputError("--actions: required when --start is a frame, not an "
+                                "episode")
+    src = str(args.actions or args.start)
+    if actions.ndim != 3 or actions.shape[2] != k:
+        raise RuntimeInputError(f"{src}: expected actions [N, T, {k}] (one per channel: "
+                                f"{', '.join(chain.dof_names)}), found {list(actions.shape)}")
+    n, horizon = actions.shape[:2]
+    check_rollout_size(n, horizon, src)
+    names = names or [f"candidate-{i}" for i in range(n)]
+    truth_given = episode is not None and not args.actions
+    layout = video_layout(names, chain.resolution, truth_given)  # before work
+    t0 = time.perf_counter()
+    pred = chain_rollout(chain, start, q0, actions)
+    rollout_s = time.perf_counter() - t0
+    truth = episode.frames[1:1 + horizon] if truth_given and episode is not None else None
+    fps = float((chain.info.get("calibration") or {}).get("fps") or
+                (episode.metadata.fps if episode is not None else 10.0))
+    report = {
+        "model": "chain", "model_sha256": chain.sha256(),
+        "model_id": {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
+                     "bundle_slot": None, "folder": str(args.chain)},
+        "backend": "numpy", "backend_requested": None,
+        "context": f"chain calibration {args.chain}", "chain": chain.info,
+        "start": str(args.start), "start_joint_positions": [round(float(x), 6) for x in q0],
+        "actions": str(args.actions) if args.actions else "start episode",
+        "candidates": n, "horizon": horizon, "names": names,
+        "timings_s": {"rollout": round(rollout_s, 6),
+                      "frames_per_s": round(n * horizon / rollout_s, 2) if rollout_s > 0
+                      else None, "total": None},
+        "ground_truth": None, "per_step": None, "summary": None,
+    }
+    paths = _write_outputs(args, report, pred, truth, start, fps, layout, t_start)
+    _print_summary(report, paths)
     return 0
 
 

@@ -281,18 +281,26 @@ def compose_chain(points: np.ndarray, axes: np.ndarray, pivots: np.ndarray,
     Returns:
         float64 ``[S, N, 3]``. The joints are applied distal first, the order following
         from the memberships (a proximal joint carries more points), as
-        ``export.models.kinematics.compose_chain`` does.
+        ``export.models.kinematics.compose_chain`` does; each turn is Rodrigues' rotation
+        matrix ``I + sin t [w]x + (1 - cos t) [w]x^2`` about the line through the pivot.
     """
     order = np.argsort(-carried.sum(1), kind="stable")
-    p = np.broadcast_to(points, (len(angles),) + points.shape).copy()
+    s = len(angles)
+    p = np.broadcast_to(points, (s,) + points.shape).copy()
+    eye = np.eye(3)
     for j in order[::-1]:  # distal first
         w, o = axes[j], pivots[j]
-        c = np.cos(angles[:, j])[:, None, None]
-        s = np.sin(angles[:, j])[:, None, None]
-        v = p - o
-        dot = v @ w
-        turned = o + v * c + np.cross(w, v) * s + w * dot[..., None] * (1.0 - c)
-        p += carried[j][None, :, None] * (turned - p)
+        wx = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
+        t = angles[:, j]
+        rot = eye + np.sin(t)[:, None, None] * wx + (1.0 - np.cos(t))[:, None, None] * (wx @ wx)
+        c = carried[j]
+        moving = c > 0
+        if not moving.any():
+            continue
+        v = p[:, moving] - o
+        turned = np.matmul(v, rot.transpose(0, 2, 1)) + o
+        cm = c[moving][None, :, None]
+        p[:, moving] += cm * (turned - p[:, moving])
     return p
 
 
@@ -395,28 +403,31 @@ def splat_values(target_px: np.ndarray, values: np.ndarray, size: tuple[int, int
         for _bil, idx in corners:
             near = zmin[idx]
             imp.append(wt * np.exp(-(z - np.where(np.isfinite(near), near, z)) / depth_scale))
-    acc = np.zeros((ch + 1, b * h * w))
-    dens = np.zeros(b * h * w)
-    for (bil, idx), im in zip(corners, imp, strict=True):
-        a = (bil * im).ravel()
-        fi = idx.ravel()
-        for c in range(ch):
-            acc[c] += np.bincount(fi, a * values[..., c].ravel(), b * h * w)
-        acc[ch] += np.bincount(fi, a, b * h * w)
-        dens += np.bincount(fi, (bil * wt).ravel(), b * h * w)
+    # all four corners in one pass per channel
+    fi = np.concatenate([idx.ravel() for _bil, idx in corners])
+    bil_all = np.concatenate([bil.ravel() for bil, _idx in corners])
+    a = bil_all * np.concatenate([im.ravel() for im in imp])
+    nb = b * h * w
+    acc = np.empty((ch + 1, nb))
+    vals4 = np.tile(values.reshape(-1, ch), (4, 1))
+    for c in range(ch):
+        acc[c] = np.bincount(fi, a * vals4[:, c], nb)
+    acc[ch] = np.bincount(fi, a, nb)
+    dens = np.bincount(fi, bil_all * np.tile(wt.ravel(), 4), nb)
     landed = acc[ch] > 0
     val = np.where(landed, acc[:ch] / np.where(landed, acc[ch], 1.0), 0.0)
     return (val.T.reshape(b, h, w, ch), (dens / samples_per_px).reshape(b, h, w))
 
 
 def _box3(a: np.ndarray) -> np.ndarray:
-    """3x3 mean over the last two axes (before a channel axis, if any) with zero padding,
-    as ``avg_pool2d(..., 3, 1, 1, count_include_pad=True)``."""
+    """3x3 sum over axes 1 and 2 with zero padding (separable: rows, then columns)."""
     pad = [(0, 0)] * a.ndim
-    pad[1] = pad[2] = (1, 1)
+    pad[1] = (1, 1)
     p = np.pad(a, pad)
-    h, w = a.shape[1:3]
-    return sum(p[:, dy:dy + h, dx:dx + w] for dy in range(3) for dx in range(3)) / 9.0
+    r = p[:, :-2] + p[:, 1:-1] + p[:, 2:]
+    pad[1], pad[2] = (0, 0), (1, 1)
+    p = np.pad(r, pad)
+    return p[:, :, :-2] + p[:, :, 1:-1] + p[:, :, 2:]
 
 
 def close_gaps(values: np.ndarray, density: np.ndarray, threshold: float = 0.5
@@ -424,7 +435,8 @@ def close_gaps(values: np.ndarray, density: np.ndarray, threshold: float = 0.5
     """Where less than ``threshold`` landed but at least that much landed on average over
     the 3x3 neighbourhood (a gap between stretched samples), the neighbourhood's
     density-weighted mean; elsewhere the value where ``threshold`` landed and zero where it
-    did not (the silhouette does not grow).
+    did not (the silhouette does not grow). As ``avg_pool2d(..., 3, 1, 1,
+    count_include_pad=True)`` in ``export.models.kinematics.close_gaps``.
 
     Args:
         values: float ``[B, H, W, C]``; density: float ``[B, H, W]`` (:func:`splat_values`).
@@ -433,10 +445,21 @@ def close_gaps(values: np.ndarray, density: np.ndarray, threshold: float = 0.5
         ``(values [B, H, W, C], cover bool [B, H, W])``.
     """
     direct = density >= threshold
-    d3 = _box3(density)
-    v3 = _box3(values * density[..., None]) / np.maximum(d3, 1e-12)[..., None]
+    d3 = _box3(density) / 9.0
     gap = ~direct & (d3 >= threshold)
-    out = np.where(direct[..., None], values, 0.0) + np.where(gap[..., None], v3, 0.0)
+    out = np.where(direct[..., None], values, 0.0)
+    if gap.any():
+        # the neighbourhood means only where they are used: gaps are few
+        b, y, x = np.nonzero(gap)
+        h, w = density.shape[1:]
+        acc = np.zeros((len(b), values.shape[-1]))
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                yy, xx = y + dy, x + dx
+                ok = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+                yc, xc = np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)
+                acc += (values[b, yc, xc] * density[b, yc, xc][:, None]) * ok[:, None]
+        out[b, y, x] = acc / 9.0 / np.maximum(d3[b, y, x], 1e-12)[:, None]
     return out, direct | gap
 
 
