@@ -101,8 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="cells folder")
     p.add_argument("--split", required=True)
-    p.add_argument("--cells", type=int, default=16, help="first N cells (default 16)")
-    p.add_argument("--tracks", choices=("dis", "true", "both"), default="both")
+    p.add_argument("--cells", type=int, default=16, help="N cells (default 16)")
+    p.add_argument("--skip", type=int, default=0,
+                   help="start after this many cells of the split (default 0: the first)")
+    p.add_argument("--tracks", choices=("dis", "true", "both", "none"), default="both",
+                   help="the fit's tracks; none: no fit (with --warp-model: that model and "
+                        "copy-last only)")
     p.add_argument("--calibration-data", help="read each cell's calibration episode for "
                                               "tracking from this cells folder instead "
                                               "(the same cells rendered at a higher "
@@ -118,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--photometric", type=int, default=0, metavar="SIZE",
                    help="refine the DIS fit against the calibration frames resized to "
                         "SIZE x SIZE (refine_photometric; 0: no refinement)")
+    p.add_argument("--warp-model", metavar="DIR",
+                   help="also score this exported model (e.g. models/reference, ONNX Runtime "
+                        "on the CPU) with each cell's calibration episode, on the same futures")
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--horizon", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
@@ -145,10 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     from export.train.data import load_cells
 
     torch.set_num_threads(int(os.environ.get("SYNCEDGE_THREADS", "2")))
-    kinds = ("dis", "true") if args.tracks == "both" else (args.tracks,)
+    kinds = {"both": ("dis", "true"), "none": ()}.get(args.tracks, (args.tracks,))
     preds_names = ["copy_last"] + [f"fit_{k}" for k in kinds] + [f"fit_{k}_fill" for k in kinds]
+    warp = None
+    if args.warp_model:
+        from edge.runtime.context import encode_calibration
+        from edge.runtime.model import load_model
+        from edge.runtime.rollout import Rollout
+
+        warp = load_model(args.warp_model, intra_op_num_threads=2)
+        preds_names.append("warp")
     t0 = time.perf_counter()
-    cells = load_cells(args.data, [args.split], 7, 8, limit=args.cells)
+    cells = load_cells(args.data, [args.split], 7, 8,
+                       limit=args.skip + args.cells)[args.skip:]
     gen = CellGenerator(GenerateOptions())
     score = FuturesScore()
     fit_stats: dict[str, list] = {k: [] for k in kinds}
@@ -171,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         d0, _, _, cam = scene.render_geometry(
             params.convention.to_canonical(qc[:1])[0])
         _, f, c = camera_frame(torch.from_numpy(cam), 64, 64)
-        truth_tracks = true_tracks(scene, params, qc[0], qc)  # the fit's input or its check
+        truth_tracks = true_tracks(scene, params, qc[0], qc) if kinds else None
         fits = {}
         for kind in kinds:
             tf = time.perf_counter()
@@ -213,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "residual_px": fit.residual_px.tolist(),
                                     "robot_px": int(fit.robot.sum()),
                                     "seconds": time.perf_counter() - tf})
+        ctx = encode_calibration(warp, cal) if warp is not None else None
         for prof in ("all_joints", "two_joint"):
             fut = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen,
                                          params, q0, args.candidates, args.horizon, prof,
@@ -230,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
                                                                      home=cal.frames[0],
                                                                      background=bg)
                                                       for a in acts])
+            if warp is not None:
+                a = np.zeros(fut.actions.shape[:2] + (warp.contract.max_dof,), np.float32)
+                a[..., :n] = fut.actions[:, :, :n]
+                roll = Rollout(warp, ctx, max_horizon=args.horizon, max_candidates=len(a))
+                preds["warp"] = roll.run(start, a)
             if prof == "all_joints" and len(sheet_rows) < 4:
                 row = [start]
                 for s in (4, 8, 16):
@@ -245,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
 
         labels = ["start"]
         for s in (4, 8, 16):
-            labels += [f"truth {s}"] + [f"{k[4:]} {s}" for k in preds_names[1:]]
+            labels += [f"truth {s}"] + [f"{k[4:] if k.startswith('fit_') else k} {s}"
+                                        for k in preds_names[1:]]
         write_png(args.sheet, contact_sheet(
             sheet_rows, row_labels=[c.cell_id for c in cells[:len(sheet_rows)]],
             tile_labels=[labels] + [[]] * (len(sheet_rows) - 1), scale=3,
