@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -207,8 +208,9 @@ a kinematic chain (a depth per arm pixel, each channel's axis and pivot) is fitt
 the recorded joint readings move the home pixels along their tracks, then refined against
 the frames themselves. Writes OUT (the chain calibration), OUT with .png (the recorded
 sweep peaks above the chain's redrawing of them from the home frame) and OUT with .json
-(fit residuals, the redrawing's PSNR per channel, provenance). Record the calibration at a whole multiple of the model's grid
-(e.g. 256x256 for the 64x64 grid): tracks are then read to a fraction of a model pixel.
+(fit residuals, the redrawing's PSNR per channel, provenance). Record the calibration at
+a whole multiple of the model's grid (e.g. 256x256 for the 64x64 grid): tracks are then
+read to a fraction of a model pixel.
 The camera's vertical field of view comes from the episode's metadata.camera.fovy_deg or
 --fovy-deg. Needs torch (pip install 'syncedge[train]'); 1-3 minutes per cell on 2 CPU
 cores. Prints one line per stage; the file is written whole or not at all."""
@@ -275,7 +277,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
         [["home"] + [r["dof"] for r in rows], ["arm cut"] + [
             f"{r['psnr_db']:.1f} dB" for r in rows]], scale=3,
         note=f"{args.calibration}: fit residual {np.median(chain.residual_px):.2f} px median")
-    report = {"chain": str(out), "sha256": chain.sha256(), "command": " ".join(sys.argv),
+    report = {"chain": str(out), "sha256": chain.sha256(), "command": "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
               "info": chain.info, "residual_px": dict(zip(chain.dof_names,
                                                           np.round(chain.residual_px, 4).tolist(),
                                                           strict=True)),

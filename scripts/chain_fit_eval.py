@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(int(os.environ.get("SYNCEDGE_THREADS", "2")))
     kinds = {"both": ("dis", "true"), "none": ()}.get(args.tracks, (args.tracks,))
-    preds_names = ["copy_last"] + [f"fit_{k}" for k in kinds] + [f"fit_{k}_fill" for k in kinds]
+    preds_names = (["copy_last"] + [f"fit_{k}" for k in kinds] + [f"fit_{k}_fill" for k in kinds]
+                   + [f"fit_{k}_fill_rim0" for k in kinds])
     warp = None
     if args.warp_model:
         from edge.runtime.context import encode_calibration
@@ -247,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                      home=cal.frames[0],
                                                                      background=bg)
                                                       for a in acts])
+                # without drawing the start's arm rim the cut left out as background
+                preds[f"fit_{kind}_fill_rim0"] = np.stack([predict_frames(
+                    fit, start, q0 - qc[0], a, home=cal.frames[0], background=bg, edge_px=0)
+                    for a in acts])
             if warp is not None:
                 a = np.zeros(fut.actions.shape[:2] + (warp.contract.max_dof,), np.float32)
                 a[..., :n] = fut.actions[:, :, :n]

@@ -462,7 +462,7 @@ def predict(scene, params, sp: StartPose, start: np.ndarray, actions: np.ndarray
 class FuturesScore:
     """Futures retrieval, whole-frame and motion-region PSNR of named predictions, summed
     over cells as ``syncedge model eval-frames`` scores a model (retrieval per profile at
-    ``RETRIEVAL_STEPS``; PSNR per step on the all-joints profile)."""
+    ``RETRIEVAL_STEPS``; PSNR and SSIM per step on the all-joints profile)."""
 
     def __init__(self) -> None:
         self.hits: dict[str, list[float]] = {}
@@ -472,7 +472,7 @@ class FuturesScore:
             preds: dict[str, np.ndarray]) -> None:
         """One cell's candidates of one motion profile: ``start`` uint8 ``[H, W, 3]``,
         ``truth`` and every prediction uint8 ``[M, T, H, W, 3]``."""
-        from edge.metrics import motion_mask
+        from edge.metrics import motion_mask, ssim
 
         m_count, horizon = truth.shape[:2]
         masks = ([motion_mask(truth[m], start) for m in range(m_count)]
@@ -488,6 +488,9 @@ class FuturesScore:
                 self.psnr.setdefault(f"{k}/motion_psnr", []).append(
                     [float(np.nanmean([frame_psnr(stack[m, t], truth[m, t], masks[m][t])
                                        for m in range(m_count)])) for t in range(horizon)])
+                self.psnr.setdefault(f"{k}/ssim", []).append(
+                    [float(np.mean([ssim(stack[m, t], truth[m, t]) for m in range(m_count)]))
+                     for t in range(horizon)])
 
     def summary(self) -> tuple[dict[str, float], dict[str, list[float]]]:
         """``(retrieval, psnr_at_step)``: means over cells."""

@@ -221,3 +221,28 @@ def test_numpy_splatting_equals_the_training_code():
     c_t, cov_t = close_t(v_t, d_t)
     np.testing.assert_allclose(c_np, c_t.permute(0, 2, 3, 1).numpy(), atol=1e-9)
     np.testing.assert_array_equal(cov_np, cov_t[:, 0].numpy() > 0.5)
+
+
+def test_the_arm_rim_the_cut_left_out_goes_with_the_arm():
+    """A start frame whose arm is a pixel wider than the chain's arm pixels (a rim the cut
+    left out): once the arm has left, the rim is background too, not a ghost; with
+    ``edge_px=0`` the rim stays; an arm that stays keeps its rim."""
+    import cv2
+
+    chain = two_link_chain()
+    q0 = chain.home_joint_positions
+    start = chain.home_frame.copy()
+    wide = cv2.dilate(chain.robot.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+    rim = wide & ~chain.robot
+    start[rim] = ARM
+    move = np.array([[0.6, 0.0]])
+    cover = arm_cover(chain, move)[0]
+    out = chain_rollout(chain, start, q0, move)[0]
+    gone = rim & ~cover & ~chain.robot
+    assert gone.sum() > 20
+    left_behind = gone & np.all(out == ARM, axis=-1)
+    assert left_behind.sum() <= 0.1 * gone.sum(), left_behind.sum()  # beside arm that stays
+    kept = chain_rollout(chain, start, q0, move, edge_px=0)[0]
+    assert (gone & np.all(kept == ARM, axis=-1)).sum() >= 0.9 * gone.sum()
+    np.testing.assert_array_equal(chain_rollout(chain, start, q0, np.zeros((2, 2))),
+                                  np.broadcast_to(start, (2,) + start.shape))

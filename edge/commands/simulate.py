@@ -71,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "`syncedge model read-chain`) instead of an ONNX model")
     p.add_argument("--start-joints", metavar="Q|FILE",
                    help="with --chain: the controller's joint readings at the start frame "
-                        "(comma-separated, or .npy/.json/.csv; default: the start episode's "
+                        "(comma-separated, or .npy/.json/.csv; write --start-joints=-0.1,... "
+                        "when the first value is negative; default: the start episode's "
                         "first joint_positions)")
     p.add_argument("--out", default="simulate-out", metavar="DIR", help="output folder")
     p.set_defaults(func=run)

@@ -567,7 +567,7 @@ def predict_frames(fit: ChainFit, start: np.ndarray, start_offset: np.ndarray,
                    actions: np.ndarray, home: np.ndarray | None = None,
                    background: tuple[np.ndarray, np.ndarray] | None = None,
                    upsample: int = 2, depth_scale: float = 0.01,
-                   visible_tol: float = 0.02) -> np.ndarray:
+                   visible_tol: float = 0.02, edge_px: int = 2) -> np.ndarray:
     """A rollout of the fit (:func:`edge.runtime.chain.chain_rollout`, the runtime's own).
 
     Args:
@@ -580,7 +580,7 @@ def predict_frames(fit: ChainFit, start: np.ndarray, start_offset: np.ndarray,
             hides), or None (the start frame stands in).
         background: :func:`calibration_background`, or None (what the arm uncovers keeps
             the start frame's look).
-        upsample, depth_scale, visible_tol: as ``chain_rollout``.
+        upsample, depth_scale, visible_tol, edge_px: as ``chain_rollout``.
 
     Returns:
         uint8 ``[S, H, W, 3]`` or ``[N, S, H, W, 3]``.
@@ -590,7 +590,8 @@ def predict_frames(fit: ChainFit, start: np.ndarray, start_offset: np.ndarray,
     k = len(fit.axes)
     chain = as_calibration(fit, start if home is None else home, np.zeros(k), background)
     return chain_rollout(chain, start, start_offset, actions, fill=background is not None,
-                         upsample=upsample, depth_scale=depth_scale, visible_tol=visible_tol)
+                         upsample=upsample, depth_scale=depth_scale, visible_tol=visible_tol,
+                         edge_px=edge_px)
 
 
 def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,

@@ -1,0 +1,177 @@
+"""The chain model through the commands: ``simulate --chain`` and ``precheck --chain`` on
+the shipped sample cell's chain calibration, their refusals, and ``model read-chain``'s."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.cli import main
+from edge.episode import load_episode
+from edge.metrics import psnr
+from edge.runtime.chain import load_chain_calibration
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "samples" / "cell_sample"
+CHAIN = SAMPLE / "chain.npz"
+KIT = ROOT / "samples" / "precheck"
+
+
+def test_the_sample_chain_matches_its_manifest_and_its_calibration():
+    from edge.fileio import sha256_file
+
+    man = json.loads((SAMPLE / "chain.json").read_text())
+    chain = load_chain_calibration(CHAIN)
+    assert man["sha256"] == chain.sha256()
+    assert man["info"]["calibration"]["sha256"] == sha256_file(SAMPLE / "calibration_256.npz")
+    assert man["command"].startswith("syncedge model read-chain --calibration "
+                                     "samples/cell_sample/calibration_256.npz")
+    assert chain.dof_names == list(load_episode(SAMPLE / "test.npz").metadata.dof_names)
+    # the fit redraws each channel's sweep peak better than the home frame does
+    for row in man["sweep_peaks"]:
+        if row["changed_psnr_db"] is not None:
+            assert row["changed_psnr_db"] > row["home_changed_psnr_db"], row
+
+
+def test_simulate_chain_beats_copy_last_on_the_sample_cell(tmp_path, capsys):
+    out = tmp_path / "sim"
+    assert main(["simulate", "--chain", str(CHAIN), "--start", str(SAMPLE / "test.npz"),
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "model syncedge-chain numpy" in printed
+    m = json.loads((out / "metrics.json").read_text())
+    test = load_episode(SAMPLE / "test.npz")
+    truth = test.frames[1:]
+    copy_last = np.mean([psnr(test.frames[0], f) for f in truth])
+    assert m["backend"] == "numpy" and m["model_id"]["name"] == "syncedge-chain"
+    assert m["horizon"] == len(truth) == len(m["per_step"])
+    # 30.0 dB against 22.4 for copying the start frame when this test was written
+    assert m["summary"]["psnr_db"] > copy_last + 4.0, (m["summary"], copy_last)
+    assert m["per_step"][15]["psnr_db"] > psnr(test.frames[0], truth[15]) + 2.0
+    with np.load(out / "prediction.npz") as z:
+        assert z["frames"].shape == (1, len(truth), 64, 64, 3)
+    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "metrics.json",
+                                                     "prediction.mp4", "prediction.npz"]
+
+
+def test_simulate_chain_zero_actions_from_a_frame_give_the_frame(tmp_path):
+    test = load_episode(SAMPLE / "test.npz")
+    start = tmp_path / "start.npy"
+    np.save(start, test.frames[5])
+    acts = tmp_path / "zero.npy"
+    np.save(acts, np.zeros((2, 6, 7), np.float32))
+    q = ",".join(f"{x:.9f}" for x in test.joint_positions[5])
+    assert main(["simulate", "--chain", str(CHAIN), "--start", str(start), "--actions",
+                 str(acts), f"--start-joints={q}", "--out", str(tmp_path / "o")]) == 0
+    with np.load(tmp_path / "o" / "prediction.npz") as z:
+        np.testing.assert_array_equal(z["frames"],
+                                      np.broadcast_to(test.frames[5], (2, 6, 64, 64, 3)))
+
+
+def test_simulate_chain_refusals_name_the_input(tmp_path, capsys):
+    def err(argv: list[str]) -> str:
+        assert main(argv) == 2
+        return capsys.readouterr().err
+
+    base = ["simulate", "--chain", str(CHAIN), "--out", str(tmp_path / "o")]
+    assert "--calibration: not with --chain" in err(
+        [*base, "--start", str(SAMPLE / "test.npz"), "--calibration",
+         str(SAMPLE / "calibration.npz")])
+    np.save(tmp_path / "f.npy", load_episode(SAMPLE / "test.npz").frames[0])
+    np.save(tmp_path / "a.npy", np.zeros((3, 7), np.float32))
+    assert "--start-joints: required with --chain" in err(
+        [*base, "--start", str(tmp_path / "f.npy"), "--actions", str(tmp_path / "a.npy")])
+    assert "--start-joints: expected 7 values" in err(
+        [*base, "--start", str(tmp_path / "f.npy"), "--actions", str(tmp_path / "a.npy"),
+         "--start-joints", "0,0,0"])
+    np.save(tmp_path / "a5.npy", np.zeros((3, 5), np.float32))
+    assert "expected actions [N, T, 7]" in err(
+        [*base, "--start", str(SAMPLE / "test.npz"), "--actions", str(tmp_path / "a5.npy")])
+    assert "no such file" in err(["simulate", "--chain", str(tmp_path / "none.npz"),
+                                  "--start", str(SAMPLE / "test.npz"),
+                                  "--out", str(tmp_path / "o")])
+    assert "--start-joints: only with --chain" in err(
+        ["simulate", "--model", str(ROOT / "models" / "reference"), "--start",
+         str(SAMPLE / "test.npz"), "--start-joints", "0", "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
+def test_simulate_chain_refuses_a_start_recorded_with_other_channels(tmp_path, capsys):
+    from dataclasses import replace
+
+    from edge.episode import save_episode
+
+    ep = load_episode(SAMPLE / "test.npz")
+    names = list(ep.metadata.dof_names)
+    names[0], names[1] = names[1], names[0]
+    other = replace(ep, metadata=replace(ep.metadata, dof_names=tuple(names)))
+    p = save_episode(other, tmp_path / "other.npz")
+    assert main(["simulate", "--chain", str(CHAIN), "--start", str(p),
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "metadata.dof_names" in capsys.readouterr().err
+
+
+def _kit_argv(out: Path) -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"^(syncedge precheck --model models/reference .*?)(?<!\\)$", text,
+                  re.M | re.S)
+    assert m
+    argv = shlex.split(m.group(1).replace("\\\n", " "))[1:]
+    for flag in ("--model", "--calibration"):
+        i = argv.index(flag)
+        del argv[i:i + 2]
+    argv[argv.index("--out") + 1] = str(out)
+    return [*argv, "--chain", str(CHAIN)]
+
+
+def test_precheck_chain_on_the_kit_agrees_with_the_truth(tmp_path, monkeypatch):
+    """The kit's candidates and rules with the chain model: every verdict is the truth's
+    (the kit records when each candidate truly breaks a rule, rendered by MuJoCo)."""
+    man = json.loads((KIT / "manifest.json").read_text())
+    truth = {c["name"]: c for c in man["candidates"]}
+    monkeypatch.chdir(ROOT)
+    assert main(_kit_argv(tmp_path / "pc")) == 0
+    rep = json.loads((tmp_path / "pc" / "report.json").read_text())
+    assert rep["model_id"]["name"] == "syncedge-chain"
+    for v in rep["verdicts"]:
+        t = truth[v["name"]]
+        first = [s for s in (t["first_step_over_bound"], t["first_step_outside_joint_limits"],
+                             t["first_step_truly_in_keep_out"]) if s is not None]
+        assert v["passed"] == (not first), v
+    assert rep["chosen"] == "reach"
+
+
+def test_precheck_chain_decides_keep_out_on_where_it_puts_the_arm(tmp_path, monkeypatch):
+    rules = (KIT / "rules.yaml").read_text()
+    rules = re.sub(r"basis: motion", "basis: robot_mask", rules)
+    rules = rules.replace("image: goal.png", f"image: {KIT / 'goal.png'}")
+    (tmp_path / "rules.yaml").write_text(rules)
+    monkeypatch.chdir(ROOT)
+    argv = _kit_argv(tmp_path / "pc")
+    argv[argv.index("--rules") + 1] = str(tmp_path / "rules.yaml")
+    assert main(argv) == 0
+    rep = json.loads((tmp_path / "pc" / "report.json").read_text())
+    assert rep["keepout_basis"] == "robot_mask"
+    v = {x["name"]: x for x in rep["verdicts"]}
+    assert v["swing-into-keep-out"]["first_fail_rule"] == "keep_out"
+    assert v["reach"]["passed"] and v["hold"]["passed"]
+
+
+def test_read_chain_refuses_before_any_work(tmp_path, capsys):
+    torch = pytest.importorskip("torch")  # noqa: F841
+    (tmp_path / "c.npz").write_bytes(b"")
+    assert main(["model", "read-chain", "--calibration", str(SAMPLE / "calibration_256.npz"),
+                 "--out", str(tmp_path / "c.npz")]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert main(["model", "read-chain", "--calibration", str(SAMPLE / "test.npz"),
+                 "--out", str(tmp_path / "d.npz")]) == 2
+    assert "expected a calibration episode" in capsys.readouterr().err
+    assert main(["model", "read-chain", "--calibration", str(SAMPLE / "calibration_256.npz"),
+                 "--out", str(tmp_path / "e.npz"), "--grid", "48"]) == 2
+    assert "not a whole multiple" in capsys.readouterr().err
+    assert not (tmp_path / "d.npz").exists() and not (tmp_path / "e.npz").exists()
