@@ -267,7 +267,8 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     segs = [(0, 0)] * len(names)
     for sg in ep.metadata.segments:
         segs[names.index(sg.dof)] = (sg.start, min(sg.stop + 1, ep.num_frames))
-    rows, tiles = sweep_check(chain, grid, ep.joint_positions[:, :len(names)], segs)
+    q = ep.joint_positions if ep.joint_positions is not None else np.zeros((ep.num_frames, 0))
+    rows, tiles = sweep_check(chain, grid, q[:, :len(names)], segs)
     cut = grid[0].copy()
     cut[~chain.robot] = (cut[~chain.robot] * 0.35).astype(np.uint8)
     sheet = contact_sheet(

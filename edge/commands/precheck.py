@@ -278,11 +278,12 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
                                     f"{list(start.shape)}, found {list(goal.shape)}")
     if args.joint_state:
         q0 = load_joint_state(args.joint_state)
-    elif episode is not None:
+    elif episode is not None and episode.joint_positions is not None:
         q0 = np.asarray(episode.joint_positions[0, :k], np.float64)
     else:
         raise RuntimeInputError("--joint-state: required with --chain when --start is a "
-                                "frame (the controller's joint readings at the start frame)")
+                                "frame or an episode without joint_positions (the "
+                                "controller's joint readings at the start frame)")
     if q0.shape != (k,):
         raise RuntimeInputError(f"--joint-state: expected {k} values "
                                 f"({', '.join(chain.dof_names)}), found {q0.size}")

@@ -249,11 +249,12 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
                                     "joint changes per frame)")
     if args.start_joints:
         q0 = load_joint_state(args.start_joints)
-    elif episode is not None:
+    elif episode is not None and episode.joint_positions is not None:
         q0 = np.asarray(episode.joint_positions[0, :k], np.float64)
     else:
         raise RuntimeInputError("--start-joints: required with --chain when --start is a "
-                                "frame, not an episode (the controller's joint readings at "
+                                "frame or an episode without joint_positions (the "
+                                "controller's joint readings at "
                                 "the start frame)")
     if q0.shape != (k,):
         raise RuntimeInputError(f"--start-joints: expected {k} values "

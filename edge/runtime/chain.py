@@ -34,6 +34,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from edge.fileio import atomic_write
 from edge.runtime.errors import RuntimeInputError
 
 __all__ = ["CHAIN_FORMAT", "CHAIN_SCHEMA_VERSION", "ChainCalibration", "ChainFileError",
+           "ChainGeometry",
            "arm_cover", "chain_positions", "sweep_check", "chain_rollout", "close_gaps", "compose_chain",
            "load_chain_calibration", "save_chain_calibration", "splat_values"]
 
@@ -186,9 +188,10 @@ def save_chain_calibration(path: str | os.PathLike[str], chain: ChainCalibration
     header = {"format": CHAIN_FORMAT, "schema_version": CHAIN_SCHEMA_VERSION,
               "resolution": list(chain.resolution), "dof_names": list(chain.dof_names),
               "focal_px": float(chain.focal_px), "sha256": chain.sha256(), "info": chain.info}
+    arrays: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in chain.arrays().items()}
+    arrays["header_json"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
     buf = io.BytesIO()
-    np.savez_compressed(buf, header_json=np.frombuffer(json.dumps(header).encode(), np.uint8),
-                        **{k: np.ascontiguousarray(v) for k, v in chain.arrays().items()})
+    np.savez_compressed(buf, **arrays)
     atomic_write(path, lambda f: f.write(buf.getvalue()))
     return Path(path)
 
@@ -267,6 +270,21 @@ def load_chain_calibration(path: str | os.PathLike[str]) -> ChainCalibration:
 # -- geometry ------------------------------------------------------------------------------
 
 
+class ChainGeometry(Protocol):
+    """What the geometry functions read: :class:`ChainCalibration`'s (or the fit's)
+    ``robot``, ``depth``, ``axes``, ``pivots``, ``carried``, ``rad_per_unit``,
+    ``focal_px`` and ``centre_px``."""
+
+    robot: np.ndarray
+    depth: np.ndarray
+    axes: np.ndarray
+    pivots: np.ndarray
+    carried: np.ndarray
+    rad_per_unit: np.ndarray
+    focal_px: float
+    centre_px: np.ndarray
+
+
 def compose_chain(points: np.ndarray, axes: np.ndarray, pivots: np.ndarray,
                   angles: np.ndarray, carried: np.ndarray) -> np.ndarray:
     """The product of exponentials: every point turned about each joint that carries it.
@@ -304,7 +322,7 @@ def compose_chain(points: np.ndarray, axes: np.ndarray, pivots: np.ndarray,
     return p
 
 
-def _samples(chain: ChainCalibration, upsample: int) -> tuple[np.ndarray, np.ndarray]:
+def _samples(chain: ChainGeometry, upsample: int) -> tuple[np.ndarray, np.ndarray]:
     """Each arm pixel as ``upsample**2`` 3-D samples at sub-pixel centres:
     ``(points [M, 3], carried [K, M])``."""
     ys, xs = np.nonzero(chain.robot)
@@ -318,7 +336,7 @@ def _samples(chain: ChainCalibration, upsample: int) -> tuple[np.ndarray, np.nda
     return pts, np.repeat(chain.carried, upsample ** 2, axis=1)
 
 
-def chain_positions(chain: ChainCalibration, offsets: np.ndarray, upsample: int = 1
+def chain_positions(chain: ChainGeometry, offsets: np.ndarray, upsample: int = 1
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Where the home points land under joint offsets from the home pose.
 
@@ -463,7 +481,7 @@ def close_gaps(values: np.ndarray, density: np.ndarray, threshold: float = 0.5
     return out, direct | gap
 
 
-def arm_cover(chain, offsets: np.ndarray, upsample: int = 2, depth_scale: float = 0.01
+def arm_cover(chain: ChainGeometry, offsets: np.ndarray, upsample: int = 2, depth_scale: float = 0.01
               ) -> np.ndarray:
     """Where the arm lies under joint offsets from the home pose.
 
@@ -597,7 +615,7 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
         if fill:
             left = cover[0] & ~cover[s + 1]
             hole = left & seen
-            if rim is not None and left.any():
+            if kernel is not None and rim is not None and left.any():
                 near = cv2.dilate(left.astype(np.uint8), kernel) > 0
                 hole |= near & rim & ~cover[s + 1]
             frame[hole] = bg[hole]
