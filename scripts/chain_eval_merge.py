@@ -1,4 +1,13 @@
-"""Merge the two 8-cell halves per split into one table (equal cell counts: means)."""
+"""Merge two 8-cell halves of each split's futures into one 16-cell table (equal cell
+counts, so the means of the halves are the 16-cell means).
+
+    python scripts/chain_eval_merge.py OUT.json
+
+Reads ``runs/cut3/<split>.json`` (cells 0-7: the chain without the rim fill, copy-last),
+``runs/warp8/<split>.json`` (cells 0-7: ``--tracks none --warp-model models/reference``)
+and ``runs/half2/<split>.json`` (cells 8-15: every prediction, with SSIM), all written by
+``scripts/chain_fit_eval.py`` (README, "The chain model"); prints per split and writes JSON.
+"""
 import json, sys
 import numpy as np
 splits = ["test_convention", "test_robot", "test_all", "stress"]
