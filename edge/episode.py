@@ -368,6 +368,8 @@ def load_episode(path: str | os.PathLike[str]) -> Episode:
             wrong-version file, and for every validation failure.
     """
     path = Path(path)
+    if path.is_dir():
+        raise EpisodeError("is a folder; expected an episode file (.npz)", path=path)
     if not path.is_file():
         raise EpisodeError("no such episode file", path=path)
     check_npz_signature(path)

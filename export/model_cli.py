@@ -199,6 +199,17 @@ best candidate marked). Needs MuJoCo (pip install 'syncedge[train]'); the three 
 64 cells took 8-20 minutes on 2 shared CPU cores."""
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {value}")
+    return value
+
+
 READ_CHAIN_DESCRIPTION = """\
 Read a cell's calibration episode into the chain model's encoded calibration (a .npz that
 `syncedge simulate --chain FILE` rolls out with NumPy alone, offline).
@@ -212,8 +223,8 @@ sweep peaks above the chain's redrawing of them from the home frame) and OUT wit
 a whole multiple of the model's grid (e.g. 256x256 for the 64x64 grid): tracks are then
 read to a fraction of a model pixel.
 The camera's vertical field of view comes from the episode's metadata.camera.fovy_deg or
---fovy-deg. Needs torch (pip install 'syncedge[train]'); 1-3 minutes per cell on 2 CPU
-cores. Prints one line per stage; the file is written whole or not at all."""
+--fovy-deg. Needs torch (pip install 'syncedge[train]'); 1-3 minutes per cell on 2 idle
+CPU cores. Prints one line per stage; the file is written whole or not at all."""
 
 
 def _run_read_chain(args: argparse.Namespace) -> int:
@@ -221,48 +232,52 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from edge.episode import EpisodeError, load_episode
+    from edge.episode import load_episode
     from edge.fileio import sha256_file, write_json_atomic
     from edge.runtime.chain import save_chain_calibration, sweep_check
     from edge.visual import contact_sheet, write_png
+    from export.errors import ExportError
     from export.models.chain_fit import read_chain_calibration
 
     out = Path(args.out)
     if out.suffix != ".npz":
-        print(f"error: --out {out}: expected a .npz file name", file=sys.stderr)
-        return 2
+        raise ExportError(f"--out {out}: expected a .npz file name")
     for p in (out, out.with_suffix(".png"), out.with_suffix(".json")):
         if p.exists():
-            print(f"error: {p}: exists; remove it or choose another --out", file=sys.stderr)
-            return 2
-    if not out.parent.is_dir():
-        print(f"error: --out {out}: folder {out.parent} does not exist", file=sys.stderr)
-        return 2
+            raise ExportError(f"--out: {p} exists; remove it or choose another --out")
+    if args.grid < 8:
+        raise ExportError(f"--grid {args.grid}: expected the model grid's side, >= 8 px "
+                          "(64 for the shipped models)")
+    if args.photometric and (args.photometric < args.grid or args.photometric % args.grid):
+        raise ExportError(f"--photometric {args.photometric}: expected 0 (no refinement) or a "
+                          f"whole multiple of --grid {args.grid}")
+    ep = load_episode(args.calibration)
+    if ep.metadata.kind != "calibration":
+        raise ExportError(f"{args.calibration}: metadata.kind '{ep.metadata.kind}': expected a "
+                          "calibration episode (each channel swept in its own segment; "
+                          "`syncedge calibrate record`)")
+    fh, fw = ep.frames.shape[1:3]
+    if fh % args.grid or fw % args.grid or fh // args.grid != fw // args.grid:
+        raise ExportError(f"--grid {args.grid}: {args.calibration}'s frames are {fw}x{fh}, not a "
+                          f"whole multiple of {args.grid}x{args.grid}")
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    try:
-        ep = load_episode(args.calibration)
-    except EpisodeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
 
     def say(line: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f}s] {line}", flush=True)
 
-    say(f"{args.calibration}: {ep.num_frames} frames at {ep.frames.shape[2]}x"
-        f"{ep.frames.shape[1]}, {ep.num_dof} channels")
-    if ep.frames.shape[1] < 2 * args.grid:
-        print(f"warning: {args.calibration}: frames {ep.frames.shape[2]}x{ep.frames.shape[1]} "
-              f"for a {args.grid}x{args.grid} grid: the sweep is tracked to whole pixels only "
-              "(on the sample cell, a chain read from its 64x64 calibration predicted its 39 "
-              "steps at 23.6 dB, from the same sweep at 256x256 at 30.0 dB); record the "
-              "calibration at 4x the grid", file=sys.stderr)
+    say(f"{args.calibration}: {ep.num_frames} frames at {fw}x{fh}, {ep.num_dof} channels")
+    if fh < 2 * args.grid:
+        print(f"warning: {args.calibration}: frames {fw}x{fh} for a {args.grid}x{args.grid} "
+              "grid: the sweep is tracked to whole pixels only (on the sample cell, a chain "
+              "read from its 64x64 calibration predicted its 39 steps at 23.6 dB, from the "
+              "same sweep at 256x256 at 30.0 dB); record the calibration at 4x the grid",
+              file=sys.stderr)
     try:
         chain = read_chain_calibration(ep, (args.grid, args.grid), args.fovy_deg,
                                        args.photometric or None, log=say)
     except ValueError as exc:
-        print(f"error: {args.calibration}: {exc}", file=sys.stderr)
-        return 2
+        raise ExportError(f"{args.calibration}: {exc}") from None
     chain.info["calibration"]["file"] = str(args.calibration)
     chain.info["calibration"]["sha256"] = sha256_file(args.calibration)
     # the fit redrawn at each channel's sweep peak, beside the recording
@@ -290,9 +305,15 @@ def _run_read_chain(args: argparse.Namespace) -> int:
                                                           strict=True)),
               "sweep_peaks": rows}
     sheet_path, json_path = out.with_suffix(".png"), out.with_suffix(".json")
-    write_png(sheet_path, sheet)
-    write_json_atomic(json_path, report)
-    save_chain_calibration(out, chain)  # last: the chain file's presence means complete
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write_png(sheet_path, sheet)
+        write_json_atomic(json_path, report)
+        save_chain_calibration(out, chain)  # last: the chain file's presence means complete
+    except BaseException:
+        for p in (sheet_path, json_path, out):  # all three or none
+            p.unlink(missing_ok=True)
+        raise
     for r in rows:
         say(f"{r['dof']}: sweep peak (frame {r['frame']}, {r['swept']:+.3f}) redrawn at "
             f"{r['psnr_db']} dB (the home frame: {r['home_psnr_db']} dB); changed pixels "
@@ -411,8 +432,8 @@ def register(subparsers: Any) -> None:
     rc.add_argument("--calibration", required=True, metavar="FILE",
                     help="the cell's calibration episode (.npz), e.g. "
                          "samples/cell_sample/calibration_256.npz")
-    rc.add_argument("--out", required=True, metavar="FILE", help="the .npz to write (must "
-                                                                 "not exist)")
+    rc.add_argument("--out", required=True, metavar="FILE",
+                    help="the .npz to write (must not exist; its folder is made if missing)")
     rc.add_argument("--grid", type=int, default=64, metavar="PX",
                     help="the model's grid side, px; the calibration must be a whole multiple "
                          "(default 64)")
@@ -422,6 +443,6 @@ def register(subparsers: Any) -> None:
     rc.add_argument("--photometric", type=int, default=128, metavar="PX",
                     help="side the frames are resized to for refining the fit against them, "
                          "a whole multiple of --grid; 0: no refinement (default 128)")
-    rc.add_argument("--threads", type=int, default=2, metavar="N",
+    rc.add_argument("--threads", type=_positive_int, default=2, metavar="N",
                     help="torch threads (default 2)")
     rc.set_defaults(func=_run_read_chain)

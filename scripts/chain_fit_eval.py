@@ -97,6 +97,28 @@ def axis_errors(fit, scene, params, home_ctrl: np.ndarray) -> tuple[np.ndarray, 
     return out, mirror
 
 
+def mislabelled_fit(fit, rng: np.random.Generator):
+    """The fit as read from a calibration whose channels were relabelled (channel j holds
+    what was channel ``perm[j]``, its reading sign-flipped where ``signs[j]`` is -1; a
+    permutation without fixed points, at least one flip: the eval-frames mislabelling)
+    while the actions keep their true labels. Returns a copy with the channel fields
+    permuted and flipped."""
+    import copy
+
+    from export.evaluation.zero_shot import _mislabelling
+
+    k = len(fit.axes)
+    conv = _mislabelling(rng, k)
+    perm, signs = np.asarray(conv.perm), np.asarray(conv.signs, np.float64)
+    out = copy.copy(fit)
+    out.axes = fit.axes[perm] * signs[:, None]
+    out.pivots = fit.pivots[perm]
+    out.carried = fit.carried[perm]
+    out.rad_per_unit = fit.rad_per_unit[perm]
+    out.residual_px = fit.residual_px[perm]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="cells folder")
@@ -125,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warp-model", metavar="DIR",
                    help="also score this exported model (e.g. models/reference, ONNX Runtime "
                         "on the CPU) with each cell's calibration episode, on the same futures")
+    p.add_argument("--fits", metavar="DIR",
+                   help="keep each cell's fitted chain here (<cell>_<tracks>.npz, the "
+                        "runtime's chain calibration) and reuse it when present: scoring "
+                        "other rollouts of the same fits takes seconds per cell")
+    p.add_argument("--mislabelled", action="store_true",
+                   help="also score each fit read as if the calibration's channels were "
+                        "relabelled (a permutation without fixed points and sign flips, "
+                        "the eval-frames mislabelling) while the actions keep theirs")
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--horizon", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
@@ -137,10 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from edge.episode import load_episode
+    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
     from export.cells.futures import load_or_render_futures
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.sampling import CellParams
     from export.models.chain_fit import (
+        as_calibration,
         calibration_background,
         fit_chain,
         predict_frames,
@@ -155,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     kinds = {"both": ("dis", "true"), "none": ()}.get(args.tracks, (args.tracks,))
     preds_names = (["copy_last"] + [f"fit_{k}" for k in kinds] + [f"fit_{k}_fill" for k in kinds]
                    + [f"fit_{k}_fill_rim0" for k in kinds])
+    if args.mislabelled:
+        preds_names += [f"fit_{k}_fill_mislabelled" for k in kinds]
     warp = None
     if args.warp_model:
         from edge.runtime.context import encode_calibration
@@ -192,6 +226,17 @@ def main(argv: list[str] | None = None) -> int:
         fits = {}
         for kind in kinds:
             tf = time.perf_counter()
+            saved = Path(args.fits) / f"{cell.cell_id}_{kind}.npz" if args.fits else None
+            if saved is not None and saved.is_file():
+                chain = load_chain_calibration(saved)
+                err, err_mirror = axis_errors(chain, scene, params, qc[0])
+                fits[kind] = (chain, (chain.background, chain.background_seen))
+                fit_stats[kind].append({"cell": cell.cell_id, "axis_error_deg": err.tolist(),
+                                        "axis_error_or_twin_deg": err_mirror.tolist(),
+                                        "residual_px": chain.residual_px.tolist(),
+                                        "robot_px": int(chain.robot.sum()),
+                                        "seconds": float(chain.info.get("seconds", np.nan))})
+                continue
             if kind == "true":
                 tracks, valid, robot = truth_tracks
                 if args.track_noise > 0:
@@ -230,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
                                     "residual_px": fit.residual_px.tolist(),
                                     "robot_px": int(fit.robot.sum()),
                                     "seconds": time.perf_counter() - tf})
+            if saved is not None:
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                save_chain_calibration(saved, as_calibration(
+                    fit, cal.frames[0], qc[0], fits[kind][1], names,
+                    {"seconds": time.perf_counter() - tf}))
         ctx = encode_calibration(warp, cal) if warp is not None else None
         for prof in ("all_joints", "two_joint"):
             fut = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen,
@@ -252,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
                 preds[f"fit_{kind}_fill_rim0"] = np.stack([predict_frames(
                     fit, start, q0 - qc[0], a, home=cal.frames[0], background=bg, edge_px=0)
                     for a in acts])
+                if args.mislabelled:
+                    mis = mislabelled_fit(fit, np.random.default_rng(args.seed + 1000 * i))
+                    preds[f"fit_{kind}_fill_mislabelled"] = np.stack([predict_frames(
+                        mis, start, q0 - qc[0], a, home=cal.frames[0], background=bg)
+                        for a in acts])
             if warp is not None:
                 a = np.zeros(fut.actions.shape[:2] + (warp.contract.max_dof,), np.float32)
                 a[..., :n] = fut.actions[:, :, :n]

@@ -172,6 +172,40 @@ def test_read_chain_refuses_before_any_work(tmp_path, capsys):
                  "--out", str(tmp_path / "d.npz")]) == 2
     assert "expected a calibration episode" in capsys.readouterr().err
     assert main(["model", "read-chain", "--calibration", str(SAMPLE / "calibration_256.npz"),
-                 "--out", str(tmp_path / "e.npz"), "--grid", "48"]) == 2
+                 "--out", str(tmp_path / "e.npz"), "--grid", "48", "--photometric", "0"]) == 2
     assert "not a whole multiple" in capsys.readouterr().err
     assert not (tmp_path / "d.npz").exists() and not (tmp_path / "e.npz").exists()
+
+
+def test_chain_refusals_found_by_a_first_trial(tmp_path, capsys):
+    """A damaged chain file, a text file as --chain, flags the chain path would ignore, a
+    missing joint-state file, read-chain's bad numbers: one line each, exit 2."""
+    def err(argv: list[str]) -> str:
+        assert main(argv) == 2, argv
+        return capsys.readouterr().err
+
+    start = ["--start", str(SAMPLE / "test.npz"), "--out", str(tmp_path / "o")]
+    (tmp_path / "cut.npz").write_bytes(CHAIN.read_bytes()[:4000])
+    assert "damaged or truncated" in err(["simulate", "--chain", str(tmp_path / "cut.npz"),
+                                          *start])
+    assert "not a chain calibration: expected a NumPy .npz" in err(
+        ["simulate", "--chain", str(ROOT / "README.md"), *start])
+    assert "--backend tensorrt: the chain model runs on the CPU" in err(
+        ["simulate", "--chain", str(CHAIN), "--backend", "tensorrt", *start])
+    kit = ["--actions", str(KIT / "candidates.json"), "--rules", str(KIT / "rules.yaml")]
+    assert "--verification: not with --chain" in err(
+        ["precheck", "--chain", str(CHAIN), *kit, "--verification", "v.json", *start])
+    assert "no such file" in err(["precheck", "--chain", str(CHAIN), *kit,
+                                  "--start-joints", str(tmp_path / "nope.npy"), *start])
+    cal = str(SAMPLE / "calibration_256.npz")
+    out = ["--out", str(tmp_path / "c.npz")]
+    assert "--grid 0: expected" in err(["model", "read-chain", "--calibration", cal, *out,
+                                        "--grid", "0"])
+    assert "--photometric 100: expected 0" in err(["model", "read-chain", "--calibration",
+                                                   cal, *out, "--photometric", "100"])
+    with pytest.raises(SystemExit) as stop:  # argparse's own refusal
+        main(["model", "read-chain", "--calibration", cal, *out, "--threads", "0"])
+    assert stop.value.code == 2
+    assert "expected a whole number >= 1" in capsys.readouterr().err
+    assert "is a folder" in err(["model", "read-chain", "--calibration", str(SAMPLE), *out])
+    assert not (tmp_path / "o").exists() and not (tmp_path / "c.npz").exists()

@@ -57,8 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     src.add_argument("--policy", metavar="ONNX", help="a policy to roll out in the model")
     p.add_argument("--horizon", type=int, default=None,
                    help="steps with --policy (with --actions: the file's step count)")
-    p.add_argument("--joint-state", metavar="Q", help="start joint positions: 'q0,q1,...' or "
-                   "a .npy/.json/.csv file (default: the start episode's first row)")
+    p.add_argument("--joint-state", "--start-joints", metavar="Q",
+                   help="start joint positions: 'q0,q1,...' or a .npy/.json/.csv file "
+                        "(default: the start episode's first row; required with --chain or "
+                        "--policy when --start is a frame); write --joint-state=-0.1,... when "
+                        "the first value is negative")
     p.add_argument("--rules", required=True, metavar="YAML", help="rules file")
     add_model_args(p)
     p.add_argument("--chain", metavar="FILE",
@@ -260,10 +263,15 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     from edge.runtime.chain import chain_rollout, load_chain_calibration
 
     for flag, given in (("--model", args.model), ("--calibration", args.calibration),
-                        ("--cell", args.cell), ("--policy", args.policy)):
+                        ("--cell", args.cell), ("--policy", args.policy),
+                        ("--verification", args.verification),
+                        ("--verify-camera", args.verify_camera)):
         if given:
             raise RuntimeInputError(f"{flag}: not with --chain (the chain model takes "
                                     "--actions and its chain calibration)")
+    from edge.commands.simulate import _chain_runs_on_the_cpu
+
+    _chain_runs_on_the_cpu(args)
     if args.horizon is not None:
         raise RuntimeInputError("--horizon goes with --policy; with --actions the horizon "
                                 "is the file's step count")

@@ -221,6 +221,18 @@ def _print_summary(report: dict, paths: list[Path]) -> None:
               f"{s['motion_psnr_db']} dB over {len(report['per_step'])} steps")
 
 
+def _chain_runs_on_the_cpu(args: argparse.Namespace) -> None:
+    """The chain model runs in NumPy/OpenCV on the CPU: refuse another ``--backend``; apply
+    ``--threads`` to OpenCV."""
+    import cv2
+
+    if args.backend not in ("cpu", "auto"):
+        raise RuntimeInputError(f"--backend {args.backend}: the chain model runs on the CPU "
+                                "(NumPy and OpenCV); leave --backend out or give cpu")
+    if args.threads:
+        cv2.setNumThreads(args.threads)
+
+
 def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     """``simulate --chain``: the chain model (:mod:`edge.runtime.chain`)."""
     from edge.runtime.chain import chain_rollout, load_chain_calibration
@@ -232,6 +244,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
             raise RuntimeInputError(f"{flag}: not with --chain (the chain calibration "
                                     f"{args.chain} is the cell's encoded calibration and the "
                                     "model)")
+    _chain_runs_on_the_cpu(args)
     chain = load_chain_calibration(args.chain)
     k = chain.num_dof
     start, episode = load_start(args.start, chain.resolution)
@@ -288,7 +301,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
         "model": "chain", "model_sha256": chain.sha256(),
         "model_id": {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
                      "bundle_slot": None, "folder": str(args.chain)},
-        "backend": "numpy", "backend_requested": None,
+        "backend": "numpy", "backend_requested": args.backend,
         "context": f"chain calibration {args.chain}", "chain": chain.info,
         "start": str(args.start), "start_joint_positions": [round(float(x), 6) for x in q0],
         "actions": str(args.actions) if args.actions else "start episode",

@@ -32,6 +32,7 @@ import hashlib
 import io
 import json
 import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -212,10 +213,20 @@ def load_chain_calibration(path: str | os.PathLike[str]) -> ChainCalibration:
         raise ChainFileError(f"{p}: no such file; write it with `syncedge model read-chain "
                              f"--calibration CALIBRATION.npz --out {p}`")
     try:
+        with open(p, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise ChainFileError(f"{p}: cannot read it ({exc.strerror})") from None
+    if head != b"PK\x03\x04":
+        raise ChainFileError(f"{p}: not a chain calibration: expected a NumPy .npz archive (a "
+                             f"zip file, as `syncedge model read-chain` writes), found a file "
+                             f"starting with {head!r}")
+    try:
         with np.load(p, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as exc:
-        raise ChainFileError(f"{p}: cannot read it as a chain calibration .npz: {exc}") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+        raise ChainFileError(f"{p}: cannot read it as a chain calibration .npz (damaged or "
+                             f"truncated: {exc}); read the calibration again") from None
     if "header_json" not in data:
         raise ChainFileError(f"{p}: field 'header_json' missing: not a chain calibration "
                              "(write one with `syncedge model read-chain`)")

@@ -169,6 +169,9 @@ def load_actions(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str] | 
 def load_joint_state(value: str) -> np.ndarray:
     """Start joint positions float64 ``[A']`` from ``"0.1,0.2,..."`` or a .npy/.json/.csv file."""
     p = Path(value)
+    if p.suffix.lower() in (".npy", ".json", ".csv") and not p.is_file():
+        raise RuntimeInputError(f"joint state {value!r}: no such file (expected comma-separated "
+                                "numbers or a .npy/.json/.csv file)")
     try:
         if p.suffix.lower() in (".npy", ".json", ".csv") and p.is_file():
             if p.suffix.lower() == ".npy":
