@@ -144,8 +144,11 @@ def test_file_round_trip_and_refusals(tmp_path):
     with pytest.raises(ChainFileError, match="is a folder"):
         load_chain_calibration(tmp_path)
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
-    with pytest.raises(ChainFileError, match="cannot read"):
+    with pytest.raises(ChainFileError, match="not a chain calibration: expected a NumPy .npz"):
         load_chain_calibration(tmp_path / "junk.npz")
+    (tmp_path / "cut.npz").write_bytes(p.read_bytes()[:600])
+    with pytest.raises(ChainFileError, match="damaged or truncated"):
+        load_chain_calibration(tmp_path / "cut.npz")
 
     def rewrite(name: str, **changes) -> str:
         with np.load(p) as z:
