@@ -199,17 +199,6 @@ best candidate marked). Needs MuJoCo (pip install 'syncedge[train]'); the three 
 64 cells took 8-20 minutes on 2 shared CPU cores."""
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {value}")
-    return value
-
-
 READ_CHAIN_DESCRIPTION = """\
 Read a cell's calibration episode into the chain model's encoded calibration (a .npz that
 `syncedge simulate --chain FILE` rolls out with NumPy alone, offline).
@@ -328,6 +317,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``model`` and its subcommands to the ``syncedge`` parser."""
+    from edge.commands.common import positive_int
     from export.train.options import add_train_arguments
 
     p = subparsers.add_parser("model", help="train and evaluate the reference world model",
@@ -443,6 +433,6 @@ def register(subparsers: Any) -> None:
     rc.add_argument("--photometric", type=int, default=128, metavar="PX",
                     help="side the frames are resized to for refining the fit against them, "
                          "a whole multiple of --grid; 0: no refinement (default 128)")
-    rc.add_argument("--threads", type=_positive_int, default=2, metavar="N",
+    rc.add_argument("--threads", type=positive_int, default=2, metavar="N",
                     help="torch threads (default 2)")
     rc.set_defaults(func=_run_read_chain)

@@ -34,7 +34,7 @@ from edge.state import state_root
 __all__ = ["StagedOutput", "active_bundle_dir", "add_context_args", "add_model_args",
            "default_context_source", "describe_identity", "describe_model", "get_context",
            "model_dir_of",
-           "model_identity", "open_model", "run_command", "store_command"]
+           "model_identity", "open_model", "positive_int", "run_command", "store_command"]
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -43,18 +43,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "STATE_ROOT/bundles/active; see syncedge --help)")
     p.add_argument("--backend", default="cpu", choices=BACKEND_NAMES + ("auto",),
                    help=f"inference backend (default cpu; auto tries {', '.join(AUTO_ORDER)})")
-    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="ONNX Runtime intra-op threads (default: one per core)")
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--threads`` and the like)."""
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}") from None
     if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {v}")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {v}")
     return v
 
 
