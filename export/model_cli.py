@@ -217,7 +217,6 @@ CPU cores. Prints one line per stage; the file is written whole or not at all.""
 
 
 def _run_read_chain(args: argparse.Namespace) -> int:
-    import cv2
     import numpy as np
     import torch
 
@@ -226,7 +225,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     from edge.runtime.chain import save_chain_calibration, sweep_check
     from edge.visual import contact_sheet, write_png
     from export.errors import ExportError
-    from export.models.chain_fit import read_chain_calibration
+    from export.models.chain_fit import calibration_sweeps, on_grid, read_chain_calibration
 
     out = Path(args.out)
     if out.suffix != ".npz":
@@ -270,15 +269,9 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     chain.info["calibration"]["file"] = str(args.calibration)
     chain.info["calibration"]["sha256"] = sha256_file(args.calibration)
     # the fit redrawn at each channel's sweep peak, beside the recording
-    grid = ep.frames if ep.frames.shape[1:3] == chain.resolution else np.stack(
-        [cv2.resize(f, chain.resolution[::-1], interpolation=cv2.INTER_AREA)
-         for f in ep.frames])
-    names = list(ep.metadata.dof_names)
-    segs = [(0, 0)] * len(names)
-    for sg in ep.metadata.segments:
-        segs[names.index(sg.dof)] = (sg.start, min(sg.stop + 1, ep.num_frames))
-    q = ep.joint_positions if ep.joint_positions is not None else np.zeros((ep.num_frames, 0))
-    rows, tiles = sweep_check(chain, grid, q[:, :len(names)], segs)
+    grid = on_grid(ep.frames, chain.resolution)
+    q = np.asarray(ep.joint_positions, np.float64)[:, :chain.num_dof]
+    rows, tiles = sweep_check(chain, grid, q, calibration_sweeps(ep))
     cut = grid[0].copy()
     cut[~chain.robot] = (cut[~chain.robot] * 0.35).astype(np.uint8)
     sheet = contact_sheet(

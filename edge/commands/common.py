@@ -34,7 +34,8 @@ from edge.state import state_root
 __all__ = ["StagedOutput", "active_bundle_dir", "add_context_args", "add_model_args",
            "default_context_source", "describe_identity", "describe_model", "get_context",
            "model_dir_of",
-           "model_identity", "open_model", "positive_int", "run_command", "store_command"]
+           "model_identity", "open_chain", "open_model", "positive_int", "run_command",
+           "store_command"]
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -352,3 +353,58 @@ def run_command(name: str,
     from edge.cli import run_parsed
 
     return run_parsed(args)
+
+
+def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
+    """What ``simulate --chain`` and ``precheck --chain`` start from: the chain calibration
+    (``--chain``), the start frame and episode (``--start``) and the controller's joint
+    readings at the start (``joints``, given as ``joints_flag``, else the start episode's
+    first ``joint_positions``). The chain model runs in NumPy/OpenCV on the CPU: another
+    ``--backend`` is refused and ``--threads`` goes to OpenCV.
+
+    Returns:
+        ``(chain, start uint8 [H, W, 3], episode or None, q0 float64 [K])``.
+
+    Raises:
+        RuntimeInputError: another backend; the chain file's errors; a start of another
+            size; a start episode recorded with other channel names or order, or at
+            another frame rate; no joint readings, or not K of them.
+    """
+    import cv2
+    import numpy as np
+
+    from edge.runtime.chain import load_chain_calibration
+    from edge.runtime.inputs import load_joint_state, load_start
+
+    if args.backend not in ("cpu", "auto"):
+        raise RuntimeInputError(f"--backend {args.backend}: the chain model runs on the CPU "
+                                "(NumPy and OpenCV); leave --backend out or give cpu")
+    if args.threads:
+        cv2.setNumThreads(args.threads)
+    chain = load_chain_calibration(args.chain)
+    k = chain.num_dof
+    start, episode = load_start(args.start, chain.resolution)
+    if episode is not None:
+        names_ep = list(episode.metadata.dof_names)
+        if names_ep[:k] != chain.dof_names:
+            raise RuntimeInputError(
+                f"{args.start}: metadata.dof_names {names_ep}: expected the chain "
+                f"calibration's channels in its order, {chain.dof_names} (record the "
+                "start with the controller the cell was calibrated with)")
+        fps = chain.frame_rate_hz
+        if fps and abs(float(episode.metadata.fps) - fps) > 1e-6:
+            raise RuntimeInputError(f"{args.start}: metadata.fps {episode.metadata.fps} Hz: "
+                                    f"expected the calibration's {fps} Hz (actions are "
+                                    "joint changes per frame)")
+    if joints:
+        q0 = load_joint_state(joints)
+    elif episode is not None and episode.joint_positions is not None:
+        q0 = np.asarray(episode.joint_positions[0, :k], np.float64)
+    else:
+        raise RuntimeInputError(f"{joints_flag}: required with --chain when --start is a "
+                                "frame or an episode without joint_positions (the "
+                                "controller's joint readings at the start frame)")
+    if q0.shape != (k,):
+        raise RuntimeInputError(f"{joints_flag}: expected {k} values "
+                                f"({', '.join(chain.dof_names)}), found {q0.size}")
+    return chain, start, episode, q0

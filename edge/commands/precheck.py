@@ -25,6 +25,7 @@ from edge.commands.common import (
     describe_identity,
     get_context,
     model_identity,
+    open_chain,
     open_model,
     run_command,
 )
@@ -130,12 +131,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     model = open_model(args)
     try:
         start, episode = load_start(args.start, model.contract.resolution)
-        goal = None
-        if rules.goal is not None:
-            goal = load_image(rules.goal.image)
-            if goal.shape != start.shape:
-                raise RuntimeInputError(f"{rules.goal.image}: expected a goal image of "
-                                        f"{list(start.shape)}, found {list(goal.shape)}")
+        goal = _load_goal(rules, start)
         q0 = load_joint_state(args.joint_state) if args.joint_state else None
         if q0 is None and episode is not None and episode.joint_positions is not None:
             q0 = episode.joint_positions[0]
@@ -204,6 +200,21 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     return _print_result(ident, result, paths)
 
 
+def _load_goal(rules, start: np.ndarray) -> np.ndarray | None:
+    """The rules' goal image (uint8, the start frame's size), or None without a goal rule.
+
+    Raises:
+        RuntimeInputError: the image is unreadable or of another size than the start.
+    """
+    if rules.goal is None:
+        return None
+    goal = load_image(rules.goal.image)
+    if goal.shape != start.shape:
+        raise RuntimeInputError(f"{rules.goal.image}: expected a goal image of "
+                                f"{list(start.shape)}, found {list(goal.shape)}")
+    return goal
+
+
 def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                         goal: np.ndarray | None, q0: np.ndarray | None, actions: np.ndarray,
                         frames: np.ndarray, names: list[str] | None,
@@ -260,7 +271,7 @@ def _print_result(ident: dict, result, paths) -> int:
 def _run_chain(args: argparse.Namespace, rules) -> int:
     """``precheck --chain``: the chain model (:mod:`edge.runtime.chain`); keep-out on where
     the chain puts the arm."""
-    from edge.runtime.chain import chain_rollout, load_chain_calibration
+    from edge.runtime.chain import chain_rollout
 
     for flag, given in (("--model", args.model), ("--calibration", args.calibration),
                         ("--cell", args.cell), ("--policy", args.policy),
@@ -269,32 +280,12 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         if given:
             raise RuntimeInputError(f"{flag}: not with --chain (the chain model takes "
                                     "--actions and its chain calibration)")
-    from edge.commands.simulate import _chain_runs_on_the_cpu
-
-    _chain_runs_on_the_cpu(args)
     if args.horizon is not None:
         raise RuntimeInputError("--horizon goes with --policy; with --actions the horizon "
                                 "is the file's step count")
-    chain = load_chain_calibration(args.chain)
+    chain, start, _episode, q0 = open_chain(args, "--joint-state", args.joint_state)
     k = chain.num_dof
-    start, episode = load_start(args.start, chain.resolution)
-    goal = None
-    if rules.goal is not None:
-        goal = load_image(rules.goal.image)
-        if goal.shape != start.shape:
-            raise RuntimeInputError(f"{rules.goal.image}: expected a goal image of "
-                                    f"{list(start.shape)}, found {list(goal.shape)}")
-    if args.joint_state:
-        q0 = load_joint_state(args.joint_state)
-    elif episode is not None and episode.joint_positions is not None:
-        q0 = np.asarray(episode.joint_positions[0, :k], np.float64)
-    else:
-        raise RuntimeInputError("--joint-state: required with --chain when --start is a "
-                                "frame or an episode without joint_positions (the "
-                                "controller's joint readings at the start frame)")
-    if q0.shape != (k,):
-        raise RuntimeInputError(f"--joint-state: expected {k} values "
-                                f"({', '.join(chain.dof_names)}), found {q0.size}")
+    goal = _load_goal(rules, start)
     actions, names = load_actions(args.actions)
     n, horizon = actions.shape[:2]
     check_rollout_size(n, horizon, str(args.actions))
@@ -313,7 +304,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         robot_counts = (cover & inside).sum((-1, -2)).astype(np.int32)
     ident = {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
              "bundle_slot": None, "folder": str(args.chain)}
-    fps = float((chain.info.get("calibration") or {}).get("fps") or 10.0)
+    fps = chain.frame_rate_hz or 10.0
     result, paths = _evaluate_and_write(
         args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,
         f"chain calibration {args.chain}", None, fps)

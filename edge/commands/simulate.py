@@ -34,6 +34,7 @@ from edge.commands.common import (
     describe_identity,
     get_context,
     model_identity,
+    open_chain,
     open_model,
     run_command,
 )
@@ -221,22 +222,9 @@ def _print_summary(report: dict, paths: list[Path]) -> None:
               f"{s['motion_psnr_db']} dB over {len(report['per_step'])} steps")
 
 
-def _chain_runs_on_the_cpu(args: argparse.Namespace) -> None:
-    """The chain model runs in NumPy/OpenCV on the CPU: refuse another ``--backend``; apply
-    ``--threads`` to OpenCV."""
-    import cv2
-
-    if args.backend not in ("cpu", "auto"):
-        raise RuntimeInputError(f"--backend {args.backend}: the chain model runs on the CPU "
-                                "(NumPy and OpenCV); leave --backend out or give cpu")
-    if args.threads:
-        cv2.setNumThreads(args.threads)
-
-
 def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     """``simulate --chain``: the chain model (:mod:`edge.runtime.chain`)."""
-    from edge.runtime.chain import chain_rollout, load_chain_calibration
-    from edge.runtime.inputs import load_joint_state
+    from edge.runtime.chain import chain_rollout
 
     for flag, given in (("--model", args.model), ("--calibration", args.calibration),
                         ("--cell", args.cell)):
@@ -244,34 +232,8 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
             raise RuntimeInputError(f"{flag}: not with --chain (the chain calibration "
                                     f"{args.chain} is the cell's encoded calibration and the "
                                     "model)")
-    _chain_runs_on_the_cpu(args)
-    chain = load_chain_calibration(args.chain)
+    chain, start, episode, q0 = open_chain(args, "--start-joints", args.start_joints)
     k = chain.num_dof
-    start, episode = load_start(args.start, chain.resolution)
-    if episode is not None:
-        names_ep = list(episode.metadata.dof_names)
-        if names_ep[:k] != chain.dof_names:
-            raise RuntimeInputError(
-                f"{args.start}: metadata.dof_names {names_ep}: expected the chain "
-                f"calibration's channels in its order, {chain.dof_names} (record the "
-                "start with the controller the cell was calibrated with)")
-        fps_cal = (chain.info.get("calibration") or {}).get("fps")
-        if fps_cal and abs(float(episode.metadata.fps) - float(fps_cal)) > 1e-6:
-            raise RuntimeInputError(f"{args.start}: metadata.fps {episode.metadata.fps} Hz: "
-                                    f"expected the calibration's {fps_cal} Hz (actions are "
-                                    "joint changes per frame)")
-    if args.start_joints:
-        q0 = load_joint_state(args.start_joints)
-    elif episode is not None and episode.joint_positions is not None:
-        q0 = np.asarray(episode.joint_positions[0, :k], np.float64)
-    else:
-        raise RuntimeInputError("--start-joints: required with --chain when --start is a "
-                                "frame or an episode without joint_positions (the "
-                                "controller's joint readings at "
-                                "the start frame)")
-    if q0.shape != (k,):
-        raise RuntimeInputError(f"--start-joints: expected {k} values "
-                                f"({', '.join(chain.dof_names)}), found {q0.size}")
     if args.actions:
         actions, names = load_actions(args.actions)
     elif episode is not None:
@@ -295,8 +257,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     pred = chain_rollout(chain, start, q0, actions)
     rollout_s = time.perf_counter() - t0
     truth = episode.frames[1:1 + horizon] if truth_given and episode is not None else None
-    fps = float((chain.info.get("calibration") or {}).get("fps") or
-                (episode.metadata.fps if episode is not None else 10.0))
+    fps = chain.frame_rate_hz or (episode.metadata.fps if episode is not None else 10.0)
     report = {
         "model": "chain", "model_sha256": chain.sha256(),
         "model_id": {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),

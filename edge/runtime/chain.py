@@ -111,6 +111,13 @@ class ChainCalibration:
         return int(h), int(w)
 
     @property
+    def frame_rate_hz(self) -> float | None:
+        """The calibration episode's frame rate (Hz, ``info.calibration.fps``), or None
+        where the file does not record it."""
+        fps = (self.info.get("calibration") or {}).get("fps")
+        return float(fps) if fps else None
+
+    @property
     def num_dof(self) -> int:
         """``K``, the controller channels."""
         return len(self.dof_names)

@@ -40,7 +40,8 @@ import numpy as np
 
 __all__ = ["ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
            "read_chain", "chain_positions", "as_calibration", "calibration_background",
-           "predict_frames", "camera_pinhole", "read_chain_calibration"]
+           "predict_frames", "camera_pinhole", "calibration_sweeps", "on_grid",
+           "read_chain_calibration"]
 
 
 @dataclass
@@ -828,6 +829,35 @@ def camera_pinhole(episode, size: tuple[int, int], fovy_deg: float | None = None
     return float(focal), np.array([w / 2.0, h / 2.0]), where
 
 
+def calibration_sweeps(episode) -> list[tuple[int, int]]:
+    """Each channel's sweep in a calibration episode, controller order: ``(start, stop)``,
+    the segment and the frame that closes it (back at home), stop exclusive.
+
+    Raises:
+        ValueError: a channel without a sweep segment.
+    """
+    names = list(episode.metadata.dof_names)
+    segments: list[tuple[int, int] | None] = [None] * len(names)
+    for s in episode.metadata.segments:
+        segments[names.index(s.dof)] = (s.start, min(s.stop + 1, episode.num_frames))
+    missing = [n for n, s in zip(names, segments, strict=True) if s is None]
+    if missing:
+        raise ValueError(f"channels {missing} have no sweep segment in the calibration: "
+                         "record every channel's sweep (`syncedge calibrate record`)")
+    return [s for s in segments if s is not None]
+
+
+def on_grid(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """uint8 frames ``[T, h, w, 3]`` reduced to the model's grid ``size`` by area averaging
+    (returned as they are when already on it)."""
+    import cv2
+
+    h, w = size
+    if frames.shape[1:3] == (h, w):
+        return frames
+    return np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
+
+
 def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                            fovy_deg: float | None = None, photometric_size: int | None = 128,
                            log=None):
@@ -857,8 +887,6 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     """
     import time
 
-    import cv2
-
     say = log or (lambda _line: None)
     meta = episode.metadata
     if meta.kind != "calibration" or not meta.segments:
@@ -871,24 +899,19 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     if metres:
         raise ValueError(f"channels {metres} are not in rad: the chain model reads revolute "
                          "joints only")
-    segments: list[tuple[int, int] | None] = [None] * k
+    if episode.joint_positions is None:
+        raise ValueError("the calibration episode has no joint_positions: the chain is fitted "
+                         "to the joint readings recorded with each frame")
+    segments = calibration_sweeps(episode)
     t = episode.num_frames
-    for s in meta.segments:
-        # the segment and the frame that closes it (back at home)
-        segments[names.index(s.dof)] = (s.start, min(s.stop + 1, t))
-    missing = [n for n, s in zip(names, segments, strict=True) if s is None]
-    if missing:
-        raise ValueError(f"channels {missing} have no sweep segment in the calibration: "
-                         "record every channel's sweep (`syncedge calibrate record`)")
     focal, centre, where = camera_pinhole(episode, size, fovy_deg)
     frames = episode.frames
     q = np.asarray(episode.joint_positions, np.float64)[:, :k]
     t0 = time.perf_counter()
-    fit = read_chain(frames, q, [s for s in segments if s is not None], focal, centre, size,
+    fit = read_chain(frames, q, segments, focal, centre, size,
                      photometric_size=photometric_size, log=log)
     h, w = size
-    grid = frames if frames.shape[1:3] == (h, w) else np.stack(
-        [cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
+    grid = on_grid(frames, size)
     background = calibration_background(fit, grid, q)
     say(f"read in {time.perf_counter() - t0:.1f} s; background seen at "
         f"{int(background[1].sum())} of {h * w} pixels")
