@@ -117,16 +117,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     model = open_model(args)
     try:
         start, episode = load_start(args.start, model.contract.resolution)
-        if args.actions:
-            actions, names = load_actions(args.actions)
-        elif episode is not None:
-            if episode.num_frames < 2:
-                raise RuntimeInputError(f"{args.start}: expected an episode of at least 2 "
-                                        f"frames to take its actions, found 1")
-            actions, names = episode.actions[None, :-1].astype(np.float32), ["episode"]
-        else:
-            raise RuntimeInputError("--actions: required when --start is a frame, not an "
-                                    "episode")
+        actions, names = _candidate_actions(args, episode)
         n, horizon = actions.shape[:2]
         check_rollout_size(n, horizon, str(args.actions or args.start))
         names = names or [f"candidate-{i}" for i in range(n)]
@@ -173,6 +164,20 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         model.deactivate()
     _print_summary(report, paths)
     return 0
+
+
+def _candidate_actions(args: argparse.Namespace, episode, width: int | None = None
+                       ) -> tuple[np.ndarray, list[str] | None]:
+    """``--actions`` (``(actions, names)``), else the start episode's own actions as one
+    candidate (its first ``width`` channels when given), else a refusal."""
+    if args.actions:
+        return load_actions(args.actions)
+    if episode is None:
+        raise RuntimeInputError("--actions: required when --start is a frame, not an episode")
+    if episode.num_frames < 2:
+        raise RuntimeInputError(f"{args.start}: expected an episode of at least 2 frames to "
+                                "take its actions, found 1")
+    return episode.actions[None, :-1, :width].astype(np.float32), ["episode"]
 
 
 def _write_outputs(args: argparse.Namespace, report: dict, pred: np.ndarray,
@@ -234,16 +239,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
                                     "model)")
     chain, start, episode, q0 = open_chain(args, "--start-joints", args.start_joints)
     k = chain.num_dof
-    if args.actions:
-        actions, names = load_actions(args.actions)
-    elif episode is not None:
-        if episode.num_frames < 2:
-            raise RuntimeInputError(f"{args.start}: expected an episode of at least 2 "
-                                    f"frames to take its actions, found 1")
-        actions, names = episode.actions[None, :-1, :k].astype(np.float32), ["episode"]
-    else:
-        raise RuntimeInputError("--actions: required when --start is a frame, not an "
-                                "episode")
+    actions, names = _candidate_actions(args, episode, k)
     src = str(args.actions or args.start)
     if actions.ndim != 3 or actions.shape[2] != k:
         raise RuntimeInputError(f"{src}: expected actions [N, T, {k}] (one per channel: "
