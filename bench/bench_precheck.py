@@ -1,7 +1,7 @@
 """Pre-check verdicts measured against ground truth rendered by MuJoCo.
 
     python bench/bench_precheck.py [--cells 64] [--split all_held_out ...] \
-        [--out bench/results/precheck.json]
+        [--chain [--chain-fits DIR]] [--out bench/results/precheck.json]
 
 A command line over :mod:`export.evaluation.precheck` (what it draws, runs and reports is
 described there); ``syncedge model eval-precheck`` runs the same evaluation and writes the
@@ -37,13 +37,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=str(ROOT / "models" / "reference"))
     p.add_argument("--history-model", default=str(ROOT / "models" / "reference-history"))
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--chain", action="store_true",
+                   help="also run the chain model, read from each cell's calibration "
+                        "rendered at --chain-size (needs torch; about 80 s per cell)")
+    p.add_argument("--chain-size", type=int, default=256)
+    p.add_argument("--chain-fits", metavar="DIR",
+                   help="keep each cell's chain calibration here and reuse it")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "precheck.json"))
     args = p.parse_args(argv)
     command = "python bench/bench_precheck.py " + " ".join(
         sys.argv[1:] if argv is None else argv)
     result = evaluate_precheck(PrecheckEvalOptions(
         model=args.model, history_model=args.history_model, cells=args.cells,
-        splits=tuple(args.split or SPLITS), threads=args.threads, command=command))
+        splits=tuple(args.split or SPLITS), threads=args.threads, command=command,
+        chain=args.chain, chain_size=args.chain_size, chain_fits=args.chain_fits))
     print_table(result)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -149,10 +149,14 @@ def _run_eval_precheck(args: argparse.Namespace) -> int:
         ["syncedge", "model", "eval-precheck", "--model", str(args.model), "--history-model",
          str(args.history_model), "--cells", str(args.cells),
          *[a for n in names for a in ("--split", n)], "--threads", str(args.threads),
+         *(["--chain", "--chain-size", str(args.chain_size)] if args.chain else []),
+         *(["--chain-fits", str(args.chain_fits)] if args.chain_fits else []),
          "--out", str(args.out)])
     opts = PrecheckEvalOptions(model=args.model, history_model=args.history_model,
                                cells=args.cells, splits=tuple(names or SPLITS),
-                               threads=args.threads, out=args.out, command=command)
+                               threads=args.threads, out=args.out, command=command,
+                               chain=args.chain, chain_size=args.chain_size,
+                               chain_fits=args.chain_fits)
     try:
         check_options(opts)
     except ExportError as exc:
@@ -405,8 +409,17 @@ def register(subparsers: Any) -> None:
                          "three")
     ep.add_argument("--threads", type=int, default=2, metavar="N",
                     help="ONNX Runtime threads per model (default 2)")
+    ep.add_argument("--chain", action="store_true",
+                    help="also run the chain model, read from each cell's calibration sweep "
+                         "rendered at --chain-size (torch; about 80 s per cell); keep-out on "
+                         "where it puts the arm (chain) and on its motion (chain_motion)")
+    ep.add_argument("--chain-size", type=int, default=256, metavar="PX",
+                    help="side of the calibration rendered for the chain model (default 256)")
+    ep.add_argument("--chain-fits", metavar="DIR",
+                    help="keep each cell's chain calibration in DIR and reuse it")
     ep.add_argument("--out", required=True, metavar="FOLDER",
-                    help="output folder: precheck.json, precheck.txt, precheck_<split>.png")
+                    help="output folder: precheck.json, precheck.txt, precheck_<split>.png "
+                         "(and precheck_<split>_chain.png with --chain)")
     ep.set_defaults(func=_run_eval_precheck)
     rc = sub.add_parser(
         "read-chain", help="read a calibration episode into the chain model's encoded "

@@ -209,3 +209,79 @@ def test_chain_refusals_found_by_a_first_trial(tmp_path, capsys):
     assert "expected a whole number >= 1" in capsys.readouterr().err
     assert "is a folder" in err(["model", "read-chain", "--calibration", str(SAMPLE), *out])
     assert not (tmp_path / "o").exists() and not (tmp_path / "c.npz").exists()
+
+
+def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys, monkeypatch):
+    """``calibrate store CAL --chain FILE`` caches the chain beside its episode; ``simulate``
+    and ``precheck`` with ``--cell ID --chain`` then give what the file gives."""
+    cache = str(tmp_path / "cache")
+    cal = str(SAMPLE / "calibration_256.npz")
+    assert main(["calibrate", "store", cal, "--chain", str(CHAIN), "--cache-dir", cache]) == 0
+    out = capsys.readouterr().out
+    assert "chain calibration: " in out and "simulate --cell sample-cell" in out
+    start = ["--start", str(SAMPLE / "test.npz")]
+    assert main(["simulate", "--cell", "sample-cell", "--chain", "--cache-dir", cache, *start,
+                 "--out", str(tmp_path / "cached")]) == 0
+    assert main(["simulate", "--chain", str(CHAIN), *start,
+                 "--out", str(tmp_path / "file")]) == 0
+    a = np.load(tmp_path / "cached" / "prediction.npz")["frames"]
+    b = np.load(tmp_path / "file" / "prediction.npz")["frames"]
+    assert np.array_equal(a, b)
+    m = json.loads((tmp_path / "cached" / "metrics.json").read_text())
+    assert m["model_id"]["folder"] == "cache:sample-cell/sample-cell-cam/sample-cell-kinova3"
+    assert m["model_sha256"] == load_chain_calibration(CHAIN).sha256()
+    monkeypatch.chdir(ROOT)
+    argv = _kit_argv(tmp_path / "pc")
+    argv[argv.index("--chain") + 1:] = ["--cell", "sample-cell", "--cache-dir", cache]
+    assert main(argv) == 0
+    rep = json.loads((tmp_path / "pc" / "report.json").read_text())
+    assert rep["chosen"] == "reach" and rep["model_id"]["folder"].startswith("cache:")
+
+
+def test_storing_a_chain_refuses_one_read_from_another_episode(tmp_path, capsys):
+    """The chain file must have been read from the episode it is stored with; --model and a
+    cell without a chain are refused by name; nothing is cached."""
+    import dataclasses
+
+    from edge.episode import save_episode
+    from edge.runtime.chain import save_chain_calibration
+
+    cache = str(tmp_path / "cache")
+    cal = SAMPLE / "calibration_256.npz"
+    chain = load_chain_calibration(CHAIN)
+
+    def err(argv: list[str]) -> str:
+        assert main(argv) == 2, argv
+        return capsys.readouterr().err
+
+    other = dataclasses.replace(chain, home_frame=255 - chain.home_frame)
+    save_chain_calibration(tmp_path / "other.npz", other)
+    assert "home_frame differs from the first frame" in err(
+        ["calibrate", "store", str(cal), "--chain", str(tmp_path / "other.npz"),
+         "--cache-dir", cache])
+    moved = dataclasses.replace(chain, home_joint_positions=chain.home_joint_positions + 0.1)
+    save_chain_calibration(tmp_path / "moved.npz", moved)
+    assert "home_joint_positions" in err(
+        ["calibrate", "store", str(cal), "--chain", str(tmp_path / "moved.npz"),
+         "--cache-dir", cache])
+    ep = load_episode(cal)
+    names = list(ep.metadata.dof_names)
+    names[0], names[1] = names[1], names[0]
+    swapped = dataclasses.replace(ep, metadata=dataclasses.replace(
+        ep.metadata, dof_names=tuple(names)))
+    p = save_episode(swapped, tmp_path / "swapped.npz")
+    assert "expected the episode's" in err(
+        ["calibrate", "store", str(p), "--chain", str(CHAIN), "--cache-dir", cache,
+         "--force", "segments named by the swapped channels"])
+    assert "--model: not with --chain" in err(
+        ["calibrate", "store", str(cal), "--chain", str(CHAIN), "--model", "models/reference",
+         "--cache-dir", cache])
+    assert "no chain calibration for cell 'sample-cell'" in err(
+        ["simulate", "--cell", "sample-cell", "--chain", "--cache-dir", cache,
+         "--start", str(SAMPLE / "test.npz"), "--out", str(tmp_path / "o")])
+    assert "give --cell ID" in err(["simulate", "--chain", "--start",
+                                    str(SAMPLE / "test.npz"), "--out", str(tmp_path / "o")])
+    assert "--cell: not with --chain" in err(
+        ["simulate", "--cell", "sample-cell", "--chain", str(CHAIN), "--start",
+         str(SAMPLE / "test.npz"), "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()

@@ -411,3 +411,44 @@ def test_read_chain_command_writes_a_chain_the_runtime_rolls_out(arm_frames, tmp
         still = np.median(np.linalg.norm(home - truth, axis=1))
         assert err < 0.6 * still, (qq, err, still)
     assert main(["model", "read-chain", "--calibration", str(cal), "--out", str(out)]) == 2
+
+
+def test_calibrate_store_reads_the_chain_and_simulate_runs_it_from_the_cache(arm_frames,
+                                                                             tmp_path, capsys):
+    """``calibrate store CAL --chain`` reads the chain from a recorded two-link sweep and
+    caches it; ``--cell ID --chain`` reads it again from the cached episode; ``simulate
+    --cell ID --chain`` rolls it out from the cache, and zero actions give the start."""
+    import dataclasses
+
+    from edge.cli import main
+    from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, save_episode
+
+    _, q, frames = arm_frames
+    fovy = float(np.degrees(2 * np.arctan(0.5 * SIZE / F)))
+    meta = EpisodeMetadata(
+        cell_id="two-link", camera_id="cam", robot_id="arm", robot="two-link",
+        dof_names=("shoulder", "elbow"), dof_units=("rad", "rad"), fps=10.0,
+        kind="calibration", camera={"fovy_deg": fovy},
+        segments=(CalibrationSegment("shoulder", 0, 8, 0.4),
+                  CalibrationSegment("elbow", 8, 16, 0.4)))
+    acts = np.zeros((len(q), 2), np.float32)
+    acts[:-1] = np.diff(q, axis=0)
+    cal = save_episode(Episode(frames, acts, np.arange(len(q)) / 10.0, meta,
+                               joint_positions=q), tmp_path / "cal.npz")
+    cache = str(tmp_path / "cache")
+    read = ["--chain", "--grid", str(SIZE), "--photometric", "0", "--cache-dir", cache]
+    assert main(["calibrate", "store", str(cal), *read, "--force", "synthetic sweep"]) == 0
+    assert "read in" in capsys.readouterr().out
+    assert main(["calibrate", "store", "--cell", "two-link", *read]) == 0
+    assert "replaced the entry" in capsys.readouterr().out
+    # the start: the sweep's first frame at the model grid, held still
+    small = frames.reshape(len(q), SIZE, 4, SIZE, 4, 3).mean((2, 4)).round().astype(np.uint8)
+    still = Episode(np.repeat(small[:1], 5, 0), np.zeros((5, 2), np.float32),
+                    np.arange(5) / 10.0, dataclasses.replace(meta, kind="motion",
+                                                             segments=()),
+                    joint_positions=np.repeat(q[:1], 5, 0))
+    start = save_episode(still, tmp_path / "still.npz")
+    assert main(["simulate", "--cell", "two-link", "--chain", "--cache-dir", cache,
+                 "--start", str(start), "--out", str(tmp_path / "sim")]) == 0
+    pred = np.load(tmp_path / "sim" / "prediction.npz")["frames"]
+    assert np.array_equal(pred[0], np.repeat(small[:1], 4, 0))

@@ -4,11 +4,14 @@ An archive is a zip file (stored, not compressed: the episode is compressed alre
 
     calibration-archive.json   {"format", "schema_version", "blobs": {sha256: bytes},
                                 "entries": [{"key", "blobs": {role: sha256},
-                                             "context_shape", "reference_shape",
-                                             "created_s", "forced", "forced_reason"}]}
+                                             "context_shape", "context_format",
+                                             "reference_shape", "created_s", "forced",
+                                             "forced_reason"}]}
     blobs/<sha256>             one file per blob, named by the sha256 of its bytes
 
-Reading validates everything before anything is stored: strict manifest keys, the set of
+``context_format`` (``"npy"`` or ``"chain"``, as the index's) is in schema version 2; an
+archive without chain calibrations is written as version 1 (no ``context_format``), which
+every syncedge reads. Reading validates everything before anything is stored: strict manifest keys, the set of
 blob files equals the manifest's, every blob's size and sha256, and every decoded value
 (episode, context, reference frame, report) as :meth:`CalibrationCache.put` would. The
 checksums detect accidental or deliberate changes to the data; they do not say who made
@@ -34,10 +37,18 @@ from edge.cache.blobs import (
     check_context,
     check_episode,
     check_reference,
+    context_load,
     npy_load,
     sha256_bytes,
 )
-from edge.cache.values import BLOB_ROLES, CacheArchiveError, CacheError, CacheKey, EntryInfo
+from edge.cache.values import (
+    BLOB_ROLES,
+    CONTEXT_FORMATS,
+    CacheArchiveError,
+    CacheError,
+    CacheKey,
+    EntryInfo,
+)
 from edge.episode import Episode, load_episode
 from edge.errors import EpisodeError
 from edge.fileio import atomic_write
@@ -46,11 +57,11 @@ __all__ = ["ARCHIVE_FORMAT", "ARCHIVE_SCHEMA_VERSION", "ArchiveItem", "read_arch
            "write_archive"]
 
 ARCHIVE_FORMAT = "syncedge-calibration-archive"
-ARCHIVE_SCHEMA_VERSION = 1
+ARCHIVE_SCHEMA_VERSION = 2  # the newest written and read; 1 is read too
 MANIFEST_NAME = "calibration-archive.json"
 _TOP_KEYS = {"format", "schema_version", "blobs", "entries"}
 _ENTRY_KEYS = {"key", "blobs", "context_shape", "reference_shape", "created_s", "forced",
-               "forced_reason"}
+               "forced_reason"}  # version 1; version 2 adds "context_format"
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,7 @@ class ArchiveItem:
 
     key: CacheKey
     episode: Episode
-    context: np.ndarray | None  # float32, shape as stored
+    context: Any  # float32, shape as stored; or a ChainCalibration; or None
     report: dict[str, Any]
     reference_frame: np.ndarray  # (H, W, 3) uint8
     forced: bool
@@ -79,8 +90,14 @@ def write_archive(path: Path, entries: Sequence[tuple[EntryInfo, Mapping[str, by
             "key": info.key.to_json_dict(), "blobs": roles,
             "context_shape": list(info.context_shape) if info.context_sha256 else None,
             "reference_shape": list(info.reference_shape), "created_s": info.created_s,
-            "forced": info.forced, "forced_reason": info.forced_reason})
-    manifest = {"format": ARCHIVE_FORMAT, "schema_version": ARCHIVE_SCHEMA_VERSION,
+            "forced": info.forced, "forced_reason": info.forced_reason,
+            "context_format": info.context_format if info.context_sha256 else None})
+    version = ARCHIVE_SCHEMA_VERSION if any(e["context_format"] not in (None, "npy")
+                                            for e in listed) else 1
+    if version == 1:
+        for e in listed:
+            del e["context_format"]
+    manifest = {"format": ARCHIVE_FORMAT, "schema_version": version,
                 "blobs": {sha: len(b) for sha, b in sorted(blobs.items())}, "entries": listed}
     text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False).encode()
 
@@ -138,7 +155,8 @@ def read_archive(path: Path, store: BlobStore) -> list[ArchiveItem]:
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError) as exc:
         raise _fail(path, f"expected a readable zip archive, found a corrupt, truncated or "
                           f"altered file ({type(exc).__name__}: {exc})") from None
-    return [_item(path, i, e, data, store) for i, e in enumerate(manifest["entries"])]
+    return [_item(path, i, e, data, store, manifest["schema_version"])
+            for i, e in enumerate(manifest["entries"])]
 
 
 def _manifest(path: Path, raw: bytes) -> dict[str, Any]:
@@ -152,9 +170,10 @@ def _manifest(path: Path, raw: bytes) -> dict[str, Any]:
     if m["format"] != ARCHIVE_FORMAT:
         raise _fail(path, f"{MANIFEST_NAME}:format: expected {ARCHIVE_FORMAT!r}, "
                           f"found {m['format']!r}")
-    if m["schema_version"] != ARCHIVE_SCHEMA_VERSION:
-        raise _fail(path, f"{MANIFEST_NAME}:schema_version: expected "
-                          f"{ARCHIVE_SCHEMA_VERSION}, found {m['schema_version']!r}")
+    if m["schema_version"] not in (1, ARCHIVE_SCHEMA_VERSION):
+        raise _fail(path, f"{MANIFEST_NAME}:schema_version: expected 1 or "
+                          f"{ARCHIVE_SCHEMA_VERSION}, found {m['schema_version']!r}; a newer "
+                          "archive needs a newer syncedge")
     blobs = m["blobs"]
     if not isinstance(blobs, dict) or not all(
             isinstance(s, str) and len(s) == 64 and all(c in "0123456789abcdef" for c in s)
@@ -165,11 +184,17 @@ def _manifest(path: Path, raw: bytes) -> dict[str, Any]:
     return m
 
 
-def _item(path: Path, i: int, e: Any, data: Mapping[str, bytes], store: BlobStore) -> ArchiveItem:
+def _item(path: Path, i: int, e: Any, data: Mapping[str, bytes], store: BlobStore,
+          version: int = ARCHIVE_SCHEMA_VERSION) -> ArchiveItem:
     where = f"{MANIFEST_NAME}:entries[{i}]"
-    if not isinstance(e, dict) or set(e) != _ENTRY_KEYS:
+    keys = _ENTRY_KEYS | ({"context_format"} if version >= 2 else set())
+    if not isinstance(e, dict) or set(e) != keys:
         found = sorted(e) if isinstance(e, dict) else type(e).__name__
-        raise _fail(path, f"{where}: expected keys {sorted(_ENTRY_KEYS)}, found {found}")
+        raise _fail(path, f"{where}: expected keys {sorted(keys)}, found {found}")
+    fmt = e.get("context_format") or "npy"
+    if fmt not in CONTEXT_FORMATS:
+        raise _fail(path, f"{where}.context_format: expected one of "
+                          f"{list(CONTEXT_FORMATS)}, found {fmt!r}")
     try:
         key = CacheKey.from_json_dict(e["key"], f"{where}.key")
     except CacheError as exc:
@@ -188,8 +213,9 @@ def _item(path: Path, i: int, e: Any, data: Mapping[str, bytes], store: BlobStor
     try:
         ctx = None
         if e["context_shape"] is not None:
-            ctx = npy_load(data[roles["context"]], np.float32,
-                           _shape(path, f"{where}.context_shape", e["context_shape"]))
+            ctx = context_load(data[roles["context"]], fmt,
+                               _shape(path, f"{where}.context_shape", e["context_shape"]),
+                               "chain calibration")
             check_context(ctx, key)
         ref = npy_load(data[roles["reference"]], np.uint8,
                        _shape(path, f"{where}.reference_shape", e["reference_shape"]))

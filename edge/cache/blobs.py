@@ -33,6 +33,8 @@ __all__ = [
     "BlobFault",
     "BlobStore",
     "check_context",
+    "context_bytes",
+    "context_load",
     "check_episode",
     "check_reference",
     "check_report",
@@ -288,17 +290,30 @@ def check_episode(episode: Episode | str | os.PathLike[str], key: CacheKey) -> E
     return episode
 
 
-def check_context(context: object, key: CacheKey) -> np.ndarray | None:
-    """Check a context array: float32, at least 1-D, not empty, all finite (or ``None``).
+def check_context(context: object, key: CacheKey) -> Any:
+    """Check a context: a float32 array, at least 1-D, not empty, all finite; or a chain
+    calibration (:class:`edge.runtime.chain.ChainCalibration`, validated); or ``None``.
 
     Raises:
         CacheValueError: naming the key, the expected and the found dtype, shape or value.
     """
     if context is None:
         return None
-    if not isinstance(context, np.ndarray) or context.dtype != np.float32:
-        found = context.dtype if isinstance(context, np.ndarray) else type(context).__name__
-        raise CacheValueError(f"context for {key.short}: expected a float32 array, found {found}")
+    if type(context).__name__ == "ChainCalibration":
+        from edge.runtime.chain import ChainCalibration, ChainFileError
+
+        if isinstance(context, ChainCalibration):
+            try:
+                context.validate(f"context for {key.short}")
+            except ChainFileError as exc:
+                raise CacheValueError(str(exc)) from None
+            return context
+    if not isinstance(context, np.ndarray):
+        raise CacheValueError(f"context for {key.short}: expected a float32 array or a chain "
+                              f"calibration, found {type(context).__name__}")
+    if context.dtype != np.float32:
+        raise CacheValueError(f"context for {key.short}: expected a float32 array, found "
+                              f"{context.dtype}")
     if context.ndim < 1 or context.size == 0:
         raise CacheValueError(f"context for {key.short}: expected a non-empty array of at least "
                               f"one dimension, found shape {context.shape}")
@@ -306,6 +321,33 @@ def check_context(context: object, key: CacheKey) -> np.ndarray | None:
         raise CacheValueError(f"context for {key.short}: expected finite values, found "
                               f"{int((~np.isfinite(context)).sum())} NaN/inf")
     return context
+
+
+def context_bytes(context: Any) -> tuple[bytes, tuple[int, ...], str]:
+    """A checked context's blob bytes, the shape the index records and its
+    ``context_format``: ``.npy`` bytes, the array's shape and ``"npy"`` for an array; the
+    chain calibration file's bytes, ``()`` and ``"chain"`` for a chain calibration."""
+    if isinstance(context, np.ndarray):
+        return npy_bytes(context), tuple(context.shape), "npy"
+    from edge.runtime.chain import chain_bytes
+
+    return chain_bytes(context), (), "chain"
+
+
+def context_load(data: bytes, fmt: str, shape: tuple[int, ...], where: str) -> Any:
+    """Decode a context blob of ``fmt`` (see :func:`context_bytes`).
+
+    Raises:
+        BlobFault: the bytes do not decode to what the index says.
+    """
+    if fmt == "chain":
+        from edge.runtime.chain import ChainFileError, chain_from_bytes
+
+        try:
+            return chain_from_bytes(data, where)
+        except ChainFileError as exc:
+            raise BlobFault(str(exc)) from None
+    return npy_load(data, np.float32, shape)
 
 
 def check_reference(frame: object, key: CacheKey) -> np.ndarray:

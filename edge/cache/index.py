@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.cache.values import (
+    CONTEXT_FORMATS,
     CacheIndexError,
     CacheKey,
     CacheKeyError,
@@ -46,8 +47,10 @@ __all__ = [
 ]
 
 INDEX_NAME = "index.sqlite3"
-#: Version of the index layout. An index from a newer version is refused.
-INDEX_SCHEMA_VERSION = 1
+#: Version of the index layout. An index from a newer version is refused; an index of
+#: version 1 (no ``context_format`` column: every context a float32 array) is upgraded in
+#: place when opened.
+INDEX_SCHEMA_VERSION = 2
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -59,7 +62,7 @@ CREATE TABLE IF NOT EXISTS entries (
     episode_sha256 TEXT, episode_bytes INTEGER, episode_digest TEXT,
     report_sha256 TEXT, report_bytes INTEGER,
     reference_sha256 TEXT, reference_bytes INTEGER, reference_shape TEXT,
-    context_sha256 TEXT, context_bytes INTEGER, context_shape TEXT,
+    context_sha256 TEXT, context_bytes INTEGER, context_shape TEXT, context_format TEXT,
     created_s REAL, last_used_s REAL, context_evicted_s REAL,
     forced INTEGER, forced_reason TEXT,
     PRIMARY KEY (cell_id, camera_id, robot_id, model_sha256)
@@ -79,7 +82,7 @@ _COLUMNS = ("cell_id", "camera_id", "robot_id", "model_sha256",
             "episode_sha256", "episode_bytes", "episode_digest",
             "report_sha256", "report_bytes",
             "reference_sha256", "reference_bytes", "reference_shape",
-            "context_sha256", "context_bytes", "context_shape",
+            "context_sha256", "context_bytes", "context_shape", "context_format",
             "created_s", "last_used_s", "context_evicted_s", "forced", "forced_reason")
 
 
@@ -110,6 +113,9 @@ def connect(root: Path, busy_timeout_s: float) -> sqlite3.Connection:
                 version = INDEX_SCHEMA_VERSION
             else:
                 version = int(row[0])
+            if version < INDEX_SCHEMA_VERSION:
+                _upgrade(conn, version)
+                version = INDEX_SCHEMA_VERSION
     except sqlite3.DatabaseError as exc:
         raise CacheIndexError(
             f"{path}: expected a calibration-cache index (SQLite), found an unreadable file "
@@ -120,6 +126,17 @@ def connect(root: Path, busy_timeout_s: float) -> sqlite3.Connection:
         raise CacheIndexError(f"{path}: index schema version {version} is newer than this "
                               f"syncedge reads ({INDEX_SCHEMA_VERSION}); upgrade syncedge")
     return conn
+
+
+def _upgrade(conn: sqlite3.Connection, version: int) -> None:
+    """Upgrade an index of an older schema version in place (inside the write transaction
+    of :func:`connect`): version 1 gains ``context_format`` (its contexts are all
+    ``"npy"``, which a NULL reads as)."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(entries)")}
+    if "context_format" not in columns:
+        conn.execute("ALTER TABLE entries ADD COLUMN context_format TEXT")
+    conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'",
+                 (str(INDEX_SCHEMA_VERSION),))
 
 
 @contextmanager
@@ -175,6 +192,7 @@ def row_to_info(row: sqlite3.Row) -> EntryInfo:
     except CacheKeyError as exc:
         raise ValueError(str(exc)) from None
     ctx_sha = row["context_sha256"]
+    ctx_format = "npy"
     if ctx_sha is None:
         ctx_shape: tuple[int, ...] = ()
         ctx_bytes = 0
@@ -182,6 +200,15 @@ def row_to_info(row: sqlite3.Row) -> EntryInfo:
         ctx_sha = _sha(ctx_sha, "context_sha256")
         ctx_shape = _shape(row["context_shape"], "context_shape")
         ctx_bytes = _size(row["context_bytes"], "context_bytes")
+        # rows of version 1 (and records written by it) have no context_format: "npy"
+        found = row["context_format"] if "context_format" in row.keys() else None
+        ctx_format = "npy" if found is None else found
+        if ctx_format not in CONTEXT_FORMATS:
+            raise ValueError(f"context_format: expected one of {list(CONTEXT_FORMATS)}, "
+                             f"found {found!r}")
+        if ctx_format == "chain" and ctx_shape:
+            raise ValueError(f"context_shape: expected [] for a chain calibration, found "
+                             f"{list(ctx_shape)}")
     ref_shape = _shape(row["reference_shape"], "reference_shape")
     if len(ref_shape) != 3 or ref_shape[2] != 3:
         raise ValueError(f"reference_shape: expected [H, W, 3], found {list(ref_shape)}")
@@ -209,6 +236,7 @@ def row_to_info(row: sqlite3.Row) -> EntryInfo:
         context_evicted_s=_time(row["context_evicted_s"], "context_evicted_s", optional=True),
         forced=bool(forced),
         forced_reason=reason,
+        context_format=ctx_format,
     )
 
 
@@ -224,6 +252,7 @@ def info_to_row(info: EntryInfo) -> dict[str, Any]:
         "context_sha256": info.context_sha256,
         "context_bytes": info.context_bytes if info.context_sha256 else None,
         "context_shape": json.dumps(list(info.context_shape)) if info.context_sha256 else None,
+        "context_format": info.context_format if info.context_sha256 else None,
         "created_s": info.created_s, "last_used_s": info.last_used_s,
         "context_evicted_s": info.context_evicted_s,
         "forced": int(info.forced), "forced_reason": info.forced_reason,

@@ -50,6 +50,7 @@ from edge.cache.blobs import (
     check_episode,
     check_reference,
     check_report,
+    context_bytes,
     episode_digest,
     npy_bytes,
 )
@@ -139,7 +140,9 @@ class CalibrationCache:
                 ``metadata.kind`` must be ``"calibration"`` and its cell, camera and robot
                 ids must equal the key's.
             context: float32, the model's calibration output (reference model
-                ``[K, D, h, w]``), finite; ``None`` to store the entry without one.
+                ``[K, D, h, w]``), finite; or the chain model's
+                :class:`edge.runtime.chain.ChainCalibration`; ``None`` to store the entry
+                without one.
             report: the coverage report, a strict-JSON object.
             reference_frame: uint8 ``[H, W, 3]`` RGB, the camera's view at calibration.
             forced: the episode failed its coverage check and is stored anyway.
@@ -170,8 +173,10 @@ class CalibrationCache:
         digest = episode_digest(ep)
         ep_sha, ep_size = self._store_episode(ep, digest)
         datas = {"report": report_data, "reference": npy_bytes(ref)}
+        ctx_shape: tuple[int, ...] = ()
+        ctx_format = "npy"
         if ctx is not None:
-            datas["context"] = npy_bytes(ctx)
+            datas["context"], ctx_shape, ctx_format = context_bytes(ctx)
         shas = {role: self.blobs.write(data) for role, data in datas.items()}
         now = time.time()
         info = EntryInfo(
@@ -181,7 +186,7 @@ class CalibrationCache:
             reference_shape=tuple(ref.shape),
             context_sha256=shas["context"][0] if ctx is not None else None,
             context_bytes=shas["context"][1] if ctx is not None else 0,
-            context_shape=tuple(ctx.shape) if ctx is not None else (),
+            context_shape=ctx_shape, context_format=ctx_format,
             episode_digest=digest, created_s=now if created_s is None else created_s,
             last_used_s=now, context_evicted_s=None, forced=bool(forced),
             forced_reason=forced_reason if forced else "")
@@ -276,13 +281,14 @@ class CalibrationCache:
                          f"it changing on each of {_RETRIES} reads; try again")
 
     def get_context(self, cell_id: str, camera_id: str, robot_id: str,
-                    model_sha256: str) -> np.ndarray | None:
+                    model_sha256: str) -> Any:
         """The stored context for this cell, camera, robot and model: the rollout's fast
         path (one index lookup, one small file read, one sha256).
 
         Returns:
-            float32 array in the shape it was stored (reference model ``[K, D, h, w]``), or
-            ``None`` when there is no entry or its context was evicted: re-encode then.
+            float32 array in the shape it was stored (reference model ``[K, D, h, w]``), a
+            :class:`edge.runtime.chain.ChainCalibration` for a chain entry, or ``None``
+            when there is no entry or its context was evicted: re-encode then.
         Raises:
             CacheKeyError: a malformed id or model sha256.
             CacheCorruptError: the context blob or the row failed verification; it was

@@ -40,7 +40,7 @@ def evict_over_cap(conn: sqlite3.Connection, cap: int, protect: CacheKey) -> lis
                                                             "robot_id", "model_sha256")):
             continue
         conn.execute("UPDATE entries SET context_sha256 = NULL, context_bytes = NULL, "
-                     "context_shape = NULL, context_evicted_s = ? WHERE rowid = ?",
+                     "context_shape = NULL, context_format = NULL, context_evicted_s = ? WHERE rowid = ?",
                      (time.time(), row["rowid"]))
         evicted.append(row["context_sha256"])
         total = ix.total_bytes(conn)

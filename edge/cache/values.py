@@ -19,6 +19,7 @@ from edge.errors import EdgeError
 
 __all__ = [
     "BLOB_ROLES",
+    "CONTEXT_FORMATS",
     "CacheArchiveError",
     "CacheConflictError",
     "CacheCorruptError",
@@ -36,6 +37,9 @@ __all__ = [
 
 #: The blobs an entry refers to, in the order they are written.
 BLOB_ROLES = ("episode", "report", "reference", "context")
+#: How a context blob is encoded: a float32 ``.npy`` array (exported ONNX models) or a
+#: chain calibration file (the chain model).
+CONTEXT_FORMATS = ("npy", "chain")
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _ID_MAX = 200
@@ -157,7 +161,8 @@ class EntryInfo:
         context_sha256: the context blob, or ``None`` once evicted (or never stored).
         episode_bytes, report_bytes, reference_bytes, context_bytes: blob sizes in bytes
             (``context_bytes`` is 0 without a context).
-        context_shape: shape of the float32 context (``()`` without a context).
+        context_shape: shape of the float32 context (``()`` without a context, and for a
+            chain calibration).
         reference_shape: ``(H, W, 3)`` of the uint8 reference frame.
         episode_digest: sha256 of the episode's arrays and metadata (independent of the
             file's zip timestamps); used to store an episode once for every model.
@@ -165,6 +170,10 @@ class EntryInfo:
         context_evicted_s: Unix time the context was evicted by the size cap, or ``None``.
         forced: stored although its coverage check failed.
         forced_reason: why it was forced (empty unless ``forced``).
+        context_format: how the context blob is encoded (:data:`CONTEXT_FORMATS`):
+            ``"npy"``, a float32 ``.npy`` array (an exported ONNX model's context);
+            ``"chain"``, a chain calibration file (the chain model's,
+            :func:`edge.runtime.chain.chain_bytes`).
     """
 
     key: CacheKey
@@ -184,6 +193,7 @@ class EntryInfo:
     context_evicted_s: float | None
     forced: bool
     forced_reason: str
+    context_format: str = "npy"
 
     @property
     def total_bytes(self) -> int:
@@ -218,14 +228,16 @@ class Entry:
         info: the index row.
         episode: the calibration episode (validated on load).
         context: float32 array of ``info.context_shape`` (for the reference model
-            ``[K, D, h, w]``), or ``None`` when evicted: re-encode it from ``episode``.
+            ``[K, D, h, w]``), or an :class:`edge.runtime.chain.ChainCalibration` (the
+            chain model's entries, ``info.context_format == "chain"``), or ``None`` when
+            evicted: re-encode it from ``episode``.
         report: the coverage report (a JSON object).
         reference_frame: uint8 ``[H, W, 3]`` RGB frame for detecting a moved camera.
     """
 
     info: EntryInfo
     episode: Episode
-    context: np.ndarray | None
+    context: Any
     report: dict[str, Any]
     reference_frame: np.ndarray
 

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from edge.cache import index as ix
-from edge.cache.blobs import BlobFault, BlobStore, check_episode, npy_load
+from edge.cache.blobs import BlobFault, BlobStore, check_episode, context_load, npy_load
 from edge.cache.records import remove_record
 from edge.cache.values import CacheCorruptError, CacheError, CacheKey, CacheKeyError, EntryInfo
 from edge.episode import load_episode
@@ -47,7 +47,8 @@ def decode(blobs: BlobStore, role: str, info: EntryInfo) -> Any:
     """Read, verify and decode the ``role`` blob of ``info``.
 
     Returns:
-        context: float32 array of ``info.context_shape``; reference: uint8 ``[H, W, 3]``;
+        context: float32 array of ``info.context_shape`` (a chain calibration for
+        ``info.context_format == "chain"``); reference: uint8 ``[H, W, 3]``;
         report: dict; episode: :class:`~edge.episode.Episode` (validated, ids match).
     Raises:
         Fault: the blob is missing, altered, truncated or does not decode.
@@ -59,7 +60,8 @@ def decode(blobs: BlobStore, role: str, info: EntryInfo) -> Any:
         raise Fault(role, sha, str(exc), checksum=True) from None
     try:
         if role == "context":
-            return npy_load(data, np.float32, info.context_shape)
+            return context_load(data, info.context_format, info.context_shape,
+                                "chain calibration")
         if role == "reference":
             return npy_load(data, np.uint8, info.reference_shape)
         if role == "report":
@@ -126,7 +128,7 @@ def quarantine_blob(conn: sqlite3.Connection, blobs: BlobStore, info: EntryInfo,
                               (fault.sha,)).fetchall():
             if fault.role == "context":
                 conn.execute("UPDATE entries SET context_sha256 = NULL, context_bytes = NULL, "
-                             "context_shape = NULL, context_evicted_s = NULL WHERE rowid = ?",
+                             "context_shape = NULL, context_format = NULL, context_evicted_s = NULL WHERE rowid = ?",
                              (r["rowid"],))
             else:
                 conn.execute("DELETE FROM entries WHERE rowid = ?", (r["rowid"],))

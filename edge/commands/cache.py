@@ -48,7 +48,8 @@ def _table(rows: list[list[str]]) -> str:
 def _info_json(info: Any) -> dict[str, Any]:
     return {"key": info.key.to_json_dict(), "blobs": info.blobs(),
             "episode_bytes": info.episode_bytes, "context_bytes": info.context_bytes,
-            "context_shape": list(info.context_shape), "report_bytes": info.report_bytes,
+            "context_shape": list(info.context_shape), "context_format": info.context_format,
+            "report_bytes": info.report_bytes,
             "reference_shape": list(info.reference_shape), "created_s": info.created_s,
             "last_used_s": info.last_used_s, "context_evicted_s": info.context_evicted_s,
             "forced": info.forced, "forced_reason": info.forced_reason,
@@ -116,8 +117,10 @@ def _run_show(args: argparse.Namespace) -> int:
         e = d["episode"]
         print(f"  episode    {e['frames']} frames, {e['dof']} DoF, {e['resolution'][1]}x"
               f"{e['resolution'][0]} px at {e['fps']:g} Hz ({_size(d['episode_bytes'])})")
-        ctx = (f"float32 {tuple(d['context_shape'])} ({_size(d['context_bytes'])})"
-               if "context" in d["blobs"] else ", ".join(d["flags"]))
+        ctx = (", ".join(d["flags"]) if "context" not in d["blobs"] else
+               f"chain calibration ({_size(d['context_bytes'])})"
+               if d["context_format"] == "chain" else
+               f"float32 {tuple(d['context_shape'])} ({_size(d['context_bytes'])})")
         print(f"  context    {ctx}")
         print(f"  reference  {d['reference_shape'][1]}x{d['reference_shape'][0]} px")
         print(f"  created    {_when(d['created_s'])}   last used {_when(d['last_used_s'])}")

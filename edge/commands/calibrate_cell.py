@@ -20,6 +20,7 @@ from edge.commands.common import (
     add_model_args,
     describe_model,
     open_model,
+    positive_int,
     store_command,
 )
 from edge.fileio import write_json_atomic
@@ -129,7 +130,12 @@ def _store_from_cache(args: argparse.Namespace) -> int:
 def run_store(args: argparse.Namespace) -> int:
     """Check, encode and cache a calibration episode (refused on a failed check unless
     ``--force REASON``); with ``--cell`` instead of an episode, encode the cell's cached
-    episode for the model."""
+    episode for the model; with ``--chain [FILE]``, for the chain model
+    (:mod:`edge.commands.calibrate_chain`)."""
+    if getattr(args, "chain", None):
+        from edge.commands.calibrate_chain import run_store_chain
+
+        return run_store_chain(args)
     if args.cell:
         if args.episode or args.force or args.reference:
             raise CalibrateError("store: pass an EPISODE file, or --cell to encode a cached "
@@ -389,7 +395,10 @@ def register_steps(sub: argparse._SubParsersAction) -> None:
                                    "--model and write the cache entry. With --cell instead of "
                                    "EPISODE: encode the episode the cache already holds for "
                                    "that cell for --model (a new model, or a context that was "
-                                   "evicted or dropped as corrupt).")
+                                   "evicted or dropped as corrupt). With --chain: the chain "
+                                   "model's calibration (read from the episode, or a chain "
+                                   "file read from it elsewhere) instead of an ONNX model's "
+                                   "context.")
     s.add_argument("episode", metavar="EPISODE", nargs="?", help="calibration episode (.npz)")
     s.add_argument("--cell", metavar="ID", help="encode this cell's cached episode instead")
     s.add_argument("--camera-id", help="with --cell, when the cell has several cameras")
@@ -399,6 +408,18 @@ def register_steps(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--reference", metavar="PNG",
                    help="reference frame (default EPISODE.reference.png, else frame 0)")
     s.add_argument("--cache-dir", metavar="DIR")
+    s.add_argument("--chain", metavar="FILE", nargs="?", const="@read",
+                   help="store the chain model's calibration instead of an ONNX model's "
+                        "context: read it from the episode now (torch, 1-3 minutes), or store "
+                        "FILE, a chain read elsewhere by 'syncedge model read-chain' (checked "
+                        "against the episode); then 'simulate --cell ID --chain' runs from "
+                        "the cache")
+    s.add_argument("--grid", type=positive_int, default=64, metavar="PX",
+                   help="with --chain (read now): the model grid's side (default 64; the "
+                        "episode's frames a whole multiple of it, 256x256 recommended)")
+    s.add_argument("--photometric", type=int, default=128, metavar="PX",
+                   help="with --chain (read now): the side the fit is refined against the "
+                        "frames at (0: no refinement; default 128), as model read-chain")
     add_model_args(s)
     s.set_defaults(func=run_store)
 

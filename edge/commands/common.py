@@ -31,7 +31,8 @@ from edge.runtime.errors import RuntimeInputError
 from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
 
-__all__ = ["StagedOutput", "active_bundle_dir", "add_context_args", "add_model_args",
+__all__ = ["CHAIN_FROM_CACHE", "StagedOutput", "active_bundle_dir", "add_chain_arg",
+           "add_context_args", "add_model_args", "chain_store_hint",
            "default_context_source", "describe_identity", "describe_model", "get_context",
            "model_dir_of",
            "model_identity", "open_chain", "open_model", "positive_int", "run_command",
@@ -355,20 +356,73 @@ def run_command(name: str,
     return run_parsed(args)
 
 
+#: ``--chain`` given without a FILE: the cell's chain calibration from the calibration cache.
+CHAIN_FROM_CACHE = "@cache"
+
+
+def add_chain_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
+    """``--chain [FILE]`` of ``simulate`` and ``precheck``."""
+    p.add_argument("--chain", metavar="FILE", nargs="?", const=CHAIN_FROM_CACHE,
+                   help="run the chain model with this chain calibration (.npz from "
+                        "`syncedge model read-chain`) instead of an ONNX model; without FILE, "
+                        "with --cell: the cell's chain calibration from the calibration cache "
+                        "(`syncedge calibrate store EPISODE --chain`)" + extra)
+
+
+def chain_store_hint(cell: str, cache_dir: str | None) -> str:
+    """How to put a cell's chain calibration into the cache."""
+    root = f" --cache-dir {cache_dir}" if cache_dir else ""
+    return (f"store one with 'syncedge calibrate store CALIBRATION.npz --chain{root}' (reads "
+            f"it; or '--chain CHAIN.npz' for one read elsewhere), or, when the cache holds "
+            f"the cell's calibration episode, 'syncedge calibrate store --cell {cell} "
+            f"--chain{root}'")
+
+
+def _cached_chain(args: argparse.Namespace):
+    """The chain calibration the cache holds for ``--cell`` (camera and robot ids from the
+    flags, else the start episode's metadata); returns ``(chain, source text)``."""
+    from edge.cache.values import CacheKey
+    from edge.runtime.chain import CHAIN_MODEL_SHA256
+
+    if not args.cell:
+        raise RuntimeInputError("--chain without FILE reads the cell's chain calibration from "
+                                "the calibration cache: give --cell ID (or --chain FILE)")
+    meta = None
+    if str(args.start).lower().endswith(".npz"):
+        meta = load_episode(args.start).metadata
+    camera = args.camera_id or (meta.camera_id if meta else None)
+    robot = args.robot_id or (meta.robot_id if meta else None)
+    if not camera or not robot:
+        raise RuntimeInputError("--cell: the cache key needs --camera-id and --robot-id "
+                                "(or an episode as --start, whose metadata has them)")
+    src = default_context_source(args.cache_dir)
+    chain = src.get_context(args.cell, camera, robot, CHAIN_MODEL_SHA256)
+    if chain is None:
+        raise RuntimeInputError(f"calibration cache: no chain calibration for cell "
+                                f"{args.cell!r}, camera {camera!r}, robot {robot!r}; "
+                                f"{chain_store_hint(args.cell, args.cache_dir)}")
+    key = CacheKey(args.cell, camera, robot, CHAIN_MODEL_SHA256)
+    return chain, f"cache:{key.cell_id}/{key.camera_id}/{key.robot_id}"
+
+
 def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
     """What ``simulate --chain`` and ``precheck --chain`` start from: the chain calibration
-    (``--chain``), the start frame and episode (``--start``) and the controller's joint
+    (``--chain FILE``, or with ``--chain`` alone the one the calibration cache holds for
+    ``--cell``), the start frame and episode (``--start``) and the controller's joint
     readings at the start (``joints``, given as ``joints_flag``, else the start episode's
     first ``joint_positions``). The chain model runs in NumPy/OpenCV on the CPU: another
     ``--backend`` is refused and ``--threads`` goes to OpenCV.
 
     Returns:
-        ``(chain, start uint8 [H, W, 3], episode or None, q0 float64 [K])``.
+        ``(chain, start uint8 [H, W, 3], episode or None, q0 float64 [K], source)``;
+        ``source`` is the chain file's path or ``cache:CELL/CAMERA/ROBOT``.
 
     Raises:
-        RuntimeInputError: another backend; the chain file's errors; a start of another
-            size; a start episode recorded with other channel names or order, or at
-            another frame rate; no joint readings, or not K of them.
+        RuntimeInputError: another backend; ``--cell`` with a chain FILE, or ``--chain``
+            alone without ``--cell``; no chain calibration cached for the cell; the chain
+            file's errors; a start of another size; a start episode recorded with other
+            channel names or order, or at another frame rate; no joint readings, or not K
+            of them.
     """
     import cv2
     import numpy as np
@@ -381,7 +435,14 @@ def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
                                 "(NumPy and OpenCV); leave --backend out or give cpu")
     if args.threads:
         cv2.setNumThreads(args.threads)
-    chain = load_chain_calibration(args.chain)
+    if args.chain == CHAIN_FROM_CACHE:
+        chain, source = _cached_chain(args)
+    else:
+        if args.cell:
+            raise RuntimeInputError(f"--cell: not with --chain {args.chain} (the chain file is "
+                                    "the cell's encoded calibration); give --chain alone to "
+                                    "read the cell's chain calibration from the cache")
+        chain, source = load_chain_calibration(args.chain), str(args.chain)
     k = chain.num_dof
     start, episode = load_start(args.start, chain.resolution)
     if episode is not None:
@@ -407,4 +468,4 @@ def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
     if q0.shape != (k,):
         raise RuntimeInputError(f"{joints_flag}: expected {k} values "
                                 f"({', '.join(chain.dof_names)}), found {q0.size}")
-    return chain, start, episode, q0
+    return chain, start, episode, q0, source

@@ -19,6 +19,7 @@ import numpy as np
 from edge.calibrate.gate import add_stale_args, stale_gate
 from edge.commands.common import (
     StagedOutput,
+    add_chain_arg,
     add_context_args,
     add_model_args,
     check_out_dir,
@@ -65,11 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "the first value is negative")
     p.add_argument("--rules", required=True, metavar="YAML", help="rules file")
     add_model_args(p)
-    p.add_argument("--chain", metavar="FILE",
-                   help="run the chain model with this chain calibration (.npz from "
-                        "`syncedge model read-chain`) instead of an ONNX model (with "
-                        "--actions); keep-out basis robot_mask or auto is decided on where "
-                        "the chain puts the arm")
+    add_chain_arg(p, " (with --actions); keep-out basis robot_mask or auto is decided on "
+                     "where the chain puts the arm")
     add_stale_args(p)
     p.add_argument("--out", default="precheck-out", metavar="DIR", help="output folder")
     p.set_defaults(func=run)
@@ -274,7 +272,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     from edge.runtime.chain import chain_rollout
 
     for flag, given in (("--model", args.model), ("--calibration", args.calibration),
-                        ("--cell", args.cell), ("--policy", args.policy),
+                        ("--policy", args.policy),
                         ("--verification", args.verification),
                         ("--verify-camera", args.verify_camera)):
         if given:
@@ -283,7 +281,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     if args.horizon is not None:
         raise RuntimeInputError("--horizon goes with --policy; with --actions the horizon "
                                 "is the file's step count")
-    chain, start, _episode, q0 = open_chain(args, "--joint-state", args.joint_state)
+    chain, start, _episode, q0, source = open_chain(args, "--joint-state", args.joint_state)
     k = chain.num_dof
     goal = _load_goal(rules, start)
     actions, names = load_actions(args.actions)
@@ -303,11 +301,11 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         inside = rasterise(ko.regions, *chain.resolution) > 0
         robot_counts = (cover & inside).sum((-1, -2)).astype(np.int32)
     ident = {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
-             "bundle_slot": None, "folder": str(args.chain)}
+             "bundle_slot": None, "folder": source}
     fps = chain.frame_rate_hz or 10.0
     result, paths = _evaluate_and_write(
         args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,
-        f"chain calibration {args.chain}", None, fps)
+        f"chain calibration {source}", None, fps)
     return _print_result(ident, result, paths)
 
 

@@ -10,8 +10,9 @@ timings, provenance). At most 256 candidates, 256 steps and 8192 predicted frame
 Two model families run here. ``--model`` (default: the active bundle) runs an exported
 ONNX model with ``--calibration``/``--cell`` (or none: history mode). ``--chain FILE``
 runs the chain model instead: the cell's kinematic chain read from its calibration
-episode by ``syncedge model read-chain`` moves the start frame's arm pixels (NumPy and
-OpenCV, no model file); it needs the controller's joint readings at the start frame (the
+episode by ``syncedge model read-chain`` (or, with ``--chain`` alone and ``--cell``, the one the
+calibration cache holds: ``syncedge calibrate store EPISODE --chain``) moves the start
+frame's arm pixels (NumPy and OpenCV, no model file); it needs the controller's joint readings at the start frame (the
 start episode's first ``joint_positions``, or ``--start-joints``).
 """
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from edge.commands.common import (
     StagedOutput,
+    add_chain_arg,
     add_context_args,
     add_model_args,
     check_out_dir,
@@ -67,9 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--actions", metavar="FILE", help="candidate actions (.npy/.csv/.json); "
                    "default: the start episode's own actions")
     add_model_args(p)
-    p.add_argument("--chain", metavar="FILE",
-                   help="run the chain model with this chain calibration (.npz from "
-                        "`syncedge model read-chain`) instead of an ONNX model")
+    add_chain_arg(p)
     p.add_argument("--start-joints", metavar="Q|FILE",
                    help="with --chain: the controller's joint readings at the start frame "
                         "(comma-separated, or .npy/.json/.csv; write --start-joints=-0.1,... "
@@ -231,13 +231,11 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     """``simulate --chain``: the chain model (:mod:`edge.runtime.chain`)."""
     from edge.runtime.chain import chain_rollout
 
-    for flag, given in (("--model", args.model), ("--calibration", args.calibration),
-                        ("--cell", args.cell)):
+    for flag, given in (("--model", args.model), ("--calibration", args.calibration)):
         if given:
-            raise RuntimeInputError(f"{flag}: not with --chain (the chain calibration "
-                                    f"{args.chain} is the cell's encoded calibration and the "
-                                    "model)")
-    chain, start, episode, q0 = open_chain(args, "--start-joints", args.start_joints)
+            raise RuntimeInputError(f"{flag}: not with --chain (the chain calibration is the "
+                                    "cell's encoded calibration and the model)")
+    chain, start, episode, q0, source = open_chain(args, "--start-joints", args.start_joints)
     k = chain.num_dof
     actions, names = _candidate_actions(args, episode, k)
     src = str(args.actions or args.start)
@@ -257,9 +255,9 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     report = {
         "model": "chain", "model_sha256": chain.sha256(),
         "model_id": {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
-                     "bundle_slot": None, "folder": str(args.chain)},
+                     "bundle_slot": None, "folder": source},
         "backend": "numpy", "backend_requested": args.backend,
-        "context": f"chain calibration {args.chain}", "chain": chain.info,
+        "context": f"chain calibration {source}", "chain": chain.info,
         "start": str(args.start), "start_joint_positions": [round(float(x), 6) for x in q0],
         "actions": str(args.actions) if args.actions else "start episode",
         "candidates": n, "horizon": horizon, "names": names,

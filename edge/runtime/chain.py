@@ -42,8 +42,8 @@ import numpy as np
 from edge.fileio import atomic_write
 from edge.runtime.errors import RuntimeInputError
 
-__all__ = ["CHAIN_FORMAT", "CHAIN_SCHEMA_VERSION", "ChainCalibration", "ChainFileError",
-           "ChainGeometry",
+__all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "CHAIN_SCHEMA_VERSION", "ChainCalibration", "ChainFileError",
+           "ChainGeometry", "chain_bytes", "chain_from_bytes",
            "arm_cover", "chain_positions", "sweep_check", "chain_rollout", "close_gaps", "compose_chain",
            "load_chain_calibration", "save_chain_calibration", "splat_values"]
 
@@ -51,6 +51,11 @@ __all__ = ["CHAIN_FORMAT", "CHAIN_SCHEMA_VERSION", "ChainCalibration", "ChainFil
 CHAIN_FORMAT = "syncedge.chain_calibration"
 #: Its schema version; a file of another version is refused by name.
 CHAIN_SCHEMA_VERSION = 1
+#: The chain model's identity in the calibration cache (the ``model_sha256`` of the cache
+#: entries whose context is a chain calibration of this schema): the sha256 of
+#: ``"syncedge.chain_calibration/1"``. A new schema version gives new entries; the old ones
+#: stay until removed.
+CHAIN_MODEL_SHA256 = hashlib.sha256(f"{CHAIN_FORMAT}/{CHAIN_SCHEMA_VERSION}".encode()).hexdigest()
 
 
 class ChainFileError(RuntimeInputError):
@@ -184,15 +189,16 @@ class ChainCalibration:
         return h.hexdigest()
 
 
-def save_chain_calibration(path: str | os.PathLike[str], chain: ChainCalibration) -> Path:
-    """Write ``chain`` to ``path`` (``.npz``; a JSON header with the format, schema version,
-    grid, channel names, focal length, content sha256 and ``info``), atomically: the file
-    is complete or absent.
+def chain_bytes(chain: ChainCalibration, where: str = "chain calibration") -> bytes:
+    """The bytes of a chain calibration file (what :func:`save_chain_calibration` writes and
+    the calibration cache stores as a chain entry's context): a compressed ``.npz`` of the
+    arrays and a JSON header with the format, schema version, grid, channel names, focal
+    length, content sha256 and ``info``.
 
     Raises:
-        ChainFileError: ``chain`` does not validate.
+        ChainFileError: ``chain`` does not validate (``where`` names it).
     """
-    chain.validate(str(path))
+    chain.validate(where)
     header = {"format": CHAIN_FORMAT, "schema_version": CHAIN_SCHEMA_VERSION,
               "resolution": list(chain.resolution), "dof_names": list(chain.dof_names),
               "focal_px": float(chain.focal_px), "sha256": chain.sha256(), "info": chain.info}
@@ -200,7 +206,18 @@ def save_chain_calibration(path: str | os.PathLike[str], chain: ChainCalibration
     arrays["header_json"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
-    atomic_write(path, lambda f: f.write(buf.getvalue()))
+    return buf.getvalue()
+
+
+def save_chain_calibration(path: str | os.PathLike[str], chain: ChainCalibration) -> Path:
+    """Write ``chain`` to ``path`` (:func:`chain_bytes`), atomically: the file is complete
+    or absent.
+
+    Raises:
+        ChainFileError: ``chain`` does not validate.
+    """
+    data = chain_bytes(chain, str(path))
+    atomic_write(path, lambda f: f.write(data))
     return Path(path)
 
 
@@ -220,16 +237,32 @@ def load_chain_calibration(path: str | os.PathLike[str]) -> ChainCalibration:
         raise ChainFileError(f"{p}: no such file; write it with `syncedge model read-chain "
                              f"--calibration CALIBRATION.npz --out {p}`")
     try:
-        with open(p, "rb") as f:
-            head = f.read(4)
+        data = p.read_bytes()
     except OSError as exc:
         raise ChainFileError(f"{p}: cannot read it ({exc.strerror})") from None
+    return chain_from_bytes(data, str(p))
+
+
+def chain_from_bytes(raw: bytes, where: str) -> ChainCalibration:
+    """Decode and check the bytes of a chain calibration file (:func:`chain_bytes`).
+
+    Args:
+        raw: the file's bytes.
+        where: what they are, for messages (a path, or a cache entry).
+
+    Raises:
+        ChainFileError: not a chain calibration (not an ``.npz``), damaged or truncated,
+            another format or schema version, a missing or malformed field, or content
+            whose sha256 is not the header's (each names ``where`` and the field).
+    """
+    p = where
+    head = raw[:4]
     if head != b"PK\x03\x04":
         raise ChainFileError(f"{p}: not a chain calibration: expected a NumPy .npz archive (a "
                              f"zip file, as `syncedge model read-chain` writes), found a file "
                              f"starting with {head!r}")
     try:
-        with np.load(p, allow_pickle=False) as z:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
         raise ChainFileError(f"{p}: cannot read it as a chain calibration .npz (damaged or "
@@ -277,7 +310,7 @@ def load_chain_calibration(path: str | os.PathLike[str]) -> ChainCalibration:
         background=data["background"].astype(np.float32),
         background_seen=data["background_seen"], dof_names=list(dof),
         info=header.get("info") or {})
-    chain.validate(str(p))
+    chain.validate(p)
     if chain.sha256() != header["sha256"]:
         raise ChainFileError(f"{p}: content sha256 {chain.sha256()[:12]}... is not the "
                              f"header's {str(header['sha256'])[:12]}...: the file was altered "

@@ -21,7 +21,11 @@ The pre-check (:func:`edge.precheck.evaluate.evaluate`, the rules of the shipped
 ``motion_threshold`` 20, ``max_moved_pixels`` 4) then runs on each model's predicted
 frames. Reported per split and model (the shipped model with the cell's calibration, the
 model trained without calibration in history mode, and copy-last: the start frame
-repeated), with 95% bootstrap intervals over cells (1000 resamples):
+repeated; with ``chain`` also the chain model, :mod:`edge.runtime.chain`, read from the
+same cell's calibration sweep rendered at 256x256 by
+:func:`export.models.chain_fit.read_chain_calibration`, its keep-out decided on where it
+puts the arm, ``chain``, and on its motion, ``chain_motion``), with 95% bootstrap
+intervals over cells (1000 resamples):
 
 - keep-out recall (truly entering candidates refused by the keep-out rule) and false
   refusals (candidates that truly stay out, refused by it); and the recall at the
@@ -35,7 +39,8 @@ repeated), with 95% bootstrap intervals over cells (1000 resamples):
   copy-last's counts 0).
 
 Needs MuJoCo (``pip install '.[train]'``). On 2 shared CPU cores 64 cells per split took
-about 7 minutes (20 minutes for the three splits).
+about 7 minutes (20 minutes for the three splits); the chain model adds about 80 s per
+cell (reading its calibration; the reads are kept in ``chain_fits`` and reused).
 """
 
 from __future__ import annotations
@@ -96,6 +101,13 @@ class PrecheckEvalOptions:
             ``precheck_<split>.png`` (see :func:`output_paths`), or None to write nothing.
         sheet_cells: cells per split drawn on the contact sheet (the first ones).
         command: the command line recorded in the result (``command``).
+        chain: also run the chain model (``--chain``; needs torch to read each cell's
+            calibration).
+        chain_size: the side of the calibration rendered for the chain model, px (a whole
+            multiple of the model's 64).
+        chain_fits: a folder keeping each cell's chain calibration
+            (``<cell id>-<calibration sha256 prefix>.npz``), read again instead of refitted
+            (``--chain-fits``), or None.
     """
 
     model: str | Path = "models/reference"
@@ -106,6 +118,9 @@ class PrecheckEvalOptions:
     out: str | Path | None = None
     sheet_cells: int = 4
     command: str = ""
+    chain: bool = False
+    chain_size: int = 256
+    chain_fits: str | Path | None = None
 
 
 def check_options(opts: PrecheckEvalOptions) -> None:
@@ -137,6 +152,12 @@ def check_options(opts: PrecheckEvalOptions) -> None:
     if opts.sheet_cells < 1:
         raise ExportError(f"sheet_cells {opts.sheet_cells}: expected at least 1 cell per "
                           "contact sheet")
+    if opts.chain_size < 64 or opts.chain_size % 64:
+        raise ExportError(f"--chain-size {opts.chain_size}: expected a whole multiple of the "
+                          "model's 64 px, such as 256")
+    if opts.chain_fits is not None and Path(opts.chain_fits).exists() \
+            and not Path(opts.chain_fits).is_dir():
+        raise ExportError(f"--chain-fits {opts.chain_fits}: is a file; expected a folder")
     if opts.out is not None and Path(opts.out).exists() and not Path(opts.out).is_dir():
         raise ExportError(f"--out {opts.out}: is a file; expected a folder (precheck.json, "
                           "precheck.txt and precheck_<split>.png are written into it)")
@@ -294,6 +315,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
     check_options(opts)
     require_mujoco("the pre-check benchmark")
     from edge.commands.common import history_context
+    from edge.runtime.chain import chain_rollout
     from edge.runtime.context import encode_calibration
     from edge.runtime.model import load_model
     from edge.runtime.rollout import Rollout
@@ -310,13 +332,22 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                     "enter_px": ENTER_PX, "motion_threshold": MOTION_THRESHOLD,
                     "max_moved_pixels": MAX_MOVED, "profile": "all_joints"},
         "targets": TARGETS, "splits": {}}
+    if opts.chain:
+        result["options"].update(chain_size=opts.chain_size)
     sheets: dict[str, np.ndarray] = {}
     try:
-        with CellGenerator(GenerateOptions(motion_episodes=0)) as gen:
+        with contextlib.ExitStack() as stack:
+            gen = stack.enter_context(CellGenerator(GenerateOptions(motion_episodes=0)))
+            gen_chain = stack.enter_context(CellGenerator(GenerateOptions(
+                motion_episodes=0, width=opts.chain_size, height=opts.chain_size,
+                segmentation=False))) if opts.chain else None
             for name in opts.splits:
                 rows: dict[str, list[dict]] = {"shipped": [], "shipped_robot_mask": [],
                                                "no_calibration": [], "copy_last": []}
+                if opts.chain:
+                    rows.update(chain=[], chain_motion=[])
                 shown: list[SheetCell] = []
+                shown_chain: list[SheetCell] = []
                 skipped = 0
                 for i in range(opts.cells):
                     c = draw_cell(gen, SPLITS[name], i)
@@ -345,6 +376,15 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                                 f"{name} cell {i}", c, frames, rows[label][-1]))
                     rows["copy_last"].append(score_cell(
                         c, np.repeat(start[None, None], M, 0).repeat(STEPS, 1)))
+                    if gen_chain is not None:
+                        chain = _chain_for(gen_chain, c, opts.chain_fits, progress)
+                        frames, cover = chain_rollout(chain, start, c["q0"], acts,
+                                                      with_cover=True)
+                        rows["chain"].append(score_cell(c, frames, cover.astype(np.float32)))
+                        rows["chain_motion"].append(score_cell(c, frames))
+                        if opts.out is not None and len(shown_chain) < opts.sheet_cells:
+                            shown_chain.append(SheetCell.from_cell(
+                                f"{name} cell {i}", c, frames, rows["chain"][-1]))
                     progress(f"[{time.perf_counter() - t0:7.1f} s] {name} cell {i + 1}/"
                              f"{opts.cells}")
                 kept = len(rows["shipped"])
@@ -359,6 +399,13 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                         f"{MAX_MOVED} px inside that changed by more than {MOTION_THRESHOLD} "
                         f"refuses). Truly enters: at least {ENTER_PX} true robot-mask pixels "
                         f"inside at some step 1..{STEPS}; the tiles show the last step"))
+                if shown_chain:
+                    sheets[f"{name}_chain"] = precheck_sheet(shown_chain, note=(
+                        f"{name}: the first {len(shown_chain)} of {kept} cells. Predictions "
+                        f"of the chain model; keep-out verdict on where it puts the arm (at "
+                        f"least {ENTER_PX} arm pixels inside refuses). Truly enters: at least "
+                        f"{ENTER_PX} true robot-mask pixels inside at some step 1..{STEPS}; "
+                        "the tiles show the last step"))
     finally:
         for m in models.values():
             m.deactivate()
@@ -368,12 +415,39 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
     return result
 
 
+def _chain_for(gen: Any, c: dict, fits: str | Path | None,
+               progress: Callable[[str], None]) -> Any:
+    """The chain model's calibration of a benchmark cell: its calibration sweep rendered by
+    ``gen`` (at the chain's resolution) and read by
+    :func:`export.models.chain_fit.read_chain_calibration` onto the 64x64 grid; kept in and
+    reused from the folder ``fits`` (None: not kept)."""
+    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+    from export.models.chain_fit import read_chain_calibration
+
+    cal = gen.cell_episodes(c["cell"])["calibration"]
+    digest = hashlib.sha256(np.ascontiguousarray(cal.frames).tobytes()
+                            + np.ascontiguousarray(cal.joint_positions).tobytes()).hexdigest()
+    path = Path(fits) / f"{c['cell'].cell_id}-{digest[:12]}.npz" if fits is not None else None
+    if path is not None and path.is_file():
+        return load_chain_calibration(path)
+    t0 = time.perf_counter()
+    chain = read_chain_calibration(cal, size=c["futures"].frames.shape[-3:-1])
+    progress(f"  read {c['cell'].cell_id}'s chain in {time.perf_counter() - t0:.0f} s")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_chain_calibration(path, chain)
+    return chain
+
+
 def output_paths(result: dict[str, Any], out: str | Path) -> list[Path]:
     """The files :func:`evaluate_precheck` writes into ``out``: ``precheck.json``,
-    ``precheck.txt`` (the table) and ``precheck_<split>.png`` per split with cells."""
+    ``precheck.txt`` (the table) and ``precheck_<split>.png`` per split with cells (and
+    ``precheck_<split>_chain.png`` where the chain model ran)."""
     out = Path(out)
     return [out / "precheck.json", out / "precheck.txt"] + [
-        out / f"precheck_{name}.png" for name, s in result["splits"].items() if s["cells"]]
+        out / f"precheck_{name}{suffix}.png" for name, s in result["splits"].items()
+        if s["cells"] for suffix in ("", "_chain")
+        if not suffix or "chain" in s["models"]]
 
 
 def dump_json(result: dict[str, Any]) -> str:

@@ -1,0 +1,181 @@
+"""``syncedge calibrate store --chain``: the chain model's encoded calibration in the cache.
+
+The chain model (:mod:`edge.runtime.chain`) encodes a cell's calibration episode as a
+*chain calibration* (the arm's pixels and depths, each channel's axis, pivot and carried
+pixels, the camera's pinhole, the home frame and the background), read by
+:func:`export.models.chain_fit.read_chain_calibration` (torch, 1-3 minutes on 2 CPU
+cores). ``calibrate store EPISODE --chain`` reads it and stores it in the calibration cache
+beside the episode, its coverage report and reference frame, under the chain model's
+identity (:data:`edge.runtime.chain.CHAIN_MODEL_SHA256`); ``--chain FILE`` stores one read
+elsewhere (``syncedge model read-chain`` on a workstation), after checking that it was
+read from this episode; ``--cell ID --chain`` reads the episode the cache already holds for
+the cell. ``simulate --cell ID --chain`` and ``precheck --cell ID --chain`` then run from
+the cache, offline, without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from edge.calibrate.errors import CalibrateError
+
+__all__ = ["CHAIN_READ", "check_chain_matches", "run_store_chain"]
+
+#: ``calibrate store --chain`` without a FILE: read the chain from the episode now.
+CHAIN_READ = "@read"
+
+#: Mean absolute difference (uint8 levels) allowed between a chain file's home frame and
+#: the episode's first frame reduced to the chain's grid.
+HOME_FRAME_TOLERANCE = 2.0
+
+
+def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str) -> None:
+    """Refuse a chain calibration that was not read from ``episode``.
+
+    Args:
+        chain: :class:`edge.runtime.chain.ChainCalibration`.
+        episode: the calibration :class:`edge.episode.Episode` it is stored with.
+        where, episode_where: the chain's and the episode's names, for messages.
+
+    Raises:
+        CalibrateError: other channel names or order; home joint readings that are not the
+            episode's first; a home frame that differs from the episode's first frame
+            (reduced by area to the chain's grid) by more than 2 levels on average.
+    """
+    import cv2
+
+    names = list(episode.metadata.dof_names)
+    if names != list(chain.dof_names):
+        raise CalibrateError(f"{where}: dof_names {chain.dof_names}: expected the episode's "
+                             f"{names} ({episode_where}); read the chain from this episode")
+    q0 = np.asarray(episode.joint_positions[0], np.float64) \
+        if episode.joint_positions is not None else None
+    if q0 is None or not np.allclose(q0, chain.home_joint_positions, atol=1e-6):
+        raise CalibrateError(f"{where}: home_joint_positions "
+                             f"{np.round(chain.home_joint_positions, 4).tolist()}: expected "
+                             f"the first joint readings of {episode_where} "
+                             f"{None if q0 is None else np.round(q0, 4).tolist()}; it was "
+                             "read from another calibration episode")
+    h, w = chain.resolution
+    first = episode.frames[0]
+    grid = first if first.shape[:2] == (h, w) else cv2.resize(first, (w, h),
+                                                              interpolation=cv2.INTER_AREA)
+    diff = float(np.abs(grid.astype(np.float64) - chain.home_frame).mean())
+    if diff > HOME_FRAME_TOLERANCE:
+        raise CalibrateError(f"{where}: home_frame differs from the first frame of "
+                             f"{episode_where} by {diff:.1f} levels on average (expected at "
+                             f"most {HOME_FRAME_TOLERANCE:g}): it was read from another "
+                             "calibration episode")
+
+
+def _read_chain(episode: Any, where: str, grid: int, photometric: int) -> tuple[Any, float]:
+    """Read the chain from ``episode`` (torch); progress lines on stderr."""
+    try:
+        from export.models.chain_fit import read_chain_calibration
+    except ImportError as exc:
+        raise CalibrateError(
+            f"reading a chain calibration needs torch ({exc}): install it with "
+            "pip install '.[train]', or read the chain on another machine with "
+            "'syncedge model read-chain --calibration EPISODE --out CHAIN.npz' and store "
+            "it here with '--chain CHAIN.npz'") from None
+    print(f"reading the chain from {where} (1-3 minutes on 2 CPU cores) ...", file=sys.stderr,
+          flush=True)
+    t0 = time.perf_counter()
+    try:
+        chain = read_chain_calibration(
+            episode, size=(grid, grid), photometric_size=photometric or None,
+            log=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    except ValueError as exc:
+        raise CalibrateError(f"{where}: {exc}") from None
+    return chain, time.perf_counter() - t0
+
+
+def _chain_for(args: argparse.Namespace, episode: Any, where: str) -> tuple[Any, float, str]:
+    """The chain calibration to store: ``--chain FILE`` (checked against ``episode``) or
+    read now. Returns ``(chain, read seconds, source text)``."""
+    from edge.runtime.chain import load_chain_calibration
+
+    if args.chain == CHAIN_READ:
+        if args.photometric < 0 or (args.photometric and (args.photometric < args.grid
+                                                           or args.photometric % args.grid)):
+            raise CalibrateError(f"--photometric {args.photometric}: expected 0 (no "
+                                 f"refinement) or a whole multiple of --grid {args.grid}")
+        chain, read_s = _read_chain(episode, where, args.grid, args.photometric)
+        return chain, read_s, "read at store"
+    chain = load_chain_calibration(args.chain)
+    check_chain_matches(chain, episode, str(args.chain), where)
+    return chain, 0.0, str(args.chain)
+
+
+def run_store_chain(args: argparse.Namespace) -> int:
+    """``calibrate store ... --chain [FILE]`` (see the module docstring)."""
+    from edge.cache.store import CalibrationCache, default_root
+    from edge.cache.values import CacheKey
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+    from edge.episode import load_episode
+    from edge.runtime.chain import CHAIN_MODEL_SHA256
+    from edge.runtime.inputs import load_image
+
+    if args.model:
+        raise CalibrateError("--model: not with --chain (the chain calibration is the chain "
+                             "model's encoded calibration; no model folder is used)")
+    root = args.cache_dir or default_root()
+    if args.cell:
+        if args.episode or args.force or args.reference:
+            raise CalibrateError("store: pass an EPISODE file, or --cell to read a cached "
+                                 "episode, not both (--force and --reference go with EPISODE)")
+        from edge.commands.calibrate_cell import _key
+
+        with CalibrationCache(root) as cache:
+            src = _key(cache, args, None)
+            entry = cache.get(src)
+        if entry is None:
+            raise CalibrateError(f"calibration cache: entry {src.short} vanished; try again")
+        episode, reference = entry.episode, entry.reference_frame
+        report = dict(entry.report)
+        forced, reason = entry.info.forced, entry.info.forced_reason
+        where = f"cache:{src.cell_id}/{src.camera_id}/{src.robot_id}"
+    else:
+        if not args.episode:
+            raise CalibrateError("store --chain: pass an EPISODE file, or --cell ID to read "
+                                 "the cell's cached episode")
+        episode = load_episode(args.episode)
+        report = check_arrays(EpisodeArrays.from_episode(episode))
+        report["episode"] = str(args.episode)
+        if report["verdict"] != "pass" and not args.force:
+            codes = ", ".join(sorted({r["code"] for r in report["reasons"]}))
+            raise CalibrateError(f"{args.episode}: the calibration failed its check ({codes}); "
+                                 f"record it again, or store it anyway with --force REASON")
+        from pathlib import Path
+
+        ref_path = Path(args.reference) if args.reference else \
+            Path(str(args.episode).removesuffix(".npz") + ".reference.png")
+        reference = load_image(ref_path) if ref_path.is_file() else episode.frames[0]
+        forced, reason = bool(args.force), args.force or ""
+        where = str(args.episode)
+    chain, read_s, source = _chain_for(args, episode, where)
+    meta = episode.metadata
+    key = CacheKey(meta.cell_id, meta.camera_id, meta.robot_id, CHAIN_MODEL_SHA256)
+    report["stored"] = {"model": "chain", "model_sha256": CHAIN_MODEL_SHA256,
+                        "chain_sha256": chain.sha256(), "chain": source,
+                        "read_s": round(read_s, 1), "forced": forced, "forced_reason": reason,
+                        "stored_at_s": round(time.time(), 3)}
+    with CalibrationCache(root) as cache:
+        replaced = cache.info(key) is not None
+        cache.put(key, episode, chain, report, reference, forced=forced, forced_reason=reason)
+    fit = chain.residual_px
+    print(f"stored {key.cell_id}/{key.camera_id}/{key.robot_id}/{key.model_sha256[:12]} "
+          f"(chain calibration: {int(chain.robot.sum())} arm pixels, {chain.num_dof} channels, "
+          f"track residual {float(np.max(fit)) if fit.size else 0.0:.2f} px; "
+          f"{'read in ' + format(read_s, '.0f') + ' s' if read_s else 'from ' + source}"
+          f"{', FORCED: ' + reason if forced else ''})"
+          f"{'; replaced the entry stored before under this key' if replaced else ''}")
+    print(f"run it: syncedge simulate --cell {key.cell_id} --camera-id {key.camera_id} "
+          f"--robot-id {key.robot_id} --chain --start START.npz"
+          f"{' --cache-dir ' + str(args.cache_dir) if args.cache_dir else ''}")
+    return 0
