@@ -236,6 +236,19 @@ def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys,
     assert main(argv) == 0
     rep = json.loads((tmp_path / "pc" / "report.json").read_text())
     assert rep["chosen"] == "reach" and rep["model_id"]["folder"].startswith("cache:")
+    # the commissioning report of the cached chain on the held-out motion episode
+    assert main(["calibrate", "validate", "--cell", "sample-cell", "--chain", "--episode",
+                 str(SAMPLE / "test.npz"), "--cache-dir", cache,
+                 "--out", str(tmp_path / "val")]) == 0
+    val = json.loads((tmp_path / "val" / "report.json").read_text())
+    fid = val["fidelity"]
+    assert fid["calibrated"]["psnr_db"] == m["summary"]["psnr_db"]
+    assert fid["gain_over_copy_last"]["psnr_db"] > 5.0
+    assert (tmp_path / "val" / "report.png").is_file()
+    capsys.readouterr()
+    assert main(["calibrate", "validate", "--cell", "sample-cell", "--chain", "--episode",
+                 cal, "--cache-dir", cache, "--out", str(tmp_path / "val2")]) == 2
+    assert "in-sample" in capsys.readouterr().err
 
 
 def test_storing_a_chain_refuses_one_read_from_another_episode(tmp_path, capsys):

@@ -241,6 +241,10 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_validate(args: argparse.Namespace) -> int:
     """The commissioning report: fidelity with the calibration and zeroed, beside its
     collection time, coverage and equipment."""
+    if getattr(args, "chain", False):
+        from edge.commands.calibrate_chain import run_validate_chain
+
+        return run_validate_chain(args)
     from edge.calibrate.validate import fidelity, keypoint_probe, load_keypoint, predict
     from edge.episode import load_episode
     from edge.runtime.context import CalibrationContext, context_from_source
@@ -446,6 +450,9 @@ def register_steps(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--joints", metavar="URL", help="... joint stream")
     a.add_argument("--plan", metavar="FILE", help="... motion program ('plan --motion')")
     a.add_argument("--cache-dir", metavar="DIR")
+    a.add_argument("--chain", action="store_true",
+                   help="validate the cell's cached chain calibration ('calibrate store "
+                        "--chain') on --episode, beside copying the start frame")
     add_model_args(a)
     a.add_argument("--out", default="commissioning", metavar="DIR")
     a.set_defaults(func=run_validate)

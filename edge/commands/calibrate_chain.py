@@ -10,7 +10,8 @@ identity (:data:`edge.runtime.chain.CHAIN_MODEL_SHA256`); ``--chain FILE`` store
 elsewhere (``syncedge model read-chain`` on a workstation), after checking that it was
 read from this episode; ``--cell ID --chain`` reads the episode the cache already holds for
 the cell. ``simulate --cell ID --chain`` and ``precheck --cell ID --chain`` then run from
-the cache, offline, without torch.
+the cache, offline, without torch, and ``calibrate validate --cell ID --chain --episode
+FILE`` writes the commissioning report of the cached chain.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from edge.calibrate.errors import CalibrateError
 
-__all__ = ["CHAIN_READ", "check_chain_matches", "run_store_chain"]
+__all__ = ["CHAIN_READ", "check_chain_matches", "run_store_chain", "run_validate_chain"]
 
 #: ``calibrate store --chain`` without a FILE: read the chain from the episode now.
 CHAIN_READ = "@read"
@@ -178,4 +179,105 @@ def run_store_chain(args: argparse.Namespace) -> int:
     print(f"run it: syncedge simulate --cell {key.cell_id} --camera-id {key.camera_id} "
           f"--robot-id {key.robot_id} --chain --start START.npz"
           f"{' --cache-dir ' + str(args.cache_dir) if args.cache_dir else ''}")
+    return 0
+
+
+def _on_grid(frames: np.ndarray, hw: tuple[int, int], where: str) -> np.ndarray:
+    """Frames uint8 ``[T, H', W', 3]`` reduced by area to the chain's grid ``hw`` (H', W'
+    whole multiples of it)."""
+    import cv2
+
+    h, w = hw
+    fh, fw = frames.shape[1:3]
+    if (fh, fw) == (h, w):
+        return frames
+    if fh % h or fw % w:
+        raise CalibrateError(f"{where}: frames of {fh}x{fw} px: expected the chain's grid "
+                             f"{h}x{w} or a whole multiple of it (record the validation "
+                             "episode as the calibration was)")
+    return np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
+
+
+def run_validate_chain(args: argparse.Namespace) -> int:
+    """``calibrate validate --chain``: the commissioning report of the cell's cached chain
+    calibration on a validation episode of ordinary motion: the chain's rollout from the
+    episode's first frame and joint readings, against the truth, beside copying the start
+    frame (the chain has no zeroed calibration to compare with)."""
+    from edge.calibrate.validate import fidelity
+    from edge.commands.calibrate_cell import _cache, _check_validation_episode, _key
+    from edge.commands.common import StagedOutput
+    from edge.episode import load_episode
+    from edge.fileio import write_json_atomic
+    from edge.runtime.chain import CHAIN_MODEL_SHA256, chain_rollout
+    from edge.visual import contact_sheet, write_png
+
+    if args.model:
+        raise CalibrateError("--model: not with --chain (the cell's cached chain calibration "
+                             "is the model)")
+    if not args.episode:
+        raise CalibrateError("validate --chain: pass --episode FILE (a recorded validation "
+                             "episode with joint readings)")
+    ep = load_episode(args.episode)
+    with _cache(args) as cache:
+        key = _key(cache, args, CHAIN_MODEL_SHA256)
+        entry = cache.get(key)
+    if entry is None or entry.context is None:
+        raise CalibrateError(f"calibration cache: the chain calibration of {key.short} is "
+                             "gone (evicted or dropped as damaged); store it again with "
+                             f"'syncedge calibrate store --cell {key.cell_id} --chain'")
+    chain = entry.context
+    _check_validation_episode(ep, str(args.episode), key, entry.episode)
+    if ep.joint_positions is None:
+        raise CalibrateError(f"{args.episode}: no joint_positions: the chain model starts "
+                             "from the controller's joint readings at the first frame")
+    frames = _on_grid(ep.frames, chain.resolution, str(args.episode))
+    start, truth = frames[0], frames[1:]
+    acts = ep.actions[:-1].astype(np.float64)[:, :chain.num_dof]
+    q0 = np.asarray(ep.joint_positions[0, :chain.num_dof], np.float64)
+    t0 = time.perf_counter()
+    pred = {"calibrated": chain_rollout(chain, start, q0, acts),
+            "copy_last": np.repeat(start[None], len(acts), 0)}
+    rollout_s = time.perf_counter() - t0
+    fid = {k: fidelity(v, truth, start) for k, v in pred.items()}
+    gain = {m: (None if fid["calibrated"][m] is None or fid["copy_last"][m] is None
+                else round(fid["calibrated"][m] - fid["copy_last"][m], 4))
+            for m in ("psnr_db", "ssim")}
+    rep = entry.report
+    rec = (entry.episode.metadata.extra or {}).get("recording", {})
+    report = {
+        "cell": {"cell_id": key.cell_id, "camera_id": key.camera_id,
+                 "robot_id": key.robot_id, "robot": entry.episode.metadata.robot},
+        "model": {"dir": None, "family": "chain", "sha256": chain.sha256(),
+                  "backend": "numpy"},
+        "validation_episode": {"source": str(args.episode), "frames": ep.num_frames,
+                               "kind": ep.metadata.kind, "fps": ep.metadata.fps},
+        "fidelity": {**fid, "gain_over_copy_last": gain},
+        "control_probe": {"available": False,
+                          "reason": "the chain model places the arm itself; no probe"},
+        "calibration": {"collection_s": rec.get("duration_s"),
+                        "recording_wall_s": rec.get("wall_s"),
+                        "coverage_verdict": rep.get("verdict"),
+                        "coverage_reasons": [r.get("code") for r in rep.get("reasons", [])],
+                        "dofs": rep.get("dofs"), "forced": entry.info.forced,
+                        "forced_reason": entry.info.forced_reason,
+                        "stored": rep.get("stored"),
+                        "track_residual_px": [round(float(r), 3) for r in chain.residual_px]},
+        "equipment": {"calibration": (entry.episode.metadata.extra or {}).get("equipment"),
+                      "validation": (ep.metadata.extra or {}).get("equipment")},
+        "timings_s": {"rollouts": round(rollout_s, 4)},
+    }
+    cols = np.unique(np.linspace(0, len(truth) - 1, min(10, len(truth))).round().astype(int))
+    sheet = contact_sheet([truth[cols], pred["calibrated"][cols], pred["copy_last"][cols]],
+                          ["truth", "chain", "copy-last"], [[f"t{c + 1}" for c in cols]] * 3,
+                          scale=max(2, 128 // start.shape[0]))
+    with StagedOutput(args.out) as out:
+        write_json_atomic(out.path("report.json"), report)
+        write_png(out.path("report.png"), sheet)
+        paths = out.commit()
+    c, z = fid["calibrated"], fid["copy_last"]
+    print(f"chain: PSNR {c['psnr_db']} dB, motion PSNR {c['motion_psnr_db']} dB, SSIM "
+          f"{c['ssim']}; copy-last: PSNR {z['psnr_db']} dB, motion PSNR "
+          f"{z['motion_psnr_db']} dB over {c['steps']} steps")
+    for p in paths:
+        print(p)
     return 0
