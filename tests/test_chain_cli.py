@@ -298,3 +298,29 @@ def test_storing_a_chain_refuses_one_read_from_another_episode(tmp_path, capsys)
         ["simulate", "--cell", "sample-cell", "--chain", str(CHAIN), "--start",
          str(SAMPLE / "test.npz"), "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+def test_precheck_chain_runs_a_policy_in_the_loop(tmp_path):
+    """``precheck --chain --policy``: the policy sees each frame the chain draws; the frames
+    are the open-loop rollout of the actions it chose."""
+    from edge.precheck.policy import OnnxPolicy, rollout_chain_policy
+    from edge.runtime.chain import chain_rollout
+
+    policy_path = ROOT / "samples" / "policies" / "reference" / "policy.onnx"
+    out = tmp_path / "pp"
+    rc = main(["precheck", "--chain", str(CHAIN), "--start", str(SAMPLE / "test.npz"),
+               "--policy", str(policy_path), "--horizon", "12",
+               "--rules", str(KIT / "rules.yaml"), "--out", str(out)])
+    assert rc in (0, 1)
+    rep = json.loads((out / "report.json").read_text())
+    assert [v["name"] for v in rep["verdicts"]] == ["policy"] and rep["horizon"] == 12
+    frames = np.load(out / "prediction.npz")["frames"]
+    assert frames.shape == (1, 12, 64, 64, 3)
+    chain = load_chain_calibration(CHAIN)
+    ep = load_episode(SAMPLE / "test.npz")
+    q0 = ep.joint_positions[0]
+    with OnnxPolicy(policy_path) as policy:
+        actions, again, cover = rollout_chain_policy(chain, policy, ep.frames[0], q0, 12)
+    assert np.array_equal(again, frames)
+    assert np.abs(actions).max() > 0 and cover.any()
+    assert np.array_equal(chain_rollout(chain, ep.frames[0], q0, actions), frames)

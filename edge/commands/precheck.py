@@ -35,7 +35,7 @@ from edge.commands.limits import check_horizon, check_rollout_size
 from edge.commands.simulate import MAX_SHEET_ROWS, sheet_columns, write_prediction_npz
 from edge.fileio import write_json_atomic
 from edge.precheck.evaluate import PrecheckResult, evaluate
-from edge.precheck.policy import OnnxPolicy, rollout_policy
+from edge.precheck.policy import OnnxPolicy, rollout_chain_policy, rollout_policy
 from edge.precheck.rules import load_rules, rasterise
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import load_actions, load_image, load_joint_state, load_start
@@ -272,27 +272,37 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     from edge.runtime.chain import chain_rollout
 
     for flag, given in (("--model", args.model), ("--calibration", args.calibration),
-                        ("--policy", args.policy),
                         ("--verification", args.verification),
                         ("--verify-camera", args.verify_camera)):
         if given:
             raise RuntimeInputError(f"{flag}: not with --chain (the chain model takes "
-                                    "--actions and its chain calibration)")
-    if args.horizon is not None:
-        raise RuntimeInputError("--horizon goes with --policy; with --actions the horizon "
-                                "is the file's step count")
+                                    "--actions or --policy and its chain calibration)")
+    if args.policy and args.horizon is not None:
+        check_horizon(args.horizon)
     chain, start, _episode, q0, source = open_chain(args, "--joint-state", args.joint_state)
     k = chain.num_dof
     goal = _load_goal(rules, start)
-    actions, names = load_actions(args.actions)
-    n, horizon = actions.shape[:2]
-    check_rollout_size(n, horizon, str(args.actions))
-    if actions.shape[2] != k:
-        raise RuntimeInputError(f"{args.actions}: expected actions [N, T, {k}] (one per "
-                                f"channel: {', '.join(chain.dof_names)}), found "
-                                f"{list(actions.shape)}")
+    if args.policy:
+        if not args.horizon or args.horizon < 1:
+            raise RuntimeInputError("--horizon: required (>= 1) with --policy")
+        with OnnxPolicy(args.policy) as policy:
+            actions, frames, cover = rollout_chain_policy(chain, policy, start, q0,
+                                                          args.horizon)
+        names = ["policy"]
+        horizon = args.horizon
+    else:
+        if args.horizon is not None:
+            raise RuntimeInputError("--horizon goes with --policy; with --actions the "
+                                    "horizon is the file's step count")
+        actions, names = load_actions(args.actions)
+        n, horizon = actions.shape[:2]
+        check_rollout_size(n, horizon, str(args.actions))
+        if actions.shape[2] != k:
+            raise RuntimeInputError(f"{args.actions}: expected actions [N, T, {k}] (one per "
+                                    f"channel: {', '.join(chain.dof_names)}), found "
+                                    f"{list(actions.shape)}")
+        frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
     ko = rules.keep_out
-    frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
     robot_counts = reference = None
     if ko is not None and ko.basis == "motion":
         # the chain's own zero-action rollout (the start frame itself)

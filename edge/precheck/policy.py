@@ -18,7 +18,7 @@ from edge.runtime.backends.ort import OrtCpuRunner
 from edge.runtime.errors import CallOrderError, RuntimeInputError
 from edge.runtime.rollout import Rollout
 
-__all__ = ["OnnxPolicy", "rollout_policy"]
+__all__ = ["OnnxPolicy", "rollout_chain_policy", "rollout_policy"]
 
 
 class OnnxPolicy:
@@ -122,3 +122,54 @@ def rollout_policy(rollout: Rollout, policy: OnnxPolicy, start: np.ndarray,
         frame = rollout.step(a[None])[0]
         q += a
     return actions, rollout.frames()
+
+
+def rollout_chain_policy(chain, policy: OnnxPolicy, start: np.ndarray,
+                         joint_state: np.ndarray, horizon: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Roll the policy out in the chain model (:mod:`edge.runtime.chain`) for ``horizon``
+    steps: each step the policy sees the latest frame and the joint readings (start plus
+    the actions so far); the chain draws the frame at the new pose from the start frame.
+
+    Args:
+        chain: :class:`edge.runtime.chain.ChainCalibration`.
+        policy: the policy (its frame input the chain's grid, one action per channel).
+        start: uint8 ``[H, W, 3]``; joint_state: float ``[K]`` at the start frame.
+        horizon: steps (>= 1).
+
+    Returns:
+        ``(actions float32 [1, T, K], frames uint8 [1, T, H, W, 3], cover bool
+        [1, T, H, W])``: what the policy did, the predicted frames and where the chain puts
+        the arm at each step.
+
+    Raises:
+        RuntimeInputError: the policy's frame or action width does not fit the chain, or
+            the joint state is not K wide.
+    """
+    from edge.runtime.chain import chain_rollout
+
+    h, w = chain.resolution
+    k = chain.num_dof
+    if policy.frame_shape != (1, h, w, 3):
+        raise RuntimeInputError(f"{policy.path}: input frame: expected [1, {h}, {w}, 3] (the "
+                                f"chain's grid), found {list(policy.frame_shape)}")
+    q0 = np.asarray(joint_state, np.float64)
+    if policy.dof != k or q0.shape != (k,):
+        raise RuntimeInputError(f"{policy.path}: joint_state width {policy.dof}; expected the "
+                                f"chain calibration's {k} channels and a start joint state of "
+                                f"the same width, found {list(q0.shape)}")
+    actions = np.zeros((1, horizon, k), np.float32)
+    frames = np.empty((1, horizon, h, w, 3), np.uint8)
+    cover = np.empty((1, horizon, h, w), bool)
+    moved = np.zeros(k, np.float64)
+    frame = start
+    for t in range(horizon):
+        a = policy.act(frame, q0 + moved)
+        actions[0, t] = a
+        moved += a
+        # the frame at the new pose, drawn from the start frame (one step of all the
+        # actions so far): the same frame chain_rollout gives at step t
+        f, c = chain_rollout(chain, start, q0, moved[None], with_cover=True)
+        frame = frames[0, t] = f[0]
+        cover[0, t] = c[0]
+    return actions, frames, cover
