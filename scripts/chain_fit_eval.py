@@ -155,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="also score each fit read as if the calibration's channels were "
                         "relabelled (a permutation without fixed points and sign flips, "
                         "the eval-frames mislabelling) while the actions keep theirs")
+    p.add_argument("--other-cell", action="store_true",
+                   help="also score each cell with another cell's chain calibration (the next "
+                        "cell of the split with as many channels, from --fits, where every "
+                        "cell's fit must already be), rolled out by the runtime as a user "
+                        "who stored the wrong cell's calibration would")
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--horizon", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
@@ -189,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                    + [f"fit_{k}_fill_rim0" for k in kinds])
     if args.mislabelled:
         preds_names += [f"fit_{k}_fill_mislabelled" for k in kinds]
+    if args.other_cell:
+        if not args.fits:
+            p.error("--other-cell needs --fits (every cell's fit, read first)")
+        preds_names += [f"fit_{k}_other_cell" for k in kinds]
     warp = None
     if args.warp_model:
         from edge.runtime.context import encode_calibration
@@ -206,6 +215,24 @@ def main(argv: list[str] | None = None) -> int:
     track_err: list[float] = []
     track_err_far: list[float] = []  # the farthest quarter of the moving samples
     sheet_rows: list[np.ndarray] = []
+    other_of: dict[tuple[str, str], object] = {}
+    if args.other_cell:
+        from edge.runtime.chain import chain_rollout
+
+        for kind in kinds:
+            chains = []
+            for cell in cells:
+                path = Path(args.fits) / f"{cell.cell_id}_{kind}.npz"
+                if not path.is_file():
+                    p.error(f"--other-cell: {path} missing; run once without --other-cell "
+                            "and with --fits to fit every cell first")
+                chains.append(load_chain_calibration(path))
+            for i, cell in enumerate(cells):
+                others = [chains[(i + j) % len(cells)] for j in range(1, len(cells))
+                          if chains[(i + j) % len(cells)].num_dof == chains[i].num_dof]
+                if not others:
+                    p.error(f"--other-cell: no other cell with {chains[i].num_dof} channels")
+                other_of[(cell.cell_id, kind)] = others[0]
     for i, cell in enumerate(cells):
         params = CellParams.from_json_dict(cell.params)
         scene = gen.scene(params.robot)
@@ -302,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
                 preds[f"fit_{kind}_fill_rim0"] = np.stack([predict_frames(
                     fit, start, q0 - qc[0], a, home=cal.frames[0], background=bg, edge_px=0)
                     for a in acts])
+                if args.other_cell:
+                    preds[f"fit_{kind}_other_cell"] = chain_rollout(
+                        other_of[(cell.cell_id, kind)], start, q0, acts)
                 if args.mislabelled:
                     mis = mislabelled_fit(fit, np.random.default_rng(args.seed + 1000 * i))
                     preds[f"fit_{kind}_fill_mislabelled"] = np.stack([predict_frames(
