@@ -286,6 +286,8 @@ def test_storing_a_chain_refuses_one_read_from_another_episode(tmp_path, capsys)
     assert "expected the episode's" in err(
         ["calibrate", "store", str(p), "--chain", str(CHAIN), "--cache-dir", cache,
          "--force", "segments named by the swapped channels"])
+    assert "write the episode first" in err(
+        ["calibrate", "store", "--chain", str(cal), "--cache-dir", cache])
     assert "--model: not with --chain" in err(
         ["calibrate", "store", str(cal), "--chain", str(CHAIN), "--model", "models/reference",
          "--cache-dir", cache])

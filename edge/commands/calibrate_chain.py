@@ -143,8 +143,11 @@ def run_store_chain(args: argparse.Namespace) -> int:
         where = f"cache:{src.cell_id}/{src.camera_id}/{src.robot_id}"
     else:
         if not args.episode:
+            taken = (f" (--chain took {args.chain} as its FILE: write the episode first, "
+                     f"'calibrate store {args.chain} --chain')"
+                     if args.chain != CHAIN_READ else "")
             raise CalibrateError("store --chain: pass an EPISODE file, or --cell ID to read "
-                                 "the cell's cached episode")
+                                 f"the cell's cached episode{taken}")
         episode = load_episode(args.episode)
         report = check_arrays(EpisodeArrays.from_episode(episode))
         report["episode"] = str(args.episode)

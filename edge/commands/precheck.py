@@ -282,6 +282,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     chain, start, _episode, q0, source = open_chain(args, "--joint-state", args.joint_state)
     k = chain.num_dof
     goal = _load_goal(rules, start)
+    names: list[str] | None
     if args.policy:
         if not args.horizon or args.horizon < 1:
             raise RuntimeInputError("--horizon: required (>= 1) with --policy")
