@@ -428,7 +428,7 @@ def test_calibrate_store_reads_the_chain_and_simulate_runs_it_from_the_cache(arm
     meta = EpisodeMetadata(
         cell_id="two-link", camera_id="cam", robot_id="arm", robot="two-link",
         dof_names=("shoulder", "elbow"), dof_units=("rad", "rad"), fps=10.0,
-        kind="calibration", camera={"fovy_deg": fovy},
+        kind="calibration", camera={},  # the field of view given as --fovy-deg
         segments=(CalibrationSegment("shoulder", 0, 8, 0.4),
                   CalibrationSegment("elbow", 8, 16, 0.4)))
     acts = np.zeros((len(q), 2), np.float32)
@@ -437,6 +437,9 @@ def test_calibrate_store_reads_the_chain_and_simulate_runs_it_from_the_cache(arm
                                joint_positions=q), tmp_path / "cal.npz")
     cache = str(tmp_path / "cache")
     read = ["--chain", "--grid", str(SIZE), "--photometric", "0", "--cache-dir", cache]
+    assert main(["calibrate", "store", str(cal), *read, "--force", "synthetic sweep"]) == 2
+    assert "--fovy-deg" in capsys.readouterr().err  # no field of view: refused by name
+    read += ["--fovy-deg", str(fovy)]
     assert main(["calibrate", "store", str(cal), *read, "--force", "synthetic sweep"]) == 0
     assert "read in" in capsys.readouterr().out
     assert main(["calibrate", "store", "--cell", "two-link", *read]) == 0

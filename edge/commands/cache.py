@@ -86,7 +86,8 @@ def _run_list(args: argparse.Namespace) -> int:
         for i in infos:
             rows.append([i.key.cell_id, i.key.camera_id, i.key.robot_id,
                          i.key.model_sha256[:12], _size(i.episode_bytes),
-                         _size(i.context_bytes) if i.context_sha256 else "-",
+                         (_size(i.context_bytes) + (" chain" if i.context_format == "chain"
+                                                    else "")) if i.context_sha256 else "-",
                          _when(i.last_used_s), ",".join(i.flags) or "-"])
         print(_table(rows))
         print(f"{len(infos)} entr{'y' if len(infos) == 1 else 'ies'}, {_size(total)} in all")

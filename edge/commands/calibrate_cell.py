@@ -421,6 +421,9 @@ def register_steps(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--grid", type=positive_int, default=64, metavar="PX",
                    help="with --chain (read now): the model grid's side (default 64; the "
                         "episode's frames a whole multiple of it, 256x256 recommended)")
+    s.add_argument("--fovy-deg", type=float, metavar="DEG",
+                   help="with --chain (read now): the camera's vertical field of view "
+                        "(default: the episode's metadata.camera.fovy_deg)")
     s.add_argument("--photometric", type=int, default=128, metavar="PX",
                    help="with --chain (read now): the side the fit is refined against the "
                         "frames at (0: no refinement; default 128), as model read-chain")
@@ -441,7 +444,15 @@ def register_steps(sub: argparse._SubParsersAction) -> None:
                    "--verification FILE)")
     v.set_defaults(func=run_verify)
 
-    a = sub.add_parser("validate", help="commissioning report for the cell")
+    a = sub.add_parser("validate", help="commissioning report for the cell",
+                       description="The commissioning report of the cell's cached "
+                                   "calibration: a validation episode of ordinary motion "
+                                   "(--episode, or recorded with --camera, --joints and "
+                                   "--plan) predicted from its first frame with the cached "
+                                   "context and with it zeroed (an ONNX model, --model), or "
+                                   "with the cell's cached chain calibration beside copying "
+                                   "the start frame (--chain); writes report.json and "
+                                   "report.png into --out (docs/calibration.md, step 6).")
     a.add_argument("--cell", required=True, metavar="ID")
     a.add_argument("--camera-id")
     a.add_argument("--robot-id")

@@ -74,9 +74,13 @@ def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str
                              "calibration episode")
 
 
-def _read_chain(episode: Any, where: str, grid: int, photometric: int) -> tuple[Any, float]:
-    """Read the chain from ``episode`` (torch); progress lines on stderr."""
+def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any, float]:
+    """Read the chain from ``episode`` (torch, ``--threads`` threads, default 2); progress
+    lines on stderr."""
+    grid = args.grid
     try:
+        import torch
+
         from export.models.chain_fit import read_chain_calibration
     except ImportError as exc:
         raise CalibrateError(
@@ -84,13 +88,22 @@ def _read_chain(episode: Any, where: str, grid: int, photometric: int) -> tuple[
             "pip install '.[train]', or read the chain on another machine with "
             "'syncedge model read-chain --calibration EPISODE --out CHAIN.npz' and store "
             "it here with '--chain CHAIN.npz'") from None
-    print(f"reading the chain from {where} (1-3 minutes on 2 CPU cores) ...", file=sys.stderr,
-          flush=True)
+    torch.set_num_threads(args.threads or 2)
+    fh, fw = episode.frames.shape[1:3]
+    if min(fh, fw) < 2 * grid:
+        print(f"warning: {where}: frames {fw}x{fh} for a {grid}x{grid} grid: the sweep is "
+              "tracked to whole pixels only (on the sample cell, a chain read from its 64x64 "
+              "calibration predicted its 39 steps at 23.6 dB, from the same sweep at 256x256 "
+              "at 30.0 dB); record the calibration at 4x the grid", file=sys.stderr)
+    print(f"reading the chain from {where} (1-3 minutes on 2 idle CPU cores; longer beside "
+          "other work) ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     try:
         chain = read_chain_calibration(
-            episode, size=(grid, grid), photometric_size=photometric or None,
-            log=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+            episode, size=(grid, grid), fovy_deg=args.fovy_deg,
+            photometric_size=args.photometric or None,
+            log=lambda line: print(f"  [{time.perf_counter() - t0:6.1f} s] {line}",
+                                   file=sys.stderr, flush=True))
     except ValueError as exc:
         raise CalibrateError(f"{where}: {exc}") from None
     return chain, time.perf_counter() - t0
@@ -106,7 +119,7 @@ def _chain_for(args: argparse.Namespace, episode: Any, where: str) -> tuple[Any,
                                                            or args.photometric % args.grid)):
             raise CalibrateError(f"--photometric {args.photometric}: expected 0 (no "
                                  f"refinement) or a whole multiple of --grid {args.grid}")
-        chain, read_s = _read_chain(episode, where, args.grid, args.photometric)
+        chain, read_s = _read_chain(episode, where, args)
         return chain, read_s, "read at store"
     chain = load_chain_calibration(args.chain)
     check_chain_matches(chain, episode, str(args.chain), where)
@@ -208,7 +221,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     frame (the chain has no zeroed calibration to compare with)."""
     from edge.calibrate.validate import fidelity
     from edge.commands.calibrate_cell import _cache, _check_validation_episode, _key
-    from edge.commands.common import StagedOutput
+    from edge.commands.common import StagedOutput, chain_store_hint
     from edge.episode import load_episode
     from edge.fileio import write_json_atomic
     from edge.runtime.chain import CHAIN_MODEL_SHA256, chain_rollout
@@ -222,6 +235,10 @@ def run_validate_chain(args: argparse.Namespace) -> int:
                              "episode with joint readings)")
     ep = load_episode(args.episode)
     with _cache(args) as cache:
+        if not cache.list(cell_id=args.cell, camera_id=args.camera_id, robot_id=args.robot_id,
+                          model_prefix=CHAIN_MODEL_SHA256):
+            raise CalibrateError(f"calibration cache: no chain calibration for cell "
+                                 f"{args.cell!r}; {chain_store_hint(args.cell, args.cache_dir)}")
         key = _key(cache, args, CHAIN_MODEL_SHA256)
         entry = cache.get(key)
     if entry is None or entry.context is None:

@@ -66,8 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "the first value is negative")
     p.add_argument("--rules", required=True, metavar="YAML", help="rules file")
     add_model_args(p)
-    add_chain_arg(p, " (with --actions); keep-out basis robot_mask or auto is decided on "
-                     "where the chain puts the arm")
+    add_chain_arg(p, " (with --actions, or --policy and --horizon); keep-out basis "
+                     "robot_mask or auto is decided on where the chain puts the arm")
     add_stale_args(p)
     p.add_argument("--out", default="precheck-out", metavar="DIR", help="output folder")
     p.set_defaults(func=run)
