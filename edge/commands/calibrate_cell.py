@@ -25,7 +25,7 @@ from edge.commands.common import (
 )
 from edge.fileio import write_json_atomic
 
-__all__ = ["register_steps", "run_store", "run_validate", "run_verify"]
+__all__ = ["checked_episode", "register_steps", "run_store", "run_validate", "run_verify"]
 
 
 def _cache(args: argparse.Namespace):
@@ -127,6 +127,34 @@ def _store_from_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def checked_episode(args: argparse.Namespace) -> tuple[Any, dict, np.ndarray, Path]:
+    """``calibrate store EPISODE``'s episode, checked (refused on a failed check unless
+    ``--force REASON``), with its coverage report and reference frame (``--reference``,
+    else ``EPISODE.reference.png``, else the first frame).
+
+    Returns:
+        ``(episode, report, reference uint8 [H, W, 3], reference path)``.
+
+    Raises:
+        CalibrateError: the check failed and ``--force`` was not given.
+    """
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+    from edge.episode import load_episode
+    from edge.runtime.inputs import load_image
+
+    ep = load_episode(args.episode)
+    report = check_arrays(EpisodeArrays.from_episode(ep))
+    report["episode"] = str(args.episode)
+    if report["verdict"] != "pass" and not args.force:
+        codes = ", ".join(sorted({r["code"] for r in report["reasons"]}))
+        raise CalibrateError(f"{args.episode}: the calibration failed its check ({codes}); "
+                             f"record it again, or store it anyway with --force REASON")
+    ref_path = Path(args.reference) if args.reference else \
+        Path(str(args.episode).removesuffix(".npz") + ".reference.png")
+    reference = load_image(ref_path) if ref_path.is_file() else ep.frames[0]
+    return ep, report, reference, ref_path
+
+
 def run_store(args: argparse.Namespace) -> int:
     """Check, encode and cache a calibration episode (refused on a failed check unless
     ``--force REASON``); with ``--cell`` instead of an episode, encode the cell's cached
@@ -145,21 +173,9 @@ def run_store(args: argparse.Namespace) -> int:
         raise CalibrateError("store: pass an EPISODE file, or --cell ID to encode the cell's "
                              "cached episode for --model")
     from edge.cache.values import CacheKey
-    from edge.calibrate.check import EpisodeArrays, check_arrays
-    from edge.episode import load_episode
     from edge.runtime.context import encode_calibration, model_timing
-    from edge.runtime.inputs import load_image
 
-    ep = load_episode(args.episode)
-    report = check_arrays(EpisodeArrays.from_episode(ep))
-    report["episode"] = str(args.episode)
-    if report["verdict"] != "pass" and not args.force:
-        codes = ", ".join(sorted({r["code"] for r in report["reasons"]}))
-        raise CalibrateError(f"{args.episode}: the calibration failed its check ({codes}); "
-                             f"record it again, or store it anyway with --force REASON")
-    ref_path = Path(args.reference) if args.reference else \
-        Path(str(args.episode).removesuffix(".npz") + ".reference.png")
-    reference = load_image(ref_path) if ref_path.is_file() else ep.frames[0]
+    ep, report, reference, ref_path = checked_episode(args)
     model = open_model(args)
     try:
         t0 = time.perf_counter()

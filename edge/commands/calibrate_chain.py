@@ -130,10 +130,7 @@ def run_store_chain(args: argparse.Namespace) -> int:
     """``calibrate store ... --chain [FILE]`` (see the module docstring)."""
     from edge.cache.store import CalibrationCache, default_root
     from edge.cache.values import CacheKey
-    from edge.calibrate.check import EpisodeArrays, check_arrays
-    from edge.episode import load_episode
     from edge.runtime.chain import CHAIN_MODEL_SHA256
-    from edge.runtime.inputs import load_image
 
     if args.model:
         raise CalibrateError("--model: not with --chain (the chain calibration is the chain "
@@ -161,18 +158,9 @@ def run_store_chain(args: argparse.Namespace) -> int:
                      if args.chain != CHAIN_READ else "")
             raise CalibrateError("store --chain: pass an EPISODE file, or --cell ID to read "
                                  f"the cell's cached episode{taken}")
-        episode = load_episode(args.episode)
-        report = check_arrays(EpisodeArrays.from_episode(episode))
-        report["episode"] = str(args.episode)
-        if report["verdict"] != "pass" and not args.force:
-            codes = ", ".join(sorted({r["code"] for r in report["reasons"]}))
-            raise CalibrateError(f"{args.episode}: the calibration failed its check ({codes}); "
-                                 f"record it again, or store it anyway with --force REASON")
-        from pathlib import Path
+        from edge.commands.calibrate_cell import checked_episode
 
-        ref_path = Path(args.reference) if args.reference else \
-            Path(str(args.episode).removesuffix(".npz") + ".reference.png")
-        reference = load_image(ref_path) if ref_path.is_file() else episode.frames[0]
+        episode, report, reference, _ = checked_episode(args)
         forced, reason = bool(args.force), args.force or ""
         where = str(args.episode)
     chain, read_s, source = _chain_for(args, episode, where)

@@ -165,12 +165,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                 actions, frames = rollout_policy(rollout, policy, start, q0, args.horizon)
             names = ["policy"]
         else:
-            if args.horizon is not None:
-                raise RuntimeInputError("--horizon goes with --policy; with --actions the "
-                                        "horizon is the file's step count")
-            actions, names = load_actions(args.actions)
+            actions, names = _file_actions(args)
             n, horizon = actions.shape[:2]
-            check_rollout_size(n, horizon, str(args.actions))
             rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n,
                               keepout=keepout)
             rollout.check_actions(actions, str(args.actions))
@@ -196,6 +192,21 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     finally:
         model.deactivate()
     return _print_result(ident, result, paths)
+
+
+def _file_actions(args: argparse.Namespace) -> tuple[np.ndarray, list[str] | None]:
+    """The candidates of ``--actions`` (float32 ``[N, T, A]`` and their names), within the
+    rollout limits; ``--horizon`` (which goes with ``--policy``) refused.
+
+    Raises:
+        RuntimeInputError: ``--horizon`` given, an unreadable file, past the limits.
+    """
+    if args.horizon is not None:
+        raise RuntimeInputError("--horizon goes with --policy; with --actions the horizon "
+                                "is the file's step count")
+    actions, names = load_actions(args.actions)
+    check_rollout_size(actions.shape[0], actions.shape[1], str(args.actions))
+    return actions, names
 
 
 def _load_goal(rules, start: np.ndarray) -> np.ndarray | None:
@@ -292,12 +303,8 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         names = ["policy"]
         horizon = args.horizon
     else:
-        if args.horizon is not None:
-            raise RuntimeInputError("--horizon goes with --policy; with --actions the "
-                                    "horizon is the file's step count")
-        actions, names = load_actions(args.actions)
-        n, horizon = actions.shape[:2]
-        check_rollout_size(n, horizon, str(args.actions))
+        actions, names = _file_actions(args)
+        horizon = actions.shape[1]
         if actions.shape[2] != k:
             raise RuntimeInputError(f"{args.actions}: expected actions [N, T, {k}] (one per "
                                     f"channel: {', '.join(chain.dof_names)}), found "
