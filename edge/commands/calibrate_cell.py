@@ -25,7 +25,7 @@ from edge.commands.common import (
 )
 from edge.fileio import write_json_atomic
 
-__all__ = ["checked_episode", "register_steps", "run_store", "run_validate", "run_verify"]
+__all__ = ["checked_episode", "commissioning_calibration", "register_steps", "run_store", "run_validate", "run_verify"]
 
 
 def _cache(args: argparse.Namespace):
@@ -295,8 +295,6 @@ def run_validate(args: argparse.Namespace) -> int:
         probe = keypoint_probe(model, {"calibrated": ctx, "zeroed": zero}, entry.episode,
                                session) if session is not None else \
             {"available": False, "reason": why}
-        rep = entry.report
-        rec = (entry.episode.metadata.extra or {}).get("recording", {})
         report = {
             "cell": {"cell_id": key.cell_id, "camera_id": key.camera_id,
                      "robot_id": key.robot_id, "robot": entry.episode.metadata.robot},
@@ -307,15 +305,7 @@ def run_validate(args: argparse.Namespace) -> int:
                                    "fps": ep.metadata.fps},
             "fidelity": {**fid, "calibration_gain": gain},
             "control_probe": probe,
-            "calibration": {"collection_s": rec.get("duration_s"),
-                            "recording_wall_s": rec.get("wall_s"),
-                            "coverage_verdict": rep.get("verdict"),
-                            "coverage_reasons": [r.get("code") for r in rep.get("reasons", [])],
-                            "dofs": rep.get("dofs"), "forced": entry.info.forced,
-                            "forced_reason": entry.info.forced_reason,
-                            "stored": rep.get("stored")},
-            "equipment": {"calibration": (entry.episode.metadata.extra or {}).get("equipment"),
-                          "validation": (ep.metadata.extra or {}).get("equipment")},
+            **commissioning_calibration(entry, ep),
             "timings_s": {"rollouts": round(rollout_s, 4)},
         }
         cols = np.unique(np.linspace(0, len(truth) - 1, min(10, len(truth))).round().astype(int))
@@ -342,6 +332,26 @@ def run_validate(args: argparse.Namespace) -> int:
     for p in paths:
         print(p)
     return 0
+
+
+def commissioning_calibration(entry: Any, validation: Any) -> dict[str, Any]:
+    """The commissioning report's ``calibration`` (collection time, coverage verdict and
+    reasons, per-DoF figures, forced or not, how it was stored) and ``equipment`` (camera
+    and joint stream of the calibration and of the validation) of a cache entry and the
+    validation episode."""
+    rep = entry.report
+    rec = (entry.episode.metadata.extra or {}).get("recording", {})
+    return {
+        "calibration": {"collection_s": rec.get("duration_s"),
+                        "recording_wall_s": rec.get("wall_s"),
+                        "coverage_verdict": rep.get("verdict"),
+                        "coverage_reasons": [r.get("code") for r in rep.get("reasons", [])],
+                        "dofs": rep.get("dofs"), "forced": entry.info.forced,
+                        "forced_reason": entry.info.forced_reason,
+                        "stored": rep.get("stored")},
+        "equipment": {"calibration": (entry.episode.metadata.extra or {}).get("equipment"),
+                      "validation": (validation.metadata.extra or {}).get("equipment")},
+    }
 
 
 def _check_validation_episode(ep: Any, where: str, key: Any, calibration: Any) -> None:

@@ -208,7 +208,12 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     episode's first frame and joint readings, against the truth, beside copying the start
     frame (the chain has no zeroed calibration to compare with)."""
     from edge.calibrate.validate import fidelity
-    from edge.commands.calibrate_cell import _cache, _check_validation_episode, _key
+    from edge.commands.calibrate_cell import (
+        _cache,
+        _check_validation_episode,
+        _key,
+        commissioning_calibration,
+    )
     from edge.commands.common import StagedOutput, chain_store_hint
     from edge.episode import load_episode
     from edge.fileio import write_json_atomic
@@ -250,8 +255,6 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     gain = {m: (None if fid["calibrated"][m] is None or fid["copy_last"][m] is None
                 else round(fid["calibrated"][m] - fid["copy_last"][m], 4))
             for m in ("psnr_db", "ssim")}
-    rep = entry.report
-    rec = (entry.episode.metadata.extra or {}).get("recording", {})
     report = {
         "cell": {"cell_id": key.cell_id, "camera_id": key.camera_id,
                  "robot_id": key.robot_id, "robot": entry.episode.metadata.robot},
@@ -262,18 +265,11 @@ def run_validate_chain(args: argparse.Namespace) -> int:
         "fidelity": {**fid, "gain_over_copy_last": gain},
         "control_probe": {"available": False,
                           "reason": "the chain model places the arm itself; no probe"},
-        "calibration": {"collection_s": rec.get("duration_s"),
-                        "recording_wall_s": rec.get("wall_s"),
-                        "coverage_verdict": rep.get("verdict"),
-                        "coverage_reasons": [r.get("code") for r in rep.get("reasons", [])],
-                        "dofs": rep.get("dofs"), "forced": entry.info.forced,
-                        "forced_reason": entry.info.forced_reason,
-                        "stored": rep.get("stored"),
-                        "track_residual_px": [round(float(r), 3) for r in chain.residual_px]},
-        "equipment": {"calibration": (entry.episode.metadata.extra or {}).get("equipment"),
-                      "validation": (ep.metadata.extra or {}).get("equipment")},
+        **commissioning_calibration(entry, ep),
         "timings_s": {"rollouts": round(rollout_s, 4)},
     }
+    report["calibration"]["track_residual_px"] = [round(float(r), 3)
+                                                  for r in chain.residual_px]
     cols = np.unique(np.linspace(0, len(truth) - 1, min(10, len(truth))).round().astype(int))
     sheet = contact_sheet([truth[cols], pred["calibrated"][cols], pred["copy_last"][cols]],
                           ["truth", "chain", "copy-last"], [[f"t{c + 1}" for c in cols]] * 3,
