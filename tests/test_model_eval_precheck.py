@@ -160,3 +160,32 @@ def test_one_cell_writes_json_table_and_sheet_with_the_benchmarks_keys(tmp_path,
 
     sheet = cv2.imread(str(out / "precheck_all_held_out.png"))
     assert cells == 1 and sheet.shape == (*sheet_size(cells, 8, (64, 64), note=True), 3)
+
+
+def test_chain_size_off_the_grid_is_refused_before_work(tmp_path, capsys) -> None:
+    code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY, "--chain",
+                        "--chain-size", "100", "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "--chain-size 100" in _one_error_line(err)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+@needs_mujoco
+def test_one_cell_with_the_chain_adds_its_rows_and_sheet_and_keeps_its_read(tmp_path,
+                                                                            capsys) -> None:
+    """About 100 s: one cell's calibration rendered at 256x256 and read by the chain."""
+    out, fits = tmp_path / "eval", tmp_path / "fits"
+    argv = ("--model", MODEL, "--history-model", HISTORY, "--cells", "1", "--split",
+            "test_all", "--threads", "1", "--chain", "--chain-fits", str(fits))
+    code, _, err = _run(capsys, *argv, "--out", str(out))
+    assert code == 0, err
+    models = json.loads((out / "precheck.json").read_text())["splits"]["all_held_out"]["models"]
+    assert {"chain", "chain_motion", "shipped", "copy_last"} <= set(models)
+    assert (out / "precheck_all_held_out_chain.png").is_file()
+    kept = sorted(fits.glob("*.npz"))
+    assert len(kept) == 1 and kept[0].name.startswith("bench-precheck-test_all-000-")
+    code, _, err = _run(capsys, *argv, "--out", str(tmp_path / "again"))
+    assert code == 0 and "chain in" not in err  # the kept read is reused
+    again = json.loads((tmp_path / "again" / "precheck.json").read_text())
+    assert again["splits"]["all_held_out"]["models"]["chain"] == models["chain"]
