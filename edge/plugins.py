@@ -39,6 +39,7 @@ GROUP_READERS: dict[str, str] = {
     "syncedge.robot_specs": "edge.calibrate.sources",
     "syncedge.openers": "edge.calibrate.sources",
     "syncedge.joint_streams": "firmware_bridge.url",
+    "syncedge.chain_readers": "edge.commands.calibrate_chain",
 }
 
 #: The project's own entries: group -> name -> ``"module:attribute"``.
@@ -47,7 +48,9 @@ GROUP_READERS: dict[str, str] = {
 #: - ``syncedge.cameras``: URL scheme -> ``open(src) -> FrameSource``;
 #: - ``syncedge.robot_specs``: URL scheme -> ``robot_spec(url, frame_rate_hz) -> RobotSpec``;
 #: - ``syncedge.openers``: ``joints`` -> ``open(url) -> JointSource`` (opened);
-#: - ``syncedge.joint_streams``: URL scheme -> ``JointStream`` class with ``from_url``.
+#: - ``syncedge.joint_streams``: URL scheme -> ``JointStream`` class with ``from_url``;
+#: - ``syncedge.chain_readers``: ``chain`` -> ``read(episode, size, fovy_deg,
+#:   photometric_size, log) -> ChainCalibration`` (the chain model's calibration reader).
 PLUGINS: dict[str, dict[str, str]] = {
     "syncedge.commands": {
         "bridge": "firmware_bridge.cli:register",
@@ -78,6 +81,9 @@ PLUGINS: dict[str, dict[str, str]] = {
         "replay": "firmware_bridge.replay:ReplayStream",
         "loop": "firmware_bridge.loop:LoopStream",
         "sim": "export.cells.virtual:SimJointStream",
+    },
+    "syncedge.chain_readers": {
+        "chain": "export.models.chain_fit:read_chain_calibration",
     },
 }
 

@@ -259,7 +259,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``calibrate`` group."""
-    from edge.commands import calibrate_cell, calibrate_import
+    from edge.commands import calibrate_cell, calibrate_chain, calibrate_import
 
     p = subparsers.add_parser("calibrate", help="plan, record, check, store, verify and "
                               "validate a cell's calibration", description=plain(__doc__),
@@ -341,6 +341,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="override the program's required share of each amplitude")
     c.set_defaults(func=run_check)
 
-    calibrate_cell.register_steps(sub)
+    steps = calibrate_cell.register_steps(sub)
+    # store and validate with --chain: the chain model's (edge/commands/calibrate_chain.py)
+    steps["store"].set_defaults(func=calibrate_chain.run_store)
+    steps["validate"].set_defaults(func=calibrate_chain.run_validate)
     calibrate_import.register_import(sub)
     return p

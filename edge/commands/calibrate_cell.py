@@ -25,7 +25,8 @@ from edge.commands.common import (
 )
 from edge.fileio import write_json_atomic
 
-__all__ = ["checked_episode", "commissioning_calibration", "register_steps", "run_store", "run_validate", "run_verify"]
+__all__ = ["checked_episode", "commissioning_calibration", "register_steps", "run_store",
+           "run_validate", "run_verify"]
 
 
 def _cache(args: argparse.Namespace):
@@ -158,12 +159,7 @@ def checked_episode(args: argparse.Namespace) -> tuple[Any, dict, np.ndarray, Pa
 def run_store(args: argparse.Namespace) -> int:
     """Check, encode and cache a calibration episode (refused on a failed check unless
     ``--force REASON``); with ``--cell`` instead of an episode, encode the cell's cached
-    episode for the model; with ``--chain [FILE]``, for the chain model
-    (:mod:`edge.commands.calibrate_chain`)."""
-    if getattr(args, "chain", None):
-        from edge.commands.calibrate_chain import run_store_chain
-
-        return run_store_chain(args)
+    episode for the model (``--chain`` goes to :mod:`edge.commands.calibrate_chain`)."""
     if args.cell:
         if args.episode or args.force or args.reference:
             raise CalibrateError("store: pass an EPISODE file, or --cell to encode a cached "
@@ -257,10 +253,6 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_validate(args: argparse.Namespace) -> int:
     """The commissioning report: fidelity with the calibration and zeroed, beside its
     collection time, coverage and equipment."""
-    if getattr(args, "chain", False):
-        from edge.commands.calibrate_chain import run_validate_chain
-
-        return run_validate_chain(args)
     from edge.calibrate.validate import fidelity, keypoint_probe, load_keypoint, predict
     from edge.episode import load_episode
     from edge.runtime.context import CalibrationContext, context_from_source
@@ -418,8 +410,9 @@ def _record_validation(args: argparse.Namespace, model: Any):
     return ep
 
 
-def register_steps(sub: argparse._SubParsersAction) -> None:
-    """Add ``store``, ``verify`` and ``validate`` to the ``calibrate`` group."""
+def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.ArgumentParser]:
+    """Add ``store``, ``verify`` and ``validate`` to the ``calibrate`` group; returns their
+    parsers by name."""
     s = sub.add_parser("store", help="encode the context and write the cache entry",
                        description="Check a calibration episode, encode its context with "
                                    "--model and write the cache entry. With --cell instead of "
@@ -493,3 +486,4 @@ def register_steps(sub: argparse._SubParsersAction) -> None:
     add_model_args(a)
     a.add_argument("--out", default="commissioning", metavar="DIR")
     a.set_defaults(func=run_validate)
+    return {"store": s, "verify": v, "validate": a}

@@ -25,7 +25,8 @@ import numpy as np
 
 from edge.calibrate.errors import CalibrateError
 
-__all__ = ["CHAIN_READ", "check_chain_matches", "run_store_chain", "run_validate_chain"]
+__all__ = ["CHAIN_READ", "check_chain_matches", "run_store", "run_store_chain", "run_validate",
+           "run_validate_chain"]
 
 #: ``calibrate store --chain`` without a FILE: read the chain from the episode now.
 CHAIN_READ = "@read"
@@ -77,12 +78,15 @@ def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str
 def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any, float]:
     """Read the chain from ``episode`` (torch, ``--threads`` threads, default 2); progress
     lines on stderr."""
+    from edge.plugins import load
+
     grid = args.grid
     try:
         import torch
 
-        from export.models.chain_fit import read_chain_calibration
-    except ImportError as exc:
+        read_chain_calibration = load("syncedge.chain_readers", "chain",
+                                      "reading a chain calibration")
+    except ImportError as exc:  # MissingDependencyError is one
         raise CalibrateError(
             f"reading a chain calibration needs torch ({exc}): install it with "
             "pip install '.[train]', or read the chain on another machine with "
@@ -285,3 +289,19 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     for p in paths:
         print(p)
     return 0
+
+
+def run_store(args: argparse.Namespace) -> int:
+    """``calibrate store``: the chain model's with ``--chain``, else an ONNX model's
+    (:func:`edge.commands.calibrate_cell.run_store`)."""
+    from edge.commands import calibrate_cell
+
+    return run_store_chain(args) if args.chain else calibrate_cell.run_store(args)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    """``calibrate validate``: the chain model's with ``--chain``, else an ONNX model's
+    (:func:`edge.commands.calibrate_cell.run_validate`)."""
+    from edge.commands import calibrate_cell
+
+    return run_validate_chain(args) if args.chain else calibrate_cell.run_validate(args)
