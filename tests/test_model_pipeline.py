@@ -128,8 +128,12 @@ def _worker_errors(stderr: str) -> str:
 
 def _gloo_transport_abort(stderr: str) -> bool:
     """A worker aborted inside gloo's TCP transport (an uncaught gloo exception in its
-    connection thread, e.g. pytorch/pytorch#188266), not in this project's code."""
-    return "terminate called after throwing an instance of 'gloo::" in stderr
+    connection thread, e.g. pytorch/pytorch#188266), or by ``std::terminate`` on a thread
+    of the process group left joinable (``terminate called without an active exception``,
+    SIGABRT; the upstream family of pytorch/pytorch#90549), not in this project's code."""
+    return ("terminate called after throwing an instance of 'gloo::" in stderr
+            or ("terminate called without an active exception" in stderr
+                and "SIGABRT" in stderr))
 
 
 def test_two_gloo_processes_train_with_ddp(data: Path, run: Path, tmp_path: Path) -> None:
