@@ -299,18 +299,17 @@ def check_context(context: object, key: CacheKey) -> Any:
     """
     if context is None:
         return None
-    if type(context).__name__ == "ChainCalibration":
+    if not isinstance(context, np.ndarray):
         from edge.runtime.chain import ChainCalibration, ChainFileError
 
-        if isinstance(context, ChainCalibration):
-            try:
-                context.validate(f"context for {key.short}")
-            except ChainFileError as exc:
-                raise CacheValueError(str(exc)) from None
-            return context
-    if not isinstance(context, np.ndarray):
-        raise CacheValueError(f"context for {key.short}: expected a float32 array or a chain "
-                              f"calibration, found {type(context).__name__}")
+        if not isinstance(context, ChainCalibration):
+            raise CacheValueError(f"context for {key.short}: expected a float32 array or a "
+                                  f"chain calibration, found {type(context).__name__}")
+        try:
+            context.validate(f"context for {key.short}")
+        except ChainFileError as exc:
+            raise CacheValueError(str(exc)) from None
+        return context
     if context.dtype != np.float32:
         raise CacheValueError(f"context for {key.short}: expected a float32 array, found "
                               f"{context.dtype}")

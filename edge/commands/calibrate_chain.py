@@ -25,7 +25,7 @@ import numpy as np
 
 from edge.calibrate.errors import CalibrateError
 
-__all__ = ["CHAIN_READ", "check_chain_matches", "run_store", "run_store_chain", "run_validate",
+__all__ = ["CHAIN_READ", "check_chain_matches", "on_grid", "run_store", "run_store_chain", "run_validate",
            "run_validate_chain"]
 
 #: ``calibrate store --chain`` without a FILE: read the chain from the episode now.
@@ -49,8 +49,6 @@ def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str
             episode's first; a home frame that differs from the episode's first frame
             (reduced by area to the chain's grid) by more than 2 levels on average.
     """
-    import cv2
-
     names = list(episode.metadata.dof_names)
     if names != list(chain.dof_names):
         raise CalibrateError(f"{where}: dof_names {chain.dof_names}: expected the episode's "
@@ -63,10 +61,7 @@ def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str
                              f"the first joint readings of {episode_where} "
                              f"{None if q0 is None else np.round(q0, 4).tolist()}; it was "
                              "read from another calibration episode")
-    h, w = chain.resolution
-    first = episode.frames[0]
-    grid = first if first.shape[:2] == (h, w) else cv2.resize(first, (w, h),
-                                                              interpolation=cv2.INTER_AREA)
+    grid = on_grid(episode.frames[:1], chain.resolution, episode_where)[0]
     diff = float(np.abs(grid.astype(np.float64) - chain.home_frame).mean())
     if diff > HOME_FRAME_TOLERANCE:
         raise CalibrateError(f"{where}: home_frame differs from the first frame of "
@@ -190,9 +185,13 @@ def run_store_chain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _on_grid(frames: np.ndarray, hw: tuple[int, int], where: str) -> np.ndarray:
+def on_grid(frames: np.ndarray, hw: tuple[int, int], where: str) -> np.ndarray:
     """Frames uint8 ``[T, H', W', 3]`` reduced by area to the chain's grid ``hw`` (H', W'
-    whole multiples of it)."""
+    whole multiples of it).
+
+    Raises:
+        CalibrateError: frames of another size (``where`` names them).
+    """
     import cv2
 
     h, w = hw
@@ -201,8 +200,8 @@ def _on_grid(frames: np.ndarray, hw: tuple[int, int], where: str) -> np.ndarray:
         return frames
     if fh % h or fw % w:
         raise CalibrateError(f"{where}: frames of {fh}x{fw} px: expected the chain's grid "
-                             f"{h}x{w} or a whole multiple of it (record the validation "
-                             "episode as the calibration was)")
+                             f"{h}x{w} or a whole multiple of it (record it as the "
+                             "calibration was)")
     return np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
 
 
@@ -247,7 +246,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     if ep.joint_positions is None:
         raise CalibrateError(f"{args.episode}: no joint_positions: the chain model starts "
                              "from the controller's joint readings at the first frame")
-    frames = _on_grid(ep.frames, chain.resolution, str(args.episode))
+    frames = on_grid(ep.frames, chain.resolution, str(args.episode))
     start, truth = frames[0], frames[1:]
     acts = ep.actions[:-1].astype(np.float64)[:, :chain.num_dof]
     q0 = np.asarray(ep.joint_positions[0, :chain.num_dof], np.float64)
