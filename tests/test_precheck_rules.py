@@ -117,3 +117,52 @@ def test_keep_out_basis_and_robot_pixels_are_checked(tmp_path) -> None:
     p.write_text(base + "  max_robot_pixels: 2.5\n")
     with pytest.raises(RulesError, match="max_robot_pixels: expected a whole number"):
         load_rules(p)
+
+
+def test_keep_out_margin_grows_the_counted_region(tmp_path) -> None:
+    from edge.precheck.rules import DEFAULT_MARGIN_PX, KeepOutRule, keep_out_mask
+
+    square = KeepOutRegion("sq", ((0.25, 0.25), (0.5, 0.25), (0.5, 0.5), (0.25, 0.5)))
+    rule = KeepOutRule((square,), 20, margin_px=0.0)
+    exact = keep_out_mask(rule, 16, 16)
+    assert exact.tolist() == rasterise((square,), 16, 16).tolist()  # rows/cols 4..7
+    one = keep_out_mask(KeepOutRule((square,), 20, margin_px=1.0), 16, 16)
+    # one pixel all round, not the diagonal corners (sqrt 2 > 1)
+    assert one.dtype == np.uint8 and one.sum() == 16 + 4 * 4
+    assert one[3, 4] and one[8, 7] and not one[3, 3] and not one[8, 8]
+    corners = keep_out_mask(KeepOutRule((square,), 20, margin_px=1.5), 16, 16)
+    assert corners.sum() == 36 and corners[3, 3] and corners[8, 8] and not corners[2, 4]
+    # the default is what a file without the key gets
+    p = tmp_path / "r.yaml"
+    p.write_text("keep_out:\n  motion_threshold: 20\n  regions:\n"
+                 "    - polygon: [[0, 0], [0.5, 0], [0.5, 1]]\n")
+    ko = load_rules(p).keep_out
+    assert ko is not None and ko.margin_px == DEFAULT_MARGIN_PX
+    p.write_text(p.read_text() + "  margin_px: 2.5\n")
+    ko = load_rules(p).keep_out
+    assert ko is not None and ko.margin_px == 2.5
+    p.write_text(p.read_text().replace("2.5", "-1"))
+    with pytest.raises(RulesError, match=r"r.yaml:keep_out.margin_px: expected a value in "
+                                         r"\[0, 32\], found -1"):
+        load_rules(p)
+
+
+def test_keep_out_margin_decides_the_verdict() -> None:
+    """A predicted arm one pixel outside the region passes with no margin and is refused
+    with a margin of 1 px; the counts are those of the grown region."""
+    from edge.precheck.evaluate import evaluate
+    from edge.precheck.rules import KeepOutRule, Rules
+
+    square = KeepOutRegion("sq", ((0.25, 0.25), (0.5, 0.25), (0.5, 0.5), (0.25, 0.5)))
+    start = np.zeros((16, 16, 3), np.uint8)
+    masks = np.zeros((1, 2, 16, 16), np.float32)
+    masks[0, 1, 3, 2:10] = 1.0  # a row of 8 px just above the region (rows 4..7)
+    acts = np.zeros((1, 2, 3), np.float32)
+    frames = np.zeros((1, 2, 16, 16, 3), np.uint8)
+    verdicts = []
+    for margin in (0.0, 1.0):
+        rules = Rules(Path("r.yaml"), keep_out=KeepOutRule((square,), 20, basis="robot_mask",
+                                                           margin_px=margin))
+        res = evaluate(rules, start, None, acts, frames, robot_masks=masks)
+        verdicts.append((res.verdicts[0].passed, res.verdicts[0].scores["keepout_robot_max"]))
+    assert verdicts == [(True, 0), (False, 4)]

@@ -36,7 +36,7 @@ from edge.commands.simulate import MAX_SHEET_ROWS, sheet_columns, write_predicti
 from edge.fileio import write_json_atomic
 from edge.precheck.evaluate import PrecheckResult, evaluate
 from edge.precheck.policy import OnnxPolicy, rollout_chain_policy, rollout_policy
-from edge.precheck.rules import load_rules, rasterise
+from edge.precheck.rules import keep_out_mask, load_rules
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import load_actions, load_image, load_joint_state, load_start
 from edge.runtime.rollout import Rollout
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         # on the robot mask the rollout counts its pixels inside the keep-out regions each
         # step (on the GPU on the device path, from the NumPy twin on the host path): the
         # verdict needs the counts, never the masks
-        keepout = (rasterise(ko.regions, *model.contract.resolution)
+        keepout = (keep_out_mask(ko, *model.contract.resolution)
                    if ko is not None and on_mask else None)
         if args.policy:
             if not args.horizon or args.horizon < 1:
@@ -316,7 +316,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         # the chain's own zero-action rollout (the start frame itself)
         reference = chain_rollout(chain, start, q0, np.zeros((horizon, k)))
     elif ko is not None:
-        inside = rasterise(ko.regions, *chain.resolution) > 0
+        inside = keep_out_mask(ko, *chain.resolution) > 0
         robot_counts = (cover & inside).sum((-1, -2)).astype(np.int32)
     ident = {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
              "bundle_slot": None, "folder": source}

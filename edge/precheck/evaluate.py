@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edge.metrics import ssim
-from edge.precheck.rules import Rules, rasterise
+from edge.precheck.rules import Rules, keep_out_mask
 from edge.runtime.errors import RuntimeInputError
 from kernels import reference as ref
 
@@ -106,8 +106,8 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
         reference_frames: uint8 ``[T, H, W, 3]`` the model's zero-action rollout, the
             reference of the motion basis (None: the start frame).
         robot_counts: int ``[N, T]`` the predicted robot-mask pixels >= 0.5 inside the
-            keep-out mask (``Rollout.robot_keepout_counts`` with the rasterised keep-out
-            regions at the frames' size), in place of ``robot_masks``: the same verdicts
+            keep-out mask (``Rollout.robot_keepout_counts`` with the keep-out mask,
+            :func:`edge.precheck.rules.keep_out_mask` at the frames' size), in place of ``robot_masks``: the same verdicts
             without the masks (what the device rollout gives).
 
     Raises:
@@ -159,7 +159,7 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
     energy = np.zeros((n, t), np.float32)
     if rules.keep_out is not None:
         ko = rules.keep_out
-        mask = rasterise(ko.regions, h, w)
+        mask = keep_out_mask(ko, h, w)
         if robot_masks is not None and robot_counts is not None:
             raise RuntimeInputError("keep-out: give the robot masks or their counts, not both")
         if ko.basis == "robot_mask" and robot_masks is None and robot_counts is None:

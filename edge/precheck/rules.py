@@ -22,8 +22,9 @@ import numpy as np
 from edge.config_reader import Where, optional_key, read_config
 from edge.runtime.errors import RulesError
 
-__all__ = ["KEEP_OUT_BASES", "GoalRule", "JointLimits", "KeepOutBasis", "KeepOutRegion",
-           "KeepOutRule", "Rules", "load_rules", "rasterise"]
+__all__ = ["DEFAULT_MARGIN_PX", "KEEP_OUT_BASES", "MAX_MARGIN_PX", "GoalRule", "JointLimits",
+           "KeepOutBasis", "KeepOutRegion", "KeepOutRule", "Rules", "keep_out_mask",
+           "load_rules", "rasterise"]
 
 RULE_ORDER = ("max_step_action", "joint_limits", "keep_out", "goal")
 
@@ -39,6 +40,13 @@ class KeepOutRegion:
 #: What a keep-out verdict is decided on (``keep_out.basis``).
 KeepOutBasis = Literal["auto", "robot_mask", "motion"]
 KEEP_OUT_BASES = get_args(KeepOutBasis)
+
+#: ``keep_out.margin_px`` when the file leaves it out: the regions grow by this many pixels
+#: (docs/runtime.md, "Keep-out margin": chosen on in-distribution cells of the pre-check
+#: benchmark, then measured on the held-out ones).
+DEFAULT_MARGIN_PX = 0.0
+#: The largest margin accepted (pixels of the predicted frames).
+MAX_MARGIN_PX = 32.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,9 @@ class KeepOutRule:
             ``auto`` (the robot mask where the model predicts one, else motion).
         max_robot_pixels: predicted robot pixels allowed inside the regions per step
             (default 3: four robot pixels inside is entering).
+        margin_px: the regions are grown by this distance (pixels of the predicted
+            frames, Euclidean, between pixel centres) before pixels are counted in them:
+            room for the model's error in where it puts the arm (:func:`keep_out_mask`).
     """
 
     regions: tuple[KeepOutRegion, ...]
@@ -63,6 +74,7 @@ class KeepOutRule:
     max_moved_pixels: int = 0
     basis: KeepOutBasis = "auto"
     max_robot_pixels: int = 3
+    margin_px: float = DEFAULT_MARGIN_PX
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,7 @@ class _KeepOutFile:
     max_moved_pixels: float = 0
     basis: KeepOutBasis = "auto"
     max_robot_pixels: float = 3
+    margin_px: float = DEFAULT_MARGIN_PX
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,7 @@ def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
                      w.key("max_moved_pixels"), "a whole number of pixels")
     robot = _whole(_num(k.max_robot_pixels, w.key("max_robot_pixels"), 0),
                    w.key("max_robot_pixels"), "a whole number of pixels")
+    margin = _num(k.margin_px, w.key("margin_px"), 0, MAX_MARGIN_PX)
     if not k.regions:
         w.key("regions").fail("expected a non-empty list of regions, found []")
     out = []
@@ -179,7 +193,7 @@ def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
             rw.key("polygon").fail(f"encloses no area (its points are on one line), so it "
                                    f"could never see motion; found {[list(p) for p in pts]!r}")
         out.append(KeepOutRegion(r.name if r.name is not None else f"region-{i}", poly))
-    return KeepOutRule(tuple(out), int(thr), allowed, k.basis, robot)
+    return KeepOutRule(tuple(out), int(thr), allowed, k.basis, robot, margin)
 
 
 def load_rules(path: str | os.PathLike[str]) -> Rules:
@@ -260,3 +274,24 @@ def rasterise(regions: tuple[KeepOutRegion, ...], height: int, width: int) -> np
             inside ^= crosses & (px < x_at)
         mask |= inside
     return mask.astype(np.uint8)
+
+
+def keep_out_mask(rule: KeepOutRule, height: int, width: int) -> np.ndarray:
+    """The pixels a keep-out verdict counts in: uint8 ``[height, width]``, 1 where a pixel's
+    centre lies inside a region (:func:`rasterise`) or within ``rule.margin_px`` pixels
+    (Euclidean distance between pixel centres) of a pixel that does.
+
+    The margin is what a robot cell's safety zones are drawn with: a zone is entered when
+    the arm comes within a clearance of it. Here it also covers the world model's own error
+    in where it puts the arm's outline (docs/runtime.md, "Keep-out margin").
+    """
+    import cv2
+
+    inside = rasterise(rule.regions, height, width)
+    if rule.margin_px <= 0 or not inside.any():
+        return inside
+    # distance of every pixel to the nearest inside pixel (0 there): exact Euclidean
+    dist = cv2.distanceTransform((1 - inside).astype(np.uint8), cv2.DIST_L2,
+                                 cv2.DIST_MASK_PRECISE)
+    return (dist <= rule.margin_px + 1e-6).astype(np.uint8)
+
