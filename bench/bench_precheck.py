@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from export.evaluation.precheck import (  # noqa: E402
+    DEFAULT_SPLITS,
     SPLITS,
     PrecheckEvalOptions,
     dump_json,
@@ -33,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--cells", type=int, default=64, help="cells per split (default 64)")
     p.add_argument("--split", action="append", choices=sorted(SPLITS),
-                   help="split(s) to run (default: all three held-out splits)")
+                   help="split(s) to run (default: the three held-out splits; "
+                        "in_distribution, the training cameras and robots, on request)")
     p.add_argument("--model", default=str(ROOT / "models" / "reference"))
     p.add_argument("--history-model", default=str(ROOT / "models" / "reference-history"))
     p.add_argument("--threads", type=int, default=2)
@@ -43,14 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chain-size", type=int, default=256)
     p.add_argument("--chain-fits", metavar="DIR",
                    help="keep each cell's chain calibration here and reuse it")
+    p.add_argument("--keep-out-margin", type=float, action="append", metavar="PX",
+                   help="with --chain, also the chain's keep-out with the region grown by "
+                        "PX pixels (row chain_margin_<PX>px); repeatable")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "precheck.json"))
     args = p.parse_args(argv)
     command = "python bench/bench_precheck.py " + " ".join(
         sys.argv[1:] if argv is None else argv)
     result = evaluate_precheck(PrecheckEvalOptions(
         model=args.model, history_model=args.history_model, cells=args.cells,
-        splits=tuple(args.split or SPLITS), threads=args.threads, command=command,
-        chain=args.chain, chain_size=args.chain_size, chain_fits=args.chain_fits))
+        splits=tuple(args.split or DEFAULT_SPLITS), threads=args.threads, command=command,
+        chain=args.chain, chain_size=args.chain_size, chain_fits=args.chain_fits,
+        keep_out_margins=tuple(args.keep_out_margin or ())))
     print_table(result)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

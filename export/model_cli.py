@@ -132,6 +132,7 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
 def _run_eval_precheck(args: argparse.Namespace) -> int:
     from export.errors import ExportError, require_mujoco
     from export.evaluation.precheck import (
+        DEFAULT_SPLITS,
         SPLITS,
         PrecheckEvalOptions,
         check_options,
@@ -151,12 +152,14 @@ def _run_eval_precheck(args: argparse.Namespace) -> int:
          *[a for n in names for a in ("--split", n)], "--threads", str(args.threads),
          *(["--chain", "--chain-size", str(args.chain_size)] if args.chain else []),
          *(["--chain-fits", str(args.chain_fits)] if args.chain_fits else []),
+         *[a for m in args.keep_out_margin or () for a in ("--keep-out-margin", f"{m:g}")],
          "--out", str(args.out)])
     opts = PrecheckEvalOptions(model=args.model, history_model=args.history_model,
-                               cells=args.cells, splits=tuple(names or SPLITS),
+                               cells=args.cells, splits=tuple(names or DEFAULT_SPLITS),
                                threads=args.threads, out=args.out, command=command,
                                chain=args.chain, chain_size=args.chain_size,
-                               chain_fits=args.chain_fits)
+                               chain_fits=args.chain_fits,
+                               keep_out_margins=tuple(args.keep_out_margin or ()))
     try:
         check_options(opts)
     except ExportError as exc:
@@ -404,9 +407,11 @@ def register(subparsers: Any) -> None:
                     help="cells per split (default 64)")
     ep.add_argument("--split", action="append", metavar="NAME",
                     help="only this split, named as in the table (held_out_convention, "
-                         "held_out_robot, all_held_out) or by its data folder "
-                         "(test_convention, test_robot, test_all); repeatable; default all "
-                         "three")
+                         "held_out_robot, all_held_out, in_distribution) or by its data "
+                         "folder (test_convention, test_robot, test_all, val); repeatable; "
+                         "default the three held-out splits (in_distribution, the "
+                         "training cameras and robots, is where the keep-out margin is "
+                         "chosen)")
     ep.add_argument("--threads", type=int, default=2, metavar="N",
                     help="ONNX Runtime threads per model (default 2)")
     ep.add_argument("--chain", action="store_true",
@@ -417,6 +422,10 @@ def register(subparsers: Any) -> None:
                     help="side of the calibration rendered for the chain model (default 256)")
     ep.add_argument("--chain-fits", metavar="DIR",
                     help="keep each cell's chain calibration in DIR and reuse it")
+    ep.add_argument("--keep-out-margin", type=float, action="append", metavar="PX",
+                    help="with --chain, also decide the chain's keep-out with the region "
+                         "grown by PX pixels (rules keep_out.margin_px), reported as the "
+                         "row chain_margin_<PX>px; repeatable")
     ep.add_argument("--out", required=True, metavar="FOLDER",
                     help="output folder: precheck.json, precheck.txt, precheck_<split>.png "
                          "(and precheck_<split>_chain.png with --chain)")

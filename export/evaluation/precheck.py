@@ -60,6 +60,7 @@ import numpy as np
 
 from edge.precheck.evaluate import evaluate
 from edge.precheck.rules import (
+    MAX_MARGIN_PX,
     GoalRule,
     JointLimits,
     KeepOutRegion,
@@ -70,13 +71,17 @@ from edge.precheck.rules import (
 from export.errors import ExportError, require_mujoco
 from export.evaluation.precheck_metrics import format_table, operating_point, spearman, summarise
 
-__all__ = ["ENTER_PX", "M", "MAX_MOVED", "MOTION_THRESHOLD", "SPLITS", "STEPS", "TARGETS",
-           "PrecheckEvalOptions", "check_options", "draw_cell", "dump_json",
-           "evaluate_precheck", "format_table", "operating_point", "output_paths",
-           "print_table", "score_cell", "spearman", "summarise"]
+__all__ = ["DEFAULT_SPLITS", "ENTER_PX", "M", "MAX_MOVED", "MOTION_THRESHOLD", "SPLITS",
+           "STEPS", "TARGETS", "PrecheckEvalOptions", "check_options", "draw_cell",
+           "dump_json", "evaluate_precheck", "format_table", "margin_label",
+           "operating_point", "output_paths", "print_table", "score_cell", "spearman",
+           "summarise"]
 
 SPLITS = {"held_out_convention": "test_convention", "held_out_robot": "test_robot",
-          "all_held_out": "test_all"}
+          "all_held_out": "test_all", "in_distribution": "val"}
+#: The splits run when none is named: the held-out ones (``in_distribution``, the training
+#: cameras and robots, is where settings such as the keep-out margin are chosen).
+DEFAULT_SPLITS = ("held_out_convention", "held_out_robot", "all_held_out")
 M, STEPS, ENTER_PX = 8, 16, 4
 MOTION_THRESHOLD, MAX_MOVED = 20, 4
 TARGETS = {"keepout_recall": ">= 0.95", "keepout_false_refusals": "<= 0.10",
@@ -108,12 +113,16 @@ class PrecheckEvalOptions:
         chain_fits: a folder keeping each cell's chain calibration
             (``<cell id>-<calibration sha256 prefix>.npz``), read again instead of refitted
             (``--chain-fits``), or None.
+        keep_out_margins: with ``chain``, the chain's keep-out verdict (on where it puts
+            the arm) also with the region grown by each of these margins (px,
+            ``keep_out.margin_px``), each reported as its own model row
+            ``chain_margin_<m>px`` (``--keep-out-margin``, repeatable).
     """
 
     model: str | Path = "models/reference"
     history_model: str | Path = "models/reference-history"
     cells: int = 64
-    splits: tuple[str, ...] = tuple(SPLITS)
+    splits: tuple[str, ...] = DEFAULT_SPLITS
     threads: int = 2
     out: str | Path | None = None
     sheet_cells: int = 4
@@ -121,6 +130,7 @@ class PrecheckEvalOptions:
     chain: bool = False
     chain_size: int = 256
     chain_fits: str | Path | None = None
+    keep_out_margins: tuple[float, ...] = ()
 
 
 def check_options(opts: PrecheckEvalOptions) -> None:
@@ -155,6 +165,12 @@ def check_options(opts: PrecheckEvalOptions) -> None:
     if opts.chain_size < 64 or opts.chain_size % 64:
         raise ExportError(f"--chain-size {opts.chain_size}: expected a whole multiple of the "
                           "model's 64 px, such as 256")
+    for m in opts.keep_out_margins:
+        if not 0 <= m <= MAX_MARGIN_PX:
+            raise ExportError(f"--keep-out-margin {m:g}: expected 0..{MAX_MARGIN_PX:g} px")
+    if opts.keep_out_margins and not opts.chain:
+        raise ExportError("--keep-out-margin: needs --chain (the margins are measured on the "
+                          "chain model's keep-out verdict)")
     if opts.chain_fits is not None and Path(opts.chain_fits).exists() \
             and not Path(opts.chain_fits).is_dir():
         raise ExportError(f"--chain-fits {opts.chain_fits}: is a file; expected a folder")
@@ -245,7 +261,8 @@ def draw_cell(gen: object, split: str, index: int) -> dict | None:
             "goal": goal, "goal_index": goal_idx, "true_dist": true_dist, "best": best}
 
 
-def score_cell(c: dict, frames: np.ndarray, masks: np.ndarray | None = None) -> dict:
+def score_cell(c: dict, frames: np.ndarray, masks: np.ndarray | None = None,
+               margin_px: float = 0.0) -> dict:
     """Verdicts for one model's predicted frames against a cell's truth.
 
     Args:
@@ -253,6 +270,8 @@ def score_cell(c: dict, frames: np.ndarray, masks: np.ndarray | None = None) -> 
         frames: uint8 ``[M, T, H, W, 3]`` predicted frames (steps 1..T).
         masks: float32 ``[M, T, H, W]``, the predicted robot mask; with it keep-out is
             decided on the mask (``basis: robot_mask``), else on motion.
+        margin_px: the keep-out rule's ``margin_px`` (the region grown by this many
+            pixels for the verdict; the truth is always counted in the region itself).
 
     Returns:
         Per candidate (lists of M): ``enters``, ``keepout_refused``,
@@ -263,7 +282,8 @@ def score_cell(c: dict, frames: np.ndarray, masks: np.ndarray | None = None) -> 
     start = c["futures"].frames[0, 0]
     acts = c["futures"].actions
     ko = KeepOutRule((KeepOutRegion("keep-out", tuple(c["region"])),), MOTION_THRESHOLD,
-                     MAX_MOVED, "motion" if masks is None else "robot_mask", ENTER_PX - 1)
+                     MAX_MOVED, "motion" if masks is None else "robot_mask", ENTER_PX - 1,
+                     margin_px)
     path = Path("bench-precheck")
     keep = evaluate(Rules(path, keep_out=ko), start, None, acts, frames, robot_masks=masks)
     refused = np.array([not v.passed for v in keep.verdicts])
@@ -333,7 +353,8 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                     "max_moved_pixels": MAX_MOVED, "profile": "all_joints"},
         "targets": TARGETS, "splits": {}}
     if opts.chain:
-        result["options"].update(chain_size=opts.chain_size)
+        result["options"].update(chain_size=opts.chain_size,
+                                 keep_out_margins_px=list(opts.keep_out_margins))
     sheets: dict[str, np.ndarray] = {}
     try:
         with contextlib.ExitStack() as stack:
@@ -346,6 +367,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                                                "no_calibration": [], "copy_last": []}
                 if opts.chain:
                     rows.update(chain=[], chain_motion=[])
+                    rows.update({margin_label(m): [] for m in opts.keep_out_margins})
                 shown: list[SheetCell] = []
                 shown_chain: list[SheetCell] = []
                 skipped = 0
@@ -382,6 +404,9 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                                                       with_cover=True)
                         rows["chain"].append(score_cell(c, frames, cover.astype(np.float32)))
                         rows["chain_motion"].append(score_cell(c, frames))
+                        for m in opts.keep_out_margins:
+                            rows[margin_label(m)].append(score_cell(
+                                c, frames, cover.astype(np.float32), margin_px=m))
                         if opts.out is not None and len(shown_chain) < opts.sheet_cells:
                             shown_chain.append(SheetCell.from_cell(
                                 f"{name} cell {i}", c, frames, rows["chain"][-1]))
@@ -413,6 +438,12 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
     if opts.out is not None:
         _write(result, sheets, Path(opts.out))
     return result
+
+
+def margin_label(margin_px: float) -> str:
+    """The model row of the chain's keep-out verdict with the region grown by
+    ``margin_px``: ``chain_margin_2px``, ``chain_margin_1.5px``."""
+    return f"chain_margin_{margin_px:g}px"
 
 
 def _chain_for(gen: Any, c: dict, fits: str | Path | None,
