@@ -41,7 +41,7 @@ import numpy as np
 __all__ = ["ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
            "read_chain", "chain_positions", "as_calibration", "calibration_background",
            "predict_frames", "camera_pinhole", "calibration_sweeps", "on_grid",
-           "read_chain_calibration"]
+           "read_chain_calibration", "sweep_timing"]
 
 
 @dataclass
@@ -858,12 +858,42 @@ def on_grid(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
 
 
+def sweep_timing(episode):
+    """A calibration episode in the timing the chain is read in: each channel's sweep as
+    the 8 frames at the planner's poses (home, 0.25 A, 0.75 A, A, A, 0.75 A, 0.25 A, home;
+    :func:`edge.calibrate.ingest.ingest_calibration`, at the recorded resolution and frame
+    rate). An episode already in it is returned as it is.
+
+    A sweep recorded slower, at another camera rate, in another order, with other signs
+    or pauses shows the same poses in more frames: reading all of them costs time in
+    proportion (a 30 Hz sweep of 2 s per phase is about 17 times the planner's frames) for
+    no other pose, so the chain is read from the same frames at any timing.
+
+    Returns:
+        ``(episode, report)``: the report of ingest (``normalised``, ``recorded_frames``,
+        ``recorded_frame_rate_hz``, per sweep its frames and amplitude).
+
+    Raises:
+        ValueError: the sweeps cannot be found in the joint readings (ingest's refusal,
+            naming the channel and the frames: never swept, two channels at once, no
+            return, a pose no frame shows).
+    """
+    from edge.calibrate.ingest import IngestError, ingest_calibration
+    from edge.calibrate.plan import SEGMENT_FRAMES
+
+    try:
+        return ingest_calibration(episode, None, SEGMENT_FRAMES, fps=float(episode.metadata.fps))
+    except IngestError as exc:
+        raise ValueError(f"the calibration's sweeps: {exc}") from None
+
+
 def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                            fovy_deg: float | None = None, photometric_size: int | None = 128,
                            log=None):
     """Read a calibration episode into the chain model's encoded calibration.
 
-    Runs :func:`read_chain` on the episode's frames (recorded at a whole multiple of
+    Brings the episode into the planner's timing (:func:`sweep_timing`), runs
+    :func:`read_chain` on its frames (recorded at a whole multiple of
     ``size``; a higher resolution tracks the links to a fraction of a model pixel), then
     the home frame and the static background on the model's grid (frames reduced by area
     averaging), and packs them with the camera's pinhole (:func:`camera_pinhole`) as an
@@ -883,16 +913,16 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     Raises:
         ValueError: not a calibration episode, a channel without a sweep segment or in
             metres (the chain reads revolute joints), frames that are not a whole multiple
-            of ``size``, no field of view.
+            of ``size``, no field of view, sweeps that cannot be found in the joint
+            readings (:func:`sweep_timing`).
     """
     import time
 
     say = log or (lambda _line: None)
     meta = episode.metadata
-    if meta.kind != "calibration" or not meta.segments:
-        raise ValueError(f"expected a calibration episode (kind 'calibration' with a sweep "
-                         f"segment per channel), found kind '{meta.kind}' with "
-                         f"{len(meta.segments)} segments")
+    if meta.kind != "calibration":
+        raise ValueError(f"expected a calibration episode (kind 'calibration': each channel "
+                         f"swept in turn), found kind '{meta.kind}'")
     names = list(meta.dof_names)
     k = len(names)
     metres = [n for n, u in zip(names, meta.dof_units, strict=True) if u != "rad"]
@@ -902,6 +932,11 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     if episode.joint_positions is None:
         raise ValueError("the calibration episode has no joint_positions: the chain is fitted "
                          "to the joint readings recorded with each frame")
+    recorded = episode.num_frames
+    episode, ingest = sweep_timing(episode)
+    if ingest["normalised"]:
+        say(f"calibration of {recorded} frames at {ingest.get('recorded_frame_rate_hz')} Hz: "
+            f"read at its {episode.num_frames} frames at the sweep's poses (ingest)")
     segments = calibration_sweeps(episode)
     t = episode.num_frames
     focal, centre, where = camera_pinhole(episode, size, fovy_deg)
@@ -918,7 +953,8 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     info = {"calibration": {"cell_id": meta.cell_id, "camera_id": meta.camera_id,
                             "robot_id": meta.robot_id, "robot": meta.robot,
                             "frames": int(t), "resolution": list(frames.shape[1:3]),
-                            "fps": float(meta.fps)},
+                            "fps": float(meta.fps), "recorded_frames": int(recorded),
+                            "normalised": bool(ingest["normalised"])},
             "pinhole_from": where, "photometric_size": photometric_size,
             "arm_pixels": int(fit.robot.sum()), "seconds": round(time.perf_counter() - t0, 1)}
     return as_calibration(fit, grid[0], q[0], background, names, info)
