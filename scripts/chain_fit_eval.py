@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
 
         warp = load_model(args.warp_model, intra_op_num_threads=2)
         preds_names.append("warp")
+    from export.evaluation.frames import oracle_flow_warp
+
     t0 = time.perf_counter()
     cells = load_cells(args.data, [args.split], 7, 8,
                        limit=args.skip + args.cells)[args.skip:]
@@ -337,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
                     preds[f"fit_{kind}_fill_mislabelled"] = np.stack([predict_frames(
                         mis, start, q0 - qc[0], a, home=cal.frames[0], background=bg)
                         for a in acts])
+            if prof == "all_joints":  # the bound: the start warped by DIS flow from the truth
+                preds["oracle_flow"] = np.stack([oracle_flow_warp(start, tr) for tr in truth])
             if warp is not None:
                 a = np.zeros(fut.actions.shape[:2] + (warp.contract.max_dof,), np.float32)
                 a[..., :n] = fut.actions[:, :, :n]
