@@ -119,6 +119,46 @@ def mislabelled_fit(fit, rng: np.random.Generator):
     return out
 
 
+_GEN256: list = []
+
+
+def timed_chain(args, variant, cell, params, cal, index: int):
+    """The cell's chain read by :func:`read_chain_calibration` from its calibration sweep
+    rendered at 256x256 at ``variant``'s timing (kept in ``args.fits``)."""
+    from dataclasses import replace
+
+    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+    from export.cells.generate import CellGenerator, GenerateOptions
+    from export.cells.robots import robot_spec
+    from export.evaluation.calibration_timing import _variant_sweeps, retimed_positions
+    from export.models.chain_fit import read_chain_calibration
+
+    saved = (Path(args.fits) / f"{cell.cell_id}_timing_{variant.name}.npz"
+             if args.fits else None)
+    if saved is not None and saved.is_file():
+        return load_chain_calibration(saved)
+    if not _GEN256:
+        _GEN256.append(CellGenerator(GenerateOptions(width=256, height=256,
+                                                     segmentation=False)))
+    conv = params.convention
+    limits = np.asarray(robot_spec(params.robot).limits_rad, np.float64)
+    rng = np.random.default_rng(args.seed + 7919 * index)
+    q = retimed_positions(np.asarray(cal.joint_positions[0], np.float64),
+                          _variant_sweeps(cal, conv, limits, variant, rng), variant)
+    ep = _GEN256[0].render_episode(params, conv.to_canonical(q), "calibration")
+    ep = replace(ep, timestamps=np.arange(len(q), dtype=np.float64) / variant.rate_hz,
+                 ee_px=None, robot_mask=None,
+                 metadata=replace(ep.metadata, fps=float(variant.rate_hz), segments=()))
+    t0 = time.perf_counter()
+    chain = read_chain_calibration(ep, size=cal.frames.shape[1:3])
+    print(f"  {cell.cell_id}: {variant.name} sweep of {len(q)} frames read in "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    if saved is not None:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        save_chain_calibration(saved, chain)
+    return chain
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="cells folder")
@@ -160,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
                         "cell of the split with as many channels, from --fits, where every "
                         "cell's fit must already be), rolled out by the runtime as a user "
                         "who stored the wrong cell's calibration would")
+    p.add_argument("--calibration-timing", metavar="VARIANT",
+                   help="also read each cell's chain, as a device does "
+                        "(read_chain_calibration), from its calibration sweep rendered "
+                        "again at 256x256 at this timing of the calibration-timing matrix "
+                        "(export.evaluation.calibration_timing.DEFAULT_MATRIX, e.g. "
+                        "30Hz-2s-all), scored as timing_<VARIANT> (kept in --fits as "
+                        "<cell>_timing_<VARIANT>.npz)")
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--horizon", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
@@ -172,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from edge.episode import load_episode
-    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+    from edge.runtime.chain import (
+        chain_rollout,
+        load_chain_calibration,
+        save_chain_calibration,
+    )
     from export.cells.futures import load_or_render_futures
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.sampling import CellParams
@@ -194,6 +245,16 @@ def main(argv: list[str] | None = None) -> int:
                    + [f"fit_{k}_fill_rim0" for k in kinds])
     if args.mislabelled:
         preds_names += [f"fit_{k}_fill_mislabelled" for k in kinds]
+    variant = None
+    if args.calibration_timing:
+        from export.evaluation.calibration_timing import DEFAULT_MATRIX
+
+        by_name = {v.name: v for v in DEFAULT_MATRIX}
+        if args.calibration_timing not in by_name:
+            p.error(f"--calibration-timing {args.calibration_timing}: expected one of "
+                    f"{', '.join(by_name)}")
+        variant = by_name[args.calibration_timing]
+        preds_names.append(f"timing_{variant.name}")
     if args.other_cell:
         if not args.fits:
             p.error("--other-cell needs --fits (every cell's fit, read first)")
@@ -219,8 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     sheet_rows: list[np.ndarray] = []
     other_of: dict[tuple[str, str], object] = {}
     if args.other_cell:
-        from edge.runtime.chain import chain_rollout
-
         for kind in kinds:
             chains = []
             for cell in cells:
@@ -309,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
                 save_chain_calibration(saved, as_calibration(
                     fit, cal.frames[0], qc[0], fits[kind][1], names,
                     {"seconds": time.perf_counter() - tf}))
+        timed = None
+        if variant is not None:
+            timed = timed_chain(args, variant, cell, params, cal, i)
         ctx = encode_calibration(warp, cal) if warp is not None else None
         for prof in ("all_joints", "two_joint"):
             fut = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen,
@@ -339,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
                     preds[f"fit_{kind}_fill_mislabelled"] = np.stack([predict_frames(
                         mis, start, q0 - qc[0], a, home=cal.frames[0], background=bg)
                         for a in acts])
+            if timed is not None:
+                preds[f"timing_{variant.name}"] = chain_rollout(timed, start, q0,
+                                                                fut.actions[:, :, :n])
             if prof == "all_joints":  # the bound: the start warped by DIS flow from the truth
                 preds["oracle_flow"] = np.stack([oracle_flow_warp(start, tr) for tr in truth])
             if warp is not None:

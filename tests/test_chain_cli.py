@@ -326,3 +326,32 @@ def test_precheck_chain_runs_a_policy_in_the_loop(tmp_path):
     assert np.array_equal(again, frames)
     assert np.abs(actions).max() > 0 and cover.any()
     assert np.array_equal(chain_rollout(chain, ep.frames[0], q0, actions), frames)
+
+
+def test_a_chain_is_stored_with_the_same_sweep_recorded_at_another_timing(tmp_path, capsys):
+    """The chain is read at the sweep's poses, so the sample's chain is accepted with its
+    sweep recorded by a 30 Hz camera (each frame held three times, read with encoder noise
+    at home) and refused with a sweep that does not come back."""
+    import dataclasses
+
+    from edge.episode import save_episode
+
+    cal = load_episode(SAMPLE / "calibration_256.npz")
+    rep = np.repeat(np.arange(cal.num_frames), 3)
+    q = np.asarray(cal.joint_positions, np.float64)[rep]
+    q[1:] += np.random.default_rng(0).normal(0, 1e-5, q[1:].shape)  # noise after frame 0
+    slow = dataclasses.replace(
+        cal, ee_px=None, robot_mask=None, frames=cal.frames[rep], actions=np.diff(q, axis=0, append=q[-1:]).astype(
+            np.float32), timestamps=np.arange(len(rep)) / 30.0, joint_positions=q,
+        metadata=dataclasses.replace(cal.metadata, fps=30.0, segments=()))
+    p = tmp_path / "slow.npz"
+    save_episode(slow, p)
+    cache = str(tmp_path / "cache")
+    assert main(["calibrate", "store", str(p), "--chain", str(CHAIN), "--cache-dir", cache]) == 0
+    capsys.readouterr()
+    cut = dataclasses.replace(slow, frames=slow.frames[:-12], actions=slow.actions[:-12],
+                              timestamps=slow.timestamps[:-12], joint_positions=q[:-12])
+    save_episode(cut, tmp_path / "cut.npz")
+    code = main(["calibrate", "store", str(tmp_path / "cut.npz"), "--chain", str(CHAIN),
+                 "--cache-dir", str(tmp_path / "cache2")])
+    assert code == 2 and "(no_return)" in capsys.readouterr().err  # the coverage check's

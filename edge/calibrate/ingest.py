@@ -54,7 +54,7 @@ from edge.calibrate.plan import SEGMENT_FRAMES
 from edge.episode import CalibrationSegment, Episode, actions_from_positions
 from edge.runtime.calibration_input import CalibrationInputError
 
-__all__ = ["IngestError", "IngestOptions", "Sweep", "ingest_calibration",
+__all__ = ["IngestError", "IngestOptions", "Sweep", "at_sweep_poses", "ingest_calibration",
            "is_model_timing", "normalise_calibration", "positions_at_frames",
            "segment_sweeps"]
 
@@ -475,3 +475,16 @@ def ingest_calibration(ep: Episode, resolution: tuple[int, int] | None, segment_
     if resolution is not None and is_model_timing(ep, segment_frames, None):
         return _resized(ep, (int(resolution[0]), int(resolution[1])))
     return normalise_calibration(ep, resolution, opts, fps)
+
+
+def at_sweep_poses(ep: Episode) -> tuple[Episode, dict[str, Any]]:
+    """The episode at the planner's 8 poses per channel, at its recorded resolution and
+    frame rate: what the chain model is read from (``export.models.chain_fit.sweep_timing``)
+    and what a stored chain calibration is checked against. An episode already in that
+    timing is returned as it is.
+
+    Raises:
+        IngestError: as :func:`normalise_calibration`.
+    """
+    return ingest_calibration(ep, None, SEGMENT_FRAMES, fps=float(ep.metadata.fps))
+

@@ -34,6 +34,9 @@ CHAIN_READ = "@read"
 #: Mean absolute difference (uint8 levels) allowed between a chain file's home frame and
 #: the episode's first frame reduced to the chain's grid.
 HOME_FRAME_TOLERANCE = 2.0
+#: Largest difference (rad) allowed between a chain file's home joint readings and the
+#: episode's first at its sweep poses: encoders read a held pose to about 1e-5..1e-4 rad.
+HOME_JOINTS_TOLERANCE_RAD = 1e-3
 
 
 def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str) -> None:
@@ -45,17 +48,27 @@ def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str
         where, episode_where: the chain's and the episode's names, for messages.
 
     Raises:
-        CalibrateError: other channel names or order; home joint readings that are not the
-            episode's first; a home frame that differs from the episode's first frame
-            (reduced by area to the chain's grid) by more than 2 levels on average.
+        CalibrateError: sweeps calibration ingest cannot find; other channel names or
+            order; home joint readings more than :data:`HOME_JOINTS_TOLERANCE_RAD` from
+            the first of the episode at its sweep poses (:func:`edge.calibrate.ingest.at_sweep_poses`, what the chain is read
+            from); a home frame that differs from that first frame (reduced by area to the
+            chain's grid) by more than 2 levels on average.
     """
+    from edge.calibrate.ingest import IngestError, at_sweep_poses
+
     names = list(episode.metadata.dof_names)
+    try:  # the chain was read at the sweep's poses (any recorded timing)
+        episode, _ = at_sweep_poses(episode)
+    except IngestError as exc:
+        raise CalibrateError(f"{episode_where}: the calibration's sweeps: {exc}; a chain "
+                             "cannot have been read from it") from None
     if names != list(chain.dof_names):
         raise CalibrateError(f"{where}: dof_names {chain.dof_names}: expected the episode's "
                              f"{names} ({episode_where}); read the chain from this episode")
     q0 = np.asarray(episode.joint_positions[0], np.float64) \
         if episode.joint_positions is not None else None
-    if q0 is None or not np.allclose(q0, chain.home_joint_positions, atol=1e-6):
+    if q0 is None or not np.allclose(q0, chain.home_joint_positions, rtol=0.0,
+                                     atol=HOME_JOINTS_TOLERANCE_RAD):
         raise CalibrateError(f"{where}: home_joint_positions "
                              f"{np.round(chain.home_joint_positions, 4).tolist()}: expected "
                              f"the first joint readings of {episode_where} "

@@ -878,11 +878,10 @@ def sweep_timing(episode):
             naming the channel and the frames: never swept, two channels at once, no
             return, a pose no frame shows).
     """
-    from edge.calibrate.ingest import IngestError, ingest_calibration
-    from edge.calibrate.plan import SEGMENT_FRAMES
+    from edge.calibrate.ingest import IngestError, at_sweep_poses
 
     try:
-        return ingest_calibration(episode, None, SEGMENT_FRAMES, fps=float(episode.metadata.fps))
+        return at_sweep_poses(episode)
     except IngestError as exc:
         raise ValueError(f"the calibration's sweeps: {exc}") from None
 
