@@ -165,4 +165,7 @@ def test_keep_out_margin_decides_the_verdict() -> None:
                                                            margin_px=margin))
         res = evaluate(rules, start, None, acts, frames, robot_masks=masks)
         verdicts.append((res.verdicts[0].passed, res.verdicts[0].scores["keepout_robot_max"]))
+        assert res.keepout_margin_px == margin
     assert verdicts == [(True, 0), (False, 4)]
+    assert "4 px of the predicted robot inside the keep-out regions grown by 1 px " \
+        "(allowed 3) at step 1" in res.verdicts[0].detail

@@ -243,6 +243,7 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
         "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
         "chosen_index": result.chosen,
         "keepout_basis": result.keepout_basis,
+        "keepout_margin_px": result.keepout_margin_px,
         "ranking": [result.verdicts[i].name for i in result.ranking],
         "verdicts": [{"index": v.index, "name": v.name, "passed": v.passed,
                       "rank": v.rank, "first_fail_step": v.first_fail_step,
@@ -262,7 +263,9 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
 def _print_result(ident: dict, result, paths) -> int:
     print(describe_identity(ident))
     if result.keepout_basis:
-        print(f"keep-out decided on: {result.keepout_basis}")
+        grown = (f" (regions grown by {result.keepout_margin_px:g} px)"
+                 if result.keepout_margin_px else "")
+        print(f"keep-out decided on: {result.keepout_basis}{grown}")
     width = max([16] + [len(v.name) for v in result.verdicts])
     for i in result.ranking:
         v = result.verdicts[i]

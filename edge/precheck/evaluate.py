@@ -73,8 +73,9 @@ class PrecheckResult:
     verdicts: list[CandidateVerdict]
     ranking: list[int]
     chosen: int | None
-    keepout_mask: np.ndarray | None = None  # (H, W) uint8
+    keepout_mask: np.ndarray | None = None  # (H, W) uint8, the regions grown by the margin
     keepout_basis: str | None = None  # "robot_mask", "motion against ..." or None
+    keepout_margin_px: float | None = None  # keep_out.margin_px, or None without keep-out
 
 
 def _width_check(vec: tuple[float, ...], a: int, what: str) -> np.ndarray:
@@ -195,20 +196,22 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
         else:
             basis = ("motion against the zero-action rollout" if reference_frames is not None
                      else "motion against the start frame")
+        where = ("the keep-out regions" if not ko.margin_px
+                 else f"the keep-out regions grown by {ko.margin_px:g} px")
         for v in verdicts:
             if on_mask:
                 over = np.flatnonzero(robot[v.index] > ko.max_robot_pixels)
                 if len(over):
                     s = int(over[0])
                     v._fail(s, "keep_out", f"{int(robot[v.index, s])} px of the predicted "
-                            f"robot inside the keep-out regions (allowed "
+                            f"robot inside {where} (allowed "
                             f"{ko.max_robot_pixels}) at step {s}")
                 continue
             over = np.flatnonzero(moved[v.index] > ko.max_moved_pixels)
             if len(over):
                 s = int(over[0])
-                v._fail(s, "keep_out", f"{int(moved[v.index, s])} px moved inside the keep-out "
-                        f"regions (allowed {ko.max_moved_pixels}) at step {s}")
+                v._fail(s, "keep_out", f"{int(moved[v.index, s])} px moved inside {where} "
+                        f"(allowed {ko.max_moved_pixels}) at step {s}")
     goal_ssim: list[float | None] = [None] * n
     if rules.goal is not None:
         if goal is None or goal.shape != start.shape:
@@ -239,4 +242,5 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
     for r, i in enumerate(ranking, 1):
         verdicts[i].rank = r
     chosen = next((i for i in ranking if verdicts[i].passed), None)
-    return PrecheckResult(verdicts, ranking, chosen, mask, basis)
+    return PrecheckResult(verdicts, ranking, chosen, mask, basis,
+                          None if rules.keep_out is None else rules.keep_out.margin_px)
