@@ -355,3 +355,17 @@ def test_a_chain_is_stored_with_the_same_sweep_recorded_at_another_timing(tmp_pa
     code = main(["calibrate", "store", str(tmp_path / "cut.npz"), "--chain", str(CHAIN),
                  "--cache-dir", str(tmp_path / "cache2")])
     assert code == 2 and "(no_return)" in capsys.readouterr().err  # the coverage check's
+
+
+def test_cache_verbs_take_cache_dir_as_simulate_does(tmp_path, capsys):
+    """``cache list --cache-dir DIR`` lists what ``calibrate store --cache-dir DIR`` stored,
+    as ``--root DIR`` does."""
+    cache = str(tmp_path / "cache")
+    cal = str(SAMPLE / "calibration_256.npz")
+    assert main(["calibrate", "store", cal, "--chain", str(CHAIN), "--cache-dir", cache]) == 0
+    capsys.readouterr()
+    outs = []
+    for flag in ("--cache-dir", "--root"):
+        assert main(["cache", "list", flag, cache]) == 0
+        outs.append(capsys.readouterr().out)
+    assert "sample-cell" in outs[0] and "chain" in outs[0] and outs[0] == outs[1]

@@ -1,6 +1,7 @@
 """``syncedge cache list|show|import|export|gc|remove|rebuild``: inspect and move calibrations.
 
-Every verb takes ``--root DIR`` (default: ``STATE_ROOT/calibration``; STATE_ROOT is
+Every verb takes ``--root DIR`` or its other name ``--cache-dir DIR``, as ``simulate``,
+``precheck`` and ``calibrate`` call it (default: ``STATE_ROOT/calibration``; STATE_ROOT is
 ``$SYNCEDGE_HOME``, else ``/var/lib/syncedge`` on a device, else
 ``~/.local/share/syncedge``, see :mod:`edge.state`). Keys are written ``CELL/CAMERA/ROBOT/MODEL`` where MODEL is the model
 sha256 or at least its first 4 hex digits.
@@ -214,8 +215,11 @@ def _run_rebuild(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add the ``cache`` subcommand group to ``subparsers`` (argparse)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", type=Path, default=None,
-                        help="cache root folder (default: STATE_ROOT/calibration; see syncedge --help)")
+    common.add_argument("--root", "--cache-dir", dest="root", type=Path, default=None,
+                        metavar="DIR",
+                        help="cache root folder (default: STATE_ROOT/calibration; see "
+                             "syncedge --help); --cache-dir is the same option, as "
+                             "simulate, precheck and calibrate name it")
     p = subparsers.add_parser(
         "cache", help="list, show, import, export and clean calibration cache entries",
         description=plain(__doc__),
