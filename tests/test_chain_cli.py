@@ -369,3 +369,11 @@ def test_cache_verbs_take_cache_dir_as_simulate_does(tmp_path, capsys):
         assert main(["cache", "list", flag, cache]) == 0
         outs.append(capsys.readouterr().out)
     assert "sample-cell" in outs[0] and "chain" in outs[0] and outs[0] == outs[1]
+
+
+def test_a_mistyped_cache_dir_is_refused_and_not_created(tmp_path, capsys):
+    missing = tmp_path / "no-such-cache"
+    code = main(["simulate", "--cell", "sample-cell", "--chain", "--cache-dir", str(missing),
+                 "--start", str(SAMPLE / "test.npz"), "--out", str(tmp_path / "o")])
+    assert code == 2 and f"--cache-dir {missing}: no such folder" in capsys.readouterr().err
+    assert not missing.exists() and not (tmp_path / "o").exists()

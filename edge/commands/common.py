@@ -155,9 +155,15 @@ def default_context_source(cache_dir: str | None) -> ContextSource:
     """The device's calibration cache as a :class:`ContextSource`.
 
     Uses ``edge.cache.store.CalibrationCache(root)``; raises
-    :class:`RuntimeInputError` if that module is not part of this build.
+    :class:`RuntimeInputError` if that module is not part of this build, or for a
+    ``cache_dir`` (``--cache-dir``) that is not a folder: reading from the cache never
+    creates one where a path was mistyped.
     """
     root = Path(cache_dir) if cache_dir else state_root() / "calibration"
+    if cache_dir and not root.is_dir():
+        raise RuntimeInputError(f"--cache-dir {cache_dir}: no such folder; expected the "
+                                "calibration cache root that `syncedge calibrate store "
+                                "--cache-dir DIR` wrote (default: STATE_ROOT/calibration)")
     try:
         mod = importlib.import_module("edge.cache.store")
         source = mod.CalibrationCache(root)
