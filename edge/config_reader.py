@@ -120,7 +120,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _found(v: Any) -> str:
-    r = repr(v)
+    r = "null" if v is None else repr(v)  # YAML and JSON both write it so
     return r if len(r) <= _FOUND_CHARS else r[:_FOUND_CHARS - 3] + "..."
 
 

@@ -56,7 +56,7 @@ def test_model_json_residual_decoding_no_is_refused(tmp_path: Path) -> None:
     (("graphs", "encoder", "batch"), "1",
      "m/model.json:graphs.encoder.batch: expected an integer, found '1'"),
     (("graphs", "encoder", "sha256"), None,
-     "m/model.json:graphs.encoder.sha256: expected a string, found None"),
+     "m/model.json:graphs.encoder.sha256: expected a string, found null"),
     (("contract", "history_length"), "4",
      "m/model.json:contract.history_length: expected an integer, found '4'"),
     (("provenance",), [], "m/model.json:provenance: expected a mapping, found []"),
@@ -171,7 +171,7 @@ def test_rules_wrong_type(tmp_path: Path) -> None:
     assert _rules_message(tmp_path, _RULES.replace("belt", "5")) == \
         "rules.yaml:keep_out.regions[0].name: expected a string, found 5"
     assert _rules_message(tmp_path, "keep_out:\n") == \
-        "rules.yaml:keep_out: expected a mapping, found None"
+        "rules.yaml:keep_out: expected a mapping, found null"
     assert _rules_message(tmp_path, "goal: {image: g.npy, min_ssim: high}\n") == \
         "rules.yaml:goal.min_ssim: expected a finite number, found 'high'"
 

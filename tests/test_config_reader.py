@@ -82,7 +82,7 @@ def test_an_int_is_a_number_and_is_kept_as_written() -> None:
                       "found 'x'"),
     (dict(scale=[1, "x"]), "f.json:scale[1]: expected a finite number, found 'x'"),
     (dict(table={"x": "1"}), "f.json:table.x: expected a finite number, found '1'"),
-    (dict(rule=None), "f.json:rule: expected a mapping, found None"),
+    (dict(rule=None), "f.json:rule: expected a mapping, found null"),
 ])
 def test_a_wrong_type_names_the_key_path_what_was_expected_and_found(over, message) -> None:
     err = _refused(_doc(**over))

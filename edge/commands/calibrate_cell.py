@@ -430,10 +430,10 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
                    help="store although the check failed, recording REASON")
     s.add_argument("--reference", metavar="PNG",
                    help="reference frame (default EPISODE.reference.png, else frame 0)")
-    s.add_argument("--cache-dir", metavar="DIR")
+    s.add_argument("--cache-dir", metavar="DIR", help="calibration cache root (default: STATE_ROOT/calibration; see syncedge --help)")
     s.add_argument("--chain", metavar="FILE", nargs="?", const="@read",
                    help="store the chain model's calibration instead of an ONNX model's "
-                        "context: read it from the episode now (torch, 1-3 minutes), or store "
+                        "context: read it from the episode now (torch, 1-3 minutes on 2 idle cores), or store "
                         "FILE, a chain read elsewhere by 'syncedge model read-chain' (checked "
                         "against the episode); then 'simulate --cell ID --chain' runs from "
                         "the cache")
@@ -455,7 +455,7 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
     v.add_argument("--camera-id")
     v.add_argument("--robot-id")
     v.add_argument("--model", metavar="DIR", help="model folder (default: the active bundle)")
-    v.add_argument("--cache-dir", metavar="DIR")
+    v.add_argument("--cache-dir", metavar="DIR", help="calibration cache root (default: STATE_ROOT/calibration; see syncedge --help)")
     v.add_argument("--warmup", type=int, default=5, help="frames to skip first")
     v.add_argument("--max-shift-frac", type=float, default=0.01)
     v.add_argument("--max-rotation-deg", type=float, default=0.5)
@@ -479,7 +479,7 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
     a.add_argument("--camera", metavar="SRC", help="record the validation episode: camera")
     a.add_argument("--joints", metavar="URL", help="... joint stream")
     a.add_argument("--plan", metavar="FILE", help="... motion program ('plan --motion')")
-    a.add_argument("--cache-dir", metavar="DIR")
+    a.add_argument("--cache-dir", metavar="DIR", help="calibration cache root (default: STATE_ROOT/calibration; see syncedge --help)")
     a.add_argument("--chain", action="store_true",
                    help="validate the cell's cached chain calibration ('calibrate store "
                         "--chain') on --episode, beside copying the start frame")

@@ -188,7 +188,8 @@ def run_store_chain(args: argparse.Namespace) -> int:
     fit = chain.residual_px
     print(f"stored {key.cell_id}/{key.camera_id}/{key.robot_id}/{key.model_sha256[:12]} "
           f"(chain calibration: {int(chain.robot.sum())} arm pixels, {chain.num_dof} channels, "
-          f"track residual {float(np.max(fit)) if fit.size else 0.0:.2f} px; "
+          f"track residual at most {float(np.max(fit)) if fit.size else 0.0:.2f} px "
+          f"(the worst channel); "
           f"{'read in ' + format(read_s, '.0f') + ' s' if read_s else 'from ' + source}"
           f"{', FORCED: ' + reason if forced else ''})"
           f"{'; replaced the entry stored before under this key' if replaced else ''}")
