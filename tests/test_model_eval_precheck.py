@@ -189,3 +189,39 @@ def test_one_cell_with_the_chain_adds_its_rows_and_sheet_and_keeps_its_read(tmp_
     assert code == 0 and "chain in" not in err  # the kept read is reused
     again = json.loads((tmp_path / "again" / "precheck.json").read_text())
     assert again["splits"]["all_held_out"]["models"]["chain"] == models["chain"]
+
+
+def test_keep_out_margins_are_checked_before_work(tmp_path, capsys) -> None:
+    for argv, want in ((("--keep-out-margin", "1"), "--keep-out-margin: needs --chain"),
+                       (("--chain", "--keep-out-margin", "40"),
+                        "--keep-out-margin 40: expected 0..32 px")):
+        code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY, *argv,
+                            "--out", str(tmp_path / "o"))
+        assert code == 2 and want in _one_error_line(err)
+        assert not (tmp_path / "o").exists()
+
+
+@needs_mujoco
+def test_a_grown_keep_out_refuses_at_least_what_the_region_refuses(tmp_path, capsys) -> None:
+    """From the kept chain read of the first in-distribution cell (bench/chain_fits/precheck,
+    copied: a read is only made where the rendering differs), the margin rows refuse a
+    superset of the margin-0 row's candidates, so recall and false refusals only grow."""
+    import shutil
+
+    fits = tmp_path / "fits"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "bench" / "chain_fits" /
+                    "precheck", fits)
+    out = tmp_path / "eval"
+    code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY, "--cells", "2",
+                        "--split", "in_distribution", "--threads", "1", "--chain",
+                        "--chain-fits", str(fits), "--keep-out-margin", "1",
+                        "--keep-out-margin", "3", "--out", str(out))
+    assert code == 0, err
+    result = json.loads((out / "precheck.json").read_text())
+    assert result["options"]["keep_out_margins_px"] == [1.0, 3.0]
+    models = result["splits"]["in_distribution"]["models"]
+    rows = [models[k] for k in ("chain", "chain_margin_1px", "chain_margin_3px")]
+    for key in ("keepout_recall", "keepout_false_refusals"):
+        values = [r[key]["value"] for r in rows if r[key]["value"] is not None]
+        assert values == sorted(values), (key, values)
+    assert rows[2]["keepout_false_refusals"]["value"] > rows[0]["keepout_false_refusals"]["value"]

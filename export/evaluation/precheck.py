@@ -165,9 +165,10 @@ def check_options(opts: PrecheckEvalOptions) -> None:
     if opts.chain_size < 64 or opts.chain_size % 64:
         raise ExportError(f"--chain-size {opts.chain_size}: expected a whole multiple of the "
                           "model's 64 px, such as 256")
-    for m in opts.keep_out_margins:
-        if not 0 <= m <= MAX_MARGIN_PX:
-            raise ExportError(f"--keep-out-margin {m:g}: expected 0..{MAX_MARGIN_PX:g} px")
+    for margin in opts.keep_out_margins:
+        if not 0 <= margin <= MAX_MARGIN_PX:
+            raise ExportError(f"--keep-out-margin {margin:g}: expected 0..{MAX_MARGIN_PX:g} "
+                              "px")
     if opts.keep_out_margins and not opts.chain:
         raise ExportError("--keep-out-margin: needs --chain (the margins are measured on the "
                           "chain model's keep-out verdict)")
@@ -367,7 +368,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                                                "no_calibration": [], "copy_last": []}
                 if opts.chain:
                     rows.update(chain=[], chain_motion=[])
-                    rows.update({margin_label(m): [] for m in opts.keep_out_margins})
+                    rows.update({margin_label(x): [] for x in opts.keep_out_margins})
                 shown: list[SheetCell] = []
                 shown_chain: list[SheetCell] = []
                 skipped = 0
@@ -404,9 +405,9 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                                                       with_cover=True)
                         rows["chain"].append(score_cell(c, frames, cover.astype(np.float32)))
                         rows["chain_motion"].append(score_cell(c, frames))
-                        for m in opts.keep_out_margins:
-                            rows[margin_label(m)].append(score_cell(
-                                c, frames, cover.astype(np.float32), margin_px=m))
+                        for margin in opts.keep_out_margins:
+                            rows[margin_label(margin)].append(score_cell(
+                                c, frames, cover.astype(np.float32), margin_px=margin))
                         if opts.out is not None and len(shown_chain) < opts.sheet_cells:
                             shown_chain.append(SheetCell.from_cell(
                                 f"{name} cell {i}", c, frames, rows["chain"][-1]))
