@@ -291,6 +291,11 @@ def test_storing_a_chain_refuses_one_read_from_another_episode(tmp_path, capsys)
     assert "--model: not with --chain" in err(
         ["calibrate", "store", str(cal), "--chain", str(CHAIN), "--model", "models/reference",
          "--cache-dir", cache])
+    assert not (tmp_path / "cache").exists()  # no refused store created the cache
+    assert "--cache-dir " + cache + ": no such folder" in err(
+        ["simulate", "--cell", "sample-cell", "--chain", "--cache-dir", cache,
+         "--start", str(SAMPLE / "test.npz"), "--out", str(tmp_path / "o")])
+    (tmp_path / "cache").mkdir()
     assert "no chain calibration for cell 'sample-cell'" in err(
         ["simulate", "--cell", "sample-cell", "--chain", "--cache-dir", cache,
          "--start", str(SAMPLE / "test.npz"), "--out", str(tmp_path / "o")])
