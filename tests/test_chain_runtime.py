@@ -164,8 +164,13 @@ def test_file_round_trip_and_refusals(tmp_path):
         np.savez(out, **data)
         return str(out)
 
-    with pytest.raises(ChainFileError, match="'schema_version': expected 1, found 2"):
+    with pytest.raises(ChainFileError, match="'schema_version': expected one of 1, 2, found 3"):
+        load_chain_calibration(rewrite("v3.npz", schema_version=3))
+    with pytest.raises(ChainFileError, match="field 'travel_per_unit' missing"):
         load_chain_calibration(rewrite("v2.npz", schema_version=2))
+    with pytest.raises(ChainFileError, match="has no prismatic channel"):
+        load_chain_calibration(rewrite("v2zero.npz", schema_version=2,
+                                       travel_per_unit=np.zeros(chain.num_dof)))
     with pytest.raises(ChainFileError, match="field 'depth': expected positive"):
         load_chain_calibration(rewrite("neg.npz", depth=-chain.depth))
     with pytest.raises(ChainFileError, match="field 'axes': expected shape"):

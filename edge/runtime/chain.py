@@ -42,19 +42,27 @@ import numpy as np
 from edge.fileio import atomic_write
 from edge.runtime.errors import RuntimeInputError
 
-__all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "CHAIN_SCHEMA_VERSION", "ChainCalibration", "ChainFileError",
+__all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
+           "ChainCalibration", "ChainFileError",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
            "arm_cover", "chain_positions", "sweep_check", "chain_rollout", "close_gaps", "compose_chain",
            "load_chain_calibration", "save_chain_calibration", "splat_values"]
 
 #: The ``format`` field of a chain calibration file's header.
 CHAIN_FORMAT = "syncedge.chain_calibration"
-#: Its schema version; a file of another version is refused by name.
+#: Its schema version: 1 (revolute channels only) or 2 (adds ``travel_per_unit``, the
+#: prismatic channels). A chain without a prismatic channel is written as schema 1, byte for
+#: byte as before schema 2 existed, so a runtime that reads schema 1 only still reads it;
+#: one with a prismatic channel is written as schema 2, which such a runtime refuses by name
+#: rather than rolling the sliding channel out as a turn. A file of another version is
+#: refused by name.
 CHAIN_SCHEMA_VERSION = 1
+#: The schema versions this runtime reads.
+CHAIN_SCHEMA_VERSIONS = (1, 2)
 #: The chain model's identity in the calibration cache (the ``model_sha256`` of the cache
 #: entries whose context is a chain calibration of this schema): the sha256 of
-#: ``"syncedge.chain_calibration/1"``. A new schema version gives new entries; the old ones
-#: stay until removed.
+#: ``"syncedge.chain_calibration/1"``. Schema 2 only adds prismatic channels and keeps this
+#: identity (its files are refused by a runtime that reads schema 1 only).
 CHAIN_MODEL_SHA256 = hashlib.sha256(f"{CHAIN_FORMAT}/{CHAIN_SCHEMA_VERSION}".encode()).hexdigest()
 
 
@@ -74,11 +82,13 @@ class ChainCalibration:
         depth: float64 ``[N]``, each arm pixel's depth (row-major order of ``robot``), in
             the median arm depth (a gauge: only ratios are observable).
         axes: float64 ``[K, 3]``, each channel's unit axis: a positive change of the
-            channel's reading turns its points right-handed about it (zero where the
-            calibration showed no motion of the channel: it moves nothing).
+            channel's reading turns its points right-handed about it, or for a prismatic
+            channel slides them along it (zero where the calibration showed no motion of
+            the channel: it moves nothing).
         pivots: float64 ``[K, 3]``, a point on each axis (same unit as depth).
         carried: float64 ``[K, N]`` in [0, 1], how much each channel carries each point.
-        rad_per_unit: float64 ``[K]``, the turn (rad) per unit of each channel's reading.
+        rad_per_unit: float64 ``[K]``, the turn (rad) per unit of each channel's reading
+            (0 for a prismatic channel).
         focal_px: the camera's focal length on the grid, px.
         centre_px: float64 ``[2]``, its principal point on the grid, px (pixel i's centre
             at i + 0.5).
@@ -91,6 +101,9 @@ class ChainCalibration:
         background_seen: bool ``[H, W]``, where it does.
         dof_names: the ``K`` channel names, controller order.
         info: provenance (source calibration and its sha256, reading options, timings).
+        travel_per_unit: float64 ``[K]``, >= 0, how far (depth unit) a prismatic channel
+            slides its points along its axis per unit of its reading (a gripper's m); 0 for
+            a revolute channel. None: every channel revolute (a schema-1 file).
     """
 
     robot: np.ndarray
@@ -108,6 +121,16 @@ class ChainCalibration:
     background_seen: np.ndarray
     dof_names: list[str]
     info: dict = field(default_factory=dict)
+    travel_per_unit: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.travel_per_unit is None:
+            self.travel_per_unit = np.zeros(len(self.dof_names))
+
+    @property
+    def prismatic(self) -> np.ndarray:
+        """bool ``[K]``, the channels that slide (``travel_per_unit > 0``)."""
+        return np.asarray(self.travel_per_unit) > 0
 
     @property
     def resolution(self) -> tuple[int, int]:
@@ -140,8 +163,8 @@ class ChainCalibration:
         h, w = self.robot.shape
         n, k = int(self.robot.sum()), len(self.dof_names)
         shapes = {"depth": (n,), "axes": (k, 3), "pivots": (k, 3), "carried": (k, n),
-                  "rad_per_unit": (k,), "centre_px": (2,), "residual_px": (k,),
-                  "home_frame": (h, w, 3), "home_joint_positions": (k,),
+                  "rad_per_unit": (k,), "travel_per_unit": (k,), "centre_px": (2,),
+                  "residual_px": (k,), "home_frame": (h, w, 3), "home_joint_positions": (k,),
                   "background": (h, w, 3), "background_seen": (h, w)}
         for name, shape in shapes.items():
             a = np.asarray(getattr(self, name))
@@ -163,19 +186,37 @@ class ChainCalibration:
                       "of)", f"lengths {np.round(norm, 4).tolist()}")
         if ((self.carried < 0) | (self.carried > 1)).any():
             raise bad("carried", "values in [0, 1]", "others")
+        travel = np.asarray(self.travel_per_unit, np.float64)
+        if (travel < 0).any():
+            raise bad("travel_per_unit", "values >= 0 (the direction is the axis')",
+                      str(np.round(travel, 4).tolist()))
+        both = (travel > 0) & (np.asarray(self.rad_per_unit) != 0)
+        if both.any():
+            raise bad("travel_per_unit", "0 where rad_per_unit is not (a channel turns or "
+                      "slides)", f"both on channels {np.nonzero(both)[0].tolist()}")
         if not (np.isfinite(self.focal_px) and self.focal_px > 0):
             raise bad("focal_px", "a positive focal length (px)", str(self.focal_px))
         if len(set(self.dof_names)) != k:
             raise bad("dof_names", "distinct names", str(self.dof_names))
 
+    @property
+    def schema_version(self) -> int:
+        """The file schema this chain needs: 2 with a prismatic channel, else 1."""
+        return 2 if self.prismatic.any() else 1
+
     def arrays(self) -> dict[str, np.ndarray]:
-        """The array fields by name (what the file stores besides its header)."""
-        return {"robot": self.robot, "depth": self.depth, "axes": self.axes,
-                "pivots": self.pivots, "carried": self.carried,
-                "rad_per_unit": self.rad_per_unit, "centre_px": self.centre_px,
-                "residual_px": self.residual_px, "home_frame": self.home_frame,
-                "home_joint_positions": self.home_joint_positions,
-                "background": self.background, "background_seen": self.background_seen}
+        """The array fields by name (what the file stores besides its header;
+        ``travel_per_unit`` only with a prismatic channel, so a revolute chain's file and
+        digest are schema 1's)."""
+        out = {"robot": self.robot, "depth": self.depth, "axes": self.axes,
+               "pivots": self.pivots, "carried": self.carried,
+               "rad_per_unit": self.rad_per_unit, "centre_px": self.centre_px,
+               "residual_px": self.residual_px, "home_frame": self.home_frame,
+               "home_joint_positions": self.home_joint_positions,
+               "background": self.background, "background_seen": self.background_seen}
+        if self.schema_version >= 2:
+            out["travel_per_unit"] = np.asarray(self.travel_per_unit, np.float64)
+        return out
 
     def sha256(self) -> str:
         """A digest of the arrays, focal length and channel names (not ``info``)."""
@@ -199,7 +240,7 @@ def chain_bytes(chain: ChainCalibration, where: str = "chain calibration") -> by
         ChainFileError: ``chain`` does not validate (``where`` names it).
     """
     chain.validate(where)
-    header = {"format": CHAIN_FORMAT, "schema_version": CHAIN_SCHEMA_VERSION,
+    header = {"format": CHAIN_FORMAT, "schema_version": chain.schema_version,
               "resolution": list(chain.resolution), "dof_names": list(chain.dof_names),
               "focal_px": float(chain.focal_px), "sha256": chain.sha256(), "info": chain.info}
     arrays: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in chain.arrays().items()}
@@ -277,17 +318,18 @@ def chain_from_bytes(raw: bytes, where: str) -> ChainCalibration:
     if not isinstance(header, dict) or header.get("format") != CHAIN_FORMAT:
         raise ChainFileError(f"{p}: header field 'format': expected '{CHAIN_FORMAT}', found "
                              f"{header.get('format') if isinstance(header, dict) else header!r}")
-    if header.get("schema_version") != CHAIN_SCHEMA_VERSION:
-        raise ChainFileError(f"{p}: header field 'schema_version': expected "
-                             f"{CHAIN_SCHEMA_VERSION}, found {header.get('schema_version')!r}; "
-                             "read the calibration again with this version's `syncedge model "
-                             "read-chain`")
+    version = header.get("schema_version")
+    if version not in CHAIN_SCHEMA_VERSIONS or isinstance(version, bool):
+        raise ChainFileError(f"{p}: header field 'schema_version': expected one of "
+                             f"{', '.join(map(str, CHAIN_SCHEMA_VERSIONS))}, found "
+                             f"{version!r}; read the calibration again with this version's "
+                             "`syncedge model read-chain`")
     for name in ("dof_names", "focal_px", "sha256"):
         if name not in header:
             raise ChainFileError(f"{p}: header field '{name}' missing")
     names = ("robot", "depth", "axes", "pivots", "carried", "rad_per_unit", "centre_px",
              "residual_px", "home_frame", "home_joint_positions", "background",
-             "background_seen")
+             "background_seen") + (("travel_per_unit",) if version >= 2 else ())
     for name in names:
         if name not in data:
             raise ChainFileError(f"{p}: field '{name}' missing")
@@ -309,8 +351,13 @@ def chain_from_bytes(raw: bytes, where: str) -> ChainCalibration:
         home_frame=data["home_frame"], home_joint_positions=f64["home_joint_positions"],
         background=data["background"].astype(np.float32),
         background_seen=data["background_seen"], dof_names=list(dof),
-        info=header.get("info") or {})
+        info=header.get("info") or {}, travel_per_unit=f64.get("travel_per_unit"))
     chain.validate(p)
+    if chain.schema_version != version:
+        raise ChainFileError(f"{p}: header field 'schema_version': {version}, but the file "
+                             f"{'has' if chain.prismatic.any() else 'has no'} prismatic "
+                             f"channel (schema {chain.schema_version}); read the calibration "
+                             "again")
     if chain.sha256() != header["sha256"]:
         raise ChainFileError(f"{p}: content sha256 {chain.sha256()[:12]}... is not the "
                              f"header's {str(header['sha256'])[:12]}...: the file was altered "
@@ -324,7 +371,7 @@ def chain_from_bytes(raw: bytes, where: str) -> ChainCalibration:
 class ChainGeometry(Protocol):
     """What the geometry functions read: :class:`ChainCalibration`'s (or the fit's)
     ``robot``, ``depth``, ``axes``, ``pivots``, ``carried``, ``rad_per_unit``,
-    ``focal_px`` and ``centre_px``."""
+    ``travel_per_unit`` (None: every channel revolute), ``focal_px`` and ``centre_px``."""
 
     robot: np.ndarray
     depth: np.ndarray
@@ -332,26 +379,34 @@ class ChainGeometry(Protocol):
     pivots: np.ndarray
     carried: np.ndarray
     rad_per_unit: np.ndarray
+    travel_per_unit: np.ndarray | None
     focal_px: float
     centre_px: np.ndarray
 
 
 def compose_chain(points: np.ndarray, axes: np.ndarray, pivots: np.ndarray,
-                  angles: np.ndarray, carried: np.ndarray) -> np.ndarray:
-    """The product of exponentials: every point turned about each joint that carries it.
+                  angles: np.ndarray, carried: np.ndarray,
+                  travel: np.ndarray | None = None) -> np.ndarray:
+    """The product of exponentials: every point moved by each joint that carries it.
 
     Args:
         points: float64 ``[N, 3]`` at the reference pose.
         axes, pivots: float64 ``[K, 3]``, unit axes and a point on each.
         angles: float64 ``[S, K]``, each joint's turn from the reference pose, rad.
-        carried: float64 ``[K, N]`` in [0, 1] (a soft value blends the turned and unturned
+        carried: float64 ``[K, N]`` in [0, 1] (a soft value blends the moved and unmoved
             point).
+        travel: float64 ``[S, K]``, each joint's slide along its axis from the reference
+            pose (the points' unit; a prismatic joint's), or None: none.
 
     Returns:
         float64 ``[S, N, 3]``. The joints are applied distal first, the order following
         from the memberships (a proximal joint carries more points), as
-        ``export.models.kinematics.compose_chain`` does; each turn is Rodrigues' rotation
-        matrix ``I + sin t [w]x + (1 - cos t) [w]x^2`` about the line through the pivot.
+        ``export.models.kinematics.compose_chain`` does; each joint's motion is the screw
+        ``x -> R (x - o) + o + d w``: Rodrigues' rotation matrix
+        ``R = I + sin t [w]x + (1 - cos t) [w]x^2`` about the line through the pivot ``o``
+        and the slide ``d`` along the axis ``w`` (Murray, Li and Sastry, *A Mathematical
+        Introduction to Robotic Manipulation*, 1994, ch. 2: a revolute joint has ``d = 0``,
+        a prismatic one ``t = 0``).
     """
     order = np.argsort(-carried.sum(1), kind="stable")
     s = len(angles)
@@ -368,6 +423,8 @@ def compose_chain(points: np.ndarray, axes: np.ndarray, pivots: np.ndarray,
             continue
         v = p[:, moving] - o
         turned = np.matmul(v, rot.transpose(0, 2, 1)) + o
+        if travel is not None:
+            turned = turned + travel[:, j, None, None] * w
         cm = c[moving][None, :, None]
         p[:, moving] += cm * (turned - p[:, moving])
     return p
@@ -402,7 +459,10 @@ def chain_positions(chain: ChainGeometry, offsets: np.ndarray, upsample: int = 1
     """
     off = np.asarray(offsets, np.float64)
     pts, car = _samples(chain, upsample)
-    moved = compose_chain(pts, chain.axes, chain.pivots, off * chain.rad_per_unit[None], car)
+    slide = getattr(chain, "travel_per_unit", None)
+    moved = compose_chain(pts, chain.axes, chain.pivots, off * chain.rad_per_unit[None], car,
+                          None if slide is None or not np.any(slide)
+                          else off * np.asarray(slide, np.float64)[None])
     z = np.maximum(moved[..., 2], 1e-3)
     uv = moved[..., :2] / z[..., None] * chain.focal_px + chain.centre_px
     return uv, z

@@ -53,13 +53,17 @@ class ChainFit:
         robot: bool ``[H, W]``, the home frame's pixels that move in some sweep.
         depth: float64 ``[N]``, each robot pixel's depth (row-major order of ``robot``).
         axes: float64 ``[K, 3]``, each channel's unit axis: a positive change of the
-            channel's joint reading turns the points right-handed about it.
+            channel's joint reading turns the points right-handed about it (a prismatic
+            channel: slides them along it).
         pivots: float64 ``[K, 3]``, a point on each axis.
         carried: float64 ``[K, N]`` in {0, 1}, which channels carry each point.
-        rad_per_unit: float64 ``[K]``, the turn (rad) per unit of each channel's reading.
+        rad_per_unit: float64 ``[K]``, the turn (rad) per unit of each channel's reading
+            (0 for a prismatic channel).
         focal_px: focal length, px.
         centre_px: float64 ``[2]``, principal point, px (pixel i's centre at i + 0.5).
         residual_px: float64 ``[K]``, each channel's RMS track residual after the fit, px.
+        travel_per_unit: float64 ``[K]``, a prismatic channel's slide (depth unit) per unit
+            of its reading (m); 0 for a revolute channel. None: every channel revolute.
     """
 
     robot: np.ndarray
@@ -71,6 +75,11 @@ class ChainFit:
     focal_px: float
     centre_px: np.ndarray
     residual_px: np.ndarray
+    travel_per_unit: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.travel_per_unit is None:
+            self.travel_per_unit = np.zeros(len(self.axes))
 
     def points(self) -> np.ndarray:
         """The robot pixels' 3-D points float64 ``[N, 3]``."""
@@ -285,7 +294,8 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
               segments: list[tuple[int, int]], focal_px: float, centre_px: np.ndarray,
               robot: np.ndarray | None = None, moving_px: float = 0.5,
               restarts: int = 16, steps: int = 300, refine_steps: int = 600,
-              smooth: float = 2.0, seed: int = 0) -> ChainFit:
+              smooth: float = 2.0, seed: int = 0,
+              prismatic: np.ndarray | None = None) -> ChainFit:
     """Fit depths, axes and pivots to a calibration sweep's tracks (module docstring).
 
     Args:
@@ -306,6 +316,9 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
             neighbouring robot pixels: a link's surface is smooth), against the mean
             Huber track residual (px).
         seed: of the initial directions.
+        prismatic: bool ``[K]``, the channels that slide (a reading in m: a linear axis or a
+            gripper) instead of turning; each gets a direction and a travel per unit (a
+            point p moves to ``p + dq v``) in place of an axis line and a turn. None: none.
 
     Returns:
         :class:`ChainFit`.
@@ -327,6 +340,10 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
     for a, b in segments:
         if not 0 <= a < b <= t_all:
             raise ValueError(f"fit_chain: segment ({a}, {b}) outside the {t_all} frames")
+    slide = (np.zeros(k, bool) if prismatic is None
+             else np.asarray(prismatic, bool).reshape(-1))
+    if len(slide) != k:
+        raise ValueError(f"fit_chain: prismatic has {len(slide)} entries, expected {k}")
     mag = np.linalg.norm(tracks, axis=-1) * valid  # (T, H, W)
     if robot is None:
         robot = mag.max(0) > moving_px
@@ -361,16 +378,24 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
 
     set_carried(carried)
 
+    def moved(c, p, axis, pivot):
+        """Points ``p`` ``[N, 3]`` at channel c's sweep frames ``[L, N, 3]``: turned about
+        the unit ``axis`` through ``pivot``, or (prismatic) slid by the reading times the
+        vector ``axis``."""
+        if slide[c]:
+            return p[None] + ang[c][:, None, None] * axis[None, None, :]
+        wv = axis / axis.norm()
+        return rotate_about_axis(p[None].expand(len(ang[c]), -1, -1),
+                                 wv[None].expand(len(ang[c]), -1),
+                                 pivot[None].expand(len(ang[c]), -1), ang[c])
+
     def channel_loss(c, axis, pivot, logz, sel=None):
         p = ray * logz.exp()[:, None]
         if sel is not None:
             p, o, m = p[sel], obs[c][:, sel], ok[c][:, sel]
         else:
             o, m = obs[c], ok[c]
-        wv = axis / axis.norm()
-        turned = rotate_about_axis(p[None].expand(len(ang[c]), -1, -1),
-                                   wv[None].expand(len(ang[c]), -1),
-                                   pivot[None].expand(len(ang[c]), -1), ang[c])
+        turned = moved(c, p, axis, pivot)
         r = (project(turned) - o).norm(dim=-1)
         hub = torch.where(r < 1.0, 0.5 * r ** 2, r - 0.5)
         return (hub * m).sum() / m.sum().clamp(min=1.0)
@@ -402,6 +427,11 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
                                                           np.zeros(len(sel_np)))
         dirs = rng.normal(size=(restarts, 3))
         dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+        if slide[c]:  # a slide vector of the size that moves the points as far as seen
+            a, b = segments[c]
+            reach = max(float(np.abs(q[a:b, c] - q[0, c]).max()), 1e-9)
+            seen_px = float(np.median(mag[a:b][:, ys[sel_np], xs[sel_np]].max(0)))
+            dirs *= max(seen_px, moving_px) * np.exp(start_z) / (f * reach)
         keep = torch.zeros(n, dtype=torch.bool)
         keep[sel] = True
         for d in dirs:
@@ -451,10 +481,7 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         moves = np.zeros((k, n), bool)
         p = ray * logz_t.exp()[:, None]
         for c in active:
-            wv = axis_t[c] / axis_t[c].norm()
-            turned = rotate_about_axis(p[None].expand(len(ang[c]), -1, -1),
-                                       wv[None].expand(len(ang[c]), -1),
-                                       pivot_t[c][None].expand(len(ang[c]), -1), ang[c])
+            turned = moved(c, p, axis_t[c], pivot_t[c])
             r_rot = (((project(turned) - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             r_static = (((uv0[None] - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             moves[c] = (r_rot < r_static).numpy()
@@ -468,22 +495,26 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         norm = axis_t.norm(dim=1, keepdim=True)
         axes = torch.where(norm > 0, axis_t / norm.clamp(min=1e-12), 0.0).numpy()
         pivots = (pivot_t * scale).numpy()
+        # a slide vector's length is its travel per unit, in the gauged depth unit
+        travel = np.where(slide, norm[:, 0].numpy() * scale, 0.0)
         for c in range(k):
             if c not in active:  # a channel whose sweep moves nothing the home frame shows
                 axes[c] = 0.0
                 pivots[c] = 0.0
+                travel[c] = 0.0
                 carried[c] = False
+            elif slide[c]:
+                pivots[c] = 0.0
         res = np.zeros(k)
         for c in active:
             p = ray * logz.exp()[:, None]
-            turned = rotate_about_axis(p[None].expand(len(ang[c]), -1, -1),
-                                       torch.tensor(axes[c])[None].expand(len(ang[c]), -1),
-                                       torch.tensor(pivots[c])[None].expand(len(ang[c]), -1),
-                                       ang[c])
+            vec = torch.tensor(axes[c] * (travel[c] if slide[c] else 1.0))
+            turned = moved(c, p, vec, torch.tensor(pivots[c]))
             r2 = ((project(turned) - obs[c]) ** 2).sum(-1)
             res[c] = torch.sqrt((r2 * ok[c]).sum() / ok[c].sum().clamp(min=1.0)).item()
     return ChainFit(robot, logz.exp().numpy(), axes, pivots, carried.astype(np.float64),
-                    np.ones(k), f, np.asarray(centre_px, np.float64), res)
+                    np.where(slide, 0.0, 1.0), f, np.asarray(centre_px, np.float64), res,
+                    travel_per_unit=travel)
 
 
 def chain_positions(fit: ChainFit, offsets: np.ndarray, upsample: int = 1
@@ -530,7 +561,8 @@ def as_calibration(fit: ChainFit, home: np.ndarray, home_joint_positions: np.nda
         home_joint_positions=np.asarray(home_joint_positions, np.float64),
         background=np.asarray(bg, np.float32), background_seen=np.asarray(seen, bool),
         dof_names=list(dof_names) if dof_names else [f"dof{i}" for i in range(k)],
-        info=dict(info or {}))
+        info=dict(info or {}),
+        travel_per_unit=np.asarray(fit.travel_per_unit, np.float64))
     chain.validate("chain fit")
     return chain
 
@@ -660,6 +692,8 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     colour = obs[0, :, hy, hx].T.to(dt)  # (M, 3)
     car = torch.tensor(fit.carried, dtype=dt)[:, parent]  # (K, M)
     ang = torch.tensor((q - q[0]) * fit.rad_per_unit[None], dtype=dt)
+    off = torch.tensor(q - q[0], dtype=dt)
+    slide = torch.tensor(np.asarray(fit.travel_per_unit) > 0)
     active = torch.tensor(fit.carried.sum(1) >= 3)
     pairs = torch.from_numpy(_neighbour_pairs(fit.robot))
 
@@ -667,6 +701,7 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     axes = torch.tensor(fit.axes, dtype=dt, requires_grad=True)
     pivots = torch.tensor(fit.pivots, dtype=dt, requires_grad=True)
     opacity = torch.full((len(hy),), 3.0, dtype=dt, requires_grad=True)
+    travel = torch.tensor(fit.travel_per_unit, dtype=dt, requires_grad=True)
 
     def render(sel):
         s = len(sel)
@@ -675,7 +710,8 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
         ax = torch.where(active[:, None], axes / norm, torch.zeros_like(axes))
         moved = compose_chain(pts[None].expand(s, -1, -1), ax[None].expand(s, -1, -1),
                               pivots[None].expand(s, -1, -1), ang[sel],
-                              car[None].expand(s, -1, -1))
+                              car[None].expand(s, -1, -1),
+                              travel=off[sel] * torch.where(slide, travel, 0.0)[None])
         z = moved[..., 2].clamp(min=1e-3)
         uv = (moved[..., :2] / z[..., None] * f + cen) * r
         val, dens = splat_values(uv, colour[None].expand(s, -1, -1), (fh, fw),
@@ -704,8 +740,10 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
 
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam([{"params": [logz, axes, pivots], "lr": lr},
+                            {"params": [travel], "lr": lr * float(travel.detach().abs().max().clamp(
+                                min=1e-3))},
                             {"params": [opacity], "lr": 0.05}])
-    params = [logz, axes, pivots, opacity]
+    params = [logz, axes, pivots, travel, opacity]
     saved = [p.detach().clone() for p in params]
     diverged = False
     for level, (nsteps, sigma) in enumerate(zip(steps, blur_px, strict=True)):
@@ -744,19 +782,22 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
         scale = float(torch.exp(-med))
         norm = axes.norm(dim=1, keepdim=True)
         ax = torch.where((norm > 0) & active[:, None], axes / norm.clamp(min=1e-12), 0.0)
-        piv = torch.where(active[:, None], pivots * scale, 0.0)
+        piv = torch.where(active[:, None] & ~slide[:, None], pivots * scale, 0.0)
+        # a slide refined past zero keeps its length and turns its direction round
+        trav = torch.where(slide & active, travel * scale, 0.0)
+        ax = torch.where((trav < 0)[:, None], -ax, ax)
         depth = (logz - med).exp()
         alpha = torch.zeros(n, dtype=dt).index_add(0, parent, torch.sigmoid(opacity)) / (r * r)
     return ChainFit(fit.robot, depth.numpy(), ax.numpy(), piv.numpy(), fit.carried.copy(),
                     fit.rad_per_unit.copy(), fit.focal_px, fit.centre_px.copy(),
-                    fit.residual_px.copy()), alpha.numpy()
+                    fit.residual_px.copy(), travel_per_unit=trav.abs().numpy()), alpha.numpy()
 
 
 def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
                segments: list[tuple[int, int]], focal_px: float, centre_px: np.ndarray,
                size: tuple[int, int], photometric_size: int | None = 128,
                fit_options: dict | None = None, refine_options: dict | None = None,
-               log=None) -> ChainFit:
+               log=None, prismatic: np.ndarray | None = None) -> ChainFit:
     """A cell's chain read from its calibration episode alone, as a device would: the arm
     cut from the home frame (:func:`sweep_robot_mask`), its pixels tracked through the
     sweep (:func:`sweep_tracks`), the chain fitted to the tracks (:func:`fit_chain`) and
@@ -774,6 +815,7 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
         fit_options, refine_options: keyword arguments of :func:`fit_chain` and
             :func:`refine_photometric` (steps, restarts, ...), or None (their defaults).
         log: called with a line per stage, or None.
+        prismatic: bool ``[K]``, the channels that slide (:func:`fit_chain`); None: none.
 
     Returns:
         :class:`ChainFit` on the model's grid.
@@ -788,7 +830,7 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     say(f"arm: {int(robot.sum())} of {size[0] * size[1]} model pixels")
     tracks, valid = sweep_tracks(frames, size=size)
     fit = fit_chain(tracks, valid, joint_positions, segments, focal_px, centre_px,
-                    robot=robot, **(fit_options or {}))
+                    robot=robot, prismatic=prismatic, **(fit_options or {}))
     say(f"fit to the tracks: residual {np.round(fit.residual_px, 2).tolist()} px")
     if photometric_size:
         small = np.stack([cv2.resize(f, (photometric_size, photometric_size),
@@ -910,8 +952,8 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
         :class:`edge.runtime.chain.ChainCalibration`.
 
     Raises:
-        ValueError: not a calibration episode, a channel without a sweep segment or in
-            metres (the chain reads revolute joints), frames that are not a whole multiple
+        ValueError: not a calibration episode, a channel without a sweep segment, frames
+            that are not a whole multiple
             of ``size``, no field of view, sweeps that cannot be found in the joint
             readings (:func:`sweep_timing`).
     """
@@ -924,10 +966,8 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                          f"swept in turn), found kind '{meta.kind}'")
     names = list(meta.dof_names)
     k = len(names)
-    metres = [n for n, u in zip(names, meta.dof_units, strict=True) if u != "rad"]
-    if metres:
-        raise ValueError(f"channels {metres} are not in rad: the chain model reads revolute "
-                         "joints only")
+    # a channel in m (a linear axis, a gripper) slides its links; one in rad turns them
+    prismatic = np.array([u == "m" for u in meta.dof_units], bool)
     if episode.joint_positions is None:
         raise ValueError("the calibration episode has no joint_positions: the chain is fitted "
                          "to the joint readings recorded with each frame")
@@ -943,7 +983,7 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     q = np.asarray(episode.joint_positions, np.float64)[:, :k]
     t0 = time.perf_counter()
     fit = read_chain(frames, q, segments, focal, centre, size,
-                     photometric_size=photometric_size, log=log)
+                     photometric_size=photometric_size, log=log, prismatic=prismatic)
     h, w = size
     grid = on_grid(frames, size)
     background = calibration_background(fit, grid, q)
@@ -955,5 +995,6 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                             "fps": float(meta.fps), "recorded_frames": int(recorded),
                             "normalised": bool(ingest["normalised"])},
             "pinhole_from": where, "photometric_size": photometric_size,
+            "prismatic": [n for n, m in zip(names, prismatic, strict=True) if m],
             "arm_pixels": int(fit.robot.sum()), "seconds": round(time.perf_counter() - t0, 1)}
     return as_calibration(fit, grid[0], q[0], background, names, info)

@@ -57,8 +57,10 @@ def rotate_about_axis(points: Tensor, axis: Tensor, pivot: Tensor, angle: Tensor
 
 
 def compose_chain(points: Tensor, axes: Tensor, pivots: Tensor, angles: Tensor,
-                  carried: Tensor, order: Tensor | None = None) -> Tensor:
-    """The product of exponentials: every point turned by each joint that carries it.
+                  carried: Tensor, order: Tensor | None = None,
+                  travel: Tensor | None = None) -> Tensor:
+    """The product of exponentials: every point moved by each joint that carries it
+    (turned about its axis, and slid along it by ``travel``: a prismatic joint).
 
     Args:
         points: float ``[B, N, 3]`` at the reference pose.
@@ -72,6 +74,8 @@ def compose_chain(points: Tensor, axes: Tensor, pivots: Tensor, angles: Tensor,
             joint carries, most first (a proximal joint carries every point its distal
             joints carry, so the order follows from the memberships and does not depend on
             how the joints are numbered).
+        travel: float ``[B, K]``, each joint's slide along its axis from the reference
+            pose (the points' unit), or None: none (every joint revolute).
 
     Returns:
         float ``[B, N, 3]``.
@@ -82,11 +86,11 @@ def compose_chain(points: Tensor, axes: Tensor, pivots: Tensor, angles: Tensor,
     b, n, _ = points.shape
     k = axes.shape[1]
     if axes.shape != (b, k, 3) or pivots.shape != (b, k, 3) or angles.shape != (b, k) \
-            or carried.shape != (b, k, n):
+            or carried.shape != (b, k, n) or (travel is not None and travel.shape != (b, k)):
         raise ValueError(f"compose_chain: points {tuple(points.shape)}, axes "
                          f"{tuple(axes.shape)}, pivots {tuple(pivots.shape)}, angles "
                          f"{tuple(angles.shape)}, carried {tuple(carried.shape)}: expected "
-                         "[B, N, 3], [B, K, 3] twice, [B, K], [B, K, N]")
+                         "[B, N, 3], [B, K, 3] twice, [B, K], [B, K, N] (travel [B, K])")
     if order is None:
         order = torch.argsort(-carried.sum(-1), dim=1, stable=True)
     p = points
@@ -94,6 +98,8 @@ def compose_chain(points: Tensor, axes: Tensor, pivots: Tensor, angles: Tensor,
     for i in range(k - 1, -1, -1):  # distal first
         j = order[:, i]
         turned = rotate_about_axis(p, axes[rows, j], pivots[rows, j], angles[rows, j])
+        if travel is not None:
+            turned = turned + travel[rows, j][:, None, None] * axes[rows, j][:, None, :]
         c = carried[rows, j][..., None]  # (B, N, 1)
         p = p + c * (turned - p)
     return p
