@@ -254,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--calibration-timing {args.calibration_timing}: expected one of "
                     f"{', '.join(by_name)}")
         variant = by_name[args.calibration_timing]
-        preds_names.append(f"timing_{variant.name}")
+        # the same rollout (the runtime's) of the read at the planner's timing beside it
+        preds_names += [f"chain_{k}" for k in kinds if k == "dis"] + [f"timing_{variant.name}"]
     if args.other_cell:
         if not args.fits:
             p.error("--other-cell needs --fits (every cell's fit, read first)")
@@ -275,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     gen = CellGenerator(GenerateOptions())
     score = FuturesScore()
     fit_stats: dict[str, list] = {k: [] for k in kinds}
+    if variant is not None:
+        fit_stats[f"timing_{variant.name}"] = []
     track_err: list[float] = []
     track_err_far: list[float] = []  # the farthest quarter of the moving samples
     sheet_rows: list[np.ndarray] = []
@@ -312,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         _, f, c = camera_frame(torch.from_numpy(cam), 64, 64)
         truth_tracks = true_tracks(scene, params, qc[0], qc) if kinds else None
         fits = {}
+        calibrations = {}  # kind -> the runtime's chain calibration of that fit
         for kind in kinds:
             tf = time.perf_counter()
             saved = Path(args.fits) / f"{cell.cell_id}_{kind}.npz" if args.fits else None
@@ -319,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                 chain = load_chain_calibration(saved)
                 err, err_mirror = axis_errors(chain, scene, params, qc[0])
                 fits[kind] = (chain, (chain.background, chain.background_seen))
+                calibrations[kind] = chain
                 fit_stats[kind].append({"cell": cell.cell_id, "axis_error_deg": err.tolist(),
                                         "axis_error_or_twin_deg": err_mirror.tolist(),
                                         "residual_px": chain.residual_px.tolist(),
@@ -363,14 +368,20 @@ def main(argv: list[str] | None = None) -> int:
                                     "residual_px": fit.residual_px.tolist(),
                                     "robot_px": int(fit.robot.sum()),
                                     "seconds": time.perf_counter() - tf})
+            calibrations[kind] = as_calibration(fit, cal.frames[0], qc[0], fits[kind][1],
+                                                names, {"seconds": time.perf_counter() - tf})
             if saved is not None:
                 saved.parent.mkdir(parents=True, exist_ok=True)
-                save_chain_calibration(saved, as_calibration(
-                    fit, cal.frames[0], qc[0], fits[kind][1], names,
-                    {"seconds": time.perf_counter() - tf}))
+                save_chain_calibration(saved, calibrations[kind])
         timed = None
         if variant is not None:
             timed = timed_chain(args, variant, cell, params, cal, i)
+            err, err_mirror = axis_errors(timed, scene, params, qc[0])
+            fit_stats[f"timing_{variant.name}"].append({
+                "cell": cell.cell_id, "axis_error_deg": err.tolist(),
+                "axis_error_or_twin_deg": err_mirror.tolist(),
+                "residual_px": timed.residual_px.tolist(), "robot_px": int(timed.robot.sum()),
+                "seconds": float(timed.info.get("seconds", np.nan))})
         ctx = encode_calibration(warp, cal) if warp is not None else None
         for prof in ("all_joints", "two_joint"):
             fut = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen,
@@ -402,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
                         mis, start, q0 - qc[0], a, home=cal.frames[0], background=bg)
                         for a in acts])
             if timed is not None:
+                if "dis" in calibrations:
+                    preds["chain_dis"] = chain_rollout(calibrations["dis"], start, q0,
+                                                       fut.actions[:, :, :n])
                 preds[f"timing_{variant.name}"] = chain_rollout(timed, start, q0,
                                                                 fut.actions[:, :, :n])
             if prof == "all_joints":  # the bound: the start warped by DIS flow from the truth
@@ -450,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dis tracks: median error {np.median(track_err):.2f} px on the moving robot "
               f"pixels, {np.nanmedian(track_err_far):.2f} px on the farthest-moved quarter "
               "of them (per cell, then median)")
-    for k in kinds:
+    for k in fit_stats:
         print(f"fit on {k} tracks: axis error median {stats[k]['axis_error_deg_median']:.1f} "
               f"deg (p90 {stats[k]['axis_error_deg_p90']:.1f}; against the true axis or its "
               f"mirrored twin {stats[k]['axis_error_or_twin_deg_median']:.1f}), residual median "
