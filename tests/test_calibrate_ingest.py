@@ -401,3 +401,27 @@ def test_check_cli_draws_and_says_the_normalised_episode(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"normalised to the model's timing: {len(q)} recorded frames" in out
     assert (tmp_path / "chk" / "coverage.png").is_file()
+
+
+def test_a_channel_in_metres_has_its_own_away_floor():
+    """A gripper (m) swept 1 cm is found beside joints swept 0.4 rad; 1 mm is refused as
+    never swept, the floor given in m; while a joint sweeps, a gripper wandering 1 cm counts
+    as moving (a share of a sweep in rad is no tolerance in m)."""
+    t, q = sweep_positions(np.array([0.4, 0.5, 0.01]), [0, 1, 2], 30.0, 1.0, 0.5)
+    units = ("rad", "rad", "m")
+    sweeps = segment_sweeps(q, ("j0", "j1", "grip"), None, units)
+    assert [s.dof for s in sweeps] == ["j0", "j1", "grip"]
+    assert abs(sweeps[2].amplitude) == pytest.approx(0.01, rel=0.02)
+    with pytest.raises(IngestError, match=r"'grip' never left home by more than 0.02 rad"):
+        segment_sweeps(q, ("j0", "j1", "grip"))  # read as rad: below the rad floor
+    t, q = sweep_positions(np.array([0.4, 0.5, 0.001]), [0, 1, 2], 30.0, 1.0, 0.5)
+    with pytest.raises(IngestError, match=r"'grip' never left home by more than 0.002 m") as e:
+        segment_sweeps(q, ("j0", "j1", "grip"), None, units)
+    assert e.value.code == "never_swept"
+    t, q = sweep_positions(np.array([0.4, 0.5, 0.03]), [0, 1, 2], 30.0, 1.0, 0.5)
+    j0 = sweeps[0]
+    q[j0.start + 5:j0.stop - 5, 2] = 0.01  # the gripper opens 1 cm while j0 sweeps
+    with pytest.raises(IngestError) as e:
+        segment_sweeps(q, ("j0", "j1", "grip"), None, units)
+    assert e.value.code == "simultaneous" and e.value.dof == "grip"
+    segment_sweeps(q, ("j0", "j1", "grip"))  # as rad, 1 cm is inside 0.15 of 0.4 rad

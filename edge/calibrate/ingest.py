@@ -92,7 +92,8 @@ class IngestOptions:
         amplitude_rad: the (low, high) sweep magnitude the model accepts, rad|m, or None
             (no range check). 1% slack either side (resampling and float32 rounding).
         away_floor: smallest excursion from home that counts as moving, rad|m (None:
-            ``0.25 * low`` of ``amplitude_rad``, else 0.02).
+            ``0.25 * low`` of ``amplitude_rad``, else 0.02 rad for a channel in rad and
+            0.002 m for one in m: a gripper's fingers travel a few cm).
         away_fraction: a channel is away where ``|q - home| > away_fraction * peak``
             (and above ``away_floor``).
         hold_noise: a channel not being swept may wander this far from home without
@@ -107,13 +108,13 @@ class IngestOptions:
     hold_noise: float = 0.15
     pose_tolerance: float = 0.2
 
-    def floor(self) -> float:
-        """The away floor, rad|m."""
+    def floor(self, unit: str = "rad") -> float:
+        """The away floor of a channel in ``unit`` (``"rad"`` or ``"m"``), rad|m."""
         if self.away_floor is not None:
             return float(self.away_floor)
         if self.amplitude_rad is not None:
             return 0.25 * float(self.amplitude_rad[0])
-        return 0.02
+        return 0.002 if unit == "m" else 0.02
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,8 @@ def _nearest(frac: np.ndarray, lo: int, hi: int, pose: float) -> tuple[int, floa
 
 
 def segment_sweeps(positions: np.ndarray, dof_names: tuple[str, ...] | list[str],
-                   opts: IngestOptions | None = None) -> list[Sweep]:
+                   opts: IngestOptions | None = None,
+                   dof_units: tuple[str, ...] | list[str] | None = None) -> list[Sweep]:
     """Find each DoF's sweep in joint positions sampled at the camera frames.
 
     Args:
@@ -193,6 +195,7 @@ def segment_sweeps(positions: np.ndarray, dof_names: tuple[str, ...] | list[str]
             is the home pose.
         dof_names: the n channel names (for messages and the result).
         opts: thresholds (:class:`IngestOptions`).
+        dof_units: ``"rad"`` or ``"m"`` per channel (the away floor's unit); None: rad.
 
     Returns:
         the sweeps in the order they were made (by start frame).
@@ -206,16 +209,19 @@ def segment_sweeps(positions: np.ndarray, dof_names: tuple[str, ...] | list[str]
     if q.ndim != 2 or q.shape[0] < 2 or q.shape[1] != len(names):
         raise IngestError("too_few_frames", f"expected positions [T >= 2, {len(names)}], "
                           f"found {q.shape}")
+    units = list(dof_units) if dof_units is not None else ["rad"] * len(names)
+    if len(units) != len(names):
+        raise ValueError(f"segment_sweeps: {len(units)} dof_units for {len(names)} channels")
     d = q - q[0]  # (T, n) excursion from home
     peak = np.abs(d).max(0)  # (n,)
-    floor = opts.floor()
-    never = [names[c] for c in range(len(names)) if peak[c] <= floor]
+    floor = np.array([opts.floor(u) for u in units])  # (n,)
+    never = [c for c in range(len(names)) if peak[c] <= floor[c]]
     if never:
         raise IngestError(
-            "never_swept", f"DoF {', '.join(repr(n) for n in never)} never left home by more "
-            f"than {floor:g} (largest excursion "
-            f"{', '.join(f'{peak[names.index(n)]:.4f}' for n in never)}): every DoF needs a "
-            f"sweep of its own; record the episode again sweeping it", dof=never[0])
+            "never_swept", f"DoF {', '.join(repr(names[c]) for c in never)} never left home "
+            f"by more than {', '.join(f'{floor[c]:g} {units[c]}' for c in never)} (largest "
+            f"excursion {', '.join(f'{peak[c]:.4f}' for c in never)}): every DoF needs a "
+            f"sweep of its own; record the episode again sweeping it", dof=names[never[0]])
     thr = np.maximum(floor, opts.away_fraction * peak)  # (n,)
     away = np.abs(d) > thr  # (T, n)
     sweeps: list[Sweep] = []
@@ -265,7 +271,7 @@ def segment_sweeps(positions: np.ndarray, dof_names: tuple[str, ...] | list[str]
         ignored = tuple(r for r in runs if r != best)
         sweeps.append(Sweep(name, c, start, stop, p, amp, tuple(picks), tuple(errs), ignored))
     sweeps.sort(key=lambda s: s.start)
-    _check_overlap(d, sweeps, names, opts)
+    _check_overlap(d, sweeps, names, opts, floor, units)
     for s in sweeps:
         bad = [k for k, e in enumerate(s.pose_error) if e > opts.pose_tolerance]
         if bad:
@@ -292,19 +298,24 @@ def segment_sweeps(positions: np.ndarray, dof_names: tuple[str, ...] | list[str]
 
 
 def _check_overlap(d: np.ndarray, sweeps: list[Sweep], names: list[str],
-                   opts: IngestOptions) -> None:
-    """Refuse two channels away from home in the same frames (``simultaneous``)."""
+                   opts: IngestOptions, floor: np.ndarray, units: list[str]) -> None:
+    """Refuse two channels away from home in the same frames (``simultaneous``);
+    ``floor`` ``[n]``: each channel's away floor, in its unit ``units[c]``."""
     for s in sweeps:
         others = [c for c in range(d.shape[1]) if c != s.channel]
         if not others:
             continue
         span = np.abs(d[s.start + 1:s.stop, others])  # (frames, n-1)
-        lim = np.maximum(opts.floor(), opts.hold_noise * abs(s.amplitude))
+        # a held channel may wander by its own floor, or by a share of the sweep in the
+        # same unit (a turn's rad say nothing about a slide's m)
+        same = np.array([opts.hold_noise * abs(s.amplitude) if units[c] == units[s.channel]
+                         else 0.0 for c in others])
+        lim = np.maximum(floor[others], same)
         hit = np.argwhere(span > lim)
         if len(hit):
             f, k = hit[0]
             other = names[others[int(k)]]
-            rows = np.flatnonzero(span[:, k] > lim) + s.start + 1
+            rows = np.flatnonzero(span[:, k] > lim[k]) + s.start + 1
             raise IngestError(
                 "simultaneous", f"DoFs {s.dof!r} and {other!r} moved at the same time (frames "
                 f"{int(rows[0])}-{int(rows[-1])}: {other!r} was {float(span[f, k]):.4f} from home "
@@ -384,7 +395,7 @@ def normalise_calibration(ep: Episode, resolution: tuple[int, int] | None = None
                        np.cumsum(ep.actions[:-1].astype(np.float64), 0)])
         q_source = "accumulated actions"
     names = tuple(ep.metadata.dof_names)
-    sweeps = segment_sweeps(q, names, opts)
+    sweeps = segment_sweeps(q, names, opts, tuple(ep.metadata.dof_units))
     picks: list[int] = [sweeps[0].start]
     for k, s in enumerate(sweeps):
         nxt = sweeps[k + 1].start if k + 1 < len(sweeps) else s.picks[8]
