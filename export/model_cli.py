@@ -152,13 +152,14 @@ def _run_eval_precheck(args: argparse.Namespace) -> int:
          *[a for n in names for a in ("--split", n)], "--threads", str(args.threads),
          *(["--chain", "--chain-size", str(args.chain_size)] if args.chain else []),
          *(["--chain-fits", str(args.chain_fits)] if args.chain_fits else []),
+         *(["--chain-motion"] if args.chain_motion else []),
          *[a for m in args.keep_out_margin or () for a in ("--keep-out-margin", f"{m:g}")],
          "--out", str(args.out)])
     opts = PrecheckEvalOptions(model=args.model, history_model=args.history_model,
                                cells=args.cells, splits=tuple(names or DEFAULT_SPLITS),
                                threads=args.threads, out=args.out, command=command,
                                chain=args.chain, chain_size=args.chain_size,
-                               chain_fits=args.chain_fits,
+                               chain_fits=args.chain_fits, chain_motion=args.chain_motion,
                                keep_out_margins=tuple(args.keep_out_margin or ()))
     try:
         check_options(opts)
@@ -220,7 +221,14 @@ a whole multiple of the model's grid (e.g. 256x256 for the 64x64 grid): tracks a
 read to a fraction of a model pixel.
 The camera's vertical field of view comes from the episode's metadata.camera.fovy_deg or
 --fovy-deg. Needs torch (pip install 'syncedge[train]'); 1-3 minutes per cell on 2 idle
-CPU cores. Prints one line per stage; the file is written whole or not at all."""
+CPU cores. Prints one line per stage; the file is written whole or not at all.
+
+--motion FILE adds an episode of ordinary motion on the same cell (the joints moving
+together, same camera and resolution, with joint readings): the sweep moves one channel
+at a time, so a channel can be read as its depth-mirrored twin, which explains its own
+sweep as well but composes wrongly with the others; the chain is then refined against
+the motion's frames beside the sweep's (about 30 s more). Commission the cell
+(`calibrate validate`) on another episode than the ones given here."""
 
 
 def _run_read_chain(args: argparse.Namespace) -> int:
@@ -232,7 +240,12 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     from edge.runtime.chain import save_chain_calibration, sweep_check
     from edge.visual import contact_sheet, write_png
     from export.errors import ExportError
-    from export.models.chain_fit import calibration_sweeps, on_grid, read_chain_calibration
+    from export.models.chain_fit import (
+        MotionEpisodeError,
+        calibration_sweeps,
+        on_grid,
+        read_chain_calibration,
+    )
 
     out = Path(args.out)
     if out.suffix != ".npz":
@@ -255,6 +268,12 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     if fh % args.grid or fw % args.grid or fh // args.grid != fw // args.grid:
         raise ExportError(f"--grid {args.grid}: {args.calibration}'s frames are {fw}x{fh}, not a "
                           f"whole multiple of {args.grid}x{args.grid}")
+    motions = []
+    for path in args.motion or ():
+        if not Path(path).is_file():
+            raise ExportError(f"--motion {path}: no such file; expected an episode (.npz) of "
+                              "ordinary motion recorded on this cell")
+        motions.append((load_episode(path), path))
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
 
@@ -270,7 +289,9 @@ def _run_read_chain(args: argparse.Namespace) -> int:
               file=sys.stderr)
     try:
         chain = read_chain_calibration(ep, (args.grid, args.grid), args.fovy_deg,
-                                       args.photometric or None, log=say)
+                                       args.photometric or None, log=say, motions=motions)
+    except MotionEpisodeError as exc:
+        raise ExportError(f"--motion {exc}") from None
     except ValueError as exc:
         raise ExportError(f"{args.calibration}: {exc}") from None
     chain.info["calibration"]["file"] = str(args.calibration)
@@ -422,6 +443,10 @@ def register(subparsers: Any) -> None:
                     help="side of the calibration rendered for the chain model (default 256)")
     ep.add_argument("--chain-fits", metavar="DIR",
                     help="keep each cell's chain calibration in DIR and reuse it")
+    ep.add_argument("--chain-motion", action="store_true",
+                    help="with --chain, also the chain refined with an episode of ordinary "
+                         "motion on each cell (read-chain --motion; about 30 s per cell), "
+                         "row chain_refined")
     ep.add_argument("--keep-out-margin", type=float, action="append", metavar="PX",
                     help="with --chain, also decide the chain's keep-out with the region "
                          "grown by PX pixels (rules keep_out.margin_px), reported as the "
@@ -448,6 +473,13 @@ def register(subparsers: Any) -> None:
     rc.add_argument("--photometric", type=int, default=128, metavar="PX",
                     help="side the frames are resized to for refining the fit against them, "
                          "a whole multiple of --grid; 0: no refinement (default 128)")
+    rc.add_argument("--motion", action="append", metavar="FILE",
+                    help="an episode of ordinary motion on the same cell (several joints "
+                         "moving together, same camera and resolution, with joint readings), "
+                         "to refine the chain with after the read: the sweep moves one "
+                         "channel at a time and cannot show how the channels compose "
+                         "(refine_chain_with_motion; about 30 s more on 2 cores); repeat for "
+                         "more. Commission the cell on another episode")
     rc.add_argument("--threads", type=positive_int, default=2, metavar="N",
                     help="torch threads (default 2)")
     rc.set_defaults(func=_run_read_chain)

@@ -122,21 +122,26 @@ def mislabelled_fit(fit, rng: np.random.Generator):
 _GEN256: list = []
 
 
-def timed_chain(args, variant, cell, params, cal, index: int):
+def timed_chain(args, variant, cell, params, cal, index: int, motion=None):
     """The cell's chain read by :func:`read_chain_calibration` from its calibration sweep
-    rendered at 256x256 at ``variant``'s timing (kept in ``args.fits``)."""
+    rendered at 256x256 at ``variant``'s timing (kept in ``args.fits``); with ``motion``
+    (``(episode, where)``) also that read refined with it by
+    :func:`refine_chain_with_motion` (kept as ``..._motion.npz``): ``(chain, refined)``."""
     from dataclasses import replace
 
     from edge.runtime.chain import load_chain_calibration, save_chain_calibration
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.robots import robot_spec
     from export.evaluation.calibration_timing import _variant_sweeps, retimed_positions
-    from export.models.chain_fit import read_chain_calibration
+    from export.models.chain_fit import read_chain_calibration, refine_chain_with_motion
 
     saved = (Path(args.fits) / f"{cell.cell_id}_timing_{variant.name}.npz"
              if args.fits else None)
-    if saved is not None and saved.is_file():
-        return load_chain_calibration(saved)
+    saved_m = saved.with_name(saved.stem + "_motion.npz") if saved is not None else None
+    if saved is not None and saved.is_file() and (
+            motion is None or (saved_m is not None and saved_m.is_file())):
+        return (load_chain_calibration(saved),
+                load_chain_calibration(saved_m) if motion is not None else None)
     if not _GEN256:
         _GEN256.append(CellGenerator(GenerateOptions(width=256, height=256,
                                                      segmentation=False)))
@@ -150,13 +155,21 @@ def timed_chain(args, variant, cell, params, cal, index: int):
                  ee_px=None, robot_mask=None,
                  metadata=replace(ep.metadata, fps=float(variant.rate_hz), segments=()))
     t0 = time.perf_counter()
-    chain = read_chain_calibration(ep, size=cal.frames.shape[1:3])
-    print(f"  {cell.cell_id}: {variant.name} sweep of {len(q)} frames read in "
-          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    if saved is not None:
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        save_chain_calibration(saved, chain)
-    return chain
+    if saved is not None and saved.is_file():
+        chain = load_chain_calibration(saved)
+    else:
+        chain = read_chain_calibration(ep, size=cal.frames.shape[1:3])
+        print(f"  {cell.cell_id}: {variant.name} sweep of {len(q)} frames read in "
+              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        if saved is not None:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            save_chain_calibration(saved, chain)
+    refined = None
+    if motion is not None:
+        refined = refine_chain_with_motion(chain, ep, [motion])
+        if saved_m is not None:
+            save_chain_calibration(saved_m, refined)
+    return chain, refined
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
                         "(export.evaluation.calibration_timing.DEFAULT_MATRIX, e.g. "
                         "30Hz-2s-all), scored as timing_<VARIANT> (kept in --fits as "
                         "<cell>_timing_<VARIANT>.npz)")
+    p.add_argument("--motion-refine", action="store_true",
+                   help="also refine each DIS read (and --calibration-timing read) with the "
+                        "cell's second motion episode (motion-01 of --calibration-data: "
+                        "ordinary motion, not the episode the futures start from) by "
+                        "refine_chain_with_motion, scored as chain_dis_motion (and "
+                        "timing_<VARIANT>_motion); kept in --fits as <read>_motion.npz")
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--horizon", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
@@ -256,6 +275,14 @@ def main(argv: list[str] | None = None) -> int:
         variant = by_name[args.calibration_timing]
         # the same rollout (the runtime's) of the read at the planner's timing beside it
         preds_names += [f"chain_{k}" for k in kinds if k == "dis"] + [f"timing_{variant.name}"]
+    if args.motion_refine:
+        if "dis" not in kinds or not args.calibration_data:
+            p.error("--motion-refine needs --tracks dis (or both) and --calibration-data")
+        if variant is None:
+            preds_names += ["chain_dis"]
+        preds_names += ["chain_dis_motion"]
+        if variant is not None:
+            preds_names += [f"timing_{variant.name}_motion"]
     if args.other_cell:
         if not args.fits:
             p.error("--other-cell needs --fits (every cell's fit, read first)")
@@ -373,9 +400,34 @@ def main(argv: list[str] | None = None) -> int:
             if saved is not None:
                 saved.parent.mkdir(parents=True, exist_ok=True)
                 save_chain_calibration(saved, calibrations[kind])
-        timed = None
+        motion = refined = None
+        if args.motion_refine:
+            from export.models.chain_fit import refine_chain_with_motion
+
+            rel = os.path.relpath(Path(mo.path).parent.resolve(), Path(args.data).resolve())
+            hi_dir = Path(args.calibration_data) / rel
+            motion = (load_episode(hi_dir / "motion-01.npz"), hi_dir / "motion-01.npz")
+            saved_m = Path(args.fits) / f"{cell.cell_id}_dis_motion.npz" if args.fits else None
+            if saved_m is not None and saved_m.is_file():
+                refined = load_chain_calibration(saved_m)
+            else:
+                tm = time.perf_counter()
+                refined = refine_chain_with_motion(
+                    calibrations["dis"], load_episode(hi_dir / "calibration.npz"), [motion])
+                print(f"  {cell.cell_id}: refined with motion in "
+                      f"{time.perf_counter() - tm:.0f} s", file=sys.stderr, flush=True)
+                if saved_m is not None:
+                    save_chain_calibration(saved_m, refined)
+            fit_stats.setdefault("dis_motion", [])
+            err, err_mirror = axis_errors(refined, scene, params, qc[0])
+            fit_stats["dis_motion"].append({
+                "cell": cell.cell_id, "axis_error_deg": err.tolist(),
+                "axis_error_or_twin_deg": err_mirror.tolist(),
+                "residual_px": refined.residual_px.tolist(), "robot_px": int(refined.robot.sum()),
+                "seconds": float(refined.info.get("motion_refine_seconds", np.nan))})
+        timed = timed_refined = None
         if variant is not None:
-            timed = timed_chain(args, variant, cell, params, cal, i)
+            timed, timed_refined = timed_chain(args, variant, cell, params, cal, i, motion)
             err, err_mirror = axis_errors(timed, scene, params, qc[0])
             fit_stats[f"timing_{variant.name}"].append({
                 "cell": cell.cell_id, "axis_error_deg": err.tolist(),
@@ -412,6 +464,14 @@ def main(argv: list[str] | None = None) -> int:
                     preds[f"fit_{kind}_fill_mislabelled"] = np.stack([predict_frames(
                         mis, start, q0 - qc[0], a, home=cal.frames[0], background=bg)
                         for a in acts])
+            if refined is not None:
+                preds["chain_dis"] = chain_rollout(calibrations["dis"], start, q0,
+                                                   fut.actions[:, :, :n])
+                preds["chain_dis_motion"] = chain_rollout(refined, start, q0,
+                                                          fut.actions[:, :, :n])
+            if timed_refined is not None:
+                preds[f"timing_{variant.name}_motion"] = chain_rollout(
+                    timed_refined, start, q0, fut.actions[:, :, :n])
             if timed is not None:
                 if "dis" in calibrations:
                     preds["chain_dis"] = chain_rollout(calibrations["dis"], start, q0,

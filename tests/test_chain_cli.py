@@ -382,3 +382,51 @@ def test_a_mistyped_cache_dir_is_refused_and_not_created(tmp_path, capsys):
                  "--start", str(SAMPLE / "test.npz"), "--out", str(tmp_path / "o")])
     assert code == 2 and f"--cache-dir {missing}: no such folder" in capsys.readouterr().err
     assert not missing.exists() and not (tmp_path / "o").exists()
+
+
+def test_a_chain_refined_with_an_episode_is_not_commissioned_on_it(tmp_path, capsys):
+    """A chain refined with a motion episode (``info["motion"]``) refuses that episode in
+    ``calibrate validate`` and takes another; ``--motion`` is refused where no chain is
+    read (an ONNX model's store, a chain file) and when its file is missing."""
+    import dataclasses
+    import hashlib
+
+    from edge.runtime.chain import save_chain_calibration
+
+    cache = str(tmp_path / "cache")
+    cal = str(SAMPLE / "calibration_256.npz")
+    test = load_episode(SAMPLE / "test.npz")
+    chain = load_chain_calibration(CHAIN)
+    used = {"episode": "test.npz", "frames": test.num_frames,
+            "frames_sha256": hashlib.sha256(test.frames.tobytes()).hexdigest()}
+    refined = dataclasses.replace(chain, info={**chain.info, "motion": [used]})
+    path = save_chain_calibration(tmp_path / "refined.npz", refined)
+    assert main(["calibrate", "store", cal, "--chain", str(path), "--cache-dir", cache]) == 0
+    capsys.readouterr()
+    assert main(["calibrate", "validate", "--cell", "sample-cell", "--chain", "--episode",
+                 str(SAMPLE / "test.npz"), "--cache-dir", cache,
+                 "--out", str(tmp_path / "val")]) == 2
+    err = capsys.readouterr().err
+    assert "refined with this episode (read as test.npz)" in err
+    assert not (tmp_path / "val").exists()
+    # another episode of the cell: the same frames but the last one left out
+    other = dataclasses.replace(test, frames=test.frames[:-1], actions=test.actions[:-1],
+                                timestamps=test.timestamps[:-1],
+                                joint_positions=test.joint_positions[:-1],
+                                ee_px=None, robot_mask=None)
+    from edge.episode import save_episode
+
+    oth = save_episode(other, tmp_path / "other.npz")
+    assert main(["calibrate", "validate", "--cell", "sample-cell", "--chain", "--episode",
+                 str(oth), "--cache-dir", cache, "--out", str(tmp_path / "val2")]) == 0
+    capsys.readouterr()
+    for argv, says in (
+            (["calibrate", "store", cal, "--motion", str(oth), "--cache-dir", cache],
+             "--motion: only with --chain"),
+            (["calibrate", "store", cal, "--chain", str(path), "--motion", str(oth),
+              "--cache-dir", cache], "--motion: only when the chain is read at store"),
+            (["model", "read-chain", "--calibration", cal, "--motion",
+              str(tmp_path / "missing.npz"), "--out", str(tmp_path / "c.npz")],
+             "missing.npz: no such file")):
+        assert main(argv) == 2, argv
+        assert says in capsys.readouterr().err

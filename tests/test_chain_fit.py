@@ -455,3 +455,106 @@ def test_calibrate_store_reads_the_chain_and_simulate_runs_it_from_the_cache(arm
                  "--start", str(start), "--out", str(tmp_path / "sim")]) == 0
     pred = np.load(tmp_path / "sim" / "prediction.npz")["frames"]
     assert np.array_equal(pred[0], np.repeat(small[:1], 4, 0))
+
+
+def _two_link_episodes(arm, q_sweep, frames, q_motion, motion_frames):
+    """The two-link calibration sweep and a motion episode as :class:`Episode` objects."""
+    from edge.episode import CalibrationSegment, Episode, EpisodeMetadata
+
+    def episode(fr, q, kind, segments=()):
+        meta = EpisodeMetadata(
+            cell_id="two-link", camera_id="cam", robot_id="arm", robot="two-link",
+            dof_names=("shoulder", "elbow"), dof_units=("rad", "rad"), fps=10.0, kind=kind,
+            camera={"fovy_deg": float(np.degrees(2 * np.arctan(0.5 * SIZE / F)))},
+            segments=segments)
+        acts = np.zeros((len(q), 2), np.float32)
+        acts[:-1] = np.diff(q, axis=0)
+        return Episode(fr, acts, np.arange(len(q)) / 10.0, meta, joint_positions=q)
+
+    cal = episode(frames, q_sweep, "calibration",
+                  (CalibrationSegment("shoulder", 0, 8, 0.4),
+                   CalibrationSegment("elbow", 8, 16, 0.4)))
+    return cal, episode(motion_frames, q_motion, "motion")
+
+
+def _both_joints(n: int = 12) -> np.ndarray:
+    """Joint readings ``[n, 2]`` of ordinary motion: both channels turning together."""
+    t = np.linspace(0.0, 1.0, n)
+    return np.stack([0.45 * np.sin(np.pi * t), -0.4 * np.sin(2 * np.pi * t) + 0.2 * t], -1)
+
+
+def test_refine_chain_with_motion_composes_the_channels_it_saw_together(arm_fit, arm_frames):
+    """A chain whose axes are ~9 deg off, refined against a sweep and an episode in which
+    both joints turn together, puts the arm where the true chain does at poses neither
+    showed; the home frame, channels and provenance are kept, the motion recorded."""
+    from export.models.chain_fit import as_calibration, refine_chain_with_motion
+
+    arm, fit = arm_fit
+    _, q, frames = arm_frames
+    qm = _both_joints()
+    cal, motion = _two_link_episodes(arm, q, frames, qm, _render_sweep(arm, qm, 4))
+    tilt = fit.axes + np.array([[0.0, 0.15, 0.0], [0.0, 0.0, -0.15]])
+    start = ChainFit(fit.robot, fit.depth, tilt / np.linalg.norm(tilt, axis=1, keepdims=True),
+                     fit.pivots + np.array([0.02, -0.02, 0.0]), fit.carried, fit.rad_per_unit,
+                     fit.focal_px, fit.centre_px, fit.residual_px)
+    home = frames[0].reshape(SIZE, 4, SIZE, 4, 3).mean((1, 3)).astype(np.uint8)
+    chain = as_calibration(start, home, q[0], None, ["shoulder", "elbow"], {"read": "test"})
+
+    def pose_error(c):
+        errs = []
+        for qq in ([0.5, -0.3], [-0.2, 0.6], [0.35, 0.35]):
+            uv, _ = chain_positions(fit_of(c), np.asarray(qq)[None])
+            errs.append(np.linalg.norm(uv[0] - arm.positions(np.asarray(qq)), axis=1).mean())
+        return float(np.mean(errs))
+
+    from export.models.chain_fit import fit_of_calibration as fit_of
+
+    lines: list[str] = []
+    refined = refine_chain_with_motion(chain, cal, [(motion, "motion.npz")],
+                                       photometric_size=64, steps=(60, 60),
+                                       blur_px=(2.0, 1.0), log=lines.append)
+    before, after = pose_error(chain), pose_error(refined)
+    assert after < 0.5 * before, (before, after)
+    assert refined.dof_names == ["shoulder", "elbow"]
+    assert np.array_equal(refined.home_frame, home)
+    assert refined.info["read"] == "test"
+    assert refined.info["motion"][0]["episode"] == "motion.npz"
+    assert refined.info["motion"][0]["frames"] == len(qm)
+    assert any("motion" in line for line in lines)
+
+
+def test_refine_chain_with_motion_refuses_an_episode_it_cannot_use(arm_fit, arm_frames):
+    """Each refusal names the motion episode and the field, before any refining."""
+    from dataclasses import replace
+
+    from export.models.chain_fit import (
+        MotionEpisodeError,
+        as_calibration,
+        read_chain_calibration,
+        refine_chain_with_motion,
+    )
+
+    arm, fit = arm_fit
+    _, q, frames = arm_frames
+    qm = _both_joints()
+    cal, motion = _two_link_episodes(arm, q, frames, qm, _render_sweep(arm, qm, 4))
+    home = frames[0].reshape(SIZE, 4, SIZE, 4, 3).mean((1, 3)).astype(np.uint8)
+    chain = as_calibration(fit, home, q[0], None, ["shoulder", "elbow"])
+    meta = motion.metadata
+    bad = {
+        "kind 'calibration'": replace(motion, metadata=replace(meta, kind="calibration")),
+        "dof_names": replace(motion, metadata=replace(meta, dof_names=("elbow", "shoulder"))),
+        "no joint_positions": replace(motion, joint_positions=None),
+        "frames 64x64": replace(motion, frames=motion.frames[:, ::2, ::2]),
+        "cell_id 'other'": replace(motion, metadata=replace(meta, cell_id="other")),
+        "travel at most": replace(motion, joint_positions=np.repeat(qm[:1], len(qm), 0)),
+    }
+    for field, ep in bad.items():
+        with pytest.raises(MotionEpisodeError, match=f"m.npz: .*{field}"):
+            refine_chain_with_motion(chain, cal, [(ep, "m.npz")], photometric_size=64)
+        with pytest.raises(MotionEpisodeError, match=field):  # checked before the read
+            read_chain_calibration(cal, (SIZE, SIZE), motions=[(ep, "m.npz")])
+    with pytest.raises(MotionEpisodeError, match="no motion"):
+        refine_chain_with_motion(chain, cal, [], photometric_size=64)
+    with pytest.raises(ValueError, match="whole multiple"):
+        refine_chain_with_motion(chain, cal, [(motion, "m.npz")], photometric_size=48)

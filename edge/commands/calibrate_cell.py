@@ -446,6 +446,12 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
     s.add_argument("--photometric", type=int, default=128, metavar="PX",
                    help="with --chain (read now): the side the fit is refined against the "
                         "frames at (0: no refinement; default 128), as model read-chain")
+    s.add_argument("--motion", action="append", metavar="FILE",
+                   help="with --chain (read now): an episode of ordinary motion on the cell "
+                        "(joints moving together, same camera and resolution, with joint "
+                        "readings) to refine the chain with after the read, as model "
+                        "read-chain --motion (about 30 s more); repeat for more. Validate "
+                        "the cell on another episode")
     add_model_args(s)
     s.set_defaults(func=run_store)
 

@@ -11,7 +11,10 @@ elsewhere (``syncedge model read-chain`` on a workstation), after checking that 
 read from this episode; ``--cell ID --chain`` reads the episode the cache already holds for
 the cell. ``simulate --cell ID --chain`` and ``precheck --cell ID --chain`` then run from
 the cache, offline, without torch, and ``calibrate validate --cell ID --chain --episode
-FILE`` writes the commissioning report of the cached chain.
+FILE`` writes the commissioning report of the cached chain. ``--motion FILE`` refines a
+chain read at store with an episode of ordinary motion on the cell
+(:func:`export.models.chain_fit.refine_chain_with_motion`); ``validate`` refuses to
+commission the chain on an episode it was refined with.
 """
 
 from __future__ import annotations
@@ -100,6 +103,15 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
             "pip install '.[train]', or read the chain on another machine with "
             "'syncedge model read-chain --calibration EPISODE --out CHAIN.npz' and store "
             "it here with '--chain CHAIN.npz'") from None
+    from edge.episode import load_episode
+
+    motions = []
+    for path in getattr(args, "motion", None) or ():
+        try:
+            motions.append((load_episode(path), path))
+        except FileNotFoundError:
+            raise CalibrateError(f"--motion {path}: no such file; expected an episode (.npz) "
+                                 "of ordinary motion recorded on this cell") from None
     torch.set_num_threads(args.threads or 2)
     fh, fw = episode.frames.shape[1:3]
     if min(fh, fw) < 2 * grid:
@@ -115,8 +127,11 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
             episode, size=(grid, grid), fovy_deg=args.fovy_deg,
             photometric_size=args.photometric or None,
             log=lambda line: print(f"  [{time.perf_counter() - t0:6.1f} s] {line}",
-                                   file=sys.stderr, flush=True))
+                                   file=sys.stderr, flush=True),
+            **({"motions": motions} if motions else {}))
     except ValueError as exc:
+        if type(exc).__name__ == "MotionEpisodeError":  # names its episode itself
+            raise CalibrateError(f"--motion {exc}") from None
         raise CalibrateError(f"{where}: {exc}") from None
     return chain, time.perf_counter() - t0
 
@@ -133,6 +148,10 @@ def _chain_for(args: argparse.Namespace, episode: Any, where: str) -> tuple[Any,
                                  f"refinement) or a whole multiple of --grid {args.grid}")
         chain, read_s = _read_chain(episode, where, args)
         return chain, read_s, "read at store"
+    if getattr(args, "motion", None):
+        raise CalibrateError("--motion: only when the chain is read at store ('--chain' "
+                             "without FILE); refine a chain read elsewhere with 'syncedge "
+                             "model read-chain --motion FILE'")
     chain = load_chain_calibration(args.chain)
     check_chain_matches(chain, episode, str(args.chain), where)
     return chain, 0.0, str(args.chain)
@@ -219,6 +238,27 @@ def on_grid(frames: np.ndarray, hw: tuple[int, int], where: str) -> np.ndarray:
     return np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
 
 
+def _refuse_refined_on(chain: Any, episode: Any, where: str) -> None:
+    """Refuse to commission a chain on an episode it was refined with
+    (``chain.info["motion"]``, by the frames' sha256): the report would measure the fit,
+    not how the chain predicts the cell.
+
+    Raises:
+        CalibrateError: naming the episode and what to do.
+    """
+    import hashlib
+
+    used = {m.get("frames_sha256"): m.get("episode") for m in chain.info.get("motion", ())
+            if isinstance(m, dict)}
+    if not used:
+        return
+    digest = hashlib.sha256(np.ascontiguousarray(episode.frames).tobytes()).hexdigest()
+    if digest in used:
+        raise CalibrateError(f"{where}: the cell's chain was refined with this episode "
+                             f"(read as {used[digest]}); a report on it would measure the fit, "
+                             "not the cell: validate on another recorded episode")
+
+
 def run_validate_chain(args: argparse.Namespace) -> int:
     """``calibrate validate --chain``: the commissioning report of the cell's cached chain
     calibration on a validation episode of ordinary motion: the chain's rollout from the
@@ -257,6 +297,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
                              f"'syncedge calibrate store --cell {key.cell_id} --chain'")
     chain = entry.context
     _check_validation_episode(ep, str(args.episode), key, entry.episode)
+    _refuse_refined_on(chain, ep, str(args.episode))
     if ep.joint_positions is None:
         raise CalibrateError(f"{args.episode}: no joint_positions: the chain model starts "
                              "from the controller's joint readings at the first frame")
@@ -309,6 +350,9 @@ def run_store(args: argparse.Namespace) -> int:
     (:func:`edge.commands.calibrate_cell.run_store`)."""
     from edge.commands import calibrate_cell
 
+    if getattr(args, "motion", None) and not args.chain:
+        raise CalibrateError("--motion: only with --chain (it refines the chain model's "
+                             "calibration; an ONNX model's context reads the sweep alone)")
     return run_store_chain(args) if args.chain else calibrate_cell.run_store(args)
 
 

@@ -928,9 +928,159 @@ def sweep_timing(episode):
         raise ValueError(f"the calibration's sweeps: {exc}") from None
 
 
+#: Adam steps per blur level of the refinement against motion episodes (4, 2, 1 px).
+MOTION_REFINE_STEPS = (100, 100, 100)
+#: Least joint travel (rad; m for a channel in metres: a tenth of it) a motion episode must
+#: show on some channel from its first frame for it to add anything to the chain.
+MOTION_MIN_TRAVEL = 0.05
+
+
+def fit_of_calibration(chain) -> ChainFit:
+    """The geometry of an :class:`edge.runtime.chain.ChainCalibration` as a
+    :class:`ChainFit` (what :func:`refine_photometric` refines); the home frame,
+    background and provenance stay with the calibration."""
+    return ChainFit(np.asarray(chain.robot, bool), np.asarray(chain.depth, np.float64),
+                    np.asarray(chain.axes, np.float64), np.asarray(chain.pivots, np.float64),
+                    np.asarray(chain.carried, np.float64),
+                    np.asarray(chain.rad_per_unit, np.float64), float(chain.focal_px),
+                    np.asarray(chain.centre_px, np.float64),
+                    np.asarray(chain.residual_px, np.float64),
+                    travel_per_unit=np.asarray(chain.travel_per_unit, np.float64))
+
+
+class MotionEpisodeError(ValueError):
+    """A motion episode given to refine a chain with that cannot serve (its message names
+    the episode and the field)."""
+
+
+def _check_motion(motion, where: str, names: list[str], units: list[str],
+                  shape: tuple[int, int], cell_id: str) -> np.ndarray:
+    """A motion episode's joint readings float64 ``[T, K]`` once it is fit to refine
+    with; raises :class:`MotionEpisodeError` naming ``where`` and the field otherwise."""
+    meta = motion.metadata
+    if meta.kind == "calibration":
+        raise MotionEpisodeError(f"{where}: metadata.kind 'calibration': expected an episode of "
+                         "ordinary motion (several channels moving together, e.g. the "
+                         "commissioning episode of `calibrate validate`); the sweep itself "
+                         "is already read")
+    if list(meta.dof_names) != names:
+        raise MotionEpisodeError(f"{where}: dof_names {list(meta.dof_names)}: expected the "
+                         f"calibration's {names} (the same controller, in its order)")
+    if motion.joint_positions is None:
+        raise MotionEpisodeError(f"{where}: no joint_positions: the refinement compares each frame "
+                         "with the chain moved to that frame's joint readings")
+    if tuple(motion.frames.shape[1:3]) != shape:
+        raise MotionEpisodeError(f"{where}: frames {motion.frames.shape[2]}x{motion.frames.shape[1]}: "
+                         f"expected the calibration's {shape[1]}x{shape[0]} (the same camera "
+                         "at the same resolution)")
+    if cell_id and meta.cell_id and meta.cell_id != cell_id:
+        raise MotionEpisodeError(f"{where}: metadata.cell_id '{meta.cell_id}': expected the "
+                         f"calibration's '{cell_id}' (an episode of the same cell)")
+    q = np.asarray(motion.joint_positions, np.float64)[:, :len(names)]
+    scale = np.array([10.0 if u == "m" else 1.0 for u in units])
+    travel = (np.abs(q - q[:1]) * scale).max(0)
+    if len(q) < 2 or travel.max() < MOTION_MIN_TRAVEL:
+        raise MotionEpisodeError(f"{where}: the joints travel at most {travel.max():.3f} (rad or 0.1 m) "
+                         f"from its first frame: expected at least {MOTION_MIN_TRAVEL}; "
+                         "record motion that moves the arm")
+    return q
+
+
+def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 128,
+                             steps: tuple[int, ...] = MOTION_REFINE_STEPS,
+                             blur_px: tuple[float, ...] = (4.0, 2.0, 1.0), log=None):
+    """Refine a chain calibration against episodes of ordinary motion on the same cell.
+
+    A calibration sweeps one channel at a time, so a channel whose carried points lie at
+    about one depth is read up to its depth-mirrored twin (the axis reflected through the
+    image plane moves those points the same to first order): each channel on its own
+    explains its sweep either way, but the chain composes them wrongly when several
+    channels turn together. An episode in which the joints move together (the
+    commissioning episode of ``calibrate validate``, any recorded policy run) shows the
+    composition. Its frames join the calibration's at the sweep's poses in
+    :func:`refine_photometric` (analysis by synthesis from the home frame, coarse to fine),
+    so the chain is refined to explain both. On the futures of held-out robots and
+    conventions (docs/eval/experiments.md) one motion episode of 32 frames raised
+    retrieval@8 and whole-frame PSNR; the commissioning report must then be run on
+    another episode (``calibrate validate`` refuses one the chain was refined with).
+
+    Args:
+        chain: :class:`edge.runtime.chain.ChainCalibration` read from ``episode``.
+        episode: the calibration :class:`edge.episode.Episode` it was read from (any
+            recorded timing: brought to the sweep's poses by :func:`sweep_timing`).
+        motions: a list of ``(episode, where)``: :class:`edge.episode.Episode` of ordinary
+            motion with joint readings, same channels and resolution as the calibration;
+            ``where`` names it in messages and in ``info["motion"]``.
+        photometric_size: the side (px) all frames are resized to, a whole multiple of the
+            chain's grid.
+        steps: Adam steps at each blur level.
+        blur_px: the levels' Gaussian blur (px at ``photometric_size``), one per ``steps``.
+        log: called with a line per stage, or None.
+
+    Returns:
+        a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
+        axes, pivots, depths, slides and background refined; ``info["motion"]`` lists
+        each episode's ``where``, frame count and frames' sha256).
+
+    Raises:
+        MotionEpisodeError: no motion episode; a motion episode of kind ``calibration``,
+            other channels, another resolution, another cell, without joint readings or
+            that barely moves.
+        ValueError: a calibration whose sweeps ingest cannot find, or other channels than
+            the chain's; a photometric size that is not a whole multiple of the grid.
+    """
+    import hashlib
+    import time
+
+    import cv2
+
+    say = log or (lambda _line: None)
+    if not motions:
+        raise MotionEpisodeError("refine_chain_with_motion: no motion episode given")
+    names = list(chain.dof_names)
+    cal, _ = sweep_timing(episode)
+    if list(cal.metadata.dof_names) != names:
+        raise ValueError(f"the calibration's dof_names {list(cal.metadata.dof_names)}: "
+                         f"expected the chain's {names}")
+    shape = tuple(cal.frames.shape[1:3])
+    _grid_ratio(cal.frames, chain.resolution, "refine_chain_with_motion")
+    if photometric_size % chain.resolution[0] or photometric_size % chain.resolution[1]:
+        raise ValueError(f"photometric size {photometric_size}: expected a whole multiple of "
+                         f"the chain's grid {chain.resolution}")
+    units = list(cal.metadata.dof_units)
+    qc = np.asarray(cal.joint_positions, np.float64)[:, :len(names)]
+    side = (photometric_size, photometric_size)
+
+    def small(frames):
+        return np.stack([cv2.resize(f, side, interpolation=cv2.INTER_AREA) for f in frames])
+
+    frames, joints, used = [small(cal.frames)], [qc], []
+    for motion, where in motions:
+        q = _check_motion(motion, str(where), names, units, shape, cal.metadata.cell_id)
+        frames.append(small(motion.frames))
+        joints.append(q)
+        used.append({"episode": str(where), "frames": int(len(q)),
+                     "frames_sha256": hashlib.sha256(
+                         np.ascontiguousarray(motion.frames).tobytes()).hexdigest()})
+    t0 = time.perf_counter()
+    say(f"refining against {sum(len(q) for q in joints[1:])} frames of motion beside the "
+        f"sweep's {len(qc)}")
+    fit, _ = refine_photometric(fit_of_calibration(chain), np.concatenate(frames),
+                                np.concatenate(joints), steps=steps, blur_px=blur_px,
+                                log=log)
+    grid = on_grid(cal.frames, chain.resolution)
+    background = calibration_background(fit, grid, qc)
+    info = dict(chain.info)
+    info["motion"] = used
+    info["motion_refine_seconds"] = round(time.perf_counter() - t0, 1)
+    say(f"refined with motion in {info['motion_refine_seconds']} s")
+    return as_calibration(fit, chain.home_frame, chain.home_joint_positions, background,
+                          names, info)
+
+
 def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                            fovy_deg: float | None = None, photometric_size: int | None = 128,
-                           log=None):
+                           log=None, motions=None):
     """Read a calibration episode into the chain model's encoded calibration.
 
     Brings the episode into the planner's timing (:func:`sweep_timing`), runs
@@ -947,6 +1097,9 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
         fovy_deg: the camera's vertical field of view; None: from the episode's metadata.
         photometric_size: as :func:`read_chain` (None: no refinement).
         log: called with a line per stage, or None.
+        motions: ``[(episode, where)]`` of ordinary motion on the same cell to refine the
+            chain with afterwards (:func:`refine_chain_with_motion`, at
+            ``photometric_size`` or 128; checked before the read), or None.
 
     Returns:
         :class:`edge.runtime.chain.ChainCalibration`.
@@ -955,7 +1108,8 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
         ValueError: not a calibration episode, a channel without a sweep segment, frames
             that are not a whole multiple
             of ``size``, no field of view, sweeps that cannot be found in the joint
-            readings (:func:`sweep_timing`).
+            readings (:func:`sweep_timing`); a motion episode
+            :func:`refine_chain_with_motion` refuses.
     """
     import time
 
@@ -971,6 +1125,9 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     if episode.joint_positions is None:
         raise ValueError("the calibration episode has no joint_positions: the chain is fitted "
                          "to the joint readings recorded with each frame")
+    for motion, where in motions or ():  # refused before minutes of reading, not after
+        _check_motion(motion, str(where), names, list(meta.dof_units),
+                      tuple(episode.frames.shape[1:3]), meta.cell_id)
     recorded = episode.num_frames
     episode, ingest = sweep_timing(episode)
     if ingest["normalised"]:
@@ -997,4 +1154,8 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
             "pinhole_from": where, "photometric_size": photometric_size,
             "prismatic": [n for n, m in zip(names, prismatic, strict=True) if m],
             "arm_pixels": int(fit.robot.sum()), "seconds": round(time.perf_counter() - t0, 1)}
-    return as_calibration(fit, grid[0], q[0], background, names, info)
+    chain = as_calibration(fit, grid[0], q[0], background, names, info)
+    if motions:
+        chain = refine_chain_with_motion(chain, episode, motions, photometric_size or 128,
+                                         log=log)
+    return chain
