@@ -520,11 +520,14 @@ def test_refine_chain_with_motion_composes_the_channels_it_saw_together(arm_fit,
     assert refined.info["read"] == "test"
     assert refined.info["motion"][0]["episode"] == "motion.npz"
     assert refined.info["motion"][0]["frames"] == len(qm)
+    assert refined.info["motion"][0]["frames_used"] == len(qm)
     assert any("motion" in line for line in lines)
 
 
-def test_refine_chain_with_motion_refuses_an_episode_it_cannot_use(arm_fit, arm_frames):
-    """Each refusal names the motion episode and the field, before any refining."""
+def test_refine_chain_with_motion_refuses_an_episode_it_cannot_use(arm_fit, arm_frames,
+                                                                  monkeypatch):
+    """Each refusal names the motion episode and the field, before any refining; a long
+    episode is taken at evenly spaced frames."""
     from dataclasses import replace
 
     from export.models.chain_fit import (
@@ -558,3 +561,10 @@ def test_refine_chain_with_motion_refuses_an_episode_it_cannot_use(arm_fit, arm_
         refine_chain_with_motion(chain, cal, [], photometric_size=64)
     with pytest.raises(ValueError, match="whole multiple"):
         refine_chain_with_motion(chain, cal, [(motion, "m.npz")], photometric_size=48)
+    import export.models.chain_fit as chain_fit
+
+    monkeypatch.setattr(chain_fit, "MOTION_MAX_FRAMES", 5)
+    short = refine_chain_with_motion(chain, cal, [(motion, "m.npz")], photometric_size=64,
+                                     steps=(1,), blur_px=(1.0,))
+    assert short.info["motion"] == [{"episode": "m.npz", "frames": len(qm), "frames_used": 5,
+                                     "frames_sha256": short.info["motion"][0]["frames_sha256"]}]

@@ -930,6 +930,11 @@ def sweep_timing(episode):
 
 #: Adam steps per blur level of the refinement against motion episodes (4, 2, 1 px).
 MOTION_REFINE_STEPS = (100, 100, 100)
+#: Most frames taken from one motion episode (evenly spaced over it): each frame is one
+#: more pose the chain must explain, and the refinement keeps every frame in memory at
+#: the photometric size (a 30 Hz policy run of minutes adds no composition a few dozen of
+#: its poses do not show).
+MOTION_MAX_FRAMES = 64
 #: Least joint travel (rad; m for a channel in metres: a tenth of it) a motion episode must
 #: show on some channel from its first frame for it to add anything to the chain.
 MOTION_MIN_TRAVEL = 0.05
@@ -1020,7 +1025,8 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
         axes, pivots, depths, slides and background refined; ``info["motion"]`` lists
-        each episode's ``where``, frame count and frames' sha256).
+        each episode's ``where``, frame count, frames used (at most
+        :data:`MOTION_MAX_FRAMES`, evenly spaced) and frames' sha256).
 
     Raises:
         MotionEpisodeError: no motion episode; a motion episode of kind ``calibration``,
@@ -1057,9 +1063,11 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
     frames, joints, used = [small(cal.frames)], [qc], []
     for motion, where in motions:
         q = _check_motion(motion, str(where), names, units, shape, cal.metadata.cell_id)
-        frames.append(small(motion.frames))
-        joints.append(q)
-        used.append({"episode": str(where), "frames": int(len(q)),
+        pick = np.unique(np.linspace(0, len(q) - 1, min(len(q), MOTION_MAX_FRAMES))
+                         .round().astype(int))
+        frames.append(small(motion.frames[pick]))
+        joints.append(q[pick])
+        used.append({"episode": str(where), "frames": int(len(q)), "frames_used": int(len(pick)),
                      "frames_sha256": hashlib.sha256(
                          np.ascontiguousarray(motion.frames).tobytes()).hexdigest()})
     t0 = time.perf_counter()
