@@ -170,6 +170,14 @@ def test_chain_size_off_the_grid_is_refused_before_work(tmp_path, capsys) -> Non
     assert not (tmp_path / "o").exists()
 
 
+def test_chain_motion_without_the_chain_is_refused_before_work(tmp_path, capsys) -> None:
+    code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY,
+                        "--chain-motion", "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "--chain-motion: needs --chain" in _one_error_line(err)
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 @needs_mujoco
 def test_one_cell_with_the_chain_adds_its_rows_and_sheet_and_keeps_its_read(tmp_path,

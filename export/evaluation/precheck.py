@@ -117,6 +117,11 @@ class PrecheckEvalOptions:
             the arm) also with the region grown by each of these margins (px,
             ``keep_out.margin_px``), each reported as its own model row
             ``chain_margin_<m>px`` (``--keep-out-margin``, repeatable).
+        chain_motion: with ``chain``, also the chain refined with an episode of ordinary
+            motion on the cell (the generator's first motion episode, rendered at
+            ``chain_size``; :func:`export.models.chain_fit.refine_chain_with_motion`), its
+            keep-out on where it puts the arm, row ``chain_refined`` (and
+            ``chain_refined_margin_<m>px`` per margin; ``--chain-motion``).
     """
 
     model: str | Path = "models/reference"
@@ -131,6 +136,7 @@ class PrecheckEvalOptions:
     chain_size: int = 256
     chain_fits: str | Path | None = None
     keep_out_margins: tuple[float, ...] = ()
+    chain_motion: bool = False
 
 
 def check_options(opts: PrecheckEvalOptions) -> None:
@@ -169,6 +175,9 @@ def check_options(opts: PrecheckEvalOptions) -> None:
         if not 0 <= margin <= MAX_MARGIN_PX:
             raise ExportError(f"--keep-out-margin {margin:g}: expected 0..{MAX_MARGIN_PX:g} "
                               "px")
+    if opts.chain_motion and not opts.chain:
+        raise ExportError("--chain-motion: needs --chain (it refines the chain model's "
+                          "calibration)")
     if opts.keep_out_margins and not opts.chain:
         raise ExportError("--keep-out-margin: needs --chain (the margins are measured on the "
                           "chain model's keep-out verdict)")
@@ -355,13 +364,16 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
         "targets": TARGETS, "splits": {}}
     if opts.chain:
         result["options"].update(chain_size=opts.chain_size,
-                                 keep_out_margins_px=list(opts.keep_out_margins))
+                                 keep_out_margins_px=list(opts.keep_out_margins),
+                                 chain_motion=opts.chain_motion)
     sheets: dict[str, np.ndarray] = {}
     try:
         with contextlib.ExitStack() as stack:
             gen = stack.enter_context(CellGenerator(GenerateOptions(motion_episodes=0)))
-            gen_chain = stack.enter_context(CellGenerator(GenerateOptions(
-                motion_episodes=0, width=opts.chain_size, height=opts.chain_size,
+            gen_chain = stack.enter_context(CellGenerator(GenerateOptions(  # the calibration
+                # comes first from the cell's seed: the same with a motion episode after it
+                motion_episodes=int(opts.chain_motion), width=opts.chain_size,
+                height=opts.chain_size,
                 segmentation=False))) if opts.chain else None
             for name in opts.splits:
                 rows: dict[str, list[dict]] = {"shipped": [], "shipped_robot_mask": [],
@@ -369,6 +381,10 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                 if opts.chain:
                     rows.update(chain=[], chain_motion=[])
                     rows.update({margin_label(x): [] for x in opts.keep_out_margins})
+                    if opts.chain_motion:
+                        rows["chain_refined"] = []
+                        rows.update({margin_label(x, "chain_refined"): []
+                                     for x in opts.keep_out_margins})
                 shown: list[SheetCell] = []
                 shown_chain: list[SheetCell] = []
                 skipped = 0
@@ -400,7 +416,16 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                     rows["copy_last"].append(score_cell(
                         c, np.repeat(start[None, None], M, 0).repeat(STEPS, 1)))
                     if gen_chain is not None:
-                        chain = _chain_for(gen_chain, c, opts.chain_fits, progress)
+                        chain, refined = _chain_for(gen_chain, c, opts.chain_fits, progress,
+                                                    opts.chain_motion)
+                        if refined is not None:
+                            fr, cv = chain_rollout(refined, start, c["q0"], acts,
+                                                   with_cover=True)
+                            rows["chain_refined"].append(score_cell(c, fr,
+                                                                    cv.astype(np.float32)))
+                            for margin in opts.keep_out_margins:
+                                rows[margin_label(margin, "chain_refined")].append(score_cell(
+                                    c, fr, cv.astype(np.float32), margin_px=margin))
                         frames, cover = chain_rollout(chain, start, c["q0"], acts,
                                                       with_cover=True)
                         rows["chain"].append(score_cell(c, frames, cover.astype(np.float32)))
@@ -441,34 +466,51 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
     return result
 
 
-def margin_label(margin_px: float) -> str:
-    """The model row of the chain's keep-out verdict with the region grown by
-    ``margin_px``: ``chain_margin_2px``, ``chain_margin_1.5px``."""
-    return f"chain_margin_{margin_px:g}px"
+def margin_label(margin_px: float, row: str = "chain") -> str:
+    """The model row of ``row``'s keep-out verdict with the region grown by
+    ``margin_px``: ``chain_margin_2px``, ``chain_margin_1.5px``,
+    ``chain_refined_margin_1px``."""
+    return f"{row}_margin_{margin_px:g}px"
 
 
 def _chain_for(gen: Any, c: dict, fits: str | Path | None,
-               progress: Callable[[str], None]) -> Any:
+               progress: Callable[[str], None], motion: bool = False) -> tuple[Any, Any]:
     """The chain model's calibration of a benchmark cell: its calibration sweep rendered by
     ``gen`` (at the chain's resolution) and read by
-    :func:`export.models.chain_fit.read_chain_calibration` onto the 64x64 grid; kept in and
-    reused from the folder ``fits`` (None: not kept)."""
+    :func:`export.models.chain_fit.read_chain_calibration` onto the 64x64 grid; with
+    ``motion`` also that read refined with the cell's first motion episode
+    (:func:`export.models.chain_fit.refine_chain_with_motion`; ``gen`` renders one). Both
+    kept in and reused from the folder ``fits`` (None: not kept). Returns ``(chain,
+    refined or None)``."""
     from edge.runtime.chain import load_chain_calibration, save_chain_calibration
-    from export.models.chain_fit import read_chain_calibration
+    from export.models.chain_fit import read_chain_calibration, refine_chain_with_motion
 
-    cal = gen.cell_episodes(c["cell"])["calibration"]
+    episodes = gen.cell_episodes(c["cell"])
+    cal = episodes["calibration"]
     digest = hashlib.sha256(np.ascontiguousarray(cal.frames).tobytes()
                             + np.ascontiguousarray(cal.joint_positions).tobytes()).hexdigest()
     path = Path(fits) / f"{c['cell'].cell_id}-{digest[:12]}.npz" if fits is not None else None
     if path is not None and path.is_file():
-        return load_chain_calibration(path)
+        chain = load_chain_calibration(path)
+    else:
+        t0 = time.perf_counter()
+        chain = read_chain_calibration(cal, size=c["futures"].frames.shape[-3:-1])
+        progress(f"  read {c['cell'].cell_id}'s chain in {time.perf_counter() - t0:.0f} s")
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_chain_calibration(path, chain)
+    if not motion:
+        return chain, None
+    kept = path.with_name(path.stem + "-motion.npz") if path is not None else None
+    if kept is not None and kept.is_file():
+        return chain, load_chain_calibration(kept)
     t0 = time.perf_counter()
-    chain = read_chain_calibration(cal, size=c["futures"].frames.shape[-3:-1])
-    progress(f"  read {c['cell'].cell_id}'s chain in {time.perf_counter() - t0:.0f} s")
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_chain_calibration(path, chain)
-    return chain
+    refined = refine_chain_with_motion(chain, cal, [(episodes["motion-00"], "motion-00")])
+    progress(f"  refined {c['cell'].cell_id}'s chain with a motion episode in "
+             f"{time.perf_counter() - t0:.0f} s")
+    if kept is not None:
+        save_chain_calibration(kept, refined)
+    return chain, refined
 
 
 def output_paths(result: dict[str, Any], out: str | Path) -> list[Path]:
