@@ -121,13 +121,16 @@ def _run_geometry(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
+def write_sample_cell(out: Path, motion_frames: int = 40,
+                      commissioning_frames: int = 32) -> Path:
     """Render the shipped sample cell (held-out robot, held-out camera) into ``out``.
 
     Writes ``calibration.npz``, ``test.npz``, ``calibration_256.npz`` (the same calibration
     episode rendered at 256x256, as a camera recording at a higher resolution than the
-    model's 64x64 would give it: what ``syncedge model read-chain`` reads the chain from)
-    and ``manifest.json`` (checksums, seed and the command that regenerates it). Returns the
+    model's 64x64 would give it: what ``syncedge model read-chain`` reads the chain from),
+    ``commissioning_256.npz`` (another episode of ordinary motion at 256x256, drawn apart
+    from the test episode: what ``read-chain --motion`` refines the chain with) and
+    ``manifest.json`` (checksums, seed and the command that regenerates it). Returns the
     manifest path.
     """
     import numpy as np
@@ -154,6 +157,9 @@ def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
                               height=256)
     with CellGenerator(hi_opts) as gen:
         eps["calibration_256"] = gen.cell_episodes(cell)["calibration"]
+        rng = np.random.default_rng(cell.seed + 2)  # apart from the test episode's draw
+        q = motion_trajectory(rng, robot_spec(cell.robot), commissioning_frames, hi_opts.motion)
+        eps["commissioning_256"] = gen.render_episode(cell, q, "validation")
     files = {}
     for name, ep in eps.items():
         p = save_episode(ep, out / f"{name}.npz")
@@ -161,11 +167,13 @@ def write_sample_cell(out: Path, motion_frames: int = 40) -> Path:
                          "frames": ep.num_frames, "kind": ep.metadata.kind}
     manifest: dict[str, Any] = {
         "what": "sample cell: held-out robot, held-out camera band, held-out convention "
-                "(split test_all); a calibration episode and a test episode with ground truth",
+                "(split test_all); a calibration episode, a test episode with ground truth "
+                "and a commissioning episode of other motion at 256x256",
         "command": f"syncedge cells sample --out {out}",
         "split": "test_all", "seed": seed, "cell": cell.to_json_dict(),
         "options": {"width": opts.width, "height": opts.height, "fps": opts.fps,
-                    "test_frames": motion_frames, "face_budget": opts.face_budget,
+                    "test_frames": motion_frames, "commissioning_frames": commissioning_frames,
+                    "face_budget": opts.face_budget,
                     "motion": opts.motion},
         "renderer": {"mujoco": mujoco.__version__},
         "files": files,
