@@ -414,7 +414,8 @@ def test_read_chain_command_writes_a_chain_the_runtime_rolls_out(arm_frames, tmp
 
 
 def test_calibrate_store_reads_the_chain_and_simulate_runs_it_from_the_cache(arm_frames,
-                                                                             tmp_path, capsys):
+                                                                             tmp_path, capsys,
+                                                                             monkeypatch):
     """``calibrate store CAL --chain`` reads the chain from a recorded two-link sweep and
     caches it; ``--cell ID --chain`` reads it again from the cached episode; ``simulate
     --cell ID --chain`` rolls it out from the cache, and zero actions give the start."""
@@ -444,6 +445,22 @@ def test_calibrate_store_reads_the_chain_and_simulate_runs_it_from_the_cache(arm
     assert "read in" in capsys.readouterr().out
     assert main(["calibrate", "store", "--cell", "two-link", *read]) == 0
     assert "replaced the entry" in capsys.readouterr().out
+    # read again, refined with an episode of both joints moving together
+    arm = TwoLinkArm()
+    qm = _both_joints()
+    _, motion = _two_link_episodes(arm, q, frames, qm, _render_sweep(arm, qm, 4))
+    mot = save_episode(motion, tmp_path / "motion.npz")
+    import export.models.chain_fit as chain_fit
+
+    monkeypatch.setattr(chain_fit, "MOTION_REFINE_STEPS", (20,))  # a short refinement
+    monkeypatch.setattr(chain_fit, "MOTION_REFINE_BLUR_PX", (1.0,))
+    assert main(["calibrate", "store", "--cell", "two-link", *read, "--motion", str(mot)]) == 0
+    assert "refined with motion" in capsys.readouterr().err
+    from edge.cache.store import CalibrationCache
+
+    with CalibrationCache(cache) as c:
+        (row,) = c.list(cell_id="two-link")
+        assert c.get(row.key).context.info["motion"][0]["episode"] == str(mot)
     # the start: the sweep's first frame at the model grid, held still
     small = frames.reshape(len(q), SIZE, 4, SIZE, 4, 3).mean((2, 4)).round().astype(np.uint8)
     still = Episode(np.repeat(small[:1], 5, 0), np.zeros((5, 2), np.float32),

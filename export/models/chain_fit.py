@@ -928,8 +928,10 @@ def sweep_timing(episode):
         raise ValueError(f"the calibration's sweeps: {exc}") from None
 
 
-#: Adam steps per blur level of the refinement against motion episodes (4, 2, 1 px).
+#: Adam steps per blur level of the refinement against motion episodes, and the levels'
+#: Gaussian blur (px at the photometric size).
 MOTION_REFINE_STEPS = (100, 100, 100)
+MOTION_REFINE_BLUR_PX = (4.0, 2.0, 1.0)
 #: Most frames taken from one motion episode (evenly spaced over it): each frame is one
 #: more pose the chain must explain, and the refinement keeps every frame in memory at
 #: the photometric size (a 30 Hz policy run of minutes adds no composition a few dozen of
@@ -992,8 +994,8 @@ def _check_motion(motion, where: str, names: list[str], units: list[str],
 
 
 def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 128,
-                             steps: tuple[int, ...] = MOTION_REFINE_STEPS,
-                             blur_px: tuple[float, ...] = (4.0, 2.0, 1.0), log=None):
+                             steps: tuple[int, ...] | None = None,
+                             blur_px: tuple[float, ...] | None = None, log=None):
     """Refine a chain calibration against episodes of ordinary motion on the same cell.
 
     A calibration sweeps one channel at a time, so a channel whose carried points lie at
@@ -1018,8 +1020,9 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
             ``where`` names it in messages and in ``info["motion"]``.
         photometric_size: the side (px) all frames are resized to, a whole multiple of the
             chain's grid.
-        steps: Adam steps at each blur level.
-        blur_px: the levels' Gaussian blur (px at ``photometric_size``), one per ``steps``.
+        steps: Adam steps at each blur level (None: :data:`MOTION_REFINE_STEPS`).
+        blur_px: the levels' Gaussian blur (px at ``photometric_size``), one per ``steps``
+            (None: :data:`MOTION_REFINE_BLUR_PX`).
         log: called with a line per stage, or None.
 
     Returns:
@@ -1041,6 +1044,8 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
     import cv2
 
     say = log or (lambda _line: None)
+    steps = MOTION_REFINE_STEPS if steps is None else steps
+    blur_px = MOTION_REFINE_BLUR_PX if blur_px is None else blur_px
     if not motions:
         raise MotionEpisodeError("refine_chain_with_motion: no motion episode given")
     names = list(chain.dof_names)
