@@ -965,31 +965,31 @@ def _check_motion(motion, where: str, names: list[str], units: list[str],
     """A motion episode's joint readings float64 ``[T, K]`` once it is fit to refine
     with; raises :class:`MotionEpisodeError` naming ``where`` and the field otherwise."""
     meta = motion.metadata
+    bad = MotionEpisodeError
     if meta.kind == "calibration":
-        raise MotionEpisodeError(f"{where}: metadata.kind 'calibration': expected an episode of "
-                         "ordinary motion (several channels moving together, e.g. the "
-                         "commissioning episode of `calibrate validate`); the sweep itself "
-                         "is already read")
+        raise bad(f"{where}: metadata.kind 'calibration': expected an episode of ordinary "
+                  "motion (several channels moving together, e.g. the commissioning episode "
+                  "of `calibrate validate`); the sweep itself is already read")
     if list(meta.dof_names) != names:
-        raise MotionEpisodeError(f"{where}: dof_names {list(meta.dof_names)}: expected the "
-                         f"calibration's {names} (the same controller, in its order)")
+        raise bad(f"{where}: dof_names {list(meta.dof_names)}: expected the calibration's "
+                  f"{names} (the same controller, in its order)")
     if motion.joint_positions is None:
-        raise MotionEpisodeError(f"{where}: no joint_positions: the refinement compares each frame "
-                         "with the chain moved to that frame's joint readings")
-    if tuple(motion.frames.shape[1:3]) != shape:
-        raise MotionEpisodeError(f"{where}: frames {motion.frames.shape[2]}x{motion.frames.shape[1]}: "
-                         f"expected the calibration's {shape[1]}x{shape[0]} (the same camera "
-                         "at the same resolution)")
+        raise bad(f"{where}: no joint_positions: the refinement compares each frame with the "
+                  "chain moved to that frame's joint readings")
+    fh, fw = motion.frames.shape[1:3]
+    if (fh, fw) != tuple(shape):
+        raise bad(f"{where}: frames {fw}x{fh}: expected the calibration's {shape[1]}x"
+                  f"{shape[0]} (the same camera at the same resolution)")
     if cell_id and meta.cell_id and meta.cell_id != cell_id:
-        raise MotionEpisodeError(f"{where}: metadata.cell_id '{meta.cell_id}': expected the "
-                         f"calibration's '{cell_id}' (an episode of the same cell)")
+        raise bad(f"{where}: metadata.cell_id '{meta.cell_id}': expected the calibration's "
+                  f"'{cell_id}' (an episode of the same cell)")
     q = np.asarray(motion.joint_positions, np.float64)[:, :len(names)]
     scale = np.array([10.0 if u == "m" else 1.0 for u in units])
     travel = (np.abs(q - q[:1]) * scale).max(0)
     if len(q) < 2 or travel.max() < MOTION_MIN_TRAVEL:
-        raise MotionEpisodeError(f"{where}: the joints travel at most {travel.max():.3f} (rad or 0.1 m) "
-                         f"from its first frame: expected at least {MOTION_MIN_TRAVEL}; "
-                         "record motion that moves the arm")
+        raise bad(f"{where}: the joints travel at most {travel.max():.3f} (rad, or 0.1 m) "
+                  f"from its first frame: expected at least {MOTION_MIN_TRAVEL}; record "
+                  "motion that moves the arm")
     return q
 
 
