@@ -464,18 +464,16 @@ def main(argv: list[str] | None = None) -> int:
                     preds[f"fit_{kind}_fill_mislabelled"] = np.stack([predict_frames(
                         mis, start, q0 - qc[0], a, home=cal.frames[0], background=bg)
                         for a in acts])
-            if refined is not None:
+            if (refined is not None or timed is not None) and "dis" in calibrations:
                 preds["chain_dis"] = chain_rollout(calibrations["dis"], start, q0,
                                                    fut.actions[:, :, :n])
+            if refined is not None:
                 preds["chain_dis_motion"] = chain_rollout(refined, start, q0,
                                                           fut.actions[:, :, :n])
             if timed_refined is not None:
                 preds[f"timing_{variant.name}_motion"] = chain_rollout(
                     timed_refined, start, q0, fut.actions[:, :, :n])
             if timed is not None:
-                if "dis" in calibrations:
-                    preds["chain_dis"] = chain_rollout(calibrations["dis"], start, q0,
-                                                       fut.actions[:, :, :n])
                 preds[f"timing_{variant.name}"] = chain_rollout(timed, start, q0,
                                                                 fut.actions[:, :, :n])
             if prof == "all_joints":  # the bound: the start warped by DIS flow from the truth

@@ -104,6 +104,7 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
             "'syncedge model read-chain --calibration EPISODE --out CHAIN.npz' and store "
             "it here with '--chain CHAIN.npz'") from None
     from edge.episode import load_episode
+    from edge.runtime.chain import MotionEpisodeError
 
     motions = []
     for path in getattr(args, "motion", None) or ():
@@ -129,9 +130,9 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
             log=lambda line: print(f"  [{time.perf_counter() - t0:6.1f} s] {line}",
                                    file=sys.stderr, flush=True),
             **({"motions": motions} if motions else {}))
+    except MotionEpisodeError as exc:  # names its episode itself
+        raise CalibrateError(f"--motion {exc}") from None
     except ValueError as exc:
-        if type(exc).__name__ == "MotionEpisodeError":  # names its episode itself
-            raise CalibrateError(f"--motion {exc}") from None
         raise CalibrateError(f"{where}: {exc}") from None
     return chain, time.perf_counter() - t0
 
@@ -246,13 +247,13 @@ def _refuse_refined_on(chain: Any, episode: Any, where: str) -> None:
     Raises:
         CalibrateError: naming the episode and what to do.
     """
-    import hashlib
+    from edge.runtime.chain import frames_sha256
 
     used = {m.get("frames_sha256"): m.get("episode") for m in chain.info.get("motion", ())
             if isinstance(m, dict)}
     if not used:
         return
-    digest = hashlib.sha256(np.ascontiguousarray(episode.frames).tobytes()).hexdigest()
+    digest = frames_sha256(episode.frames)
     if digest in used:
         raise CalibrateError(f"{where}: the cell's chain was refined with this episode "
                              f"(read as {used[digest]}); a report on it would measure the fit, "

@@ -43,7 +43,7 @@ from edge.fileio import atomic_write
 from edge.runtime.errors import RuntimeInputError
 
 __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
-           "ChainCalibration", "ChainFileError",
+           "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
            "arm_cover", "chain_positions", "sweep_check", "chain_rollout", "close_gaps", "compose_chain",
            "load_chain_calibration", "save_chain_calibration", "splat_values"]
@@ -69,6 +69,19 @@ CHAIN_MODEL_SHA256 = hashlib.sha256(f"{CHAIN_FORMAT}/{CHAIN_SCHEMA_VERSION}".enc
 class ChainFileError(RuntimeInputError):
     """A chain calibration file is missing, unreadable or malformed; names the file and the
     field, what was expected and what to do."""
+
+
+class MotionEpisodeError(ValueError):
+    """An episode of ordinary motion given to refine a chain with
+    (``export.models.chain_fit.refine_chain_with_motion``) that cannot serve; the message
+    names the episode and the field."""
+
+
+def frames_sha256(frames: np.ndarray) -> str:
+    """sha256 (hex) of an episode's uint8 frames ``[T, H, W, 3]`` as C-ordered bytes: how a
+    chain calibration names the motion episodes it was refined with
+    (``info["motion"][i]["frames_sha256"]``), independent of the file they came in."""
+    return hashlib.sha256(np.ascontiguousarray(frames).tobytes()).hexdigest()
 
 
 @dataclass

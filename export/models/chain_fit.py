@@ -38,7 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
+from edge.runtime.chain import MotionEpisodeError, frames_sha256
+
+__all__ = ["MotionEpisodeError", "ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
            "read_chain", "chain_positions", "as_calibration", "calibration_background",
            "predict_frames", "camera_pinhole", "calibration_sweeps", "on_grid",
            "read_chain_calibration", "sweep_timing"]
@@ -955,17 +957,12 @@ def fit_of_calibration(chain) -> ChainFit:
                     travel_per_unit=np.asarray(chain.travel_per_unit, np.float64))
 
 
-class MotionEpisodeError(ValueError):
-    """A motion episode given to refine a chain with that cannot serve (its message names
-    the episode and the field)."""
-
-
 def _check_motion(motion, where: str, names: list[str], units: list[str],
                   shape: tuple[int, int], cell_id: str) -> np.ndarray:
     """A motion episode's joint readings float64 ``[T, K]`` once it is fit to refine
     with; raises :class:`MotionEpisodeError` naming ``where`` and the field otherwise."""
-    meta = motion.metadata
     bad = MotionEpisodeError
+    meta = motion.metadata
     if meta.kind == "calibration":
         raise bad(f"{where}: metadata.kind 'calibration': expected an episode of ordinary "
                   "motion (several channels moving together, e.g. the commissioning episode "
@@ -1032,13 +1029,12 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
         :data:`MOTION_MAX_FRAMES`, evenly spaced) and frames' sha256).
 
     Raises:
-        MotionEpisodeError: no motion episode; a motion episode of kind ``calibration``,
-            other channels, another resolution, another cell, without joint readings or
-            that barely moves.
+        edge.runtime.chain.MotionEpisodeError: no motion episode; a motion episode of kind
+            ``calibration``, other channels, another resolution, another cell, without
+            joint readings or that barely moves.
         ValueError: a calibration whose sweeps ingest cannot find, or other channels than
             the chain's; a photometric size that is not a whole multiple of the grid.
     """
-    import hashlib
     import time
 
     import cv2
@@ -1073,8 +1069,7 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
         frames.append(small(motion.frames[pick]))
         joints.append(q[pick])
         used.append({"episode": str(where), "frames": int(len(q)), "frames_used": int(len(pick)),
-                     "frames_sha256": hashlib.sha256(
-                         np.ascontiguousarray(motion.frames).tobytes()).hexdigest()})
+                     "frames_sha256": frames_sha256(motion.frames)})
     t0 = time.perf_counter()
     say(f"refining against {sum(len(q) for q in joints[1:])} frames of motion beside the "
         f"sweep's {len(qc)}")
