@@ -41,6 +41,11 @@ __all__ = [
     "Variant",
     "Warping",
     "UPGRADE_COMMAND",
+    "CHAIN_MODEL_FORMAT",
+    "ChainModelManifest",
+    "is_chain_model_dir",
+    "load_any_model_dir",
+    "load_chain_model_dir",
     "upgrade_manifest_dict",
     "GRAPH_NAMES",
     "ManifestError",
@@ -76,6 +81,11 @@ VARIANTS = get_args(Variant)
 DecoderOutput = Literal["frames", "robot_mask"]
 #: How to upgrade a schema-1 model folder (graphs unchanged, model.json rewritten).
 UPGRADE_COMMAND = "syncedge export upgrade MODEL_DIR"
+#: The ``format`` of a chain model's ``model.json`` (:class:`ChainModelManifest`): the
+#: chain model has no graphs, so its manifest is its own family beside the ONNX one.
+CHAIN_MODEL_FORMAT = "syncedge.chain_model"
+#: How to write a chain model folder (``model.json`` only).
+CHAIN_MODEL_COMMAND = "syncedge export chain-model --out MODEL_DIR"
 
 
 class ManifestError(ConfigError):
@@ -381,9 +391,8 @@ def upgrade_manifest_dict(d: Mapping[str, Any], where: str = "model.json") -> di
     return out
 
 
-def load_manifest(path: str | os.PathLike[str]) -> ModelManifest:
-    """Read ``model.json`` (strict JSON, no NaN); raises :class:`ManifestError` naming the file."""
-    path = Path(path)
+def _read_json(path: Path) -> Any:
+    """A manifest file's parsed strict JSON (no NaN); :class:`ManifestError` names the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -393,13 +402,155 @@ def load_manifest(path: str | os.PathLike[str]) -> ModelManifest:
         raise ManifestError(f"{path}: {name} is not strict JSON")
 
     try:
-        d = json.loads(text, parse_constant=no_constants)
+        return json.loads(text, parse_constant=no_constants)
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{path}: invalid JSON: {exc}") from None
+
+
+def _is_chain_dict(d: Any) -> bool:
+    return isinstance(d, Mapping) and d.get("format") == CHAIN_MODEL_FORMAT
+
+
+def load_manifest(path: str | os.PathLike[str]) -> ModelManifest:
+    """Read an ONNX model's ``model.json`` (strict JSON, no NaN).
+
+    Raises:
+        ManifestError: naming the file; for a chain model's manifest, that the folder is
+            the chain model (no graphs) and what runs it.
+    """
+    path = Path(path)
+    d = _read_json(path)
+    if _is_chain_dict(d):
+        raise ManifestError(f"{path}: the chain model (format {CHAIN_MODEL_FORMAT!r}, no ONNX "
+                            f"graphs): simulate, precheck and calibrate store/validate run it "
+                            f"with the cell's chain calibration; this command needs an ONNX "
+                            f"model folder (e.g. models/reference)")
     return ModelManifest.from_json_dict(d, where=str(path))
 
 
-def save_manifest(manifest: ModelManifest, path: str | os.PathLike[str]) -> Path:
+@dataclass(frozen=True)
+class ChainModelManifest:
+    """The parsed ``model.json`` of a chain model folder (``format``
+    :data:`CHAIN_MODEL_FORMAT`; the folder holds nothing else).
+
+    The chain model (:mod:`edge.runtime.chain`) has no weights: each cell's chain
+    calibration, read from its calibration episode, is the model for that cell. The folder
+    exists so that a signed bundle can carry it and an installed slot can name it: with it
+    active, ``simulate``, ``precheck`` and ``calibrate store``/``validate`` run the chain
+    model without ``--chain``.
+
+    Attributes:
+        format: :data:`CHAIN_MODEL_FORMAT`.
+        name: model name.
+        variant: ``"numpy"`` (the rollout runs in NumPy/OpenCV, float64, on the CPU).
+        chain_format: the chain calibration format the rollout reads
+            (``edge.runtime.chain.CHAIN_FORMAT``).
+        chain_schema_versions: the chain calibration schema versions it reads.
+        chain_model_sha256: the identity its chain calibrations have in the calibration
+            cache (``edge.runtime.chain.CHAIN_MODEL_SHA256``); a runtime with another refuses
+            the folder.
+        recording_resolution: (H, W) px at which a technician records the calibration
+            episode the chain is read from (``calibrate record`` defaults to it).
+        provenance: how the folder was written (command, git commit, utc).
+        evaluation: evaluation figures (free-form JSON).
+    """
+
+    format: Literal["syncedge.chain_model"]
+    name: str
+    variant: Literal["numpy"]
+    chain_format: str
+    chain_schema_versions: tuple[int, ...]
+    chain_model_sha256: str
+    recording_resolution: tuple[int, int]
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    evaluation: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Strict-JSON dictionary with ``schema_version``."""
+        return {"schema_version": MANIFEST_SCHEMA_VERSION,
+                **json.loads(json.dumps(dataclasses.asdict(self)))}
+
+    @classmethod
+    def from_json_dict(cls, d: Any, where: str = "model.json") -> ChainModelManifest:
+        """Parse and check a chain model's parsed ``model.json``.
+
+        Raises:
+            ManifestError: ``<file>:<key.path>: ...`` for another schema version, an unknown
+                or missing key, a value of the wrong type, or a chain format, schema or
+                identity this runtime does not run (then: install a bundle built for it).
+        """
+        from edge.runtime.chain import CHAIN_FORMAT, CHAIN_MODEL_SHA256, CHAIN_SCHEMA_VERSIONS
+
+        if not isinstance(d, Mapping):
+            raise ManifestError(f"{where}: expected a JSON object")
+        d = dict(d)
+        version = d.pop("schema_version", None)
+        if version != MANIFEST_SCHEMA_VERSION or isinstance(version, bool):
+            raise ManifestError(f"{where}:schema_version: expected {MANIFEST_SCHEMA_VERSION} "
+                                f"for a chain model, found {version!r}")
+        w = Where(where, error=ManifestError)
+        m = read_config(cls, d, w)
+        rebuild = (f"install a chain model written by this syncedge "
+                   f"('{CHAIN_MODEL_COMMAND}', then bundle it)")
+        if m.chain_format != CHAIN_FORMAT:
+            w.key("chain_format").fail(f"expected {CHAIN_FORMAT!r}, found {m.chain_format!r}; "
+                                       f"{rebuild}")
+        unread = [v for v in m.chain_schema_versions if v not in CHAIN_SCHEMA_VERSIONS]
+        if not m.chain_schema_versions or unread:
+            w.key("chain_schema_versions").fail(
+                f"this syncedge reads chain calibration schemas {list(CHAIN_SCHEMA_VERSIONS)}, "
+                f"found {list(m.chain_schema_versions)}; {rebuild}")
+        if m.chain_model_sha256 != CHAIN_MODEL_SHA256:
+            w.key("chain_model_sha256").fail(
+                f"{m.chain_model_sha256[:12]}... is not the chain model this syncedge runs "
+                f"({CHAIN_MODEL_SHA256[:12]}...); {rebuild}")
+        for i, n in enumerate(m.recording_resolution):
+            _at_least(n, w.key("recording_resolution").index(i), 1)
+        if len(m.recording_resolution) != 2:
+            w.key("recording_resolution").fail(f"expected [H, W], found "
+                                               f"{list(m.recording_resolution)}")
+        return m
+
+
+def is_chain_model_dir(model_dir: str | os.PathLike[str]) -> bool:
+    """Whether ``model_dir/model.json`` is a chain model's manifest (by its ``format``
+    alone; :func:`load_chain_model_dir` checks the rest). False for a missing or
+    unreadable file (the loaders name those)."""
+    try:
+        return _is_chain_dict(_read_json(Path(model_dir) / "model.json"))
+    except ManifestError:
+        return False
+
+
+def load_chain_model_dir(model_dir: str | os.PathLike[str]) -> ChainModelManifest:
+    """Load a chain model folder's ``model.json``.
+
+    Raises:
+        ManifestError: naming the file: not a chain model, or as
+            :meth:`ChainModelManifest.from_json_dict`.
+    """
+    path = Path(model_dir) / "model.json"
+    d = _read_json(path)
+    if not _is_chain_dict(d):
+        raise ManifestError(f"{path}:format: expected {CHAIN_MODEL_FORMAT!r} (a chain model), "
+                            f"found {d.get('format') if isinstance(d, Mapping) else None!r}")
+    return ChainModelManifest.from_json_dict(d, where=str(path))
+
+
+def load_any_model_dir(model_dir: str | os.PathLike[str], verify: bool = True
+                       ) -> ModelManifest | ChainModelManifest:
+    """An ONNX model folder (:func:`load_model_dir`) or a chain model folder
+    (:func:`load_chain_model_dir`), told apart by ``model.json``'s ``format``.
+
+    Raises:
+        ManifestError: as either loader.
+    """
+    if is_chain_model_dir(model_dir):
+        return load_chain_model_dir(model_dir)
+    return load_model_dir(model_dir, verify=verify)
+
+
+def save_manifest(manifest: ModelManifest | ChainModelManifest, path: str | os.PathLike[str]) -> Path:
     """Write ``model.json`` atomically (indented, sorted keys, strict JSON)."""
     text = json.dumps(manifest.to_json_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))

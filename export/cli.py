@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from export.chain_model import register_chain_model
 from export.variants.cli import register_check, register_onnx, register_quantise
 
 __all__ = ["SUBCOMMANDS", "register", "register_engine", "register_check_ops", "register_onnx",
-           "register_quantise", "register_check", "register_upgrade"]
+           "register_quantise", "register_check", "register_upgrade",
+           "register_chain_model"]
 
 
 def _run_engine(args: argparse.Namespace) -> int:
@@ -142,6 +144,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     register_engine,
     register_check_ops,
     register_upgrade,
+    register_chain_model,
 ]
 
 

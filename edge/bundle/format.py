@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from edge.config_reader import Where, read_config
 from edge.errors import ConfigError
-from edge.manifest import Variant
+from edge.manifest import Variant as ModelVariant
 
 __all__ = [
     "BUNDLE_SCHEMA_VERSION",
@@ -48,6 +48,11 @@ __all__ = [
     "parse_strict_json",
     "verify_signature",
 ]
+
+#: ``bundle.json`` ``model.variant``: an ONNX model's variant, or ``numpy`` for the chain
+#: model (:class:`edge.manifest.ChainModelManifest`; a runtime before it refuses such a
+#: bundle by this field).
+BundleVariant = Literal[ModelVariant, "numpy"]
 
 BUNDLE_SCHEMA_VERSION = 1
 MANIFEST_NAME = "bundle.json"
@@ -134,7 +139,7 @@ class _ModelEntry:
     """``bundle.json``'s ``model``: the bundled model's identity."""
 
     name: str
-    variant: Variant
+    variant: BundleVariant
     model_json_sha256: str
 
 
@@ -183,7 +188,8 @@ class BundleManifest:
     Attributes:
         target: one of :data:`TARGETS`.
         model_name: ``model.json``'s ``name``.
-        model_variant: ``fp32``, ``int8`` or ``fp16``.
+        model_variant: ``fp32``, ``int8`` or ``fp16`` (an ONNX model), ``numpy`` (the
+            chain model).
         model_sha256: sha256 of the bundled ``model.json`` (the model's identity).
         files: every payload file (``model.json`` included), sorted by name.
         created: creation info (``utc`` ISO-8601 time, ``syncedge_version``, ``command``,

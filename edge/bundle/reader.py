@@ -38,7 +38,7 @@ from edge.bundle.format import (
     check_file_name,
     verify_signature,
 )
-from edge.manifest import ManifestError, load_model_dir
+from edge.manifest import ManifestError, load_any_model_dir
 
 __all__ = ["VerifiedBundle", "read_bundle"]
 
@@ -254,22 +254,24 @@ def _check_model(model_json: bytes, manifest: BundleManifest, where: str,
                  dest: Path | None) -> None:
     import json
 
-    from edge.manifest import ModelManifest
+    from edge.manifest import CHAIN_MODEL_FORMAT, ChainModelManifest, ModelManifest
 
     if hashlib.sha256(model_json).hexdigest() != manifest.model_sha256:
         raise BundleError(f"{where}: model.json sha256 differs from {MANIFEST_NAME}.model")
     try:
         if dest is not None:
-            model = load_model_dir(dest, verify=True)
+            model = load_any_model_dir(dest, verify=True)
         else:
-            model = ModelManifest.from_json_dict(json.loads(model_json.decode("utf-8")),
-                                                 where="model.json")
+            d = json.loads(model_json.decode("utf-8"))
+            model = (ChainModelManifest if isinstance(d, dict)
+                     and d.get("format") == CHAIN_MODEL_FORMAT
+                     else ModelManifest).from_json_dict(d, where="model.json")
     except (ManifestError, ValueError) as exc:
         raise BundleError(f"{where}: model.json refused: {exc}") from None
     if (model.name, model.variant) != (manifest.model_name, manifest.model_variant):
         raise BundleError(f"{where}: model.json names {model.name!r} {model.variant}, "
                           f"{MANIFEST_NAME} says {manifest.model_name!r} {manifest.model_variant}")
-    for key, g in model.graphs.items():
+    for key, g in getattr(model, "graphs", {}).items():
         entry = manifest.file(g.file)
         if entry is None or entry.sha256 != g.sha256:
             raise BundleError(f"{where}: graph '{key}' ({g.file}) listed in model.json is "

@@ -35,16 +35,19 @@ __all__ = ["default_check_dir", "register", "run_check", "run_plan", "run_record
 
 def _resolution(args: argparse.Namespace) -> tuple[int, int]:
     """The episode's (H, W): ``--model``'s, else ``--size``, else the active bundle's, else
-    64x64."""
+    64x64 (a chain model's: the size its calibration episodes are recorded at)."""
     from edge.commands.common import active_bundle_dir
-    from edge.manifest import load_manifest
+    from edge.manifest import load_any_model_dir
+
+    def of(model_dir: Path) -> tuple[int, int]:
+        m = load_any_model_dir(model_dir, verify=False)
+        return tuple(getattr(m, "recording_resolution", None) or m.contract.resolution)
 
     if getattr(args, "model", None):
-        # (H, W); from_json already made it a tuple
-        return load_manifest(Path(args.model) / "model.json").contract.resolution
+        return of(Path(args.model))
     if args.size is None:
-        active = active_bundle_dir() / "model.json"
-        return load_manifest(active).contract.resolution if active.is_file() else (64, 64)
+        active = active_bundle_dir()
+        return of(active) if (active / "model.json").is_file() else (64, 64)
     try:
         h, w = (int(v) for v in args.size.lower().split("x"))
     except ValueError:

@@ -436,7 +436,8 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
                         "context: read it from the episode now (torch, 1-3 minutes on 2 idle cores), or store "
                         "FILE, a chain read elsewhere by 'syncedge model read-chain' (checked "
                         "against the episode); then 'simulate --cell ID --chain' runs from "
-                        "the cache")
+                        "the cache; '--chain' alone is implied when the model in use is the "
+                        "chain model")
     s.add_argument("--grid", type=positive_int, default=64, metavar="PX",
                    help="with --chain (read now): the model grid's side (default 64; the "
                         "episode's frames a whole multiple of it, 256x256 recommended)")
@@ -488,7 +489,8 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
     a.add_argument("--cache-dir", metavar="DIR", help="calibration cache root (default: STATE_ROOT/calibration; see syncedge --help)")
     a.add_argument("--chain", action="store_true",
                    help="validate the cell's cached chain calibration ('calibrate store "
-                        "--chain') on --episode, beside copying the start frame")
+                        "--chain') on --episode, beside copying the start frame (implied "
+                        "when the model in use is the chain model)")
     add_model_args(a)
     a.add_argument("--out", default="commissioning", metavar="DIR")
     a.set_defaults(func=run_validate)

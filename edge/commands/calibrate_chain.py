@@ -347,19 +347,27 @@ def run_validate_chain(args: argparse.Namespace) -> int:
 
 
 def run_store(args: argparse.Namespace) -> int:
-    """``calibrate store``: the chain model's with ``--chain``, else an ONNX model's
+    """``calibrate store``: the chain model's with ``--chain`` or when the model in use is
+    the chain model (:func:`edge.commands.common.use_chain_model`: then the chain is read
+    from the episode, as ``--chain`` alone), else an ONNX model's
     (:func:`edge.commands.calibrate_cell.run_store`)."""
     from edge.commands import calibrate_cell
+    from edge.commands.common import use_chain_model
 
-    if getattr(args, "motion", None) and not args.chain:
+    chain = use_chain_model(args, CHAIN_READ)
+    if getattr(args, "motion", None) and not chain:
         raise CalibrateError("--motion: only with --chain (it refines the chain model's "
                              "calibration; an ONNX model's context reads the sweep alone)")
-    return run_store_chain(args) if args.chain else calibrate_cell.run_store(args)
+    return run_store_chain(args) if chain else calibrate_cell.run_store(args)
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    """``calibrate validate``: the chain model's with ``--chain``, else an ONNX model's
-    (:func:`edge.commands.calibrate_cell.run_validate`)."""
+    """``calibrate validate``: the chain model's with ``--chain`` or when the model in use
+    is the chain model (:func:`edge.commands.common.use_chain_model`), else an ONNX
+    model's (:func:`edge.commands.calibrate_cell.run_validate`)."""
     from edge.commands import calibrate_cell
+    from edge.commands.common import use_chain_model
 
-    return run_validate_chain(args) if args.chain else calibrate_cell.run_validate(args)
+    if use_chain_model(args, True):
+        return run_validate_chain(args)
+    return calibrate_cell.run_validate(args)

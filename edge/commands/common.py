@@ -18,6 +18,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from edge.episode import Episode, load_episode
 from edge.runtime.backends import AUTO_ORDER, BACKEND_NAMES
@@ -32,10 +33,11 @@ from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
 
 __all__ = ["CHAIN_FROM_CACHE", "StagedOutput", "active_bundle_dir", "add_chain_arg",
-           "add_context_args", "add_model_args", "chain_store_hint",
+           "add_context_args", "add_model_args", "chain_mode", "chain_model_identity", "chain_store_hint",
            "default_context_source", "describe_identity", "describe_model", "get_context",
            "model_dir_of",
            "model_identity", "open_chain", "open_model", "positive_int", "run_command",
+           "use_chain_model",
            "store_command"]
 
 
@@ -148,7 +150,9 @@ def describe_identity(ident: dict) -> str:
     385fc93cdc7b from bundle slot a (/var/lib/syncedge/bundles/active)``."""
     where = (f"from bundle slot {ident['bundle_slot']} ({ident['folder']})"
              if ident["bundle_slot"] else f"from {ident['folder']} (not an installed bundle)")
-    return f"model {ident['name']} {ident['variant']} {ident['sha256'][:12]} {where}"
+    chain = (f", chain calibration {ident['chain']} ({ident['chain_sha256'][:12]})"
+             if ident.get("chain") and ident["chain"] != ident["folder"] else "")
+    return f"model {ident['name']} {ident['variant']} {ident['sha256'][:12]} {where}{chain}"
 
 
 def default_context_source(cache_dir: str | None) -> ContextSource:
@@ -372,7 +376,57 @@ def add_chain_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
                    help="run the chain model with this chain calibration (.npz from "
                         "`syncedge model read-chain`) instead of an ONNX model; without FILE, "
                         "with --cell: the cell's chain calibration from the calibration cache "
-                        "(`syncedge calibrate store EPISODE --chain`)" + extra)
+                        "(`syncedge calibrate store EPISODE --chain`); implied when the model "
+                        "in use (--model DIR, else the active bundle) is the chain model "
+                        "(`syncedge export chain-model`)" + extra)
+
+
+def use_chain_model(args: argparse.Namespace, default: Any) -> bool:
+    """Whether the command runs the chain model: ``--chain`` was given, or the model in use
+    (``--model DIR``, else the active bundle) is a chain model folder
+    (:class:`edge.manifest.ChainModelManifest`, installed from a chain bundle). In the
+    latter case the folder is checked (a chain format this runtime does not run is refused
+    by name), ``args.chain`` is set to ``default`` (what ``--chain`` alone means to the
+    command), ``args.model`` is cleared and ``args.chain_model`` records the folder, its
+    manifest and its bundle slot (:func:`chain_model_identity`).
+
+    Raises:
+        edge.manifest.ManifestError: the chain model folder's ``model.json`` is refused.
+    """
+    from edge.manifest import is_chain_model_dir, load_chain_model_dir, model_sha256
+
+    d = model_dir_of(args)
+    if not is_chain_model_dir(d):
+        return bool(getattr(args, "chain", None))
+    manifest = load_chain_model_dir(d)
+    real = d.resolve()
+    slot = real.name if real.name in ("a", "b") and (real.parent / "active").is_symlink() \
+        else None
+    args.chain_model = {"name": manifest.name, "variant": manifest.variant,
+                        "sha256": model_sha256(d), "bundle_slot": slot, "folder": str(d)}
+    args.model = None
+    if not getattr(args, "chain", None):
+        args.chain = default
+    return True
+
+
+def chain_mode(args: argparse.Namespace) -> str:
+    """How refusals name the chain model's mode: ``--chain``, or ``the chain model FOLDER``
+    when the model in use is a chain model folder (:func:`use_chain_model`)."""
+    cm = getattr(args, "chain_model", None)
+    return f"the chain model {cm['folder']}" if cm else "--chain"
+
+
+def chain_model_identity(args: argparse.Namespace, chain: Any, source: str) -> dict:
+    """``model_id`` of a chain rollout's report: the chain model folder's name, variant,
+    sha256, bundle slot and folder when it came from one (:func:`use_chain_model`), else
+    ``syncedge-chain``; ``chain_sha256`` and ``chain`` (the chain calibration's sha256 and
+    where it came from) either way."""
+    ident = dict(getattr(args, "chain_model", None) or
+                 {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
+                  "bundle_slot": None, "folder": source})
+    ident.update({"chain_sha256": chain.sha256(), "chain": source})
+    return ident
 
 
 def chain_store_hint(cell: str, cache_dir: str | None) -> str:
@@ -391,8 +445,12 @@ def _cached_chain(args: argparse.Namespace):
     from edge.runtime.chain import CHAIN_MODEL_SHA256
 
     if not args.cell:
-        raise RuntimeInputError("--chain without FILE reads the cell's chain calibration from "
-                                "the calibration cache: give --cell ID (or --chain FILE)")
+        cm = getattr(args, "chain_model", None)
+        lead = (f"{cm['folder']} is the chain model (model {cm['name']}), which reads the "
+                f"cell's chain calibration from the calibration cache" if cm else
+                "--chain without FILE reads the cell's chain calibration from the "
+                "calibration cache")
+        raise RuntimeInputError(f"{lead}: give --cell ID (or --chain FILE)")
     meta = None
     if str(args.start).lower().endswith(".npz"):
         meta = load_episode(args.start).metadata

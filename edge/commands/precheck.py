@@ -18,10 +18,13 @@ import numpy as np
 
 from edge.calibrate.gate import add_stale_args, stale_gate
 from edge.commands.common import (
+    CHAIN_FROM_CACHE,
     StagedOutput,
     add_chain_arg,
     add_context_args,
     add_model_args,
+    chain_mode,
+    chain_model_identity,
     check_out_dir,
     describe_identity,
     get_context,
@@ -29,6 +32,7 @@ from edge.commands.common import (
     open_chain,
     open_model,
     run_command,
+    use_chain_model,
 )
 from edge.commands.helptext import plain
 from edge.commands.limits import check_horizon, check_rollout_size
@@ -122,7 +126,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     """Run ``precheck`` for parsed arguments; returns 0 if a candidate passes, else 1."""
     rules = load_rules(args.rules)
     check_out_dir(args.out)  # before any work
-    if getattr(args, "chain", None):
+    if use_chain_model(args, CHAIN_FROM_CACHE):
         return _run_chain(args, rules)
     if args.policy and args.horizon is not None:
         check_horizon(args.horizon)
@@ -289,8 +293,8 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
                         ("--verification", args.verification),
                         ("--verify-camera", args.verify_camera)):
         if given:
-            raise RuntimeInputError(f"{flag}: not with --chain (the chain model takes "
-                                    "--actions or --policy and its chain calibration)")
+            raise RuntimeInputError(f"{flag}: not with {chain_mode(args)} (the chain model "
+                                    "takes --actions or --policy and its chain calibration)")
     if args.policy and args.horizon is not None:
         check_horizon(args.horizon)
     chain, start, _episode, q0, source = open_chain(args, "--joint-state", args.joint_state)
@@ -321,8 +325,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     elif ko is not None:
         inside = keep_out_mask(ko, *chain.resolution) > 0
         robot_counts = (cover & inside).sum((-1, -2)).astype(np.int32)
-    ident = {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
-             "bundle_slot": None, "folder": source}
+    ident = chain_model_identity(args, chain, source)
     fps = chain.frame_rate_hz or 10.0
     result, paths = _evaluate_and_write(
         args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,

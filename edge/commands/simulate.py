@@ -28,10 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from edge.commands.common import (
+    CHAIN_FROM_CACHE,
     StagedOutput,
     add_chain_arg,
     add_context_args,
     add_model_args,
+    chain_mode,
+    chain_model_identity,
     check_out_dir,
     describe_identity,
     get_context,
@@ -39,6 +42,7 @@ from edge.commands.common import (
     open_chain,
     open_model,
     run_command,
+    use_chain_model,
 )
 from edge.commands.helptext import plain
 from edge.commands.limits import check_rollout_size
@@ -109,7 +113,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     """Run ``simulate`` for parsed arguments; returns the exit code (0)."""
     t_start = time.perf_counter()
     check_out_dir(args.out)  # before any work
-    if getattr(args, "chain", None):
+    if use_chain_model(args, CHAIN_FROM_CACHE):
         return _run_chain(args, t_start)
     if getattr(args, "start_joints", None):
         raise RuntimeInputError("--start-joints: only with --chain (an ONNX model reads the "
@@ -233,8 +237,9 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
 
     for flag, given in (("--model", args.model), ("--calibration", args.calibration)):
         if given:
-            raise RuntimeInputError(f"{flag}: not with --chain (the chain calibration is the "
-                                    "cell's encoded calibration and the model)")
+            raise RuntimeInputError(f"{flag}: not with {chain_mode(args)} (the chain "
+                                    "calibration is the cell's encoded calibration and the "
+                                    "model)")
     chain, start, episode, q0, source = open_chain(args, "--start-joints", args.start_joints)
     k = chain.num_dof
     actions, names = _candidate_actions(args, episode, k)
@@ -254,8 +259,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     fps = chain.frame_rate_hz or (episode.metadata.fps if episode is not None else 10.0)
     report = {
         "model": "chain", "model_sha256": chain.sha256(),
-        "model_id": {"name": "syncedge-chain", "variant": "numpy", "sha256": chain.sha256(),
-                     "bundle_slot": None, "folder": source},
+        "model_id": chain_model_identity(args, chain, source),
         "backend": "numpy", "backend_requested": args.backend,
         "context": f"chain calibration {source}", "chain": chain.info,
         "start": str(args.start), "start_joint_positions": [round(float(x), 6) for x in q0],

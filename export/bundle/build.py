@@ -24,7 +24,7 @@ from edge.bundle.format import (
     key_id,
 )
 from edge.fileio import atomic_write, file_digest, sha256_file
-from edge.manifest import load_model_dir
+from edge.manifest import ChainModelManifest, load_any_model_dir
 
 __all__ = ["generate_keypair", "load_private_key", "pack_bundle", "build_bundle"]
 
@@ -158,7 +158,10 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
     first) and each extra file (e.g. a keypoint regressor ONNX), under its base name; an
     extra file that ``model.json`` ``extra`` lists by name must have the sha256 it records.
 
-    The model must carry a passed parity record for its own graphs (``model.json``
+    A chain model folder (:class:`edge.manifest.ChainModelManifest`) has ``model.json``
+    alone and no graphs, so no parity record: ``created.parity`` says so.
+
+    An ONNX model must carry a passed parity record for its own graphs (``model.json``
     ``evaluation.parity``, written by ``syncedge export check``;
     :func:`export.variants.parity_gates.require_parity`: passed, with gates no looser than the
     defaults, for its own graphs and variant). ``force_unchecked`` builds anyway and
@@ -173,19 +176,23 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
     from export.variants.parity_gates import ParityError, require_parity
 
     model_dir = Path(model_dir)
-    model = load_model_dir(model_dir, verify=True)
-    try:
-        require_parity(model, str(model_dir / "model.json"))
-        parity = "passed"
-    except ParityError as exc:
-        if not force_unchecked:
-            raise BundleError(f"refusing to bundle: {exc}") from None
-        parity = f"forced: built with --force-unchecked ({exc})"
+    model = load_any_model_dir(model_dir, verify=True)
     files: dict[str, Path] = {"model.json": model_dir / "model.json"}
-    for g in model.graphs.values():
-        files[g.file] = model_dir / g.file
-    listed = {str(e["file"]): (k, e.get("sha256")) for k, e in model.extra.items()
-              if isinstance(e, Mapping) and "file" in e}
+    listed: dict[str, tuple[str | None, Any]] = {}
+    if isinstance(model, ChainModelManifest):
+        parity = "not applicable: the chain model has no graphs"
+    else:
+        try:
+            require_parity(model, str(model_dir / "model.json"))
+            parity = "passed"
+        except ParityError as exc:
+            if not force_unchecked:
+                raise BundleError(f"refusing to bundle: {exc}") from None
+            parity = f"forced: built with --force-unchecked ({exc})"
+        for g in model.graphs.values():
+            files[g.file] = model_dir / g.file
+        listed = {str(e["file"]): (k, e.get("sha256")) for k, e in model.extra.items()
+                  if isinstance(e, Mapping) and "file" in e}
     for x in extras:
         p = Path(x)
         if not p.is_file():

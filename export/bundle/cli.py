@@ -48,10 +48,19 @@ def _run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parity_state(m: Any) -> str:
+    """``passed``, ``n/a`` (the chain model: no graphs to gate) or ``FORCED``."""
+    if m.created.get("parity") == "passed":
+        return "passed"
+    return "n/a" if m.model_variant == "numpy" else "FORCED"
+
+
 def _parity_warning(m: Any) -> str:
-    """A line to print when the bundle was built without a passed parity record."""
+    """A line to print when an ONNX model's bundle was built without a passed parity
+    record."""
     parity = str(m.created.get("parity", "not recorded"))
-    return "" if parity == "passed" else f"\nwarning: parity not passed: {parity}"
+    return ("" if _parity_state(m) != "FORCED"
+            else f"\nwarning: parity not passed: {parity}")
 
 
 def _trusted(args: argparse.Namespace) -> dict:
@@ -104,7 +113,7 @@ def _run_list(args: argparse.Namespace) -> int:
             m = s.manifest
             print(f"{mark} {s.slot}  {m.model_name} {m.model_variant} target={m.target} "
                   f"model={m.model_sha256[:12]} key={m.key_id} installed={s.installed_utc} "
-                  f"parity={'passed' if m.created.get('parity') == 'passed' else 'FORCED'}")
+                  f"parity={_parity_state(m)}")
     return 0
 
 
@@ -156,7 +165,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k.set_defaults(func=_run_keygen)
 
     b = sub.add_parser("build", help="build and sign a bundle from a model folder")
-    b.add_argument("model_dir", help="folder with model.json and its ONNX graphs")
+    b.add_argument("model_dir", help="folder with model.json and its ONNX graphs, or a chain model "
+                        "folder ('syncedge export chain-model')")
     b.add_argument("--target", required=True, choices=sorted(TARGETS))
     b.add_argument("--key", required=True, help="private key PEM (from bundle keygen)")
     b.add_argument("--out", required=True, help="bundle file to write")
