@@ -44,6 +44,7 @@ __all__ = [
     "CHAIN_MODEL_FORMAT",
     "ChainModelManifest",
     "is_chain_model_dir",
+    "cache_identity",
     "load_any_model_dir",
     "load_chain_model_dir",
     "upgrade_manifest_dict",
@@ -559,6 +560,19 @@ def save_manifest(manifest: ModelManifest | ChainModelManifest, path: str | os.P
 def model_sha256(model_dir: str | os.PathLike[str]) -> str:
     """The model's identity: sha256 of its ``model.json`` bytes."""
     return sha256_file(Path(model_dir) / "model.json")
+
+
+def cache_identity(model_dir: str | os.PathLike[str]) -> str:
+    """The ``model_sha256`` under which the calibration cache keeps this model's encoded
+    calibrations: a chain model's ``chain_model_sha256`` (its chain calibrations are the
+    same for every chain model folder of one format), else :func:`model_sha256`.
+
+    Raises:
+        ManifestError: a chain model folder that :func:`load_chain_model_dir` refuses.
+    """
+    if is_chain_model_dir(model_dir):
+        return load_chain_model_dir(model_dir).chain_model_sha256
+    return model_sha256(model_dir)
 
 
 def load_model_dir(model_dir: str | os.PathLike[str], verify: bool = True) -> ModelManifest:

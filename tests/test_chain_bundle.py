@@ -187,3 +187,28 @@ def test_a_bundle_of_a_chain_model_another_runtime_wrote_is_refused(device):
         install_bundle(bundle, target="cpu", root=device["root"])
     assert (device["root"] / "active").resolve() == active
     assert isinstance(load_chain_model_dir(active), ChainModelManifest)
+
+
+def test_verify_under_an_active_chain_bundle_finds_the_chain_entry(device, capsys):
+    """The chain model's cache entries are keyed by the chain identity, not by the folder's
+    model.json: ``calibrate verify`` finds the cell's entry without a note about a missing
+    context."""
+    import cv2
+
+    from edge.episode import load_episode
+    from edge.manifest import cache_identity, model_sha256
+
+    assert cache_identity(SHIPPED) == CHAIN_MODEL_SHA256
+    ref = ROOT / "models" / "reference"
+    assert cache_identity(ref) == model_sha256(ref)
+    frame = load_episode(SAMPLE / "calibration_256.npz").frames[0]
+    video = device["tmp"] / "camera.avi"
+    w = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 10, (256, 256))
+    for _ in range(30):
+        w.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    w.release()
+    capsys.readouterr()
+    assert main(["calibrate", "verify", "--camera", str(video), "--cell", "sample-cell",
+                 "--cache-dir", device["cache"]]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("VALID") and "note:" not in out.err

@@ -208,12 +208,12 @@ def run_verify(args: argparse.Namespace) -> int:
     """Compare a live frame with the cached reference frame; exit 1 if the camera moved."""
     from edge.calibrate.camera import open_camera
     from edge.calibrate.verify import VerifyOptions, compare_frames
-    from edge.manifest import model_sha256
+    from edge.manifest import cache_identity
 
     active = active_bundle_dir()
     # the reference frame is the cell's, whichever model encoded the context
-    sha = model_sha256(args.model) if args.model else \
-        (model_sha256(active) if (active / "model.json").is_file() else None)
+    sha = cache_identity(args.model) if args.model else \
+        (cache_identity(active) if (active / "model.json").is_file() else None)
     with _cache(args) as cache:
         key = _reference_key(cache, args, sha)
         entry = cache.get(key)
