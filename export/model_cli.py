@@ -289,7 +289,8 @@ def _run_read_chain(args: argparse.Namespace) -> int:
               file=sys.stderr)
     try:
         chain = read_chain_calibration(ep, (args.grid, args.grid), args.fovy_deg,
-                                       args.photometric or None, log=say, motions=motions)
+                                       args.photometric or None, log=say, motions=motions,
+                                       joint_scale=args.joint_scale)
     except MotionEpisodeError as exc:
         raise ExportError(f"--motion {exc}") from None
     except ValueError as exc:
@@ -339,6 +340,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add ``model`` and its subcommands to the ``syncedge`` parser."""
     from edge.commands.common import positive_int
+    from edge.runtime.chain import JOINT_SCALE_MODES
     from export.train.options import add_train_arguments
 
     p = subparsers.add_parser("model", help="train and evaluate the reference world model",
@@ -480,6 +482,12 @@ def register(subparsers: Any) -> None:
                          "channel at a time and cannot show how the channels compose "
                          "(refine_chain_with_motion; about 30 s more on 2 cores); repeat for "
                          "more. Commission the cell on another episode")
+    rc.add_argument("--joint-scale", choices=JOINT_SCALE_MODES, default="auto",
+                    help="how the joint readings map to turns: auto (default: rad, unless a revolute "
+                        "channel's sweep is more than a half turn in its readings, which "
+                        "rad cannot be: then fitted), rad, or fit (each revolute channel's "
+                        "turn per unit fitted from the frames: a controller in degrees, "
+                        "encoder counts or a normalised range such as LeRobot's -100..100)")
     rc.add_argument("--threads", type=positive_int, default=2, metavar="N",
                     help="torch threads (default 2)")
     rc.set_defaults(func=_run_read_chain)

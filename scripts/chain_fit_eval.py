@@ -172,6 +172,53 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None):
     return chain, refined
 
 
+#: ``--controller-units``: how a controller reports the joints: ``deg`` (degrees) or
+#: ``range`` (each joint's limits mapped to -100..100, as LeRobot's normalised range does).
+CONTROLLER_UNITS = ("deg", "range")
+
+
+def controller_factors(units: str, limits_ctrl: np.ndarray) -> np.ndarray:
+    """Readings per rad of each controller channel ``[K]`` for ``units``
+    (:data:`CONTROLLER_UNITS`); ``limits_ctrl`` float64 ``[K, 2]``, rad, controller order."""
+    if units == "deg":
+        return np.full(len(limits_ctrl), 180.0 / np.pi)
+    return 200.0 / np.abs(limits_ctrl[:, 1] - limits_ctrl[:, 0])
+
+
+def units_chain(args, cell, params, hi, factors: np.ndarray):
+    """The cell's chain read by :func:`read_chain_calibration` (``joint_scale="auto"``, as a
+    device does) from its 256x256 calibration episode ``hi`` with the readings in
+    ``args.controller_units`` (rad times ``factors``), kept in ``args.fits`` as
+    ``<cell>_units_<U>.npz``; returned in rad (``rad_per_unit`` times ``factors``, the home
+    readings divided by them) so that it rolls out the futures' rad actions, with each
+    channel's fitted turn per unit over the true one."""
+    from dataclasses import replace
+
+    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+    from export.models.chain_fit import read_chain_calibration
+
+    saved = (Path(args.fits) / f"{cell.cell_id}_units_{args.controller_units}.npz"
+             if args.fits else None)
+    if saved is not None and saved.is_file():
+        chain = load_chain_calibration(saved)
+    else:
+        t0 = time.perf_counter()
+        ep = replace(hi, joint_positions=np.asarray(hi.joint_positions, np.float64)
+                     * np.concatenate([factors, np.ones(hi.num_dof - len(factors))]))
+        chain = read_chain_calibration(ep, size=args.model_grid, joint_scale="auto")
+        print(f"  {cell.cell_id}: read in {args.controller_units} in "
+              f"{time.perf_counter() - t0:.0f} s, turn per unit over the truth "
+              f"{np.round(chain.rad_per_unit * factors, 3).tolist()}", file=sys.stderr,
+              flush=True)
+        if saved is not None:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            save_chain_calibration(saved, chain)
+    ratio = chain.rad_per_unit * factors
+    in_rad = replace(chain, rad_per_unit=ratio,
+                     home_joint_positions=np.asarray(chain.home_joint_positions) / factors)
+    return in_rad, ratio
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="cells folder")
@@ -226,6 +273,14 @@ def main(argv: list[str] | None = None) -> int:
                         "ordinary motion, not the episode the futures start from) by "
                         "refine_chain_with_motion, scored as chain_dis_motion (and "
                         "timing_<VARIANT>_motion); kept in --fits as <read>_motion.npz")
+    p.add_argument("--controller-units", choices=CONTROLLER_UNITS,
+                   help="also read each cell's chain, as a device does (read_chain_calibration, "
+                        "--joint-scale auto), from its 256x256 calibration with the joint "
+                        "readings as a controller in these units reports them: deg, or range "
+                        "(each joint's limits mapped to -100..100, as LeRobot's normalised "
+                        "range); scored as units_<U> on the same rad futures, with each "
+                        "channel's fitted turn per unit over the true one (kept in --fits as "
+                        "<cell>_units_<U>.npz)")
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--horizon", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
@@ -283,6 +338,13 @@ def main(argv: list[str] | None = None) -> int:
         preds_names += ["chain_dis_motion"]
         if variant is not None:
             preds_names += [f"timing_{variant.name}_motion"]
+    if args.controller_units:
+        if not args.calibration_data:
+            p.error("--controller-units needs --calibration-data (the 256x256 calibrations)")
+        preds_names += ["chain_dis"] if "chain_dis" not in preds_names and "dis" in kinds \
+            else []
+        preds_names += [f"units_{args.controller_units}"]
+        fit_stats_units: list[dict] = []
     if args.other_cell:
         if not args.fits:
             p.error("--other-cell needs --fits (every cell's fit, read first)")
@@ -425,6 +487,22 @@ def main(argv: list[str] | None = None) -> int:
                 "axis_error_or_twin_deg": err_mirror.tolist(),
                 "residual_px": refined.residual_px.tolist(), "robot_px": int(refined.robot.sum()),
                 "seconds": float(refined.info.get("motion_refine_seconds", np.nan))})
+        in_units = None
+        if args.controller_units:
+            from export.cells.robots import robot_spec
+
+            rel = os.path.relpath(Path(mo.path).parent.resolve(), Path(args.data).resolve())
+            hi_u = load_episode(Path(args.calibration_data) / rel / "calibration.npz")
+            lim = np.asarray(robot_spec(params.robot).limits_rad, np.float64)
+            lim_ctrl = lim[list(params.convention.perm)]
+            args.model_grid = cal.frames.shape[1:3]
+            in_units, ratio = units_chain(args, cell, params, hi_u,
+                                          controller_factors(args.controller_units, lim_ctrl))
+            err, err_mirror = axis_errors(in_units, scene, params, qc[0])
+            fit_stats_units.append({"cell": cell.cell_id, "axis_error_deg": err.tolist(),
+                                    "axis_error_or_twin_deg": err_mirror.tolist(),
+                                    "scale_over_truth": ratio.tolist(),
+                                    "joint_scale": in_units.info.get("joint_scale")})
         timed = timed_refined = None
         if variant is not None:
             timed, timed_refined = timed_chain(args, variant, cell, params, cal, i, motion)
@@ -464,7 +542,11 @@ def main(argv: list[str] | None = None) -> int:
                     preds[f"fit_{kind}_fill_mislabelled"] = np.stack([predict_frames(
                         mis, start, q0 - qc[0], a, home=cal.frames[0], background=bg)
                         for a in acts])
-            if (refined is not None or timed is not None) and "dis" in calibrations:
+            if in_units is not None:
+                preds[f"units_{args.controller_units}"] = chain_rollout(
+                    in_units, start, q0, fut.actions[:, :, :n])
+            if (refined is not None or timed is not None or in_units is not None) \
+                    and "dis" in calibrations:
                 preds["chain_dis"] = chain_rollout(calibrations["dis"], start, q0,
                                                    fut.actions[:, :, :n])
             if refined is not None:
@@ -517,6 +599,22 @@ def main(argv: list[str] | None = None) -> int:
                         [x for row in rows for x in row["residual_px"]])),
                     "fit_seconds_mean": float(np.mean([row["seconds"] for row in rows])),
                     "cells": rows}
+    if args.controller_units:
+        ratios = np.asarray([x for row in fit_stats_units for x in row["scale_over_truth"]])
+        live = ratios[ratios > 0]
+        errs = np.asarray([e for row in fit_stats_units for e in row["axis_error_deg"]], float)
+        stats[f"units_{args.controller_units}"] = {
+            "axis_error_deg_median": float(np.nanmedian(errs)),
+            "axis_error_deg_p90": float(np.nanpercentile(errs, 90)),
+            "scale_over_truth_median": float(np.median(live)),
+            "scale_error_abs_median": float(np.median(np.abs(np.log(live)))),
+            "scale_error_abs_p90": float(np.percentile(np.abs(np.log(live)), 90)),
+            "cells": fit_stats_units}
+        print(f"read in {args.controller_units}: turn per unit over the truth median "
+              f"{np.median(live):.3f}, |log ratio| median "
+              f"{stats[f'units_{args.controller_units}']['scale_error_abs_median']:.3f} (p90 "
+              f"{stats[f'units_{args.controller_units}']['scale_error_abs_p90']:.3f}); axis "
+              f"error median {np.nanmedian(errs):.1f} deg")
     print(f"{args.split}, {len(cells)} cells, M = {args.candidates}")
     if track_err:
         print(f"dis tracks: median error {np.median(track_err):.2f} px on the moving robot "

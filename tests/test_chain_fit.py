@@ -585,3 +585,75 @@ def test_refine_chain_with_motion_refuses_an_episode_it_cannot_use(arm_fit, arm_
                                      steps=(1,), blur_px=(1.0,))
     assert short.info["motion"] == [{"episode": "m.npz", "frames": len(qm), "frames_used": 5,
                                      "frames_sha256": short.info["motion"][0]["frames_sha256"]}]
+
+
+def test_fit_reads_each_channels_turn_per_unit_when_the_readings_are_not_rad():
+    """A controller in degrees on one channel and a normalised range on the other: with
+    ``scale_free`` the fit finds each channel's rad per unit from the tracks, and the chain
+    moves the arm right for readings in those units; without it the same readings are
+    turned as rad and the arm lands far off."""
+    arm = TwoLinkArm()
+    q, tracks = arm.sweep()
+    per_rad = np.array([180.0 / np.pi, 25.0])  # readings per rad
+    qs = q * per_rad
+    valid = np.ones(tracks.shape[:3], bool)
+    fit = fit_chain(tracks, valid, qs, [(0, 9), (8, 17)], F, C, robot=arm.robot, restarts=8,
+                    steps=200, refine_steps=400, scale_free=np.array([True, True]))
+    np.testing.assert_allclose(fit.rad_per_unit * per_rad, 1.0, rtol=0.02)
+    for qq in ([0.5, -0.3], [-0.2, 0.6]):
+        uv, _ = chain_positions(fit, (np.asarray(qq) * per_rad)[None])
+        assert np.linalg.norm(uv[0] - arm.positions(np.asarray(qq)), axis=1).max() < 0.1
+    with pytest.raises(ValueError, match="scale_free"):
+        fit_chain(tracks, valid, qs, [(0, 9), (8, 17)], F, C, robot=arm.robot,
+                  scale_free=np.array([True]))
+
+
+def test_read_chain_in_degrees_fits_the_scale_by_itself(arm_frames, tmp_path):
+    """``read-chain`` on the two-link sweep recorded in degrees: a 23-degree sweep cannot
+    be rad, so ``--joint-scale auto`` fits each channel's turn per unit and the runtime
+    rolls out readings in degrees; ``--joint-scale rad`` keeps 1 rad per unit."""
+    from dataclasses import replace
+
+    from edge.cli import main
+    from edge.episode import CalibrationSegment, save_episode
+    from edge.runtime.chain import chain_positions as runtime_positions
+    from edge.runtime.chain import load_chain_calibration
+
+    arm, q, frames = arm_frames
+    deg = 180.0 / np.pi
+    cal, _ = _two_link_episodes(arm, q, frames, q[:2], frames[:2])
+    acts = np.zeros_like(cal.actions)
+    acts[:-1] = np.diff(q * deg, axis=0)
+    cal = replace(cal, joint_positions=q * deg, actions=acts, metadata=replace(
+        cal.metadata, segments=(CalibrationSegment("shoulder", 0, 8, 0.4 * deg),
+                                CalibrationSegment("elbow", 8, 16, 0.4 * deg))))
+    path = save_episode(cal, tmp_path / "cal_deg.npz")
+    out = tmp_path / "chain.npz"
+    assert main(["model", "read-chain", "--calibration", str(path), "--out", str(out),
+                 "--grid", str(SIZE), "--photometric", "0", "--threads", "1"]) == 0
+    chain = load_chain_calibration(out)
+    assert chain.info["joint_scale"]["fitted"] == ["shoulder", "elbow"]
+    # from DIS tracks without refinement the turn per unit comes out 0.60 and 0.67 of the
+    # truth here (the fit trades turn for lever arm: the exact tracks give 2%), read as rad
+    # it would be 57 times it; the poses are what a rollout needs, and they land as a rad
+    # read's do (0.85 and 0.46 px off against 2.0 and 1.4 px of motion)
+    ratio = chain.rad_per_unit * deg
+    assert (np.abs(np.log(ratio)) < np.log(2.0)).all(), ratio
+    idx = np.full(arm.robot.shape, -1)
+    idx[arm.robot] = np.arange(arm.robot.sum())
+    both = chain.robot & arm.robot
+    for qq in ([0.3, -0.2], [-0.2, 0.3]):
+        uv, _ = runtime_positions(chain, np.asarray(qq)[None] * deg)
+        truth = arm.positions(np.asarray(qq))[idx[both]]
+        home = arm.positions(np.zeros(2))[idx[both]]
+        err = np.median(np.linalg.norm(uv[0][both[chain.robot]] - truth, axis=1))
+        still = np.median(np.linalg.norm(home - truth, axis=1))
+        assert err < 0.6 * still, (qq, err, still)
+    out_rad = tmp_path / "chain_rad.npz"
+    assert main(["model", "read-chain", "--calibration", str(path), "--out", str(out_rad),
+                 "--grid", str(SIZE), "--photometric", "0", "--threads", "1",
+                 "--joint-scale", "rad"]) == 0
+    forced = load_chain_calibration(out_rad)
+    assert forced.info["joint_scale"] == {"mode": "rad", "widest_sweep": pytest.approx(
+        0.4 * deg, rel=1e-6), "fitted": []}
+    np.testing.assert_array_equal(forced.rad_per_unit, 1.0)

@@ -129,6 +129,7 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
             photometric_size=args.photometric or None,
             log=lambda line: print(f"  [{time.perf_counter() - t0:6.1f} s] {line}",
                                    file=sys.stderr, flush=True),
+            joint_scale=getattr(args, "joint_scale", "auto"),
             **({"motions": motions} if motions else {}))
     except MotionEpisodeError as exc:  # names its episode itself
         raise CalibrateError(f"--motion {exc}") from None

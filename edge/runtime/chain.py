@@ -42,7 +42,7 @@ import numpy as np
 from edge.fileio import atomic_write
 from edge.runtime.errors import RuntimeInputError
 
-__all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
+__all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "JOINT_SCALE_MODES", "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
            "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
            "arm_cover", "chain_positions", "sweep_check", "chain_rollout", "close_gaps", "compose_chain",
@@ -64,6 +64,13 @@ CHAIN_SCHEMA_VERSIONS = (1, 2)
 #: ``"syncedge.chain_calibration/1"``. Schema 2 only adds prismatic channels and keeps this
 #: identity (its files are refused by a runtime that reads schema 1 only).
 CHAIN_MODEL_SHA256 = hashlib.sha256(f"{CHAIN_FORMAT}/{CHAIN_SCHEMA_VERSION}".encode()).hexdigest()
+
+
+#: How a chain read maps a revolute channel's joint readings to turns
+#: (``export.models.chain_fit.read_chain_calibration(joint_scale=...)``, ``--joint-scale``):
+#: ``auto`` (fit the turn per unit where a sweep is too wide to be rad, else rad), ``rad``
+#: (the readings are rad), ``fit`` (fit every revolute channel's turn per unit).
+JOINT_SCALE_MODES = ("auto", "rad", "fit")
 
 
 class ChainFileError(RuntimeInputError):

@@ -38,12 +38,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge.runtime.chain import MotionEpisodeError, frames_sha256
+from edge.runtime.chain import JOINT_SCALE_MODES, MotionEpisodeError, frames_sha256
 
 __all__ = ["MotionEpisodeError", "ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
            "read_chain", "chain_positions", "as_calibration", "calibration_background",
            "predict_frames", "camera_pinhole", "calibration_sweeps", "on_grid",
-           "read_chain_calibration", "sweep_timing"]
+           "read_chain_calibration", "sweep_timing", "JOINT_SCALE_MODES", "MAX_SWEEP_RAD",
+           "NOMINAL_SWEEP_RAD", "SCALE_STARTS"]
+
+#: A channel whose turn per unit of reading is fitted (``fit_chain(scale_free=...)``)
+#: starts from a sweep of this many rad (the planner sweeps 0.3-0.5 rad; 0.2-0.8 were
+#: evaluated)...
+NOMINAL_SWEEP_RAD = 0.5
+#: ...and its restarts cycle through these offsets of the log scale (half, the nominal and
+#: twice the nominal sweep).
+SCALE_STARTS = (0.0, float(np.log(0.5)), float(np.log(2.0)))
+#: A revolute channel's calibration sweep larger than this in its readings (a half turn)
+#: cannot be in rad: the readings are degrees, counts or a normalised range, so
+#: ``joint_scale="auto"`` fits every revolute channel's turn per unit.
+MAX_SWEEP_RAD = float(np.pi)
 
 
 @dataclass
@@ -297,7 +310,8 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
               robot: np.ndarray | None = None, moving_px: float = 0.5,
               restarts: int = 16, steps: int = 300, refine_steps: int = 600,
               smooth: float = 2.0, seed: int = 0,
-              prismatic: np.ndarray | None = None) -> ChainFit:
+              prismatic: np.ndarray | None = None,
+              scale_free: np.ndarray | None = None) -> ChainFit:
     """Fit depths, axes and pivots to a calibration sweep's tracks (module docstring).
 
     Args:
@@ -321,12 +335,18 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         prismatic: bool ``[K]``, the channels that slide (a reading in m: a linear axis or a
             gripper) instead of turning; each gets a direction and a travel per unit (a
             point p moves to ``p + dq v``) in place of an axis line and a turn. None: none.
+        scale_free: bool ``[K]``, the revolute channels whose turn per unit of reading is
+            unknown (a controller reporting degrees, encoder counts or a normalised range):
+            each gets a fitted ``rad_per_unit``, started from a sweep of
+            :data:`NOMINAL_SWEEP_RAD` and tried at half and twice that, then refined with
+            the rest. None or False: the readings are rad (``rad_per_unit`` 1).
 
     Returns:
         :class:`ChainFit`.
 
     Raises:
-        ValueError: shapes that do not match or a segment outside the episode.
+        ValueError: shapes that do not match, a segment outside the episode, or a
+            prismatic channel marked ``scale_free`` (its travel per unit is fitted anyway).
     """
     import torch
 
@@ -346,6 +366,16 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
              else np.asarray(prismatic, bool).reshape(-1))
     if len(slide) != k:
         raise ValueError(f"fit_chain: prismatic has {len(slide)} entries, expected {k}")
+    free = (np.zeros(k, bool) if scale_free is None
+            else np.asarray(scale_free, bool).reshape(-1))
+    if len(free) != k or (free & slide).any():
+        raise ValueError(f"fit_chain: scale_free {free.tolist()}: expected {k} entries, none "
+                         f"on a prismatic channel")
+    ls0 = np.zeros(k)  # log rad per unit where the scale is fitted, from a nominal sweep
+    for c, (a, b) in enumerate(segments):
+        if free[c]:
+            ls0[c] = np.log(NOMINAL_SWEEP_RAD / max(float(np.abs(q[a:b, c] - q[0, c]).max()),
+                                                    1e-12))
     mag = np.linalg.norm(tracks, axis=-1) * valid  # (T, H, W)
     if robot is None:
         robot = mag.max(0) > moving_px
@@ -380,24 +410,26 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
 
     set_carried(carried)
 
-    def moved(c, p, axis, pivot):
+    def moved(c, p, axis, pivot, ls=None):
         """Points ``p`` ``[N, 3]`` at channel c's sweep frames ``[L, N, 3]``: turned about
-        the unit ``axis`` through ``pivot``, or (prismatic) slid by the reading times the
-        vector ``axis``."""
+        the unit ``axis`` through ``pivot`` (by the reading times ``exp(ls)`` rad per unit
+        where the scale is fitted), or (prismatic) slid by the reading times the vector
+        ``axis``."""
         if slide[c]:
             return p[None] + ang[c][:, None, None] * axis[None, None, :]
         wv = axis / axis.norm()
+        turn = ang[c] * ls.exp() if ls is not None and free[c] else ang[c]
         return rotate_about_axis(p[None].expand(len(ang[c]), -1, -1),
                                  wv[None].expand(len(ang[c]), -1),
-                                 pivot[None].expand(len(ang[c]), -1), ang[c])
+                                 pivot[None].expand(len(ang[c]), -1), turn)
 
-    def channel_loss(c, axis, pivot, logz, sel=None):
+    def channel_loss(c, axis, pivot, logz, sel=None, ls=None):
         p = ray * logz.exp()[:, None]
         if sel is not None:
             p, o, m = p[sel], obs[c][:, sel], ok[c][:, sel]
         else:
             o, m = obs[c], ok[c]
-        turned = moved(c, p, axis, pivot)
+        turned = moved(c, p, axis, pivot, ls)
         r = (project(turned) - o).norm(dim=-1)
         hub = torch.where(r < 1.0, 0.5 * r ** 2, r - 0.5)
         return (hub * m).sum() / m.sum().clamp(min=1.0)
@@ -414,6 +446,7 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
     rng = np.random.default_rng(seed)
     axes = np.zeros((k, 3))
     pivots = np.zeros((k, 3))
+    log_scale = ls0.copy()
     known = np.zeros(n, bool)
     logz_known = np.zeros(n)
     for c in np.argsort(-carried.sum(1), kind="stable"):
@@ -425,8 +458,8 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         base = torch.tensor(logz_known[sel_np], dtype=dt)
         start_z = float(logz_known[known].mean()) if known.any() else 0.0
         best_loss = np.inf
-        best: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(3), np.zeros(3),
-                                                          np.zeros(len(sel_np)))
+        best: tuple[np.ndarray, np.ndarray, np.ndarray, float] = (
+            np.zeros(3), np.zeros(3), np.zeros(len(sel_np)), float(ls0[c]))
         dirs = rng.normal(size=(restarts, 3))
         dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
         if slide[c]:  # a slide vector of the size that moves the points as far as seen
@@ -436,16 +469,19 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
             dirs *= max(seen_px, moving_px) * np.exp(start_z) / (f * reach)
         keep = torch.zeros(n, dtype=torch.bool)
         keep[sel] = True
-        for d in dirs:
+        for i, d in enumerate(dirs):
             axis = torch.tensor(d, dtype=dt, requires_grad=True)
             pivot = (ray[sel].mean(0) * np.exp(start_z)).clone().requires_grad_(True)
-            free = torch.full((len(sel),), start_z, dtype=dt, requires_grad=True)
-            opt = torch.optim.Adam([axis, pivot, free], lr=0.03)
+            depth_free = torch.full((len(sel),), start_z, dtype=dt, requires_grad=True)
+            ls = torch.tensor(ls0[c] + SCALE_STARTS[i % len(SCALE_STARTS)] * free[c],
+                              dtype=dt, requires_grad=bool(free[c]))
+            opt = torch.optim.Adam([axis, pivot, depth_free] + ([ls] if free[c] else []),
+                                   lr=0.03)
             for _ in range(steps):
                 opt.zero_grad()
-                lz = torch.where(fixed, base, free)
+                lz = torch.where(fixed, base, depth_free)
                 full = torch.zeros(n, dtype=dt).index_put((sel,), lz)
-                loss = channel_loss(c, axis, pivot, full, sel) + smoothness(full, keep)
+                loss = channel_loss(c, axis, pivot, full, sel, ls) + smoothness(full, keep)
                 if not known.any():
                     loss = loss + 1e-2 * lz.mean() ** 2
                 loss.backward()
@@ -453,8 +489,8 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
             if loss.item() < best_loss:
                 best_loss = loss.item()
                 best = (axis.detach().numpy().copy(), pivot.detach().numpy().copy(),
-                        torch.where(fixed, base, free).detach().numpy())
-        a_, p_, lz_best = best
+                        torch.where(fixed, base, depth_free).detach().numpy(), ls.item())
+        a_, p_, lz_best, log_scale[c] = best
         axes[c] = a_ / np.linalg.norm(a_)
         pivots[c] = p_
         logz_known[sel_np] = lz_best
@@ -465,13 +501,16 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
     pivot_t = torch.tensor(pivots, dtype=dt, requires_grad=True)
     logz_t = torch.tensor(np.where(known, logz_known, logz_known[known].mean()
                                    if known.any() else 0.0), dtype=dt, requires_grad=True)
+    ls_t = torch.tensor(log_scale, dtype=dt, requires_grad=bool(free.any()))
     active = [c for c in range(k) if carried[c].sum() >= 3]
 
     def refine(nsteps):
-        opt = torch.optim.Adam([axis_t, pivot_t, logz_t], lr=0.01)
+        opt = torch.optim.Adam([axis_t, pivot_t, logz_t] + ([ls_t] if free.any() else []),
+                               lr=0.01)
         for _ in range(nsteps):
             opt.zero_grad()
-            loss = sum(channel_loss(c, axis_t[c], pivot_t[c], logz_t) for c in active) \
+            loss = sum(channel_loss(c, axis_t[c], pivot_t[c], logz_t, ls=ls_t[c])
+                       for c in active) \
                 / max(len(active), 1) + 1e-2 * logz_t.mean() ** 2 + smoothness(logz_t)
             loss.backward()
             opt.step()
@@ -483,7 +522,7 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         moves = np.zeros((k, n), bool)
         p = ray * logz_t.exp()[:, None]
         for c in active:
-            turned = moved(c, p, axis_t[c], pivot_t[c])
+            turned = moved(c, p, axis_t[c], pivot_t[c], ls_t[c])
             r_rot = (((project(turned) - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             r_static = (((uv0[None] - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             moves[c] = (r_rot < r_static).numpy()
@@ -511,11 +550,12 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         for c in active:
             p = ray * logz.exp()[:, None]
             vec = torch.tensor(axes[c] * (travel[c] if slide[c] else 1.0))
-            turned = moved(c, p, vec, torch.tensor(pivots[c]))
+            turned = moved(c, p, vec, torch.tensor(pivots[c]), ls_t[c])
             r2 = ((project(turned) - obs[c]) ** 2).sum(-1)
             res[c] = torch.sqrt((r2 * ok[c]).sum() / ok[c].sum().clamp(min=1.0)).item()
+        rad_per_unit = np.where(slide, 0.0, np.where(free, np.exp(ls_t.detach().numpy()), 1.0))
     return ChainFit(robot, logz.exp().numpy(), axes, pivots, carried.astype(np.float64),
-                    np.where(slide, 0.0, 1.0), f, np.asarray(centre_px, np.float64), res,
+                    rad_per_unit, f, np.asarray(centre_px, np.float64), res,
                     travel_per_unit=travel)
 
 
@@ -633,7 +673,8 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
                        steps: tuple[int, ...] = (150, 150, 150),
                        blur_px: tuple[float, ...] = (4.0, 2.0, 1.0), lr: float = 0.003,
                        smooth: float = 2.0, frames_per_step: int = 16,
-                       seed: int = 0, log=None) -> tuple[ChainFit, np.ndarray]:
+                       seed: int = 0, log=None, scale_free: np.ndarray | None = None
+                       ) -> tuple[ChainFit, np.ndarray]:
     """Refine a fit against the calibration frames themselves (analysis by synthesis).
 
     The home frame's robot pixels, at the calibration's own resolution (one sample per
@@ -658,6 +699,8 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
         frames_per_step: calibration frames drawn for each step.
         seed: of the frame draws.
         log: called with a line of progress per level, or None.
+        scale_free: bool ``[K]``, revolute channels whose ``rad_per_unit`` is refined too
+            (:func:`fit_chain`'s ``scale_free``); None: kept as the fit has it.
 
     Returns:
         ``(fit, opacity)``: a new :class:`ChainFit` (``residual_px`` from the input fit);
@@ -704,6 +747,9 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     pivots = torch.tensor(fit.pivots, dtype=dt, requires_grad=True)
     opacity = torch.full((len(hy),), 3.0, dtype=dt, requires_grad=True)
     travel = torch.tensor(fit.travel_per_unit, dtype=dt, requires_grad=True)
+    scaled = torch.tensor(np.zeros(len(fit.axes), bool) if scale_free is None
+                          else np.asarray(scale_free, bool).reshape(-1) & ~slide.numpy())
+    log_scale = torch.zeros(len(fit.axes), dtype=dt, requires_grad=bool(scaled.any()))
 
     def render(sel):
         s = len(sel)
@@ -711,7 +757,8 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
         norm = axes.norm(dim=1, keepdim=True).clamp(min=1e-9)
         ax = torch.where(active[:, None], axes / norm, torch.zeros_like(axes))
         moved = compose_chain(pts[None].expand(s, -1, -1), ax[None].expand(s, -1, -1),
-                              pivots[None].expand(s, -1, -1), ang[sel],
+                              pivots[None].expand(s, -1, -1),
+                              ang[sel] * torch.where(scaled, log_scale.exp(), 1.0)[None],
                               car[None].expand(s, -1, -1),
                               travel=off[sel] * torch.where(slide, travel, 0.0)[None])
         z = moved[..., 2].clamp(min=1e-3)
@@ -744,8 +791,9 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     opt = torch.optim.Adam([{"params": [logz, axes, pivots], "lr": lr},
                             {"params": [travel], "lr": lr * float(travel.detach().abs().max().clamp(
                                 min=1e-3))},
-                            {"params": [opacity], "lr": 0.05}])
-    params = [logz, axes, pivots, travel, opacity]
+                            {"params": [opacity], "lr": 0.05},
+                            {"params": [log_scale], "lr": 0.01}])
+    params = [logz, axes, pivots, travel, opacity, log_scale]
     saved = [p.detach().clone() for p in params]
     diverged = False
     for level, (nsteps, sigma) in enumerate(zip(steps, blur_px, strict=True)):
@@ -790,8 +838,9 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
         ax = torch.where((trav < 0)[:, None], -ax, ax)
         depth = (logz - med).exp()
         alpha = torch.zeros(n, dtype=dt).index_add(0, parent, torch.sigmoid(opacity)) / (r * r)
+        rad_per_unit = fit.rad_per_unit * torch.where(scaled, log_scale.exp(), 1.0).numpy()
     return ChainFit(fit.robot, depth.numpy(), ax.numpy(), piv.numpy(), fit.carried.copy(),
-                    fit.rad_per_unit.copy(), fit.focal_px, fit.centre_px.copy(),
+                    rad_per_unit, fit.focal_px, fit.centre_px.copy(),
                     fit.residual_px.copy(), travel_per_unit=trav.abs().numpy()), alpha.numpy()
 
 
@@ -799,7 +848,8 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
                segments: list[tuple[int, int]], focal_px: float, centre_px: np.ndarray,
                size: tuple[int, int], photometric_size: int | None = 128,
                fit_options: dict | None = None, refine_options: dict | None = None,
-               log=None, prismatic: np.ndarray | None = None) -> ChainFit:
+               log=None, prismatic: np.ndarray | None = None,
+               scale_free: np.ndarray | None = None) -> ChainFit:
     """A cell's chain read from its calibration episode alone, as a device would: the arm
     cut from the home frame (:func:`sweep_robot_mask`), its pixels tracked through the
     sweep (:func:`sweep_tracks`), the chain fitted to the tracks (:func:`fit_chain`) and
@@ -818,6 +868,8 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
             :func:`refine_photometric` (steps, restarts, ...), or None (their defaults).
         log: called with a line per stage, or None.
         prismatic: bool ``[K]``, the channels that slide (:func:`fit_chain`); None: none.
+        scale_free: bool ``[K]``, revolute channels whose turn per unit of reading is
+            fitted and refined (:func:`fit_chain`); None: the readings are rad.
 
     Returns:
         :class:`ChainFit` on the model's grid.
@@ -832,13 +884,16 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     say(f"arm: {int(robot.sum())} of {size[0] * size[1]} model pixels")
     tracks, valid = sweep_tracks(frames, size=size)
     fit = fit_chain(tracks, valid, joint_positions, segments, focal_px, centre_px,
-                    robot=robot, prismatic=prismatic, **(fit_options or {}))
+                    robot=robot, prismatic=prismatic, scale_free=scale_free,
+                    **(fit_options or {}))
     say(f"fit to the tracks: residual {np.round(fit.residual_px, 2).tolist()} px")
+    if scale_free is not None and np.any(scale_free):
+        say(f"turn per unit of reading (rad): {np.round(fit.rad_per_unit, 5).tolist()}")
     if photometric_size:
         small = np.stack([cv2.resize(f, (photometric_size, photometric_size),
                                      interpolation=cv2.INTER_AREA) for f in frames])
         fit, _ = refine_photometric(fit, small, joint_positions, log=log,
-                                    **(refine_options or {}))
+                                    scale_free=scale_free, **(refine_options or {}))
     return fit
 
 
@@ -1088,7 +1143,7 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
 
 def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                            fovy_deg: float | None = None, photometric_size: int | None = 128,
-                           log=None, motions=None):
+                           log=None, motions=None, joint_scale: str = "auto"):
     """Read a calibration episode into the chain model's encoded calibration.
 
     Brings the episode into the planner's timing (:func:`sweep_timing`), runs
@@ -1108,6 +1163,14 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
         motions: ``[(episode, where)]`` of ordinary motion on the same cell to refine the
             chain with afterwards (:func:`refine_chain_with_motion`, at
             ``photometric_size`` or 128; checked before the read), or None.
+        joint_scale: one of :data:`JOINT_SCALE_MODES`: ``rad`` (the revolute readings are
+            rad), ``fit`` (fit every revolute channel's turn per unit of reading: a
+            controller reporting degrees, encoder counts or a normalised range, e.g.
+            LeRobot's -100..100), ``auto`` (``fit`` when some revolute channel's sweep
+            exceeds :data:`MAX_SWEEP_RAD` in its readings, which rad cannot, else ``rad``).
+            The chain's ``rad_per_unit`` carries the result, so a rollout takes actions
+            and joint readings in the controller's own units; ``info["joint_scale"]``
+            records the mode, the largest sweep and the channels fitted.
 
     Returns:
         :class:`edge.runtime.chain.ChainCalibration`.
@@ -1117,11 +1180,13 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
             that are not a whole multiple
             of ``size``, no field of view, sweeps that cannot be found in the joint
             readings (:func:`sweep_timing`); a motion episode
-            :func:`refine_chain_with_motion` refuses.
+            :func:`refine_chain_with_motion` refuses; an unknown ``joint_scale``.
     """
     import time
 
     say = log or (lambda _line: None)
+    if joint_scale not in JOINT_SCALE_MODES:
+        raise ValueError(f"joint_scale {joint_scale!r}: expected one of {list(JOINT_SCALE_MODES)}")
     meta = episode.metadata
     if meta.kind != "calibration":
         raise ValueError(f"expected a calibration episode (kind 'calibration': each channel "
@@ -1146,9 +1211,18 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     focal, centre, where = camera_pinhole(episode, size, fovy_deg)
     frames = episode.frames
     q = np.asarray(episode.joint_positions, np.float64)[:, :k]
+    sweeps = np.array([np.abs(q[a:b, c] - q[0, c]).max() for c, (a, b) in enumerate(segments)])
+    widest = float(sweeps[~prismatic].max()) if (~prismatic).any() else 0.0
+    fitted = ~prismatic & (joint_scale == "fit" or (joint_scale == "auto"
+                                                    and widest > MAX_SWEEP_RAD))
+    if fitted.any():
+        say(f"turn per unit of reading fitted for {int(fitted.sum())} channel(s) "
+            f"({joint_scale}: the widest sweep is {widest:.4g} in the readings"
+            + (f", more than {MAX_SWEEP_RAD:.4g} rad" if joint_scale == "auto" else "") + ")")
     t0 = time.perf_counter()
     fit = read_chain(frames, q, segments, focal, centre, size,
-                     photometric_size=photometric_size, log=log, prismatic=prismatic)
+                     photometric_size=photometric_size, log=log, prismatic=prismatic,
+                     scale_free=fitted if fitted.any() else None)
     h, w = size
     grid = on_grid(frames, size)
     background = calibration_background(fit, grid, q)
@@ -1161,6 +1235,8 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                             "normalised": bool(ingest["normalised"])},
             "pinhole_from": where, "photometric_size": photometric_size,
             "prismatic": [n for n, m in zip(names, prismatic, strict=True) if m],
+            "joint_scale": {"mode": joint_scale, "widest_sweep": round(widest, 6),
+                            "fitted": [n for n, m in zip(names, fitted, strict=True) if m]},
             "arm_pixels": int(fit.robot.sum()), "seconds": round(time.perf_counter() - t0, 1)}
     chain = as_calibration(fit, grid[0], q[0], background, names, info)
     if motions:
