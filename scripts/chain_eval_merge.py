@@ -1,5 +1,12 @@
-"""Merge two 8-cell halves of each split's futures into one 16-cell table (equal cell
-counts, so the means of the halves are the 16-cell means).
+"""Merge futures evaluations of ``scripts/chain_fit_eval.py`` run on separate cell ranges.
+
+Any runs of one split (``--combine``): each prediction's retrieval and per-step means
+weighted by the runs' cell counts (every cell scores the same number of futures), so the
+result is the mean over all their cells:
+
+    python scripts/chain_eval_merge.py --combine A.json B.json --out OUT.json
+
+The merge of the README's first 16-cell table (``OUT.json`` alone):
 
     python scripts/chain_eval_merge.py OUT.json
 
@@ -11,6 +18,7 @@ and ``runs/half2/<split>.json`` (cells 8-15: every prediction, with SSIM), all w
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -48,8 +56,43 @@ def _line(label: str, r: dict, base: dict) -> str:
     return text
 
 
+def combine(paths: list[str]) -> dict:
+    """The runs at ``paths`` (one split, the same predictions) as one run over all their
+    cells: ``{"split", "cells", "runs", "retrieval", "psnr_at_step"}`` with each key the
+    cell-weighted mean of the runs that have it in all of them.
+
+    Raises:
+        ValueError: runs of different splits, or no prediction common to all.
+    """
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    splits = {r["split"] for r in runs}
+    if len(splits) != 1:
+        raise ValueError(f"runs of several splits {sorted(splits)}: combine one split at a time")
+    w = np.asarray([r["cells"] for r in runs], float)
+    out: dict = {"split": splits.pop(), "cells": int(w.sum()), "runs": list(paths)}
+    for field in ("retrieval", "psnr_at_step"):
+        keys = set.intersection(*(set(r[field]) for r in runs))
+        if not keys:
+            raise ValueError(f"{field}: no prediction common to every run")
+        out[field] = {k: (np.tensordot(w, np.asarray([r[field][k] for r in runs], float), 1)
+                          / w.sum()).tolist() for k in sorted(keys)}
+    return out
+
+
 def main(argv: list[str]) -> int:
-    """Merge, print, write ``argv[0]`` (default runs/merged.json); returns 0."""
+    """``--combine`` (module docstring), else the README's 16-cell merge into ``argv[0]``
+    (default runs/merged.json); returns 0."""
+    if argv and argv[0].startswith("-"):
+        p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+        p.add_argument("--combine", nargs="+", required=True, metavar="JSON",
+                       help="chain_fit_eval.py JSON files of one split")
+        p.add_argument("--out", required=True, metavar="JSON", help="the combined run")
+        args = p.parse_args(argv)
+        merged = combine(args.combine)
+        Path(args.out).write_text(json.dumps(merged, indent=1))
+        print(f"{merged['split']}: {merged['cells']} cells from {len(args.combine)} runs -> "
+              f"{args.out}")
+        return 0
     both = ("psnr", "motion_psnr")
     out = {}
     for split, name in SPLITS.items():
