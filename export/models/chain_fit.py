@@ -1079,7 +1079,8 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
-        axes, pivots, depths, slides and background refined; ``info["motion"]`` lists
+        axes, pivots, depths, slides, background and the turns per unit the read fitted
+        (``info["joint_scale"]["fitted"]``) refined; ``info["motion"]`` lists
         each episode's ``where``, frame count, frames used (at most
         :data:`MOTION_MAX_FRAMES`, evenly spaced) and frames' sha256).
 
@@ -1128,9 +1129,11 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
     t0 = time.perf_counter()
     say(f"refining against {sum(len(q) for q in joints[1:])} frames of motion beside the "
         f"sweep's {len(qc)}")
+    # a turn per unit the read fitted (readings not in rad) is refined with the rest
+    fitted = set((chain.info.get("joint_scale") or {}).get("fitted") or ())
     fit, _ = refine_photometric(fit_of_calibration(chain), np.concatenate(frames),
                                 np.concatenate(joints), steps=steps, blur_px=blur_px,
-                                log=log)
+                                log=log, scale_free=np.array([n in fitted for n in names]))
     grid = on_grid(cal.frames, chain.resolution)
     background = calibration_background(fit, grid, qc)
     info = dict(chain.info)
