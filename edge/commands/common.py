@@ -33,7 +33,8 @@ from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
 
 __all__ = ["CHAIN_FROM_CACHE", "StagedOutput", "active_bundle_dir", "add_chain_arg",
-           "add_context_args", "add_model_args", "chain_mode", "chain_model_identity", "chain_store_hint",
+           "add_context_args", "add_model_args", "chain_mode", "chain_model_identity",
+           "chain_store_hint",
            "default_context_source", "describe_identity", "describe_model", "get_context",
            "model_dir_of",
            "model_identity", "open_chain", "open_model", "positive_int", "run_command",
@@ -138,11 +139,17 @@ def model_identity(model: WorldModel) -> dict:
     ``model.json``, the model's identity), ``bundle_slot`` (``"a"``/``"b"`` when the folder
     is an installed bundle slot, e.g. ``STATE_ROOT/bundles/active``; else None) and
     ``folder`` (as given). Call on an activated model."""
-    real = model.model_dir.resolve()
-    slot = real.name if real.name in ("a", "b") and (real.parent / "active").is_symlink() \
-        else None
     return {"name": model.manifest.name, "variant": model.manifest.variant,
-            "sha256": model.sha256, "bundle_slot": slot, "folder": str(model.model_dir)}
+            "sha256": model.sha256, "bundle_slot": _bundle_slot(model.model_dir),
+            "folder": str(model.model_dir)}
+
+
+def _bundle_slot(model_dir: Path) -> str | None:
+    """``"a"``/``"b"`` when ``model_dir`` is an installed bundle slot (e.g.
+    ``STATE_ROOT/bundles/active``), else None."""
+    real = Path(model_dir).resolve()
+    return real.name if real.name in ("a", "b") and (real.parent / "active").is_symlink() \
+        else None
 
 
 def describe_identity(ident: dict) -> str:
@@ -399,11 +406,9 @@ def use_chain_model(args: argparse.Namespace, default: Any) -> bool:
     if not is_chain_model_dir(d):
         return bool(getattr(args, "chain", None))
     manifest = load_chain_model_dir(d)
-    real = d.resolve()
-    slot = real.name if real.name in ("a", "b") and (real.parent / "active").is_symlink() \
-        else None
     args.chain_model = {"name": manifest.name, "variant": manifest.variant,
-                        "sha256": model_sha256(d), "bundle_slot": slot, "folder": str(d)}
+                        "sha256": model_sha256(d), "bundle_slot": _bundle_slot(d),
+                        "folder": str(d)}
     args.model = None
     if not getattr(args, "chain", None):
         args.chain = default
