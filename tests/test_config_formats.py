@@ -126,7 +126,7 @@ def test_bundle_manifest_value_outside_the_allowed_ones() -> None:
     d = _bundle()
     d["model"]["variant"] = "bf16"
     assert _bundle_message(d) == ("a.bundle:bundle.json:model.variant: expected one of "
-                                  "['fp32', 'int8', 'fp16'], found 'bf16'")
+                                  "['fp32', 'int8', 'fp16', 'numpy'], found 'bf16'")
     d = _bundle()
     d["target"] = "gpu"
     assert _bundle_message(d).startswith("a.bundle:bundle.json:target: unknown target 'gpu'; "
