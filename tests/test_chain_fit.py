@@ -494,6 +494,18 @@ def _two_link_episodes(arm, q_sweep, frames, q_motion, motion_frames):
     return cal, episode(motion_frames, q_motion, "motion")
 
 
+def _chain_pose_error(arm: TwoLinkArm, chain) -> float:
+    """Mean distance (px) between where a chain calibration and the true arm put the arm's
+    pixels at three poses neither the sweep nor the motion episodes showed."""
+    from export.models.chain_fit import fit_of_calibration
+
+    errs = []
+    for qq in ([0.5, -0.3], [-0.2, 0.6], [0.35, 0.35]):
+        uv, _ = chain_positions(fit_of_calibration(chain), np.asarray(qq)[None])
+        errs.append(np.linalg.norm(uv[0] - arm.positions(np.asarray(qq)), axis=1).mean())
+    return float(np.mean(errs))
+
+
 def _both_joints(n: int = 12) -> np.ndarray:
     """Joint readings ``[n, 2]`` of ordinary motion: both channels turning together."""
     t = np.linspace(0.0, 1.0, n)
@@ -517,20 +529,11 @@ def test_refine_chain_with_motion_composes_the_channels_it_saw_together(arm_fit,
     home = frames[0].reshape(SIZE, 4, SIZE, 4, 3).mean((1, 3)).astype(np.uint8)
     chain = as_calibration(start, home, q[0], None, ["shoulder", "elbow"], {"read": "test"})
 
-    def pose_error(c):
-        errs = []
-        for qq in ([0.5, -0.3], [-0.2, 0.6], [0.35, 0.35]):
-            uv, _ = chain_positions(fit_of(c), np.asarray(qq)[None])
-            errs.append(np.linalg.norm(uv[0] - arm.positions(np.asarray(qq)), axis=1).mean())
-        return float(np.mean(errs))
-
-    from export.models.chain_fit import fit_of_calibration as fit_of
-
     lines: list[str] = []
     refined = refine_chain_with_motion(chain, cal, [(motion, "motion.npz")],
                                        photometric_size=64, steps=(60, 60),
                                        blur_px=(2.0, 1.0), log=lines.append)
-    before, after = pose_error(chain), pose_error(refined)
+    before, after = _chain_pose_error(arm, chain), _chain_pose_error(arm, refined)
     assert after < 0.5 * before, (before, after)
     assert refined.dof_names == ["shoulder", "elbow"]
     assert np.array_equal(refined.home_frame, home)
@@ -546,7 +549,6 @@ def test_refine_chain_with_motion_refines_a_fitted_turn_per_unit(arm_fit, arm_fr
     off: refined with an episode of both joints turning, the factors move towards the
     truth and the poses follow; a chain read in rad keeps its factors."""
     from export.models.chain_fit import as_calibration, refine_chain_with_motion
-    from export.models.chain_fit import fit_of_calibration as fit_of
 
     arm, fit = arm_fit
     _, q, frames = arm_frames
@@ -559,20 +561,13 @@ def test_refine_chain_with_motion_refines_a_fitted_turn_per_unit(arm_fit, arm_fr
     names = ["shoulder", "elbow"]
     kw = {"photometric_size": 64, "steps": (60, 60), "blur_px": (2.0, 1.0)}
 
-    def pose_error(c):
-        errs = []
-        for qq in ([0.5, -0.3], [-0.2, 0.6], [0.35, 0.35]):
-            uv, _ = chain_positions(fit_of(c), np.asarray(qq)[None])
-            errs.append(np.linalg.norm(uv[0] - arm.positions(np.asarray(qq)), axis=1).mean())
-        return float(np.mean(errs))
-
     fitted = as_calibration(start, home, q[0], None, names,
                             {"joint_scale": {"mode": "fit", "fitted": names}})
     refined = refine_chain_with_motion(fitted, cal, [(motion, "motion.npz")], **kw)
     # 0.92 and 1.13 after 120 steps when this test was written (from 0.75 and 1.25)
     assert (np.abs(np.log(refined.rad_per_unit)) < 0.6 * np.abs(np.log(off))).all(), \
         refined.rad_per_unit
-    assert pose_error(refined) < 0.5 * pose_error(fitted)
+    assert _chain_pose_error(arm, refined) < 0.5 * _chain_pose_error(arm, fitted)
     in_rad = as_calibration(start, home, q[0], None, names, {})
     kept = refine_chain_with_motion(in_rad, cal, [(motion, "motion.npz")],
                                     photometric_size=64, steps=(5,), blur_px=(1.0,))
