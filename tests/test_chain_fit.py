@@ -397,6 +397,10 @@ def test_read_chain_command_writes_a_chain_the_runtime_rolls_out(arm_frames, tmp
     chain = load_chain_calibration(out)
     assert chain.dof_names == ["shoulder", "elbow"] and chain.resolution == (SIZE, SIZE)
     assert chain.focal_px == pytest.approx(F)
+    # a 0.4 rad sweep can be rad: auto keeps 1 rad per unit
+    assert chain.info["joint_scale"] == {"mode": "auto", "widest_sweep": pytest.approx(0.4),
+                                         "fitted": []}
+    np.testing.assert_array_equal(chain.rad_per_unit, 1.0)
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["sha256"] == chain.sha256() and len(report["sweep_peaks"]) == 2
     assert out.with_suffix(".png").stat().st_size > 1000
