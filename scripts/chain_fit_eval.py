@@ -172,6 +172,16 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None):
     return chain, refined
 
 
+def high_calibration(cache: dict, hi_dir: Path | None, cal):
+    """The cell's calibration episode at ``--calibration-data``'s resolution (from
+    ``hi_dir``; None: ``cal`` itself), read once per ``cache`` (one dict per cell)."""
+    from edge.episode import load_episode
+
+    if "cal" not in cache:
+        cache["cal"] = load_episode(hi_dir / "calibration.npz") if hi_dir is not None else cal
+    return cache["cal"]
+
+
 #: ``--controller-units``: how a controller reports the joints: ``deg`` (degrees) or
 #: ``range`` (each joint's limits mapped to -100..100, as LeRobot's normalised range does).
 CONTROLLER_UNITS = ("deg", "range")
@@ -185,9 +195,10 @@ def controller_factors(units: str, limits_ctrl: np.ndarray) -> np.ndarray:
     return 200.0 / np.abs(limits_ctrl[:, 1] - limits_ctrl[:, 0])
 
 
-def units_chain(args, cell, params, hi, factors: np.ndarray):
+def units_chain(args, cell, hi, factors: np.ndarray, size: tuple[int, int]):
     """The cell's chain read by :func:`read_chain_calibration` (``joint_scale="auto"``, as a
-    device does) from its 256x256 calibration episode ``hi`` with the readings in
+    device does, on the model's grid ``size``) from its 256x256 calibration episode ``hi``
+    with the readings in
     ``args.controller_units`` (rad times ``factors``), kept in ``args.fits`` as
     ``<cell>_units_<U>.npz``; returned in rad (``rad_per_unit`` times ``factors``, the home
     readings divided by them) so that it rolls out the futures' rad actions, with each
@@ -205,7 +216,7 @@ def units_chain(args, cell, params, hi, factors: np.ndarray):
         t0 = time.perf_counter()
         ep = replace(hi, joint_positions=np.asarray(hi.joint_positions, np.float64)
                      * np.concatenate([factors, np.ones(hi.num_dof - len(factors))]))
-        chain = read_chain_calibration(ep, size=args.model_grid, joint_scale="auto")
+        chain = read_chain_calibration(ep, size=size, joint_scale="auto")
         print(f"  {cell.cell_id}: read in {args.controller_units} in "
               f"{time.perf_counter() - t0:.0f} s, turn per unit over the truth "
               f"{np.round(chain.rad_per_unit * factors, 3).tolist()}", file=sys.stderr,
@@ -328,21 +339,20 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--calibration-timing {args.calibration_timing}: expected one of "
                     f"{', '.join(by_name)}")
         variant = by_name[args.calibration_timing]
-        # the same rollout (the runtime's) of the read at the planner's timing beside it
-        preds_names += [f"chain_{k}" for k in kinds if k == "dis"] + [f"timing_{variant.name}"]
+    if args.motion_refine and ("dis" not in kinds or not args.calibration_data):
+        p.error("--motion-refine needs --tracks dis (or both) and --calibration-data")
+    if args.controller_units and not args.calibration_data:
+        p.error("--controller-units needs --calibration-data (the 256x256 calibrations)")
+    if (variant is not None or args.motion_refine or args.controller_units) and "dis" in kinds:
+        # the runtime's rollout of the planner-timing read, beside the reads compared with it
+        preds_names += ["chain_dis"]
+    if variant is not None:
+        preds_names += [f"timing_{variant.name}"]
     if args.motion_refine:
-        if "dis" not in kinds or not args.calibration_data:
-            p.error("--motion-refine needs --tracks dis (or both) and --calibration-data")
-        if variant is None:
-            preds_names += ["chain_dis"]
         preds_names += ["chain_dis_motion"]
         if variant is not None:
             preds_names += [f"timing_{variant.name}_motion"]
     if args.controller_units:
-        if not args.calibration_data:
-            p.error("--controller-units needs --calibration-data (the 256x256 calibrations)")
-        preds_names += ["chain_dis"] if "chain_dis" not in preds_names and "dis" in kinds \
-            else []
         preds_names += [f"units_{args.controller_units}"]
         fit_stats_units: list[dict] = []
     if args.other_cell:
@@ -399,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         for sgm in cal.metadata.segments:
             segments[names.index(sgm.dof)] = (sgm.start, sgm.stop + 1)
         q0 = mo.joint_positions[0, :n].astype(np.float64)
+        hi_dir = (Path(args.calibration_data) / os.path.relpath(
+            Path(mo.path).parent.resolve(), Path(args.data).resolve())
+            if args.calibration_data else None)
+        hi_cache: dict = {}
         d0, _, _, cam = scene.render_geometry(
             params.convention.to_canonical(qc[:1])[0])
         _, f, c = camera_frame(torch.from_numpy(cam), 64, 64)
@@ -425,11 +439,7 @@ def main(argv: list[str] | None = None) -> int:
                     tracks = tracks + smooth_noise(tracks.shape, args.track_noise,
                                                    args.seed + i)
             else:
-                hi = cal
-                if args.calibration_data:
-                    rel = os.path.relpath(Path(mo.path).parent.resolve(),
-                                          Path(args.data).resolve())
-                    hi = load_episode(Path(args.calibration_data) / rel / "calibration.npz")
+                hi = high_calibration(hi_cache, hi_dir, cal)
                 tracks, valid = sweep_tracks(hi.frames, size=cal.frames.shape[1:3])
                 tt, _, rb = truth_tracks
                 if args.dis_robot == "true":
@@ -466,8 +476,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.motion_refine:
             from export.models.chain_fit import refine_chain_with_motion
 
-            rel = os.path.relpath(Path(mo.path).parent.resolve(), Path(args.data).resolve())
-            hi_dir = Path(args.calibration_data) / rel
             motion = (load_episode(hi_dir / "motion-01.npz"), hi_dir / "motion-01.npz")
             saved_m = Path(args.fits) / f"{cell.cell_id}_dis_motion.npz" if args.fits else None
             if saved_m is not None and saved_m.is_file():
@@ -475,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 tm = time.perf_counter()
                 refined = refine_chain_with_motion(
-                    calibrations["dis"], load_episode(hi_dir / "calibration.npz"), [motion])
+                    calibrations["dis"], high_calibration(hi_cache, hi_dir, cal), [motion])
                 print(f"  {cell.cell_id}: refined with motion in "
                       f"{time.perf_counter() - tm:.0f} s", file=sys.stderr, flush=True)
                 if saved_m is not None:
@@ -491,13 +499,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.controller_units:
             from export.cells.robots import robot_spec
 
-            rel = os.path.relpath(Path(mo.path).parent.resolve(), Path(args.data).resolve())
-            hi_u = load_episode(Path(args.calibration_data) / rel / "calibration.npz")
             lim = np.asarray(robot_spec(params.robot).limits_rad, np.float64)
             lim_ctrl = lim[list(params.convention.perm)]
-            args.model_grid = cal.frames.shape[1:3]
-            in_units, ratio = units_chain(args, cell, params, hi_u,
-                                          controller_factors(args.controller_units, lim_ctrl))
+            in_units, ratio = units_chain(args, cell, high_calibration(hi_cache, hi_dir, cal),
+                                          controller_factors(args.controller_units, lim_ctrl),
+                                          cal.frames.shape[1:3])
             err, err_mirror = axis_errors(in_units, scene, params, qc[0])
             fit_stats_units.append({"cell": cell.cell_id, "axis_error_deg": err.tolist(),
                                     "axis_error_or_twin_deg": err_mirror.tolist(),
