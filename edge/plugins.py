@@ -50,7 +50,9 @@ GROUP_READERS: dict[str, str] = {
 #: - ``syncedge.openers``: ``joints`` -> ``open(url) -> JointSource`` (opened);
 #: - ``syncedge.joint_streams``: URL scheme -> ``JointStream`` class with ``from_url``;
 #: - ``syncedge.chain_readers``: ``chain`` -> ``read(episode, size, fovy_deg,
-#:   photometric_size, log) -> ChainCalibration`` (the chain model's calibration reader).
+#:   photometric_size, log) -> ChainCalibration`` (the chain model's calibration reader);
+#:   ``anchor`` -> ``anchor(chain, episode, start, start_joint_positions, log) ->
+#:   ChainCalibration`` (the chain refined at a rollout's start frame).
 PLUGINS: dict[str, dict[str, str]] = {
     "syncedge.commands": {
         "bridge": "firmware_bridge.cli:register",
@@ -84,6 +86,7 @@ PLUGINS: dict[str, dict[str, str]] = {
     },
     "syncedge.chain_readers": {
         "chain": "export.models.chain_fit:read_chain_calibration",
+        "anchor": "export.models.chain_fit:anchor_chain_to_start",
     },
 }
 

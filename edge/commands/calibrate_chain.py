@@ -27,19 +27,13 @@ from typing import Any
 import numpy as np
 
 from edge.calibrate.errors import CalibrateError
+from edge.runtime.chain import HOME_FRAME_TOLERANCE, HOME_JOINTS_TOLERANCE_RAD
 
 __all__ = ["CHAIN_READ", "check_chain_matches", "on_grid", "run_store", "run_store_chain", "run_validate",
            "run_validate_chain"]
 
 #: ``calibrate store --chain`` without a FILE: read the chain from the episode now.
 CHAIN_READ = "@read"
-
-#: Mean absolute difference (uint8 levels) allowed between a chain file's home frame and
-#: the episode's first frame reduced to the chain's grid.
-HOME_FRAME_TOLERANCE = 2.0
-#: Largest difference (rad) allowed between a chain file's home joint readings and the
-#: episode's first at its sweep poses: encoders read a held pose to about 1e-5..1e-4 rad.
-HOME_JOINTS_TOLERANCE_RAD = 1e-3
 
 
 def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str) -> None:

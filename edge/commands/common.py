@@ -32,7 +32,8 @@ from edge.runtime.errors import RuntimeInputError
 from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
 
-__all__ = ["CHAIN_FROM_CACHE", "StagedOutput", "active_bundle_dir", "add_chain_arg",
+__all__ = ["ANCHOR_FROM_CACHE", "CHAIN_FROM_CACHE", "StagedOutput", "add_anchor_arg",
+           "anchor_chain", "active_bundle_dir", "add_chain_arg",
            "add_context_args", "add_model_args", "chain_mode", "chain_model_identity",
            "chain_store_hint",
            "default_context_source", "describe_identity", "describe_model", "get_context",
@@ -375,6 +376,8 @@ def run_command(name: str,
 
 #: ``--chain`` given without a FILE: the cell's chain calibration from the calibration cache.
 CHAIN_FROM_CACHE = "@cache"
+#: ``--anchor`` without EPISODE: the calibration episode the cache holds with the chain.
+ANCHOR_FROM_CACHE = "@cache"
 
 
 def add_chain_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
@@ -386,6 +389,17 @@ def add_chain_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
                         "(`syncedge calibrate store EPISODE --chain`); implied when the model "
                         "in use (--model DIR, else the active bundle) is the chain model "
                         "(`syncedge export chain-model`)" + extra)
+
+
+def add_anchor_arg(p: argparse.ArgumentParser) -> None:
+    """``--anchor [EPISODE]`` of ``simulate`` and ``precheck`` (chain model only)."""
+    p.add_argument("--anchor", metavar="EPISODE", nargs="?", const=ANCHOR_FROM_CACHE,
+                   help="with the chain model: refine the chain at the start frame before the "
+                        "rollout, so that it puts the arm where the start frame shows it "
+                        "(about 30 s on 2 CPU cores; needs torch). It needs the calibration "
+                        "episode the chain was read from: without EPISODE, the one the "
+                        "calibration cache holds with the cell's chain (--chain alone, "
+                        "--cell ID); with a chain FILE, give that episode")
 
 
 def use_chain_model(args: argparse.Namespace, default: Any) -> bool:
@@ -443,9 +457,9 @@ def chain_store_hint(cell: str, cache_dir: str | None) -> str:
             f"--chain{root}'")
 
 
-def _cached_chain(args: argparse.Namespace):
-    """The chain calibration the cache holds for ``--cell`` (camera and robot ids from the
-    flags, else the start episode's metadata); returns ``(chain, source text)``."""
+def _cached_chain_key(args: argparse.Namespace):
+    """The cache key of the chain calibration for ``--cell`` (camera and robot ids from the
+    flags, else the start episode's metadata)."""
     from edge.cache.values import CacheKey
     from edge.runtime.chain import CHAIN_MODEL_SHA256
 
@@ -464,14 +478,87 @@ def _cached_chain(args: argparse.Namespace):
     if not camera or not robot:
         raise RuntimeInputError("--cell: the cache key needs --camera-id and --robot-id "
                                 "(or an episode as --start, whose metadata has them)")
+    return CacheKey(args.cell, camera, robot, CHAIN_MODEL_SHA256)
+
+
+def _cached_chain(args: argparse.Namespace):
+    """The chain calibration the cache holds for ``--cell``; returns ``(chain, source
+    text)``."""
+    key = _cached_chain_key(args)
     src = default_context_source(args.cache_dir)
-    chain = src.get_context(args.cell, camera, robot, CHAIN_MODEL_SHA256)
+    chain = src.get_context(key.cell_id, key.camera_id, key.robot_id, key.model_sha256)
     if chain is None:
         raise RuntimeInputError(f"calibration cache: no chain calibration for cell "
-                                f"{args.cell!r}, camera {camera!r}, robot {robot!r}; "
-                                f"{chain_store_hint(args.cell, args.cache_dir)}")
-    key = CacheKey(args.cell, camera, robot, CHAIN_MODEL_SHA256)
+                                f"{key.cell_id!r}, camera {key.camera_id!r}, robot "
+                                f"{key.robot_id!r}; {chain_store_hint(key.cell_id, args.cache_dir)}")
     return chain, f"cache:{key.cell_id}/{key.camera_id}/{key.robot_id}"
+
+
+def _anchor_episode(args: argparse.Namespace) -> tuple[Episode, str]:
+    """The calibration episode ``--anchor`` refines with: the cache's (with the cached
+    chain) or the file given (the refinement checks that the chain was read from it)."""
+    if args.anchor == ANCHOR_FROM_CACHE:
+        if args.chain != CHAIN_FROM_CACHE:
+            raise RuntimeInputError(f"--anchor: with --chain {args.chain}, give the "
+                                    "calibration episode that chain was read from "
+                                    "(--anchor EPISODE); --anchor alone takes the cached "
+                                    "episode of --cell's chain")
+        from edge.cache.store import CalibrationCache, default_root
+
+        key = _cached_chain_key(args)
+        with CalibrationCache(args.cache_dir or default_root()) as cache:
+            entry = cache.get(key)
+        if entry is None:
+            raise RuntimeInputError(f"calibration cache: entry of cell {key.cell_id!r} "
+                                    "vanished; try again")
+        return entry.episode, f"cache:{key.cell_id}/{key.camera_id}/{key.robot_id}"
+    from edge.errors import EpisodeError
+
+    try:
+        episode = load_episode(args.anchor)
+    except EpisodeError as exc:  # names the file and the field
+        raise RuntimeInputError(f"--anchor: {exc} (expected the calibration episode the "
+                                "chain was read from)") from None
+    return episode, str(args.anchor)
+
+
+def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, q0: Any
+                 ) -> tuple[Any, str]:
+    """``(chain, source)``: with ``--anchor`` the chain refined at the start frame (the
+    reader plug-in ``syncedge.chain_readers`` ``anchor``,
+    :func:`export.models.chain_fit.anchor_chain_to_start`; progress on stderr) and the
+    source text saying so; else both as given. Call it once the inputs are checked: it
+    takes about 30 s.
+
+    Raises:
+        RuntimeInputError: as :func:`_anchor_episode`; torch missing; an episode the
+            refinement refuses.
+    """
+    import time
+
+    if not getattr(args, "anchor", None):
+        return chain, source
+    from edge.plugins import load
+
+    episode, where = _anchor_episode(args)
+    try:
+        import torch
+
+        anchor = load("syncedge.chain_readers", "anchor", "anchoring a chain at the start")
+    except ImportError as exc:
+        raise RuntimeInputError(f"--anchor needs torch ({exc}): install it with pip install "
+                                "'.[train]', or leave --anchor out") from None
+    torch.set_num_threads(args.threads or 2)
+    t0 = time.perf_counter()
+    print(f"anchoring the chain at the start frame with {where} (about 30 s on 2 idle CPU "
+          "cores) ...", file=sys.stderr, flush=True)
+    try:
+        anchored = anchor(chain, episode, start, q0,
+                          log=lambda line: print(f"  [{time.perf_counter() - t0:6.1f} s] "
+                                                 f"{line}", file=sys.stderr, flush=True))
+    except ValueError as exc:  # another episode, channels, sizes
+        raise RuntimeInputError(f"--anchor {where}: {exc}") from None
+    return anchored, f"{source}, anchored at the start frame"
 
 
 def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):

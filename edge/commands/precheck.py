@@ -20,9 +20,11 @@ from edge.calibrate.gate import add_stale_args, stale_gate
 from edge.commands.common import (
     CHAIN_FROM_CACHE,
     StagedOutput,
+    add_anchor_arg,
     add_chain_arg,
     add_context_args,
     add_model_args,
+    anchor_chain,
     chain_mode,
     chain_model_identity,
     check_out_dir,
@@ -72,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_model_args(p)
     add_chain_arg(p, " (with --actions, or --policy and --horizon); keep-out basis "
                      "robot_mask or auto is decided on where the chain puts the arm")
+    add_anchor_arg(p)
     add_stale_args(p)
     p.add_argument("--out", default="precheck-out", metavar="DIR", help="output folder")
     p.set_defaults(func=run)
@@ -128,6 +131,9 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     check_out_dir(args.out)  # before any work
     if use_chain_model(args, CHAIN_FROM_CACHE):
         return _run_chain(args, rules)
+    if getattr(args, "anchor", None):
+        raise RuntimeInputError("--anchor: only with --chain (it refines the chain model's "
+                                "calibration at the start frame)")
     if args.policy and args.horizon is not None:
         check_horizon(args.horizon)
     model = open_model(args)
@@ -304,6 +310,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     if args.policy:
         if not args.horizon or args.horizon < 1:
             raise RuntimeInputError("--horizon: required (>= 1) with --policy")
+        chain, source = anchor_chain(args, chain, source, start, q0)
         with OnnxPolicy(args.policy) as policy:
             actions, frames, cover = rollout_chain_policy(chain, policy, start, q0,
                                                           args.horizon)
@@ -316,6 +323,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
             raise RuntimeInputError(f"{args.actions}: expected actions [N, T, {k}] (one per "
                                     f"channel: {', '.join(chain.dof_names)}), found "
                                     f"{list(actions.shape)}")
+        chain, source = anchor_chain(args, chain, source, start, q0)
         frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
     ko = rules.keep_out
     robot_counts = reference = None

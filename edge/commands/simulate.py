@@ -30,9 +30,11 @@ import numpy as np
 from edge.commands.common import (
     CHAIN_FROM_CACHE,
     StagedOutput,
+    add_anchor_arg,
     add_chain_arg,
     add_context_args,
     add_model_args,
+    anchor_chain,
     chain_mode,
     chain_model_identity,
     check_out_dir,
@@ -74,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "default: the start episode's own actions")
     add_model_args(p)
     add_chain_arg(p)
+    add_anchor_arg(p)
     p.add_argument("--start-joints", metavar="Q|FILE",
                    help="with --chain: the controller's joint readings at the start frame "
                         "(comma-separated, or .npy/.json/.csv; write --start-joints=-0.1,... "
@@ -115,9 +118,11 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     check_out_dir(args.out)  # before any work
     if use_chain_model(args, CHAIN_FROM_CACHE):
         return _run_chain(args, t_start)
-    if getattr(args, "start_joints", None):
-        raise RuntimeInputError("--start-joints: only with --chain (an ONNX model reads the "
-                                "start frame alone)")
+    for flag, given in (("--start-joints", getattr(args, "start_joints", None)),
+                        ("--anchor", getattr(args, "anchor", None))):
+        if given:
+            raise RuntimeInputError(f"{flag}: only with --chain (an ONNX model reads the "
+                                    "start frame alone)")
     model = open_model(args)
     try:
         start, episode = load_start(args.start, model.contract.resolution)
@@ -252,6 +257,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     names = names or [f"candidate-{i}" for i in range(n)]
     truth_given = episode is not None and not args.actions
     layout = video_layout(names, chain.resolution, truth_given)  # before work
+    chain, source = anchor_chain(args, chain, source, start, q0)
     t0 = time.perf_counter()
     pred = chain_rollout(chain, start, q0, actions)
     rollout_s = time.perf_counter() - t0

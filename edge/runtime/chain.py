@@ -42,7 +42,8 @@ import numpy as np
 from edge.fileio import atomic_write
 from edge.runtime.errors import RuntimeInputError
 
-__all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "JOINT_SCALE_MODES", "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
+__all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
+           "HOME_JOINTS_TOLERANCE_RAD", "JOINT_SCALE_MODES", "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
            "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
            "arm_cover", "chain_positions", "sweep_check", "chain_rollout", "close_gaps", "compose_chain",
@@ -71,6 +72,14 @@ CHAIN_MODEL_SHA256 = hashlib.sha256(f"{CHAIN_FORMAT}/{CHAIN_SCHEMA_VERSION}".enc
 #: ``auto`` (fit the turn per unit where a sweep is too wide to be rad, else rad), ``rad``
 #: (the readings are rad), ``fit`` (fit every revolute channel's turn per unit).
 JOINT_SCALE_MODES = ("auto", "rad", "fit")
+
+#: Mean absolute difference (uint8 levels) allowed between a chain calibration's home frame
+#: and the first frame of the calibration episode it was read from, reduced to its grid.
+HOME_FRAME_TOLERANCE = 2.0
+#: Largest difference (rad) allowed between a chain calibration's home joint readings and
+#: the first of its calibration episode at the sweep's poses: encoders read a held pose to
+#: about 1e-5..1e-4 rad.
+HOME_JOINTS_TOLERANCE_RAD = 1e-3
 
 
 class ChainFileError(RuntimeInputError):

@@ -38,13 +38,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge.runtime.chain import JOINT_SCALE_MODES, MotionEpisodeError, frames_sha256
+from edge.runtime.chain import (
+    HOME_FRAME_TOLERANCE,
+    HOME_JOINTS_TOLERANCE_RAD,
+    JOINT_SCALE_MODES,
+    MotionEpisodeError,
+    frames_sha256,
+)
 
 __all__ = ["MotionEpisodeError", "ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
            "read_chain", "chain_positions", "as_calibration", "calibration_background",
            "predict_frames", "camera_pinhole", "calibration_sweeps", "on_grid",
            "read_chain_calibration", "sweep_timing", "JOINT_SCALE_MODES", "MAX_SWEEP_RAD",
-           "NOMINAL_SWEEP_RAD", "SCALE_STARTS"]
+           "NOMINAL_SWEEP_RAD", "SCALE_STARTS", "anchor_chain_to_start", "ANCHOR_COPIES"]
 
 #: A channel whose turn per unit of reading is fitted (``fit_chain(scale_free=...)``)
 #: starts from a sweep of this many rad (the planner sweeps 0.3-0.5 rad; 0.2-0.8 were
@@ -1091,8 +1097,6 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
         ValueError: a calibration whose sweeps ingest cannot find, or other channels than
             the chain's; a photometric size that is not a whole multiple of the grid.
     """
-    import time
-
     import cv2
 
     say = log or (lambda _line: None)
@@ -1126,9 +1130,26 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
         joints.append(q[pick])
         used.append({"episode": str(where), "frames": int(len(q)), "frames_used": int(len(pick)),
                      "frames_sha256": frames_sha256(motion.frames)})
-    t0 = time.perf_counter()
     say(f"refining against {sum(len(q) for q in joints[1:])} frames of motion beside the "
         f"sweep's {len(qc)}")
+    out, seconds = _refined_with(chain, cal, frames, joints, steps, blur_px, log)
+    out.info["motion"] = used
+    out.info["motion_refine_seconds"] = seconds
+    say(f"refined with motion in {seconds} s")
+    return out
+
+
+def _refined_with(chain, cal, frames: list[np.ndarray], joints: list[np.ndarray],
+                  steps: tuple[int, ...], blur_px: tuple[float, ...], log):
+    """``(chain, seconds)``: ``chain`` refined by :func:`refine_photometric` against the
+    concatenated ``frames`` (the sweep's first, at the photometric size) at ``joints``,
+    its background redrawn from the calibration ``cal`` (at the sweep's poses); the info
+    is a copy of the chain's."""
+    import time
+
+    t0 = time.perf_counter()
+    names = list(chain.dof_names)
+    qc = np.asarray(cal.joint_positions, np.float64)[:, :len(names)]
     # a turn per unit the read fitted (readings not in rad) is refined with the rest
     fitted = set((chain.info.get("joint_scale") or {}).get("fitted") or ())
     fit, _ = refine_photometric(fit_of_calibration(chain), np.concatenate(frames),
@@ -1136,12 +1157,111 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
                                 log=log, scale_free=np.array([n in fitted for n in names]))
     grid = on_grid(cal.frames, chain.resolution)
     background = calibration_background(fit, grid, qc)
-    info = dict(chain.info)
-    info["motion"] = used
-    info["motion_refine_seconds"] = round(time.perf_counter() - t0, 1)
-    say(f"refined with motion in {info['motion_refine_seconds']} s")
-    return as_calibration(fit, chain.home_frame, chain.home_joint_positions, background,
-                          names, info)
+    return (as_calibration(fit, chain.home_frame, chain.home_joint_positions, background,
+                           names, dict(chain.info)),
+            round(time.perf_counter() - t0, 1))
+
+
+#: How many times the start frame is repeated among the sweep's frames when a chain is
+#: anchored at it (:func:`anchor_chain_to_start`): the refinement draws 16 frames a step
+#: from about 60, so 8 copies put the start in about two of them.
+ANCHOR_COPIES = 8
+
+
+def anchor_chain_to_start(chain, episode, start: np.ndarray,
+                          start_joint_positions: np.ndarray, photometric_size: int = 128,
+                          copies: int = ANCHOR_COPIES, steps: tuple[int, ...] | None = None,
+                          blur_px: tuple[float, ...] | None = None, log=None):
+    """Refine a chain calibration so that it also explains the start frame of a rollout.
+
+    A rollout starts wherever the arm is, often far from the calibration's home pose (the
+    futures of held-out robots start 1.4-3.7 rad of summed joint offset away): the chain
+    carries the home frame's points there through every channel at once, so an axis read
+    a little off from single-channel sweeps puts the links in the wrong place before the
+    first action (on 24 held-out-robot cells, the share of the predicted arm that lies on
+    the true arm at the start was under 0.3 on the four cells where the rollout was worst).
+    The start frame shows where the arm is at known joint readings: it joins the sweep's
+    frames in :func:`refine_photometric` (``copies`` times, so that most steps see it),
+    and the chain is refined to explain both, as :func:`refine_chain_with_motion` does with
+    a motion episode. The start frame is only an input, like the calibration: nothing of
+    the future is used.
+
+    Args:
+        chain: :class:`edge.runtime.chain.ChainCalibration` read from ``episode``.
+        episode: the calibration :class:`edge.episode.Episode` it was read from (any
+            recorded timing).
+        start: uint8 ``[H, W, 3]``, the rollout's start frame on the chain's grid (it is
+            resized, bilinearly, to the photometric size).
+        start_joint_positions: float ``[K]``, the controller's readings at the start
+            (controller order and unit).
+        photometric_size: the side (px) all frames are resized to, a whole multiple of the
+            chain's grid.
+        copies: how many times the start frame joins the sweep's frames.
+        steps, blur_px: as :func:`refine_chain_with_motion` (None: its defaults).
+        log: called with a line per stage, or None.
+
+    Returns:
+        a new :class:`edge.runtime.chain.ChainCalibration`; ``info["anchor"]`` records the
+        start frame's sha256, the joint readings, ``copies`` and the seconds taken.
+
+    Raises:
+        ValueError: a calibration whose sweeps ingest cannot find, with other channels
+            than the chain's, or not the one the chain was read from (its first joint
+            readings or frame differ from the chain's home pose and frame); a start frame
+            not on the chain's grid or readings not of its channels; a photometric size
+            that is not a whole multiple of the grid.
+    """
+    import cv2
+
+    say = log or (lambda _line: None)
+    steps = MOTION_REFINE_STEPS if steps is None else steps
+    blur_px = MOTION_REFINE_BLUR_PX if blur_px is None else blur_px
+    names = list(chain.dof_names)
+    h, w = chain.resolution
+    start = np.asarray(start)
+    if start.shape != (h, w, 3) or start.dtype != np.uint8:
+        raise ValueError(f"start frame: expected uint8 [{h}, {w}, 3] (the chain's grid), "
+                         f"found {start.dtype} {list(start.shape)}")
+    q0 = np.asarray(start_joint_positions, np.float64).reshape(-1)
+    if q0.shape != (len(names),) or not np.isfinite(q0).all():
+        raise ValueError(f"start joint readings: expected {len(names)} finite values "
+                         f"({', '.join(names)}), found {list(np.shape(start_joint_positions))}")
+    if copies < 1:
+        raise ValueError(f"copies {copies}: expected at least 1")
+    cal, _ = sweep_timing(episode)
+    if list(cal.metadata.dof_names) != names:
+        raise ValueError(f"the calibration's dof_names {list(cal.metadata.dof_names)}: "
+                         f"expected the chain's {names}")
+    _grid_ratio(cal.frames, chain.resolution, "anchor_chain_to_start")
+    qc = np.asarray(cal.joint_positions, np.float64)[:, :len(names)]
+    if not np.allclose(qc[0], chain.home_joint_positions, rtol=0.0,
+                       atol=HOME_JOINTS_TOLERANCE_RAD):
+        raise ValueError(f"the calibration's first joint readings {np.round(qc[0], 4).tolist()}:"
+                         " expected the chain's home_joint_positions "
+                         f"{np.round(chain.home_joint_positions, 4).tolist()} (the chain was "
+                         "read from another calibration episode)")
+    diff = float(np.abs(on_grid(cal.frames[:1], (h, w))[0].astype(np.float64)
+                        - chain.home_frame).mean())
+    if diff > HOME_FRAME_TOLERANCE:
+        raise ValueError(f"the calibration's first frame differs from the chain's home_frame by "
+                         f"{diff:.1f} levels on average (expected at most "
+                         f"{HOME_FRAME_TOLERANCE:g}): the chain was read from another "
+                         "calibration episode, or the camera moved")
+    if photometric_size % h or photometric_size % w:
+        raise ValueError(f"photometric size {photometric_size}: expected a whole multiple of "
+                         f"the chain's grid {chain.resolution}")
+    side = (photometric_size, photometric_size)
+    small = np.stack([cv2.resize(f, side, interpolation=cv2.INTER_AREA) for f in cal.frames])
+    big = cv2.resize(start, side, interpolation=cv2.INTER_LINEAR)
+    say(f"anchoring the chain at the start frame ({copies} copies beside the sweep's "
+        f"{len(qc)} frames)")
+    out, seconds = _refined_with(chain, cal, [small, np.repeat(big[None], copies, 0)],
+                                 [qc, np.repeat(q0[None], copies, 0)], steps, blur_px, log)
+    out.info["anchor"] = {"start_sha256": frames_sha256(start[None]),
+                          "start_joint_positions": [round(float(x), 6) for x in q0],
+                          "copies": int(copies), "seconds": seconds}
+    say(f"anchored in {seconds} s")
+    return out
 
 
 def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
