@@ -153,6 +153,7 @@ def _run_eval_precheck(args: argparse.Namespace) -> int:
          *(["--chain", "--chain-size", str(args.chain_size)] if args.chain else []),
          *(["--chain-fits", str(args.chain_fits)] if args.chain_fits else []),
          *(["--chain-motion"] if args.chain_motion else []),
+         *(["--chain-anchor"] if args.chain_anchor else []),
          *[a for m in args.keep_out_margin or () for a in ("--keep-out-margin", f"{m:g}")],
          "--out", str(args.out)])
     opts = PrecheckEvalOptions(model=args.model, history_model=args.history_model,
@@ -160,6 +161,7 @@ def _run_eval_precheck(args: argparse.Namespace) -> int:
                                threads=args.threads, out=args.out, command=command,
                                chain=args.chain, chain_size=args.chain_size,
                                chain_fits=args.chain_fits, chain_motion=args.chain_motion,
+                               chain_anchor=args.chain_anchor,
                                keep_out_margins=tuple(args.keep_out_margin or ()))
     try:
         check_options(opts)
@@ -449,6 +451,9 @@ def register(subparsers: Any) -> None:
                     help="with --chain, also the chain refined with an episode of ordinary "
                          "motion on each cell (read-chain --motion; about 30 s per cell), "
                          "row chain_refined")
+    ep.add_argument("--chain-anchor", action="store_true",
+                    help="with --chain, also the chain anchored at each cell's start frame "
+                         "(precheck --anchor; about 30 s per cell), row chain_anchored")
     ep.add_argument("--keep-out-margin", type=float, action="append", metavar="PX",
                     help="with --chain, also decide the chain's keep-out with the region "
                          "grown by PX pixels (rules keep_out.margin_px), reported as the "

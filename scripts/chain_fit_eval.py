@@ -298,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--sheet", help="contact sheet (PNG): the first 4 cells' first "
                                    "all-joints candidate at steps 4, 8, 16")
+    p.add_argument("--anchor", action="store_true",
+                   help="also anchor each DIS read (and its --motion-refine read) at the "
+                        "futures' start frame with the 256x256 calibration "
+                        "(anchor_chain_to_start, as simulate/precheck --anchor do), scored as "
+                        "chain_dis_anchor (and chain_dis_motion_anchor); kept in --fits as "
+                        "<read>_anchor.npz")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     import cv2
@@ -341,9 +347,12 @@ def main(argv: list[str] | None = None) -> int:
         variant = by_name[args.calibration_timing]
     if args.motion_refine and ("dis" not in kinds or not args.calibration_data):
         p.error("--motion-refine needs --tracks dis (or both) and --calibration-data")
+    if args.anchor and ("dis" not in kinds or not args.calibration_data):
+        p.error("--anchor needs --tracks dis (or both) and --calibration-data")
     if args.controller_units and not args.calibration_data:
         p.error("--controller-units needs --calibration-data (the 256x256 calibrations)")
-    if (variant is not None or args.motion_refine or args.controller_units) and "dis" in kinds:
+    if (variant is not None or args.motion_refine or args.controller_units
+            or args.anchor) and "dis" in kinds:
         # the runtime's rollout of the planner-timing read, beside the reads compared with it
         preds_names += ["chain_dis"]
     if variant is not None:
@@ -352,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         preds_names += ["chain_dis_motion"]
         if variant is not None:
             preds_names += [f"timing_{variant.name}_motion"]
+    if args.anchor:
+        preds_names += ["chain_dis_anchor"] + (["chain_dis_motion_anchor"]
+                                               if args.motion_refine else [])
     if args.controller_units:
         preds_names += [f"units_{args.controller_units}"]
         fit_stats_units: list[dict] = []
@@ -495,6 +507,38 @@ def main(argv: list[str] | None = None) -> int:
                 "axis_error_or_twin_deg": err_mirror.tolist(),
                 "residual_px": refined.residual_px.tolist(), "robot_px": int(refined.robot.sum()),
                 "seconds": float(refined.info.get("motion_refine_seconds", np.nan))})
+        anchored: dict[str, object] = {}
+        if args.anchor:
+            from export.models.chain_fit import anchor_chain_to_start
+
+            start0 = load_episode(mo.path).frames[0]  # the futures' start frame
+            for name, base in (("chain_dis_anchor", calibrations["dis"]),
+                               ("chain_dis_motion_anchor", refined)):
+                if base is None:
+                    continue
+                read = "dis" if name == "chain_dis_anchor" else "dis_motion"
+                saved_a = (Path(args.fits) / f"{cell.cell_id}_{read}_anchor.npz"
+                           if args.fits else None)
+                if saved_a is not None and saved_a.is_file():
+                    anchored[name] = load_chain_calibration(saved_a)
+                    continue
+                anchored[name] = anchor_chain_to_start(
+                    base, high_calibration(hi_cache, hi_dir, cal), start0, q0)
+                print(f"  {cell.cell_id}: {read} anchored at the start in "
+                      f"{anchored[name].info['anchor']['seconds']:.0f} s",
+                      file=sys.stderr, flush=True)
+                if saved_a is not None:
+                    save_chain_calibration(saved_a, anchored[name])
+                fit_stats.setdefault(f"{read}_anchor", [])
+            for name, chain_a in anchored.items():
+                read = "dis" if name == "chain_dis_anchor" else "dis_motion"
+                err, err_mirror = axis_errors(chain_a, scene, params, qc[0])
+                fit_stats.setdefault(f"{read}_anchor", []).append({
+                    "cell": cell.cell_id, "axis_error_deg": err.tolist(),
+                    "axis_error_or_twin_deg": err_mirror.tolist(),
+                    "residual_px": chain_a.residual_px.tolist(),
+                    "robot_px": int(chain_a.robot.sum()),
+                    "seconds": float(chain_a.info["anchor"]["seconds"])})
         in_units = None
         if args.controller_units:
             from export.cells.robots import robot_spec
@@ -551,13 +595,16 @@ def main(argv: list[str] | None = None) -> int:
             if in_units is not None:
                 preds[f"units_{args.controller_units}"] = chain_rollout(
                     in_units, start, q0, fut.actions[:, :, :n])
-            if (refined is not None or timed is not None or in_units is not None) \
+            if (refined is not None or timed is not None or in_units is not None
+                    or anchored) \
                     and "dis" in calibrations:
                 preds["chain_dis"] = chain_rollout(calibrations["dis"], start, q0,
                                                    fut.actions[:, :, :n])
             if refined is not None:
                 preds["chain_dis_motion"] = chain_rollout(refined, start, q0,
                                                           fut.actions[:, :, :n])
+            for name, chain_a in anchored.items():
+                preds[name] = chain_rollout(chain_a, start, q0, fut.actions[:, :, :n])
             if timed_refined is not None:
                 preds[f"timing_{variant.name}_motion"] = chain_rollout(
                     timed_refined, start, q0, fut.actions[:, :, :n])

@@ -122,6 +122,11 @@ class PrecheckEvalOptions:
             ``chain_size``; :func:`export.models.chain_fit.refine_chain_with_motion`), its
             keep-out on where it puts the arm, row ``chain_refined`` (and
             ``chain_refined_margin_<m>px`` per margin; ``--chain-motion``).
+        chain_anchor: with ``chain``, also the chain anchored at the cell's start frame
+            (:func:`export.models.chain_fit.anchor_chain_to_start`, as ``precheck --chain
+            --anchor`` runs it; kept beside the read as ``<read>-anchor.npz``), its keep-out
+            on where it puts the arm, row ``chain_anchored`` (and
+            ``chain_anchored_margin_<m>px`` per margin; ``--chain-anchor``).
     """
 
     model: str | Path = "models/reference"
@@ -137,6 +142,7 @@ class PrecheckEvalOptions:
     chain_fits: str | Path | None = None
     keep_out_margins: tuple[float, ...] = ()
     chain_motion: bool = False
+    chain_anchor: bool = False
 
 
 def check_options(opts: PrecheckEvalOptions) -> None:
@@ -178,6 +184,9 @@ def check_options(opts: PrecheckEvalOptions) -> None:
     if opts.chain_motion and not opts.chain:
         raise ExportError("--chain-motion: needs --chain (it refines the chain model's "
                           "calibration)")
+    if opts.chain_anchor and not opts.chain:
+        raise ExportError("--chain-anchor: needs --chain (it anchors the chain model's "
+                          "calibration at the start frame)")
     if opts.keep_out_margins and not opts.chain:
         raise ExportError("--keep-out-margin: needs --chain (the margins are measured on the "
                           "chain model's keep-out verdict)")
@@ -365,7 +374,8 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
     if opts.chain:
         result["options"].update(chain_size=opts.chain_size,
                                  keep_out_margins_px=list(opts.keep_out_margins),
-                                 chain_motion=opts.chain_motion)
+                                 chain_motion=opts.chain_motion,
+                                 chain_anchor=opts.chain_anchor)
     sheets: dict[str, np.ndarray] = {}
     try:
         with contextlib.ExitStack() as stack:
@@ -381,10 +391,12 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                 if opts.chain:
                     rows.update(chain=[], chain_motion=[])
                     rows.update({margin_label(x): [] for x in opts.keep_out_margins})
-                    if opts.chain_motion:
-                        rows["chain_refined"] = []
-                        rows.update({margin_label(x, "chain_refined"): []
-                                     for x in opts.keep_out_margins})
+                    for flag, row in ((opts.chain_motion, "chain_refined"),
+                                      (opts.chain_anchor, "chain_anchored")):
+                        if flag:
+                            rows[row] = []
+                            rows.update({margin_label(x, row): []
+                                         for x in opts.keep_out_margins})
                 shown: list[SheetCell] = []
                 shown_chain: list[SheetCell] = []
                 skipped = 0
@@ -416,15 +428,20 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                     rows["copy_last"].append(score_cell(
                         c, np.repeat(start[None, None], M, 0).repeat(STEPS, 1)))
                     if gen_chain is not None:
-                        chain, refined = _chain_for(gen_chain, c, opts.chain_fits, progress,
+                        episodes = gen_chain.cell_episodes(c["cell"])
+                        chain, refined = _chain_for(episodes, c, opts.chain_fits, progress,
                                                     opts.chain_motion)
-                        if refined is not None:
-                            fr, cv = chain_rollout(refined, start, c["q0"], acts,
+                        anchored = (_anchored_for(episodes, c, chain, opts.chain_fits,
+                                                  progress) if opts.chain_anchor else None)
+                        for row, other in (("chain_refined", refined),
+                                           ("chain_anchored", anchored)):
+                            if other is None:
+                                continue
+                            fr, cv = chain_rollout(other, start, c["q0"], acts,
                                                    with_cover=True)
-                            rows["chain_refined"].append(score_cell(c, fr,
-                                                                    cv.astype(np.float32)))
+                            rows[row].append(score_cell(c, fr, cv.astype(np.float32)))
                             for margin in opts.keep_out_margins:
-                                rows[margin_label(margin, "chain_refined")].append(score_cell(
+                                rows[margin_label(margin, row)].append(score_cell(
                                     c, fr, cv.astype(np.float32), margin_px=margin))
                         frames, cover = chain_rollout(chain, start, c["q0"], acts,
                                                       with_cover=True)
@@ -473,23 +490,52 @@ def margin_label(margin_px: float, row: str = "chain") -> str:
     return f"{row}_margin_{margin_px:g}px"
 
 
-def _chain_for(gen: Any, c: dict, fits: str | Path | None,
+def _kept_path(cal: Any, c: dict, fits: str | Path | None) -> Path | None:
+    """Where the read of a benchmark cell's calibration episode ``cal`` is kept in ``fits``
+    (None: not kept): named by the cell and the sha256 of the calibration's frames and
+    joint readings."""
+    digest = hashlib.sha256(np.ascontiguousarray(cal.frames).tobytes()
+                            + np.ascontiguousarray(cal.joint_positions).tobytes()).hexdigest()
+    return Path(fits) / f"{c['cell'].cell_id}-{digest[:12]}.npz" if fits is not None else None
+
+
+def _anchored_for(episodes: dict[str, Any], c: dict, chain: Any, fits: str | Path | None,
+                  progress: Callable[[str], None]) -> Any:
+    """``chain`` anchored at the cell's start frame
+    (:func:`export.models.chain_fit.anchor_chain_to_start` with the cell's rendered
+    calibration episode, ``episodes["calibration"]``), kept in and reused from ``fits``
+    as ``<read>-anchor.npz``."""
+    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+    from export.models.chain_fit import anchor_chain_to_start
+
+    cal = episodes["calibration"]
+    path = _kept_path(cal, c, fits)
+    kept = path.with_name(path.stem + "-anchor.npz") if path is not None else None
+    if kept is not None and kept.is_file():
+        return load_chain_calibration(kept)
+    anchored = anchor_chain_to_start(chain, cal, c["futures"].frames[0, 0], c["q0"])
+    progress(f"  anchored {c['cell'].cell_id}'s chain at the start in "
+             f"{anchored.info['anchor']['seconds']:.0f} s")
+    if kept is not None:
+        save_chain_calibration(kept, anchored)
+    return anchored
+
+
+def _chain_for(episodes: dict[str, Any], c: dict, fits: str | Path | None,
                progress: Callable[[str], None], motion: bool = False) -> tuple[Any, Any]:
-    """The chain model's calibration of a benchmark cell: its calibration sweep rendered by
-    ``gen`` (at the chain's resolution) and read by
+    """The chain model's calibration of a benchmark cell: its calibration sweep
+    (``episodes`` of ``CellGenerator.cell_episodes``, rendered at the chain's resolution)
+    read by
     :func:`export.models.chain_fit.read_chain_calibration` onto the 64x64 grid; with
     ``motion`` also that read refined with the cell's first motion episode
-    (:func:`export.models.chain_fit.refine_chain_with_motion`; ``gen`` renders one). Both
+    (:func:`export.models.chain_fit.refine_chain_with_motion`; ``episodes["motion-00"]``). Both
     kept in and reused from the folder ``fits`` (None: not kept). Returns ``(chain,
     refined or None)``."""
     from edge.runtime.chain import load_chain_calibration, save_chain_calibration
     from export.models.chain_fit import read_chain_calibration, refine_chain_with_motion
 
-    episodes = gen.cell_episodes(c["cell"])
     cal = episodes["calibration"]
-    digest = hashlib.sha256(np.ascontiguousarray(cal.frames).tobytes()
-                            + np.ascontiguousarray(cal.joint_positions).tobytes()).hexdigest()
-    path = Path(fits) / f"{c['cell'].cell_id}-{digest[:12]}.npz" if fits is not None else None
+    path = _kept_path(cal, c, fits)
     if path is not None and path.is_file():
         chain = load_chain_calibration(path)
     else:
