@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from edge.calibrate.errors import CalibrateError
-from edge.runtime.chain import HOME_FRAME_TOLERANCE, HOME_JOINTS_TOLERANCE_RAD
+from edge.runtime.chain import HOME_FRAME_TOLERANCE, home_differences
 
 __all__ = ["CHAIN_READ", "check_chain_matches", "on_grid", "run_store", "run_store_chain", "run_validate",
            "run_validate_chain"]
@@ -64,15 +64,14 @@ def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str
                              f"{names} ({episode_where}); read the chain from this episode")
     q0 = np.asarray(episode.joint_positions[0], np.float64) \
         if episode.joint_positions is not None else None
-    if q0 is None or not np.allclose(q0, chain.home_joint_positions, rtol=0.0,
-                                     atol=HOME_JOINTS_TOLERANCE_RAD):
+    joints_ok, diff = home_differences(
+        chain, q0, on_grid(episode.frames[:1], chain.resolution, episode_where)[0])
+    if not joints_ok:
         raise CalibrateError(f"{where}: home_joint_positions "
                              f"{np.round(chain.home_joint_positions, 4).tolist()}: expected "
                              f"the first joint readings of {episode_where} "
                              f"{None if q0 is None else np.round(q0, 4).tolist()}; it was "
                              "read from another calibration episode")
-    grid = on_grid(episode.frames[:1], chain.resolution, episode_where)[0]
-    diff = float(np.abs(grid.astype(np.float64) - chain.home_frame).mean())
     if diff > HOME_FRAME_TOLERANCE:
         raise CalibrateError(f"{where}: home_frame differs from the first frame of "
                              f"{episode_where} by {diff:.1f} levels on average (expected at "

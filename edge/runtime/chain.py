@@ -45,6 +45,7 @@ from edge.runtime.errors import RuntimeInputError
 __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
            "HOME_JOINTS_TOLERANCE_RAD", "JOINT_SCALE_MODES", "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
            "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
+           "home_differences",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
            "arm_cover", "chain_positions", "sweep_check", "chain_rollout", "close_gaps", "compose_chain",
            "load_chain_calibration", "save_chain_calibration", "splat_values"]
@@ -98,6 +99,22 @@ def frames_sha256(frames: np.ndarray) -> str:
     chain calibration names the motion episodes it was refined with
     (``info["motion"][i]["frames_sha256"]``), independent of the file they came in."""
     return hashlib.sha256(np.ascontiguousarray(frames).tobytes()).hexdigest()
+
+
+def home_differences(chain: ChainCalibration, first_joints: np.ndarray | None,
+                     first_frame: np.ndarray) -> tuple[bool, float]:
+    """How a calibration episode's first pose differs from a chain's home: ``(joints
+    match, frame difference)``. The joints match when every reading ``first_joints``
+    (float ``[K]``, None: none recorded, no match) is within
+    :data:`HOME_JOINTS_TOLERANCE_RAD` of ``chain.home_joint_positions``; the frame
+    difference is the mean absolute difference (uint8 levels) of ``first_frame`` (uint8
+    ``[H, W, 3]`` on the chain's grid) from ``chain.home_frame``, to compare with
+    :data:`HOME_FRAME_TOLERANCE`. A chain read from the episode matches on both."""
+    joints_ok = first_joints is not None and bool(np.allclose(
+        np.asarray(first_joints, np.float64), chain.home_joint_positions, rtol=0.0,
+        atol=HOME_JOINTS_TOLERANCE_RAD))
+    diff = float(np.abs(np.asarray(first_frame, np.float64) - chain.home_frame).mean())
+    return joints_ok, diff
 
 
 @dataclass

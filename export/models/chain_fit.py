@@ -40,10 +40,10 @@ import numpy as np
 
 from edge.runtime.chain import (
     HOME_FRAME_TOLERANCE,
-    HOME_JOINTS_TOLERANCE_RAD,
     JOINT_SCALE_MODES,
     MotionEpisodeError,
     frames_sha256,
+    home_differences,
 )
 
 __all__ = ["MotionEpisodeError", "ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
@@ -1097,7 +1097,6 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
         ValueError: a calibration whose sweeps ingest cannot find, or other channels than
             the chain's; a photometric size that is not a whole multiple of the grid.
     """
-    import cv2
 
     say = log or (lambda _line: None)
     steps = MOTION_REFINE_STEPS if steps is None else steps
@@ -1105,22 +1104,10 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
     if not motions:
         raise MotionEpisodeError("refine_chain_with_motion: no motion episode given")
     names = list(chain.dof_names)
-    cal, _ = sweep_timing(episode)
-    if list(cal.metadata.dof_names) != names:
-        raise ValueError(f"the calibration's dof_names {list(cal.metadata.dof_names)}: "
-                         f"expected the chain's {names}")
+    cal, qc, small = _sweep_to_refine(chain, episode, photometric_size,
+                                      "refine_chain_with_motion")
     shape = tuple(cal.frames.shape[1:3])
-    _grid_ratio(cal.frames, chain.resolution, "refine_chain_with_motion")
-    if photometric_size % chain.resolution[0] or photometric_size % chain.resolution[1]:
-        raise ValueError(f"photometric size {photometric_size}: expected a whole multiple of "
-                         f"the chain's grid {chain.resolution}")
     units = list(cal.metadata.dof_units)
-    qc = np.asarray(cal.joint_positions, np.float64)[:, :len(names)]
-    side = (photometric_size, photometric_size)
-
-    def small(frames):
-        return np.stack([cv2.resize(f, side, interpolation=cv2.INTER_AREA) for f in frames])
-
     frames, joints, used = [small(cal.frames)], [qc], []
     for motion, where in motions:
         q = _check_motion(motion, str(where), names, units, shape, cal.metadata.cell_id)
@@ -1137,6 +1124,32 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
     out.info["motion_refine_seconds"] = seconds
     say(f"refined with motion in {seconds} s")
     return out
+
+
+def _sweep_to_refine(chain, episode, photometric_size: int, who: str):
+    """``(cal, qc, small)`` for refining ``chain`` against its calibration ``episode``:
+    the episode at the sweep's poses (:func:`sweep_timing`), its joint readings float64
+    ``[T, K]``, and a function resizing uint8 frames ``[T, h, w, 3]`` by area to
+    ``photometric_size``. Raises ValueError (``who`` names the caller) for other channels
+    than the chain's, frames off the chain's grid, or a photometric size that is not a
+    whole multiple of it."""
+    import cv2
+
+    names = list(chain.dof_names)
+    cal, _ = sweep_timing(episode)
+    if list(cal.metadata.dof_names) != names:
+        raise ValueError(f"the calibration's dof_names {list(cal.metadata.dof_names)}: "
+                         f"expected the chain's {names}")
+    _grid_ratio(cal.frames, chain.resolution, who)
+    if photometric_size % chain.resolution[0] or photometric_size % chain.resolution[1]:
+        raise ValueError(f"photometric size {photometric_size}: expected a whole multiple of "
+                         f"the chain's grid {chain.resolution}")
+    side = (photometric_size, photometric_size)
+
+    def small(frames: np.ndarray) -> np.ndarray:
+        return np.stack([cv2.resize(f, side, interpolation=cv2.INTER_AREA) for f in frames])
+
+    return cal, np.asarray(cal.joint_positions, np.float64)[:, :len(names)], small
 
 
 def _refined_with(chain, cal, frames: list[np.ndarray], joints: list[np.ndarray],
@@ -1228,34 +1241,24 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
                          f"({', '.join(names)}), found {list(np.shape(start_joint_positions))}")
     if copies < 1:
         raise ValueError(f"copies {copies}: expected at least 1")
-    cal, _ = sweep_timing(episode)
-    if list(cal.metadata.dof_names) != names:
-        raise ValueError(f"the calibration's dof_names {list(cal.metadata.dof_names)}: "
-                         f"expected the chain's {names}")
-    _grid_ratio(cal.frames, chain.resolution, "anchor_chain_to_start")
-    qc = np.asarray(cal.joint_positions, np.float64)[:, :len(names)]
-    if not np.allclose(qc[0], chain.home_joint_positions, rtol=0.0,
-                       atol=HOME_JOINTS_TOLERANCE_RAD):
+    cal, qc, small = _sweep_to_refine(chain, episode, photometric_size,
+                                      "anchor_chain_to_start")
+    joints_ok, diff = home_differences(chain, qc[0], on_grid(cal.frames[:1], (h, w))[0])
+    if not joints_ok:
         raise ValueError(f"the calibration's first joint readings {np.round(qc[0], 4).tolist()}:"
                          " expected the chain's home_joint_positions "
                          f"{np.round(chain.home_joint_positions, 4).tolist()} (the chain was "
                          "read from another calibration episode)")
-    diff = float(np.abs(on_grid(cal.frames[:1], (h, w))[0].astype(np.float64)
-                        - chain.home_frame).mean())
     if diff > HOME_FRAME_TOLERANCE:
         raise ValueError(f"the calibration's first frame differs from the chain's home_frame by "
                          f"{diff:.1f} levels on average (expected at most "
                          f"{HOME_FRAME_TOLERANCE:g}): the chain was read from another "
                          "calibration episode, or the camera moved")
-    if photometric_size % h or photometric_size % w:
-        raise ValueError(f"photometric size {photometric_size}: expected a whole multiple of "
-                         f"the chain's grid {chain.resolution}")
     side = (photometric_size, photometric_size)
-    small = np.stack([cv2.resize(f, side, interpolation=cv2.INTER_AREA) for f in cal.frames])
     big = cv2.resize(start, side, interpolation=cv2.INTER_LINEAR)
     say(f"anchoring the chain at the start frame ({copies} copies beside the sweep's "
         f"{len(qc)} frames)")
-    out, seconds = _refined_with(chain, cal, [small, np.repeat(big[None], copies, 0)],
+    out, seconds = _refined_with(chain, cal, [small(cal.frames), np.repeat(big[None], copies, 0)],
                                  [qc, np.repeat(q0[None], copies, 0)], steps, blur_px, log)
     out.info["anchor"] = {"start_sha256": frames_sha256(start[None]),
                           "start_joint_positions": [round(float(x), 6) for x in q0],
