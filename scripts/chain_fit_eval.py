@@ -532,7 +532,6 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
                 if saved_a is not None:
                     save_chain_calibration(saved_a, anchored[name])
-                fit_stats.setdefault(f"{read}_anchor", [])
             for name, chain_a in anchored.items():
                 read = "dis" if name == "chain_dis_anchor" else "dis_motion"
                 err, err_mirror = axis_errors(chain_a, scene, params, qc[0])
