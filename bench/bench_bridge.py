@@ -214,7 +214,7 @@ def bench_pairing_servo_simbus(link_s: float, seconds: float) -> dict:
 
 
 def bench_pairing_servo_pty(link_s: float, seconds: float) -> dict:
-    f = Faults(link_delay_s=link_s, burst_period_s=0.016, clock_ids=(1,))
+    f = Faults(link_delay_s=link_s, burst_period_s=0.016, clock_ids=(1,), wire_baud=1_000_000)
     with FakeServoBus("dxl", [1, 2], f) as bus:
         return bench_pairing_servo(bus.path, seconds)
 

@@ -99,14 +99,16 @@ class JointSample:
         position_rad: float64 ``(J,)`` joint positions, rad (m for a prismatic joint).
         velocity_rad_s: float64 ``(J,)`` joint velocities, rad/s; NaN where the device has none.
         effort_nm: float64 ``(J,)`` joint efforts, N*m; NaN where the device has none.
-        receipt_ns: host ``time.monotonic_ns()`` when the reply was complete.
+        receipt_ns: host ``time.monotonic_ns()`` when the reply was complete (servo buses:
+            when the host first saw it whole, less its bytes' time on the line).
         device_counter: the device's own sequence number, or -1 where the protocol has none.
         device_stamp_ns: the device's own clock in ns, or -1 where the protocol has none.
         status: :class:`Status` flags.
         missed: number of failed cycles just before this sample (0 unless ``GAP``).
         fault: a short reason when ``FAULT`` is set, else ``""``.
         request_ns: host ``time.monotonic_ns()`` just before the request that produced this
-            sample was sent (servo buses, EtherCAT), or -1 where the device sends on its own
+            sample was sent (EtherCAT; servo buses add the request's bytes' time on the
+            line, after which the servos latch), or -1 where the device sends on its own
             clock (framed stream, replayed logs without it). With ``receipt_ns`` it gives the
             round trip from which :func:`edge.timebase.capture_stamps` estimates the latency.
         pings: the host-to-device pings answered or given up since the previous sample

@@ -59,6 +59,13 @@ class ServoPortHandler(Protocol):
     is_using: bool
     #: host ``time.monotonic_ns()`` just before the last request was written (-1: none yet)
     write_ns: int
+    #: bytes of the last request
+    write_bytes: int
+    #: bytes read since the last request
+    rx_bytes: int
+    #: ``(host ns, bytes read or waiting then)`` after each read since the last request that
+    #: returned bytes
+    rx_log: list[tuple[int, int]]
 
     def closePort(self) -> None:  # noqa: N802 - SDK method name
         """Close the serial port."""

@@ -136,9 +136,31 @@ class ServoBusStream(JointStream):
                                  f"found {ph.getTxRxResult(rc)}")
             data[k] = values
             errors[k] = err
-        reading = self._decode(data, errors, time.monotonic_ns())
+        request_ns, receipt_ns = self._round_trip(port, request_ns)
+        reading = self._decode(data, errors, receipt_ns)
         reading.request_ns = request_ns
         return reading
+
+    def _round_trip(self, port: ServoPortHandler, write_ns: int) -> tuple[int, int]:
+        """``(request_ns, receipt_ns)`` of the cycle just read, with the line's own time
+        taken out, so that the round trip holds only the link's delays and waits.
+
+        The servos latch their registers once the whole request has reached them, so the
+        request counts from the end of its bytes on the line (write + their line time). The
+        reply counts from when it was first seen whole (:func:`.sdk_port.reply_complete_ns`,
+        before the SDK parsed it) less its bytes' line time: the earliest its first byte could
+        have arrived. Both line times follow from the byte counts and ``baud``; with them out,
+        :func:`edge.timebase.capture_stamps` splits only the link between the two directions.
+        """
+        from .sdk_port import line_time_ns, reply_complete_ns
+
+        now = time.monotonic_ns()
+        complete = reply_complete_ns(port)
+        request = write_ns + line_time_ns(port.write_bytes, self.baud)
+        if complete < 0:
+            return request, now
+        receipt = complete - line_time_ns(port.rx_bytes, self.baud)
+        return request, max(receipt, request)
 
     def _recover(self, error: CycleError) -> None:
         if self._port is None:

@@ -260,3 +260,45 @@ def test_bridge_servo_latency_estimated_by_round_trip_pairs_within_1ms_at_p99(pr
     assert est.latency_s == pytest.approx(true_latency_s, abs=0.001)
     naive = pair_frames(frames, receipt, column, tolerance_s=0.2)  # the baseline: receipt
     assert np.median(np.abs(naive.positions[naive.paired, 0] - frames[naive.paired])) > 5e6
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_round_trip_takes_the_lines_own_time_out(proto, simbus):
+    """Six servos at 57600 baud: the sync-read request spends about 3.5 ms on the line and
+    the six status packets 15 (sts) to 28 ms (dxl), so a round trip split evenly would put
+    every capture 5-12 ms late. The bridge counts the request from the end of its bytes and
+    the reply from when it was whole less its bytes' time (both from the byte counts and the
+    baud rate), so only the 5 ms link is split: frames pair within 1 ms at p99."""
+    from edge.timebase import capture_stamps
+
+    port = f"simbus://{proto}?ids=1,2,3,4,5,6&link_delay_s=0.005&clock_ids=1"
+    with stream_for_url(f"{proto}://{port}?ids=1-6&baud=57600&timeout_s=0.1&zero_tick=0"
+                        "&rate_hz=15", read_timeout_s=2.0) as s:
+        s.read()
+        samples = []
+        s.run(samples.append, seconds=3.0)
+    receipt = np.array([x.receipt_ns for x in samples], dtype=np.int64)
+    request = np.array([x.request_ns for x in samples], dtype=np.int64)
+    truth_ns = clock_capture_ns(receipt, [x.position_rad[0] for x in samples])  # (N,)
+    # only the link is left in the round trip: 2 x 5 ms and the host's wake-up
+    assert np.min(receipt - request) / 1e6 == pytest.approx(10.0, abs=0.5)
+    est = capture_stamps(samples)
+    frames = np.linspace(truth_ns[0] + 60e6, truth_ns[-1] - 60e6, 600).astype(np.int64)
+    p = pair_frames(frames, est.stamps_ns, truth_ns[:, None].astype(np.float64),
+                    tolerance_s=0.2)
+    err_ms = np.abs(p.positions[p.paired, 0] - frames[p.paired]) / 1e6
+    assert p.paired.all() and np.percentile(err_ms, 99) < 1.0, np.percentile(err_ms, 99)
+
+
+def test_bridge_servo_reply_complete_is_the_first_read_that_saw_every_byte():
+    """``rx_log`` holds (host ns, bytes read or waiting then): the reply of 60 bytes was whole
+    when the second read saw 60; the third read only fetched bytes already waiting."""
+    from types import SimpleNamespace
+
+    from firmware_bridge.sdk_port import line_time_ns, reply_complete_ns
+
+    port = SimpleNamespace(rx_bytes=60, rx_log=[(100, 27), (250, 60), (900, 60)])
+    assert reply_complete_ns(port) == 250
+    assert reply_complete_ns(SimpleNamespace(rx_bytes=0, rx_log=[])) == -1
+    assert line_time_ns(100, 1_000_000) == 1_000_000  # 10 bits a byte
+    assert line_time_ns(27, 57600) == 4_687_500

@@ -58,7 +58,8 @@ class Faults:
     turning: dict = field(default_factory=dict)
     parked_ids: tuple = ()  # ids parked on the boundary: raw position 4095, 0, 4095, 0, ...
     # A USB-serial link: each direction takes link_delay_s (the servo latches its registers
-    # link_delay_s after the request was written), and replies are held by the adapter
+    # link_delay_s after the request's last byte was on the line: at wire_baud where it is
+    # set, at once otherwise), and replies are held by the adapter
     # until the next multiple of burst_period_s (its latency timer, 16 ms by default on FTDI)
     link_delay_s: float = 0.0
     burst_period_s: float = 0.0
@@ -186,7 +187,10 @@ class _Bus:
                 return False
             # simulated link times are absolute (from when the request was read), so that a
             # late wake-up of this process delays delivery but never moves the capture time
-            capture = self.t_read + self.f.link_delay_s  # the request was on its way
+            # the request was on its line (paced replies: at wire_baud), then on its way
+            n_bytes = len(params) + (10 if dxl else 6)  # the instruction packet's bytes
+            line = n_bytes * 10 / self.f.wire_baud if self.f.wire_baud else 0.0
+            capture = self.t_read + line + self.f.link_delay_s
             _sleep_until(capture)
             reply = b"".join(self.status(t, self.regs(t, capture)[addr:addr + length])
                              for t in targets if t in self.ids)

@@ -6,7 +6,8 @@ explicitly). It answers sync reads and pings like :class:`~.fake_servo.FakeServo
 same register values and packets), but on simulated time instead of a child process on a
 pty, so the link's timing is exactly what the URL says whatever load the machine carries:
 
-* the servo latches its registers ``link_delay_s`` after the request was written;
+* the servo latches its registers ``link_delay_s`` after the request's last byte left the
+  host (written, plus 10 bits per byte at ``baudrate``);
 * the reply takes ``link_delay_s`` plus its wire time (10 bits per byte at ``baudrate``);
 * the adapter delivers it at the next multiple of ``burst_period_s`` on the monotonic clock
   (a USB-serial latency timer; 0: at once).
@@ -94,7 +95,7 @@ class Serial(SerialBase):
         bus, f = self._bus, self._bus.f
         while (pkt := parse(self._rx)) is not None:
             sid, inst, params = pkt
-            capture = written + f.link_delay_s
+            capture = written + len(data) * 10 / (self.baudrate or 1_000_000) + f.link_delay_s
             if inst == 0x82:  # sync read
                 if self.protocol == "dxl":
                     addr, length = struct.unpack_from("<HH", params)
