@@ -122,26 +122,35 @@ def mislabelled_fit(fit, rng: np.random.Generator):
 _GEN256: list = []
 
 
-def timed_chain(args, variant, cell, params, cal, index: int, motion=None):
+def timed_chain(args, variant, cell, params, cal, index: int, motion=None, anchor=None):
     """The cell's chain read by :func:`read_chain_calibration` from its calibration sweep
     rendered at 256x256 at ``variant``'s timing (kept in ``args.fits``); with ``motion``
     (``(episode, where)``) also that read refined with it by
-    :func:`refine_chain_with_motion` (kept as ``..._motion.npz``): ``(chain, refined)``."""
+    :func:`refine_chain_with_motion` (kept as ``..._motion.npz``); with ``anchor``
+    (``(start frame uint8 [H, W, 3], joint readings float64 [K])``) also that read anchored
+    at the start by :func:`anchor_chain_to_start` against the same sweep (kept as
+    ``..._anchor.npz``): ``(chain, refined, anchored)``, None for what was not asked."""
     from dataclasses import replace
 
     from edge.runtime.chain import load_chain_calibration, save_chain_calibration
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.robots import robot_spec
     from export.evaluation.calibration_timing import _variant_sweeps, retimed_positions
-    from export.models.chain_fit import read_chain_calibration, refine_chain_with_motion
+    from export.models.chain_fit import (
+        anchor_chain_to_start,
+        read_chain_calibration,
+        refine_chain_with_motion,
+    )
 
     saved = (Path(args.fits) / f"{cell.cell_id}_timing_{variant.name}.npz"
              if args.fits else None)
-    saved_m = saved.with_name(saved.stem + "_motion.npz") if saved is not None else None
-    if saved is not None and saved.is_file() and (
-            motion is None or (saved_m is not None and saved_m.is_file())):
-        return (load_chain_calibration(saved),
-                load_chain_calibration(saved_m) if motion is not None else None)
+    kept = {k: (saved.with_name(f"{saved.stem}{k}.npz") if saved is not None else None)
+            for k in ("", "_motion", "_anchor")}
+    wanted = {"": True, "_motion": motion is not None, "_anchor": anchor is not None}
+    out = {k: (load_chain_calibration(kept[k]) if want and kept[k] is not None
+               and kept[k].is_file() else None) for k, want in wanted.items()}
+    if all(out[k] is not None for k, want in wanted.items() if want):
+        return out[""], out["_motion"], out["_anchor"]
     if not _GEN256:
         _GEN256.append(CellGenerator(GenerateOptions(width=256, height=256,
                                                      segmentation=False)))
@@ -155,21 +164,22 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None):
                  ee_px=None, robot_mask=None,
                  metadata=replace(ep.metadata, fps=float(variant.rate_hz), segments=()))
     t0 = time.perf_counter()
-    if saved is not None and saved.is_file():
-        chain = load_chain_calibration(saved)
-    else:
-        chain = read_chain_calibration(ep, size=cal.frames.shape[1:3])
+    if out[""] is None:
+        out[""] = read_chain_calibration(ep, size=cal.frames.shape[1:3])
         print(f"  {cell.cell_id}: {variant.name} sweep of {len(q)} frames read in "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-        if saved is not None:
-            saved.parent.mkdir(parents=True, exist_ok=True)
-            save_chain_calibration(saved, chain)
-    refined = None
-    if motion is not None:
-        refined = refine_chain_with_motion(chain, ep, [motion])
-        if saved_m is not None:
-            save_chain_calibration(saved_m, refined)
-    return chain, refined
+    if wanted["_motion"] and out["_motion"] is None:
+        out["_motion"] = refine_chain_with_motion(out[""], ep, [motion])
+    if wanted["_anchor"] and out["_anchor"] is None:
+        out["_anchor"] = anchor_chain_to_start(out[""], ep, *anchor)
+        print(f"  {cell.cell_id}: {variant.name} read anchored at the start in "
+              f"{out['_anchor'].info['anchor']['seconds']:.0f} s", file=sys.stderr, flush=True)
+    if saved is not None:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        for k, want in wanted.items():
+            if want and not kept[k].is_file():
+                save_chain_calibration(kept[k], out[k])
+    return out[""], out["_motion"], out["_anchor"]
 
 
 def high_calibration(cache: dict, hi_dir: Path | None, cal):
@@ -302,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also anchor each DIS read (and its --motion-refine read) at the "
                         "futures' start frame with the 256x256 calibration "
                         "(anchor_chain_to_start, as simulate/precheck --anchor do), scored as "
-                        "chain_dis_anchor (and chain_dis_motion_anchor); kept in --fits as "
+                        "chain_dis_anchor (and chain_dis_motion_anchor; a "
+                        "--calibration-timing read against its own sweep, as "
+                        "timing_<VARIANT>_anchor); kept in --fits as "
                         "<read>_anchor.npz")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
@@ -364,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.anchor:
         preds_names += ["chain_dis_anchor"] + (["chain_dis_motion_anchor"]
                                                if args.motion_refine else [])
+        if variant is not None:
+            preds_names += [f"timing_{variant.name}_anchor"]
     if args.controller_units:
         preds_names += [f"units_{args.controller_units}"]
         fit_stats_units: list[dict] = []
@@ -555,9 +569,11 @@ def main(argv: list[str] | None = None) -> int:
                                     "axis_error_or_twin_deg": err_mirror.tolist(),
                                     "scale_over_truth": ratio.tolist(),
                                     "joint_scale": in_units.info.get("joint_scale")})
-        timed = timed_refined = None
+        timed = timed_refined = timed_anchored = None
         if variant is not None:
-            timed, timed_refined = timed_chain(args, variant, cell, params, cal, i, motion)
+            timed, timed_refined, timed_anchored = timed_chain(
+                args, variant, cell, params, cal, i, motion,
+                (load_episode(mo.path).frames[0], q0) if args.anchor else None)
             err, err_mirror = axis_errors(timed, scene, params, qc[0])
             fit_stats[f"timing_{variant.name}"].append({
                 "cell": cell.cell_id, "axis_error_deg": err.tolist(),
@@ -613,6 +629,9 @@ def main(argv: list[str] | None = None) -> int:
             if timed is not None:
                 preds[f"timing_{variant.name}"] = chain_rollout(timed, start, q0,
                                                                 fut.actions[:, :, :n])
+            if timed_anchored is not None:
+                preds[f"timing_{variant.name}_anchor"] = chain_rollout(
+                    timed_anchored, start, q0, fut.actions[:, :, :n])
             if prof == "all_joints":  # the bound: the start warped by DIS flow from the truth
                 preds["oracle_flow"] = np.stack([oracle_flow_warp(start, tr) for tr in truth])
             if warp is not None:
@@ -628,6 +647,9 @@ def main(argv: list[str] | None = None) -> int:
             if prof == "all_joints":
                 rows = {"chain_dis": calibrations.get("dis") if "chain_dis" in preds
                         else None, "chain_dis_motion": refined, **anchored}
+                if variant is not None:
+                    rows[f"timing_{variant.name}"] = timed
+                    rows[f"timing_{variant.name}_anchor"] = timed_anchored
                 true0 = fut.robot_mask[0, 0] > 0
                 for name, chain_r in rows.items():
                     if chain_r is None:
