@@ -59,7 +59,8 @@ def _line(label: str, r: dict, base: dict) -> str:
 def combine(paths: list[str]) -> dict:
     """The runs at ``paths`` (one split, the same predictions) as one run over all their
     cells: ``{"split", "cells", "runs", "retrieval", "psnr_at_step"}`` with each key the
-    cell-weighted mean of the runs that have it in all of them.
+    cell-weighted mean of the runs that have it in all of them, and, where every run has
+    it, ``"start_arm_precision"``: each row's per-cell list, the runs' lists joined in order.
 
     Raises:
         ValueError: runs of different splits, or no prediction common to all.
@@ -76,6 +77,10 @@ def combine(paths: list[str]) -> dict:
             raise ValueError(f"{field}: no prediction common to every run")
         out[field] = {k: (np.tensordot(w, np.asarray([r[field][k] for r in runs], float), 1)
                           / w.sum()).tolist() for k in sorted(keys)}
+    if all("start_arm_precision" in r for r in runs):
+        rows = set.intersection(*(set(r["start_arm_precision"]) for r in runs))
+        out["start_arm_precision"] = {k: [x for r in runs for x in r["start_arm_precision"][k]]
+                                      for k in sorted(rows)}
     return out
 
 

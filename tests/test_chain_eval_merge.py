@@ -31,6 +31,12 @@ def test_combine_weights_each_run_by_its_cells(tmp_path):
     assert m["cells"] == 4 and m["runs"] == [a, b]
     assert m["retrieval"] == {"chain/all_joints/8": pytest.approx(0.8)}  # common keys only
     assert m["psnr_at_step"]["chain/psnr"] == pytest.approx([27.0, 23.0])
+    assert "start_arm_precision" not in m  # neither run has it
+    for path, shares in ((a, [0.25]), (b, [0.5, 0.75, 1.0])):
+        d = json.loads(Path(path).read_text())
+        d["start_arm_precision"] = {"chain": shares, **({"other": [0.0]} if path == a else {})}
+        Path(path).write_text(json.dumps(d))
+    assert merge.combine([a, b])["start_arm_precision"] == {"chain": [0.25, 0.5, 0.75, 1.0]}
     c = _run(tmp_path / "c.json", "stress", 2, 0.1, [1.0, 1.0])
     with pytest.raises(ValueError, match="several splits"):
         merge.combine([a, c])
