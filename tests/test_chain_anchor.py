@@ -122,7 +122,7 @@ def test_simulate_anchor_runs_the_anchored_chain_and_says_so(tilted, tmp_path, c
     import export.models.chain_fit as chain_fit
     from edge.cli import main
     from edge.episode import save_episode
-    from edge.runtime.chain import chain_rollout, save_chain_calibration
+    from edge.runtime.chain import chain_rollout, frames_sha256, save_chain_calibration
 
     monkeypatch.setattr(chain_fit, "MOTION_REFINE_STEPS", (20,))  # a short refinement
     monkeypatch.setattr(chain_fit, "MOTION_REFINE_BLUR_PX", (1.0,))
@@ -138,6 +138,8 @@ def test_simulate_anchor_runs_the_anchored_chain_and_says_so(tilted, tmp_path, c
     assert metrics["context"].endswith("anchored at the start frame")
     assert metrics["chain"]["anchor"]["start_joint_positions"] == pytest.approx(
         START_Q.tolist())
+    assert metrics["chain"]["anchor"]["episode"] == str(cal_path)  # which episode, and its
+    assert metrics["chain"]["anchor"]["episode_frames_sha256"] == frames_sha256(cal.frames)
     # zero actions (the start episode's own) still give the start frame exactly
     pred = np.load(tmp_path / "a" / "prediction.npz")["frames"]
     assert np.array_equal(pred[0], np.repeat(start[None], 3, 0))

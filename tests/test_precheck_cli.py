@@ -69,6 +69,14 @@ def test_horizon_with_actions_is_refused(setup, capsys) -> None:
     assert not setup["out"].exists()
 
 
+def test_a_folder_as_actions_is_named_as_a_folder(setup, capsys) -> None:
+    folder = setup["acts"].parent
+    rc = run_command("precheck", precheck.register, _argv(setup, "--actions", str(folder)))
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{folder}: is a folder; expected an actions file" in err
+    assert not setup["out"].exists()
+
+
 def test_exit_code_1_when_nothing_passes(setup) -> None:
     setup["rules"].write_text("max_step_action: 0.001\n")
     rc = run_command("precheck", precheck.register,

@@ -558,6 +558,11 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
                                                  f"{line}", file=sys.stderr, flush=True))
     except ValueError as exc:  # another episode, channels, sizes
         raise RuntimeInputError(f"--anchor {where}: {exc}") from None
+    from edge.runtime.chain import frames_sha256
+
+    # which episode it was refined with (a file or the cache entry), and its frames' digest
+    anchored.info["anchor"].update(episode=where,
+                                   episode_frames_sha256=frames_sha256(episode.frames))
     return anchored, f"{source}, anchored at the start frame"
 
 

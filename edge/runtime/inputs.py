@@ -130,6 +130,9 @@ def load_actions(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str] | 
     path = Path(path)
     ext = path.suffix.lower()
     names = None
+    if path.is_dir():
+        raise RuntimeInputError(f"{path}: is a folder; expected an actions file (.npy, .csv, "
+                                ".json or an episode .npz)")
     if not path.is_file():
         raise RuntimeInputError(f"{path}: no such actions file")
     if ext == ".npy":
