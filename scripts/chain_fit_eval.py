@@ -525,10 +525,11 @@ def main(argv: list[str] | None = None) -> int:
                 "residual_px": refined.residual_px.tolist(), "robot_px": int(refined.robot.sum()),
                 "seconds": float(refined.info.get("motion_refine_seconds", np.nan))})
         anchored: dict[str, object] = {}
+        # the futures' start frame, read once for every anchored read
+        start0 = load_episode(mo.path).frames[0] if args.anchor else None
         if args.anchor:
             from export.models.chain_fit import anchor_chain_to_start
 
-            start0 = load_episode(mo.path).frames[0]  # the futures' start frame
             for name, base in (("chain_dis_anchor", calibrations["dis"]),
                                ("chain_dis_motion_anchor", refined)):
                 if base is None:
@@ -573,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         if variant is not None:
             timed, timed_refined, timed_anchored = timed_chain(
                 args, variant, cell, params, cal, i, motion,
-                (load_episode(mo.path).frames[0], q0) if args.anchor else None)
+                (start0, q0) if args.anchor else None)
             err, err_mirror = axis_errors(timed, scene, params, qc[0])
             fit_stats[f"timing_{variant.name}"].append({
                 "cell": cell.cell_id, "axis_error_deg": err.tolist(),

@@ -1097,7 +1097,6 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
         ValueError: a calibration whose sweeps ingest cannot find, or other channels than
             the chain's; a photometric size that is not a whole multiple of the grid.
     """
-
     say = log or (lambda _line: None)
     steps = MOTION_REFINE_STEPS if steps is None else steps
     blur_px = MOTION_REFINE_BLUR_PX if blur_px is None else blur_px
