@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(read_chain_calibration), from its calibration sweep rendered "
                         "again at 256x256 at this timing of the calibration-timing matrix "
                         "(export.evaluation.calibration_timing.DEFAULT_MATRIX, e.g. "
-                        "30Hz-2s-all), scored as timing_<VARIANT> (kept in --fits as "
+                        "30Hz-2s-all, or ONE_CHANGE_VARIANTS, e.g. 30Hz-2s-amp), scored as timing_<VARIANT> (kept in --fits as "
                         "<cell>_timing_<VARIANT>.npz)")
     p.add_argument("--motion-refine", action="store_true",
                    help="also refine each DIS read (and --calibration-timing read) with the "
@@ -350,9 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         preds_names += [f"fit_{k}_fill_mislabelled" for k in kinds]
     variant = None
     if args.calibration_timing:
-        from export.evaluation.calibration_timing import DEFAULT_MATRIX
+        from export.evaluation.calibration_timing import DEFAULT_MATRIX, ONE_CHANGE_VARIANTS
 
-        by_name = {v.name: v for v in DEFAULT_MATRIX}
+        by_name = {v.name: v for v in DEFAULT_MATRIX + ONE_CHANGE_VARIANTS}
         if args.calibration_timing not in by_name:
             p.error(f"--calibration-timing {args.calibration_timing}: expected one of "
                     f"{', '.join(by_name)}")

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_MATRIX", "TimingVariant", "evaluate_timing", "format_timing_table",
-           "retimed_positions"]
+__all__ = ["DEFAULT_MATRIX", "ONE_CHANGE_VARIANTS", "TimingVariant", "evaluate_timing",
+           "format_timing_table", "retimed_positions"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,17 @@ DEFAULT_MATRIX = (
     TimingVariant("30Hz-1s-signs", 30.0, 1.0, 0.3, flip_signs=True),
     TimingVariant("30Hz-2s-all", 30.0, 2.0, 0.5, amplitude=(0.2, 0.8), shuffle_order=True,
                   flip_signs=True),
+)
+
+#: ``30Hz-2s-all`` taken apart: the same 30 Hz recording of 2 s phases with one change at a
+#: time from the planner's sweep (``plain``: none; ``amp``: amplitudes drawn in 0.2-0.8 rad;
+#: ``flip``: random signs; ``order``: a shuffled channel order), to find which change a
+#: read of the sweep is sensitive to (``scripts/chain_fit_eval.py --calibration-timing``).
+ONE_CHANGE_VARIANTS = (
+    TimingVariant("30Hz-2s-plain", 30.0, 2.0, 0.5),
+    TimingVariant("30Hz-2s-amp", 30.0, 2.0, 0.5, amplitude=(0.2, 0.8)),
+    TimingVariant("30Hz-2s-flip", 30.0, 2.0, 0.5, flip_signs=True),
+    TimingVariant("30Hz-2s-order", 30.0, 2.0, 0.5, shuffle_order=True),
 )
 
 
