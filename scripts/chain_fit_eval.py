@@ -286,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(read_chain_calibration), from its calibration sweep rendered "
                         "again at 256x256 at this timing of the calibration-timing matrix "
                         "(export.evaluation.calibration_timing.DEFAULT_MATRIX, e.g. "
-                        "30Hz-2s-all, or ONE_CHANGE_VARIANTS, e.g. 30Hz-2s-amp), scored as timing_<VARIANT> (kept in --fits as "
-                        "<cell>_timing_<VARIANT>.npz)")
+                        "30Hz-2s-all, or ONE_CHANGE_VARIANTS, e.g. 30Hz-2s-amp), scored as "
+                        "timing_<VARIANT> (kept in --fits as <cell>_timing_<VARIANT>.npz)")
     p.add_argument("--motion-refine", action="store_true",
                    help="also refine each DIS read (and --calibration-timing read) with the "
                         "cell's second motion episode (motion-01 of --calibration-data: "
