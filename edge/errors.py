@@ -30,8 +30,26 @@ OPTIONAL_LIBRARIES: dict[str, tuple[str, str]] = {
 }
 
 
+def _rebuilt(cls: type, args: tuple, state: dict) -> BaseException:
+    """An error of ``cls`` with ``args`` and attributes ``state``, without calling its
+    ``__init__`` (whose signature may differ from ``args``): the unpickling half of
+    :meth:`EdgeError.__reduce__`."""
+    err = cls.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
+
 class EdgeError(Exception):
-    """Base class of every error raised by ``edge``."""
+    """Base class of every error raised by ``edge``.
+
+    Picklable whatever a subclass's ``__init__`` takes (message, attributes and type kept),
+    so an error raised in a worker process (``syncedge cells generate --workers``) reaches
+    the parent as itself rather than as a broken process pool.
+    """
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
 
 
 def _join(path: str, key: str) -> str:

@@ -9,9 +9,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
+from edge.cache.values import CacheCorruptError
 from edge.calibrate.errors import RecordingError
 from edge.calibrate.ingest import IngestError
-from edge.cache.values import CacheCorruptError
 from edge.errors import EpisodeError, MissingDependencyError
 
 CASES = [
