@@ -6,6 +6,13 @@ result is the mean over all their cells:
 
     python scripts/chain_eval_merge.py --combine A.json B.json --out OUT.json
 
+Two predictions compared cell by cell (``--paired``; runs written with per-cell figures,
+``per_cell``): the mean difference of B over A in a figure, its 95% bootstrap interval
+over cells (10000 resamples, seed 0) and on how many cells B is better and worse:
+
+    python scripts/chain_eval_merge.py --paired A.json:chain_dis_anchor \
+        B.json:chain_dis_anchor [--figure all_joints/8]
+
 The merge of the README's first 16-cell table (``OUT.json`` alone):
 
     python scripts/chain_eval_merge.py OUT.json
@@ -60,7 +67,8 @@ def combine(paths: list[str]) -> dict:
     """The runs at ``paths`` (one split, the same predictions) as one run over all their
     cells: ``{"split", "cells", "runs", "retrieval", "psnr_at_step"}`` with each key the
     cell-weighted mean of the runs that have it in all of them, and, where every run has
-    it, ``"start_arm_precision"``: each row's per-cell list, the runs' lists joined in order.
+    it, ``"start_arm_precision"``: each row's per-cell list, the runs' lists joined in order
+    (and ``"per_cell"`` likewise).
 
     Raises:
         ValueError: runs of different splits, or no prediction common to all.
@@ -81,7 +89,60 @@ def combine(paths: list[str]) -> dict:
         rows = set.intersection(*(set(r["start_arm_precision"]) for r in runs))
         out["start_arm_precision"] = {k: [x for r in runs for x in r["start_arm_precision"][k]]
                                       for k in sorted(rows)}
+    if all("per_cell" in r for r in runs):
+        per = [r["per_cell"] for r in runs]
+        out["per_cell"] = {"cells": [c for q in per for c in q["cells"]]}
+        for field in ("retrieval", "psnr_at_16"):
+            keys = set.intersection(*(set(q[field]) for q in per))
+            out["per_cell"][field] = {k: [x for q in per for x in q[field][k]]
+                                      for k in sorted(keys)}
     return out
+
+
+def paired(a: str, b: str, figure: str = "all_joints/8", resamples: int = 10000) -> dict:
+    """B's ``figure`` over A's, paired over the cells both were scored on.
+
+    Args:
+        a, b: ``RUN.json:PREDICTION`` (a ``chain_fit_eval.py`` run with ``per_cell``).
+        figure: ``PROFILE/STEP`` (retrieval), or ``psnr`` / ``motion_psnr`` / ``ssim`` at
+            step 16.
+        resamples: bootstrap resamples over cells.
+
+    Returns:
+        ``{"a", "b", "figure", "cells", "mean_a", "mean_b", "difference", "interval_95",
+        "better", "worse"}``.
+
+    Raises:
+        ValueError: a run without per-cell figures, a prediction or figure it does not
+            hold, or no cell in common.
+    """
+    def load(spec: str) -> dict[str, float]:
+        path, _, name = spec.rpartition(":")
+        run = json.loads(Path(path).read_text())
+        per = run.get("per_cell")
+        if not path or not name or per is None:
+            raise ValueError(f"{spec}: expected RUN.json:PREDICTION of a run written with "
+                             "per-cell figures (per_cell)")
+        table, key = ((per["retrieval"], f"{name}/{figure}") if "/" in figure
+                      else (per["psnr_at_16"], f"{name}/{figure}"))
+        if key not in table:
+            raise ValueError(f"{spec}: no {key}; it holds {sorted(table)[:8]}...")
+        return dict(zip(per["cells"], table[key], strict=True))
+
+    va, vb = load(a), load(b)
+    cells = [c for c in va if c in vb]
+    if not cells:
+        raise ValueError(f"{a} and {b}: no cell in common")
+    x = np.asarray([va[c] for c in cells])
+    y = np.asarray([vb[c] for c in cells])
+    d = y - x
+    rng = np.random.default_rng(0)
+    boot = d[rng.integers(0, len(d), (resamples, len(d)))].mean(1)
+    return {"a": a, "b": b, "figure": figure, "cells": len(cells),
+            "mean_a": float(x.mean()), "mean_b": float(y.mean()),
+            "difference": float(d.mean()),
+            "interval_95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+            "better": int((d > 0).sum()), "worse": int((d < 0).sum())}
 
 
 def main(argv: list[str]) -> int:
@@ -89,10 +150,29 @@ def main(argv: list[str]) -> int:
     (default runs/merged.json); returns 0."""
     if argv and argv[0].startswith("-"):
         p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-        p.add_argument("--combine", nargs="+", required=True, metavar="JSON",
+        p.add_argument("--combine", nargs="+", metavar="JSON",
                        help="chain_fit_eval.py JSON files of one split")
-        p.add_argument("--out", required=True, metavar="JSON", help="the combined run")
+        p.add_argument("--out", metavar="JSON", help="the combined run")
+        p.add_argument("--paired", nargs=2, metavar="RUN.json:PREDICTION",
+                       help="compare two predictions cell by cell (B over A)")
+        p.add_argument("--figure", default="all_joints/8",
+                       help="with --paired: PROFILE/STEP retrieval, or psnr, motion_psnr, "
+                            "ssim at step 16 (default all_joints/8)")
         args = p.parse_args(argv)
+        if args.paired:
+            try:
+                r = paired(*args.paired, figure=args.figure)
+            except ValueError as exc:
+                p.error(str(exc))
+            print(f"{args.figure}: {r['mean_a']:.3f} -> {r['mean_b']:.3f} over {r['cells']} "
+                  f"cells, difference {r['difference']:+.3f} (95% {r['interval_95'][0]:+.3f} "
+                  f"to {r['interval_95'][1]:+.3f}; better on {r['better']}, worse on "
+                  f"{r['worse']})")
+            if args.out:
+                Path(args.out).write_text(json.dumps(r, indent=1) + "\n")
+            return 0
+        if not args.combine or not args.out:
+            p.error("expected --combine JSON... --out JSON, or --paired A B")
         merged = combine(args.combine)
         Path(args.out).write_text(json.dumps(merged, indent=1))
         print(f"{merged['split']}: {merged['cells']} cells from {len(args.combine)} runs -> "

@@ -316,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
                         "--calibration-timing read against its own sweep, as "
                         "timing_<VARIANT>_anchor); kept in --fits as "
                         "<read>_anchor.npz")
+    p.add_argument("--anchor-at", choices=("start", "other"), default="start",
+                   help="with --anchor, the frame each read is anchored at: the futures' "
+                        "start frame (default), or the first frame of the cell's other "
+                        "motion episode (another pose, as a frame taken once at "
+                        "commissioning would be; kept as <read>_anchor_other.npz) while the "
+                        "futures still start from the first episode's start")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     import cv2
@@ -361,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--motion-refine needs --tracks dis (or both) and --calibration-data")
     if args.anchor and ("dis" not in kinds or not args.calibration_data):
         p.error("--anchor needs --tracks dis (or both) and --calibration-data")
+    if args.anchor_at != "start" and (not args.anchor or variant is not None):
+        p.error("--anchor-at other needs --anchor, and is not taken with "
+                "--calibration-timing (whose read is anchored at the start)")
     if args.controller_units and not args.calibration_data:
         p.error("--controller-units needs --calibration-data (the 256x256 calibrations)")
     if (variant is not None or args.motion_refine or args.controller_units
@@ -527,6 +536,14 @@ def main(argv: list[str] | None = None) -> int:
         anchored: dict[str, object] = {}
         # the futures' start frame, read once for every anchored read
         start0 = load_episode(mo.path).frames[0] if args.anchor else None
+        anchor_frame, anchor_q, anchor_tag = start0, q0, ""
+        if args.anchor and args.anchor_at == "other":
+            others = [m for m in cell.motions if m.path != mo.path]
+            if not others:
+                p.error(f"--anchor-at other: {cell.cell_id} has one motion episode")
+            anchor_frame = load_episode(others[0].path).frames[0]
+            anchor_q = others[0].joint_positions[0, :n].astype(np.float64)
+            anchor_tag = "_other"
         if args.anchor:
             from export.models.chain_fit import anchor_chain_to_start
 
@@ -535,13 +552,13 @@ def main(argv: list[str] | None = None) -> int:
                 if base is None:
                     continue
                 read = "dis" if name == "chain_dis_anchor" else "dis_motion"
-                saved_a = (Path(args.fits) / f"{cell.cell_id}_{read}_anchor.npz"
+                saved_a = (Path(args.fits) / f"{cell.cell_id}_{read}_anchor{anchor_tag}.npz"
                            if args.fits else None)
                 if saved_a is not None and saved_a.is_file():
                     anchored[name] = load_chain_calibration(saved_a)
                     continue
                 anchored[name] = anchor_chain_to_start(
-                    base, high_calibration(hi_cache, hi_dir, cal), start0, q0)
+                    base, high_calibration(hi_cache, hi_dir, cal), anchor_frame, anchor_q)
                 print(f"  {cell.cell_id}: {read} anchored at the start in "
                       f"{anchored[name].info['anchor']['seconds']:.0f} s",
                       file=sys.stderr, flush=True)
@@ -721,11 +738,19 @@ def main(argv: list[str] | None = None) -> int:
     score.print_table(preds_names)
     if args.json:
         Path(args.json).write_text(json.dumps({"split": args.split, "cells": len(cells),
+                                               "anchor_at": args.anchor_at if args.anchor
+                                               else None,
                                                "retrieval": r, "psnr_at_step": ps,
                                                "fit": stats,
                                                "dis_track_error_px": track_err,
                                                "dis_track_error_far_px": track_err_far,
-                                               "start_arm_precision": start_precision},
+                                               "start_arm_precision": start_precision,
+                                               "per_cell": {
+                                                   "cells": [c.cell_id for c in cells],
+                                                   "retrieval": score.hits,
+                                                   "psnr_at_16": {
+                                                       k: [v[-1] for v in vals] for k, vals
+                                                       in score.psnr.items()}}},
                                               indent=1))
     return 0
 
