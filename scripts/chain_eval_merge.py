@@ -123,8 +123,8 @@ def paired(a: str, b: str, figure: str = "all_joints/8", resamples: int = 10000)
         if not path or not name or per is None:
             raise ValueError(f"{spec}: expected RUN.json:PREDICTION of a run written with "
                              "per-cell figures (per_cell)")
-        table, key = ((per["retrieval"], f"{name}/{figure}") if "/" in figure
-                      else (per["psnr_at_16"], f"{name}/{figure}"))
+        table = per["retrieval"] if "/" in figure else per["psnr_at_16"]
+        key = f"{name}/{figure}"
         if key not in table:
             raise ValueError(f"{spec}: no {key}; it holds {sorted(table)[:8]}...")
         return dict(zip(per["cells"], table[key], strict=True))

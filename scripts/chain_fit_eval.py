@@ -559,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 anchored[name] = anchor_chain_to_start(
                     base, high_calibration(hi_cache, hi_dir, cal), anchor_frame, anchor_q)
-                print(f"  {cell.cell_id}: {read} anchored at the start in "
+                print(f"  {cell.cell_id}: {read} anchored at the "
+                      f"{'other episode' if anchor_tag else 'futures'}' start in "
                       f"{anchored[name].info['anchor']['seconds']:.0f} s",
                       file=sys.stderr, flush=True)
                 if saved_a is not None:
