@@ -146,6 +146,8 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None, ancho
              if args.fits else None)
     kept = {k: (saved.with_name(f"{saved.stem}{k}.npz") if saved is not None else None)
             for k in ("", "_motion", "_anchor")}
+    if args.twins and saved is not None:  # anchored with the twin choice: kept apart
+        kept["_anchor"] = saved.with_name(f"{saved.stem}_anchor_twins.npz")
     wanted = {"": True, "_motion": motion is not None, "_anchor": anchor is not None}
     out = {k: (load_chain_calibration(kept[k]) if want and kept[k] is not None
                and kept[k].is_file() else None) for k, want in wanted.items()}
@@ -171,7 +173,7 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None, ancho
     if wanted["_motion"] and out["_motion"] is None:
         out["_motion"] = refine_chain_with_motion(out[""], ep, [motion])
     if wanted["_anchor"] and out["_anchor"] is None:
-        out["_anchor"] = anchor_chain_to_start(out[""], ep, *anchor)
+        out["_anchor"] = anchor_chain_to_start(out[""], ep, *anchor, twins=args.twins)
         print(f"  {cell.cell_id}: {variant.name} read anchored at the start in "
               f"{out['_anchor'].info['anchor']['seconds']:.0f} s", file=sys.stderr, flush=True)
     if saved is not None:
@@ -322,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
                         "motion episode (another pose, as a frame taken once at "
                         "commissioning would be; kept as <read>_anchor_other.npz) while the "
                         "futures still start from the first episode's start")
+    p.add_argument("--twins", action="store_true",
+                   help="with --anchor, let the anchoring first swap channels for their "
+                        "depth-mirrored twins where the anchoring frame and the sweep say "
+                        "so (anchor_chain_to_start(twins=True), choose_twins); kept as "
+                        "<read>_anchor[_other]_twins.npz, the kept twins in the JSON's "
+                        "fit.<read>_anchor[].twins")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     import cv2
@@ -367,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--motion-refine needs --tracks dis (or both) and --calibration-data")
     if args.anchor and ("dis" not in kinds or not args.calibration_data):
         p.error("--anchor needs --tracks dis (or both) and --calibration-data")
+    if args.twins and not args.anchor:
+        p.error("--twins needs --anchor")
     if args.anchor_at != "start" and (not args.anchor or variant is not None):
         p.error("--anchor-at other needs --anchor, and is not taken with "
                 "--calibration-timing (whose read is anchored at the start)")
@@ -552,13 +562,16 @@ def main(argv: list[str] | None = None) -> int:
                 if base is None:
                     continue
                 read = "dis" if name == "chain_dis_anchor" else "dis_motion"
-                saved_a = (Path(args.fits) / f"{cell.cell_id}_{read}_anchor{anchor_tag}.npz"
+                twin_tag = "_twins" if args.twins else ""
+                saved_a = (Path(args.fits)
+                           / f"{cell.cell_id}_{read}_anchor{anchor_tag}{twin_tag}.npz"
                            if args.fits else None)
                 if saved_a is not None and saved_a.is_file():
                     anchored[name] = load_chain_calibration(saved_a)
                     continue
                 anchored[name] = anchor_chain_to_start(
-                    base, high_calibration(hi_cache, hi_dir, cal), anchor_frame, anchor_q)
+                    base, high_calibration(hi_cache, hi_dir, cal), anchor_frame, anchor_q,
+                    twins=args.twins)
                 print(f"  {cell.cell_id}: {read} anchored at the "
                       f"{'other episode' if anchor_tag else 'futures'}' start in "
                       f"{anchored[name].info['anchor']['seconds']:.0f} s",
@@ -573,7 +586,8 @@ def main(argv: list[str] | None = None) -> int:
                     "axis_error_or_twin_deg": err_mirror.tolist(),
                     "residual_px": chain_a.residual_px.tolist(),
                     "robot_px": int(chain_a.robot.sum()),
-                    "seconds": float(chain_a.info["anchor"]["seconds"])})
+                    "seconds": float(chain_a.info["anchor"]["seconds"]),
+                    "twins": chain_a.info.get("twins")})
         in_units = None
         if args.controller_units:
             from export.cells.robots import robot_spec
@@ -599,6 +613,15 @@ def main(argv: list[str] | None = None) -> int:
                 "axis_error_or_twin_deg": err_mirror.tolist(),
                 "residual_px": timed.residual_px.tolist(), "robot_px": int(timed.robot.sum()),
                 "seconds": float(timed.info.get("seconds", np.nan))})
+            if timed_anchored is not None:
+                err, err_mirror = axis_errors(timed_anchored, scene, params, qc[0])
+                fit_stats.setdefault(f"timing_{variant.name}_anchor", []).append({
+                    "cell": cell.cell_id, "axis_error_deg": err.tolist(),
+                    "axis_error_or_twin_deg": err_mirror.tolist(),
+                    "residual_px": timed_anchored.residual_px.tolist(),
+                    "robot_px": int(timed_anchored.robot.sum()),
+                    "seconds": float(timed_anchored.info["anchor"]["seconds"]),
+                    "twins": timed_anchored.info.get("twins")})
         ctx = encode_calibration(warp, cal) if warp is not None else None
         for prof in ("all_joints", "two_joint"):
             fut = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen,
@@ -702,6 +725,9 @@ def main(argv: list[str] | None = None) -> int:
         stats[k] = {"axis_error_deg_median": float(np.nanmedian(errs)),
                     "axis_error_or_twin_deg_median": float(np.nanmedian(twin)),
                     "axis_error_deg_p90": float(np.nanpercentile(errs, 90)),
+                    "channels_read": int(np.isfinite(errs).sum()),
+                    "channels_over_90_deg_off": int((errs > 90).sum()),
+                    "channels_over_90_deg_off_twin_too": int((twin > 90).sum()),
                     "residual_px_median": float(np.nanmedian(
                         [x for row in rows for x in row["residual_px"]])),
                     "fit_seconds_mean": float(np.mean([row["seconds"] for row in rows])),
@@ -741,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"split": args.split, "cells": len(cells),
                                                "anchor_at": args.anchor_at if args.anchor
                                                else None,
+                                               "twins": bool(args.twins),
                                                "retrieval": r, "psnr_at_step": ps,
                                                "fit": stats,
                                                "dis_track_error_px": track_err,

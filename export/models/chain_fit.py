@@ -50,7 +50,8 @@ __all__ = ["MotionEpisodeError", "ChainFit", "sweep_tracks", "sweep_robot_mask",
            "read_chain", "chain_positions", "as_calibration", "calibration_background",
            "predict_frames", "camera_pinhole", "calibration_sweeps", "on_grid",
            "read_chain_calibration", "sweep_timing", "JOINT_SCALE_MODES", "MAX_SWEEP_RAD",
-           "NOMINAL_SWEEP_RAD", "SCALE_STARTS", "anchor_chain_to_start", "ANCHOR_COPIES"]
+           "NOMINAL_SWEEP_RAD", "SCALE_STARTS", "anchor_chain_to_start", "ANCHOR_COPIES",
+           "twin_candidates", "choose_twins", "TWIN_MIN_GAIN", "TWIN_BLUR_PX"]
 
 #: A channel whose turn per unit of reading is fitted (``fit_chain(scale_free=...)``)
 #: starts from a sweep of this many rad (the planner sweeps 0.3-0.5 rad; 0.2-0.8 were
@@ -675,6 +676,266 @@ def predict_frames(fit: ChainFit, start: np.ndarray, start_offset: np.ndarray,
                          edge_px=edge_px)
 
 
+class _PhotometricScene:
+    """The home frame's robot samples and the recorded frames that
+    :func:`refine_photometric` and :func:`choose_twins` render and compare.
+
+    ``fit``'s robot pixels are sampled ``r x r`` times (``r`` the frames' multiple of its
+    grid), each sample with the home frame's colour; ``render`` moves them by the chain to
+    the frames' joint readings and splats them (softmax by depth). Raises ValueError for
+    frames off the fit's grid or joint readings of another shape."""
+
+    def __init__(self, fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
+                 who: str):
+        import torch
+
+        t_all, fh, fw, _ = frames.shape
+        _, _, r = _grid_ratio(frames, fit.robot.shape, who)
+        q = np.asarray(joint_positions, np.float64)
+        if q.shape != (t_all, len(fit.axes)):
+            raise ValueError(f"{who}: joint positions {q.shape}, expected "
+                             f"({t_all}, {len(fit.axes)})")
+        dt = self.dt = torch.float64
+        ys, xs = np.nonzero(fit.robot)
+        self.n, self.r, self.t_all, self.size = len(ys), r, t_all, (fh, fw)
+        oy, ox = np.meshgrid(np.arange(r), np.arange(r), indexing="ij")
+        hy = (ys[:, None] * r + oy.reshape(1, -1)).reshape(-1)
+        hx = (xs[:, None] * r + ox.reshape(1, -1)).reshape(-1)
+        self.m = len(hy)
+        self.parent = torch.from_numpy(np.repeat(np.arange(self.n), r * r))
+        uv_model = torch.tensor(np.stack([(hx + 0.5) / r, (hy + 0.5) / r], -1), dtype=dt)
+        self.cen = torch.tensor(fit.centre_px, dtype=dt)
+        self.f = float(fit.focal_px)
+        self.ray = torch.cat([(uv_model - self.cen) / self.f,
+                              torch.ones(len(hy), 1, dtype=dt)], 1)
+        self.obs = torch.tensor(frames, dtype=torch.float32).permute(0, 3, 1, 2) / 255.0
+        self.colour = self.obs[0, :, hy, hx].T.to(dt)  # (M, 3)
+        self.car = torch.tensor(fit.carried, dtype=dt)[:, self.parent]  # (K, M)
+        self.ang = torch.tensor((q - q[0]) * fit.rad_per_unit[None], dtype=dt)
+        self.off = torch.tensor(q - q[0], dtype=dt)
+        self.slide = torch.tensor(np.asarray(fit.travel_per_unit) > 0)
+        self.active = torch.tensor(fit.carried.sum(1) >= 3)
+        self.pairs = torch.from_numpy(_neighbour_pairs(fit.robot))
+
+    def render(self, sel, logz, axes, pivots, opacity, travel, scale):
+        """``(values [S, 3, h, w], density [S, 1, h, w] <= 1)`` at the frames ``sel``, for
+        per-pixel log depths ``logz [N]``, axes and pivots ``[K, 3]``, opacity logits
+        ``[M]``, slides ``[K]`` and turn scales ``[K]`` (tensors, float64)."""
+        import torch
+
+        from export.models.kinematics import compose_chain, splat_values
+
+        s = len(sel)
+        pts = self.ray * logz.exp()[self.parent][:, None]
+        norm = axes.norm(dim=1, keepdim=True).clamp(min=1e-9)
+        ax = torch.where(self.active[:, None], axes / norm, torch.zeros_like(axes))
+        moved = compose_chain(pts[None].expand(s, -1, -1), ax[None].expand(s, -1, -1),
+                              pivots[None].expand(s, -1, -1), self.ang[sel] * scale[None],
+                              self.car[None].expand(s, -1, -1),
+                              travel=self.off[sel] * torch.where(self.slide, travel, 0.0)[None])
+        z = moved[..., 2].clamp(min=1e-3)
+        uv = (moved[..., :2] / z[..., None] * self.f + self.cen) * self.r
+        val, dens = splat_values(uv, self.colour[None].expand(s, -1, -1), self.size,
+                                 weight=torch.sigmoid(opacity)[None].expand(s, -1),
+                                 depth=z, depth_scale=0.01)
+        return val, dens.clamp(max=1.0)
+
+    def background(self, render):
+        """float64 ``[3, h, w]``: each pixel's mean over the frames where ``render`` (a
+        function of frame indices, as :meth:`render`) leaves it uncovered; the first
+        frame's colour where none does."""
+        import torch
+        import torch.nn.functional as F
+
+        r = self.r
+        cover = torch.cat([render(torch.arange(i, min(i + 8, self.t_all)))[1]
+                           for i in range(0, self.t_all, 8)])
+        free = F.max_pool2d(cover, 2 * r + 1, 1, r) < 0.05  # (T, 1, h, w)
+        cnt = free.sum(0)
+        bg = (self.obs.double() * free).sum(0) / cnt.clamp(min=1)
+        return torch.where(cnt > 0, bg, self.obs[0].double())
+
+    @staticmethod
+    def blur(img, sigma):
+        """``img [B, C, h, w]`` blurred by a separable Gaussian of ``sigma`` px."""
+        import torch
+        import torch.nn.functional as F
+
+        rad = max(1, int(3 * sigma))
+        x = torch.arange(-rad, rad + 1, dtype=img.dtype)
+        k1 = torch.exp(-0.5 * (x / sigma) ** 2)
+        k1 = k1 / k1.sum()
+        c = img.shape[1]
+        img = F.conv2d(F.pad(img, (rad, rad, 0, 0), mode="replicate"),
+                       k1.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
+        return F.conv2d(F.pad(img, (0, 0, rad, rad), mode="replicate"),
+                        k1.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
+
+
+#: :func:`choose_twins` takes a twin only when it lowers the photometric loss by more than
+#: this share of the loss (a twin equal up to noise keeps the read's choice).
+TWIN_MIN_GAIN = 0.05
+#: The blur (px at the photometric size) at which :func:`choose_twins` compares twins: the
+#: coarsest level of the refinement that follows, where an unrefined twin is not punished
+#: for misplacing an edge by a pixel or two.
+TWIN_BLUR_PX = 4.0
+
+
+def _mirrored(fit: ChainFit, chans, c0: np.ndarray, mirror: np.ndarray,
+              depth: np.ndarray) -> ChainFit:
+    """``fit`` with the channels ``chans`` reflected by ``mirror`` (3x3) through the plane
+    through ``c0``, and ``depth`` as its depths (:func:`twin_candidates`)."""
+    slide = np.asarray(fit.travel_per_unit) > 0
+    axes, pivots = fit.axes.copy(), fit.pivots.copy()
+    for d in chans:
+        axes[d] = mirror @ fit.axes[d] if slide[d] else -(mirror @ fit.axes[d])
+        if not slide[d]:
+            pivots[d] = c0 + mirror @ (fit.pivots[d] - c0)
+    return ChainFit(fit.robot, depth, axes, pivots, fit.carried.copy(),
+                    fit.rad_per_unit.copy(), fit.focal_px, fit.centre_px.copy(),
+                    fit.residual_px.copy(),
+                    travel_per_unit=np.asarray(fit.travel_per_unit).copy())
+
+
+def twin_candidates(fit: ChainFit) -> list[tuple[str, int, ChainFit]]:
+    """The depth-mirrored twins of each channel of a fit, for :func:`choose_twins`.
+
+    Under a camera far from the arm (orthographic projection along the view direction n),
+    turning points that lie in a plane normal to n about an axis w through a pivot looks
+    the same as turning them about ``-M w`` through the mirrored pivot, where ``M = I - 2 n
+    n^T`` reflects through that plane (conjugating a rotation by a reflection; the
+    "depth-reversal" ambiguity of motion under orthographic projection, Ullman 1979, "The
+    Interpretation of Visual Motion"). A channel swept alone from the home pose therefore
+    fits either way about equally; the composition with the other channels does not. Two
+    twins per channel c, reflected through the plane through the centroid of the points c
+    carries, normal to its viewing ray:
+
+    - ``"alone"``: channel c's axis and pivot mirrored, everything else kept (exact for
+      c's own sweep when its points lie in the plane);
+    - ``"distal"``: c and every channel whose points c carries (the links beyond it)
+      mirrored together, with the depths of c's points mirrored along their rays (the
+      same motion for every sweep of those channels and for any pose of them together;
+      only the composition with the channels proximal to c changes).
+
+    A prismatic channel's slide direction mirrors as ``M v``.
+
+    Args:
+        fit: :class:`ChainFit`.
+
+    Returns:
+        ``[(kind, channel, fit)]``, kind ``"alone"`` or ``"distal"``, for every channel
+        that carries at least 3 points (``"distal"`` only where it differs from
+        ``"alone"``: always, since the depths are mirrored too).
+    """
+    pts = fit.points()
+    ray = pts / pts[:, 2:3]
+    carried = np.asarray(fit.carried) > 0
+    active = carried.sum(1) >= 3
+    out: list[tuple[str, int, ChainFit]] = []
+    for c in np.nonzero(active)[0]:
+        c0 = pts[carried[c]].mean(0)
+        nrm = c0 / np.linalg.norm(c0)
+        mirror = np.eye(3) - 2.0 * np.outer(nrm, nrm)
+
+        out.append(("alone", int(c), _mirrored(fit, [c], c0, mirror, fit.depth.copy())))
+        group = [d for d in np.nonzero(active)[0]
+                 if not (carried[d] & ~carried[c]).any()]
+        depth = fit.depth.copy()
+        sel = carried[c]
+        mirrored = 2.0 * float(c0 @ nrm) / (ray[sel] @ nrm) - fit.depth[sel]
+        depth[sel] = np.maximum(mirrored, 0.05 * float(np.median(fit.depth)))
+        out.append(("distal", int(c), _mirrored(fit, group, c0, mirror, depth)))
+    return out
+
+
+def photometric_losses(scene: _PhotometricScene, fit: ChainFit, blur_px: float,
+                       target=None):
+    """float64 ``[T]``: each frame's robust photometric loss (as :func:`refine_photometric`
+    minimises it, without the priors) of ``fit`` drawn over its own background, both
+    images blurred by ``blur_px``; ``target`` the blurred frames if already computed."""
+    import torch
+
+    dt = scene.dt
+    logz = torch.tensor(np.log(fit.depth), dtype=dt)
+    axes = torch.tensor(fit.axes, dtype=dt)
+    pivots = torch.tensor(fit.pivots, dtype=dt)
+    opacity = torch.full((scene.m,), 3.0, dtype=dt)
+    travel = torch.tensor(fit.travel_per_unit, dtype=dt)
+    scale = torch.ones(len(fit.axes), dtype=dt)
+    with torch.no_grad():
+        def render(sel):
+            return scene.render(sel, logz, axes, pivots, opacity, travel, scale)
+
+        bg = scene.background(render)
+        if target is None:
+            target = scene.blur(scene.obs.double(), blur_px)
+        out = []
+        for i in range(0, scene.t_all, 8):
+            sel = torch.arange(i, min(i + 8, scene.t_all))
+            val, dens = render(sel)
+            img = val * dens + bg[None] * (1 - dens)
+            diff = scene.blur(img, blur_px) - target[sel]
+            out.append((torch.sqrt(diff ** 2 + 1e-6).mean((1, 2, 3)) * 100.0).numpy())
+    return np.concatenate(out)
+
+
+def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
+                 blur_px: float = TWIN_BLUR_PX, min_gain: float = TWIN_MIN_GAIN,
+                 log=None) -> tuple[ChainFit, dict]:
+    """Swap channels for their depth-mirrored twins where the frames say so.
+
+    A calibration sweeps one channel at a time, so a read can land on a channel's twin
+    (:func:`twin_candidates`) and compose the chain wrongly when several channels turn
+    together: on 8 held-out-robot cells read from sweeps of 0.2-0.8 rad, 11 of 25 channels
+    swept 0.5 rad or more were read more than 90 deg off their true axis. Gradient steps
+    cannot cross from one twin to the other; a frame with several channels away from home
+    (the rollout's start frame, a motion episode) tells them apart. Greedily, each round
+    draws every twin of the current fit over ``frames`` and keeps the one with the lowest
+    mean photometric loss (:func:`photometric_losses`) if it beats the current fit by more
+    than ``min_gain`` of its loss; it stops when none does (at most once per channel).
+
+    Args:
+        fit: :class:`ChainFit`.
+        frames: uint8 ``[T, h, w, 3]``, home frame first, at a whole multiple of the fit's
+            grid (as :func:`refine_photometric`).
+        joint_positions: float ``[T, K]``.
+        blur_px: the blur (px of ``frames``) at which losses are compared.
+        min_gain: the share of the loss a twin must save.
+        log: called with a line per kept twin, or None.
+
+    Returns:
+        ``(fit, record)``: the chosen fit (the input where no twin wins) and
+        ``{"kept": [{"kind", "channel", "loss"}], "loss_before", "loss_after",
+        "candidates_scored"}``.
+
+    Raises:
+        ValueError: as :func:`refine_photometric`.
+    """
+    scene = _PhotometricScene(fit, frames, joint_positions, "choose_twins")
+    target = scene.blur(scene.obs.double(), blur_px)
+    best = float(photometric_losses(scene, fit, blur_px, target).mean())
+    record = {"loss_before": round(best, 5), "kept": [], "candidates_scored": 0}
+    used: set[int] = set()
+    while True:
+        found = None
+        for kind, c, cand in twin_candidates(fit):
+            if c in used:
+                continue
+            loss = float(photometric_losses(scene, cand, blur_px, target).mean())
+            record["candidates_scored"] += 1
+            if loss < best * (1.0 - min_gain) and (found is None or loss < found[0]):
+                found = (loss, kind, c, cand)
+        if found is None:
+            break
+        best, kind, c, fit = found
+        used.add(c)
+        record["kept"].append({"kind": kind, "channel": c, "loss": round(best, 5)})
+        if log is not None:
+            log(f"twin of channel {c} ({kind}) kept: loss {best:.4f}")
+    record["loss_after"] = round(best, 5)
+    return fit, record
+
+
 def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
                        steps: tuple[int, ...] = (150, 150, 150),
                        blur_px: tuple[float, ...] = (4.0, 2.0, 1.0), lr: float = 0.003,
@@ -718,80 +979,28 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
             array of another length.
     """
     import torch
-    import torch.nn.functional as F
 
-    from export.models.kinematics import compose_chain, splat_values
-
-    t_all, fh, fw, _ = frames.shape
-    _, _, r = _grid_ratio(frames, fit.robot.shape, "refine_photometric")
-    q = np.asarray(joint_positions, np.float64)
-    if q.shape != (t_all, len(fit.axes)):
-        raise ValueError(f"refine_photometric: joint positions {q.shape}, expected "
-                         f"({t_all}, {len(fit.axes)})")
-    dt = torch.float64
-    ys, xs = np.nonzero(fit.robot)
-    n = len(ys)
-    oy, ox = np.meshgrid(np.arange(r), np.arange(r), indexing="ij")
-    hy = (ys[:, None] * r + oy.reshape(1, -1)).reshape(-1)
-    hx = (xs[:, None] * r + ox.reshape(1, -1)).reshape(-1)
-    parent = torch.from_numpy(np.repeat(np.arange(n), r * r))
-    uv_model = torch.tensor(np.stack([(hx + 0.5) / r, (hy + 0.5) / r], -1), dtype=dt)
-    cen = torch.tensor(fit.centre_px, dtype=dt)
-    f = float(fit.focal_px)
-    ray = torch.cat([(uv_model - cen) / f, torch.ones(len(hy), 1, dtype=dt)], 1)
-    obs = torch.tensor(frames, dtype=torch.float32).permute(0, 3, 1, 2) / 255.0
-    colour = obs[0, :, hy, hx].T.to(dt)  # (M, 3)
-    car = torch.tensor(fit.carried, dtype=dt)[:, parent]  # (K, M)
-    ang = torch.tensor((q - q[0]) * fit.rad_per_unit[None], dtype=dt)
-    off = torch.tensor(q - q[0], dtype=dt)
-    slide = torch.tensor(np.asarray(fit.travel_per_unit) > 0)
-    active = torch.tensor(fit.carried.sum(1) >= 3)
-    pairs = torch.from_numpy(_neighbour_pairs(fit.robot))
-
+    scene = _PhotometricScene(fit, frames, joint_positions, "refine_photometric")
+    t_all, n, dt, obs = scene.t_all, scene.n, scene.dt, scene.obs
+    slide, active, pairs = scene.slide, scene.active, scene.pairs
     logz = torch.tensor(np.log(fit.depth), dtype=dt, requires_grad=True)
     axes = torch.tensor(fit.axes, dtype=dt, requires_grad=True)
     pivots = torch.tensor(fit.pivots, dtype=dt, requires_grad=True)
-    opacity = torch.full((len(hy),), 3.0, dtype=dt, requires_grad=True)
+    opacity = torch.full((scene.m,), 3.0, dtype=dt, requires_grad=True)
     travel = torch.tensor(fit.travel_per_unit, dtype=dt, requires_grad=True)
     scaled = torch.tensor(np.zeros(len(fit.axes), bool) if scale_free is None
                           else np.asarray(scale_free, bool).reshape(-1) & ~slide.numpy())
     log_scale = torch.zeros(len(fit.axes), dtype=dt, requires_grad=bool(scaled.any()))
 
     def render(sel):
-        s = len(sel)
-        pts = ray * logz.exp()[parent][:, None]
-        norm = axes.norm(dim=1, keepdim=True).clamp(min=1e-9)
-        ax = torch.where(active[:, None], axes / norm, torch.zeros_like(axes))
-        moved = compose_chain(pts[None].expand(s, -1, -1), ax[None].expand(s, -1, -1),
-                              pivots[None].expand(s, -1, -1),
-                              ang[sel] * torch.where(scaled, log_scale.exp(), 1.0)[None],
-                              car[None].expand(s, -1, -1),
-                              travel=off[sel] * torch.where(slide, travel, 0.0)[None])
-        z = moved[..., 2].clamp(min=1e-3)
-        uv = (moved[..., :2] / z[..., None] * f + cen) * r
-        val, dens = splat_values(uv, colour[None].expand(s, -1, -1), (fh, fw),
-                                 weight=torch.sigmoid(opacity)[None].expand(s, -1),
-                                 depth=z, depth_scale=0.01)
-        return val, dens.clamp(max=1.0)
+        return scene.render(sel, logz, axes, pivots, opacity, travel,
+                            torch.where(scaled, log_scale.exp(), 1.0))
 
     with torch.no_grad():  # the static scene: each pixel where the arm leaves it
-        cover = torch.cat([render(torch.arange(i, min(i + 8, t_all)))[1]
-                           for i in range(0, t_all, 8)])
-        free = F.max_pool2d(cover, 2 * r + 1, 1, r) < 0.05  # (T, 1, h, w)
-        cnt = free.sum(0)
-        bg = (obs.double() * free).sum(0) / cnt.clamp(min=1)
-        bg = torch.where(cnt > 0, bg, obs[0].double())
-
-    def blur(img, sigma):
-        rad = max(1, int(3 * sigma))
-        x = torch.arange(-rad, rad + 1, dtype=img.dtype)
-        k1 = torch.exp(-0.5 * (x / sigma) ** 2)
-        k1 = k1 / k1.sum()
-        c = img.shape[1]
-        img = F.conv2d(F.pad(img, (rad, rad, 0, 0), mode="replicate"),
-                       k1.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
-        return F.conv2d(F.pad(img, (0, 0, rad, rad), mode="replicate"),
-                        k1.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
+        bg = scene.background(render)
+    blur = scene.blur
+    parent = scene.parent
+    r = scene.r
 
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam([{"params": [logz, axes, pivots], "lr": lr},
@@ -1152,11 +1361,13 @@ def _sweep_to_refine(chain, episode, photometric_size: int, who: str):
 
 
 def _refined_with(chain, cal, frames: list[np.ndarray], joints: list[np.ndarray],
-                  steps: tuple[int, ...], blur_px: tuple[float, ...], log):
+                  steps: tuple[int, ...], blur_px: tuple[float, ...], log,
+                  twins: bool = False):
     """``(chain, seconds)``: ``chain`` refined by :func:`refine_photometric` against the
     concatenated ``frames`` (the sweep's first, at the photometric size) at ``joints``,
     its background redrawn from the calibration ``cal`` (at the sweep's poses); the info
-    is a copy of the chain's."""
+    is a copy of the chain's. With ``twins``, :func:`choose_twins` first swaps channels for
+    their twins where those frames say so (recorded in ``info["twins"]``)."""
     import time
 
     t0 = time.perf_counter()
@@ -1164,13 +1375,20 @@ def _refined_with(chain, cal, frames: list[np.ndarray], joints: list[np.ndarray]
     qc = np.asarray(cal.joint_positions, np.float64)[:, :len(names)]
     # a turn per unit the read fitted (readings not in rad) is refined with the rest
     fitted = set((chain.info.get("joint_scale") or {}).get("fitted") or ())
-    fit, _ = refine_photometric(fit_of_calibration(chain), np.concatenate(frames),
+    start, record = fit_of_calibration(chain), None
+    if twins:
+        start, record = choose_twins(start, np.concatenate(frames), np.concatenate(joints),
+                                     log=log)
+    fit, _ = refine_photometric(start, np.concatenate(frames),
                                 np.concatenate(joints), steps=steps, blur_px=blur_px,
                                 log=log, scale_free=np.array([n in fitted for n in names]))
     grid = on_grid(cal.frames, chain.resolution)
     background = calibration_background(fit, grid, qc)
+    info = dict(chain.info)
+    if record is not None:
+        info["twins"] = record
     return (as_calibration(fit, chain.home_frame, chain.home_joint_positions, background,
-                           names, dict(chain.info)),
+                           names, info),
             round(time.perf_counter() - t0, 1))
 
 
@@ -1183,7 +1401,8 @@ ANCHOR_COPIES = 8
 def anchor_chain_to_start(chain, episode, start: np.ndarray,
                           start_joint_positions: np.ndarray, photometric_size: int = 128,
                           copies: int = ANCHOR_COPIES, steps: tuple[int, ...] | None = None,
-                          blur_px: tuple[float, ...] | None = None, log=None):
+                          blur_px: tuple[float, ...] | None = None, log=None,
+                          twins: bool = False):
     """Refine a chain calibration so that it also explains the start frame of a rollout.
 
     A rollout starts wherever the arm is, often far from the calibration's home pose (the
@@ -1211,6 +1430,8 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
         copies: how many times the start frame joins the sweep's frames.
         steps, blur_px: as :func:`refine_chain_with_motion` (None: its defaults).
         log: called with a line per stage, or None.
+        twins: first swap channels for their depth-mirrored twins where the start frame
+            and the sweep say so (:func:`choose_twins`; ``info["twins"]``).
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration`; ``info["anchor"]`` records the
@@ -1258,7 +1479,8 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
     say(f"anchoring the chain at the start frame ({copies} copies beside the sweep's "
         f"{len(qc)} frames)")
     out, seconds = _refined_with(chain, cal, [small(cal.frames), np.repeat(big[None], copies, 0)],
-                                 [qc, np.repeat(q0[None], copies, 0)], steps, blur_px, log)
+                                 [qc, np.repeat(q0[None], copies, 0)], steps, blur_px, log,
+                                 twins)
     out.info["anchor"] = {"start_sha256": frames_sha256(start[None]),
                           "start_joint_positions": [round(float(x), 6) for x in q0],
                           "copies": int(copies), "seconds": seconds}
