@@ -325,11 +325,12 @@ def main(argv: list[str] | None = None) -> int:
                         "commissioning would be; kept as <read>_anchor_other.npz) while the "
                         "futures still start from the first episode's start")
     p.add_argument("--twins", action="store_true",
-                   help="with --anchor, let the anchoring first swap channels for their "
-                        "depth-mirrored twins where the anchoring frame and the sweep say "
-                        "so (anchor_chain_to_start(twins=True), choose_twins); kept as "
-                        "<read>_anchor[_other]_twins.npz, the kept twins in the JSON's "
-                        "fit.<read>_anchor[].twins")
+                   help="with --anchor (--motion-refine), let the anchoring (the "
+                        "refinement with motion) first swap channels for their "
+                        "depth-mirrored twins where its frames and the sweep say so "
+                        "(twins=True, choose_twins); kept as <read>_anchor[_other]_twins.npz "
+                        "(<cell>_dis_motion_twins.npz), the kept twins in the JSON's "
+                        "fit.<read>[].twins")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     import cv2
@@ -375,8 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--motion-refine needs --tracks dis (or both) and --calibration-data")
     if args.anchor and ("dis" not in kinds or not args.calibration_data):
         p.error("--anchor needs --tracks dis (or both) and --calibration-data")
-    if args.twins and not args.anchor:
-        p.error("--twins needs --anchor")
+    if args.twins and not (args.anchor or args.motion_refine):
+        p.error("--twins needs --anchor or --motion-refine")
     if args.anchor_at != "start" and (not args.anchor or variant is not None):
         p.error("--anchor-at other needs --anchor, and is not taken with "
                 "--calibration-timing (whose read is anchored at the start)")
@@ -525,13 +526,15 @@ def main(argv: list[str] | None = None) -> int:
             from export.models.chain_fit import refine_chain_with_motion
 
             motion = (load_episode(hi_dir / "motion-01.npz"), hi_dir / "motion-01.npz")
-            saved_m = Path(args.fits) / f"{cell.cell_id}_dis_motion.npz" if args.fits else None
+            saved_m = (Path(args.fits) / f"{cell.cell_id}_dis_motion"
+                       f"{'_twins' if args.twins else ''}.npz" if args.fits else None)
             if saved_m is not None and saved_m.is_file():
                 refined = load_chain_calibration(saved_m)
             else:
                 tm = time.perf_counter()
                 refined = refine_chain_with_motion(
-                    calibrations["dis"], high_calibration(hi_cache, hi_dir, cal), [motion])
+                    calibrations["dis"], high_calibration(hi_cache, hi_dir, cal), [motion],
+                    twins=args.twins)
                 print(f"  {cell.cell_id}: refined with motion in "
                       f"{time.perf_counter() - tm:.0f} s", file=sys.stderr, flush=True)
                 if saved_m is not None:
@@ -542,7 +545,8 @@ def main(argv: list[str] | None = None) -> int:
                 "cell": cell.cell_id, "axis_error_deg": err.tolist(),
                 "axis_error_or_twin_deg": err_mirror.tolist(),
                 "residual_px": refined.residual_px.tolist(), "robot_px": int(refined.robot.sum()),
-                "seconds": float(refined.info.get("motion_refine_seconds", np.nan))})
+                "seconds": float(refined.info.get("motion_refine_seconds", np.nan)),
+                "twins": refined.info.get("twins")})
         anchored: dict[str, object] = {}
         # the futures' start frame, read once for every anchored read
         start0 = load_episode(mo.path).frames[0] if args.anchor else None

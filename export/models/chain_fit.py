@@ -894,6 +894,14 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
     mean photometric loss (:func:`photometric_losses`) if it beats the current fit by more
     than ``min_gain`` of its loss; it stops when none does (at most once per channel).
 
+    Not the default anywhere: measured on the futures of held-out robot cells it made the
+    rollouts worse. Anchored at the futures' start (``anchor_chain_to_start(twins=True)``)
+    it kept a twin on 6 of 32 reads of the planner's sweep, and those lost 0.13
+    retrieval@8 (paired, 95% 0.06 to 0.19) against the same anchoring without it; one
+    frame with several channels away from home is too little to choose by (README,
+    "Choosing between twins"). Kept as an option for evaluation (``scripts/
+    chain_fit_eval.py --twins``).
+
     Args:
         fit: :class:`ChainFit`.
         frames: uint8 ``[T, h, w, 3]``, home frame first, at a whole multiple of the fit's
@@ -1262,7 +1270,8 @@ def _check_motion(motion, where: str, names: list[str], units: list[str],
 
 def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 128,
                              steps: tuple[int, ...] | None = None,
-                             blur_px: tuple[float, ...] | None = None, log=None):
+                             blur_px: tuple[float, ...] | None = None, log=None,
+                             twins: bool = False):
     """Refine a chain calibration against episodes of ordinary motion on the same cell.
 
     A calibration sweeps one channel at a time, so a channel whose carried points lie at
@@ -1291,6 +1300,8 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
         blur_px: the levels' Gaussian blur (px at ``photometric_size``), one per ``steps``
             (None: :data:`MOTION_REFINE_BLUR_PX`).
         log: called with a line per stage, or None.
+        twins: first swap channels for their depth-mirrored twins where the frames say so
+            (:func:`choose_twins`; ``info["twins"]``). Off by default (see there).
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
@@ -1327,7 +1338,7 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
                      "frames_sha256": frames_sha256(motion.frames)})
     say(f"refining against {sum(len(q) for q in joints[1:])} frames of motion beside the "
         f"sweep's {len(qc)}")
-    out, seconds = _refined_with(chain, cal, frames, joints, steps, blur_px, log)
+    out, seconds = _refined_with(chain, cal, frames, joints, steps, blur_px, log, twins)
     out.info["motion"] = used
     out.info["motion_refine_seconds"] = seconds
     say(f"refined with motion in {seconds} s")
@@ -1431,7 +1442,8 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
         steps, blur_px: as :func:`refine_chain_with_motion` (None: its defaults).
         log: called with a line per stage, or None.
         twins: first swap channels for their depth-mirrored twins where the start frame
-            and the sweep say so (:func:`choose_twins`; ``info["twins"]``).
+            and the sweep say so (:func:`choose_twins`; ``info["twins"]``). Off by
+            default: measured, it made the futures worse.
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration`; ``info["anchor"]`` records the
