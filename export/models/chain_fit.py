@@ -898,9 +898,11 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
     rollouts worse. Anchored at the futures' start (``anchor_chain_to_start(twins=True)``)
     it kept a twin on 6 of 32 reads of the planner's sweep, and those lost 0.13
     retrieval@8 (paired, 95% 0.06 to 0.19) against the same anchoring without it; one
-    frame with several channels away from home is too little to choose by (README,
-    "Choosing between twins"). Kept as an option for evaluation (``scripts/
-    chain_fit_eval.py --twins``).
+    frame with several channels away from home is too little to choose by. Before the
+    refinement with a motion episode of 32 frames (``refine_chain_with_motion(twins=
+    True)``) it kept a twin on 5 of the 32 reads and made all 5 better (retrieval@8 +0.38,
+    95% 0.20 to 0.63; README, "Choosing between twins"): measured on one split only, so
+    not yet the default there either (``scripts/chain_fit_eval.py --twins``).
 
     Args:
         fit: :class:`ChainFit`.
@@ -1301,7 +1303,8 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
             (None: :data:`MOTION_REFINE_BLUR_PX`).
         log: called with a line per stage, or None.
         twins: first swap channels for their depth-mirrored twins where the frames say so
-            (:func:`choose_twins`; ``info["twins"]``). Off by default (see there).
+            (:func:`choose_twins`; ``info["twins"]``). Off by default (see there: it
+            helped on the 5 held-out robot reads where it kept a twin).
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
