@@ -184,6 +184,18 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None, ancho
     return out[""], out["_motion"], out["_anchor"]
 
 
+def anchored_stats(cell_id: str, chain, scene, params, home_q) -> dict:
+    """One row of the JSON's ``fit.<read>_anchor``: an anchored chain's axis errors against
+    the cell's true axes (and their twins), residuals, arm pixels, anchoring seconds and
+    the twins its anchoring kept (None without ``--twins``)."""
+    err, err_mirror = axis_errors(chain, scene, params, home_q)
+    return {"cell": cell_id, "axis_error_deg": err.tolist(),
+            "axis_error_or_twin_deg": err_mirror.tolist(),
+            "residual_px": chain.residual_px.tolist(), "robot_px": int(chain.robot.sum()),
+            "seconds": float(chain.info["anchor"]["seconds"]),
+            "twins": chain.info.get("twins")}
+
+
 def high_calibration(cache: dict, hi_dir: Path | None, cal):
     """The cell's calibration episode at ``--calibration-data``'s resolution (from
     ``hi_dir``; None: ``cal`` itself), read once per ``cache`` (one dict per cell)."""
@@ -584,14 +596,8 @@ def main(argv: list[str] | None = None) -> int:
                     save_chain_calibration(saved_a, anchored[name])
             for name, chain_a in anchored.items():
                 read = "dis" if name == "chain_dis_anchor" else "dis_motion"
-                err, err_mirror = axis_errors(chain_a, scene, params, qc[0])
-                fit_stats.setdefault(f"{read}_anchor", []).append({
-                    "cell": cell.cell_id, "axis_error_deg": err.tolist(),
-                    "axis_error_or_twin_deg": err_mirror.tolist(),
-                    "residual_px": chain_a.residual_px.tolist(),
-                    "robot_px": int(chain_a.robot.sum()),
-                    "seconds": float(chain_a.info["anchor"]["seconds"]),
-                    "twins": chain_a.info.get("twins")})
+                fit_stats.setdefault(f"{read}_anchor", []).append(
+                    anchored_stats(cell.cell_id, chain_a, scene, params, qc[0]))
         in_units = None
         if args.controller_units:
             from export.cells.robots import robot_spec
@@ -618,14 +624,8 @@ def main(argv: list[str] | None = None) -> int:
                 "residual_px": timed.residual_px.tolist(), "robot_px": int(timed.robot.sum()),
                 "seconds": float(timed.info.get("seconds", np.nan))})
             if timed_anchored is not None:
-                err, err_mirror = axis_errors(timed_anchored, scene, params, qc[0])
-                fit_stats.setdefault(f"timing_{variant.name}_anchor", []).append({
-                    "cell": cell.cell_id, "axis_error_deg": err.tolist(),
-                    "axis_error_or_twin_deg": err_mirror.tolist(),
-                    "residual_px": timed_anchored.residual_px.tolist(),
-                    "robot_px": int(timed_anchored.robot.sum()),
-                    "seconds": float(timed_anchored.info["anchor"]["seconds"]),
-                    "twins": timed_anchored.info.get("twins")})
+                fit_stats.setdefault(f"timing_{variant.name}_anchor", []).append(
+                    anchored_stats(cell.cell_id, timed_anchored, scene, params, qc[0]))
         ctx = encode_calibration(warp, cal) if warp is not None else None
         for prof in ("all_joints", "two_joint"):
             fut = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen,
