@@ -745,11 +745,18 @@ class _PhotometricScene:
         function of frame indices, as :meth:`render`) leaves it uncovered; the first
         frame's colour where none does."""
         import torch
+
+        return self.background_of(torch.cat([
+            render(torch.arange(i, min(i + 8, self.t_all)))[1]
+            for i in range(0, self.t_all, 8)]))
+
+    def background_of(self, cover):
+        """:meth:`background` from the arm's density in every frame, ``cover [T, 1, h,
+        w]``."""
+        import torch
         import torch.nn.functional as F
 
         r = self.r
-        cover = torch.cat([render(torch.arange(i, min(i + 8, self.t_all)))[1]
-                           for i in range(0, self.t_all, 8)])
         free = F.max_pool2d(cover, 2 * r + 1, 1, r) < 0.05  # (T, 1, h, w)
         cnt = free.sum(0)
         bg = (self.obs.double() * free).sum(0) / cnt.clamp(min=1)
@@ -823,9 +830,8 @@ def twin_candidates(fit: ChainFit) -> list[tuple[str, int, ChainFit]]:
         fit: :class:`ChainFit`.
 
     Returns:
-        ``[(kind, channel, fit)]``, kind ``"alone"`` or ``"distal"``, for every channel
-        that carries at least 3 points (``"distal"`` only where it differs from
-        ``"alone"``: always, since the depths are mirrored too).
+        ``[(kind, channel, fit)]``: an ``"alone"`` and a ``"distal"`` twin for every
+        channel that carries at least 3 points, in channel order.
     """
     pts = fit.points()
     ray = pts / pts[:, 2:3]
@@ -862,21 +868,16 @@ def photometric_losses(scene: _PhotometricScene, fit: ChainFit, blur_px: float,
     opacity = torch.full((scene.m,), 3.0, dtype=dt)
     travel = torch.tensor(fit.travel_per_unit, dtype=dt)
     scale = torch.ones(len(fit.axes), dtype=dt)
-    with torch.no_grad():
-        def render(sel):
-            return scene.render(sel, logz, axes, pivots, opacity, travel, scale)
-
-        bg = scene.background(render)
+    with torch.no_grad():  # every frame drawn once: its density gives the background too
+        drawn = [scene.render(torch.arange(i, min(i + 8, scene.t_all)), logz, axes, pivots,
+                              opacity, travel, scale) for i in range(0, scene.t_all, 8)]
+        val = torch.cat([v for v, _ in drawn])
+        dens = torch.cat([d for _, d in drawn])
+        bg = scene.background_of(dens)
         if target is None:
             target = scene.blur(scene.obs.double(), blur_px)
-        out = []
-        for i in range(0, scene.t_all, 8):
-            sel = torch.arange(i, min(i + 8, scene.t_all))
-            val, dens = render(sel)
-            img = val * dens + bg[None] * (1 - dens)
-            diff = scene.blur(img, blur_px) - target[sel]
-            out.append((torch.sqrt(diff ** 2 + 1e-6).mean((1, 2, 3)) * 100.0).numpy())
-    return np.concatenate(out)
+        diff = scene.blur(val * dens + bg[None] * (1 - dens), blur_px) - target
+        return (torch.sqrt(diff ** 2 + 1e-6).mean((1, 2, 3)) * 100.0).numpy()
 
 
 def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
@@ -894,8 +895,8 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
     mean photometric loss (:func:`photometric_losses`) if it beats the current fit by more
     than ``min_gain`` of its loss; it stops when none does (at most once per channel).
 
-    Not the default anywhere: measured on the futures of held-out robot cells it made the
-    rollouts worse. Anchored at the futures' start (``anchor_chain_to_start(twins=True)``)
+    Not the default anywhere yet. Measured on the futures of held-out robot cells:
+    anchored at the futures' start (``anchor_chain_to_start(twins=True)``)
     it kept a twin on 6 of 32 reads of the planner's sweep, and those lost 0.13
     retrieval@8 (paired, 95% 0.06 to 0.19) against the same anchoring without it; one
     frame with several channels away from home is too little to choose by. Before the
@@ -1389,12 +1390,11 @@ def _refined_with(chain, cal, frames: list[np.ndarray], joints: list[np.ndarray]
     qc = np.asarray(cal.joint_positions, np.float64)[:, :len(names)]
     # a turn per unit the read fitted (readings not in rad) is refined with the rest
     fitted = set((chain.info.get("joint_scale") or {}).get("fitted") or ())
+    seen, at = np.concatenate(frames), np.concatenate(joints)
     start, record = fit_of_calibration(chain), None
     if twins:
-        start, record = choose_twins(start, np.concatenate(frames), np.concatenate(joints),
-                                     log=log)
-    fit, _ = refine_photometric(start, np.concatenate(frames),
-                                np.concatenate(joints), steps=steps, blur_px=blur_px,
+        start, record = choose_twins(start, seen, at, log=log)
+    fit, _ = refine_photometric(start, seen, at, steps=steps, blur_px=blur_px,
                                 log=log, scale_free=np.array([n in fitted for n in names]))
     grid = on_grid(cal.frames, chain.resolution)
     background = calibration_background(fit, grid, qc)
