@@ -50,7 +50,8 @@ GROUP_READERS: dict[str, str] = {
 #: - ``syncedge.openers``: ``joints`` -> ``open(url) -> JointSource`` (opened);
 #: - ``syncedge.joint_streams``: URL scheme -> ``JointStream`` class with ``from_url``;
 #: - ``syncedge.chain_readers``: ``chain`` -> ``read(episode, size, fovy_deg,
-#:   photometric_size, log) -> ChainCalibration`` (the chain model's calibration reader);
+#:   photometric_size, log) -> ChainCalibration`` (the chain model's calibration reader;
+#:   keywords ``joint_scale``, and ``motions`` with ``motion_twins`` where motion is given);
 #:   ``anchor`` -> ``anchor(chain, episode, start, start_joint_positions, log) ->
 #:   ChainCalibration`` (the chain refined at a rollout's start frame).
 PLUGINS: dict[str, dict[str, str]] = {

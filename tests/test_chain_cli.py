@@ -427,7 +427,11 @@ def test_a_chain_refined_with_an_episode_is_not_commissioned_on_it(tmp_path, cap
               "--cache-dir", cache], "--motion: only when the chain is read at store"),
             (["model", "read-chain", "--calibration", cal, "--motion",
               str(tmp_path / "missing.npz"), "--out", str(tmp_path / "c.npz")],
-             "missing.npz: no such file")):
+             "missing.npz: no such file"),
+            (["model", "read-chain", "--calibration", cal, "--no-twins",
+              "--out", str(tmp_path / "c.npz")], "--no-twins: only with --motion"),
+            (["calibrate", "store", cal, "--chain", "--no-twins", "--cache-dir", cache],
+             "--no-twins: only with --motion")):
         assert main(argv) == 2, argv
         assert says in capsys.readouterr().err
 
@@ -461,3 +465,27 @@ def test_the_sample_chain_refined_with_motion_matches_its_episodes_and_predicts_
     assert summary["chain_motion"]["psnr_db"] == pytest.approx(30.74, abs=0.01)
     assert summary["chain"]["psnr_db"] == pytest.approx(30.04, abs=0.01)
     assert summary["chain_motion"]["motion_psnr_db"] > summary["chain"]["motion_psnr_db"]
+
+
+@pytest.mark.parametrize("flag, twins", [([], True), (["--no-twins"], False)])
+def test_read_chain_with_motion_chooses_twins_unless_told_not_to(tmp_path, monkeypatch,
+                                                                   capsys, flag, twins):
+    """``model read-chain --motion`` hands ``motion_twins=True`` to the reader (the twin
+    choice is the default of a motion refinement), ``--no-twins`` hands False."""
+    pytest.importorskip("torch")
+    import export.models.chain_fit as chain_fit
+
+    seen = {}
+
+    def reader(episode, size, fovy_deg, photometric_size, **kw):
+        seen.update(kw)
+        return load_chain_calibration(CHAIN)
+
+    monkeypatch.setattr(chain_fit, "read_chain_calibration", reader)
+    out = tmp_path / "c.npz"
+    assert main(["model", "read-chain", "--calibration", str(SAMPLE / "calibration_256.npz"),
+                 "--motion", str(SAMPLE / "commissioning_256.npz"), *flag,
+                 "--out", str(out)]) == 0, capsys.readouterr().err
+    assert seen["motion_twins"] is twins
+    assert [str(w) for _, w in seen["motions"]] == [str(SAMPLE / "commissioning_256.npz")]
+    assert out.is_file()

@@ -895,15 +895,15 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
     mean photometric loss (:func:`photometric_losses`) if it beats the current fit by more
     than ``min_gain`` of its loss; it stops when none does (at most once per channel).
 
-    Not the default anywhere yet. Measured on the futures of held-out robot cells:
-    anchored at the futures' start (``anchor_chain_to_start(twins=True)``)
-    it kept a twin on 6 of 32 reads of the planner's sweep, and those lost 0.13
-    retrieval@8 (paired, 95% 0.06 to 0.19) against the same anchoring without it; one
-    frame with several channels away from home is too little to choose by. Before the
-    refinement with a motion episode of 32 frames (``refine_chain_with_motion(twins=
-    True)``) it kept a twin on 5 of the 32 reads and made all 5 better (retrieval@8 +0.38,
-    95% 0.20 to 0.63; README, "Choosing between twins"): measured on one split only, so
-    not yet the default there either (``scripts/chain_fit_eval.py --twins``).
+    The default of :func:`refine_chain_with_motion` only. Measured on the futures of
+    held-out cells (README, "Choosing between twins"): anchored at the futures' start
+    (``anchor_chain_to_start(twins=True)``) it kept a twin on 6 of 32 held-out robot reads
+    of the planner's sweep, and those lost 0.13 retrieval@8 (paired, 95% 0.06 to 0.19)
+    against the same anchoring without it; one frame with several channels away from home
+    is too little to choose by, so anchoring does not choose by default. Before the
+    refinement with a motion episode of 32 frames it kept a twin on 5 of 32 held-out robot
+    reads and made all 5 better (retrieval@8 +0.38, 95% 0.20 to 0.63), and on none of 16
+    held-out convention reads (``scripts/chain_fit_eval.py --twins``).
 
     Args:
         fit: :class:`ChainFit`.
@@ -1274,7 +1274,7 @@ def _check_motion(motion, where: str, names: list[str], units: list[str],
 def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 128,
                              steps: tuple[int, ...] | None = None,
                              blur_px: tuple[float, ...] | None = None, log=None,
-                             twins: bool = False):
+                             twins: bool = True):
     """Refine a chain calibration against episodes of ordinary motion on the same cell.
 
     A calibration sweeps one channel at a time, so a channel whose carried points lie at
@@ -1304,8 +1304,9 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
             (None: :data:`MOTION_REFINE_BLUR_PX`).
         log: called with a line per stage, or None.
         twins: first swap channels for their depth-mirrored twins where the frames say so
-            (:func:`choose_twins`; ``info["twins"]``). Off by default (see there: it
-            helped on the 5 held-out robot reads where it kept a twin).
+            (:func:`choose_twins`; recorded in ``info["twins"]``, absent with False). On
+            by default: it kept a twin on 5 of 48 held-out robot and convention reads and
+            made each of the 5 better (see there); about 10 s more.
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
@@ -1505,7 +1506,8 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
 
 def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                            fovy_deg: float | None = None, photometric_size: int | None = 128,
-                           log=None, motions=None, joint_scale: str = "auto"):
+                           log=None, motions=None, joint_scale: str = "auto",
+                           motion_twins: bool = True):
     """Read a calibration episode into the chain model's encoded calibration.
 
     Brings the episode into the planner's timing (:func:`sweep_timing`), runs
@@ -1525,6 +1527,8 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
         motions: ``[(episode, where)]`` of ordinary motion on the same cell to refine the
             chain with afterwards (:func:`refine_chain_with_motion`, at
             ``photometric_size`` or 128; checked before the read), or None.
+        motion_twins: with ``motions``, choose each channel's depth-mirrored twin first
+            (``refine_chain_with_motion(twins=...)``).
         joint_scale: one of :data:`JOINT_SCALE_MODES`: ``rad`` (the revolute readings are
             rad), ``fit`` (fit every revolute channel's turn per unit of reading: a
             controller reporting degrees, encoder counts or a normalised range, e.g.
@@ -1603,5 +1607,5 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     chain = as_calibration(fit, grid[0], q[0], background, names, info)
     if motions:
         chain = refine_chain_with_motion(chain, episode, motions, photometric_size or 128,
-                                         log=log)
+                                         log=log, twins=motion_twins)
     return chain
