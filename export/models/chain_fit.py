@@ -902,8 +902,8 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
     against the same anchoring without it; one frame with several channels away from home
     is too little to choose by, so anchoring does not choose by default. Before the
     refinement with a motion episode of 32 frames it kept a twin on 5 of 32 held-out robot
-    reads and made all 5 better (retrieval@8 +0.38, 95% 0.20 to 0.63), and on none of 16
-    held-out convention reads (``scripts/chain_fit_eval.py --twins``).
+    reads and made all 5 better (retrieval@8 +0.38, 95% 0.20 to 0.63); it kept none on
+    16 held-out convention reads (``scripts/chain_fit_eval.py --twins``).
 
     Args:
         fit: :class:`ChainFit`.
