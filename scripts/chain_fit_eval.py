@@ -342,8 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                         "depth-mirrored twins where its frames and the sweep say so "
                         "(twins=True, choose_twins); kept as <read>_anchor[_other]_twins.npz "
                         "(<cell>_dis_motion_twins.npz), the kept twins in the JSON's "
-                        "fit.<read>[].twins. Without it --motion-refine refines without "
-                        "the choice, unlike read-chain --motion, whose default it is")
+                        "fit.<read>[].twins (read-chain --motion FILE --twins)")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     import cv2

@@ -158,10 +158,10 @@ def test_anchoring_with_twins_records_the_swap_and_places_the_arm(mixed):
     assert e_twin < 0.5 * e_plain, (e_plain, e_twin)
 
 
-def test_refining_with_motion_chooses_twins_by_default_and_records_the_swap(mixed):
-    """``refine_chain_with_motion`` (``twins=True``, the default): a motion episode turning
-    both joints together swaps the shoulder's twin back (``info["twins"]``); with
-    ``twins=False`` the record is absent."""
+def test_refining_with_motion_and_twins_records_the_swap(mixed):
+    """``refine_chain_with_motion(twins=True)``: a motion episode turning both joints
+    together swaps the shoulder's twin back (``info["twins"]``); by default (no choice)
+    the record is absent."""
     from export.models.chain_fit import fit_of_calibration, refine_chain_with_motion
 
     arm, q, frames, _, _, shoulder_twin, _ = mixed
@@ -170,9 +170,9 @@ def test_refining_with_motion_chooses_twins_by_default_and_records_the_swap(mixe
     home = frames[0].reshape(SIZE, 2, SIZE, 2, 3).mean((1, 3)).round().astype(np.uint8)
     chain = as_calibration(shoulder_twin, home, q[0], None, ["shoulder", "elbow"], {})
     kw = dict(photometric_size=64, steps=(20,), blur_px=(2.0,))
-    twinned = refine_chain_with_motion(chain, cal, [(motion, "motion")], **kw)
+    twinned = refine_chain_with_motion(chain, cal, [(motion, "motion")], twins=True, **kw)
     assert [(k["kind"], k["channel"]) for k in twinned.info["twins"]["kept"]] == [("alone", 0)]
     assert _error(arm, fit_of_calibration(twinned), START_Q) < 0.5 * _error(
         arm, shoulder_twin, START_Q)
-    plain = refine_chain_with_motion(chain, cal, [(motion, "motion")], twins=False, **kw)
+    plain = refine_chain_with_motion(chain, cal, [(motion, "motion")], **kw)
     assert "twins" not in plain.info

@@ -460,10 +460,9 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
                         "readings) to refine the chain with after the read, as model "
                         "read-chain --motion (about 30 s more); repeat for more. Validate "
                         "the cell on another episode")
-    s.add_argument("--no-twins", action="store_true",
-                   help="with --motion: refine without first choosing each channel's "
-                        "depth-mirrored twin by the motion's frames, as model read-chain "
-                        "--no-twins")
+    s.add_argument("--twins", action="store_true",
+                   help="with --motion: first choose each channel's depth-mirrored twin by "
+                        "the motion's frames, as model read-chain --twins")
     add_model_args(s)
     s.set_defaults(func=run_store)
 

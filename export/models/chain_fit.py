@@ -895,7 +895,10 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
     mean photometric loss (:func:`photometric_losses`) if it beats the current fit by more
     than ``min_gain`` of its loss; it stops when none does (at most once per channel).
 
-    The default of :func:`refine_chain_with_motion` only. Measured on the futures of
+    Not a default (``refine_chain_with_motion(twins=True)``, ``read-chain --motion FILE
+    --twins`` opt in): on a synthetic two-link arm whose axes are ~9 deg off it swaps the
+    right elbow for its twin (8% lower loss at 4 px blur) and the refined chain lands
+    further from the truth. Measured on the futures of
     held-out cells (README, "Choosing between twins"): anchored at the futures' start
     (``anchor_chain_to_start(twins=True)``) it kept a twin on 6 of 32 held-out robot reads
     of the planner's sweep, and those lost 0.13 retrieval@8 (paired, 95% 0.06 to 0.19)
@@ -1274,7 +1277,7 @@ def _check_motion(motion, where: str, names: list[str], units: list[str],
 def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 128,
                              steps: tuple[int, ...] | None = None,
                              blur_px: tuple[float, ...] | None = None, log=None,
-                             twins: bool = True):
+                             twins: bool = False):
     """Refine a chain calibration against episodes of ordinary motion on the same cell.
 
     A calibration sweeps one channel at a time, so a channel whose carried points lie at
@@ -1304,9 +1307,11 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
             (None: :data:`MOTION_REFINE_BLUR_PX`).
         log: called with a line per stage, or None.
         twins: first swap channels for their depth-mirrored twins where the frames say so
-            (:func:`choose_twins`; recorded in ``info["twins"]``, absent with False). On
-            by default: it kept a twin on 5 of 48 held-out robot and convention reads and
-            made each of the 5 better (see there); about 10 s more.
+            (:func:`choose_twins`; recorded in ``info["twins"]``, absent with False).
+            Off by default: it kept a twin on 5 of 48 held-out robot and convention reads
+            and made each of the 5 better, but on a synthetic two-link arm whose axes were
+            ~9 deg off it swapped the right elbow for its twin and the refined chain came
+            out worse (tests/test_chain_fit.py); about 10 s more.
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
@@ -1507,7 +1512,7 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
 def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                            fovy_deg: float | None = None, photometric_size: int | None = 128,
                            log=None, motions=None, joint_scale: str = "auto",
-                           motion_twins: bool = True):
+                           motion_twins: bool = False):
     """Read a calibration episode into the chain model's encoded calibration.
 
     Brings the episode into the planner's timing (:func:`sweep_timing`), runs
