@@ -1307,11 +1307,8 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
             (None: :data:`MOTION_REFINE_BLUR_PX`).
         log: called with a line per stage, or None.
         twins: first swap channels for their depth-mirrored twins where the frames say so
-            (:func:`choose_twins`; recorded in ``info["twins"]``, absent with False).
-            Off by default: it kept a twin on 5 of 48 held-out robot and convention reads
-            and made each of the 5 better, but on a synthetic two-link arm whose axes were
-            ~9 deg off it swapped the right elbow for its twin and the refined chain came
-            out worse (tests/test_chain_fit.py); about 10 s more.
+            (:func:`choose_twins`, whose docstring says why it is off by default;
+            recorded in ``info["twins"]``, absent with False); about 10 s more.
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
