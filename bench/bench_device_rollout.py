@@ -63,13 +63,41 @@ def _cpu_reference(model_dir: Path, n: int, horizon: int,
         acts[:, :k, :test.actions.shape[1]] = test.actions[None, :k] * scale
         r = Rollout(model, ctx, max_horizon=horizon, max_candidates=n, keepout=keepout)
         frames = r.run(test.frames[0], acts)
-        z0 = model.encode(test.frames[0]).reshape(1, -1)
+        # the latent the steps start from: encoded, then prepared once (prepare_b1) where
+        # the model has prepare graphs, as Rollout.reset does
+        z0 = model.encode(test.frames[0]).reshape(1, *c.latent_shape)
+        z0 = model.prepare(1, z0, ctx.values, np.empty_like(z0)).reshape(1, -1)
         return {"frames": frames, "z0": z0, "context": ctx.values, "actions": acts,
                 "start": test.frames[0], "contract": c, "batch": r.batch,
                 "keepout": keepout,
                 "robot_counts": None if keepout is None else r.robot_keepout_counts()}
     finally:
         model.deactivate()
+
+
+def device_modules(model_dir: Path, checkpoints: Path, batch: int) -> dict[str, Any]:
+    """The PyTorch modules standing in for the engines of ``model_dir`` at ``batch``
+    (:func:`export.variants.warp_export.warp_graph_modules`), built from ``checkpoints`` the
+    way the model was exported: with the per-DoF flow fields in the state where the model
+    has prepare graphs (its latent then has their channels too).
+
+    Raises:
+        ValueError: the modules' step or decoder shapes differ from the model's graphs.
+    """
+    from edge.manifest import load_model_dir
+    from export.variants.warp_export import load_warp_model, warp_graph_modules
+
+    manifest = load_model_dir(model_dir, verify=False)
+    fields = any(k.startswith("prepare_b") for k in manifest.graphs)
+    mods = warp_graph_modules(load_warp_model(checkpoints, joint_fields_in_state=fields),
+                              (batch,))
+    for name in (f"step_b{batch}", f"decoder_b{batch}"):
+        got = [tuple(t.shape) for t in mods[name][2]]
+        want = [tuple(t.shape) for t in manifest.graphs[name].outputs]
+        if got != want:
+            raise ValueError(f"{checkpoints}: the {name} module's outputs {got} differ from "
+                             f"{model_dir}'s graph outputs {want}")
+    return mods
 
 
 def _one_batch(launcher: Any, mods: dict, ref: dict, horizon: int, runs: int) -> dict[str, Any]:
@@ -163,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     from edge.manifest import load_model_dir
-    from export.variants.warp_export import load_warp_model, warp_graph_modules
     from kernels.launcher import KernelLauncher
 
     res: dict[str, Any] = {"command": "python bench/bench_device_rollout.py "
@@ -173,11 +200,10 @@ def main(argv: list[str] | None = None) -> int:
                            "horizon": args.horizon, "runs": args.runs, "batches": {}}
     with KernelLauncher() as launcher:
         res["kernel_load_path"] = launcher.load_path
-        model = load_warp_model(args.checkpoints)
         for n in args.batches:
             h, w = load_model_dir(args.model, verify=False).contract.resolution
             ref = _cpu_reference(args.model, n, args.horizon, right_keepout(h, w))
-            mods = warp_graph_modules(model, (ref["batch"],))
+            mods = device_modules(args.model, args.checkpoints, ref["batch"])
             res["batches"][str(n)] = _one_batch(launcher, mods, ref, args.horizon, args.runs)
     print(f"GPU rollout, {res['gpu']}, kernels from {res['kernel_load_path']}, "
           f"horizon {args.horizon}, median of {args.runs}")

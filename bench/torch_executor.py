@@ -51,7 +51,12 @@ class TorchExecutor:
 
     def enqueue(self, inputs: Mapping[str, int], outputs: Mapping[str, int],
                 stream_handle: int) -> None:
-        """Enqueue one run on ``stream_handle`` reading ``inputs`` and writing ``outputs``."""
+        """Enqueue one run on ``stream_handle`` reading ``inputs`` and writing ``outputs``.
+
+        Raises:
+            ValueError: an output's shape differs from its buffer's (it would otherwise be
+                reallocated and the buffer never written).
+        """
         import torch
 
         stream = torch.cuda.ExternalStream(int(stream_handle))
@@ -61,4 +66,7 @@ class TorchExecutor:
             res = res if isinstance(res, tuple) else (res,)
             for (name, shape), value in zip(self.outputs, res, strict=True):
                 if name in outputs:
+                    if tuple(value.shape) != tuple(shape):
+                        raise ValueError(f"output {name!r}: the module returned shape "
+                                         f"{list(value.shape)}, the buffer is {list(shape)}")
                     torch.mul(value, 1.0, out=self._wrap(outputs[name], shape))

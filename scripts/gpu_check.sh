@@ -16,7 +16,8 @@
 #   1. the environment (nvidia-smi, nvcc, python, torch);
 #   2. pycuda from source if needed; the fatbin manifest check; the sm_90 cubin and the
 #      whole fatbin rebuilt with this nvcc and compared with the committed one;
-#   3. pytest -m gpu on tests/test_kernels_gpu.py and tests/test_device_rollout_gpu.py;
+#   3. pytest -m gpu on tests/test_kernels_gpu.py, tests/test_device_rollout_gpu.py and
+#      tests/test_device_modules.py;
 #   4. bench/bench_kernels.py (toy executors) and bench/bench_device_rollout.py (the shipped
 #      model: step latency with and without the CUDA graph, memcpy nodes and host copies per
 #      step, frames against the CPU rollout).
@@ -50,7 +51,7 @@ mkdir -p "$OUT"
 export PYTHONPATH="${PYCUDA_SITE:-/tmp/pycuda-site}:${PYCUDA_SITE:-/tmp/pycuda-site}/pycuda-src:.${PYTHONPATH:+:$PYTHONPATH}"
 
 timeout 240 python3 -m pytest -m gpu -v -rs -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" \
-    tests/test_kernels_gpu.py tests/test_device_rollout_gpu.py >"$OUT/pytest_gpu.txt" 2>&1
+    tests/test_kernels_gpu.py tests/test_device_rollout_gpu.py tests/test_device_modules.py >"$OUT/pytest_gpu.txt" 2>&1
 tests=$?
 tail -n 20 "$OUT/pytest_gpu.txt"
 { timeout 90 python3 bench/bench_kernels.py --out "$OUT/bench_kernels.json"; k=$?

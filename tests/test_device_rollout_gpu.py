@@ -17,14 +17,19 @@ def test_shipped_model_on_the_gpu_equals_the_cpu_rollout_with_no_host_copies():
         pytest.skip("PyTorch sees no CUDA GPU")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    from bench.bench_device_rollout import ROOT, _cpu_reference, _one_batch, right_keepout
-    from export.variants.warp_export import load_warp_model, warp_graph_modules
+    from bench.bench_device_rollout import (
+        ROOT,
+        _cpu_reference,
+        _one_batch,
+        device_modules,
+        right_keepout,
+    )
     from kernels.launcher import KernelLauncher
 
     ref = _cpu_reference(ROOT / "models/reference", 2, 6, right_keepout(64, 64))
     assert ref["robot_counts"].shape == (2, 6) and ref["robot_counts"].any()
-    mods = warp_graph_modules(load_warp_model(ROOT / "models/reference-checkpoints"),
-                              (ref["batch"],))
+    mods = device_modules(ROOT / "models/reference", ROOT / "models/reference-checkpoints",
+                          ref["batch"])
     with KernelLauncher() as launcher:
         row = _one_batch(launcher, mods, ref, horizon=6, runs=2)
     for mode in ("eager", "graph"):
