@@ -51,7 +51,8 @@ GROUP_READERS: dict[str, str] = {
 #: - ``syncedge.joint_streams``: URL scheme -> ``JointStream`` class with ``from_url``;
 #: - ``syncedge.chain_readers``: ``chain`` -> ``read(episode, size, fovy_deg,
 #:   photometric_size, log) -> ChainCalibration`` (the chain model's calibration reader;
-#:   keywords ``joint_scale``, and ``motions`` with ``motion_twins`` where motion is given);
+#:   keywords ``joint_scale``, and ``motions`` with ``motion_twins`` where motion is given,
+#:   True unless ``--no-twins``);
 #:   ``anchor`` -> ``anchor(chain, episode, start, start_joint_positions, log) ->
 #:   ChainCalibration`` (the chain refined at a rollout's start frame).
 PLUGINS: dict[str, dict[str, str]] = {

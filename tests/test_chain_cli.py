@@ -431,7 +431,11 @@ def test_a_chain_refined_with_an_episode_is_not_commissioned_on_it(tmp_path, cap
             (["model", "read-chain", "--calibration", cal, "--twins",
               "--out", str(tmp_path / "c.npz")], "--twins: only with --motion"),
             (["calibrate", "store", cal, "--chain", "--twins", "--cache-dir", cache],
-             "--twins: only with --motion")):
+             "--twins: only with --motion"),
+            (["model", "read-chain", "--calibration", cal, "--no-twins",
+              "--out", str(tmp_path / "c.npz")], "--no-twins: only with --motion"),
+            (["calibrate", "store", cal, "--chain", "--no-twins", "--cache-dir", cache],
+             "--no-twins: only with --motion")):
         assert main(argv) == 2, argv
         assert says in capsys.readouterr().err
 
@@ -467,11 +471,12 @@ def test_the_sample_chain_refined_with_motion_matches_its_episodes_and_predicts_
     assert summary["chain_motion"]["motion_psnr_db"] > summary["chain"]["motion_psnr_db"]
 
 
-@pytest.mark.parametrize("flag, twins", [([], False), (["--twins"], True)])
-def test_read_chain_with_motion_chooses_twins_when_told_to(tmp_path, monkeypatch,
-                                                             capsys, flag, twins):
-    """``model read-chain --motion`` hands ``motion_twins=False`` to the reader (no twin
-    choice by default), ``--twins`` hands True."""
+@pytest.mark.parametrize("flag, twins", [([], True), (["--twins"], True),
+                                         (["--no-twins"], False)])
+def test_read_chain_with_motion_chooses_twins_unless_told_not_to(tmp_path, monkeypatch,
+                                                                 capsys, flag, twins):
+    """``model read-chain --motion`` hands ``motion_twins=True`` to the reader (the twin
+    choice is on by default with a motion episode), ``--no-twins`` hands False."""
     pytest.importorskip("torch")
     import export.models.chain_fit as chain_fit
 

@@ -159,9 +159,9 @@ def test_anchoring_with_twins_records_the_swap_and_places_the_arm(mixed):
 
 
 def test_refining_with_motion_and_twins_records_the_swap(mixed):
-    """``refine_chain_with_motion(twins=True)``: a motion episode turning both joints
-    together swaps the shoulder's twin back (``info["twins"]``); by default (no choice)
-    the record is absent."""
+    """``refine_chain_with_motion``: a motion episode turning both joints together swaps
+    the shoulder's twin back (``info["twins"]``), by default as with ``twins=True``; with
+    ``twins=False`` (no choice) the record is absent."""
     from export.models.chain_fit import fit_of_calibration, refine_chain_with_motion
 
     arm, q, frames, _, _, shoulder_twin, _ = mixed
@@ -174,5 +174,7 @@ def test_refining_with_motion_and_twins_records_the_swap(mixed):
     assert [(k["kind"], k["channel"]) for k in twinned.info["twins"]["kept"]] == [("alone", 0)]
     assert _error(arm, fit_of_calibration(twinned), START_Q) < 0.5 * _error(
         arm, shoulder_twin, START_Q)
-    plain = refine_chain_with_motion(chain, cal, [(motion, "motion")], **kw)
+    default = refine_chain_with_motion(chain, cal, [(motion, "motion")], **kw)
+    assert default.info["twins"]["kept"] == twinned.info["twins"]["kept"]
+    plain = refine_chain_with_motion(chain, cal, [(motion, "motion")], twins=False, **kw)
     assert "twins" not in plain.info

@@ -460,9 +460,10 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
                         "readings) to refine the chain with after the read, as model "
                         "read-chain --motion (about 30 s more); repeat for more. Validate "
                         "the cell on another episode")
-    s.add_argument("--twins", action="store_true",
-                   help="with --motion: first choose each channel's depth-mirrored twin by "
-                        "the motion's frames, as model read-chain --twins")
+    s.add_argument("--twins", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --motion (on by default there): first choose each channel's "
+                        "depth-mirrored twin by the motion's frames, as model read-chain "
+                        "--twins; --no-twins keeps the sweep's choice")
     add_model_args(s)
     s.set_defaults(func=run_store)
 

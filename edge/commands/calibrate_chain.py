@@ -123,7 +123,7 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
             log=lambda line: print(f"  [{time.perf_counter() - t0:6.1f} s] {line}",
                                    file=sys.stderr, flush=True),
             joint_scale=getattr(args, "joint_scale", "auto"),
-            **({"motions": motions, "motion_twins": getattr(args, "twins", False)}
+            **({"motions": motions, "motion_twins": getattr(args, "twins", None) is not False}
                if motions else {}))
     except MotionEpisodeError as exc:  # names its episode itself
         raise CalibrateError(f"--motion {exc}") from None
@@ -350,9 +350,10 @@ def run_store(args: argparse.Namespace) -> int:
     from edge.commands.common import use_chain_model
 
     chain = use_chain_model(args, CHAIN_READ)
-    if getattr(args, "twins", False) and not getattr(args, "motion", None):
-        raise CalibrateError("--twins: only with --motion (the twins are chosen by the "
-                             "motion episode's frames)")
+    twins = getattr(args, "twins", None)
+    if twins is not None and not getattr(args, "motion", None):
+        raise CalibrateError(f"--{'' if twins else 'no-'}twins: only with --motion (the "
+                             "twins are chosen by the motion episode's frames)")
     if getattr(args, "motion", None) and not chain:
         raise CalibrateError("--motion: only with --chain (it refines the chain model's "
                              "calibration; an ONNX model's context reads the sweep alone)")
