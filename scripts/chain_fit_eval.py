@@ -342,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
                         "depth-mirrored twins where its frames and the sweep say so "
                         "(twins=True, choose_twins); kept as <read>_anchor[_other]_twins.npz "
                         "(<cell>_dis_motion_twins.npz), the kept twins in the JSON's "
-                        "fit.<read>[].twins (read-chain --motion FILE --twins)")
+                        "fit.<read>[].twins; with --motion-refine this is what "
+                        "read-chain --motion FILE does by default, without it what "
+                        "--no-twins does)")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     import cv2
