@@ -88,8 +88,8 @@ def device_modules(model_dir: Path, checkpoints: Path, batch: int) -> dict[str, 
     from export.variants.warp_export import load_warp_model, warp_graph_modules
 
     manifest = load_model_dir(model_dir, verify=False)
-    fields = any(k.startswith("prepare_b") for k in manifest.graphs)
-    mods = warp_graph_modules(load_warp_model(checkpoints, joint_fields_in_state=fields),
+    mods = warp_graph_modules(load_warp_model(checkpoints,
+                                              joint_fields_in_state=manifest.has_prepare),
                               (batch,))
     for name in (f"step_b{batch}", f"decoder_b{batch}"):
         got = [tuple(t.shape) for t in mods[name][2]]

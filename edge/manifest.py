@@ -240,6 +240,12 @@ class ModelManifest:
         """Batch sizes the step and decoder graphs were exported for, ascending."""
         return tuple(sorted(g.batch for n, g in self.graphs.items() if n.startswith("step_b")))
 
+    @property
+    def has_prepare(self) -> bool:
+        """Whether the model prepares its start latents once per rollout (``prepare_b{B}``
+        graphs; e.g. the warp model's per-DoF flow fields, then carried in the state)."""
+        return any(k.startswith("prepare_b") for k in self.graphs)
+
     def graph(self, kind: str, batch: int | None = None) -> GraphSpec:
         """The graph ``kind`` (for step/decoder: at ``batch``).
 

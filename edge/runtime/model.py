@@ -245,7 +245,7 @@ class WorldModel:
     def has_prepare(self) -> bool:
         """Whether the model prepares its start latents once per rollout (``prepare_b{B}``
         graphs: e.g. the warp model's per-DoF flow fields, made once instead of every step)."""
-        return any(k.startswith("prepare_b") for k in self.manifest.graphs)
+        return self.manifest.has_prepare
 
     def prepare(self, batch: int, latents: np.ndarray, context: np.ndarray,
                 out: np.ndarray) -> np.ndarray:
