@@ -557,15 +557,17 @@ class StateStep(nn.Module):
         cfg, lay = self.cfg, self.cfg.layout
         m, s = cfg.motion_channels, cfg.summary_channels
         z = hist_states[:, -1]
-        if context.dim() == 4:
-            context = context[None].expand(z.shape[0], *context.shape)
-        direction = context[:, :, -1, 0, 0]  # (B, A)
+        # One context for the whole batch (the runtime's case) stays unbatched: the
+        # channel sums below are then plain matrix products [B, A] x [A, D*h*w] and no
+        # [B, A, D, h, w] copy of the context is made every step.
+        shared = context.dim() == 4
+        direction = context[..., -1, 0, 0]  # (A,) or (B, A)
         # The angles in the state already hold every past action: the contract's history
         # actions enter with weight zero (so the exported graph keeps the input; the
         # runtime only ever feeds finite actions).
         theta = (lay.slice(z, "theta")[:, :, 0, 0] + direction * action
                  + hist_actions[:, -1] * 0.0)  # (B, A) rad
-        t_tok, u_tok = context[:, :, :m], context[:, :, m:2 * m]
+        t_tok, u_tok = context[..., :m, :, :], context[..., m:2 * m, :, :]
         if cfg.start_offset:
             # a rotation by theta from offset phi changes a rigid point by
             # (sin(phi + theta) - sin phi) K p + (cos phi - cos(phi + theta)) K^2 p
@@ -576,21 +578,29 @@ class StateStep(nn.Module):
             c_cos = torch.cos(phi) - torch.cos(phi + theta)
         else:
             c_sin, c_cos = torch.sin(theta), 1.0 - torch.cos(theta)
-        motion = (torch.einsum("ba,badhw->bdhw", c_sin, t_tok)
-                  + torch.einsum("ba,badhw->bdhw", c_cos, u_tok))
-        summary = context[:, :, 2 * m:2 * m + s].sum(1)
+        if shared:
+            n_ch = t_tok.shape[0]
+            motion = (c_sin @ t_tok.reshape(n_ch, -1)
+                      + c_cos @ u_tok.reshape(n_ch, -1)).reshape(z.shape[0], m, *z.shape[2:])
+        else:
+            motion = (torch.einsum("ba,badhw->bdhw", c_sin, t_tok)
+                      + torch.einsum("ba,badhw->bdhw", c_cos, u_tok))
+        if shared:
+            summary = context[None, :, 2 * m:2 * m + s].sum(1).expand(z.shape[0], -1, -1, -1)
+        else:
+            summary = context[:, :, 2 * m:2 * m + s].sum(1)
         hh = cfg.grid
         planes = theta[:, :, None, None].expand(-1, -1, hh, hh)
         a, b = lay.ranges["features"]
         parts = [z[:, :b], planes, motion, summary]
         if cfg.joint_width:
-            bsz, k = t_tok.shape[:2]
+            bsz, k = z.shape[0], theta.shape[1]
             if cfg.joint_fields_in_state:
                 f = lay.slice(z, "joint_fields").reshape(bsz, k, 4, hh, hh)
             elif fields is not None:
                 f = fields
             else:
-                f = self.joint_fields(z, context)
+                f = self.joint_fields(z, context)  # expands a shared context itself
             flow = (torch.einsum("ba,bachw->bchw", c_sin, f[:, :, :2])
                     + torch.einsum("ba,bachw->bchw", c_cos, f[:, :, 2:]))
             parts.append(flow)
