@@ -53,6 +53,11 @@ setup(
         "pyarrow>=14",
         "av>=12",
         "onnx>=1.16",
+        # onnx imports ml_dtypes, and the runtime imports onnx when it loads a model (to
+        # fuse each batch's step and decoder into one graph): ml_dtypes 0.7.0's extension
+        # took 1.2-1.5 s to import on a 2-core x86 CPU against 0.16 s for 0.6.0, which
+        # alone breaks the < 1 s cold start to the first frame (bench/bench_runtime.py)
+        "ml_dtypes>=0.5.4,!=0.7.0",
         "onnxruntime>=1.18",
         "PyYAML>=6",
         "cryptography>=42",
