@@ -513,7 +513,8 @@ class CalibrationReader(nn.Module):
 
 class StateStep(nn.Module):
     """(history states ``[B, S, C, h, w]``, history actions ``[B, S, A]``, action ``[B, A]``
-    (rad), context ``[A, D, h, w]`` or ``[B, A, D, h, w]``) -> next state ``[B, C, h, w]``.
+    (rad), context ``[A, D, h, w]`` (one for the whole batch, read without a per-candidate
+    copy) or ``[B, A, D, h, w]``) -> next state ``[B, C, h, w]``.
 
     Only the newest history slot is read: the state carries the start frame and every
     channel's accumulated angle, so a step is the angle update and the motion features
@@ -582,12 +583,10 @@ class StateStep(nn.Module):
             n_ch = t_tok.shape[0]
             motion = (c_sin @ t_tok.reshape(n_ch, -1)
                       + c_cos @ u_tok.reshape(n_ch, -1)).reshape(z.shape[0], m, *z.shape[2:])
+            summary = context[None, :, 2 * m:2 * m + s].sum(1).expand(z.shape[0], -1, -1, -1)
         else:
             motion = (torch.einsum("ba,badhw->bdhw", c_sin, t_tok)
                       + torch.einsum("ba,badhw->bdhw", c_cos, u_tok))
-        if shared:
-            summary = context[None, :, 2 * m:2 * m + s].sum(1).expand(z.shape[0], -1, -1, -1)
-        else:
             summary = context[:, :, 2 * m:2 * m + s].sum(1)
         hh = cfg.grid
         planes = theta[:, :, None, None].expand(-1, -1, hh, hh)
