@@ -239,6 +239,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
+    from edge.commands.common import motion_twins
     from edge.episode import load_episode
     from edge.fileio import sha256_file, write_json_atomic
     from edge.runtime.chain import save_chain_calibration, sweep_check
@@ -278,9 +279,10 @@ def _run_read_chain(args: argparse.Namespace) -> int:
             raise ExportError(f"--motion {path}: no such file; expected an episode (.npz) of "
                               "ordinary motion recorded on this cell")
         motions.append((load_episode(path), path))
-    if args.twins is not None and not motions:
-        raise ExportError(f"--{'' if args.twins else 'no-'}twins: only with --motion (the "
-                          "twins are chosen by the motion episode's frames)")
+    try:
+        twins = motion_twins(args.twins, bool(motions))
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
 
@@ -298,7 +300,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
         chain = read_chain_calibration(ep, (args.grid, args.grid), args.fovy_deg,
                                        args.photometric or None, log=say, motions=motions,
                                        joint_scale=args.joint_scale,
-                                       motion_twins=args.twins is not False)
+                                       motion_twins=twins)
     except MotionEpisodeError as exc:
         raise ExportError(f"--motion {exc}") from None
     except ValueError as exc:

@@ -494,3 +494,17 @@ def test_read_chain_with_motion_chooses_twins_unless_told_not_to(tmp_path, monke
     assert seen["motion_twins"] is twins
     assert [str(w) for _, w in seen["motions"]] == [str(SAMPLE / "commissioning_256.npz")]
     assert out.is_file()
+
+
+def test_motion_twins_reads_the_three_state_flag():
+    """``--twins`` / ``--no-twins`` / neither, with and without ``--motion``: the choice is
+    on unless ``--no-twins``; either flag without a motion episode is refused by name."""
+    from edge.commands.common import motion_twins
+
+    assert motion_twins(None, True) is True
+    assert motion_twins(True, True) is True
+    assert motion_twins(False, True) is False
+    assert motion_twins(None, False) is True
+    for flag, name in ((True, "--twins"), (False, "--no-twins")):
+        with pytest.raises(ValueError, match=f"^{name}: only with --motion"):
+            motion_twins(flag, False)

@@ -96,6 +96,7 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
             "pip install '.[train]', or read the chain on another machine with "
             "'syncedge model read-chain --calibration EPISODE --out CHAIN.npz' and store "
             "it here with '--chain CHAIN.npz'") from None
+    from edge.commands.common import motion_twins
     from edge.episode import load_episode
     from edge.runtime.chain import MotionEpisodeError
 
@@ -123,7 +124,8 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
             log=lambda line: print(f"  [{time.perf_counter() - t0:6.1f} s] {line}",
                                    file=sys.stderr, flush=True),
             joint_scale=getattr(args, "joint_scale", "auto"),
-            **({"motions": motions, "motion_twins": getattr(args, "twins", None) is not False}
+            **({"motions": motions,
+                 "motion_twins": motion_twins(getattr(args, "twins", None), True)}
                if motions else {}))
     except MotionEpisodeError as exc:  # names its episode itself
         raise CalibrateError(f"--motion {exc}") from None
@@ -347,13 +349,13 @@ def run_store(args: argparse.Namespace) -> int:
     from the episode, as ``--chain`` alone), else an ONNX model's
     (:func:`edge.commands.calibrate_cell.run_store`)."""
     from edge.commands import calibrate_cell
-    from edge.commands.common import use_chain_model
+    from edge.commands.common import motion_twins, use_chain_model
 
     chain = use_chain_model(args, CHAIN_READ)
-    twins = getattr(args, "twins", None)
-    if twins is not None and not getattr(args, "motion", None):
-        raise CalibrateError(f"--{'' if twins else 'no-'}twins: only with --motion (the "
-                             "twins are chosen by the motion episode's frames)")
+    try:
+        motion_twins(getattr(args, "twins", None), bool(getattr(args, "motion", None)))
+    except ValueError as exc:
+        raise CalibrateError(str(exc)) from None
     if getattr(args, "motion", None) and not chain:
         raise CalibrateError("--motion: only with --chain (it refines the chain model's "
                              "calibration; an ONNX model's context reads the sweep alone)")

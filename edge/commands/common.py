@@ -64,6 +64,22 @@ def positive_int(text: str) -> int:
     return v
 
 
+def motion_twins(twins: bool | None, has_motion: bool) -> bool:
+    """Whether a chain read refined with a motion episode chooses between twins.
+
+    ``twins`` is the three-state ``--twins`` / ``--no-twins`` flag (None: not given, which
+    means yes); ``has_motion`` whether ``--motion`` named an episode.
+
+    Raises:
+        ValueError: ``--twins`` or ``--no-twins`` was given without ``--motion`` (the twins
+            are chosen by the motion episode's frames); the message names the flag.
+    """
+    if twins is not None and not has_motion:
+        raise ValueError(f"--{'' if twins else 'no-'}twins: only with --motion (the twins are "
+                         "chosen by the motion episode's frames)")
+    return twins is not False
+
+
 def add_context_args(p: argparse.ArgumentParser) -> None:
     """``--cell`` | ``--calibration`` (neither: history mode) and the cache key options."""
     g = p.add_mutually_exclusive_group(required=False)
