@@ -50,7 +50,7 @@ __all__ = ["main", "step_latency_ms"]
 def step_latency_ms(model_dir: Path, case: ReferenceCase, batch: int, threads: int,
                     repeats: int) -> dict[str, float]:
     """Median and p90 latency (ms) of one ``step_b{batch}`` call on ONNX Runtime CPU."""
-    with load_model(model_dir, intra_op_num_threads=threads) as wm:
+    with load_model(model_dir, intra_op_num_threads=threads, candidate_workers=1) as wm:
         idx = np.arange(batch) % len(case.actions)
         feeds = {"history_latents": np.ascontiguousarray(case.hist_latents[idx]),
                  "history_actions": np.ascontiguousarray(case.hist_actions[idx]),

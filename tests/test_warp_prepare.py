@@ -69,6 +69,9 @@ def test_prepared_rollout_gives_the_frames_of_fields_made_every_step():
 def test_prepare_graphs_must_cover_the_step_batch_sizes():
     d = json.loads((MODEL / "model.json").read_text())
     ModelManifest.from_json_dict(d, "m/model.json")  # as shipped: fine
+    sizes = sorted(int(k[len("step_b"):]) for k in d["graphs"] if k.startswith("step_b"))
+    assert sizes == [1, 8, 16]
     del d["graphs"]["prepare_b16"]
-    with pytest.raises(ManifestError, match=r"m/model.json:graphs.*prepare_bN.*\[1, 16\].*\[1\]"):
+    with pytest.raises(ManifestError, match=r"m/model.json:graphs.*prepare_bN.*"
+                                            r"\[1, 8, 16\].*found \[1, 8\]"):
         ModelManifest.from_json_dict(d, "m/model.json")

@@ -51,6 +51,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"inference backend (default cpu; auto tries {', '.join(AUTO_ORDER)})")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="ONNX Runtime intra-op threads (default: one per core)")
+    p.add_argument("--candidate-workers", type=positive_int, default=None, metavar="N",
+                   help="on the cpu backend, run the candidates of a batch as N groups at "
+                        "the same time, each on threads/N ONNX Runtime threads (default: "
+                        "one per thread, at most 4; 1 runs a batch in one session)")
 
 
 def positive_int(text: str) -> int:
@@ -148,7 +152,8 @@ def open_model(args: argparse.Namespace) -> WorldModel:
                 f"model.json, e.g. models/reference)")
         raise RuntimeInputError(f"{model_dir}: no model.json here; expected a model folder "
                                 f"(e.g. models/reference): pass --model DIR")
-    return load_model(model_dir, backend=args.backend, intra_op_num_threads=args.threads)
+    return load_model(model_dir, backend=args.backend, intra_op_num_threads=args.threads,
+                      candidate_workers=getattr(args, "candidate_workers", None))
 
 
 def model_identity(model: WorldModel) -> dict:

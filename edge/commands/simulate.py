@@ -156,6 +156,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             "actions": str(args.actions) if args.actions else "start episode",
             "candidates": n, "horizon": horizon, "names": names,
             "batch_size": rollout.batch, "chunks": rollout.chunks,
+            "candidate_groups": model.shard_plan(rollout.batch) if not model.on_device
+            else None,
             "timings_s": {"first_frame": round(first_frame_s, 6),
                           "rollout": round(rollout_s, 6),
                           "frames_per_s": round(n * (horizon - 1) / steady_s, 2)

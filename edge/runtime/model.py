@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from edge.manifest import ModelContract, ModelManifest, load_model_dir, model_sh
 from edge.runtime.backends import Runner, RunnerFactory, make_runner_factory
 from edge.runtime.errors import BackendError, CallOrderError, RolloutInputError
 
-__all__ = ["WorldModel", "load_model"]
+__all__ = ["WorldModel", "default_candidate_workers", "load_model"]
 
 
 class WorldModel:
@@ -32,14 +33,32 @@ class WorldModel:
             (:meth:`step_decode`; ``edge.runtime.backends.ort.fuse_graphs``; default on:
             faster at batch 16, within the noise at batch 1 on 2 cores; docs/runtime.md,
             "CPU rollout").
+        candidate_workers: where the step and decoder graphs run on ONNX Runtime's CPU
+            execution provider, split the candidates of a batched call into this many
+            groups that run at the same time, each in its own sessions with
+            ``intra_op_num_threads // candidate_workers`` threads (at least 1). 1 (the
+            default) runs a batch in one session. For a model this small, candidates in
+            parallel use the cores better than ONNX Runtime's intra-op threads do
+            (docs/runtime.md, "Candidates in parallel"); :func:`load_model` chooses it.
 
     The constructor only stores arguments; call :meth:`activate` (or use ``with``).
+
+    Raises:
+        RolloutInputError: ``candidate_workers`` < 1.
     """
 
     def __init__(self, model_dir: str | os.PathLike[str],
                  runner_factory: RunnerFactory | None = None, verify: bool = True,
-                 fuse_step_decoder: bool = True):
+                 fuse_step_decoder: bool = True, candidate_workers: int = 1):
+        if int(candidate_workers) < 1:
+            raise RolloutInputError(f"candidate_workers: expected an integer >= 1, found "
+                                    f"{candidate_workers!r}")
         self.model_dir = Path(model_dir)
+        self.candidate_workers = int(candidate_workers)
+        self._workers: list[dict[str, Runner]] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._plans: dict[int, list[list[tuple[int, int]]]] = {}
+        self._rows: dict[tuple[str, int], frozenset[str]] = {}
         self.runner_factory = runner_factory
         self.verify = verify
         self.fuse_step_decoder = fuse_step_decoder
@@ -68,13 +87,21 @@ class WorldModel:
                 runners[key] = factory(self.model_dir / g.file).activate()
             if _device_resident(runners, manifest):
                 self._launcher = _activate_launcher()
-            elif self.fuse_step_decoder:
-                _fused_runners(manifest, runners, self._fused)
+            else:
+                if self.fuse_step_decoder:
+                    _fused_runners(manifest, runners, self._fused)
+                if self.candidate_workers > 1:
+                    _worker_runners(manifest, runners, self._fused, self.candidate_workers,
+                                    self._workers)
         except BaseException:
-            for r in [*runners.values(), *self._fused.values()]:
+            for r in [*runners.values(), *self._fused.values(),
+                      *(r for w in self._workers for r in w.values())]:
                 r.deactivate()
-            self._fused = {}
+            self._fused, self._workers = {}, []
             raise
+        if len(self._workers) > 1:
+            self._pool = ThreadPoolExecutor(len(self._workers) - 1,
+                                            thread_name_prefix="syncedge-candidates")
         self._runners = runners
         self._sha256 = model_sha256(self.model_dir)
         self._manifest = manifest
@@ -131,9 +158,14 @@ class WorldModel:
         if self._launcher is not None:
             self._launcher.deactivate()
             self._launcher = None
-        for r in [*self._runners.values(), *self._fused.values()]:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        for r in [*self._runners.values(), *self._fused.values(),
+                  *(r for w in self._workers for r in w.values())]:
             r.deactivate()
-        self._runners, self._fused = {}, {}
+        self._runners, self._fused, self._workers = {}, {}, []
+        self._plans, self._rows = {}, {}
         self._manifest = None
 
     def __enter__(self) -> WorldModel:
@@ -268,7 +300,8 @@ class WorldModel:
         Raises:
             RolloutInputError: ``batch`` is not an exported batch size (names those).
         """
-        return self._batched("step", batch).infer(feeds, {"next_latent": out})["next_latent"]
+        self._run_batched("step", batch, feeds, {"next_latent": out})
+        return out
 
     def step_decode(self, batch: int, feeds: Mapping[str, np.ndarray], next_out: np.ndarray,
                     frames_out: np.ndarray) -> None:
@@ -284,12 +317,11 @@ class WorldModel:
         Raises:
             RolloutInputError: ``batch`` is not an exported batch size.
         """
-        fused = self._fused.get(batch)
-        if fused is None:
+        if batch not in self._fused:
             self.step(batch, feeds, next_out)
             self.decode(batch, next_out, frames_out)
             return
-        fused.infer(feeds, {"next_latent": next_out, "frames": frames_out})
+        self._run_batched("fused", batch, feeds, {"next_latent": next_out, "frames": frames_out})
 
     @property
     def has_robot_mask(self) -> bool:
@@ -309,8 +341,9 @@ class WorldModel:
         if not self.has_robot_mask:
             raise RolloutInputError(f"{self.model_dir}: the decoder predicts no robot mask "
                                     f"(model.json contract.decoder_outputs)")
-        return self._batched("decoder", batch).infer(
-            {"latents": latents}, {"frames": frames_out, "robot_mask": mask_out})["robot_mask"]
+        self._run_batched("decoder", batch, {"latents": latents},
+                          {"frames": frames_out, "robot_mask": mask_out})
+        return mask_out
 
     def decode(self, batch: int, latents: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Run ``decoder_b{batch}``: latents ``[B, C, h, w]`` -> float32 ``[B, 3, H, W]`` in out.
@@ -318,8 +351,143 @@ class WorldModel:
         Raises:
             RolloutInputError: ``batch`` is not an exported batch size (names those).
         """
-        return self._batched("decoder", batch).infer({"latents": latents},
-                                                     {"frames": out})["frames"]
+        self._run_batched("decoder", batch, {"latents": latents}, {"frames": out})
+        return out
+
+    # -- candidates in parallel --------------------------------------------------------------
+    @property
+    def candidate_groups(self) -> int:
+        """How many groups of candidates run at the same time in a batched call (1: one
+        session runs the whole batch; 0 before :meth:`activate`)."""
+        if self._manifest is None:
+            return 0
+        return max(1, len(self._workers))
+
+    def _runner_of(self, kind: str, batch: int, worker: int | None) -> Runner:
+        """The runner of ``kind`` (``step``, ``decoder`` or ``fused``) for ``batch``: the
+        model's own (``worker`` None) or a candidate worker's."""
+        if worker is not None:  # never the model's own: its binding is not per thread
+            return self._workers[worker][f"{kind}_b{batch}"]
+        if kind == "fused":
+            return self._fused[batch]
+        return self._batched(kind, batch)
+
+    def shard_plan(self, batch: int) -> list[list[tuple[int, int]]]:
+        """How a batched call of exported batch size ``batch`` is split: per candidate
+        group, its ``(first row, exported batch size)`` runs, in order; the groups' rows
+        are contiguous, near-equal and cover ``0..batch-1`` exactly. One group holding one
+        ``(0, batch)`` run where the batch is not split (one worker, a batch smaller than
+        the number of workers, or rows that the exported sizes cannot cover exactly).
+
+        Raises:
+            RolloutInputError: ``batch`` is not an exported batch size.
+        """
+        plan = self._plans.get(batch)
+        if plan is not None:
+            return plan
+        self._batched("step", batch)  # raises for an unexported batch
+        plan = [[(0, batch)]]
+        k = min(len(self._workers), batch)
+        sizes = sorted((s for s in self.batch_sizes if s < batch), reverse=True)
+        if k > 1 and sizes:
+            groups, row = [], 0
+            for g in range(k):
+                n = batch // k + (1 if g < batch % k else 0)
+                runs = []
+                while n > 0:
+                    s = next((s for s in sizes if s <= n), 0)
+                    if s == 0:
+                        break
+                    runs.append((row, s))
+                    row, n = row + s, n - s
+                if n > 0:
+                    groups = []
+                    break
+                groups.append(runs)
+            if groups:
+                plan = groups
+        self._plans[batch] = plan
+        return plan
+
+    def _run_batched(self, kind: str, batch: int, feeds: Mapping[str, np.ndarray],
+                     outputs: Mapping[str, np.ndarray]) -> None:
+        """Run ``kind``'s graph for ``batch`` rows into ``outputs`` (every output batched on
+        its first axis), split over the candidate workers by :meth:`shard_plan`; a batch
+        that is not split runs in the model's own session (all its intra-op threads)."""
+        if not self._workers:
+            self._runner_of(kind, batch, None).infer(feeds, outputs)
+            return
+        plan = self.shard_plan(batch)
+        if len(plan) == 1:
+            self._runner_of(kind, batch, None).infer(feeds, outputs)
+            return
+        rows = self._batched_inputs("step" if kind == "fused" else kind, batch)
+
+        def group(worker: int) -> None:
+            for row, s in plan[worker]:
+                part = {name: arr[row:row + s] if name in rows else arr
+                        for name, arr in feeds.items()}
+                outs = {name: arr[row:row + s] for name, arr in outputs.items()}
+                self._runner_of(kind, s, worker).infer(part, outs)
+
+        assert self._pool is not None  # made in activate() with the workers
+        futures = [self._pool.submit(group, w) for w in range(1, len(plan))]
+        try:
+            group(0)
+        finally:
+            wait(futures)
+        for f in futures:
+            f.result()
+
+    def _batched_inputs(self, kind: str, batch: int) -> frozenset[str]:
+        """The inputs of ``{kind}_b{batch}`` with one row per candidate: first axis
+        ``batch`` there and the batch size in every smaller exported graph of ``kind``
+        (a shared input, e.g. the context, has the same shape in all of them)."""
+        key = (kind, batch)
+        names = self._rows.get(key)
+        if names is None:
+            smaller = [self.manifest.graph(f"{kind}_b{s}") for s in self.batch_sizes
+                       if s < batch]
+            names = frozenset(
+                ts.name for ts in self.manifest.graph(f"{kind}_b{batch}").inputs
+                if ts.shape and ts.shape[0] == batch
+                and all(t.shape[0] == g.batch for g in smaller for t in g.inputs
+                        if t.name == ts.name))
+            self._rows[key] = names
+        return names
+
+
+def _worker_runners(manifest: ModelManifest, runners: Mapping[str, Runner],
+                    fused: Mapping[int, Runner], workers: int,
+                    out: list[dict[str, Runner]]) -> None:
+    """Per candidate worker, its own sessions of the step, decoder and fused graphs of every
+    exported batch size but the largest (a group never runs a whole batch), each with the
+    model's intra-op threads divided by ``workers`` (activated into ``out`` one by one, so a
+    failure leaves only those to free). Nothing is made unless every step and decoder graph
+    runs on ONNX Runtime's CPU execution provider."""
+    from edge.runtime.backends.ort import OrtCpuRunner
+
+    batched = {k: r for k, r in runners.items() if k.startswith(("step_b", "decoder_b"))}
+    if not batched or not all(type(r) is OrtCpuRunner for r in batched.values()):
+        return
+    sizes = manifest.batch_sizes[:-1]
+    graphs: dict[str, OrtCpuRunner] = {  # type: ignore[misc]
+        k: r for k, r in batched.items() if int(k.rsplit("_b", 1)[1]) in sizes}
+    graphs.update({f"fused_b{b}": r for b, r in fused.items() if b in sizes})  # type: ignore[misc]
+    for _ in range(workers):
+        own: dict[str, Runner] = {}
+        out.append(own)
+        for key, r in graphs.items():
+            threads = max(1, (r.intra_op_num_threads or _cores()) // workers)
+            own[key] = r.derived(r.path.name, None, threads).activate()
+
+
+def _cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _device_resident(runners: Mapping[str, Runner], manifest: ModelManifest) -> bool:
@@ -354,12 +522,38 @@ def _activate_launcher() -> Any:
                            f"device: {exc}") from exc
 
 
+def default_candidate_workers(backend: str, intra_op_num_threads: int | None) -> int:
+    """The candidate workers :func:`load_model` chooses: on the ``cpu`` backend one per
+    thread (``intra_op_num_threads``, else one per core), at most 4; 1 on every other
+    backend. Measured on 2 cores (docs/runtime.md, "Candidates in parallel"): the batch-16
+    step took 22 ms with one session on 2 intra-op threads and 10.6 ms as two groups of
+    candidates on 1 thread each."""
+    if backend != "cpu":
+        return 1
+    return max(1, min(4, intra_op_num_threads or _cores()))
+
+
 def load_model(model_dir: str | os.PathLike[str], backend: str = "cpu",
-               intra_op_num_threads: int | None = None) -> WorldModel:
+               intra_op_num_threads: int | None = None,
+               candidate_workers: int | None = None) -> WorldModel:
     """Load, verify and activate a model folder with the named backend.
 
+    Args:
+        model_dir: the model folder (``model.json`` and its graphs).
+        backend: a backend name or ``auto``.
+        intra_op_num_threads: ONNX Runtime threads (None: one per core), shared out among
+            the candidate workers.
+        candidate_workers: groups of candidates run at the same time
+            (:class:`WorldModel`); None: :func:`default_candidate_workers`.
+
     Raises:
-        ManifestError, BackendError, BackendUnavailableError.
+        ManifestError, BackendError, BackendUnavailableError, RolloutInputError.
     """
-    factory = make_runner_factory(backend, intra_op_num_threads=intra_op_num_threads)
-    return WorldModel(model_dir, runner_factory=factory).activate()
+    from edge.runtime.backends import resolve_backend
+
+    concrete = resolve_backend(backend)
+    if candidate_workers is None:
+        candidate_workers = default_candidate_workers(concrete, intra_op_num_threads)
+    factory = make_runner_factory(concrete, intra_op_num_threads=intra_op_num_threads)
+    return WorldModel(model_dir, runner_factory=factory,
+                      candidate_workers=candidate_workers).activate()

@@ -275,7 +275,8 @@ def check_variant(model_dir: str | os.PathLike[str], model: TorchReference,
     t_count = opts.gates.horizon
     per_step = np.zeros(t_count)
     rows: list[list[list[float]]] = []
-    with load_model(model_dir) as wm:
+    # every graph checked as itself: no batch split into groups of smaller graphs
+    with load_model(model_dir, candidate_workers=1) as wm:
         for case in cases:
             cal_lat = _one_step(wm, case, err, per_step)
             rows.append(_rollout(wm, case, cal_lat))

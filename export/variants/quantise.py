@@ -299,7 +299,7 @@ def quantise_model(opts: QuantiseOptions,
             if not opts.data:
                 raise ExportError("--data: INT8 needs the cells root for the quantisation "
                                   "calibration set (training cells, DATA/train)")
-            with load_model(src) as fp32:
+            with load_model(src, candidate_workers=1) as fp32:
                 calibration_set = build_quant_calibration_set(
                     fp32, opts.data, max_cells=opts.max_cells, samples=opts.samples,
                     seed=opts.seed)

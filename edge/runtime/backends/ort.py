@@ -102,10 +102,15 @@ class OrtRunner(Runner):
         self.output_names = tuple(o.name for o in session.get_outputs())
         self._binding = session.io_binding()
 
-    def derived(self, name: str, model_bytes: bytes) -> OrtRunner:
-        """A runner of the same class and options for a graph made in memory (not active)."""
-        return type(self)(self.path.with_name(name), self.intra_op_num_threads,
-                          self.provider_options, self.allow_spinning, model_bytes)
+    def derived(self, name: str, model_bytes: bytes | None,
+                intra_op_num_threads: int | None = None) -> OrtRunner:
+        """A runner of the same class and options (not active) for a graph made in memory
+        (``model_bytes``; None: this runner's own graph again, a second session of it),
+        with ``intra_op_num_threads`` instead of this runner's where given."""
+        threads = intra_op_num_threads or self.intra_op_num_threads
+        return type(self)(self.path.with_name(name), threads, self.provider_options,
+                          self.allow_spinning,
+                          self.model_bytes if model_bytes is None else model_bytes)
 
     def session_options(self) -> onnxruntime.SessionOptions:
         """The session options: ``intra_op_num_threads``, one inter-op thread, sequential
