@@ -16,11 +16,18 @@ frames of both are compared (max |difference| in uint8 levels). PyTorch runs the
 ``syncedge export onnx`` exported (``export.variants.warp_export.warp_graph_modules``) with the
 checkpoint's weights.
 
-ONNX Runtime is measured in three configurations: ``ort_before`` (what this project ran
+ONNX Runtime is measured in four configurations: ``ort_before`` (what this project ran
 before: spinning intra-op pools, one session per graph), ``ort`` (the current defaults:
 threads that sleep between runs, each batch's step and decoder fused into one graph,
-``WorldModel(fuse_step_decoder=True)``) and ``ort_unfused`` (the current session options
-with separate step and decoder sessions). The per-operator tables come from ONNX Runtime's profiler and
+``WorldModel(fuse_step_decoder=True)``, and the candidates of a batch split into
+``edge.runtime.model.default_candidate_workers`` groups that run at the same time, each
+on ``--threads`` / groups intra-op threads), ``ort_one_session`` (the same with the whole
+batch in one session on ``--threads`` intra-op threads, the default until the candidate
+groups) and ``ort_unfused`` (one session, separate step and decoder sessions). Eager
+PyTorch is measured as the target asks (``torch``: the whole batch, ``--threads``
+intra-op threads) and split the same way as ``ort`` (``torch_groups``: the same groups
+of rows on Python threads, ``torch.set_num_threads(--threads / groups)``), so the gain of
+the grouping is shown on both sides. The per-operator tables come from ONNX Runtime's profiler and
 ``torch.profiler`` on separate, profiled runs (profiling adds overhead; the frames/s
 figures come from unprofiled runs). FLOPs are counted from the shapes the profiler
 records: Conv ``2*N*Cout*Hout*Wout*Cin/group*kh*kw``, Einsum ``2*prod(index sizes)``,
@@ -54,7 +61,7 @@ import numpy as np  # noqa: E402
 from edge.episode import load_episode  # noqa: E402
 from edge.runtime.backends.ort import OrtCpuRunner  # noqa: E402
 from edge.runtime.context import encode_calibration  # noqa: E402
-from edge.runtime.model import WorldModel  # noqa: E402
+from edge.runtime.model import WorldModel, default_candidate_workers  # noqa: E402
 from edge.runtime.rollout import Rollout  # noqa: E402
 from kernels import reference as ref  # noqa: E402
 
@@ -150,19 +157,21 @@ class _ProfiledRunner(OrtCpuRunner):
 
 
 def _model(model_dir: Path, threads: int, before: bool, profile_dir: str = "",
-           unoptimised: bool = False, fused: bool = True) -> WorldModel:
+           unoptimised: bool = False, fused: bool = True, workers: int = 1) -> WorldModel:
     if profile_dir:
         factory = lambda p: _ProfiledRunner(p, threads, profile_dir, unoptimised)  # noqa: E731
     else:  # before: the spinning pools this project used until now
         factory = lambda p: OrtCpuRunner(p, intra_op_num_threads=threads,  # noqa: E731
                                          allow_spinning=before)
-    return WorldModel(model_dir, runner_factory=factory, fuse_step_decoder=fused).activate()
+    return WorldModel(model_dir, runner_factory=factory, fuse_step_decoder=fused,
+                      candidate_workers=workers).activate()
 
 
 def ort_rollout(model_dir: Path, n: int, horizon: int, runs: int, threads: int,
-                before: bool = False, fused: bool = True) -> dict[str, Any]:
-    """The product's rollout: first step, median frames/s, the frames of the last run."""
-    model = _model(model_dir, threads, before, fused=fused and not before)
+                before: bool = False, fused: bool = True, workers: int = 1) -> dict[str, Any]:
+    """The product's rollout: first step, median frames/s, the frames of the last run, and
+    how the batch was split (``groups``: per group, its ``[first row, graph batch]`` runs)."""
+    model = _model(model_dir, threads, before, fused=fused and not before, workers=workers)
     try:
         start, actions, ctx = _inputs(model, n, horizon)
         r = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
@@ -176,32 +185,41 @@ def ort_rollout(model_dir: Path, n: int, horizon: int, runs: int, threads: int,
             times.append(_timed(lambda: [r.step() for _ in range(horizon)]))
         frames = r.frames()
         z0 = model.encode(start).copy()
+        groups = model.shard_plan(r.batch) if workers > 1 else [[(0, r.batch)]]
     finally:
         model.deactivate()
     med = float(np.median(times))
     return {"fps": n * horizon / med, "step_ms": med / horizon * 1e3, "first_step_ms": first * 1e3,
             "run_s": times, "frames": frames, "start_latent": z0, "context": ctx.values,
-            "actions": actions, "batch": r.batch}
+            "actions": actions, "batch": r.batch, "groups": [[list(x) for x in g] for g in groups]}
 
 
 def torch_rollout(ckpt: Path, model_dir: Path, n: int, horizon: int, runs: int, threads: int,
                   z0: np.ndarray, context: np.ndarray, actions: np.ndarray,
-                  profile: bool = False) -> dict[str, Any]:
-    """Eager PyTorch, the same loop: the exported step and decoder modules, same weights."""
+                  profile: bool = False, groups: int = 1) -> dict[str, Any]:
+    """Eager PyTorch, the same loop: the exported step and decoder modules, same weights.
+    ``groups`` > 1 splits the batch's rows into that many contiguous groups, each stepped
+    and decoded by its own modules on a Python thread (the ring buffer and uint8 frames
+    stay whole, as in ``Rollout``), with ``threads // groups`` PyTorch threads."""
     import torch
 
     from edge.manifest import load_model_dir
     from export.variants.warp_export import load_warp_model, warp_graph_modules
 
-    torch.set_num_threads(threads)
     man = load_model_dir(model_dir)
     b = next(s for s in man.batch_sizes if s >= n)
+    groups = max(1, min(groups, b))
+    if b % groups:
+        raise SystemExit(f"--batches: a batch of {b} does not split into {groups} equal groups")
+    torch.set_num_threads(max(1, threads // groups))
     # the same graph structure as the exported model (its per-DoF flow fields made once
     # per rollout where the state carries them; z0 is the prepared start latent)
     prepared = "joint_fields" in (man.contract.state_layout or {})
+    g = b // groups
     mods = warp_graph_modules(load_warp_model(ckpt, joint_fields_in_state=prepared),
-                              man.batch_sizes)
+                              tuple(sorted({*man.batch_sizes, g})))
     step, dec = mods[f"step_b{b}"][0].eval(), mods[f"decoder_b{b}"][0].eval()
+    gstep, gdec = mods[f"step_b{g}"][0].eval(), mods[f"decoder_b{g}"][0].eval()
     c = man.contract
     s, a, lat = c.history_length, c.max_dof, int(np.prod(c.latent_shape))
     ring_l = np.zeros((b, s, lat), np.float32)
@@ -219,13 +237,37 @@ def torch_rollout(ckpt: Path, model_dir: Path, n: int, horizon: int, runs: int, 
             z_start = mods[f"prepare_b{b}"][0](torch.from_numpy(z_start).view(
                 b, *c.latent_shape), ctx).reshape(b, -1).numpy().copy()
 
+    nxt_all = np.zeros((b, lat), np.float32)
+    dec_all = np.zeros((b, 3, *c.resolution), np.float32)
+    pool = None
+    if groups > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(groups - 1)
+
+    def group(k: int) -> None:
+        rows = slice(k * g, (k + 1) * g)
+        with torch.inference_mode():
+            nxt = gstep(torch.from_numpy(hist_l[rows]).view(g, s, *c.latent_shape),
+                        torch.from_numpy(hist_a[rows]), torch.from_numpy(act_t[rows]), ctx)
+            nxt_all[rows] = nxt.reshape(g, -1).numpy()
+            dec_all[rows] = gdec(nxt)[0].numpy()
+
     def one(t: int, w: int) -> int:
         ref.select_action(acts, mask, t, out=act_t)
         ref.ring_linearise(ring_l, ring_a, w, hist_l, hist_a)
-        nxt = step(torch.from_numpy(hist_l).view(b, s, *c.latent_shape),
-                   torch.from_numpy(hist_a), torch.from_numpy(act_t), ctx)
-        w = ref.ring_push(ring_l, ring_a, w, nxt.reshape(b, -1).numpy(), act_t, mask)
-        ref.decode_frames(dec(nxt)[0].numpy(), None, out=frames[t])
+        if pool is None:
+            nxt = step(torch.from_numpy(hist_l).view(b, s, *c.latent_shape),
+                       torch.from_numpy(hist_a), torch.from_numpy(act_t), ctx)
+            nxt_all[:] = nxt.reshape(b, -1).numpy()
+            dec_all[:] = dec(nxt)[0].numpy()
+        else:
+            futures = [pool.submit(group, k) for k in range(1, groups)]
+            group(0)
+            for f in futures:
+                f.result()
+        w = ref.ring_push(ring_l, ring_a, w, nxt_all, act_t, mask)
+        ref.decode_frames(dec_all, None, out=frames[t])
         return w
 
     with torch.inference_mode():
@@ -255,6 +297,9 @@ def torch_rollout(ckpt: Path, model_dir: Path, n: int, horizon: int, runs: int, 
                       "self_ms_per_step": e.self_cpu_time_total / 1e3 / horizon}
                      for e in prof.key_averages() if e.self_cpu_time_total > 0]
             table.sort(key=lambda r: -r["self_ms_per_step"])
+    if pool is not None:
+        pool.shutdown()
+    torch.set_num_threads(threads)
     med = float(np.median(times))
     return {"fps": n * horizon / med, "step_ms": med / horizon * 1e3, "first_step_ms": first * 1e3,
             "run_s": times, "frames": frames[:, :n].transpose(1, 0, 2, 3, 4), "ops": table}
@@ -372,21 +417,38 @@ def main(argv: list[str] | None = None) -> int:
         "runs": args.runs, "model": str(args.model), "gemm_peak_gflops": peak,
         "idle_peak_gflops": args.idle_peak, "load_avg_1m_before": load0[0], "batches": {}}
     lines = []
+    workers = default_candidate_workers("cpu", args.threads)
+    res["candidate_workers"] = workers
     for n in args.batches:
         before = ort_rollout(args.model, n, args.horizon, args.runs, args.threads, before=True)
-        ort = ort_rollout(args.model, n, args.horizon, args.runs, args.threads)
+        ort = ort_rollout(args.model, n, args.horizon, args.runs, args.threads, workers=workers)
+        one = ort_rollout(args.model, n, args.horizon, args.runs, args.threads)
         fused = ort_rollout(args.model, n, args.horizon, args.runs, args.threads, fused=False)
         tor = torch_rollout(args.checkpoints, args.model, n, args.horizon, args.runs,
                             args.threads, ort["start_latent"], ort["context"], ort["actions"],
                             profile=True)
+        tgroups = len(ort["groups"])
+        tor_g = torch_rollout(args.checkpoints, args.model, n, args.horizon, args.runs,
+                              args.threads, ort["start_latent"], ort["context"], ort["actions"],
+                              groups=tgroups) if tgroups > 1 else None
         diff = np.abs(ort["frames"].astype(int) - tor["frames"].astype(int))
         ops = ort_op_table(args.model, n, args.horizon, args.threads)
         gemm = [r for r in ops["rows"] if r["mflop_per_step"] > 0]
         gemm_ms = sum(r["ms_per_step"] for r in gemm)
         gemm_mflop = sum(r["mflop_per_step"] for r in gemm)
         step_mflop = ops["mflop_per_step_total"]
-        row = {"batch_graph": ort["batch"],
-               "ort": {k: ort[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
+        keys = ("fps", "step_ms", "first_step_ms", "run_s")
+        row = {"batch_graph": ort["batch"], "candidate_groups": ort["groups"],
+               "ort": {k: ort[k] for k in keys},
+               "ort_one_session": {k: one[k] for k in keys},
+               "ort_one_session_frames_max_abs_diff_u8": int(np.abs(
+                   one["frames"].astype(int) - ort["frames"].astype(int)).max()),
+               "torch_groups": {k: tor_g[k] for k in keys} if tor_g else None,
+               "torch_groups_frames_max_abs_diff_u8": int(np.abs(
+                   tor_g["frames"].astype(int) - tor["frames"].astype(int)).max())
+               if tor_g else None,
+               "ort_vs_torch_groups": ort["fps"] / tor_g["fps"] if tor_g else None,
+               "ort_one_session_vs_torch": one["fps"] / tor["fps"],
                "ort_before": {k: before[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
                "ort_unfused": {k: fused[k] for k in ("fps", "step_ms", "first_step_ms", "run_s")},
                "ort_unfused_frames_max_abs_diff_u8": int(np.abs(
@@ -406,12 +468,20 @@ def main(argv: list[str] | None = None) -> int:
                if gemm_ms else None,
                "ort_ops": ops, "torch_ops": (tor["ops"] or [])[:25]}
         res["batches"][str(n)] = row
-        lines.append(f"batch {n} (graphs b{ort['batch']}): ONNX Runtime {ort['fps']:.1f} frames/s "
+        split = ", ".join("+".join(f"b{s}" for _, s in g) for g in ort["groups"])
+        lines.append(f"batch {n} (graphs b{ort['batch']}; {len(ort['groups'])} candidate "
+                     f"group(s): {split}): ONNX Runtime {ort['fps']:.1f} frames/s "
                      f"({ort['step_ms']:.2f} ms/step, first step {ort['first_step_ms']:.2f} ms); "
-                     f"before {before['fps']:.1f}; not fused {fused['fps']:.1f}; eager PyTorch {tor['fps']:.1f} "
+                     f"one session {one['fps']:.1f}; before {before['fps']:.1f}; not fused "
+                     f"{fused['fps']:.1f}; eager PyTorch {tor['fps']:.1f} "
                      f"({tor['step_ms']:.2f} ms/step, first {tor['first_step_ms']:.2f} ms); "
-                     f"ratio {row['ort_vs_torch']:.2f}x (target >= {TARGETS['ort_vs_torch']}x); "
+                     f"ratio {row['ort_vs_torch']:.2f}x (target >= {TARGETS['ort_vs_torch']}x; "
+                     f"one session {row['ort_one_session_vs_torch']:.2f}x); "
                      f"frames max |diff| {row['frames_max_abs_diff_u8']} u8 levels")
+        if tor_g:
+            lines.append(f"  eager PyTorch in the same {len(ort['groups'])} groups: "
+                         f"{tor_g['fps']:.1f} frames/s; ONNX Runtime / it "
+                         f"{row['ort_vs_torch_groups']:.2f}x")
         lines.append(f"  {step_mflop:.1f} MFLOP/step (conv/matmul): step at "
                      f"{row['step_fraction_of_peak']:.1%} of the {peak_best:.0f} GFLOP/s GEMM "
                      f"peak measured in this run ({row['step_fraction_of_idle_peak']:.1%} of "
