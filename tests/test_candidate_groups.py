@@ -44,13 +44,13 @@ def test_the_plan_covers_every_row_once_in_near_equal_groups() -> None:
         assert m.shard_plan(4) == [[(0, 1)], [(1, 1)], [(2, 1)], [(3, 1)]]
 
 
-@pytest.mark.parametrize("workers", [2, 3])
-def test_groups_give_the_frames_of_one_session(workers: int) -> None:
-    start, actions = _inputs(4, 6, seed=5)
+@pytest.mark.parametrize(("workers", "n"), [(2, 4), (3, 4), (2, 7)])
+def test_groups_give_the_frames_of_one_session(workers: int, n: int) -> None:
+    start, actions = _inputs(n, 6, seed=5)  # 7 candidates: two chunks of the b4 graphs
     cal = calibration_episode(3, 4, 16, 16, seed=3)
     with WorldModel(tiny_model_dir(), runner_factory=_factory(1)) as one:
         ctx = encode_calibration(one, cal)
-        want = Rollout(one, ctx, max_horizon=6, max_candidates=4).run(start, actions)
+        want = Rollout(one, ctx, max_horizon=6, max_candidates=n).run(start, actions)
     seen: set[str] = set()
     with WorldModel(tiny_model_dir(), runner_factory=_factory(workers),
                     candidate_workers=workers) as m:
@@ -62,8 +62,9 @@ def test_groups_give_the_frames_of_one_session(workers: int) -> None:
                     seen.add(threading.current_thread().name)
                     return infer(feeds, outputs)
                 r._infer = spy
-        got = Rollout(m, encode_calibration(m, cal), max_horizon=6,
-                      max_candidates=4).run(start, actions)
+        r = Rollout(m, encode_calibration(m, cal), max_horizon=6, max_candidates=n)
+        got = r.run(start, actions)
+        assert r.chunks == (1 if n <= 4 else 2)
     # the b1 and b4 graphs round differently in the last bit at most
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
     assert (got == want).mean() > 0.99
@@ -139,3 +140,51 @@ def test_the_shipped_model_in_groups_gives_its_frames() -> None:
             m.deactivate()
     diff = np.abs(out[1].astype(int) - out[2].astype(int))
     assert diff.max() <= 1 and (diff == 0).mean() > 0.999
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_row_work_runs_around_each_group_on_its_thread(workers: int) -> None:
+    calls: list[tuple[str, str, int, int]] = []
+
+    def work(kind):
+        return lambda first, stop: calls.append(
+            (kind, threading.current_thread().name, first, stop))
+    with WorldModel(tiny_model_dir(), runner_factory=_factory(workers),
+                    candidate_workers=workers) as m:
+        c = m.contract
+        feeds = {"history_latents": np.zeros((4, c.history_length, *c.latent_shape), np.float32),
+                 "history_actions": np.zeros((4, c.history_length, c.max_dof), np.float32),
+                 "action": np.zeros((4, c.max_dof), np.float32),
+                 "context": np.zeros(c.context_shape, np.float32)}
+        nxt = np.zeros((4, *c.latent_shape), np.float32)
+        frames = np.zeros((4, 3, *c.resolution), np.float32)
+        m.step_decode(4, feeds, nxt, frames, work("before"), work("after"))
+    spans = sorted((k, a, b) for k, _, a, b in calls)
+    if workers == 1:
+        assert spans == [("after", 0, 4), ("before", 0, 4)]
+    else:
+        assert spans == [("after", 0, 2), ("after", 2, 4), ("before", 0, 2), ("before", 2, 4)]
+        thread_of = {(a, b): t for k, t, a, b in calls if k == "before"}
+        assert thread_of[(0, 2)] == threading.current_thread().name != thread_of[(2, 4)]
+        assert all(thread_of[(a, b)] == t for k, t, a, b in calls if k == "after")
+
+
+def test_nan_in_one_group_is_counted_over_all_groups() -> None:
+    start, actions = _inputs(4, 2, seed=1)
+    cal = calibration_episode(3, 4, 16, 16, seed=3)
+    with WorldModel(tiny_model_dir(), runner_factory=_factory(2), candidate_workers=2) as m:
+        ctx = encode_calibration(m, cal)
+        runner = m._workers[1]["fused_b1"]
+        infer = runner._infer
+
+        def poisoned(feeds, outputs):
+            result = infer(feeds, outputs)
+            outputs["frames"][...] = np.nan
+            return result
+        runner._infer = poisoned
+        r = Rollout(m, ctx, max_horizon=2, max_candidates=4)
+        r.reset(start, actions)
+        # the second group's two rows: 2 x 3 x 16 x 16 values
+        with pytest.raises(RolloutInputError, match=r"step 0: the decoder produced NaN .*found "
+                                                    r"1536 NaN value"):
+            r.step()

@@ -7,7 +7,7 @@ Holds the verified manifest and one runner per graph (``encoder``, ``calibration
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,11 @@ from edge.manifest import ModelContract, ModelManifest, load_model_dir, model_sh
 from edge.runtime.backends import Runner, RunnerFactory, make_runner_factory
 from edge.runtime.errors import BackendError, CallOrderError, RolloutInputError
 
-__all__ = ["WorldModel", "default_candidate_workers", "load_model"]
+__all__ = ["RowWork", "WorldModel", "default_candidate_workers", "load_model"]
+
+#: The caller's per-row work around a batched call: ``f(first, stop)`` for rows
+#: ``first..stop-1`` (:meth:`WorldModel.step_decode`).
+RowWork = Callable[[int, int], None]
 
 
 class WorldModel:
@@ -304,7 +308,8 @@ class WorldModel:
         return out
 
     def step_decode(self, batch: int, feeds: Mapping[str, np.ndarray], next_out: np.ndarray,
-                    frames_out: np.ndarray) -> None:
+                    frames_out: np.ndarray, before: RowWork | None = None,
+                    after: RowWork | None = None) -> None:
         """:meth:`step` then :meth:`decode` of its ``next_latent`` (one fused session run
         where the model was activated with ``fuse_step_decoder``).
 
@@ -313,15 +318,25 @@ class WorldModel:
             feeds: the step graph's inputs.
             next_out: float32 ``[B, C, h, w]``, receives ``next_latent``.
             frames_out: float32 ``[B, 3, H, W]``, receives the decoded frames.
+            before, after: the caller's own per-row work, called as ``f(first, stop)``
+                (rows ``first..stop-1`` of this batch) just before and just after those
+                rows are stepped and decoded, on the thread that runs them: with candidate
+                groups, each group's rows on its own thread at the same time as the other
+                groups' (so the work must touch those rows only), else once for all rows.
 
         Raises:
             RolloutInputError: ``batch`` is not an exported batch size.
         """
         if batch not in self._fused:
+            if before is not None:
+                before(0, batch)
             self.step(batch, feeds, next_out)
             self.decode(batch, next_out, frames_out)
+            if after is not None:
+                after(0, batch)
             return
-        self._run_batched("fused", batch, feeds, {"next_latent": next_out, "frames": frames_out})
+        self._run_batched("fused", batch, feeds, {"next_latent": next_out, "frames": frames_out},
+                          before, after)
 
     @property
     def has_robot_mask(self) -> bool:
@@ -410,25 +425,33 @@ class WorldModel:
         return plan
 
     def _run_batched(self, kind: str, batch: int, feeds: Mapping[str, np.ndarray],
-                     outputs: Mapping[str, np.ndarray]) -> None:
+                     outputs: Mapping[str, np.ndarray], before: RowWork | None = None,
+                     after: RowWork | None = None) -> None:
         """Run ``kind``'s graph for ``batch`` rows into ``outputs`` (every output batched on
         its first axis), split over the candidate workers by :meth:`shard_plan`; a batch
-        that is not split runs in the model's own session (all its intra-op threads)."""
-        if not self._workers:
-            self._runner_of(kind, batch, None).infer(feeds, outputs)
-            return
-        plan = self.shard_plan(batch)
+        that is not split runs in the model's own session (all its intra-op threads).
+        ``before``/``after``: as in :meth:`step_decode`."""
+        plan = self.shard_plan(batch) if self._workers else [[(0, batch)]]
         if len(plan) == 1:
+            if before is not None:
+                before(0, batch)
             self._runner_of(kind, batch, None).infer(feeds, outputs)
+            if after is not None:
+                after(0, batch)
             return
         rows = self._batched_inputs("step" if kind == "fused" else kind, batch)
 
         def group(worker: int) -> None:
+            first, stop = plan[worker][0][0], plan[worker][-1][0] + plan[worker][-1][1]
+            if before is not None:
+                before(first, stop)
             for row, s in plan[worker]:
                 part = {name: arr[row:row + s] if name in rows else arr
                         for name, arr in feeds.items()}
                 outs = {name: arr[row:row + s] for name, arr in outputs.items()}
                 self._runner_of(kind, s, worker).infer(part, outs)
+            if after is not None:
+                after(first, stop)
 
         assert self._pool is not None  # made in activate() with the workers
         futures = [self._pool.submit(group, w) for w in range(1, len(plan))]

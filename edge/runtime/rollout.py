@@ -405,26 +405,62 @@ class Rollout:
                                         f"the model and the inputs") from exc
             return self.out_frames[t, :self._n]
         ref.select_action(v.actions, self.mask, t, out=v.action_t)
-        ref.ring_linearise(v.ring_latents, v.ring_actions, self._w, v.hist_latents,
-                           v.hist_actions)
         masks = self.out_masks[t] if self.out_masks is not None else self._step_mask
-        for k in range(v.chunks):
-            if masks is None:
-                self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k])
-            else:  # one decoder run for both outputs
+        if masks is None:
+            self._host_step_decode(t)
+        else:
+            ref.ring_linearise(v.ring_latents, v.ring_actions, self._w, v.hist_latents,
+                               v.hist_actions)
+            for k in range(v.chunks):  # one decoder run for both outputs
                 self.model.step(b, v.feeds[k], v.next[k])
                 self.model.decode_robot_mask(b, v.next[k], v.dec[k], masks[k * b:(k + 1) * b])
-        self._w = ref.ring_push(v.ring_latents, v.ring_actions, self._w, v.next_flat,
-                                v.action_t, self.mask)
-        try:
-            ref.decode_frames(v.decoded, v.offset, out=self.out_frames[t, :v.rows])
-        except NonFiniteOutputError as exc:
-            raise RolloutInputError(f"step {t}: the decoder produced NaN ({exc}); check the "
-                                    f"model and the inputs") from exc
+            self._w = ref.ring_push(v.ring_latents, v.ring_actions, self._w, v.next_flat,
+                                    v.action_t, self.mask)
+            try:
+                ref.decode_frames(v.decoded, v.offset, out=self.out_frames[t, :v.rows])
+            except NonFiniteOutputError as exc:
+                raise RolloutInputError(f"step {t}: the decoder produced NaN ({exc}); check "
+                                        f"the model and the inputs") from exc
         if self.out_robot is not None and self.keepout is not None and masks is not None:
             self.out_robot[t, :v.rows] = ref.robot_in_keepout(masks[:v.rows, 0], self.keepout)
         self._t = t + 1
         return self.out_frames[t, :self._n]
+
+    def _host_step_decode(self, t: int) -> None:
+        """Step ``t`` on the host without masks: per chunk, one fused step+decoder call, the
+        ring buffer's history read before and its push and the uint8 frames after each
+        group of candidates, on the thread that runs that group
+        (:meth:`WorldModel.step_decode`'s ``before``/``after``; rows are independent, so
+        the result is that of doing them for all rows at once).
+
+        Raises:
+            RolloutInputError: the decoder produced NaN.
+        """
+        v, b, w = self._v, self.batch, self._w
+        out = self.out_frames[t]
+        nan: list[int] = []  # one count per group (list.append is atomic)
+
+        for k in range(v.chunks):
+            base = k * b
+
+            def before(first: int, stop: int, base: int = base) -> None:
+                r = slice(base + first, base + stop)
+                ref.ring_linearise(v.ring_latents[r], v.ring_actions[r], w, v.hist_latents[r],
+                                   v.hist_actions[r])
+
+            def after(first: int, stop: int, base: int = base) -> None:
+                r = slice(base + first, base + stop)
+                ref.ring_push(v.ring_latents[r], v.ring_actions[r], w, v.next_flat[r],
+                              v.action_t[r], self.mask)
+                nan.append(ref.decode_frames_counting(
+                    v.decoded[r], None if v.offset is None else v.offset[r], out=out[r])[1])
+
+            self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k], before, after)
+        self._w = (w + 1) % self.model.contract.history_length
+        if sum(nan):
+            raise RolloutInputError(f"step {t}: the decoder produced NaN "
+                                    f"({NonFiniteOutputError(sum(nan))}); check the model and "
+                                    f"the inputs")
 
     def _download(self) -> None:
         """Device path: copy the frames (and the robot counts) of the steps taken to the
