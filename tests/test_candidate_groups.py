@@ -85,18 +85,26 @@ def test_groups_give_the_robot_masks_of_one_session() -> None:
     np.testing.assert_allclose(out[2][1], out[1][1], atol=1e-5)
 
 
-def test_a_failing_group_raises_after_every_group_is_done() -> None:
-    start, actions = _inputs(4, 3, seed=1)
-    cal = calibration_episode(3, 4, 16, 16, seed=3)
-    with WorldModel(tiny_model_dir(), runner_factory=_factory(2), candidate_workers=2) as m:
-        ctx = encode_calibration(m, cal)
-        runner = m._workers[1]["fused_b1"]
+def _second_group_rollout(horizon: int, patch) -> tuple[WorldModel, Rollout]:
+    """Two groups over 4 candidates on the tiny model, the second group's fused b1 runner's
+    ``_infer`` replaced by ``patch(original)``; the rollout is reset (model active)."""
+    start, actions = _inputs(4, horizon, seed=1)
+    m = WorldModel(tiny_model_dir(), runner_factory=_factory(2), candidate_workers=2).activate()
+    ctx = encode_calibration(m, calibration_episode(3, 4, 16, 16, seed=3))
+    runner = m._workers[1]["fused_b1"]
+    runner._infer = patch(runner._infer)
+    r = Rollout(m, ctx, max_horizon=horizon, max_candidates=4)
+    r.reset(start, actions)
+    return m, r
 
-        def broken(feeds, outputs):
+
+def test_a_failing_group_raises_after_every_group_is_done() -> None:
+    def broken(infer):
+        def run(feeds, outputs):
             raise BackendError("step_decoder_b1.onnx: inference failed: test")
-        runner._infer = broken
-        r = Rollout(m, ctx, max_horizon=3, max_candidates=4)
-        r.reset(start, actions)
+        return run
+    m, r = _second_group_rollout(3, broken)
+    with m:
         with pytest.raises(BackendError, match="inference failed: test"):
             r.step()
     assert m._pool is None and m._workers == []  # deactivated: threads and sessions freed
@@ -170,20 +178,14 @@ def test_row_work_runs_around_each_group_on_its_thread(workers: int) -> None:
 
 
 def test_nan_in_one_group_is_counted_over_all_groups() -> None:
-    start, actions = _inputs(4, 2, seed=1)
-    cal = calibration_episode(3, 4, 16, 16, seed=3)
-    with WorldModel(tiny_model_dir(), runner_factory=_factory(2), candidate_workers=2) as m:
-        ctx = encode_calibration(m, cal)
-        runner = m._workers[1]["fused_b1"]
-        infer = runner._infer
-
-        def poisoned(feeds, outputs):
+    def poisoned(infer):
+        def run(feeds, outputs):
             result = infer(feeds, outputs)
             outputs["frames"][...] = np.nan
             return result
-        runner._infer = poisoned
-        r = Rollout(m, ctx, max_horizon=2, max_candidates=4)
-        r.reset(start, actions)
+        return run
+    m, r = _second_group_rollout(2, poisoned)
+    with m:
         # the second group's two rows: 2 x 3 x 16 x 16 values
         with pytest.raises(RolloutInputError, match=r"step 0: the decoder produced NaN .*found "
                                                     r"1536 NaN value"):
