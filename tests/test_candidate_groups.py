@@ -11,7 +11,7 @@ import pytest
 from edge.episode import load_episode
 from edge.runtime.backends.ort import OrtCpuRunner
 from edge.runtime.context import encode_calibration
-from edge.runtime.errors import BackendError, RolloutInputError
+from edge.runtime.errors import BackendError, CallOrderError, RolloutInputError
 from edge.runtime.model import WorldModel, default_candidate_workers, load_model
 from edge.runtime.rollout import Rollout
 from tests.fixtures.runtime import calibration_episode, tiny_model_dir
@@ -106,6 +106,9 @@ def test_a_failing_group_raises_after_every_group_is_done() -> None:
     m, r = _second_group_rollout(3, broken)
     with m:
         with pytest.raises(BackendError, match="inference failed: test"):
+            r.step()
+        # the first group may have pushed this step: stepping on needs a reset first
+        with pytest.raises(CallOrderError, match=r"call reset\(\) first"):
             r.step()
     assert m._pool is None and m._workers == []  # deactivated: threads and sessions freed
 

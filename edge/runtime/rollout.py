@@ -435,6 +435,8 @@ class Rollout:
 
         Raises:
             RolloutInputError: the decoder produced NaN.
+            BackendError: a graph failed; some groups may have pushed this step already,
+                so the rollout needs :meth:`reset` before the next step.
         """
         v, b, w = self._v, self.batch, self._w
         out = self.out_frames[t]
@@ -455,7 +457,11 @@ class Rollout:
                 nan.append(ref.decode_frames_counting(
                     v.decoded[r], None if v.offset is None else v.offset[r], out=out[r])[1])
 
-            self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k], before, after)
+            try:
+                self.model.step_decode(b, v.feeds[k], v.next[k], v.dec[k], before, after)
+            except BaseException:
+                self._t = -1  # the ring buffer may be part-pushed: reset() first
+                raise
         self._w = (w + 1) % self.model.contract.history_length
         if sum(nan):
             raise RolloutInputError(f"step {t}: the decoder produced NaN "
