@@ -193,3 +193,16 @@ def test_nan_in_one_group_is_counted_over_all_groups() -> None:
         with pytest.raises(RolloutInputError, match=r"step 0: the decoder produced NaN .*found "
                                                     r"1536 NaN value"):
             r.step()
+
+
+def test_unfused_step_and_decoder_in_groups_give_the_frames_of_one_session() -> None:
+    start, actions = _inputs(7, 6, seed=5)
+    cal = calibration_episode(3, 4, 16, 16, seed=3)
+    out = {}
+    for fuse, workers in ((True, 1), (False, 2)):
+        with WorldModel(tiny_model_dir(), runner_factory=_factory(2), fuse_step_decoder=fuse,
+                        candidate_workers=workers) as m:
+            assert bool(m._fused) is fuse
+            out[fuse] = Rollout(m, encode_calibration(m, cal), max_horizon=6,
+                                max_candidates=7).run(start, actions)
+    assert np.abs(out[True].astype(int) - out[False].astype(int)).max() <= 1

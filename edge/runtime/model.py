@@ -327,13 +327,10 @@ class WorldModel:
         Raises:
             RolloutInputError: ``batch`` is not an exported batch size.
         """
-        if batch not in self._fused:
-            if before is not None:
-                before(0, batch)
-            self.step(batch, feeds, next_out)
-            self.decode(batch, next_out, frames_out)
-            if after is not None:
-                after(0, batch)
+        if batch not in self._fused:  # the row work in the same groups, around both calls
+            self._run_batched("step", batch, feeds, {"next_latent": next_out}, before, None)
+            self._run_batched("decoder", batch, {"latents": next_out}, {"frames": frames_out},
+                              None, after)
             return
         self._run_batched("fused", batch, feeds, {"next_latent": next_out, "frames": frames_out},
                           before, after)
