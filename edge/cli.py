@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
@@ -20,9 +21,27 @@ from edge.commands.helptext import STATE_ROOT_HELP
 from edge.errors import EdgeError, missing_dependency
 from edge.plugins import entries, load
 
-__all__ = ["build_parser", "main", "run_parsed"]
+__all__ = ["build_parser", "join_negative_values", "main", "run_parsed"]
 
 ENTRY_POINT_GROUP = "syncedge.commands"  # read through edge.plugins
+
+#: Options whose value is a comma-separated list of numbers that may start with a minus
+#: sign (joint readings): argparse would take ``-0.59,0.1`` for an option.
+NUMBER_LIST_OPTIONS = ("--start-joints", "--joint-state")
+_NEGATIVE = re.compile(r"^-\.?\d")
+
+
+def join_negative_values(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--start-joints -0.5,...`` written as ``--start-joints=-0.5,...`` (the
+    :data:`NUMBER_LIST_OPTIONS` followed by a value that starts with a minus sign and a
+    digit), so that a joint state copied from a controller parses as given."""
+    out = list(argv)
+    i = 0
+    while i < len(out) - 1:
+        if out[i] in NUMBER_LIST_OPTIONS and _NEGATIVE.match(out[i + 1]):
+            out[i:i + 2] = [f"{out[i]}={out[i + 1]}"]
+        i += 1
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     See :func:`run_parsed` for exit codes.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

@@ -23,6 +23,7 @@ the final name. :func:`load_episode` validates everything and raises
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -377,12 +378,21 @@ def load_episode(path: str | os.PathLike[str]) -> Episode:
         with np.load(path, allow_pickle=False) as npz:
             keys = set(npz.files)
             if _META_KEY not in keys:
-                raise EpisodeError("not a syncedge episode file (no metadata)", path=path,
-                                   field="metadata")
+                hint = ("; this is a chain calibration (from `syncedge model read-chain`): "
+                        "give it as --chain" if "header_json" in keys and "axes" in keys
+                        else "; write episodes with syncedge (e.g. `syncedge calibrate "
+                        "record`) or import them (`syncedge calibrate import`)")
+                raise EpisodeError(f"not a syncedge episode file (no '{_META_KEY}' array; "
+                                   f"found {sorted(keys)}){hint}", path=path, field=_META_KEY)
             meta_bytes = npz[_META_KEY].tobytes()
             missing = [k for k in _ARRAY_KEYS if k not in keys]
             if missing:
-                raise EpisodeError(f"missing array(s) {missing}", path=path, field=missing[0])
+                extra = sorted(keys - set(_ARRAY_KEYS) - set(_OPTIONAL_KEYS) - {_META_KEY})
+                near = {m: difflib.get_close_matches(m, extra, n=1) for m in missing}
+                hint = "".join(f"; found '{c[0]}': rename it '{m}'" for m, c in near.items()
+                               if c)
+                raise EpisodeError(f"missing array(s) {missing}{hint}", path=path,
+                                   field=missing[0])
             unknown = sorted(keys - set(_ARRAY_KEYS) - set(_OPTIONAL_KEYS) - {_META_KEY})
             if unknown:
                 raise EpisodeError(f"unknown array(s) {unknown}", path=path, field=unknown[0])

@@ -223,7 +223,8 @@ a whole multiple of the model's grid (e.g. 256x256 for the 64x64 grid): tracks a
 read to a fraction of a model pixel.
 The camera's vertical field of view comes from the episode's metadata.camera.fovy_deg or
 --fovy-deg. Needs torch (pip install 'syncedge[train]'); 1-3 minutes per cell on 2 idle
-CPU cores. Prints one line per stage; the file is written whole or not at all.
+CPU cores (several times that with other work running). Prints a line per stage and per
+channel fitted; the file is written whole or not at all.
 
 --motion FILE adds an episode of ordinary motion on the same cell (the joints moving
 together, same camera and resolution, with joint readings): the sweep moves one channel

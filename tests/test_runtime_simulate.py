@@ -118,7 +118,7 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     ("nan", r"a.npy: expected finite actions, found nan at \[candidate, step, channel\] = "
             r"\[0, 2, 1\]"),
     ("inf", r"a.csv: expected finite actions, found inf"),
-    ("frame", r"s.png: expected a start frame of \(16, 16\) px"),
+    ("frame", r"s.png: expected a start frame 16 px wide and 16 high .*found \d+ wide"),
     ("no_actions", r"--actions: required"),
     ("missing_png", r"nowhere.png: no such image file"),
     ("calibration_size", r"small.npz: calibration frames are 8x8; the model takes 16x16"),

@@ -103,16 +103,16 @@ def load_for_check(path: str | os.PathLike[str]) -> EpisodeArrays:
     try:
         return EpisodeArrays.from_episode(load_episode(path))
     except EpisodeError as exc:
-        error = str(exc)
+        error, first = str(exc), exc
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(z["metadata_json"].tobytes().decode("utf-8"))
             arr = EpisodeArrays(z["frames"], z["actions"], z["timestamps"], meta,
                                 z["joint_positions"] if "joint_positions" in z.files else None,
                                 error)
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
-        raise EpisodeError(f"cannot read it for the check ({error}; {exc})", path=path) \
-            from None
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        # not readable even as raw arrays: the episode reader's own message says why
+        raise first from None
     if arr.frames.ndim != 4 or arr.actions.ndim != 2 or len(arr.actions) != len(arr.frames):
         raise EpisodeError(f"cannot check it: {error}", path=path)
     return arr
@@ -380,20 +380,26 @@ def _distinct(arr: EpisodeArrays, dofs: list[dict], opts: CheckOptions) -> list[
 def coverage_sheets(arr: EpisodeArrays, report: dict[str, Any]) -> dict[str, np.ndarray]:
     """Contact sheets: ``{"coverage": all DoFs, <dof>: one DoF}``, RGB uint8 images.
 
-    Each DoF's row shows the 9 frames of its segment labelled with the verdict.
+    Each DoF's row shows the 9 frames of its segment, each tile named by its frame index
+    (``f12``) and time from the episode's start (``1.2s``), the row labelled with the
+    verdict and how far the joint swept out against the plan (the reading's unit).
     """
     from edge.visual import contact_sheet
 
-    rows, labels, sheets = [], [], {}
+    rows, labels, tiles, sheets = [], [], [], {}
     scale = max(2, 192 // max(1, arr.frames.shape[1]))
+    t = np.asarray(arr.timestamps, np.float64)
     for d in report["dofs"]:
         s = d["segment_start"]
         row = arr.frames[s:s + SEGMENT_FRAMES + 1]
-        label = f"{d['dof']} {'ok' if d['passed'] else 'FAIL'} {d['swept_out']:.2f}"
-        tiles = [[f"{r}" for r in range(s, s + len(row))]]
-        sheets[d["dof"]] = contact_sheet([row], [label], tiles, scale=scale)
+        label = (f"{d['dof']} {'ok' if d['passed'] else 'FAIL'}: swept out "
+                 f"{d['swept_out']:.2f} of {abs(d['planned_amplitude']):.2f} planned")
+        names = [f"f{r} {t[r] - t[0]:.1f}s" if r < len(t) else f"f{r}"
+                 for r in range(s, s + len(row))]
+        sheets[d["dof"]] = contact_sheet([row], [label], [names], scale=scale)
         rows.append(row)
         labels.append(label)
+        tiles.append(names)
     if rows:
-        sheets["coverage"] = contact_sheet(rows, labels, scale=scale)
+        sheets["coverage"] = contact_sheet(rows, labels, tiles, scale=scale)
     return sheets

@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from edge.runtime.context import (
     encode_calibration,
 )
 from edge.runtime.errors import RuntimeInputError
+from edge.runtime.inputs import episode_mismatch_warning
 from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
 
@@ -152,8 +154,16 @@ def open_model(args: argparse.Namespace) -> WorldModel:
                 f"model.json, e.g. models/reference)")
         raise RuntimeInputError(f"{model_dir}: no model.json here; expected a model folder "
                                 f"(e.g. models/reference): pass --model DIR")
+    cores = os.cpu_count() or 1
+    workers = getattr(args, "candidate_workers", None)
+    say_warnings(([f"--threads {args.threads}: more than this machine's {cores} cores (the "
+                   "threads will share them)"] if args.threads and args.threads > cores
+                  else [])
+                 + ([f"--candidate-workers {workers}: more groups than the {args.threads or cores}"
+                     f" threads; each group runs on 1 thread and the CPU is oversubscribed"]
+                    if workers and workers > (args.threads or cores) else []))
     return load_model(model_dir, backend=args.backend, intra_op_num_threads=args.threads,
-                      candidate_workers=getattr(args, "candidate_workers", None))
+                      candidate_workers=workers)
 
 
 def model_identity(model: WorldModel) -> dict:
@@ -228,7 +238,13 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
         return history_context(model, history_dof)
     if args.calibration:
         episode = load_episode(args.calibration)
-        return encode_calibration(model, episode, where=str(args.calibration))
+        ctx = encode_calibration(model, episode, where=str(args.calibration))
+        m = episode.metadata
+        mismatch = episode_mismatch_warning(
+            start_episode.metadata if start_episode is not None else None,
+            {"cell_id": m.cell_id, "camera_id": m.camera_id, "robot_id": m.robot_id},
+            str(args.start), str(args.calibration))
+        return replace(ctx, warnings=(mismatch,)) if mismatch else ctx
     if not args.cell:
         return history_context(model, history_dof)
     meta = start_episode.metadata if start_episode is not None else None
@@ -320,6 +336,44 @@ def _other_models_hint(source: ContextSource, args: argparse.Namespace, camera: 
             f"'{store_command(args, args.cell, camera, robot)}'")
 
 
+def say_warnings(lines: Sequence[str]) -> list[str]:
+    """Print each line on stderr as ``warning: ...``; returns them (for the report's
+    ``warnings``)."""
+    for line in lines:
+        print(f"warning: {line}", file=sys.stderr)
+    return list(lines)
+
+
+def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode | None,
+                         q0: Any, actions: Any, actions_from: str, joints_flag: str
+                         ) -> list[str]:
+    """What ``simulate --chain`` and ``precheck --chain`` warn about before the rollout: a
+    start episode recorded in another cell, camera or robot than the chain's calibration,
+    start readings more than a full turn from the calibration's home pose, and actions
+    faster than any arm (:mod:`edge.runtime.inputs`). Printed on stderr; returned for the
+    report."""
+    from edge.runtime.inputs import (
+        action_speed_warnings,
+        episode_mismatch_warning,
+        start_joint_warnings,
+    )
+
+    cal = chain.info.get("calibration") or {}
+    lines = []
+    mismatch = episode_mismatch_warning(episode.metadata if episode is not None else None,
+                                        cal, str(args.start),
+                                        str(cal.get("file") or "of the chain"))
+    if mismatch:
+        lines.append(mismatch)
+    where = joints_flag if getattr(args, joints_flag.lstrip("-").replace("-", "_"), None) \
+        else f"{args.start} (first joint_positions)"
+    lines += start_joint_warnings(q0, chain.home_joint_positions, chain.dof_names, where,
+                                  chain.rad_per_unit)
+    lines += action_speed_warnings(actions, chain.frame_rate_hz, chain.dof_names,
+                                   actions_from, chain.rad_per_unit, chain.prismatic)
+    return say_warnings(lines)
+
+
 def check_out_dir(out_dir: str | os.PathLike[str]) -> Path:
     """``--out``: a folder to (over)write; refuse an existing file before any work.
 
@@ -351,10 +405,19 @@ class StagedOutput:
         self._names: list[str] = []
 
     def __enter__(self) -> StagedOutput:
-        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._stage = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.staging-",
-                                            dir=self.out_dir.parent))
+        try:
+            self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+            self._stage = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.staging-",
+                                                dir=self.out_dir.parent))
+        except OSError as exc:
+            raise self._cannot_write(exc) from None
         return self
+
+    def _cannot_write(self, exc: OSError) -> RuntimeInputError:
+        """The one-line error for a failed write: the user's folder, not the staging one."""
+        why = (exc.strerror or str(exc)).lower()
+        return RuntimeInputError(f"{self.out_dir}: cannot write the output there ({why}); "
+                                 "give --out a folder you can write to (nothing was written)")
 
     def path(self, name: str) -> Path:
         """Staging path for the final file ``out_dir / name``."""
@@ -365,17 +428,24 @@ class StagedOutput:
     def commit(self) -> list[Path]:
         """Move every staged file under its final name; returns the final paths."""
         assert self._stage is not None
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._cannot_write(exc) from None
         done = []
         for name in self._names:
             os.replace(self._stage / name, self.out_dir / name)
             done.append(self.out_dir / name)
         return done
 
-    def __exit__(self, *exc: object) -> None:
-        if self._stage is not None:
-            shutil.rmtree(self._stage, ignore_errors=True)
-            self._stage = None
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        stage, self._stage = self._stage, None
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        # a write into the staging folder failed (no space, no permission): say it of --out
+        if (isinstance(exc, OSError) and stage is not None and exc.filename
+                and str(exc.filename).startswith(str(stage))):
+            raise self._cannot_write(exc) from None
 
 
 def run_command(name: str,
@@ -389,8 +459,10 @@ def run_command(name: str,
     parser = argparse.ArgumentParser(prog="syncedge")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register(sub)
-    args = parser.parse_args([name, *(sys.argv[1:] if argv is None else argv)])
-    from edge.cli import run_parsed
+    from edge.cli import join_negative_values, run_parsed
+
+    args = parser.parse_args(join_negative_values([name, *(sys.argv[1:] if argv is None
+                                                           else argv)]))
 
     return run_parsed(args)
 
@@ -615,6 +687,10 @@ def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
     if args.backend not in ("cpu", "auto"):
         raise RuntimeInputError(f"--backend {args.backend}: the chain model runs on the CPU "
                                 "(NumPy and OpenCV); leave --backend out or give cpu")
+    if getattr(args, "candidate_workers", None):
+        raise RuntimeInputError("--candidate-workers: not with --chain (the chain model moves "
+                                "every candidate in one NumPy pass; --threads sets OpenCV's "
+                                "threads)")
     if args.threads:
         cv2.setNumThreads(args.threads)
     if args.chain == CHAIN_FROM_CACHE:
@@ -640,7 +716,7 @@ def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
                                     f"expected the calibration's {fps} Hz (actions are "
                                     "joint changes per frame)")
     if joints:
-        q0 = load_joint_state(joints)
+        q0 = load_joint_state(joints, joints_flag)
     elif episode is not None and episode.joint_positions is not None:
         q0 = np.asarray(episode.joint_positions[0, :k], np.float64)
     else:

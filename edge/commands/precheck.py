@@ -25,6 +25,7 @@ from edge.commands.common import (
     add_context_args,
     add_model_args,
     anchor_chain,
+    chain_input_warnings,
     chain_mode,
     chain_model_identity,
     check_out_dir,
@@ -34,6 +35,7 @@ from edge.commands.common import (
     open_chain,
     open_model,
     run_command,
+    say_warnings,
     use_chain_model,
 )
 from edge.commands.helptext import plain
@@ -44,11 +46,17 @@ from edge.precheck.evaluate import PrecheckResult, evaluate
 from edge.precheck.policy import OnnxPolicy, rollout_chain_policy, rollout_policy
 from edge.precheck.rules import keep_out_mask, load_rules
 from edge.runtime.errors import RuntimeInputError
-from edge.runtime.inputs import load_actions, load_image, load_joint_state, load_start
+from edge.runtime.inputs import (
+    action_speed_warnings,
+    load_actions,
+    load_image,
+    load_joint_state,
+    load_start,
+)
 from edge.runtime.rollout import Rollout
 from edge.visual import contact_sheet, write_png
 
-__all__ = ["main", "register", "report_image", "run"]
+__all__ = ["fail_columns", "main", "register", "report_image", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -68,15 +76,17 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--joint-state", "--start-joints", metavar="Q",
                    help="start joint positions: 'q0,q1,...' or a .npy/.json/.csv file "
                         "(default: the start episode's first row; required with --chain or "
-                        "--policy when --start is a frame); write --joint-state=-0.1,... when "
-                        "the first value is negative")
+                        "--policy when --start is a frame); a first value may be negative: "
+                        "--joint-state -0.1,0.2,...")
     p.add_argument("--rules", required=True, metavar="YAML", help="rules file")
     add_model_args(p)
     add_chain_arg(p, " (with --actions, or --policy and --horizon); keep-out basis "
                      "robot_mask or auto is decided on where the chain puts the arm")
     add_anchor_arg(p)
     add_stale_args(p)
-    p.add_argument("--out", default="precheck-out", metavar="DIR", help="output folder")
+    p.add_argument("--out", default="precheck-out", metavar="DIR",
+                   help="output folder, written all at once (default: %(default)s in the "
+                        "current folder)")
     p.set_defaults(func=run)
     return p
 
@@ -112,17 +122,33 @@ def report_image(result: PrecheckResult, start: np.ndarray, frames: np.ndarray
     ranked = result.ranking[:MAX_SHEET_ROWS]
     for i in ranked:
         v = result.verdicts[i]
-        row = np.concatenate([start[None], frames[i, cols]])
+        fail = v.first_fail_step
+        row_cols = fail_columns(cols, fail)
+        row = np.concatenate([start[None], frames[i, row_cols]])
         rows.append(_tint(row, result.keepout_mask))
-        verdict = "PASS" if v.passed else f"FAIL {v.first_fail_rule}@{v.first_fail_step}"
+        # frame t(k+1) is the one after step k (0-based): the tiles' names
+        verdict = "PASS" if v.passed else f"FAIL {v.first_fail_rule} from t{fail + 1}"
         chosen = " CHOSEN" if i == result.chosen else ""
         labels.append(f"#{v.rank} {v.name} {verdict}{chosen}")
-        tiles.append(["start"] + [f"t{c + 1}" for c in cols])
+        tiles.append(["start"] + [f"t{c + 1}" + (" fail" if c == fail else "")
+                                  for c in row_cols])
     n = len(result.ranking)
     note = None if len(ranked) == n else (f"{len(ranked)} of {n} candidates shown (ranks "
                                           f"1-{len(ranked)}); every verdict is in report.json")
     image = contact_sheet(rows, labels, tiles, scale=max(2, 256 // start.shape[0]), note=note)
     return image, {"candidates_shown": len(ranked), "candidates": n, "note": note}
+
+
+def fail_columns(cols: np.ndarray, fail: int | None) -> np.ndarray:
+    """The sheet's step columns ``cols`` (sorted, 0-based) for one candidate, with the step
+    where its first rule failed (``fail``) shown in place of the nearest other column
+    (never the last); ``cols`` as they are when ``fail`` is None or already shown."""
+    if fail is None or fail in cols or not len(cols):
+        return cols
+    inner = cols[:-1] if len(cols) > 1 else cols
+    out = cols.copy()
+    out[int(np.argmin(np.abs(inner - fail)))] = fail
+    return np.sort(out)
 
 
 def run(args: argparse.Namespace, context_source=None) -> int:
@@ -140,11 +166,13 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     try:
         start, episode = load_start(args.start, model.contract.resolution)
         goal = _load_goal(rules, start)
-        q0 = load_joint_state(args.joint_state) if args.joint_state else None
+        q0 = (load_joint_state(args.joint_state, "--joint-state") if args.joint_state
+              else None)
         if q0 is None and episode is not None and episode.joint_positions is not None:
             q0 = episode.joint_positions[0]
         ctx = get_context(args, model, episode, context_source)
         meta = episode.metadata if episode is not None else None
+        dof_names = list(meta.dof_names) if meta is not None else []
         # (an EpisodeMetadata is always true, so this is what ``meta and meta.camera_id`` was)
         stale = stale_gate(args, model.sha256,
                            args.camera_id or (meta.camera_id if meta is not None else None),
@@ -174,12 +202,16 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             with OnnxPolicy(args.policy) as policy:
                 actions, frames = rollout_policy(rollout, policy, start, q0, args.horizon)
             names = ["policy"]
+            warnings = say_warnings([*ctx.warnings, *action_speed_warnings(
+                actions, model.contract.frame_rate_hz, dof_names, f"{args.policy}'s actions")])
         else:
             actions, names = _file_actions(args)
             n, horizon = actions.shape[:2]
             rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n,
                               keepout=keepout)
             rollout.check_actions(actions, str(args.actions))
+            warnings = say_warnings([*ctx.warnings, *action_speed_warnings(
+                actions, model.contract.frame_rate_hz, dof_names, str(args.actions))])
             frames = rollout.run(start, actions)
         robot_counts = rollout.robot_keepout_counts() if on_mask else None
         reference = None
@@ -198,7 +230,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         ident = model_identity(model)
         result, paths = _evaluate_and_write(
             args, rules, start, goal, q0, actions, frames, names, reference, robot_counts,
-            ident, ctx.source, stale, model.contract.frame_rate_hz)
+            ident, ctx.source, stale, model.contract.frame_rate_hz, warnings)
     finally:
         model.deactivate()
     return _print_result(ident, result, paths)
@@ -238,7 +270,8 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                         goal: np.ndarray | None, q0: np.ndarray | None, actions: np.ndarray,
                         frames: np.ndarray, names: list[str] | None,
                         reference: np.ndarray | None, robot_counts: np.ndarray | None,
-                        ident: dict, context: str, stale: str | None, fps: float):
+                        ident: dict, context: str, stale: str | None, fps: float,
+                        warnings: list[str]):
     """The verdicts (:func:`edge.precheck.evaluate.evaluate`) and the output folder
     (``report.json``, ``report.png``, ``prediction.npz``, all at once); returns
     ``(result, paths)``."""
@@ -250,6 +283,7 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
         "start": str(args.start),
         "candidates_from": str(args.policy or args.actions),
         "horizon": int(actions.shape[1]), "calibration_warning": stale,
+        "warnings": warnings,
         "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
         "chosen_index": result.chosen,
         "keepout_basis": result.keepout_basis,
@@ -303,7 +337,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
                                     "takes --actions or --policy and its chain calibration)")
     if args.policy and args.horizon is not None:
         check_horizon(args.horizon)
-    chain, start, _episode, q0, source = open_chain(args, "--joint-state", args.joint_state)
+    chain, start, episode, q0, source = open_chain(args, "--joint-state", args.joint_state)
     k = chain.num_dof
     goal = _load_goal(rules, start)
     names: list[str] | None
@@ -315,6 +349,8 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
             actions, frames, cover = rollout_chain_policy(chain, policy, start, q0,
                                                           args.horizon)
         names = ["policy"]
+        warnings = chain_input_warnings(args, chain, episode, q0, actions,
+                                        f"{args.policy}'s actions", "--joint-state")
         horizon = args.horizon
     else:
         actions, names = _file_actions(args)
@@ -323,6 +359,8 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
             raise RuntimeInputError(f"{args.actions}: expected actions [N, T, {k}] (one per "
                                     f"channel: {', '.join(chain.dof_names)}), found "
                                     f"{list(actions.shape)}")
+        warnings = chain_input_warnings(args, chain, episode, q0, actions, str(args.actions),
+                                        "--joint-state")
         chain, source = anchor_chain(args, chain, source, start, q0)
         frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
     ko = rules.keep_out
@@ -337,7 +375,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     fps = chain.frame_rate_hz or 10.0
     result, paths = _evaluate_and_write(
         args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,
-        f"chain calibration {source}", None, fps)
+        f"chain calibration {source}", None, fps, warnings)
     return _print_result(ident, result, paths)
 
 

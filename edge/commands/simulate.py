@@ -35,6 +35,7 @@ from edge.commands.common import (
     add_context_args,
     add_model_args,
     anchor_chain,
+    chain_input_warnings,
     chain_mode,
     chain_model_identity,
     check_out_dir,
@@ -44,6 +45,7 @@ from edge.commands.common import (
     open_chain,
     open_model,
     run_command,
+    say_warnings,
     use_chain_model,
 )
 from edge.commands.helptext import plain
@@ -52,7 +54,7 @@ from edge.fileio import write_json_atomic
 from edge.metrics import masked_psnr, motion_mask, psnr, ssim
 from edge.runtime.device_copies import copy_counts
 from edge.runtime.errors import RuntimeInputError
-from edge.runtime.inputs import load_actions, load_start
+from edge.runtime.inputs import action_speed_warnings, load_actions, load_start
 from edge.runtime.rollout import Rollout
 from edge.visual import contact_sheet, video_frames, video_layout, write_mp4, write_png
 
@@ -79,10 +81,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_anchor_arg(p)
     p.add_argument("--start-joints", metavar="Q|FILE",
                    help="with --chain: the controller's joint readings at the start frame "
-                        "(comma-separated, or .npy/.json/.csv; write --start-joints=-0.1,... "
-                        "when the first value is negative; default: the start episode's "
+                        "(comma-separated, a first value may be negative: --start-joints "
+                        "-0.1,0.2,...; or .npy/.json/.csv; default: the start episode's "
                         "first joint_positions)")
-    p.add_argument("--out", default="simulate-out", metavar="DIR", help="output folder")
+    p.add_argument("--out", default="simulate-out", metavar="DIR",
+                   help="output folder, written all at once (default: %(default)s in the "
+                        "current folder)")
     p.set_defaults(func=run)
     return p
 
@@ -135,6 +139,10 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         ctx = get_context(args, model, episode, context_source)
         rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
         rollout.check_actions(actions, str(args.actions or args.start))
+        warnings = say_warnings([*ctx.warnings, *action_speed_warnings(
+            actions, model.contract.frame_rate_hz,
+            list(episode.metadata.dof_names) if episode is not None else [],
+            str(args.actions or args.start))])
         t0 = time.perf_counter()
         rollout.reset(start, actions)
         rollout.step()  # the first step (cold: allocation, graph capture) timed apart
@@ -167,7 +175,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             "rollout_path": rollout.path, "device_graph": rollout.device_graph,
             "engines": model.engine_report(),
             "host_copies_steps_2_to_T": steady_copies.to_json(),
-            "ground_truth": None, "per_step": None, "summary": None,
+            "ground_truth": None, "per_step": None, "summary": None, "warnings": warnings,
         }
         paths = _write_outputs(args, report, pred, truth, start, model.contract.frame_rate_hz,
                                layout, t_start)
@@ -259,6 +267,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     names = names or [f"candidate-{i}" for i in range(n)]
     truth_given = episode is not None and not args.actions
     layout = video_layout(names, chain.resolution, truth_given)  # before work
+    warnings = chain_input_warnings(args, chain, episode, q0, actions, src, "--start-joints")
     chain, source = anchor_chain(args, chain, source, start, q0)
     t0 = time.perf_counter()
     pred = chain_rollout(chain, start, q0, actions)
@@ -276,7 +285,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
         "timings_s": {"rollout": round(rollout_s, 6),
                       "frames_per_s": round(n * horizon / rollout_s, 2) if rollout_s > 0
                       else None, "total": None},
-        "ground_truth": None, "per_step": None, "summary": None,
+        "ground_truth": None, "per_step": None, "summary": None, "warnings": warnings,
     }
     paths = _write_outputs(args, report, pred, truth, start, fps, layout, t_start)
     _print_summary(report, paths)

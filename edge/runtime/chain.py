@@ -370,15 +370,16 @@ def chain_from_bytes(raw: bytes, where: str) -> ChainCalibration:
                              f"{', '.join(map(str, CHAIN_SCHEMA_VERSIONS))}, found "
                              f"{version!r}; read the calibration again with this version's "
                              "`syncedge model read-chain`")
+    again = "; read the calibration again (`syncedge model read-chain`)"
     for name in ("dof_names", "focal_px", "sha256"):
         if name not in header:
-            raise ChainFileError(f"{p}: header field '{name}' missing")
+            raise ChainFileError(f"{p}: header field '{name}' missing{again}")
     names = ("robot", "depth", "axes", "pivots", "carried", "rad_per_unit", "centre_px",
              "residual_px", "home_frame", "home_joint_positions", "background",
              "background_seen") + (("travel_per_unit",) if version >= 2 else ())
     for name in names:
         if name not in data:
-            raise ChainFileError(f"{p}: field '{name}' missing")
+            raise ChainFileError(f"{p}: field '{name}' missing{again}")
     f64 = {n: data[n].astype(np.float64) for n in names
            if n not in ("robot", "home_frame", "background", "background_seen")}
     dof = header["dof_names"]

@@ -49,12 +49,15 @@ class CalibrationContext:
         num_dof: controllable DoFs of the cell (channels ``[0, num_dof)``), or None if
             unknown (e.g. from the cache).
         source: where it came from (``"episode:<path>"``, ``"cache:<cell>"``), for reports.
+        warnings: what the command should say about it (a calibration recorded in another
+            cell than the start), one line each.
     """
 
     values: np.ndarray
     model_sha256: str
     num_dof: int | None = None
     source: str = ""
+    warnings: tuple[str, ...] = ()
 
 
 def dof_mask_for(num_dof: int, max_dof: int) -> np.ndarray:

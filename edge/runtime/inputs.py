@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from pathlib import Path
 
@@ -16,7 +17,17 @@ import numpy as np
 from edge.episode import Episode, load_episode
 from edge.runtime.errors import RuntimeInputError
 
-__all__ = ["load_actions", "load_image", "load_joint_state", "load_start"]
+__all__ = ["PLAUSIBLE_SLIDE_M_S", "PLAUSIBLE_START_TURN_RAD", "PLAUSIBLE_TURN_RAD_S",
+           "action_speed_warnings", "episode_mismatch_warning", "load_actions", "load_image",
+           "load_joint_state", "load_start", "start_joint_warnings"]
+
+#: A joint speed (rad/s) above every serial arm's rating (the fastest common arms turn a
+#: joint at about pi rad/s): a step faster than this reads as actions in another unit.
+PLAUSIBLE_TURN_RAD_S = 2.0 * math.pi
+#: The same for a sliding channel (m/s; grippers and linear axes move well under it).
+PLAUSIBLE_SLIDE_M_S = 1.0
+#: A start reading more than this (rad) from the calibration's home pose: another unit.
+PLAUSIBLE_START_TURN_RAD = 2.0 * math.pi
 
 _IMAGE_EXT = (".png", ".jpg", ".jpeg", ".bmp")
 
@@ -65,9 +76,13 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
     episode = load_episode(path) if path.suffix.lower() == ".npz" else None
     frame = episode.frames[0] if episode is not None else load_image(path)
     if frame.shape[:2] != tuple(resolution):
-        raise RuntimeInputError(f"{path}: expected a start frame of {tuple(resolution)} px (the "
-                                f"model's resolution), found {frame.shape[:2]}; resize it "
-                                f"(centre crop, area interpolation) first")
+        h, w = resolution
+        fh, fw = frame.shape[:2]
+        raise RuntimeInputError(
+            f"{path}: expected a start frame {w} px wide and {h} high (the model's "
+            f"resolution), found {fw} wide and {fh} high; crop it to the centre square and "
+            f"resize with area interpolation first, e.g. in Python: cv2.resize(img, ({w}, "
+            f"{h}), interpolation=cv2.INTER_AREA)")
     return frame, episode
 
 
@@ -154,11 +169,20 @@ def load_actions(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str] | 
                                 f"found '{ext}'")
     if arr.dtype.kind not in "fiu":
         raise RuntimeInputError(f"{path}: expected numeric actions, found dtype {arr.dtype}")
+    if arr.ndim < 2:
+        raise RuntimeInputError(f"{path}: a {arr.ndim}-D array of shape {list(arr.shape)}; "
+                                "expected actions [T, A] (one row per step, one column per "
+                                "channel) or [N, T, A] (N candidates)")
     if arr.ndim == 2:
         arr = arr[None]
-    if arr.ndim != 3 or 0 in arr.shape:
+    if arr.ndim != 3:
         raise RuntimeInputError(f"{path}: expected actions [T, A] or [N, T, A], found shape "
                                 f"{list(arr.shape)}")
+    if 0 in arr.shape:
+        what = ("candidates" if arr.shape[0] == 0 else "steps" if arr.shape[1] == 0
+                else "channels")
+        raise RuntimeInputError(f"{path}: no {what} (shape {list(arr.shape)} as [N, T, A]); "
+                                "expected at least one candidate of at least one step")
     bad = ~np.isfinite(arr)
     if bad.any():
         idx = [int(i) for i in np.argwhere(bad)[0]]
@@ -169,11 +193,19 @@ def load_actions(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str] | 
     return arr.astype(np.float32), names
 
 
-def load_joint_state(value: str) -> np.ndarray:
-    """Start joint positions float64 ``[A']`` from ``"0.1,0.2,..."`` or a .npy/.json/.csv file."""
+def load_joint_state(value: str, flag: str = "joint state") -> np.ndarray:
+    """Start joint positions float64 ``[A']`` from ``"0.1,0.2,..."`` or a .npy/.json/.csv file.
+
+    Args:
+        value: the option's text.
+        flag: the option's name for messages (``--start-joints``, ``--joint-state``).
+
+    Raises:
+        RuntimeInputError: no such file, not numbers, empty or non-finite values.
+    """
     p = Path(value)
     if p.suffix.lower() in (".npy", ".json", ".csv") and not p.is_file():
-        raise RuntimeInputError(f"joint state {value!r}: no such file (expected comma-separated "
+        raise RuntimeInputError(f"{flag} {value!r}: no such file (expected comma-separated "
                                 "numbers or a .npy/.json/.csv file)")
     try:
         if p.suffix.lower() in (".npy", ".json", ".csv") and p.is_file():
@@ -186,9 +218,120 @@ def load_joint_state(value: str) -> np.ndarray:
         else:
             q = np.asarray([float(x) for x in value.split(",")], np.float64)
     except (OSError, ValueError, TypeError) as exc:
-        raise RuntimeInputError(f"joint state {value!r}: expected comma-separated numbers or a "
+        raise RuntimeInputError(f"{flag} {value!r}: expected comma-separated numbers or a "
                                 f".npy/.json/.csv file ({exc})") from None
     q = np.asarray(q, np.float64).reshape(-1)
     if not q.size or not np.isfinite(q).all():
-        raise RuntimeInputError(f"joint state {value!r}: expected finite numbers, found {q}")
+        bad = [i for i, x in enumerate(q) if not np.isfinite(x)]
+        where = f" at position {bad[0]}" if bad else ""
+        raise RuntimeInputError(f"{flag} {value!r}: expected finite numbers, found "
+                                f"{q.tolist()}{where}")
     return q
+
+
+def _step_si(actions: np.ndarray, per_unit: np.ndarray | None) -> np.ndarray:
+    a = np.abs(np.asarray(actions, np.float64))
+    return a if per_unit is None else a * np.where(per_unit > 0, per_unit, 1.0)
+
+
+def action_speed_warnings(actions: np.ndarray, fps: float | None, names: list[str],
+                          what: str, turn_per_unit: np.ndarray | None = None,
+                          sliding: np.ndarray | None = None) -> list[str]:
+    """Warnings for channels that some candidate moves faster than any arm joint moves:
+    actions given in another unit (degrees, encoder counts) or as absolute positions.
+
+    Args:
+        actions: ``[N, T, A]`` joint changes per frame (controller units).
+        fps: the frame rate (Hz) the actions are per frame of; None: 10 Hz.
+        names: the A channel names.
+        what: the file the actions came from, for the message.
+        turn_per_unit: float ``[A]``, rad per controller unit of each revolute channel (a
+            chain calibration's ``rad_per_unit``; 0 for a sliding one); None: the actions
+            are rad (m for a sliding channel).
+        sliding: bool ``[A]``, the channels that slide (m) instead of turning; None: none.
+
+    Returns:
+        One line per channel past :data:`PLAUSIBLE_TURN_RAD_S` (rad/s) or
+        :data:`PLAUSIBLE_SLIDE_M_S` (m/s), naming the candidate and step of its fastest
+        step; empty when every step is plausible.
+    """
+    a = np.asarray(actions)
+    if a.ndim != 3 or not a.size:
+        return []
+    rate = float(fps) if fps and fps > 0 else 10.0
+    per = None if turn_per_unit is None else np.asarray(turn_per_unit, np.float64)
+    slide = (np.zeros(a.shape[2], bool) if sliding is None
+             else np.asarray(sliding, bool).reshape(-1))
+    step = _step_si(a, per)  # (N, T, A) rad or m per step
+    out = []
+    for c in range(a.shape[2]):
+        bound = (PLAUSIBLE_SLIDE_M_S if slide[c] else PLAUSIBLE_TURN_RAD_S) / rate
+        i, t = np.unravel_index(int(np.argmax(step[..., c])), step.shape[:2])
+        v = float(step[i, t, c])
+        if v <= bound:
+            continue
+        unit = "m" if slide[c] else "rad"
+        name = names[c] if c < len(names) else f"channel {c}"
+        conv = ("" if per is None or per[c] in (0.0, 1.0)
+                else f" ({float(a[i, t, c]):.4g} units at the calibration's {per[c]:.4g} rad "
+                     f"per unit)")
+        out.append(f"{what}: {name} changes by {v:.3g} {unit} in one step{conv} (candidate "
+                   f"{i}, step {t}), {v * rate:.3g} {unit}/s at {rate:g} Hz, faster than any "
+                   f"arm moves a joint ({bound * rate:.3g} {unit}/s); actions are changes per "
+                   f"frame in the calibration's units: check for degrees, encoder counts or "
+                   f"absolute positions")
+    return out
+
+
+def start_joint_warnings(q0: np.ndarray, home: np.ndarray, names: list[str], flag: str,
+                         turn_per_unit: np.ndarray | None = None) -> list[str]:
+    """Warnings for start readings more than a full turn from the calibration's home pose
+    (:data:`PLAUSIBLE_START_TURN_RAD`): readings in another unit than the calibration's.
+
+    Args:
+        q0: float ``[K]``, the start's joint readings; home: float ``[K]``, the calibration's
+            home readings (same units); names: the K channel names; flag: the option or
+            file the readings came from.
+        turn_per_unit: float ``[K]``, rad per unit of each revolute channel (0: a sliding
+            channel, not checked); None: rad.
+
+    Returns:
+        One line per such channel; empty when none.
+    """
+    q = np.asarray(q0, np.float64).reshape(-1)
+    h = np.asarray(home, np.float64).reshape(-1)
+    if q.shape != h.shape:
+        return []
+    per = np.ones_like(q) if turn_per_unit is None else np.asarray(turn_per_unit, np.float64)
+    out = []
+    for c in np.nonzero((per > 0) & (np.abs(q - h) * per > PLAUSIBLE_START_TURN_RAD))[0]:
+        name = names[c] if c < len(names) else f"channel {c}"
+        out.append(f"{flag}: {name} reads {q[c]:.6g}, {abs(q[c] - h[c]) * per[c]:.3g} rad from "
+                   f"the calibration's home pose ({h[c]:.6g}), more than a full turn: the "
+                   f"readings must be in the calibration's units (check for degrees or counts)")
+    return out
+
+
+def episode_mismatch_warning(start_meta, calibration_ids: dict, start: str,
+                             calibration: str) -> str | None:
+    """A warning when the start episode was recorded in another cell, camera or robot unit
+    than the calibration (both carry ids); None when they agree or either lacks them.
+
+    Args:
+        start_meta: the start episode's :class:`~edge.episode.EpisodeMetadata`, or None.
+        calibration_ids: the calibration's ``cell_id``, ``camera_id``, ``robot_id``.
+        start, calibration: the two files, for the message.
+    """
+    if start_meta is None:
+        return None
+    ours, theirs = [], []
+    for key in ("cell_id", "camera_id", "robot_id"):
+        a, b = getattr(start_meta, key, None), calibration_ids.get(key)
+        if a and b and a != b:
+            ours.append(f"{key} {a!r}")
+            theirs.append(f"{b!r}")
+    if not ours:
+        return None
+    return (f"{start}: recorded with {', '.join(ours)}, but the calibration {calibration} "
+            f"has {', '.join(theirs)}; the prediction assumes the calibration's camera and "
+            f"robot: use the calibration recorded in this cell")

@@ -319,7 +319,7 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
               restarts: int = 16, steps: int = 300, refine_steps: int = 600,
               smooth: float = 2.0, seed: int = 0,
               prismatic: np.ndarray | None = None,
-              scale_free: np.ndarray | None = None) -> ChainFit:
+              scale_free: np.ndarray | None = None, log=None) -> ChainFit:
     """Fit depths, axes and pivots to a calibration sweep's tracks (module docstring).
 
     Args:
@@ -348,6 +348,8 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
             each gets a fitted ``rad_per_unit``, started from a sweep of
             :data:`NOMINAL_SWEEP_RAD` and tried at half and twice that, then refined with
             the rest. None or False: the readings are rad (``rad_per_unit`` 1).
+        log: called with a line of progress per channel and for the joint refinement, or
+            None.
 
     Returns:
         :class:`ChainFit`.
@@ -356,10 +358,13 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         ValueError: shapes that do not match, a segment outside the episode, or a
             prismatic channel marked ``scale_free`` (its travel per unit is fitted anyway).
     """
+    import time
+
     import torch
 
     from export.models.kinematics import rotate_about_axis
 
+    say = log or (lambda _line: None)
     t_all, h, w, _ = tracks.shape
     q = np.asarray(joint_positions, np.float64)
     k = q.shape[1]
@@ -457,10 +462,11 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
     log_scale = ls0.copy()
     known = np.zeros(n, bool)
     logz_known = np.zeros(n)
-    for c in np.argsort(-carried.sum(1), kind="stable"):
+    order = [int(c) for c in np.argsort(-carried.sum(1), kind="stable")
+             if carried[c].sum() >= 3]
+    for done, c in enumerate(order):
+        t_channel = time.perf_counter()
         sel_np = np.nonzero(carried[c])[0]
-        if len(sel_np) < 3:
-            continue
         sel = torch.from_numpy(sel_np)
         fixed = torch.from_numpy(known[sel_np])
         base = torch.tensor(logz_known[sel_np], dtype=dt)
@@ -503,6 +509,8 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         pivots[c] = p_
         logz_known[sel_np] = lz_best
         known[sel_np] = True
+        say(f"channel {c}: axis fitted to its sweep's tracks from {restarts} starts in "
+            f"{time.perf_counter() - t_channel:.0f} s ({done + 1} of {len(order)} channels)")
 
     # joint refinement: one depth per point shared by every channel that turns it
     axis_t = torch.tensor(axes, dtype=dt, requires_grad=True)
@@ -523,7 +531,9 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
             loss.backward()
             opt.step()
 
+    t_refine = time.perf_counter()
     refine(refine_steps)
+    say(f"channels refined together in {time.perf_counter() - t_refine:.0f} s")
     # carried again: a point moves with a channel where the channel's turn explains its
     # track better than standing still does; then refined with those sets
     with torch.no_grad():
@@ -1139,15 +1149,19 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     Raises:
         ValueError: as the stages raise (sizes, shapes, segments).
     """
+    import time
+
     import cv2
 
     say = log or (lambda _line: None)
     robot = sweep_robot_mask(frames, size=size)
     say(f"arm: {int(robot.sum())} of {size[0] * size[1]} model pixels")
+    t_track = time.perf_counter()
     tracks, valid = sweep_tracks(frames, size=size)
+    say(f"arm tracked through the {len(frames)} frames in {time.perf_counter() - t_track:.0f} s")
     fit = fit_chain(tracks, valid, joint_positions, segments, focal_px, centre_px,
                     robot=robot, prismatic=prismatic, scale_free=scale_free,
-                    **(fit_options or {}))
+                    **{"log": log, **(fit_options or {})})
     say(f"fit to the tracks: residual {np.round(fit.residual_px, 2).tolist()} px")
     if scale_free is not None and np.any(scale_free):
         say(f"turn per unit of reading (rad): {np.round(fit.rad_per_unit, 5).tolist()}")
