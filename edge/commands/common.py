@@ -30,7 +30,11 @@ from edge.runtime.context import (
     encode_calibration,
 )
 from edge.runtime.errors import RuntimeInputError
-from edge.runtime.inputs import episode_mismatch_warning
+from edge.runtime.inputs import (
+    action_speed_warnings,
+    episode_mismatch_warning,
+    start_joint_warnings,
+)
 from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
 
@@ -155,13 +159,14 @@ def open_model(args: argparse.Namespace) -> WorldModel:
         raise RuntimeInputError(f"{model_dir}: no model.json here; expected a model folder "
                                 f"(e.g. models/reference): pass --model DIR")
     cores = os.cpu_count() or 1
+    threads = args.threads or cores
     workers = getattr(args, "candidate_workers", None)
-    say_warnings(([f"--threads {args.threads}: more than this machine's {cores} cores (the "
-                   "threads will share them)"] if args.threads and args.threads > cores
-                  else [])
-                 + ([f"--candidate-workers {workers}: more groups than the {args.threads or cores}"
-                     f" threads; each group runs on 1 thread and the CPU is oversubscribed"]
-                    if workers and workers > (args.threads or cores) else []))
+    if threads > cores:
+        say_warnings([f"--threads {threads}: more than this machine's {cores} cores (the "
+                      "threads will share them)"])
+    if workers and workers > threads:
+        say_warnings([f"--candidate-workers {workers}: more groups than the {threads} "
+                      "threads; each group runs on 1 thread and the CPU is oversubscribed"])
     return load_model(model_dir, backend=args.backend, intra_op_num_threads=args.threads,
                       candidate_workers=workers)
 
@@ -345,19 +350,13 @@ def say_warnings(lines: Sequence[str]) -> list[str]:
 
 
 def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode | None,
-                         q0: Any, actions: Any, actions_from: str, joints_flag: str
-                         ) -> list[str]:
-    """What ``simulate --chain`` and ``precheck --chain`` warn about before the rollout: a
-    start episode recorded in another cell, camera or robot than the chain's calibration,
-    start readings more than a full turn from the calibration's home pose, and actions
-    faster than any arm (:mod:`edge.runtime.inputs`). Printed on stderr; returned for the
-    report."""
-    from edge.runtime.inputs import (
-        action_speed_warnings,
-        episode_mismatch_warning,
-        start_joint_warnings,
-    )
-
+                         q0: Any, actions: Any, actions_from: str, joints_flag: str,
+                         joints: str | None) -> list[str]:
+    """What ``simulate --chain`` and ``precheck --chain`` warn about: a start episode
+    recorded in another cell, camera or robot than the chain's calibration, start readings
+    more than a full turn from the calibration's home pose (given as ``joints_flag`` with
+    the value ``joints``, else the start episode's), and actions faster than any arm
+    (:mod:`edge.runtime.inputs`). Printed on stderr; returned for the report."""
     cal = chain.info.get("calibration") or {}
     lines = []
     mismatch = episode_mismatch_warning(episode.metadata if episode is not None else None,
@@ -365,8 +364,7 @@ def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode 
                                         str(cal.get("file") or "of the chain"))
     if mismatch:
         lines.append(mismatch)
-    where = joints_flag if getattr(args, joints_flag.lstrip("-").replace("-", "_"), None) \
-        else f"{args.start} (first joint_positions)"
+    where = joints_flag if joints else f"{args.start} (first joint_positions)"
     lines += start_joint_warnings(q0, chain.home_joint_positions, chain.dof_names, where,
                                   chain.rad_per_unit)
     lines += action_speed_warnings(actions, chain.frame_rate_hz, chain.dof_names,

@@ -202,17 +202,16 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             with OnnxPolicy(args.policy) as policy:
                 actions, frames = rollout_policy(rollout, policy, start, q0, args.horizon)
             names = ["policy"]
-            warnings = say_warnings([*ctx.warnings, *action_speed_warnings(
-                actions, model.contract.frame_rate_hz, dof_names, f"{args.policy}'s actions")])
         else:
             actions, names = _file_actions(args)
             n, horizon = actions.shape[:2]
             rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n,
                               keepout=keepout)
             rollout.check_actions(actions, str(args.actions))
-            warnings = say_warnings([*ctx.warnings, *action_speed_warnings(
-                actions, model.contract.frame_rate_hz, dof_names, str(args.actions))])
             frames = rollout.run(start, actions)
+        warnings = say_warnings([*ctx.warnings, *action_speed_warnings(
+            actions, model.contract.frame_rate_hz, dof_names,
+            f"{args.policy}'s actions" if args.policy else str(args.actions))])
         robot_counts = rollout.robot_keepout_counts() if on_mask else None
         reference = None
         if rules.keep_out is not None and not on_mask:
@@ -350,7 +349,8 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
                                                           args.horizon)
         names = ["policy"]
         warnings = chain_input_warnings(args, chain, episode, q0, actions,
-                                        f"{args.policy}'s actions", "--joint-state")
+                                        f"{args.policy}'s actions", "--joint-state",
+                                        args.joint_state)
         horizon = args.horizon
     else:
         actions, names = _file_actions(args)
@@ -360,7 +360,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
                                     f"channel: {', '.join(chain.dof_names)}), found "
                                     f"{list(actions.shape)}")
         warnings = chain_input_warnings(args, chain, episode, q0, actions, str(args.actions),
-                                        "--joint-state")
+                                        "--joint-state", args.joint_state)
         chain, source = anchor_chain(args, chain, source, start, q0)
         frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
     ko = rules.keep_out

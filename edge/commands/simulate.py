@@ -267,7 +267,8 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     names = names or [f"candidate-{i}" for i in range(n)]
     truth_given = episode is not None and not args.actions
     layout = video_layout(names, chain.resolution, truth_given)  # before work
-    warnings = chain_input_warnings(args, chain, episode, q0, actions, src, "--start-joints")
+    warnings = chain_input_warnings(args, chain, episode, q0, actions, src, "--start-joints",
+                                    args.start_joints)
     chain, source = anchor_chain(args, chain, source, start, q0)
     t0 = time.perf_counter()
     pred = chain_rollout(chain, start, q0, actions)

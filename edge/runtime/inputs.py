@@ -229,11 +229,6 @@ def load_joint_state(value: str, flag: str = "joint state") -> np.ndarray:
     return q
 
 
-def _step_si(actions: np.ndarray, per_unit: np.ndarray | None) -> np.ndarray:
-    a = np.abs(np.asarray(actions, np.float64))
-    return a if per_unit is None else a * np.where(per_unit > 0, per_unit, 1.0)
-
-
 def action_speed_warnings(actions: np.ndarray, fps: float | None, names: list[str],
                           what: str, turn_per_unit: np.ndarray | None = None,
                           sliding: np.ndarray | None = None) -> list[str]:
@@ -262,7 +257,9 @@ def action_speed_warnings(actions: np.ndarray, fps: float | None, names: list[st
     per = None if turn_per_unit is None else np.asarray(turn_per_unit, np.float64)
     slide = (np.zeros(a.shape[2], bool) if sliding is None
              else np.asarray(sliding, bool).reshape(-1))
-    step = _step_si(a, per)  # (N, T, A) rad or m per step
+    step = np.abs(a.astype(np.float64))  # (N, T, A) rad or m per step
+    if per is not None:
+        step *= np.where(per > 0, per, 1.0)
     out = []
     for c in range(a.shape[2]):
         bound = (PLAUSIBLE_SLIDE_M_S if slide[c] else PLAUSIBLE_TURN_RAD_S) / rate

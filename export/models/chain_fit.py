@@ -1161,7 +1161,7 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     say(f"arm tracked through the {len(frames)} frames in {time.perf_counter() - t_track:.0f} s")
     fit = fit_chain(tracks, valid, joint_positions, segments, focal_px, centre_px,
                     robot=robot, prismatic=prismatic, scale_free=scale_free,
-                    **{"log": log, **(fit_options or {})})
+                    log=log, **(fit_options or {}))
     say(f"fit to the tracks: residual {np.round(fit.residual_px, 2).tolist()} px")
     if scale_free is not None and np.any(scale_free):
         say(f"turn per unit of reading (rad): {np.round(fit.rad_per_unit, 5).tolist()}")
