@@ -230,9 +230,9 @@ channel fitted; the file is written whole or not at all.
 together, same camera and resolution, with joint readings): the sweep moves one channel
 at a time, so a channel can be read as its depth-mirrored twin, which explains its own
 sweep as well but composes wrongly with the others; the chain is then refined against
-the motion's frames beside the sweep's (about 30 s more), after choosing each channel's
-twin by those frames where they say so at every blur (--no-twins: keep the sweep's
-choice). Commission the cell
+the motion's frames beside the sweep's, after choosing each channel's twin by those
+frames where, refined, they say so (2-5 min more on 2 cores; --no-twins: keep the
+sweep's choice, about 30 s more). Commission the cell
 (`calibrate validate`) on another episode than the ones given here."""
 
 
@@ -458,7 +458,7 @@ def register(subparsers: Any) -> None:
                     help="keep each cell's chain calibration in DIR and reuse it")
     ep.add_argument("--chain-motion", action="store_true",
                     help="with --chain, also the chain refined with an episode of ordinary "
-                         "motion on each cell (read-chain --motion; about 30 s per cell), "
+                         "motion on each cell (read-chain --motion; 2-5 min per cell), "
                          "row chain_refined")
     ep.add_argument("--chain-anchor", action="store_true",
                     help="with --chain, also the chain anchored at each cell's start frame "
@@ -494,13 +494,14 @@ def register(subparsers: Any) -> None:
                          "moving together, same camera and resolution, with joint readings), "
                          "to refine the chain with after the read: the sweep moves one "
                          "channel at a time and cannot show how the channels compose "
-                         "(refine_chain_with_motion; about 30 s more on 2 cores); repeat for "
+                         "(refine_chain_with_motion; 2-5 min more on 2 cores); repeat for "
                          "more. Commission the cell on another episode")
     rc.add_argument("--twins", action=argparse.BooleanOptionalAction, default=None,
                     help="with --motion (on by default there): first choose each channel's "
-                         "depth-mirrored twin by the motion's frames, kept only where it "
-                         "lowers the photometric loss at 4, 2 and 1 px blur (choose_twins; "
-                         "about 10 s; kept on 5 of 48 held-out reads, each better); "
+                         "depth-mirrored twin by the motion's frames: each twin that is not "
+                         "far worse as drawn is refined 60 steps beside the chain and kept "
+                         "where it then lowers the photometric loss by 1%% at 4 px blur and "
+                         "at 2 and 1 px (choose_twins; most of the 2-5 min); "
                          "--no-twins keeps the sweep's choice")
     rc.add_argument("--joint-scale", choices=JOINT_SCALE_MODES, default="auto",
                     help="how the joint readings map to turns: auto (default: rad, unless a revolute "

@@ -458,7 +458,7 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
                    help="with --chain (read now): an episode of ordinary motion on the cell "
                         "(joints moving together, same camera and resolution, with joint "
                         "readings) to refine the chain with after the read, as model "
-                        "read-chain --motion (about 30 s more); repeat for more. Validate "
+                        "read-chain --motion (2-5 min more on 2 cores); repeat for more. Validate "
                         "the cell on another episode")
     s.add_argument("--twins", action=argparse.BooleanOptionalAction, default=None,
                    help="with --motion (on by default there): first choose each channel's "

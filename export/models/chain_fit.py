@@ -803,6 +803,21 @@ TWIN_BLUR_PX = 4.0
 #: robot reads: 7-20% at 4, 2 and 1 px); one that only looks better through the blur does
 #: not (a synthetic two-link arm's wrong elbow twin: 8.2% at 4 px, 2.9% at 2 px, 0.9% at 1).
 TWIN_CONFIRM_BLUR_PX = (2.0, 1.0)
+#: Adam steps (at :data:`TWIN_BLUR_PX`) each twin and the current fit are refined for
+#: before :func:`choose_twins` compares them with ``refine_steps`` on. A twin reflected
+#: through a plane is exact only under a distant camera; under perspective it misplaces
+#: what it carries until its depths and pivot settle, so compared as drawn the right twin
+#: often loses: the twin a greedy round takes after 60 steps (the largest saving refined)
+#: put the channel's axis nearer the truth by more than 30 deg on 5 of 7 held-out robot
+#: reads with a motion episode and further off on none, while as drawn none was kept.
+TWIN_REFINE_STEPS = 60
+#: With ``refine_steps``, a twin is refined only when, as drawn, it costs less than this
+#: share of the current loss (on 7 held-out robot reads: 27 of 30 right twins within it,
+#: 17 of 48 wrong ones).
+TWIN_SCREEN_LOSS = 0.05
+#: With ``refine_steps``, the share of the refined current fit's loss a refined twin must
+#: save at :data:`TWIN_BLUR_PX` (and save some at every finer confirmation blur).
+TWIN_REFINED_MIN_GAIN = 0.01
 
 
 def _mirrored(fit: ChainFit, chans, c0: np.ndarray, mirror: np.ndarray,
@@ -899,8 +914,8 @@ def photometric_losses(scene: _PhotometricScene, fit: ChainFit, blur_px: float,
 
 def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
                  blur_px: float = TWIN_BLUR_PX, min_gain: float = TWIN_MIN_GAIN,
-                 log=None, confirm_blur_px: tuple[float, ...] = TWIN_CONFIRM_BLUR_PX
-                 ) -> tuple[ChainFit, dict]:
+                 log=None, confirm_blur_px: tuple[float, ...] = TWIN_CONFIRM_BLUR_PX,
+                 refine_steps: int = 0) -> tuple[ChainFit, dict]:
     """Swap channels for their depth-mirrored twins where the frames say so.
 
     A calibration sweeps one channel at a time, so a read can land on a channel's twin
@@ -909,25 +924,36 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
     swept 0.5 rad or more were read more than 90 deg off their true axis. Gradient steps
     cannot cross from one twin to the other; a frame with several channels away from home
     (the rollout's start frame, a motion episode) tells them apart. Greedily, each round
-    draws every twin of the current fit over ``frames`` and keeps the one with the lowest
-    mean photometric loss (:func:`photometric_losses`) at ``blur_px`` among those that beat
-    the current fit by more than ``min_gain`` of its loss there and at every blur of
-    ``confirm_blur_px``; it stops when none does (at most once per channel).
+    scores every twin of the current fit over ``frames`` by the mean photometric loss
+    (:func:`photometric_losses`) at ``blur_px`` and keeps the lowest among those that beat
+    the current fit by enough there and at every blur of ``confirm_blur_px``; it stops
+    when none does (at most once per channel).
 
-    The confirmation at finer blurs is what lets a motion episode choose by default
-    (``refine_chain_with_motion(twins=True)``): compared at 4 px alone, a synthetic
-    two-link arm whose axes are ~9 deg off had its right elbow swapped for its twin (8.2%
-    lower loss at 4 px, but 2.9% at 2 px and 0.9% at 1 px) and the refined chain landed
-    further from the truth; the twins kept on held-out robot reads saved 7-20% at all three.
-    Measured on the futures of
-    held-out cells (README, "Choosing between twins"): anchored at the futures' start
-    (``anchor_chain_to_start(twins=True)``) it kept a twin on 6 of 32 held-out robot reads
-    of the planner's sweep, and those lost 0.13 retrieval@8 (paired, 95% 0.06 to 0.19)
-    against the same anchoring without it; one frame with several channels away from home
-    is too little to choose by, so anchoring does not choose by default. Before the
-    refinement with a motion episode of 32 frames it kept a twin on 5 of 32 held-out robot
-    reads and made all 5 better (retrieval@8 +0.38, 95% 0.20 to 0.63); it kept none on
-    16 held-out convention reads (``scripts/chain_fit_eval.py --twins``).
+    Compared as drawn (``refine_steps`` 0), a twin must save ``min_gain`` at every blur.
+    The confirmation at finer blurs is what lets a motion episode choose by default: a
+    synthetic two-link arm whose axes are ~9 deg off had its right elbow swapped for its
+    twin (8.2% lower loss at 4 px, but 2.9% at 2 px and 0.9% at 1 px) and the refined chain
+    landed further from the truth; the twins kept on held-out robot reads saved 7-20% at
+    all three. Measured on the futures of held-out cells (README, "Choosing between
+    twins"): anchored at the futures' start (``anchor_chain_to_start(twins=True)``) it kept
+    a twin on 6 of 32 held-out robot reads of the planner's sweep, and those lost 0.13
+    retrieval@8 (paired, 95% 0.06 to 0.19) against the same anchoring without it; one frame
+    with several channels away from home is too little to choose by, so anchoring does not
+    choose by default. Before the refinement with a motion episode of 32 frames it kept a
+    twin on 5 of 32 held-out robot reads and made all 5 better (retrieval@8 +0.38, 95% 0.20
+    to 0.63); it kept none on 16 held-out convention reads.
+
+    The reflection is exact only under a distant camera: under perspective a twin as drawn
+    misplaces what it carries until its depths and pivot settle, so the right twin often
+    loses as drawn. With ``refine_steps`` > 0 each round first drops the twins that as
+    drawn cost more than :data:`TWIN_SCREEN_LOSS` of the current loss, then refines the
+    current fit and each remaining twin for ``refine_steps`` Adam steps at ``blur_px``
+    (:func:`refine_photometric`, the same frame draws for all) and compares them refined: a
+    twin is kept when it saves :data:`TWIN_REFINED_MIN_GAIN` of the refined current fit's
+    loss at ``blur_px`` and some at every finer blur, and the refined twin becomes the
+    current fit. Each refinement takes ``refine_steps`` steps' time (60 steps: about 8 s
+    on 2 idle cores at 128 px with about 90 frames); a motion refinement of a held-out
+    robot read took 107-301 s with it, 49-70 s without.
 
     Args:
         fit: :class:`ChainFit`.
@@ -935,61 +961,86 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
             grid (as :func:`refine_photometric`).
         joint_positions: float ``[T, K]``.
         blur_px: the blur (px of ``frames``) at which losses are compared.
-        min_gain: the share of the loss a twin must save.
+        min_gain: the share of the loss a twin compared as drawn must save.
         log: called with a line per kept twin, or None.
-        confirm_blur_px: the finer blurs at which a twin must save ``min_gain`` too.
+        confirm_blur_px: the finer blurs at which a twin must save loss too.
+        refine_steps: Adam steps each twin is refined for before the comparison; 0:
+            compared as drawn.
 
     Returns:
         ``(fit, record)``: the chosen fit (the input where no twin wins) and
         ``{"kept": [{"kind", "channel", "loss"}], "loss_before", "loss_after",
         "candidates_scored", "refused_finer": [{"kind", "channel", "gain"}]}``, losses at
         ``blur_px``; ``refused_finer`` lists the twins that won at ``blur_px`` but not at a
-        finer blur (``gain``: the share saved at each blur, ``blur_px`` first).
+        finer blur (``gain``: the share saved at each blur, ``blur_px`` first). With
+        ``refine_steps`` also ``"refine_steps"``, ``"candidates_refined"`` and
+        ``"refined": [{"kind", "channel", "gain"}]`` (every refined twin's gains per round);
+        there ``loss``, ``loss_before`` and ``loss_after`` are of the refined fits.
 
     Raises:
         ValueError: as :func:`refine_photometric`.
     """
     scene = _PhotometricScene(fit, frames, joint_positions, "choose_twins")
-    targets = {b: scene.blur(scene.obs.double(), b) for b in (blur_px, *confirm_blur_px)}
+    blurs = (blur_px, *confirm_blur_px)
+    targets = {b: scene.blur(scene.obs.double(), b) for b in blurs}
 
     def loss_of(f: ChainFit, b: float) -> float:
         return float(photometric_losses(scene, f, b, targets[b]).mean())
 
-    best = loss_of(fit, blur_px)
-    record: dict = {"loss_before": round(best, 5), "kept": [], "candidates_scored": 0,
-                    "refused_finer": []}
+    def settled(f: ChainFit) -> ChainFit:
+        if not refine_steps:
+            return f
+        return refine_photometric(f, frames, joint_positions, steps=(refine_steps,),
+                                  blur_px=(blur_px,))[0]
+
+    need = TWIN_REFINED_MIN_GAIN if refine_steps else min_gain
+    finer_need = 0.0 if refine_steps else min_gain
+    record: dict = {"kept": [], "candidates_scored": 0, "refused_finer": []}
+    if refine_steps:
+        record.update(refine_steps=int(refine_steps), candidates_refined=0, refined=[])
     used: set[int] = set()
     while True:
+        now = settled(fit)
+        current = {b: loss_of(now, b) for b in blurs}
+        drawn = loss_of(fit, blur_px) if refine_steps else current[blur_px]
+        record.setdefault("loss_before", round(current[blur_px], 5))
         winners = []
         for kind, c, cand in twin_candidates(fit):
             if c in used:
                 continue
-            loss = loss_of(cand, blur_px)
             record["candidates_scored"] += 1
-            if loss < best * (1.0 - min_gain):
+            if refine_steps:
+                if loss_of(cand, blur_px) > drawn * (1.0 + TWIN_SCREEN_LOSS):
+                    continue
+                cand = settled(cand)
+                record["candidates_refined"] += 1
+            loss = loss_of(cand, blur_px)
+            if refine_steps:
+                record["refined"].append({"kind": kind, "channel": int(c), "round": len(used),
+                                          "gain": round(1.0 - loss / current[blur_px], 4)})
+            if loss < current[blur_px] * (1.0 - need):
                 winners.append((loss, kind, c, cand))
         found = None
-        finer = {b: loss_of(fit, b) for b in confirm_blur_px} if winners else {}
         for loss, kind, c, cand in sorted(winners, key=lambda w: w[0]):
-            gains = [1.0 - loss / best] + [1.0 - loss_of(cand, b) / finer[b]
-                                           for b in confirm_blur_px]
-            if all(g > min_gain for g in gains[1:]):
+            gains = [1.0 - loss / current[blur_px]] + [1.0 - loss_of(cand, b) / current[b]
+                                                       for b in confirm_blur_px]
+            if all(g > finer_need for g in gains[1:]):
                 found = (loss, kind, c, cand)
                 break
-            record["refused_finer"].append({"kind": kind, "channel": c,
+            record["refused_finer"].append({"kind": kind, "channel": int(c),
                                             "gain": [round(g, 4) for g in gains]})
             if log is not None:
                 log(f"twin of channel {c} ({kind}) not kept: saves "
                     + ", ".join(f"{100 * g:.1f}%" for g in gains)
-                    + f" at {', '.join(f'{b:g}' for b in (blur_px, *confirm_blur_px))} px")
+                    + f" at {', '.join(f'{b:g}' for b in blurs)} px")
         if found is None:
+            record["loss_after"] = round(current[blur_px], 5)
             break
-        best, kind, c, fit = found
+        loss, kind, c, fit = found
         used.add(c)
-        record["kept"].append({"kind": kind, "channel": c, "loss": round(best, 5)})
+        record["kept"].append({"kind": kind, "channel": int(c), "loss": round(loss, 5)})
         if log is not None:
-            log(f"twin of channel {c} ({kind}) kept: loss {best:.4f}")
-    record["loss_after"] = round(best, 5)
+            log(f"twin of channel {c} ({kind}) kept: loss {loss:.4f}")
     return fit, record
 
 
@@ -1354,10 +1405,14 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
             (None: :data:`MOTION_REFINE_BLUR_PX`).
         log: called with a line per stage, or None.
         twins: first swap channels for their depth-mirrored twins where the frames say so
-            at every blur (:func:`choose_twins`; recorded in ``info["twins"]``, absent with
-            False); about 10 s more. On by default: on 32 held-out robot reads it kept a
-            twin on 5 and made all 5 better (retrieval@8 +0.38), on 16 held-out convention
-            reads none.
+            (:func:`choose_twins` with ``refine_steps=TWIN_REFINE_STEPS``: each twin
+            refined before the comparison; recorded in ``info["twins"]``, absent with
+            False); 1-4 min more on 2 cores. On by default: compared as drawn it kept a
+            twin on 5 of 32 held-out robot reads and made all 5 better (retrieval@8
+            +0.38), on 16 held-out convention reads none; compared refined, on 16 other
+            held-out robot reads (cells 16-31) it kept one on 11 (as drawn: 2), channels
+            more than 90 deg off the true axis 14 of 95 against 21, retrieval@8 +0.04
+            (95% -0.02 to +0.12), motion-region PSNR@16 +0.43 dB (+0.02 to +0.93).
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
@@ -1394,7 +1449,8 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
                      "frames_sha256": frames_sha256(motion.frames)})
     say(f"refining against {sum(len(q) for q in joints[1:])} frames of motion beside the "
         f"sweep's {len(qc)}")
-    out, seconds = _refined_with(chain, cal, frames, joints, steps, blur_px, log, twins)
+    out, seconds = _refined_with(chain, cal, frames, joints, steps, blur_px, log, twins,
+                                 twin_refine_steps=TWIN_REFINE_STEPS)
     out.info["motion"] = used
     out.info["motion_refine_seconds"] = seconds
     say(f"refined with motion in {seconds} s")
@@ -1429,12 +1485,13 @@ def _sweep_to_refine(chain, episode, photometric_size: int, who: str):
 
 def _refined_with(chain, cal, frames: list[np.ndarray], joints: list[np.ndarray],
                   steps: tuple[int, ...], blur_px: tuple[float, ...], log,
-                  twins: bool = False):
+                  twins: bool = False, twin_refine_steps: int = 0):
     """``(chain, seconds)``: ``chain`` refined by :func:`refine_photometric` against the
     concatenated ``frames`` (the sweep's first, at the photometric size) at ``joints``,
     its background redrawn from the calibration ``cal`` (at the sweep's poses); the info
     is a copy of the chain's. With ``twins``, :func:`choose_twins` first swaps channels for
-    their twins where those frames say so (recorded in ``info["twins"]``)."""
+    their twins where those frames say so (``refine_steps=twin_refine_steps``; recorded in
+    ``info["twins"]``)."""
     import time
 
     t0 = time.perf_counter()
@@ -1445,7 +1502,8 @@ def _refined_with(chain, cal, frames: list[np.ndarray], joints: list[np.ndarray]
     seen, at = np.concatenate(frames), np.concatenate(joints)
     start, record = fit_of_calibration(chain), None
     if twins:
-        start, record = choose_twins(start, seen, at, log=log)
+        start, record = choose_twins(start, seen, at, log=log,
+                                     refine_steps=twin_refine_steps)
     fit, _ = refine_photometric(start, seen, at, steps=steps, blur_px=blur_px,
                                 log=log, scale_free=np.array([n in fitted for n in names]))
     grid = on_grid(cal.frames, chain.resolution)
