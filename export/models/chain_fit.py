@@ -1001,7 +1001,7 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
     used: set[int] = set()
     while True:
         now = settled(fit)
-        current = {b: loss_of(now, b) for b in blurs}
+        current = {blur_px: loss_of(now, blur_px)}  # the finer blurs only once a twin wins
         drawn = loss_of(fit, blur_px) if refine_steps else current[blur_px]
         record.setdefault("loss_before", round(current[blur_px], 5))
         winners = []
@@ -1021,6 +1021,8 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
             if loss < current[blur_px] * (1.0 - need):
                 winners.append((loss, kind, c, cand))
         found = None
+        if winners:
+            current.update((b, loss_of(now, b)) for b in confirm_blur_px)
         for loss, kind, c, cand in sorted(winners, key=lambda w: w[0]):
             gains = [1.0 - loss / current[blur_px]] + [1.0 - loss_of(cand, b) / current[b]
                                                        for b in confirm_blur_px]
