@@ -345,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
                         "fit.<read>[].twins; with --motion-refine this is what "
                         "read-chain --motion FILE does by default, without it what "
                         "--no-twins does)")
+    p.add_argument("--anchor-twin-refine-steps", type=int, default=0, metavar="N",
+                   help="with --anchor --twins, refine each twin and the current fit N "
+                        "steps before comparing them at the anchoring (choose_twins "
+                        "refine_steps; 0, the default: compared as drawn); kept as "
+                        "<read>_anchor[_other]_twins_rN.npz")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     import cv2
@@ -392,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--anchor needs --tracks dis (or both) and --calibration-data")
     if args.twins and not (args.anchor or args.motion_refine):
         p.error("--twins needs --anchor or --motion-refine")
+    if args.anchor_twin_refine_steps and not (args.anchor and args.twins):
+        p.error("--anchor-twin-refine-steps needs --anchor --twins")
+    if args.anchor_twin_refine_steps < 0:
+        p.error(f"--anchor-twin-refine-steps {args.anchor_twin_refine_steps}: expected 0 or more")
     if args.anchor_at != "start" and (not args.anchor or variant is not None):
         p.error("--anchor-at other needs --anchor, and is not taken with "
                 "--calibration-timing (whose read is anchored at the start)")
@@ -580,7 +589,9 @@ def main(argv: list[str] | None = None) -> int:
                 if base is None:
                     continue
                 read = "dis" if name == "chain_dis_anchor" else "dis_motion"
-                twin_tag = "_twins" if args.twins else ""
+                twin_tag = (("_twins" + (f"_r{args.anchor_twin_refine_steps}"
+                                          if args.anchor_twin_refine_steps else ""))
+                            if args.twins else "")
                 saved_a = (Path(args.fits)
                            / f"{cell.cell_id}_{read}_anchor{anchor_tag}{twin_tag}.npz"
                            if args.fits else None)
@@ -589,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 anchored[name] = anchor_chain_to_start(
                     base, high_calibration(hi_cache, hi_dir, cal), anchor_frame, anchor_q,
-                    twins=args.twins)
+                    twins=args.twins, twin_refine_steps=args.anchor_twin_refine_steps)
                 print(f"  {cell.cell_id}: {read} anchored at the "
                       f"{'other episode' if anchor_tag else 'futures'}' start in "
                       f"{anchored[name].info['anchor']['seconds']:.0f} s",
@@ -774,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
                                                "anchor_at": args.anchor_at if args.anchor
                                                else None,
                                                "twins": bool(args.twins),
+                                               "anchor_twin_refine_steps":
+                                                   args.anchor_twin_refine_steps,
                                                "retrieval": r, "psnr_at_step": ps,
                                                "fit": stats,
                                                "dis_track_error_px": track_err,

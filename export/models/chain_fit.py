@@ -1528,7 +1528,7 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
                           start_joint_positions: np.ndarray, photometric_size: int = 128,
                           copies: int = ANCHOR_COPIES, steps: tuple[int, ...] | None = None,
                           blur_px: tuple[float, ...] | None = None, log=None,
-                          twins: bool = False):
+                          twins: bool = False, twin_refine_steps: int = 0):
     """Refine a chain calibration so that it also explains the start frame of a rollout.
 
     A rollout starts wherever the arm is, often far from the calibration's home pose (the
@@ -1558,7 +1558,9 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
         log: called with a line per stage, or None.
         twins: first swap channels for their depth-mirrored twins where the start frame
             and the sweep say so (:func:`choose_twins`; ``info["twins"]``). Off by
-            default: measured, it made the futures worse.
+            default: measured with the twins compared as drawn, it made the futures worse.
+        twin_refine_steps: with ``twins``, the ``refine_steps`` of :func:`choose_twins`
+            (0: each twin compared as drawn).
 
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration`; ``info["anchor"]`` records the
@@ -1607,7 +1609,7 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
         f"{len(qc)} frames)")
     out, seconds = _refined_with(chain, cal, [small(cal.frames), np.repeat(big[None], copies, 0)],
                                  [qc, np.repeat(q0[None], copies, 0)], steps, blur_px, log,
-                                 twins)
+                                 twins, twin_refine_steps)
     out.info["anchor"] = {"start_sha256": frames_sha256(start[None]),
                           "start_joint_positions": [round(float(x), 6) for x in q0],
                           "copies": int(copies), "seconds": seconds}
