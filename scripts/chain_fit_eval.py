@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -182,6 +183,31 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None, ancho
             if want and not kept[k].is_file():
                 save_chain_calibration(kept[k], out[k])
     return out[""], out["_motion"], out["_anchor"]
+
+
+def composition_episode(params, q_home, count: int, amplitude: float, seed: int):
+    """A short episode of the joints turned together, rendered at 256x256 by MuJoCo: ``count``
+    poses, each channel at the calibration's home reading plus a uniform offset in
+    ``[-amplitude, amplitude]`` rad (canonical joints, clipped to the robot's limits), drawn
+    with ``seed``; kind ``motion``, in the cell's controller convention. What a
+    calibration plan could record after its sweeps for :func:`refine_chain_with_motion`
+    to tell depth-mirrored twins apart (``--composition``)."""
+    from dataclasses import replace
+
+    from export.cells.generate import CellGenerator, GenerateOptions
+    from export.cells.robots import robot_spec
+
+    if not _GEN256:
+        _GEN256.append(CellGenerator(GenerateOptions(width=256, height=256,
+                                                     segmentation=False)))
+    conv = params.convention
+    home = conv.to_canonical(np.asarray(q_home, np.float64)[None])[0]
+    limits = np.asarray(robot_spec(params.robot).limits_rad, np.float64)
+    rng = np.random.default_rng(seed)
+    q = np.clip(home + rng.uniform(-amplitude, amplitude, (count, len(home))),
+                limits[:, 0], limits[:, 1])
+    ep = _GEN256[0].render_episode(params, q, "motion")
+    return replace(ep, ee_px=None, robot_mask=None)
 
 
 def anchored_stats(cell_id: str, chain, scene, params, home_q) -> dict:
@@ -345,6 +371,14 @@ def main(argv: list[str] | None = None) -> int:
                         "fit.<read>[].twins; with --motion-refine this is what "
                         "read-chain --motion FILE does by default, without it what "
                         "--no-twins does)")
+    p.add_argument("--composition", type=int, default=0, metavar="N",
+                   help="with --motion-refine: refine with N poses of every joint turned "
+                        "together about the calibration's home pose (rendered here, "
+                        "composition_episode) instead of the cell's motion-01 episode; "
+                        "kept as <cell>_dis_motion_compN[_twins].npz")
+    p.add_argument("--composition-amplitude", type=float, default=0.5, metavar="RAD",
+                   help="with --composition: each joint's largest offset from home (rad; "
+                        "default 0.5)")
     p.add_argument("--anchor-twin-refine-steps", type=int, default=0, metavar="N",
                    help="with --anchor --twins, refine each twin and the current fit N "
                         "steps before comparing them at the anchoring (choose_twins "
@@ -397,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--anchor needs --tracks dis (or both) and --calibration-data")
     if args.twins and not (args.anchor or args.motion_refine):
         p.error("--twins needs --anchor or --motion-refine")
+    if args.composition and not args.motion_refine:
+        p.error("--composition needs --motion-refine")
+    if args.composition < 0 or args.composition_amplitude <= 0:
+        p.error("--composition N and --composition-amplitude RAD: expected positive values")
     if args.anchor_twin_refine_steps and not (args.anchor and args.twins):
         p.error("--anchor-twin-refine-steps needs --anchor --twins")
     if args.anchor_twin_refine_steps < 0:
@@ -548,8 +586,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.motion_refine:
             from export.models.chain_fit import refine_chain_with_motion
 
-            motion = (load_episode(hi_dir / "motion-01.npz"), hi_dir / "motion-01.npz")
-            saved_m = (Path(args.fits) / f"{cell.cell_id}_dis_motion"
+            if args.composition:
+                motion = (composition_episode(params, qc[0], args.composition,
+                                              args.composition_amplitude,
+                                              args.seed + zlib.crc32(cell.cell_id.encode())),
+                          f"composition of {args.composition} poses")
+            else:
+                motion = (load_episode(hi_dir / "motion-01.npz"), hi_dir / "motion-01.npz")
+            comp_tag = (f"_comp{args.composition}" if args.composition else "")
+            saved_m = (Path(args.fits) / f"{cell.cell_id}_dis_motion{comp_tag}"
                        f"{'_twins' if args.twins else ''}.npz" if args.fits else None)
             if saved_m is not None and saved_m.is_file():
                 refined = load_chain_calibration(saved_m)
@@ -787,6 +832,9 @@ def main(argv: list[str] | None = None) -> int:
                                                "twins": bool(args.twins),
                                                "anchor_twin_refine_steps":
                                                    args.anchor_twin_refine_steps,
+                                               "composition": args.composition,
+                                               "composition_amplitude":
+                                                   args.composition_amplitude,
                                                "retrieval": r, "psnr_at_step": ps,
                                                "fit": stats,
                                                "dis_track_error_px": track_err,
