@@ -185,15 +185,20 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None, ancho
     return out[""], out["_motion"], out["_anchor"]
 
 
-def composition_episode(params, q_home, count: int, amplitude: float, seed: int):
+def composition_episode(params, q_home, count: int, amplitude: float, seed: int,
+                        planned: bool = False):
     """A short episode of the joints turned together, rendered at 256x256 by MuJoCo: ``count``
     poses, each channel at the calibration's home reading plus a uniform offset in
     ``[-amplitude, amplitude]`` rad (canonical joints, clipped to the robot's limits), drawn
-    with ``seed``; kind ``motion``, in the cell's controller convention. What a
-    calibration plan could record after its sweeps for :func:`refine_chain_with_motion`
-    to tell depth-mirrored twins apart (``--composition``)."""
+    with ``seed``; with ``planned``, the episode frames of the planner's validation motion
+    instead (:func:`edge.calibrate.plan.plan_motion` about the calibration's home,
+    ``half_range=amplitude``: smooth, waypoints every 6 frames). Kind ``motion``, in the
+    cell's controller convention. What a technician can record after the sweeps for
+    :func:`refine_chain_with_motion` to tell depth-mirrored twins apart
+    (``--composition``)."""
     from dataclasses import replace
 
+    from edge.calibrate.plan import plan_motion
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.robots import robot_spec
 
@@ -202,10 +207,16 @@ def composition_episode(params, q_home, count: int, amplitude: float, seed: int)
                                                      segmentation=False)))
     conv = params.convention
     home = conv.to_canonical(np.asarray(q_home, np.float64)[None])[0]
-    limits = np.asarray(robot_spec(params.robot).limits_rad, np.float64)
-    rng = np.random.default_rng(seed)
-    q = np.clip(home + rng.uniform(-amplitude, amplitude, (count, len(home))),
-                limits[:, 0], limits[:, 1])
+    spec = robot_spec(params.robot)
+    limits = np.asarray(spec.limits_rad, np.float64)
+    if planned:
+        spec = replace(spec, dofs=tuple(replace(d, home=float(h))
+                                        for d, h in zip(spec.dofs, home, strict=True)))
+        q = plan_motion(spec, seed, frames=count, half_range=amplitude).episode_positions()
+    else:
+        rng = np.random.default_rng(seed)
+        q = np.clip(home + rng.uniform(-amplitude, amplitude, (count, len(home))),
+                    limits[:, 0], limits[:, 1])
     ep = _GEN256[0].render_episode(params, q, "motion")
     return replace(ep, ee_px=None, robot_mask=None)
 
@@ -379,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--composition-amplitude", type=float, default=0.5, metavar="RAD",
                    help="with --composition: each joint's largest offset from home (rad; "
                         "default 0.5)")
+    p.add_argument("--composition-plan", action="store_true",
+                   help="with --composition N: the N episode frames of the planner's "
+                        "validation motion (calibrate plan --kind motion, plan_motion, "
+                        "half range --composition-amplitude) instead of independent poses; "
+                        "kept as <cell>_dis_motion_planN[_twins].npz")
     p.add_argument("--anchor-twin-refine-steps", type=int, default=0, metavar="N",
                    help="with --anchor --twins, refine each twin and the current fit N "
                         "steps before comparing them at the anchoring (choose_twins "
@@ -589,11 +605,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.composition:
                 motion = (composition_episode(params, qc[0], args.composition,
                                               args.composition_amplitude,
-                                              args.seed + zlib.crc32(cell.cell_id.encode())),
-                          f"composition of {args.composition} poses")
+                                              args.seed + zlib.crc32(cell.cell_id.encode()),
+                                              planned=args.composition_plan),
+                          f"{'planned motion' if args.composition_plan else 'composition'}"
+                          f" of {args.composition} frames")
             else:
                 motion = (load_episode(hi_dir / "motion-01.npz"), hi_dir / "motion-01.npz")
-            comp_tag = (f"_comp{args.composition}" if args.composition else "")
+            comp_tag = ((f"_plan{args.composition}" if args.composition_plan
+                         else f"_comp{args.composition}") if args.composition else "")
             saved_m = (Path(args.fits) / f"{cell.cell_id}_dis_motion{comp_tag}"
                        f"{'_twins' if args.twins else ''}.npz" if args.fits else None)
             if saved_m is not None and saved_m.is_file():
@@ -833,6 +852,7 @@ def main(argv: list[str] | None = None) -> int:
                                                "anchor_twin_refine_steps":
                                                    args.anchor_twin_refine_steps,
                                                "composition": args.composition,
+                                               "composition_plan": args.composition_plan,
                                                "composition_amplitude":
                                                    args.composition_amplitude,
                                                "retrieval": r, "psnr_at_step": ps,
