@@ -599,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
                 saved.parent.mkdir(parents=True, exist_ok=True)
                 save_chain_calibration(saved, calibrations[kind])
         motion = refined = None
+        comp_tag = ""
         if args.motion_refine:
             from export.models.chain_fit import refine_chain_with_motion
 
@@ -656,8 +657,10 @@ def main(argv: list[str] | None = None) -> int:
                 twin_tag = (("_twins" + (f"_r{args.anchor_twin_refine_steps}"
                                           if args.anchor_twin_refine_steps else ""))
                             if args.twins else "")
+                # a read refined with rendered motion is kept apart from motion-01's
+                of = f"{read}{comp_tag}" if read == "dis_motion" else read
                 saved_a = (Path(args.fits)
-                           / f"{cell.cell_id}_{read}_anchor{anchor_tag}{twin_tag}.npz"
+                           / f"{cell.cell_id}_{of}_anchor{anchor_tag}{twin_tag}.npz"
                            if args.fits else None)
                 if saved_a is not None and saved_a.is_file():
                     anchored[name] = load_chain_calibration(saved_a)
