@@ -123,6 +123,17 @@ def mislabelled_fit(fit, rng: np.random.Generator):
 _GEN256: list = []
 
 
+def renderer_256():
+    """The one 256x256 :class:`CellGenerator` (no segmentation) the timing variants and the
+    rendered motion share, made on first use."""
+    from export.cells.generate import CellGenerator, GenerateOptions
+
+    if not _GEN256:
+        _GEN256.append(CellGenerator(GenerateOptions(width=256, height=256,
+                                                     segmentation=False)))
+    return _GEN256[0]
+
+
 def timed_chain(args, variant, cell, params, cal, index: int, motion=None, anchor=None):
     """The cell's chain read by :func:`read_chain_calibration` from its calibration sweep
     rendered at 256x256 at ``variant``'s timing (kept in ``args.fits``); with ``motion``
@@ -134,7 +145,6 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None, ancho
     from dataclasses import replace
 
     from edge.runtime.chain import load_chain_calibration, save_chain_calibration
-    from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.robots import robot_spec
     from export.evaluation.calibration_timing import _variant_sweeps, retimed_positions
     from export.models.chain_fit import (
@@ -154,15 +164,12 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None, ancho
                and kept[k].is_file() else None) for k, want in wanted.items()}
     if all(out[k] is not None for k, want in wanted.items() if want):
         return out[""], out["_motion"], out["_anchor"]
-    if not _GEN256:
-        _GEN256.append(CellGenerator(GenerateOptions(width=256, height=256,
-                                                     segmentation=False)))
     conv = params.convention
     limits = np.asarray(robot_spec(params.robot).limits_rad, np.float64)
     rng = np.random.default_rng(args.seed + 7919 * index)
     q = retimed_positions(np.asarray(cal.joint_positions[0], np.float64),
                           _variant_sweeps(cal, conv, limits, variant, rng), variant)
-    ep = _GEN256[0].render_episode(params, conv.to_canonical(q), "calibration")
+    ep = renderer_256().render_episode(params, conv.to_canonical(q), "calibration")
     ep = replace(ep, timestamps=np.arange(len(q), dtype=np.float64) / variant.rate_hz,
                  ee_px=None, robot_mask=None,
                  metadata=replace(ep.metadata, fps=float(variant.rate_hz), segments=()))
@@ -199,25 +206,21 @@ def composition_episode(params, q_home, count: int, amplitude: float, seed: int,
     from dataclasses import replace
 
     from edge.calibrate.plan import plan_motion
-    from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.robots import robot_spec
 
-    if not _GEN256:
-        _GEN256.append(CellGenerator(GenerateOptions(width=256, height=256,
-                                                     segmentation=False)))
     conv = params.convention
     home = conv.to_canonical(np.asarray(q_home, np.float64)[None])[0]
     spec = robot_spec(params.robot)
-    limits = np.asarray(spec.limits_rad, np.float64)
     if planned:
         spec = replace(spec, dofs=tuple(replace(d, home=float(h))
                                         for d, h in zip(spec.dofs, home, strict=True)))
         q = plan_motion(spec, seed, frames=count, half_range=amplitude).episode_positions()
     else:
+        limits = np.asarray(spec.limits_rad, np.float64)
         rng = np.random.default_rng(seed)
         q = np.clip(home + rng.uniform(-amplitude, amplitude, (count, len(home))),
                     limits[:, 0], limits[:, 1])
-    ep = _GEN256[0].render_episode(params, q, "motion")
+    ep = renderer_256().render_episode(params, q, "motion")
     return replace(ep, ee_px=None, robot_mask=None)
 
 
