@@ -550,6 +550,7 @@ def test_refine_chain_with_motion_composes_the_channels_it_saw_together(arm_fit,
     assert refined.info["motion"][0]["episode"] == "motion.npz"
     assert refined.info["motion"][0]["frames"] == len(qm)
     assert refined.info["motion"][0]["frames_used"] == len(qm)
+    assert refined.info["motion"][0]["held_poses"] is False
     assert any("motion" in line for line in lines)
     twins = refined.info["twins"]
     assert twins["kept"] == [] and twins["loss_after"] == twins["loss_before"]
@@ -707,3 +708,55 @@ def test_read_chain_in_degrees_fits_the_scale_by_itself(arm_frames, tmp_path):
     assert forced.info["joint_scale"] == {"mode": "rad", "widest_sweep": pytest.approx(
         0.4 * deg, rel=1e-6), "fitted": []}
     np.testing.assert_array_equal(forced.rad_per_unit, 1.0)
+
+
+def test_motion_frames_to_use_reads_the_middle_frame_of_each_hold():
+    """Held poses (readings still within the tolerance, encoder noise included): the
+    middle frame of each hold, also where the next move has already begun by less than
+    the tolerance at a hold's last frame (frames not taken at the program's knots); fewer
+    than the least holds, or continuous motion: evenly spaced; more holds than the cap:
+    the cap, evenly spaced over the holds."""
+    from export.models.chain_fit import (
+        MOTION_HOLD_TOLERANCE,
+        MOTION_MAX_FRAMES,
+        MOTION_MIN_HELD_POSES,
+        motion_frames_to_use,
+    )
+
+    rng = np.random.default_rng(0)
+
+    def held(count: int, move: int = 3, hold: int = 3) -> tuple[np.ndarray, list[int]]:
+        """Readings of ``count`` poses, each reached at a move's last frame and held
+        ``hold`` frames more; and the middle frames of those holds."""
+        rows, middles, last = [np.zeros((1, 2))], [], np.zeros(2)
+        for pose in rng.uniform(-0.5, 0.5, (count, 2)):
+            rows += [last + (pose - last) * np.linspace(0, 1, move + 1)[1:, None],
+                     np.repeat(pose[None], hold, 0)]
+            end = sum(len(r) for r in rows) - 1
+            middles.append((end - hold + end + 1) // 2)
+            last = pose
+        q = np.vstack(rows)
+        return q + rng.uniform(-0.3, 0.3, q.shape) * MOTION_HOLD_TOLERANCE, middles
+
+    q, middles = held(MOTION_MIN_HELD_POSES + 2)
+    pick, is_held = motion_frames_to_use(q, ["rad", "rad"])
+    assert is_held and pick.tolist() == middles
+    # the next move's first frame within the tolerance of the hold (begun by less): the
+    # hold counts a frame longer, 5 frames, whose middle is the 4-frame hold's upper one
+    crept = q.copy()
+    for m in middles[:-1]:
+        crept[m + 2] = crept[m + 1] + 0.5 * MOTION_HOLD_TOLERANCE
+    pick, is_held = motion_frames_to_use(crept, ["rad", "rad"])
+    assert is_held and pick.tolist() == middles
+    # a channel in metres holds to a tenth of the tolerance: noise of 0.3 of it breaks holds
+    assert not motion_frames_to_use(q, ["rad", "m"])[1]
+    q, _ = held(MOTION_MIN_HELD_POSES - 1)
+    pick, is_held = motion_frames_to_use(q, ["rad", "rad"])
+    assert not is_held and pick.tolist() == np.linspace(0, len(q) - 1, len(q)).round().tolist()
+    smooth = np.stack([np.sin(np.linspace(0, 6, 200)), np.cos(np.linspace(0, 5, 200))], -1)
+    pick, is_held = motion_frames_to_use(smooth, ["rad", "rad"])
+    assert not is_held and len(pick) == MOTION_MAX_FRAMES and pick[0] == 0 and pick[-1] == 199
+    q, middles = held(MOTION_MAX_FRAMES + 36, move=2, hold=2)
+    pick, is_held = motion_frames_to_use(q, ["rad", "rad"])
+    assert is_held and len(pick) == MOTION_MAX_FRAMES and set(pick.tolist()) <= set(middles)
+    assert pick[0] == middles[0] and pick[-1] == middles[-1]

@@ -52,7 +52,7 @@ __all__ = ["MotionEpisodeError", "ChainFit", "sweep_tracks", "sweep_robot_mask",
            "read_chain_calibration", "sweep_timing", "JOINT_SCALE_MODES", "MAX_SWEEP_RAD",
            "NOMINAL_SWEEP_RAD", "SCALE_STARTS", "anchor_chain_to_start", "ANCHOR_COPIES",
            "twin_candidates", "choose_twins", "TWIN_MIN_GAIN", "TWIN_BLUR_PX",
-           "TWIN_CONFIRM_BLUR_PX"]
+           "TWIN_CONFIRM_BLUR_PX", "motion_frames_to_use"]
 
 #: A channel whose turn per unit of reading is fitted (``fit_chain(scale_free=...)``)
 #: starts from a sweep of this many rad (the planner sweeps 0.3-0.5 rad; 0.2-0.8 were
@@ -1323,6 +1323,54 @@ MOTION_REFINE_BLUR_PX = (4.0, 2.0, 1.0)
 #: the photometric size (a 30 Hz policy run of minutes adds no composition a few dozen of
 #: its poses do not show).
 MOTION_MAX_FRAMES = 64
+#: Largest change of every joint reading from the frame before (rad; m: a tenth of it) for
+#: a frame to count as held (:func:`motion_frames_to_use`).
+MOTION_HOLD_TOLERANCE = 1e-3
+#: Fewest held poses for :func:`motion_frames_to_use` to read only the held frames.
+MOTION_MIN_HELD_POSES = 8
+
+
+def motion_frames_to_use(q: np.ndarray, units) -> tuple[np.ndarray, bool]:
+    """Which frames of a motion episode :func:`refine_chain_with_motion` reads.
+
+    Where the joints were held at some poses (``edge.calibrate.plan.plan_poses``: the
+    controller eases to each pose and holds it), the middle frame of each hold: there the
+    picture is settled whatever the camera's exposure, and a camera early or late against
+    the joint readings by up to half the hold still shows the pose read. A hold is a
+    frame and the run of frames after it whose every reading is within
+    :data:`MOTION_HOLD_TOLERANCE` of the frame before (on a recorded cell its last frame
+    may already show the next move starting: frames are not taken at the program's
+    knots); with at least
+    :data:`MOTION_MIN_HELD_POSES` holds those frames are used, else (ordinary continuous
+    motion, a policy run) frames evenly spaced over the episode. At most
+    :data:`MOTION_MAX_FRAMES` either way, evenly spaced.
+
+    Args:
+        q: float64 ``[T, K]`` joint readings per frame, rad|m.
+        units: ``K`` channel units, ``"rad"`` or ``"m"``.
+
+    Returns:
+        ``(indices, held)``: int64 ascending frame indices, and whether they are the
+        middle frames of holds.
+    """
+    q = np.asarray(q, np.float64)
+    tol = np.array([MOTION_HOLD_TOLERANCE / 10 if u == "m" else MOTION_HOLD_TOLERANCE
+                    for u in units])
+    still = np.zeros(len(q), bool)
+    if len(q) > 1:
+        still[1:] = (np.abs(np.diff(q, axis=0)) <= tol).all(axis=1)
+    ends = np.flatnonzero(still & ~np.append(still[1:], False))
+    starts = np.flatnonzero(still & ~np.insert(still[:-1], 0, False)) - 1
+    middles = (starts + ends + 1) // 2
+    if len(middles) >= MOTION_MIN_HELD_POSES:
+        keep = np.unique(np.linspace(0, len(middles) - 1,
+                                     min(len(middles), MOTION_MAX_FRAMES)).round().astype(int))
+        return middles[keep].astype(np.int64), True
+    pick = np.unique(np.linspace(0, len(q) - 1, min(len(q), MOTION_MAX_FRAMES))
+                     .round().astype(int))
+    return pick.astype(np.int64), False
+
+
 #: Least joint travel (rad; m for a channel in metres: a tenth of it) a motion episode must
 #: show on some channel from its first frame for it to add anything to the chain.
 MOTION_MIN_TRAVEL = 0.05
@@ -1420,8 +1468,10 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
         a new :class:`edge.runtime.chain.ChainCalibration` (same home frame and channels;
         axes, pivots, depths, slides, background and the turns per unit the read fitted
         (``info["joint_scale"]["fitted"]``) refined; ``info["motion"]`` lists
-        each episode's ``where``, frame count, frames used (at most
-        :data:`MOTION_MAX_FRAMES`, evenly spaced) and frames' sha256).
+        each episode's ``where``, frame count, frames used (:func:`motion_frames_to_use`:
+        the middle frame of each hold where the joints were held at poses, else evenly
+        spaced; at most :data:`MOTION_MAX_FRAMES`), whether they were holds
+        (``held_poses``) and frames' sha256).
 
     Raises:
         edge.runtime.chain.MotionEpisodeError: no motion episode; a motion episode of kind
@@ -1443,12 +1493,11 @@ def refine_chain_with_motion(chain, episode, motions, photometric_size: int = 12
     frames, joints, used = [small(cal.frames)], [qc], []
     for motion, where in motions:
         q = _check_motion(motion, str(where), names, units, shape, cal.metadata.cell_id)
-        pick = np.unique(np.linspace(0, len(q) - 1, min(len(q), MOTION_MAX_FRAMES))
-                         .round().astype(int))
+        pick, held = motion_frames_to_use(q, units)
         frames.append(small(motion.frames[pick]))
         joints.append(q[pick])
         used.append({"episode": str(where), "frames": int(len(q)), "frames_used": int(len(pick)),
-                     "frames_sha256": frames_sha256(motion.frames)})
+                     "held_poses": held, "frames_sha256": frames_sha256(motion.frames)})
     say(f"refining against {sum(len(q) for q in joints[1:])} frames of motion beside the "
         f"sweep's {len(qc)}")
     out, seconds = _refined_with(chain, cal, frames, joints, steps, blur_px, log, twins,
