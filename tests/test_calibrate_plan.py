@@ -15,11 +15,13 @@ from edge.calibrate.plan import (
     SWEEP_PROFILE,
     load_program,
     plan_motion,
+    plan_poses,
     plan_sweep,
     save_program,
 )
 from edge.calibrate.spec import load_robot_spec, robot_spec_from_dict
 from edge.commands import calibrate
+from edge.errors import EdgeError
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "samples" / "robots").glob("*.yaml"))
@@ -106,3 +108,60 @@ def test_program_files_round_trip_and_cli(tmp_path: Path, capsys) -> None:
     (tmp_path / "bad.json").write_text('{"format": "other"}')
     with pytest.raises(PlanError, match="expected format"):
         load_program(tmp_path / "bad.json")
+
+
+def test_poses_program_holds_each_pose_within_range_and_refinement_reads_the_holds() -> None:
+    """``plan_poses``: the episode starts at home, eases to each of ``count`` poses and holds
+    it; every joint within ``home +- half_range`` (a tenth for a DoF in m) and the limits
+    less the margin; the refinement's frame choice finds exactly the holds' middle frames
+    (the pose reached at the move's last frame, then held 3 more: the second of the last
+    two)."""
+    from edge.calibrate.spec import LIMIT_MARGIN
+    from export.models.chain_fit import motion_frames_to_use
+
+    spec = robot_spec_from_dict(_spec_dict(), "toy.yaml")
+    prog = plan_poses(spec, seed=5, count=10, half_range=0.3, move_s=0.5, hold_s=0.3)
+    assert prog.kind == "motion" and prog.sweeps == ()
+    q = prog.episode_positions()
+    home = np.array([d.home for d in spec.dofs])
+    assert len(q) == 1 + 10 * (5 + 3) and np.array_equal(q[0], home)
+    ends = np.arange(1, 11) * 8
+    poses = q[ends]
+    assert np.array_equal(q[ends - 1], poses) and np.array_equal(q[ends - 2], poses)
+    reach = np.array([0.3, 0.3, 0.03])
+    lower = np.array([d.lower for d in spec.dofs]) + LIMIT_MARGIN
+    upper = np.array([d.upper for d in spec.dofs]) - LIMIT_MARGIN
+    assert (np.abs(poses - home) <= reach + 1e-12).all()
+    assert (poses >= lower - 1e-12).all() and (poses <= upper + 1e-12).all()
+    assert (np.ptp(poses, axis=0) > 0.5 * np.minimum(reach, (upper - lower) / 2)).all()
+    # no jump: the largest knot-to-knot change is the eased move's (pi/2 / 5 of the step)
+    steps = np.abs(np.diff(q, axis=0))
+    assert (steps <= np.pi / 2 / 5 * np.abs(np.diff(np.vstack([home, poses]), axis=0)).max(0)
+            + 1e-9).all()
+    pick, held = motion_frames_to_use(q, prog.dof_units)
+    assert held and pick.tolist() == (ends - 1).tolist()
+    with pytest.raises(PlanError, match="at least 2 poses"):
+        plan_poses(spec, 1, count=1)
+    with pytest.raises(PlanError, match="expected > 0"):
+        plan_poses(spec, 1, half_range=0.0)
+    with pytest.raises(PlanError, match="hold of at least 2"):
+        plan_poses(spec, 1, hold_s=0.1)
+
+
+def test_plan_cli_writes_held_poses_and_refuses_two_kinds(tmp_path: Path, capsys) -> None:
+    parser = argparse.ArgumentParser(prog="syncedge")
+    calibrate.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["calibrate", "plan", "--robot", str(SPECS[0]), "--seed", "2",
+                              "--poses", "12", "--half-range", "0.4",
+                              "--out", str(tmp_path / "poses")])
+    assert args.func(args) == 0
+    assert "12 held poses" in capsys.readouterr().out
+    p = load_program(tmp_path / "poses.json")
+    home = np.array([d.home for d in load_robot_spec(SPECS[0]).dofs])
+    assert p.kind == "motion" and p.episode_frames == 1 + 12 * 12
+    assert np.abs(p.episode_positions() - home).max() <= 0.4 + 1e-9
+    args = parser.parse_args(["calibrate", "plan", "--robot", str(SPECS[0]), "--poses",
+                              "--motion", "--out", str(tmp_path / "both")])
+    with pytest.raises(EdgeError, match="--motion and --poses"):
+        args.func(args)
+    assert not (tmp_path / "both.json").exists()

@@ -1,4 +1,5 @@
-"""Joint programs a controller executes: the calibration sweep and a validation motion.
+"""Joint programs a controller executes: the calibration sweep, a validation motion and
+held poses for refining the chain.
 
 A program is a list of joint-position knots, one per frame at the model's frame rate
 (``t_k = k / frame_rate_hz`` s from the program's start), in the controller's channel order
@@ -38,8 +39,8 @@ from edge.calibrate.spec import LIMIT_MARGIN, RobotSpec
 from edge.fileio import atomic_write
 
 __all__ = ["MIN_PHASE_FRAMES", "PROGRAM_FORMAT", "SEGMENT_FRAMES", "SWEEP_PROFILE", "JointProgram",
-           "PlannedSweep", "load_program", "plan_motion", "plan_sweep", "save_program",
-           "sweep_profile"]
+           "PlannedSweep", "load_program", "plan_motion", "plan_poses", "plan_sweep",
+           "save_program", "sweep_profile"]
 
 PROGRAM_FORMAT = "syncedge-joint-program"
 PROGRAM_SCHEMA_VERSION = 1
@@ -249,6 +250,79 @@ def plan_motion(spec: RobotSpec, seed: int, frames: int = 24, half_range: float 
                    np.repeat(motion[-1:], lead_out, 0)])
     return JointProgram("motion", spec.robot, spec.dof_names, tuple(d.unit for d in spec.dofs),
                         spec.frame_rate_hz, q, lead_in, lead_out, (), DEFAULT_MIN_FRACTION,
+                        tuple(d.lower for d in spec.dofs), tuple(d.upper for d in spec.dofs),
+                        int(seed))
+
+
+#: Poses of :func:`plan_poses` by default: on held-out robot cells 32 poses told the
+#: depth-mirrored twins apart as well as any motion measured (docs/eval/experiments.md).
+POSES_COUNT = 32
+#: Largest offset of a joint from home in :func:`plan_poses`, rad (a tenth of it in m).
+POSES_HALF_RANGE = 0.5
+
+
+def plan_poses(spec: RobotSpec, seed: int, count: int = POSES_COUNT,
+               half_range: float = POSES_HALF_RANGE, move_s: float = 0.8,
+               hold_s: float = 0.4, lead_in_s: float = 1.0,
+               lead_out_s: float = 1.0) -> JointProgram:
+    """A program of held poses with the joints turned together, for refining a cell
+    calibration's chain (``calibrate cache store --chain --motion``).
+
+    A calibration sweep turns one DoF at a time, so it cannot show how the channels
+    compose; frames of the joints turned together can
+    (:func:`export.models.chain_fit.refine_chain_with_motion`). Each pose draws every
+    joint independently, uniform within ``home +- half_range`` (rad; ``half_range / 10``
+    for a DoF in m) and the limits less :data:`~edge.calibrate.spec.LIMIT_MARGIN`; the
+    controller eases from one pose to the next over ``move_s`` (``0.5 - 0.5 cos``, as a
+    drive with acceleration limits moves) and holds it ``hold_s``. The refinement reads the
+    middle frame of each hold, where the picture is settled whatever the camera's exposure
+    and a residual latency against the joint readings of up to half the hold.
+
+    Args:
+        spec: the robot spec.
+        seed: random seed of the poses.
+        count: poses (at least 2).
+        half_range: largest offset from home, rad (> 0).
+        move_s: time to move between poses, s (at least one frame).
+        hold_s: time each pose is held, s (at least two frames; the pose is reached at the
+            first, so the hold spans ``hold + 1`` frames at it).
+        lead_in_s, lead_out_s: holds at the home pose before and at the last pose after.
+
+    Returns:
+        :class:`JointProgram` of kind ``"motion"``; its episode starts at home and has
+        ``count * (move + hold)`` more frames (``move``, ``hold`` in frames).
+    Raises:
+        PlanError: fewer than 2 poses, a half range <= 0, a move under one frame or a hold
+            under two.
+    """
+    if count < 2:
+        raise PlanError(f"--poses {count}: expected at least 2 poses")
+    if not half_range > 0:
+        raise PlanError(f"--half-range {half_range:g}: expected > 0 rad")
+    rate = spec.frame_rate_hz
+    move, hold = int(round(move_s * rate)), int(round(hold_s * rate))
+    if move < 1 or hold < 2:
+        raise PlanError(f"poses: a move of {move_s:g} s and a hold of {hold_s:g} s at "
+                        f"{rate:g} Hz are {move} and {hold} frames; expected a move of at "
+                        f"least 1 frame and a hold of at least 2 (the refinement reads the "
+                        f"middle frame of each hold)")
+    rng = np.random.default_rng(seed)
+    home = np.array([d.home for d in spec.dofs])
+    reach = np.array([half_range / 10 if d.unit == "m" else half_range for d in spec.dofs])
+    lo = np.maximum(home - reach, [d.lower + LIMIT_MARGIN for d in spec.dofs])
+    hi = np.minimum(home + reach, [d.upper - LIMIT_MARGIN for d in spec.dofs])
+    poses = rng.uniform(lo, hi, size=(count, len(home)))
+    u = (0.5 - 0.5 * np.cos(np.pi * np.arange(1, move + 1) / move))[:, None]
+    rows, last = [home[None]], home
+    for pose in poses:
+        rows += [last + (pose - last) * u, np.repeat(pose[None], hold, 0)]
+        last = pose
+    episode = np.vstack(rows)
+    lead_in, lead_out = _holds(spec, lead_in_s, lead_out_s)
+    q = np.vstack([np.repeat(home[None], lead_in, 0), episode,
+                   np.repeat(episode[-1:], lead_out, 0)])
+    return JointProgram("motion", spec.robot, spec.dof_names, tuple(d.unit for d in spec.dofs),
+                        rate, q, lead_in, lead_out, (), DEFAULT_MIN_FRACTION,
                         tuple(d.lower for d in spec.dofs), tuple(d.upper for d in spec.dofs),
                         int(seed))
 

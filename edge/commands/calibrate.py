@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge.calibrate.errors import RecordingError
+from edge.calibrate.errors import CalibrateError, RecordingError
 from edge.commands.helptext import plain
 from edge.errors import EdgeError
 from edge.fileio import write_json_atomic
@@ -70,14 +70,28 @@ def _amplitude_range(text: str) -> tuple[float, float]:
 
 def run_plan(args: argparse.Namespace) -> int:
     """``calibrate plan``: write PREFIX.json and PREFIX.csv."""
-    from edge.calibrate.plan import plan_motion, plan_sweep, save_program
+    from edge.calibrate.plan import (
+        POSES_HALF_RANGE,
+        plan_motion,
+        plan_poses,
+        plan_sweep,
+        save_program,
+    )
     from edge.calibrate.sources import robot_spec_for
 
+    if args.motion and args.poses:
+        raise CalibrateError("calibrate plan: --motion and --poses: expected one of them "
+                             "(--motion for 'validate', --poses to refine the chain with)")
     spec = robot_spec_for(args.robot, args.frame_rate_hz)
     seed = args.seed if args.seed is not None else int(np.random.default_rng().integers(0, 2**31))
-    if args.motion:
-        prog = plan_motion(spec, seed, args.frames, lead_in_s=args.lead_in_s,
-                           lead_out_s=args.lead_out_s)
+    if args.poses:
+        prog = plan_poses(spec, seed, args.poses,
+                          POSES_HALF_RANGE if args.half_range is None else args.half_range,
+                          lead_in_s=args.lead_in_s, lead_out_s=args.lead_out_s)
+    elif args.motion:
+        prog = plan_motion(spec, seed, args.frames,
+                           0.3 if args.half_range is None else args.half_range,
+                           lead_in_s=args.lead_in_s, lead_out_s=args.lead_out_s)
     else:
         prog = plan_sweep(spec, seed, args.lead_in_s, args.lead_out_s, args.min_fraction,
                           phase_s=args.sweep_seconds, pause_s=args.pause_seconds,
@@ -86,6 +100,9 @@ def run_plan(args: argparse.Namespace) -> int:
     paths = save_program(prog, out.with_suffix(".json"), out.with_suffix(".csv"))
     for s in prog.sweeps:
         print(f"{s.dof:<24} {s.amplitude:+.3f}  frames {s.start}..{s.stop}")
+    if args.poses:
+        print(f"{args.poses} held poses: record them after the sweep and refine the chain with "
+              f"them ('calibrate cache store --chain --motion EPISODE')")
     print(f"{prog.kind} program: {len(prog.dof_names)} DoFs, {len(prog.positions)} knots at "
           f"{prog.frame_rate_hz:g} Hz, expected duration {prog.duration_s:.1f} s (seed {seed})")
     for p in paths:
@@ -293,6 +310,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     q.add_argument("--motion", action="store_true",
                    help="an ordinary-motion program for 'validate' instead of the sweep")
     q.add_argument("--frames", type=int, default=24, help="episode frames with --motion")
+    q.add_argument("--poses", type=int, nargs="?", const=32, default=None, metavar="N",
+                   help="a program of N held poses (default 32) with the joints turned "
+                        "together, each within --half-range of home, to refine the chain with "
+                        "('calibrate cache store --chain --motion'): it tells the channels' "
+                        "depth-mirrored twins apart (docs/calibration.md step 5)")
+    q.add_argument("--half-range", type=float, default=None, metavar="RAD",
+                   help="largest joint offset from home with --poses (default 0.5) or "
+                        "--motion (default 0.3), rad (a tenth of it for a DoF in m)")
     q.set_defaults(func=run_plan)
 
     r = sub.add_parser("record", help="record a program into an episode")
