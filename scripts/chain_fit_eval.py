@@ -193,33 +193,42 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None, ancho
 
 
 def composition_episode(params, q_home, count: int, amplitude: float, seed: int,
-                        planned: bool = False):
+                        planned: bool = False, poses: bool = False, latency_frames: int = 0):
     """A short episode of the joints turned together, rendered at 256x256 by MuJoCo: ``count``
     poses, each channel at the calibration's home reading plus a uniform offset in
     ``[-amplitude, amplitude]`` rad (canonical joints, clipped to the robot's limits), drawn
     with ``seed``; with ``planned``, the episode frames of the planner's validation motion
     instead (:func:`edge.calibrate.plan.plan_motion` about the calibration's home,
-    ``half_range=amplitude``: smooth, waypoints every 6 frames). Kind ``motion``, in the
-    cell's controller convention. What a technician can record after the sweeps for
-    :func:`refine_chain_with_motion` to tell depth-mirrored twins apart
-    (``--composition``)."""
+    ``half_range=amplitude``: smooth, waypoints every 6 frames); with ``poses``, every
+    frame of the planner's held-poses program (:func:`edge.calibrate.plan.plan_poses`,
+    ``count`` poses, moves and holds: the refinement reads the holds' middle frames). Kind
+    ``motion``, in the cell's controller convention. What a technician can record after the
+    sweeps for :func:`refine_chain_with_motion` to tell depth-mirrored twins apart
+    (``--composition``). ``latency_frames`` L > 0: frame t shows the pose read at frame
+    t - L (a camera late against the joint readings; the first L frames show the first
+    pose), the readings stay."""
     from dataclasses import replace
 
-    from edge.calibrate.plan import plan_motion
+    from edge.calibrate.plan import plan_motion, plan_poses
     from export.cells.robots import robot_spec
 
     conv = params.convention
     home = conv.to_canonical(np.asarray(q_home, np.float64)[None])[0]
     spec = robot_spec(params.robot)
-    if planned:
+    if planned or poses:
         spec = replace(spec, dofs=tuple(replace(d, home=float(h))
                                         for d, h in zip(spec.dofs, home, strict=True)))
-        q = plan_motion(spec, seed, frames=count, half_range=amplitude).episode_positions()
+        q = (plan_poses(spec, seed, count=count, half_range=amplitude) if poses else
+             plan_motion(spec, seed, frames=count, half_range=amplitude)).episode_positions()
     else:
         limits = np.asarray(spec.limits_rad, np.float64)
         rng = np.random.default_rng(seed)
         q = np.clip(home + rng.uniform(-amplitude, amplitude, (count, len(home))),
                     limits[:, 0], limits[:, 1])
+    if latency_frames:
+        shown = q[np.maximum(np.arange(len(q)) - latency_frames, 0)]
+        ep = renderer_256().render_episode(params, shown, "motion")
+        return replace(ep, joint_positions=conv.to_controller(q), ee_px=None, robot_mask=None)
     ep = renderer_256().render_episode(params, q, "motion")
     return replace(ep, ee_px=None, robot_mask=None)
 
@@ -398,6 +407,14 @@ def main(argv: list[str] | None = None) -> int:
                         "validation motion (calibrate plan --kind motion, plan_motion, "
                         "half range --composition-amplitude) instead of independent poses; "
                         "kept as <cell>_dis_motion_planN[_twins].npz")
+    p.add_argument("--composition-poses", action="store_true",
+                   help="with --composition N: every frame of the planner's held-poses "
+                        "program (calibrate plan --poses N, plan_poses, half range "
+                        "--composition-amplitude; the refinement reads the holds' middle "
+                        "frames); kept as <cell>_dis_motion_posesN[_latL][_twins].npz")
+    p.add_argument("--motion-latency-frames", type=int, default=0, metavar="L",
+                   help="with --composition: the rendered frames lag the joint readings by "
+                        "L frames (a camera late against the controller); default 0")
     p.add_argument("--anchor-twin-refine-steps", type=int, default=0, metavar="N",
                    help="with --anchor --twins, refine each twin and the current fit N "
                         "steps before comparing them at the anchoring (choose_twins "
@@ -452,6 +469,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--twins needs --anchor or --motion-refine")
     if args.composition and not args.motion_refine:
         p.error("--composition needs --motion-refine")
+    if (args.composition_poses or args.motion_latency_frames) and not args.composition:
+        p.error("--composition-poses and --motion-latency-frames need --composition N")
+    if args.composition_poses and args.composition_plan:
+        p.error("--composition-plan and --composition-poses: expected one of them")
+    if args.motion_latency_frames < 0:
+        p.error(f"--motion-latency-frames {args.motion_latency_frames}: expected 0 or more")
     if args.composition < 0 or args.composition_amplitude <= 0:
         p.error("--composition N and --composition-amplitude RAD: expected positive values")
     if args.anchor_twin_refine_steps and not (args.anchor and args.twins):
@@ -607,16 +630,22 @@ def main(argv: list[str] | None = None) -> int:
             from export.models.chain_fit import refine_chain_with_motion
 
             if args.composition:
+                comp_what = ("planned motion" if args.composition_plan else "held poses"
+                             if args.composition_poses else "composition")
                 motion = (composition_episode(params, qc[0], args.composition,
                                               args.composition_amplitude,
                                               args.seed + zlib.crc32(cell.cell_id.encode()),
-                                              planned=args.composition_plan),
-                          f"{'planned motion' if args.composition_plan else 'composition'}"
-                          f" of {args.composition} frames")
+                                              planned=args.composition_plan,
+                                              poses=args.composition_poses,
+                                              latency_frames=args.motion_latency_frames),
+                          f"{comp_what} of {args.composition} frames")
             else:
                 motion = (load_episode(hi_dir / "motion-01.npz"), hi_dir / "motion-01.npz")
             comp_tag = ((f"_plan{args.composition}" if args.composition_plan
+                         else f"_poses{args.composition}" if args.composition_poses
                          else f"_comp{args.composition}") if args.composition else "")
+            if args.motion_latency_frames:
+                comp_tag += f"_lat{args.motion_latency_frames}"
             saved_m = (Path(args.fits) / f"{cell.cell_id}_dis_motion{comp_tag}"
                        f"{'_twins' if args.twins else ''}.npz" if args.fits else None)
             if saved_m is not None and saved_m.is_file():
@@ -859,6 +888,9 @@ def main(argv: list[str] | None = None) -> int:
                                                    args.anchor_twin_refine_steps,
                                                "composition": args.composition,
                                                "composition_plan": args.composition_plan,
+                                               "composition_poses": args.composition_poses,
+                                               "motion_latency_frames":
+                                                   args.motion_latency_frames,
                                                "composition_amplitude":
                                                    args.composition_amplitude,
                                                "retrieval": r, "psnr_at_step": ps,
