@@ -490,8 +490,9 @@ def register(subparsers: Any) -> None:
                     help="side the frames are resized to for refining the fit against them, "
                          "a whole multiple of --grid; 0: no refinement (default 128)")
     rc.add_argument("--motion", action="append", metavar="FILE",
-                    help="an episode of ordinary motion on the same cell (several joints "
-                         "moving together, same camera and resolution, with joint readings), "
+                    help="an episode of the joints turning together on the same cell (best "
+                         "the held poses of 'calibrate plan --poses'; same camera and "
+                         "resolution, with joint readings), "
                          "to refine the chain with after the read: the sweep moves one "
                          "channel at a time and cannot show how the channels compose "
                          "(refine_chain_with_motion; 2-5 min more on 2 cores); repeat for "

@@ -455,11 +455,11 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
                         "turn per unit fitted from the frames: a controller in degrees, "
                         "encoder counts or a normalised range such as LeRobot's -100..100)")
     s.add_argument("--motion", action="append", metavar="FILE",
-                   help="with --chain (read now): an episode of ordinary motion on the cell "
-                        "(joints moving together, same camera and resolution, with joint "
-                        "readings) to refine the chain with after the read, as model "
-                        "read-chain --motion (2-5 min more on 2 cores); repeat for more. Validate "
-                        "the cell on another episode")
+                   help="with --chain (read now): an episode of the joints turning together "
+                        "on the cell (best the held poses of 'calibrate plan --poses'; same "
+                        "camera and resolution, with joint readings) to refine the chain with "
+                        "after the read, as model read-chain --motion (2-5 min more on 2 "
+                        "cores); repeat for more. Validate the cell on another episode")
     s.add_argument("--twins", action=argparse.BooleanOptionalAction, default=None,
                    help="with --motion (on by default there): first choose each channel's "
                         "depth-mirrored twin by the motion's frames, as model read-chain "
