@@ -165,3 +165,8 @@ def test_plan_cli_writes_held_poses_and_refuses_two_kinds(tmp_path: Path, capsys
     with pytest.raises(EdgeError, match="--motion and --poses"):
         args.func(args)
     assert not (tmp_path / "both.json").exists()
+    args = parser.parse_args(["calibrate", "plan", "--robot", str(SPECS[0]), "--half-range",
+                              "0.2", "--out", str(tmp_path / "sweep")])
+    with pytest.raises(EdgeError, match="only with --poses or --motion"):
+        args.func(args)
+    assert not (tmp_path / "sweep.json").exists()

@@ -266,7 +266,7 @@ def plan_poses(spec: RobotSpec, seed: int, count: int = POSES_COUNT,
                hold_s: float = 0.4, lead_in_s: float = 1.0,
                lead_out_s: float = 1.0) -> JointProgram:
     """A program of held poses with the joints turned together, for refining a cell
-    calibration's chain (``calibrate cache store --chain --motion``).
+    calibration's chain (``calibrate store CAL --chain --motion EPISODE``).
 
     A calibration sweep turns one DoF at a time, so it cannot show how the channels
     compose; frames of the joints turned together can

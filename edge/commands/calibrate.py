@@ -82,6 +82,9 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.motion and args.poses:
         raise CalibrateError("calibrate plan: --motion and --poses: expected one of them "
                              "(--motion for 'validate', --poses to refine the chain with)")
+    if args.half_range is not None and not (args.motion or args.poses):
+        raise CalibrateError(f"calibrate plan: --half-range {args.half_range:g}: only with "
+                             f"--poses or --motion (the sweep's magnitudes: --amplitude)")
     spec = robot_spec_for(args.robot, args.frame_rate_hz)
     seed = args.seed if args.seed is not None else int(np.random.default_rng().integers(0, 2**31))
     if args.poses:
@@ -102,7 +105,7 @@ def run_plan(args: argparse.Namespace) -> int:
         print(f"{s.dof:<24} {s.amplitude:+.3f}  frames {s.start}..{s.stop}")
     if args.poses:
         print(f"{args.poses} held poses: record them after the sweep and refine the chain with "
-              f"them ('calibrate cache store --chain --motion EPISODE')")
+              f"them ('calibrate store CAL --chain --motion EPISODE')")
     print(f"{prog.kind} program: {len(prog.dof_names)} DoFs, {len(prog.positions)} knots at "
           f"{prog.frame_rate_hz:g} Hz, expected duration {prog.duration_s:.1f} s (seed {seed})")
     for p in paths:
@@ -313,7 +316,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     q.add_argument("--poses", type=int, nargs="?", const=32, default=None, metavar="N",
                    help="a program of N held poses (default 32) with the joints turned "
                         "together, each within --half-range of home, to refine the chain with "
-                        "('calibrate cache store --chain --motion'): it tells the channels' "
+                        "('calibrate store CAL --chain --motion EPISODE'): it tells the channels' "
                         "depth-mirrored twins apart (docs/calibration.md step 5)")
     q.add_argument("--half-range", type=float, default=None, metavar="RAD",
                    help="largest joint offset from home with --poses (default 0.5) or "
