@@ -635,6 +635,7 @@ def test_refine_chain_with_motion_refuses_an_episode_it_cannot_use(arm_fit, arm_
     short = refine_chain_with_motion(chain, cal, [(motion, "m.npz")], photometric_size=64,
                                      steps=(1,), blur_px=(1.0,))
     assert short.info["motion"] == [{"episode": "m.npz", "frames": len(qm), "frames_used": 5,
+                                     "held_poses": False,
                                      "frames_sha256": short.info["motion"][0]["frames_sha256"]}]
 
 
