@@ -225,12 +225,9 @@ def composition_episode(params, q_home, count: int, amplitude: float, seed: int,
         rng = np.random.default_rng(seed)
         q = np.clip(home + rng.uniform(-amplitude, amplitude, (count, len(home))),
                     limits[:, 0], limits[:, 1])
-    if latency_frames:
-        shown = q[np.maximum(np.arange(len(q)) - latency_frames, 0)]
-        ep = renderer_256().render_episode(params, shown, "motion")
-        return replace(ep, joint_positions=conv.to_controller(q), ee_px=None, robot_mask=None)
-    ep = renderer_256().render_episode(params, q, "motion")
-    return replace(ep, ee_px=None, robot_mask=None)
+    shown = q[np.maximum(np.arange(len(q)) - latency_frames, 0)]
+    ep = renderer_256().render_episode(params, shown, "motion")
+    return replace(ep, joint_positions=conv.to_controller(q), ee_px=None, robot_mask=None)
 
 
 def anchored_stats(cell_id: str, chain, scene, params, home_q) -> dict:
@@ -404,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                         "default 0.5)")
     p.add_argument("--composition-plan", action="store_true",
                    help="with --composition N: the N episode frames of the planner's "
-                        "validation motion (calibrate plan --kind motion, plan_motion, "
+                        "validation motion (calibrate plan --motion, plan_motion, "
                         "half range --composition-amplitude) instead of independent poses; "
                         "kept as <cell>_dis_motion_planN[_twins].npz")
     p.add_argument("--composition-poses", action="store_true",
@@ -629,9 +626,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.motion_refine:
             from export.models.chain_fit import refine_chain_with_motion
 
+            comp_kind = ("plan" if args.composition_plan else "poses"
+                         if args.composition_poses else "comp")
             if args.composition:
-                comp_what = ("planned motion" if args.composition_plan else "held poses"
-                             if args.composition_poses else "composition")
+                comp_what = {"plan": "planned motion", "poses": "held poses",
+                             "comp": "composition"}[comp_kind]
                 motion = (composition_episode(params, qc[0], args.composition,
                                               args.composition_amplitude,
                                               args.seed + zlib.crc32(cell.cell_id.encode()),
@@ -641,9 +640,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{comp_what} of {args.composition} frames")
             else:
                 motion = (load_episode(hi_dir / "motion-01.npz"), hi_dir / "motion-01.npz")
-            comp_tag = ((f"_plan{args.composition}" if args.composition_plan
-                         else f"_poses{args.composition}" if args.composition_poses
-                         else f"_comp{args.composition}") if args.composition else "")
+            comp_tag = f"_{comp_kind}{args.composition}" if args.composition else ""
             if args.motion_latency_frames:
                 comp_tag += f"_lat{args.motion_latency_frames}"
             saved_m = (Path(args.fits) / f"{cell.cell_id}_dis_motion{comp_tag}"

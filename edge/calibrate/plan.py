@@ -112,6 +112,10 @@ class JointProgram:
         return self.positions[self.lead_in_frames:self.lead_in_frames + self.episode_frames]
 
 
+#: Largest offset of a joint from home in :func:`plan_motion` by default, rad.
+MOTION_HALF_RANGE = 0.3
+
+
 def _holds(spec: RobotSpec, lead_in_s: float, lead_out_s: float) -> tuple[int, int]:
     if lead_in_s < 0 or lead_out_s < 0:
         raise PlanError(f"lead-in/lead-out: expected >= 0 s, found {lead_in_s}, {lead_out_s}")
@@ -222,7 +226,8 @@ def plan_sweep(spec: RobotSpec, seed: int, lead_in_s: float = 1.0, lead_out_s: f
                         int(seed))
 
 
-def plan_motion(spec: RobotSpec, seed: int, frames: int = 24, half_range: float = 0.3,
+def plan_motion(spec: RobotSpec, seed: int, frames: int = 24,
+                half_range: float = MOTION_HALF_RANGE,
                 lead_in_s: float = 1.0, lead_out_s: float = 1.0) -> JointProgram:
     """An ordinary-motion program for validation: smooth random motion around home.
 

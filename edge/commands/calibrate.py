@@ -71,6 +71,7 @@ def _amplitude_range(text: str) -> tuple[float, float]:
 def run_plan(args: argparse.Namespace) -> int:
     """``calibrate plan``: write PREFIX.json and PREFIX.csv."""
     from edge.calibrate.plan import (
+        MOTION_HALF_RANGE,
         POSES_HALF_RANGE,
         plan_motion,
         plan_poses,
@@ -93,7 +94,7 @@ def run_plan(args: argparse.Namespace) -> int:
                           lead_in_s=args.lead_in_s, lead_out_s=args.lead_out_s)
     elif args.motion:
         prog = plan_motion(spec, seed, args.frames,
-                           0.3 if args.half_range is None else args.half_range,
+                           MOTION_HALF_RANGE if args.half_range is None else args.half_range,
                            lead_in_s=args.lead_in_s, lead_out_s=args.lead_out_s)
     else:
         prog = plan_sweep(spec, seed, args.lead_in_s, args.lead_out_s, args.min_fraction,

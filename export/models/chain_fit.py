@@ -1362,13 +1362,11 @@ def motion_frames_to_use(q: np.ndarray, units) -> tuple[np.ndarray, bool]:
     ends = np.flatnonzero(still & ~np.append(still[1:], False))
     starts = np.flatnonzero(still & ~np.insert(still[:-1], 0, False)) - 1
     middles = (starts + ends + 1) // 2
-    if len(middles) >= MOTION_MIN_HELD_POSES:
-        keep = np.unique(np.linspace(0, len(middles) - 1,
-                                     min(len(middles), MOTION_MAX_FRAMES)).round().astype(int))
-        return middles[keep].astype(np.int64), True
-    pick = np.unique(np.linspace(0, len(q) - 1, min(len(q), MOTION_MAX_FRAMES))
+    held = len(middles) >= MOTION_MIN_HELD_POSES
+    frames = middles if held else np.arange(len(q))
+    keep = np.unique(np.linspace(0, len(frames) - 1, min(len(frames), MOTION_MAX_FRAMES))
                      .round().astype(int))
-    return pick.astype(np.int64), False
+    return frames[keep].astype(np.int64), bool(held)
 
 
 #: Least joint travel (rad; m for a channel in metres: a tenth of it) a motion episode must
