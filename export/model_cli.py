@@ -154,6 +154,7 @@ def _run_eval_precheck(args: argparse.Namespace) -> int:
          *(["--chain-fits", str(args.chain_fits)] if args.chain_fits else []),
          *(["--chain-motion"] if args.chain_motion else []),
          *(["--chain-anchor"] if args.chain_anchor else []),
+         *(["--chain-poses"] if args.chain_poses else []),
          *[a for m in args.keep_out_margin or () for a in ("--keep-out-margin", f"{m:g}")],
          "--out", str(args.out)])
     opts = PrecheckEvalOptions(model=args.model, history_model=args.history_model,
@@ -162,6 +163,7 @@ def _run_eval_precheck(args: argparse.Namespace) -> int:
                                chain=args.chain, chain_size=args.chain_size,
                                chain_fits=args.chain_fits, chain_motion=args.chain_motion,
                                chain_anchor=args.chain_anchor,
+                               chain_poses=args.chain_poses,
                                keep_out_margins=tuple(args.keep_out_margin or ()))
     try:
         check_options(opts)
@@ -463,6 +465,12 @@ def register(subparsers: Any) -> None:
     ep.add_argument("--chain-anchor", action="store_true",
                     help="with --chain, also the chain anchored at each cell's start frame "
                          "(precheck --anchor; about 30 s per cell), row chain_anchored")
+    ep.add_argument("--chain-poses", action="store_true",
+                    help="with --chain, also the chain refined with the planner's held "
+                         "poses (calibrate plan --poses, rendered for each cell; calibrate "
+                         "store --chain --motion; 2-4 min per cell), row chain_poses; with "
+                         "--chain-anchor also that chain anchored at the start, row "
+                         "chain_poses_anchored")
     ep.add_argument("--keep-out-margin", type=float, action="append", metavar="PX",
                     help="with --chain, also decide the chain's keep-out with the region "
                          "grown by PX pixels (rules keep_out.margin_px), reported as the "

@@ -194,40 +194,12 @@ def timed_chain(args, variant, cell, params, cal, index: int, motion=None, ancho
 
 def composition_episode(params, q_home, count: int, amplitude: float, seed: int,
                         planned: bool = False, poses: bool = False, latency_frames: int = 0):
-    """A short episode of the joints turned together, rendered at 256x256 by MuJoCo: ``count``
-    poses, each channel at the calibration's home reading plus a uniform offset in
-    ``[-amplitude, amplitude]`` rad (canonical joints, clipped to the robot's limits), drawn
-    with ``seed``; with ``planned``, the episode frames of the planner's validation motion
-    instead (:func:`edge.calibrate.plan.plan_motion` about the calibration's home,
-    ``half_range=amplitude``: smooth, waypoints every 6 frames); with ``poses``, every
-    frame of the planner's held-poses program (:func:`edge.calibrate.plan.plan_poses`,
-    ``count`` poses, moves and holds: the refinement reads the holds' middle frames). Kind
-    ``motion``, in the cell's controller convention. What a technician can record after the
-    sweeps for :func:`refine_chain_with_motion` to tell depth-mirrored twins apart
-    (``--composition``). ``latency_frames`` L > 0: frame t shows the pose read at frame
-    t - L (a camera late against the joint readings; the first L frames show the first
-    pose), the readings stay."""
-    from dataclasses import replace
+    """:func:`export.evaluation.motion_programs.composition_episode` rendered at 256x256
+    (``--composition``)."""
+    from export.evaluation.motion_programs import composition_episode as render
 
-    from edge.calibrate.plan import plan_motion, plan_poses
-    from export.cells.robots import robot_spec
-
-    conv = params.convention
-    home = conv.to_canonical(np.asarray(q_home, np.float64)[None])[0]
-    spec = robot_spec(params.robot)
-    if planned or poses:
-        spec = replace(spec, dofs=tuple(replace(d, home=float(h))
-                                        for d, h in zip(spec.dofs, home, strict=True)))
-        q = (plan_poses(spec, seed, count=count, half_range=amplitude) if poses else
-             plan_motion(spec, seed, frames=count, half_range=amplitude)).episode_positions()
-    else:
-        limits = np.asarray(spec.limits_rad, np.float64)
-        rng = np.random.default_rng(seed)
-        q = np.clip(home + rng.uniform(-amplitude, amplitude, (count, len(home))),
-                    limits[:, 0], limits[:, 1])
-    shown = q[np.maximum(np.arange(len(q)) - latency_frames, 0)]
-    ep = renderer_256().render_episode(params, shown, "motion")
-    return replace(ep, joint_positions=conv.to_controller(q), ee_px=None, robot_mask=None)
+    return render(renderer_256(), params, q_home, count, amplitude, seed, planned=planned,
+                  poses=poses, latency_frames=latency_frames)
 
 
 def anchored_stats(cell_id: str, chain, scene, params, home_q) -> dict:

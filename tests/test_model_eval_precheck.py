@@ -178,6 +178,14 @@ def test_chain_motion_without_the_chain_is_refused_before_work(tmp_path, capsys)
     assert not (tmp_path / "o").exists()
 
 
+def test_chain_poses_without_the_chain_is_refused_before_work(tmp_path, capsys) -> None:
+    code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY,
+                        "--chain-poses", "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "--chain-poses: needs --chain" in _one_error_line(err)
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 @needs_mujoco
 def test_one_cell_with_the_chain_adds_its_rows_and_sheet_and_keeps_its_read(tmp_path,

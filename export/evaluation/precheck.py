@@ -127,6 +127,15 @@ class PrecheckEvalOptions:
             --anchor`` runs it; kept beside the read as ``<read>-anchor.npz``), its keep-out
             on where it puts the arm, row ``chain_anchored`` (and
             ``chain_anchored_margin_<m>px`` per margin; ``--chain-anchor``).
+        chain_poses: with ``chain``, also the chain refined with the planner's held poses
+            (``calibrate plan --poses``: :data:`edge.calibrate.plan.POSES_COUNT` poses
+            within :data:`edge.calibrate.plan.POSES_HALF_RANGE` of the calibration's home,
+            seeded by the cell, rendered at ``chain_size``;
+            :func:`export.evaluation.motion_programs.composition_episode`), the flow the
+            technician's docs recommend; row ``chain_poses``, and with ``chain_anchor`` also
+            that refined chain anchored at the start frame, row ``chain_poses_anchored``
+            (each with ``_margin_<m>px`` rows per margin; kept beside the read as
+            ``<read>-poses<N>.npz`` and ``<read>-poses<N>-anchor.npz``; ``--chain-poses``).
     """
 
     model: str | Path = "models/reference"
@@ -143,6 +152,7 @@ class PrecheckEvalOptions:
     keep_out_margins: tuple[float, ...] = ()
     chain_motion: bool = False
     chain_anchor: bool = False
+    chain_poses: bool = False
 
 
 def check_options(opts: PrecheckEvalOptions) -> None:
@@ -187,6 +197,9 @@ def check_options(opts: PrecheckEvalOptions) -> None:
     if opts.chain_anchor and not opts.chain:
         raise ExportError("--chain-anchor: needs --chain (it anchors the chain model's "
                           "calibration at the start frame)")
+    if opts.chain_poses and not opts.chain:
+        raise ExportError("--chain-poses: needs --chain (it refines the chain model's "
+                          "calibration with the planner's held poses)")
     if opts.keep_out_margins and not opts.chain:
         raise ExportError("--keep-out-margin: needs --chain (the margins are measured on the "
                           "chain model's keep-out verdict)")
@@ -375,7 +388,8 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
         result["options"].update(chain_size=opts.chain_size,
                                  keep_out_margins_px=list(opts.keep_out_margins),
                                  chain_motion=opts.chain_motion,
-                                 chain_anchor=opts.chain_anchor)
+                                 chain_anchor=opts.chain_anchor,
+                                 chain_poses=opts.chain_poses)
     sheets: dict[str, np.ndarray] = {}
     try:
         with contextlib.ExitStack() as stack:
@@ -392,13 +406,17 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                     rows.update(chain=[], chain_motion=[])
                     rows.update({margin_label(x): [] for x in opts.keep_out_margins})
                     for flag, row in ((opts.chain_motion, "chain_refined"),
-                                      (opts.chain_anchor, "chain_anchored")):
+                                      (opts.chain_anchor, "chain_anchored"),
+                                      (opts.chain_poses, "chain_poses"),
+                                      (opts.chain_poses and opts.chain_anchor,
+                                       "chain_poses_anchored")):
                         if flag:
                             rows[row] = []
                             rows.update({margin_label(x, row): []
                                          for x in opts.keep_out_margins})
                 shown: list[SheetCell] = []
                 shown_chain: list[SheetCell] = []
+                shown_poses: list[SheetCell] = []
                 skipped = 0
                 for i in range(opts.cells):
                     c = draw_cell(gen, SPLITS[name], i)
@@ -433,13 +451,24 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                                                     opts.chain_motion)
                         anchored = (_anchored_for(episodes, c, chain, opts.chain_fits,
                                                   progress) if opts.chain_anchor else None)
+                        posed = posed_anchored = None
+                        if opts.chain_poses:
+                            posed, posed_anchored = _posed_for(
+                                gen_chain, episodes, c, chain, opts.chain_fits, progress,
+                                opts.chain_anchor)
                         for row, other in (("chain_refined", refined),
-                                           ("chain_anchored", anchored)):
+                                           ("chain_anchored", anchored),
+                                           ("chain_poses", posed),
+                                           ("chain_poses_anchored", posed_anchored)):
                             if other is None:
                                 continue
                             fr, cv = chain_rollout(other, start, c["q0"], acts,
                                                    with_cover=True)
                             rows[row].append(score_cell(c, fr, cv.astype(np.float32)))
+                            if row == "chain_poses" and opts.out is not None \
+                                    and len(shown_poses) < opts.sheet_cells:
+                                shown_poses.append(SheetCell.from_cell(
+                                    f"{name} cell {i}", c, fr, rows[row][-1]))
                             for margin in opts.keep_out_margins:
                                 rows[margin_label(margin, row)].append(score_cell(
                                     c, fr, cv.astype(np.float32), margin_px=margin))
@@ -474,6 +503,14 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                         f"least {ENTER_PX} arm pixels inside refuses). Truly enters: at least "
                         f"{ENTER_PX} true robot-mask pixels inside at some step 1..{STEPS}; "
                         "the tiles show the last step"))
+                if shown_poses:
+                    sheets[f"{name}_chain_poses"] = precheck_sheet(shown_poses, note=(
+                        f"{name}: the first {len(shown_poses)} of {kept} cells. Predictions "
+                        f"of the chain refined with the planner's held poses (not anchored); "
+                        f"keep-out verdict on where it puts the arm (at least {ENTER_PX} arm "
+                        f"pixels inside refuses). Truly enters: at least {ENTER_PX} true "
+                        f"robot-mask pixels inside at some step 1..{STEPS}; the tiles show the "
+                        "last step"))
     finally:
         for m in models.values():
             m.deactivate()
@@ -497,6 +534,50 @@ def _kept_path(cal: Any, c: dict, fits: str | Path | None) -> Path | None:
     digest = hashlib.sha256(np.ascontiguousarray(cal.frames).tobytes()
                             + np.ascontiguousarray(cal.joint_positions).tobytes()).hexdigest()
     return Path(fits) / f"{c['cell'].cell_id}-{digest[:12]}.npz" if fits is not None else None
+
+
+def _posed_for(gen: Any, episodes: dict[str, Any], c: dict, chain: Any,
+               fits: str | Path | None, progress: Callable[[str], None],
+               anchor: bool) -> tuple[Any, Any]:
+    """``chain`` refined with the planner's held poses (``calibrate plan --poses``, about
+    the calibration's first joint readings, seeded by the cell, rendered by ``gen`` at the
+    chain's resolution; :func:`export.models.chain_fit.refine_chain_with_motion` as
+    ``calibrate store --chain --motion`` runs it) and, with ``anchor``, that refined chain
+    anchored at the cell's start frame as ``precheck --chain --anchor`` runs it. Kept in
+    and reused from ``fits`` as ``<read>-poses<N>.npz`` and ``<read>-poses<N>-anchor.npz``.
+    Returns ``(refined, anchored or None)``."""
+    from edge.calibrate.plan import POSES_COUNT, POSES_HALF_RANGE
+    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+    from export.evaluation.motion_programs import composition_episode
+    from export.models.chain_fit import anchor_chain_to_start, refine_chain_with_motion
+
+    cal = episodes["calibration"]
+    path = _kept_path(cal, c, fits)
+    kept = {k: (path.with_name(f"{path.stem}-poses{POSES_COUNT}{k}.npz")
+                if path is not None else None) for k in ("", "-anchor")}
+    found = {k: load_chain_calibration(p) if p is not None and p.is_file() else None
+             for k, p in kept.items()}
+    refined = found[""]
+    if refined is None:
+        cell_id = c["cell"].cell_id
+        t0 = time.perf_counter()
+        poses = composition_episode(gen, c["cell"], cal.joint_positions[0], POSES_COUNT,
+                                    POSES_HALF_RANGE, _seed("poses", cell_id), poses=True)
+        refined = refine_chain_with_motion(chain, cal, [(poses, f"held poses of {cell_id}")])
+        progress(f"  refined {cell_id}'s chain with {POSES_COUNT} held poses "
+                 f"({poses.num_frames} frames rendered) in {time.perf_counter() - t0:.0f} s")
+        if kept[""] is not None:
+            save_chain_calibration(kept[""], refined)
+    if not anchor:
+        return refined, None
+    anchored = found["-anchor"]
+    if anchored is None:
+        anchored = anchor_chain_to_start(refined, cal, c["futures"].frames[0, 0], c["q0"])
+        progress(f"  anchored {c['cell'].cell_id}'s posed chain at the start in "
+                 f"{anchored.info['anchor']['seconds']:.0f} s")
+        if kept["-anchor"] is not None:
+            save_chain_calibration(kept["-anchor"], anchored)
+    return refined, anchored
 
 
 def _anchored_for(episodes: dict[str, Any], c: dict, chain: Any, fits: str | Path | None,
@@ -562,12 +643,14 @@ def _chain_for(episodes: dict[str, Any], c: dict, fits: str | Path | None,
 def output_paths(result: dict[str, Any], out: str | Path) -> list[Path]:
     """The files :func:`evaluate_precheck` writes into ``out``: ``precheck.json``,
     ``precheck.txt`` (the table) and ``precheck_<split>.png`` per split with cells (and
-    ``precheck_<split>_chain.png`` where the chain model ran)."""
+    ``precheck_<split>_chain.png`` where the chain model ran, ``precheck_<split>_chain_poses.png``
+    where the chain refined with held poses did)."""
     out = Path(out)
     return [out / "precheck.json", out / "precheck.txt"] + [
         out / f"precheck_{name}{suffix}.png" for name, s in result["splits"].items()
-        if s["cells"] for suffix in ("", "_chain")
-        if not suffix or "chain" in s["models"]]
+        if s["cells"] for suffix, row in (("", ""), ("_chain", "chain"),
+                                          ("_chain_poses", "chain_poses"))
+        if not suffix or row in s["models"]]
 
 
 def dump_json(result: dict[str, Any]) -> str:
