@@ -496,21 +496,17 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                         f"{MAX_MOVED} px inside that changed by more than {MOTION_THRESHOLD} "
                         f"refuses). Truly enters: at least {ENTER_PX} true robot-mask pixels "
                         f"inside at some step 1..{STEPS}; the tiles show the last step"))
-                if shown_chain:
-                    sheets[f"{name}_chain"] = precheck_sheet(shown_chain, note=(
-                        f"{name}: the first {len(shown_chain)} of {kept} cells. Predictions "
-                        f"of the chain model; keep-out verdict on where it puts the arm (at "
-                        f"least {ENTER_PX} arm pixels inside refuses). Truly enters: at least "
-                        f"{ENTER_PX} true robot-mask pixels inside at some step 1..{STEPS}; "
-                        "the tiles show the last step"))
-                if shown_poses:
-                    sheets[f"{name}_chain_poses"] = precheck_sheet(shown_poses, note=(
-                        f"{name}: the first {len(shown_poses)} of {kept} cells. Predictions "
-                        f"of the chain refined with the planner's held poses (not anchored); "
-                        f"keep-out verdict on where it puts the arm (at least {ENTER_PX} arm "
-                        f"pixels inside refuses). Truly enters: at least {ENTER_PX} true "
-                        f"robot-mask pixels inside at some step 1..{STEPS}; the tiles show the "
-                        "last step"))
+                for suffix, chain_shown, what in (
+                        ("_chain", shown_chain, "the chain model"),
+                        ("_chain_poses", shown_poses,
+                         "the chain refined with the planner's held poses (not anchored)")):
+                    if chain_shown:
+                        sheets[f"{name}{suffix}"] = precheck_sheet(chain_shown, note=(
+                            f"{name}: the first {len(chain_shown)} of {kept} cells. "
+                            f"Predictions of {what}; keep-out verdict on where it puts the "
+                            f"arm (at least {ENTER_PX} arm pixels inside refuses). Truly "
+                            f"enters: at least {ENTER_PX} true robot-mask pixels inside at "
+                            f"some step 1..{STEPS}; the tiles show the last step"))
     finally:
         for m in models.values():
             m.deactivate()
