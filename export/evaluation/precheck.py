@@ -532,6 +532,25 @@ def _kept_path(cal: Any, c: dict, fits: str | Path | None) -> Path | None:
     return Path(fits) / f"{c['cell'].cell_id}-{digest[:12]}.npz" if fits is not None else None
 
 
+def _kept_or_made(path: Path | None, make: Callable[[], Any]) -> Any:
+    """The chain calibration kept at ``path`` if that file exists, else ``make()``, saved
+    there (``path`` None: made and not kept)."""
+    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+
+    if path is not None and path.is_file():
+        return load_chain_calibration(path)
+    chain = make()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_chain_calibration(path, chain)
+    return chain
+
+
+def _beside(path: Path | None, suffix: str) -> Path | None:
+    """``<read>{suffix}.npz`` beside the kept read ``path`` (None stays None)."""
+    return path.with_name(f"{path.stem}{suffix}.npz") if path is not None else None
+
+
 def _posed_for(gen: Any, episodes: dict[str, Any], c: dict, chain: Any,
                fits: str | Path | None, progress: Callable[[str], None],
                anchor: bool) -> tuple[Any, Any]:
@@ -543,37 +562,30 @@ def _posed_for(gen: Any, episodes: dict[str, Any], c: dict, chain: Any,
     and reused from ``fits`` as ``<read>-poses<N>.npz`` and ``<read>-poses<N>-anchor.npz``.
     Returns ``(refined, anchored or None)``."""
     from edge.calibrate.plan import POSES_COUNT, POSES_HALF_RANGE
-    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
     from export.evaluation.motion_programs import composition_episode
     from export.models.chain_fit import anchor_chain_to_start, refine_chain_with_motion
 
     cal = episodes["calibration"]
-    path = _kept_path(cal, c, fits)
-    kept = {k: (path.with_name(f"{path.stem}-poses{POSES_COUNT}{k}.npz")
-                if path is not None else None) for k in ("", "-anchor")}
-    found = {k: load_chain_calibration(p) if p is not None and p.is_file() else None
-             for k, p in kept.items()}
-    refined = found[""]
-    if refined is None:
-        cell_id = c["cell"].cell_id
+    cell_id = c["cell"].cell_id
+    path = _beside(_kept_path(cal, c, fits), f"-poses{POSES_COUNT}")
+
+    def refine() -> Any:
         t0 = time.perf_counter()
         poses = composition_episode(gen, c["cell"], cal.joint_positions[0], POSES_COUNT,
                                     POSES_HALF_RANGE, _seed("poses", cell_id), poses=True)
         refined = refine_chain_with_motion(chain, cal, [(poses, f"held poses of {cell_id}")])
         progress(f"  refined {cell_id}'s chain with {POSES_COUNT} held poses "
                  f"({poses.num_frames} frames rendered) in {time.perf_counter() - t0:.0f} s")
-        if kept[""] is not None:
-            save_chain_calibration(kept[""], refined)
-    if not anchor:
-        return refined, None
-    anchored = found["-anchor"]
-    if anchored is None:
+        return refined
+
+    def anchor_it() -> Any:
         anchored = anchor_chain_to_start(refined, cal, c["futures"].frames[0, 0], c["q0"])
-        progress(f"  anchored {c['cell'].cell_id}'s posed chain at the start in "
+        progress(f"  anchored {cell_id}'s posed chain at the start in "
                  f"{anchored.info['anchor']['seconds']:.0f} s")
-        if kept["-anchor"] is not None:
-            save_chain_calibration(kept["-anchor"], anchored)
-    return refined, anchored
+        return anchored
+
+    refined = _kept_or_made(path, refine)
+    return refined, (_kept_or_made(_beside(path, "-anchor"), anchor_it) if anchor else None)
 
 
 def _anchored_for(episodes: dict[str, Any], c: dict, chain: Any, fits: str | Path | None,
@@ -582,20 +594,17 @@ def _anchored_for(episodes: dict[str, Any], c: dict, chain: Any, fits: str | Pat
     (:func:`export.models.chain_fit.anchor_chain_to_start` with the cell's rendered
     calibration episode, ``episodes["calibration"]``), kept in and reused from ``fits``
     as ``<read>-anchor.npz``."""
-    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
     from export.models.chain_fit import anchor_chain_to_start
 
     cal = episodes["calibration"]
-    path = _kept_path(cal, c, fits)
-    kept = path.with_name(path.stem + "-anchor.npz") if path is not None else None
-    if kept is not None and kept.is_file():
-        return load_chain_calibration(kept)
-    anchored = anchor_chain_to_start(chain, cal, c["futures"].frames[0, 0], c["q0"])
-    progress(f"  anchored {c['cell'].cell_id}'s chain at the start in "
-             f"{anchored.info['anchor']['seconds']:.0f} s")
-    if kept is not None:
-        save_chain_calibration(kept, anchored)
-    return anchored
+
+    def anchor_it() -> Any:
+        anchored = anchor_chain_to_start(chain, cal, c["futures"].frames[0, 0], c["q0"])
+        progress(f"  anchored {c['cell'].cell_id}'s chain at the start in "
+                 f"{anchored.info['anchor']['seconds']:.0f} s")
+        return anchored
+
+    return _kept_or_made(_beside(_kept_path(cal, c, fits), "-anchor"), anchor_it)
 
 
 def _chain_for(episodes: dict[str, Any], c: dict, fits: str | Path | None,
@@ -608,32 +617,26 @@ def _chain_for(episodes: dict[str, Any], c: dict, fits: str | Path | None,
     (:func:`export.models.chain_fit.refine_chain_with_motion`; ``episodes["motion-00"]``). Both
     kept in and reused from the folder ``fits`` (None: not kept). Returns ``(chain,
     refined or None)``."""
-    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
     from export.models.chain_fit import read_chain_calibration, refine_chain_with_motion
 
     cal = episodes["calibration"]
     path = _kept_path(cal, c, fits)
-    if path is not None and path.is_file():
-        chain = load_chain_calibration(path)
-    else:
+
+    def read() -> Any:
         t0 = time.perf_counter()
         chain = read_chain_calibration(cal, size=c["futures"].frames.shape[-3:-1])
         progress(f"  read {c['cell'].cell_id}'s chain in {time.perf_counter() - t0:.0f} s")
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_chain_calibration(path, chain)
-    if not motion:
-        return chain, None
-    kept = path.with_name(path.stem + "-motion.npz") if path is not None else None
-    if kept is not None and kept.is_file():
-        return chain, load_chain_calibration(kept)
-    t0 = time.perf_counter()
-    refined = refine_chain_with_motion(chain, cal, [(episodes["motion-00"], "motion-00")])
-    progress(f"  refined {c['cell'].cell_id}'s chain with a motion episode in "
-             f"{time.perf_counter() - t0:.0f} s")
-    if kept is not None:
-        save_chain_calibration(kept, refined)
-    return chain, refined
+        return chain
+
+    def refine() -> Any:
+        t0 = time.perf_counter()
+        refined = refine_chain_with_motion(chain, cal, [(episodes["motion-00"], "motion-00")])
+        progress(f"  refined {c['cell'].cell_id}'s chain with a motion episode in "
+                 f"{time.perf_counter() - t0:.0f} s")
+        return refined
+
+    chain = _kept_or_made(path, read)
+    return chain, (_kept_or_made(_beside(path, "-motion"), refine) if motion else None)
 
 
 def output_paths(result: dict[str, Any], out: str | Path) -> list[Path]:
