@@ -130,6 +130,7 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
 
 
 def _run_eval_precheck(args: argparse.Namespace) -> int:
+    from edge.calibrate.plan import POSES_HALF_RANGE
     from export.errors import ExportError, require_mujoco
     from export.evaluation.precheck import (
         DEFAULT_SPLITS,
@@ -155,6 +156,8 @@ def _run_eval_precheck(args: argparse.Namespace) -> int:
          *(["--chain-motion"] if args.chain_motion else []),
          *(["--chain-anchor"] if args.chain_anchor else []),
          *(["--chain-poses"] if args.chain_poses else []),
+         *(["--chain-poses-half-range", f"{args.chain_poses_half_range:g}"]
+           if args.chain_poses_half_range is not None else []),
          *[a for m in args.keep_out_margin or () for a in ("--keep-out-margin", f"{m:g}")],
          "--out", str(args.out)])
     opts = PrecheckEvalOptions(model=args.model, history_model=args.history_model,
@@ -164,6 +167,9 @@ def _run_eval_precheck(args: argparse.Namespace) -> int:
                                chain_fits=args.chain_fits, chain_motion=args.chain_motion,
                                chain_anchor=args.chain_anchor,
                                chain_poses=args.chain_poses,
+                               chain_poses_half_range=(
+                                   POSES_HALF_RANGE if args.chain_poses_half_range is None
+                                   else args.chain_poses_half_range),
                                keep_out_margins=tuple(args.keep_out_margin or ()))
     try:
         check_options(opts)
@@ -471,6 +477,9 @@ def register(subparsers: Any) -> None:
                          "store --chain --motion; 2-4 min per cell), row chain_poses; with "
                          "--chain-anchor also that chain anchored at the start, row "
                          "chain_poses_anchored")
+    ep.add_argument("--chain-poses-half-range", type=float, default=None, metavar="RAD",
+                    help="with --chain-poses, the held poses' largest joint offset from "
+                         "home (calibrate plan --poses --half-range; default 0.5 rad)")
     ep.add_argument("--keep-out-margin", type=float, action="append", metavar="PX",
                     help="with --chain, also decide the chain's keep-out with the region "
                          "grown by PX pixels (rules keep_out.margin_px), reported as the "

@@ -160,6 +160,17 @@ def test_one_cell_writes_json_table_and_sheet_with_the_benchmarks_keys(tmp_path,
 
     sheet = cv2.imread(str(out / "precheck_all_held_out.png"))
     assert cells == 1 and sheet.shape == (*sheet_size(cells, 8, (64, 64), note=True), 3)
+    records = json.loads((out / "precheck_cells.json").read_text())["all_held_out"]
+    assert len(records) == cells
+    rec, models = records[0], result["splits"]["all_held_out"]["models"]
+    assert set(rec["rows"]) == set(models)
+    enters = np.array(rec["true_inside_max"]) >= 4
+    assert 0.3 <= enters.mean() <= 0.7  # the rectangle is drawn so
+    for label, row in rec["rows"].items():  # the per-cell verdicts give the summary
+        refused = np.array(row["refused"])
+        want = models[label]["keepout_recall"]["value"]
+        assert want == pytest.approx(refused[enters].mean()), label
+    assert not any(rec["rows"]["copy_last"]["refused"])  # nothing moves in copy-last
 
 
 def test_chain_size_off_the_grid_is_refused_before_work(tmp_path, capsys) -> None:
@@ -184,6 +195,20 @@ def test_chain_poses_without_the_chain_is_refused_before_work(tmp_path, capsys) 
     assert code == 2
     assert "--chain-poses: needs --chain" in _one_error_line(err)
     assert not (tmp_path / "o").exists()
+
+
+def test_held_poses_half_range_is_checked_before_work(tmp_path, capsys) -> None:
+    for argv, want in (
+            (("--chain", "--chain-poses-half-range", "1"),
+             "--chain-poses-half-range: needs --chain-poses"),
+            (("--chain", "--chain-poses", "--chain-poses-half-range", "0"),
+             "--chain-poses-half-range 0: expected more than 0 and at most 1.5 rad"),
+            (("--chain", "--chain-poses", "--chain-poses-half-range", "2"),
+             "--chain-poses-half-range 2: expected more than 0 and at most 1.5 rad")):
+        code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY, *argv,
+                            "--out", str(tmp_path / "o"))
+        assert code == 2 and want in _one_error_line(err), err
+        assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow

@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from edge.calibrate.plan import POSES_COUNT, POSES_HALF_RANGE
 from edge.precheck.evaluate import evaluate
 from edge.precheck.rules import (
     MAX_MARGIN_PX,
@@ -136,6 +137,10 @@ class PrecheckEvalOptions:
             that refined chain anchored at the start frame, row ``chain_poses_anchored``
             (each with ``_margin_<m>px`` rows per margin; kept beside the read as
             ``<read>-poses<N>.npz`` and ``<read>-poses<N>-anchor.npz``; ``--chain-poses``).
+        chain_poses_half_range: with ``chain_poses``, the held poses' largest joint offset
+            from home, rad (``calibrate plan --poses --half-range``; > 0, default
+            :data:`edge.calibrate.plan.POSES_HALF_RANGE`); another than the default is kept
+            as ``<read>-poses<N>-half<R>rad.npz`` (``--chain-poses-half-range``).
     """
 
     model: str | Path = "models/reference"
@@ -153,6 +158,7 @@ class PrecheckEvalOptions:
     chain_motion: bool = False
     chain_anchor: bool = False
     chain_poses: bool = False
+    chain_poses_half_range: float = POSES_HALF_RANGE
 
 
 def check_options(opts: PrecheckEvalOptions) -> None:
@@ -200,6 +206,12 @@ def check_options(opts: PrecheckEvalOptions) -> None:
     if opts.chain_poses and not opts.chain:
         raise ExportError("--chain-poses: needs --chain (it refines the chain model's "
                           "calibration with the planner's held poses)")
+    if opts.chain_poses_half_range != POSES_HALF_RANGE and not opts.chain_poses:
+        raise ExportError("--chain-poses-half-range: needs --chain-poses (it is the held "
+                          "poses' range)")
+    if not 0 < opts.chain_poses_half_range <= 1.5:
+        raise ExportError(f"--chain-poses-half-range {opts.chain_poses_half_range:g}: "
+                          "expected more than 0 and at most 1.5 rad")
     if opts.keep_out_margins and not opts.chain:
         raise ExportError("--keep-out-margin: needs --chain (the margins are measured on the "
                           "chain model's keep-out verdict)")
@@ -236,7 +248,8 @@ def draw_cell(gen: object, split: str, index: int) -> dict | None:
         ``[A]``, ``futures`` (frames uint8 ``[M, T+1, H, W, 3]``, actions float32
         ``[M, T, A]``, robot_mask bool ``[M, T+1, H, W]``), ``region`` (normalised
         rectangle, 4 corners), ``enters`` bool ``[M]``, ``lower``/``upper`` float64 ``[A]``
-        joint limits, ``exceeds`` bool ``[M]``, ``goal`` uint8 ``[H, W, 3]`` or None,
+        joint limits, ``inside_max`` int ``[M]`` (the most true robot-mask pixels inside
+        the rectangle at one step), ``exceeds`` bool ``[M]``, ``goal`` uint8 ``[H, W, 3]`` or None,
         ``goal_index``, ``true_dist`` float64 ``[M]`` or None, ``best`` int or None.
     """
     from export.cells.futures import draw_futures
@@ -261,9 +274,10 @@ def draw_cell(gen: object, split: str, index: int) -> dict | None:
         m = rasterise((KeepOutRegion("keep-out", poly),), h, w).astype(bool)
         if (masks[0, 0] & m).any():
             continue
-        enters = ((masks[:, 1:] & m).sum((2, 3)) >= ENTER_PX).any(1)  # (M,)
+        inside = (masks[:, 1:] & m).sum((2, 3)).max(1)  # (M,) most true pixels inside
+        enters = inside >= ENTER_PX
         if 0.3 <= enters.mean() <= 0.7:
-            region = poly, enters
+            region = poly, enters, inside
             break
     if region is None:
         return None
@@ -289,7 +303,7 @@ def draw_cell(gen: object, split: str, index: int) -> dict | None:
     if goal is not None:
         best = int(np.flatnonzero(safe)[np.argmin(true_dist[safe])])  # type: ignore[index]
     return {"cell": cell, "calibration": cal, "q0": q0, "futures": fut, "region": region[0],
-            "enters": region[1], "lower": lower, "upper": upper, "exceeds": exceeds,
+            "enters": region[1], "inside_max": region[2], "lower": lower, "upper": upper, "exceeds": exceeds,
             "goal": goal, "goal_index": goal_idx, "true_dist": true_dist, "best": best}
 
 
@@ -358,7 +372,9 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
     Returns:
         The JSON-ready result: ``command``, ``options``, ``targets``, ``splits`` (per
         split table name: ``data_split``, ``cells``, ``cells_without_a_fitting_keep_out``,
-        ``models``: per model label the :func:`summarise` metrics) and ``seconds``.
+        ``models``: per model label the :func:`summarise` metrics) and ``seconds``. The
+        per-cell verdicts (one :func:`_cell_record` per kept cell, per split) are written
+        to ``precheck_cells.json`` beside it, not returned.
 
     Raises:
         ExportError: from :func:`check_options`.
@@ -389,8 +405,10 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                                  keep_out_margins_px=list(opts.keep_out_margins),
                                  chain_motion=opts.chain_motion,
                                  chain_anchor=opts.chain_anchor,
-                                 chain_poses=opts.chain_poses)
+                                 chain_poses=opts.chain_poses,
+                                 chain_poses_half_range_rad=opts.chain_poses_half_range)
     sheets: dict[str, np.ndarray] = {}
+    cell_records: dict[str, list[dict[str, Any]]] = {}
     try:
         with contextlib.ExitStack() as stack:
             gen = stack.enter_context(CellGenerator(GenerateOptions(motion_episodes=0)))
@@ -418,6 +436,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                 shown_chain: list[SheetCell] = []
                 shown_poses: list[SheetCell] = []
                 skipped = 0
+                per_cell: list[dict[str, Any]] = []
                 for i in range(opts.cells):
                     c = draw_cell(gen, SPLITS[name], i)
                     if c is None:
@@ -455,7 +474,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                         if opts.chain_poses:
                             posed, posed_anchored = _posed_for(
                                 gen_chain, episodes, c, chain, opts.chain_fits, progress,
-                                opts.chain_anchor)
+                                opts.chain_anchor, opts.chain_poses_half_range)
                         for row, other in (("chain_refined", refined),
                                            ("chain_anchored", anchored),
                                            ("chain_poses", posed),
@@ -482,6 +501,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                         if opts.out is not None and len(shown_chain) < opts.sheet_cells:
                             shown_chain.append(SheetCell.from_cell(
                                 f"{name} cell {i}", c, frames, rows["chain"][-1]))
+                    per_cell.append(_cell_record(i, c, rows))
                     progress(f"[{time.perf_counter() - t0:7.1f} s] {name} cell {i + 1}/"
                              f"{opts.cells}")
                 kept = len(rows["shipped"])
@@ -489,6 +509,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                     "data_split": SPLITS[name], "cells": kept,
                     "cells_without_a_fitting_keep_out": skipped,
                     "models": {k: summarise(v) for k, v in rows.items() if v}}
+                cell_records[name] = per_cell
                 if shown:
                     sheets[name] = precheck_sheet(shown, note=(
                         f"{name}: the first {len(shown)} of {kept} cells. Predictions of the "
@@ -512,8 +533,22 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
             m.deactivate()
     result["seconds"] = round(time.perf_counter() - t0, 1)
     if opts.out is not None:
-        _write(result, sheets, Path(opts.out))
+        _write(result, sheets, cell_records, Path(opts.out))
     return result
+
+
+def _cell_record(index: int, c: dict, rows: dict[str, list[dict]]) -> dict[str, Any]:
+    """One cell's truth and each model row's verdicts, for examining misses one by one
+    (``per_cell`` in the JSON): ``index``, ``true_inside_max`` (per candidate, the most
+    true robot-mask pixels inside the keep-out at one step; it truly enters at
+    >= :data:`ENTER_PX`), ``exceeds``, ``best``, and per row ``refused`` (keep-out),
+    ``score`` (the keep-out score: pixels inside) and ``chosen``."""
+    kept = len(rows["shipped"])
+    return {"index": index, "true_inside_max": [int(v) for v in c["inside_max"]],
+            "exceeds": c["exceeds"].tolist(), "best": c["best"],
+            "rows": {k: {"refused": v[-1]["keepout_refused"],
+                         "score": v[-1]["keepout_moved_max"], "chosen": v[-1]["chosen"]}
+                     for k, v in rows.items() if len(v) == kept}}
 
 
 def margin_label(margin_px: float, row: str = "chain") -> str:
@@ -553,29 +588,32 @@ def _beside(path: Path | None, suffix: str) -> Path | None:
 
 def _posed_for(gen: Any, episodes: dict[str, Any], c: dict, chain: Any,
                fits: str | Path | None, progress: Callable[[str], None],
-               anchor: bool) -> tuple[Any, Any]:
+               anchor: bool, half_range: float = POSES_HALF_RANGE) -> tuple[Any, Any]:
     """``chain`` refined with the planner's held poses (``calibrate plan --poses``, about
     the calibration's first joint readings, seeded by the cell, rendered by ``gen`` at the
     chain's resolution; :func:`export.models.chain_fit.refine_chain_with_motion` as
     ``calibrate store --chain --motion`` runs it) and, with ``anchor``, that refined chain
-    anchored at the cell's start frame as ``precheck --chain --anchor`` runs it. Kept in
-    and reused from ``fits`` as ``<read>-poses<N>.npz`` and ``<read>-poses<N>-anchor.npz``.
-    Returns ``(refined, anchored or None)``."""
-    from edge.calibrate.plan import POSES_COUNT, POSES_HALF_RANGE
+    anchored at the cell's start frame as ``precheck --chain --anchor`` runs it; the poses
+    within ``half_range`` rad of home. Kept in and reused from ``fits`` as
+    ``<read>-poses<N>.npz`` and ``<read>-poses<N>-anchor.npz`` (``-poses<N>-half<R>rad``
+    for another half range than the planner's default). Returns ``(refined, anchored or
+    None)``."""
     from export.evaluation.motion_programs import composition_episode
     from export.models.chain_fit import anchor_chain_to_start, refine_chain_with_motion
 
     cal = episodes["calibration"]
     cell_id = c["cell"].cell_id
-    path = _beside(_kept_path(cal, c, fits), f"-poses{POSES_COUNT}")
+    ranged = "" if half_range == POSES_HALF_RANGE else f"-half{half_range:g}rad"
+    path = _beside(_kept_path(cal, c, fits), f"-poses{POSES_COUNT}{ranged}")
 
     def refine() -> Any:
         t0 = time.perf_counter()
         poses = composition_episode(gen, c["cell"], cal.joint_positions[0], POSES_COUNT,
-                                    POSES_HALF_RANGE, _seed("poses", cell_id), poses=True)
+                                    half_range, _seed("poses", cell_id), poses=True)
         refined = refine_chain_with_motion(chain, cal, [(poses, f"held poses of {cell_id}")])
-        progress(f"  refined {cell_id}'s chain with {POSES_COUNT} held poses "
-                 f"({poses.num_frames} frames rendered) in {time.perf_counter() - t0:.0f} s")
+        progress(f"  refined {cell_id}'s chain with {POSES_COUNT} held poses within "
+                 f"{half_range:g} rad ({poses.num_frames} frames rendered) in "
+                 f"{time.perf_counter() - t0:.0f} s")
         return refined
 
     def anchor_it() -> Any:
@@ -641,11 +679,12 @@ def _chain_for(episodes: dict[str, Any], c: dict, fits: str | Path | None,
 
 def output_paths(result: dict[str, Any], out: str | Path) -> list[Path]:
     """The files :func:`evaluate_precheck` writes into ``out``: ``precheck.json``,
-    ``precheck.txt`` (the table) and ``precheck_<split>.png`` per split with cells (and
+    ``precheck.txt`` (the table), ``precheck_cells.json`` (each cell's truth and verdicts
+    per model row, ``{split: [record, ...]}``) and ``precheck_<split>.png`` per split with cells (and
     ``precheck_<split>_chain.png`` where the chain model ran, ``precheck_<split>_chain_poses.png``
     where the chain refined with held poses did)."""
     out = Path(out)
-    return [out / "precheck.json", out / "precheck.txt"] + [
+    return [out / "precheck.json", out / "precheck.txt", out / "precheck_cells.json"] + [
         out / f"precheck_{name}{suffix}.png" for name, s in result["splits"].items()
         if s["cells"] for suffix, row in (("", ""), ("_chain", "chain"),
                                           ("_chain_poses", "chain_poses"))
@@ -657,13 +696,15 @@ def dump_json(result: dict[str, Any]) -> str:
     return json.dumps(result, indent=1) + "\n"
 
 
-def _write(result: dict[str, Any], sheets: dict[str, np.ndarray], out: Path) -> None:
+def _write(result: dict[str, Any], sheets: dict[str, np.ndarray],
+           cell_records: dict[str, list[dict[str, Any]]], out: Path) -> None:
     from edge.fileio import atomic_write
     from edge.visual import write_png
 
-    json_path, table_path, *sheet_paths = output_paths(result, out)
+    json_path, table_path, cells_path, *sheet_paths = output_paths(result, out)
     for path, text in ((json_path, dump_json(result)),
-                       (table_path, format_table(result) + "\n")):
+                       (table_path, format_table(result) + "\n"),
+                       (cells_path, json.dumps(cell_records) + "\n")):
         data = text.encode("utf-8")
         atomic_write(path, lambda f: f.write(data))  # noqa: B023  (called at once)
     for path in sheet_paths:
