@@ -520,7 +520,8 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                 for suffix, chain_shown, what in (
                         ("_chain", shown_chain, "the chain model"),
                         ("_chain_poses", shown_poses,
-                         "the chain refined with the planner's held poses (not anchored)")):
+                         f"the chain refined with the planner's held poses within "
+                         f"{opts.chain_poses_half_range:g} rad (not anchored)")):
                     if chain_shown:
                         sheets[f"{name}{suffix}"] = precheck_sheet(chain_shown, note=(
                             f"{name}: the first {len(chain_shown)} of {kept} cells. "
