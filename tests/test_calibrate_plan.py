@@ -155,7 +155,8 @@ def test_plan_cli_writes_held_poses_and_refuses_two_kinds(tmp_path: Path, capsys
                               "--poses", "12", "--half-range", "0.4",
                               "--out", str(tmp_path / "poses")])
     assert args.func(args) == 0
-    assert "12 held poses" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "12 held poses within 0.4 rad of home" in out and "collisions not" in out
     p = load_program(tmp_path / "poses.json")
     home = np.array([d.home for d in load_robot_spec(SPECS[0]).dofs])
     assert p.kind == "motion" and p.episode_frames == 1 + 12 * 12

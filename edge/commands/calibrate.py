@@ -105,8 +105,11 @@ def run_plan(args: argparse.Namespace) -> int:
     for s in prog.sweeps:
         print(f"{s.dof:<24} {s.amplitude:+.3f}  frames {s.start}..{s.stop}")
     if args.poses:
-        print(f"{args.poses} held poses: record them after the sweep and refine the chain with "
-              f"them ('calibrate store CAL --chain --motion EPISODE')")
+        half = POSES_HALF_RANGE if args.half_range is None else args.half_range
+        print(f"{args.poses} held poses within {half:g} rad of home, every joint turning at "
+              f"once (joint limits checked, collisions not: check the cell has room): record "
+              f"them after the sweep and refine the chain with them ('calibrate store CAL "
+              f"--chain --motion EPISODE')")
     print(f"{prog.kind} program: {len(prog.dof_names)} DoFs, {len(prog.positions)} knots at "
           f"{prog.frame_rate_hz:g} Hz, expected duration {prog.duration_s:.1f} s (seed {seed})")
     for p in paths:
@@ -321,7 +324,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "depth-mirrored twins apart (docs/calibration.md step 5)")
     q.add_argument("--half-range", type=float, default=None, metavar="RAD",
                    help="largest joint offset from home with --poses (default 0.5) or "
-                        "--motion (default 0.3), rad (a tenth of it for a DoF in m)")
+                        "--motion (default 0.3), rad (a tenth of it for a DoF in m); for "
+                        "--poses as wide as the cell has room for (1 rad refined the chain "
+                        "better in the pre-check benchmark; docs/calibration.md step 5)")
     q.set_defaults(func=run_plan)
 
     r = sub.add_parser("record", help="record a program into an episode")
