@@ -197,6 +197,14 @@ def test_chain_poses_without_the_chain_is_refused_before_work(tmp_path, capsys) 
     assert not (tmp_path / "o").exists()
 
 
+def test_held_poses_refinements_are_kept_apart_by_their_range() -> None:
+    from export.evaluation.precheck import poses_suffix
+
+    assert poses_suffix(0.5) == "-poses32"  # the kept files' names before ranges were named
+    assert poses_suffix(1.0) == "-poses32-half1rad"
+    assert poses_suffix(0.75) == "-poses32-half0.75rad"
+
+
 def test_held_poses_half_range_is_checked_before_work(tmp_path, capsys) -> None:
     for argv, want in (
             (("--chain", "--chain-poses-half-range", "1"),

@@ -72,11 +72,11 @@ from edge.precheck.rules import (
 from export.errors import ExportError, require_mujoco
 from export.evaluation.precheck_metrics import format_table, operating_point, spearman, summarise
 
-__all__ = ["DEFAULT_SPLITS", "ENTER_PX", "M", "MAX_MOVED", "MOTION_THRESHOLD", "SPLITS",
-           "STEPS", "TARGETS", "PrecheckEvalOptions", "check_options", "draw_cell",
-           "dump_json", "evaluate_precheck", "format_table", "margin_label",
-           "operating_point", "output_paths", "print_table", "score_cell", "spearman",
-           "summarise"]
+__all__ = ["DEFAULT_SPLITS", "ENTER_PX", "KEPT_POSES_HALF_RANGE", "M", "MAX_MOVED",
+           "MOTION_THRESHOLD", "SPLITS", "STEPS", "TARGETS", "PrecheckEvalOptions",
+           "check_options", "draw_cell", "dump_json", "evaluate_precheck", "format_table",
+           "margin_label", "operating_point", "output_paths", "poses_suffix", "print_table",
+           "score_cell", "spearman", "summarise"]
 
 SPLITS = {"held_out_convention": "test_convention", "held_out_robot": "test_robot",
           "all_held_out": "test_all", "in_distribution": "val"}
@@ -85,6 +85,10 @@ SPLITS = {"held_out_convention": "test_convention", "held_out_robot": "test_robo
 DEFAULT_SPLITS = ("held_out_convention", "held_out_robot", "all_held_out")
 M, STEPS, ENTER_PX = 8, 16, 4
 MOTION_THRESHOLD, MAX_MOVED = 20, 4
+#: The held poses' half range (rad) of the refinements kept without a range in their name
+#: (``<read>-poses<N>.npz``): the planner's default when they were made; fixed, so that they
+#: keep their meaning if that default changes.
+KEPT_POSES_HALF_RANGE = 0.5
 TARGETS = {"keepout_recall": ">= 0.95", "keepout_false_refusals": "<= 0.10",
            "chosen_is_truly_best": ">= 0.70 (chance 1/8)", "spearman_median": ">= 0.8"}
 
@@ -139,8 +143,9 @@ class PrecheckEvalOptions:
             ``<read>-poses<N>.npz`` and ``<read>-poses<N>-anchor.npz``; ``--chain-poses``).
         chain_poses_half_range: with ``chain_poses``, the held poses' largest joint offset
             from home, rad (``calibrate plan --poses --half-range``; > 0, default
-            :data:`edge.calibrate.plan.POSES_HALF_RANGE`); another than the default is kept
-            as ``<read>-poses<N>-half<R>rad.npz`` (``--chain-poses-half-range``).
+            :data:`edge.calibrate.plan.POSES_HALF_RANGE`); another than
+            :data:`KEPT_POSES_HALF_RANGE` is kept as ``<read>-poses<N>-half<R>rad.npz``
+            (``--chain-poses-half-range``).
     """
 
     model: str | Path = "models/reference"
@@ -303,8 +308,8 @@ def draw_cell(gen: object, split: str, index: int) -> dict | None:
     if goal is not None:
         best = int(np.flatnonzero(safe)[np.argmin(true_dist[safe])])  # type: ignore[index]
     return {"cell": cell, "calibration": cal, "q0": q0, "futures": fut, "region": region[0],
-            "enters": region[1], "inside_max": region[2], "lower": lower, "upper": upper, "exceeds": exceeds,
-            "goal": goal, "goal_index": goal_idx, "true_dist": true_dist, "best": best}
+            "enters": region[1], "inside_max": region[2], "lower": lower, "upper": upper,
+            "exceeds": exceeds, "goal": goal, "goal_index": goal_idx, "true_dist": true_dist, "best": best}
 
 
 def score_cell(c: dict, frames: np.ndarray, masks: np.ndarray | None = None,
@@ -540,7 +545,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
 
 def _cell_record(index: int, c: dict, rows: dict[str, list[dict]]) -> dict[str, Any]:
     """One cell's truth and each model row's verdicts, for examining misses one by one
-    (``per_cell`` in the JSON): ``index``, ``true_inside_max`` (per candidate, the most
+    (``precheck_cells.json``; ``scripts/precheck_misses.py`` lists them): ``index``, ``true_inside_max`` (per candidate, the most
     true robot-mask pixels inside the keep-out at one step; it truly enters at
     >= :data:`ENTER_PX`), ``exceeds``, ``best``, and per row ``refused`` (keep-out),
     ``score`` (the keep-out score: pixels inside) and ``chosen``."""
@@ -587,6 +592,13 @@ def _beside(path: Path | None, suffix: str) -> Path | None:
     return path.with_name(f"{path.stem}{suffix}.npz") if path is not None else None
 
 
+def poses_suffix(half_range: float) -> str:
+    """The suffix of a read's kept refinement with the held poses within ``half_range``
+    rad: ``-poses32`` at :data:`KEPT_POSES_HALF_RANGE`, else ``-poses32-half<R>rad``."""
+    ranged = "" if half_range == KEPT_POSES_HALF_RANGE else f"-half{half_range:g}rad"
+    return f"-poses{POSES_COUNT}{ranged}"
+
+
 def _posed_for(gen: Any, episodes: dict[str, Any], c: dict, chain: Any,
                fits: str | Path | None, progress: Callable[[str], None],
                anchor: bool, half_range: float = POSES_HALF_RANGE) -> tuple[Any, Any]:
@@ -597,15 +609,14 @@ def _posed_for(gen: Any, episodes: dict[str, Any], c: dict, chain: Any,
     anchored at the cell's start frame as ``precheck --chain --anchor`` runs it; the poses
     within ``half_range`` rad of home. Kept in and reused from ``fits`` as
     ``<read>-poses<N>.npz`` and ``<read>-poses<N>-anchor.npz`` (``-poses<N>-half<R>rad``
-    for another half range than the planner's default). Returns ``(refined, anchored or
+    for another half range than :data:`KEPT_POSES_HALF_RANGE`). Returns ``(refined, anchored or
     None)``."""
     from export.evaluation.motion_programs import composition_episode
     from export.models.chain_fit import anchor_chain_to_start, refine_chain_with_motion
 
     cal = episodes["calibration"]
     cell_id = c["cell"].cell_id
-    ranged = "" if half_range == POSES_HALF_RANGE else f"-half{half_range:g}rad"
-    path = _beside(_kept_path(cal, c, fits), f"-poses{POSES_COUNT}{ranged}")
+    path = _beside(_kept_path(cal, c, fits), poses_suffix(half_range))
 
     def refine() -> Any:
         t0 = time.perf_counter()
