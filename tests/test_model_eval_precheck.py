@@ -181,19 +181,13 @@ def test_chain_size_off_the_grid_is_refused_before_work(tmp_path, capsys) -> Non
     assert not (tmp_path / "o").exists()
 
 
-def test_chain_motion_without_the_chain_is_refused_before_work(tmp_path, capsys) -> None:
+@pytest.mark.parametrize("option", ["--chain-motion", "--chain-poses"])
+def test_a_chain_refinement_without_the_chain_is_refused_before_work(tmp_path, capsys,
+                                                                     option) -> None:
     code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY,
-                        "--chain-motion", "--out", str(tmp_path / "o"))
+                        option, "--out", str(tmp_path / "o"))
     assert code == 2
-    assert "--chain-motion: needs --chain" in _one_error_line(err)
-    assert not (tmp_path / "o").exists()
-
-
-def test_chain_poses_without_the_chain_is_refused_before_work(tmp_path, capsys) -> None:
-    code, _, err = _run(capsys, "--model", MODEL, "--history-model", HISTORY,
-                        "--chain-poses", "--out", str(tmp_path / "o"))
-    assert code == 2
-    assert "--chain-poses: needs --chain" in _one_error_line(err)
+    assert f"{option}: needs --chain" in _one_error_line(err)
     assert not (tmp_path / "o").exists()
 
 

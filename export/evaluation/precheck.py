@@ -254,8 +254,9 @@ def draw_cell(gen: object, split: str, index: int) -> dict | None:
         ``[M, T, A]``, robot_mask bool ``[M, T+1, H, W]``), ``region`` (normalised
         rectangle, 4 corners), ``enters`` bool ``[M]``, ``lower``/``upper`` float64 ``[A]``
         joint limits, ``inside_max`` int ``[M]`` (the most true robot-mask pixels inside
-        the rectangle at one step), ``exceeds`` bool ``[M]``, ``goal`` uint8 ``[H, W, 3]`` or None,
-        ``goal_index``, ``true_dist`` float64 ``[M]`` or None, ``best`` int or None.
+        the rectangle at one step), ``exceeds`` bool ``[M]``, ``goal`` uint8
+        ``[H, W, 3]`` or None, ``goal_index``, ``true_dist`` float64 ``[M]`` or None,
+        ``best`` int or None.
     """
     from export.cells.futures import draw_futures
     from export.cells.robots import robot_spec
@@ -309,7 +310,8 @@ def draw_cell(gen: object, split: str, index: int) -> dict | None:
         best = int(np.flatnonzero(safe)[np.argmin(true_dist[safe])])  # type: ignore[index]
     return {"cell": cell, "calibration": cal, "q0": q0, "futures": fut, "region": region[0],
             "enters": region[1], "inside_max": region[2], "lower": lower, "upper": upper,
-            "exceeds": exceeds, "goal": goal, "goal_index": goal_idx, "true_dist": true_dist, "best": best}
+            "exceeds": exceeds, "goal": goal, "goal_index": goal_idx, "true_dist": true_dist,
+            "best": best}
 
 
 def score_cell(c: dict, frames: np.ndarray, masks: np.ndarray | None = None,
@@ -545,10 +547,11 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
 
 def _cell_record(index: int, c: dict, rows: dict[str, list[dict]]) -> dict[str, Any]:
     """One cell's truth and each model row's verdicts, for examining misses one by one
-    (``precheck_cells.json``; ``scripts/precheck_misses.py`` lists them): ``index``, ``true_inside_max`` (per candidate, the most
-    true robot-mask pixels inside the keep-out at one step; it truly enters at
-    >= :data:`ENTER_PX`), ``exceeds``, ``best``, and per row ``refused`` (keep-out),
-    ``score`` (the keep-out score: pixels inside) and ``chosen``."""
+    (``precheck_cells.json``; ``scripts/precheck_misses.py`` lists them): ``index``,
+    ``true_inside_max`` (per candidate, the most true robot-mask pixels inside the keep-out
+    at one step; it truly enters at >= :data:`ENTER_PX`), ``exceeds``, ``best``, and per
+    row ``refused`` (keep-out), ``score`` (the keep-out score: pixels inside) and
+    ``chosen``."""
     kept = len(rows["shipped"])
     return {"index": index, "true_inside_max": [int(v) for v in c["inside_max"]],
             "exceeds": c["exceeds"].tolist(), "best": c["best"],
@@ -609,8 +612,8 @@ def _posed_for(gen: Any, episodes: dict[str, Any], c: dict, chain: Any,
     anchored at the cell's start frame as ``precheck --chain --anchor`` runs it; the poses
     within ``half_range`` rad of home. Kept in and reused from ``fits`` as
     ``<read>-poses<N>.npz`` and ``<read>-poses<N>-anchor.npz`` (``-poses<N>-half<R>rad``
-    for another half range than :data:`KEPT_POSES_HALF_RANGE`). Returns ``(refined, anchored or
-    None)``."""
+    for another half range than :data:`KEPT_POSES_HALF_RANGE`). Returns ``(refined,
+    anchored or None)``."""
     from export.evaluation.motion_programs import composition_episode
     from export.models.chain_fit import anchor_chain_to_start, refine_chain_with_motion
 
@@ -692,9 +695,9 @@ def _chain_for(episodes: dict[str, Any], c: dict, fits: str | Path | None,
 def output_paths(result: dict[str, Any], out: str | Path) -> list[Path]:
     """The files :func:`evaluate_precheck` writes into ``out``: ``precheck.json``,
     ``precheck.txt`` (the table), ``precheck_cells.json`` (each cell's truth and verdicts
-    per model row, ``{split: [record, ...]}``) and ``precheck_<split>.png`` per split with cells (and
-    ``precheck_<split>_chain.png`` where the chain model ran, ``precheck_<split>_chain_poses.png``
-    where the chain refined with held poses did)."""
+    per model row, ``{split: [record, ...]}``) and ``precheck_<split>.png`` per split with
+    cells (and ``precheck_<split>_chain.png`` where the chain model ran,
+    ``precheck_<split>_chain_poses.png`` where the chain refined with held poses did)."""
     out = Path(out)
     return [out / "precheck.json", out / "precheck.txt", out / "precheck_cells.json"] + [
         out / f"precheck_{name}{suffix}.png" for name, s in result["splits"].items()
