@@ -180,6 +180,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--out", type=Path, default=Path("bench_device_rollout.json"))
     args = ap.parse_args(argv)
+    from edge.manifest import load_model_dir
+
+    # one captured step runs one graph batch: refuse a batch no step graph holds up front
+    graph_batches = sorted(int(k[len("step_b"):]) for k in
+                           load_model_dir(args.model, verify=False).graphs
+                           if k.startswith("step_b") and k[len("step_b"):].isdigit())
+    bad = [n for n in args.batches if n < 1 or not graph_batches or n > graph_batches[-1]]
+    if bad:
+        print(f"bench_device_rollout: --batches {bad}: {args.model} has step graphs for "
+              f"batches {graph_batches}; give batches from 1 to "
+              f"{graph_batches[-1] if graph_batches else '?'}", file=sys.stderr)
+        return 2
     try:
         import torch
     except ImportError:
@@ -190,7 +202,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    from edge.manifest import load_model_dir
     from kernels.launcher import KernelLauncher
 
     res: dict[str, Any] = {"command": "python bench/bench_device_rollout.py "

@@ -42,6 +42,19 @@ def test_device_modules_match_the_shipped_graphs_and_the_prepared_start_latent()
     np.testing.assert_allclose(got, want, atol=1e-4)
 
 
+
+@pytest.mark.parametrize("batches", [["64"], ["1", "17"], ["0"]])
+def test_device_rollout_benchmark_refuses_a_batch_no_step_graph_holds(tmp_path, capsys,
+                                                                      batches):
+    from bench.bench_device_rollout import main
+
+    out = tmp_path / "bench.json"
+    assert main(["--batches", *batches, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "step graphs for batches [1, 8, 16]" in err and "from 1 to 16" in err
+    assert not out.exists()
+
+
 @pytest.mark.gpu
 def test_torch_executor_refuses_an_output_of_another_shape():
     from bench.torch_executor import TorchExecutor
