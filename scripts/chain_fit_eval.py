@@ -226,6 +226,28 @@ def high_calibration(cache: dict, hi_dir: Path | None, cal):
 
 #: ``--controller-units``: how a controller reports the joints: ``deg`` (degrees) or
 #: ``range`` (each joint's limits mapped to -100..100, as LeRobot's normalised range does).
+KEPT_COMPOSITION_AMPLITUDE = 0.5
+"""rad: the --composition-amplitude whose kept refinements carry no amplitude in their names
+(the default; files kept before the amplitude was named were all made at it)."""
+
+
+def motion_tag(kind: str, count: int, amplitude: float, latency_frames: int = 0) -> str:
+    """The part of a kept motion refinement's name that says which motion refined it:
+    ``""`` for the cell's motion-01 episode (``count`` 0), else ``_<kind><count>``, then
+    ``_amp<R>rad`` where the amplitude differs from :data:`KEPT_COMPOSITION_AMPLITUDE` and
+    ``_lat<L>`` where the frames lag the readings (``kind`` one of ``comp``, ``plan``,
+    ``poses``; ``amplitude`` in rad). Two runs that differ in any of these never share a
+    kept file."""
+    if not count:
+        return ""
+    tag = f"_{kind}{count}"
+    if amplitude != KEPT_COMPOSITION_AMPLITUDE:
+        tag += f"_amp{amplitude:g}rad"
+    if latency_frames:
+        tag += f"_lat{latency_frames}"
+    return tag
+
+
 CONTROLLER_UNITS = ("deg", "range")
 
 
@@ -367,20 +389,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --motion-refine: refine with N poses of every joint turned "
                         "together about the calibration's home pose (rendered here, "
                         "composition_episode) instead of the cell's motion-01 episode; "
-                        "kept as <cell>_dis_motion_compN[_twins].npz")
+                        "kept as <cell>_dis_motion_compN[_amp<R>rad][_twins].npz")
     p.add_argument("--composition-amplitude", type=float, default=0.5, metavar="RAD",
                    help="with --composition: each joint's largest offset from home (rad; "
-                        "default 0.5)")
+                        "default 0.5; another amplitude is named in the kept files, _amp<R>rad)")
     p.add_argument("--composition-plan", action="store_true",
                    help="with --composition N: the N episode frames of the planner's "
                         "validation motion (calibrate plan --motion, plan_motion, "
                         "half range --composition-amplitude) instead of independent poses; "
-                        "kept as <cell>_dis_motion_planN[_twins].npz")
+                        "kept as <cell>_dis_motion_planN[_amp<R>rad][_twins].npz")
     p.add_argument("--composition-poses", action="store_true",
                    help="with --composition N: every frame of the planner's held-poses "
                         "program (calibrate plan --poses N, plan_poses, half range "
                         "--composition-amplitude; the refinement reads the holds' middle "
-                        "frames); kept as <cell>_dis_motion_posesN[_latL][_twins].npz")
+                        "frames); kept as <cell>_dis_motion_posesN[_amp<R>rad][_latL][_twins].npz")
     p.add_argument("--motion-latency-frames", type=int, default=0, metavar="L",
                    help="with --composition: the rendered frames lag the joint readings by "
                         "L frames (a camera late against the controller); default 0")
@@ -612,9 +634,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{comp_what} of {args.composition} frames")
             else:
                 motion = (load_episode(hi_dir / "motion-01.npz"), hi_dir / "motion-01.npz")
-            comp_tag = f"_{comp_kind}{args.composition}" if args.composition else ""
-            if args.motion_latency_frames:
-                comp_tag += f"_lat{args.motion_latency_frames}"
+            comp_tag = motion_tag(comp_kind, args.composition, args.composition_amplitude,
+                                  args.motion_latency_frames)
             saved_m = (Path(args.fits) / f"{cell.cell_id}_dis_motion{comp_tag}"
                        f"{'_twins' if args.twins else ''}.npz" if args.fits else None)
             if saved_m is not None and saved_m.is_file():
