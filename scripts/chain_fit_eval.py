@@ -224,8 +224,6 @@ def high_calibration(cache: dict, hi_dir: Path | None, cal):
     return cache["cal"]
 
 
-#: ``--controller-units``: how a controller reports the joints: ``deg`` (degrees) or
-#: ``range`` (each joint's limits mapped to -100..100, as LeRobot's normalised range does).
 KEPT_COMPOSITION_AMPLITUDE = 0.5
 """rad: the --composition-amplitude whose kept refinements carry no amplitude in their names
 (the default; files kept before the amplitude was named were all made at it)."""
@@ -248,6 +246,8 @@ def motion_tag(kind: str, count: int, amplitude: float, latency_frames: int = 0)
     return tag
 
 
+#: ``--controller-units``: how a controller reports the joints: ``deg`` (degrees) or
+#: ``range`` (each joint's limits mapped to -100..100, as LeRobot's normalised range does).
 CONTROLLER_UNITS = ("deg", "range")
 
 
