@@ -19,8 +19,8 @@
 #   3. pytest -m gpu on tests/test_kernels_gpu.py, tests/test_device_rollout_gpu.py and
 #      tests/test_device_modules.py;
 #   4. bench/bench_kernels.py (toy executors) and bench/bench_device_rollout.py (the shipped
-#      model: step latency with and without the CUDA graph, memcpy nodes and host copies per
-#      step, frames against the CPU rollout);
+#      model at batches 1, 4 and 16, median of 20 rollouts: step latency with and without
+#      the CUDA graph, memcpy nodes and host copies per step, frames against the CPU rollout);
 #   5. the whole fatbin rebuilt with this nvcc and compared with the committed one (last: it
 #      matters least, and a run cut short keeps the figures above).
 # Writes 7 files to $OUT: env.txt, build.log, pytest_gpu.txt, pytest_gpu.xml, bench.txt,
@@ -56,7 +56,8 @@ timeout 240 python3 -m pytest -m gpu -v -rs -p no:cacheprovider --junitxml="$OUT
 tests=$?
 tail -n 20 "$OUT/pytest_gpu.txt"
 { timeout 90 python3 bench/bench_kernels.py --out "$OUT/bench_kernels.json"; k=$?
-  timeout 150 python3 bench/bench_device_rollout.py --out "$OUT/bench_device_rollout.json"; r=$?
+  timeout 150 python3 bench/bench_device_rollout.py --runs 20 --batches 1 4 16 \
+    --out "$OUT/bench_device_rollout.json"; r=$?
   echo "bench_kernels exit $k, bench_device_rollout exit $r"; [ $k -eq 0 ] && [ $r -eq 0 ]
 } 2>&1 | tee "$OUT/bench.txt"
 bench=${PIPESTATUS[0]}
