@@ -183,9 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     from edge.manifest import load_model_dir
 
     # one captured step runs one graph batch: refuse a batch no step graph holds up front
-    graph_batches = sorted(int(k[len("step_b"):]) for k in
-                           load_model_dir(args.model, verify=False).graphs
-                           if k.startswith("step_b") and k[len("step_b"):].isdigit())
+    manifest = load_model_dir(args.model, verify=False)
+    graph_batches = list(manifest.batch_sizes)
     bad = [n for n in args.batches if n < 1 or not graph_batches or n > graph_batches[-1]]
     if bad:
         print(f"bench_device_rollout: --batches {bad}: {args.model} has step graphs for "
@@ -212,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     with KernelLauncher() as launcher:
         res["kernel_load_path"] = launcher.load_path
         for n in args.batches:
-            h, w = load_model_dir(args.model, verify=False).contract.resolution
+            h, w = manifest.contract.resolution
             ref = _cpu_reference(args.model, n, args.horizon, right_keepout(h, w))
             mods = device_modules(args.model, args.checkpoints, ref["batch"])
             res["batches"][str(n)] = _one_batch(launcher, mods, ref, args.horizon, args.runs)

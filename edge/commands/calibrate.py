@@ -88,9 +88,9 @@ def run_plan(args: argparse.Namespace) -> int:
                              f"--poses or --motion (the sweep's magnitudes: --amplitude)")
     spec = robot_spec_for(args.robot, args.frame_rate_hz)
     seed = args.seed if args.seed is not None else int(np.random.default_rng().integers(0, 2**31))
+    poses_half = POSES_HALF_RANGE if args.half_range is None else args.half_range
     if args.poses:
-        prog = plan_poses(spec, seed, args.poses,
-                          POSES_HALF_RANGE if args.half_range is None else args.half_range,
+        prog = plan_poses(spec, seed, args.poses, poses_half,
                           lead_in_s=args.lead_in_s, lead_out_s=args.lead_out_s)
     elif args.motion:
         prog = plan_motion(spec, seed, args.frames,
@@ -105,8 +105,7 @@ def run_plan(args: argparse.Namespace) -> int:
     for s in prog.sweeps:
         print(f"{s.dof:<24} {s.amplitude:+.3f}  frames {s.start}..{s.stop}")
     if args.poses:
-        half = POSES_HALF_RANGE if args.half_range is None else args.half_range
-        print(f"{args.poses} held poses within {half:g} rad of home, every joint turning at "
+        print(f"{args.poses} held poses within {poses_half:g} rad of home, every joint turning at "
               f"once (joint limits checked, collisions not: check the cell has room): record "
               f"them after the sweep and refine the chain with them ('calibrate store CAL "
               f"--chain --motion EPISODE')")
