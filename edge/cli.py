@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -88,8 +89,9 @@ def run_parsed(args: argparse.Namespace) -> int:
 
     Project errors (:class:`edge.errors.EdgeError`), file errors and a missing optional
     library (named with its extra, :func:`edge.errors.missing_dependency`) print one line on
-    stderr and give exit code 2; Ctrl-C prints one line and gives 130; anything else is a bug
-    and keeps its traceback.
+    stderr and give exit code 2; Ctrl-C prints one line and gives 130; a closed stdout (the
+    output piped into ``head``) ends quietly with 141; anything else is a bug and keeps its
+    traceback.
     """
     try:
         return int(args.func(args) or 0)
@@ -97,6 +99,12 @@ def run_parsed(args: argparse.Namespace) -> int:
         print(f"syncedge {args.command}: interrupted (outputs are written all at once, so "
               f"none was left half-written)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``syncedge ... | head``): stop quietly
+        try:  # the interpreter's last flush of stdout then has nowhere to fail
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a file descriptor (captured)
+            pass
+        return 141  # 128 + SIGPIPE, as a shell pipeline reports it
     except (EdgeError, OSError) as exc:
         if isinstance(exc, OSError) and not isinstance(exc, EdgeError) \
                 and not getattr(exc, "filename", None):

@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bridge", help="read joint streams from robot controllers",
                               description="Probe a joint bus or record a joint log. URLs: "
                               "dxl://PORT?ids=1-6, sts://PORT?ids=1-6, frame://PORT?joints=6, "
-                              "ethercat://IFACE, replay://FILE, loop://?joints=6; prefix "
+                              "ethercat://IFACE, replay://FILE, loop://?joints=6, "
+                              "sim://cell?split=test_all&seed=0 (the virtual cell); prefix "
                               "trace+ to log every sample.")
     sub = p.add_subparsers(dest="bridge_command", metavar="ACTION", required=True)
     probe = sub.add_parser("probe", help="print what is on the bus and a few samples")
@@ -33,8 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     probe.set_defaults(func=_probe)
     rec = sub.add_parser("record", help="write a joint log (JSON Lines) with statistics")
     rec.add_argument("url")
-    rec.add_argument("--seconds", type=float, required=True, help="how long to record")
-    rec.add_argument("--out", default="joints.jsonl", help="log path (default joints.jsonl)")
+    rec.add_argument("--seconds", type=float, required=True,
+                     help="how long to record (> 0); Ctrl-C stops earlier and keeps the log")
+    rec.add_argument("--out", default="joints.jsonl",
+                     help="log path, must not exist (default joints.jsonl); written as "
+                          "OUT.partial and renamed when the log is closed")
     rec.set_defaults(func=_record)
 
 
@@ -65,7 +69,11 @@ def _timing(rate_hz: float, samples: list, stats: dict) -> str:
 
 
 def _probe(args: argparse.Namespace) -> int:
+    from .errors import BridgeError
     from .url import stream_for_url
+
+    if args.samples < 1:
+        raise BridgeError(f"--samples {args.samples}: expected 1 or more")
 
     with stream_for_url(args.url) as s:
         info = s.describe()
@@ -83,22 +91,37 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
+    """``bridge record``: refuses a non-positive ``--seconds`` and an existing ``--out``
+    before opening the stream (:class:`~.errors.BridgeError`, exit 2); Ctrl-C stops the
+    recording, closes the log with the statistics so far and returns 130."""
+    import os
+
     from .errors import BridgeError, EndOfLogError
     from .jointlog import JointLogWriter
     from .url import stream_for_url
 
+    if not args.seconds > 0:
+        raise BridgeError(f"--seconds {args.seconds:g}: expected a duration above 0 s")
+    for path in (args.out, args.out + ".partial"):
+        if os.path.lexists(path):
+            raise BridgeError(f"--out {args.out}: {path} already exists; name another log "
+                              f"or move that file away (a log is never overwritten)")
     ended = ""
+    interrupted = False
     samples: list[JointSample] = []
 
     def keep(sample: JointSample) -> None:
         samples.append(sample)
         w.write(sample)
 
-    with stream_for_url(args.url) as s, JointLogWriter(args.out, args.url, s.joint_names) as w:
+    with stream_for_url(args.url) as s, \
+            JointLogWriter(args.out, args.url, s.joint_names, atomic=True) as w:
         try:
             stats = s.run(keep, seconds=args.seconds)
         except EndOfLogError as exc:  # a replayed log shorter than --seconds: stop there
             stats, ended = s.stats, f" ({exc})"
+        except KeyboardInterrupt:  # stop recording: the log keeps what came
+            stats, ended, interrupted = s.stats, " (interrupted by Ctrl-C)", True
         except BridgeError:
             w.close(s.stats)  # the log keeps the statistics up to the failure
             raise
@@ -115,4 +138,4 @@ def _record(args: argparse.Namespace) -> int:
         print(f"slave{h['position']} {h['name']!r}: {h['state']}, AL status "
               f"{h['al_status']}, working-counter share {h['wkc_share']}, "
               f"{h['lost_cycles']} lost cycles")
-    return 0
+    return 130 if interrupted else 0

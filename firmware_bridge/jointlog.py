@@ -30,14 +30,22 @@ SCHEMA = 1
 class JointLogWriter:
     """Append samples to a joint log; use as a context manager.
 
+    With ``atomic`` the log is written to ``<path>.partial`` beside ``path`` and renamed to
+    ``path`` only by :meth:`close`, so ``path`` never holds a log cut short by a crash; a
+    process killed mid-recording leaves the ``.partial`` file, which reads as a log without
+    its statistics line.
+
     Args:
         path: file to create (overwritten).
         url: the stream's URL; joints: joint names (``J``).
+        atomic: write beside ``path`` and rename on close.
     """
 
-    def __init__(self, path: str | os.PathLike, url: str, joints: list[str]):
+    def __init__(self, path: str | os.PathLike, url: str, joints: list[str],
+                 atomic: bool = False):
         self.path = os.fspath(path)
-        self._f = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._writing = self.path + ".partial" if atomic else self.path
+        self._f = open(self._writing, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._write({"kind": "header", "schema": SCHEMA, "url": url, "joints": list(joints)})
 
     def _write(self, obj: dict) -> None:
@@ -48,7 +56,8 @@ class JointLogWriter:
         self._write({"kind": "sample", **sample.to_record()})
 
     def close(self, stats: StreamStats | None = None) -> None:
-        """Write the statistics line (if given), flush, fsync and close."""
+        """Write the statistics line (if given), flush, fsync and close (with ``atomic``, then
+        rename the log to ``path``)."""
         if self._f.closed:
             return
         if stats is not None:
@@ -56,6 +65,8 @@ class JointLogWriter:
         self._f.flush()
         os.fsync(self._f.fileno())
         self._f.close()
+        if self._writing != self.path:
+            os.replace(self._writing, self.path)
 
     def __enter__(self) -> JointLogWriter:
         return self

@@ -98,3 +98,82 @@ def test_url_options_must_be_finite_and_in_range(url: str, match: str) -> None:
 
     with pytest.raises(UrlError, match=match):
         run(["bridge", "probe", url])
+
+
+def test_record_refuses_a_duration_of_zero_or_less_and_an_existing_log(tmp_path):
+    from firmware_bridge.errors import BridgeError
+
+    log = tmp_path / "j.jsonl"
+    for seconds in ("0", "-1"):
+        with pytest.raises(BridgeError, match=f"--seconds {seconds}: expected a duration above"):
+            run(["bridge", "record", "loop://?joints=2", "--seconds", seconds, "--out", str(log)])
+    assert not log.exists()
+    log.write_text("not mine\n")
+    with pytest.raises(BridgeError, match=r"j\.jsonl already exists; name another log"):
+        run(["bridge", "record", "loop://?joints=2", "--seconds", "0.1", "--out", str(log)])
+    assert log.read_text() == "not mine\n"  # never overwritten
+    with pytest.raises(BridgeError, match="--samples 0: expected 1 or more"):
+        run(["bridge", "probe", "loop://?joints=2", "--samples", "0"])
+
+
+def test_ctrl_c_stops_a_recording_and_keeps_a_closed_log(tmp_path, capsys, monkeypatch):
+    from firmware_bridge.stream import JointStream
+
+    real_run = JointStream.run
+
+    def interrupted(self, callback, **kw):  # Ctrl-C after 20 samples
+        real_run(self, callback, max_samples=20)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(JointStream, "run", interrupted)
+    log = tmp_path / "j.jsonl"
+    assert run(["bridge", "record", "loop://?joints=2&rate_hz=0", "--seconds", "30",
+                "--out", str(log)]) == 130
+    assert "wrote 20 samples" in capsys.readouterr().out
+    jl = read_joint_log(log)
+    assert len(jl.samples) == 20 and jl.stats["samples"] == 20  # closed with its statistics
+    assert not (tmp_path / "j.jsonl.partial").exists()
+
+
+def test_a_recording_is_written_beside_the_log_until_it_is_closed(tmp_path, monkeypatch):
+    from firmware_bridge.stream import JointStream
+
+    log = tmp_path / "j.jsonl"
+    seen = []
+
+    def look(self, callback, **kw):
+        seen.append((log.exists(), (tmp_path / "j.jsonl.partial").exists()))
+        return self.stats
+
+    monkeypatch.setattr(JointStream, "run", look)
+    assert run(["bridge", "record", "loop://?joints=2", "--seconds", "1", "--out", str(log)]) == 0
+    assert seen == [(False, True)] and log.exists()
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("mujoco") is None,
+                    reason="the virtual cell renders with MuJoCo")
+def test_the_virtual_cells_joint_stream_runs_without_a_camera(tmp_path):
+    """With no camera on the cell to drive its simulated clock, ``sim://`` samples come at
+    the device rate in real time (it used to wait for a camera forever)."""
+    import threading
+
+    log = tmp_path / "sim.jsonl"
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(run(
+        ["bridge", "record", "sim://cell?split=test_all&seed=3&rate_hz=100&drop=0",
+         "--seconds", "0.5", "--out", str(log)])), daemon=True)
+    t.start()
+    t.join(60)
+    assert done == [0]
+    n = len(read_joint_log(log).samples)
+    assert 25 <= n <= 55  # 100 Hz for 0.5 s
+
+
+def test_a_closed_stdout_ends_quietly(capsys):
+    from edge.cli import run_parsed
+
+    def piped(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    assert run_parsed(argparse.Namespace(func=piped, command="bridge")) == 141
+    assert capsys.readouterr().err == ""

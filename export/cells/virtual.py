@@ -10,7 +10,9 @@ Camera (``edge.calibrate.camera.open_camera``), joint stream (``firmware_bridge`
 ``syncedge.cameras``, ``syncedge.joint_streams`` and ``syncedge.robot_specs`` groups
 (``edge/plugins.py``). Camera and joint stream name the same cell by ``split``, ``seed``
 and ``robot`` and share one simulated world and host clock (ns). Reading the camera advances that clock;
-the joint stream delivers the samples whose receipt stamp has passed. The controller
+the joint stream delivers the samples whose receipt stamp has passed. With no camera open on
+the cell (``syncedge bridge probe`` / ``record`` of a ``sim://`` URL alone), the joint stream
+runs the clock with the wall clock from its opening, so samples come at ``rate_hz``. The controller
 executes a :class:`edge.calibrate.plan.JointProgram` (``execute_program``) on its own clock.
 
 Options (query string; both URLs accept the cell's ``split``, ``seed``, ``robot``,
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -104,6 +107,7 @@ class VirtualCell:
         self.program_start_ns = 0
         self.truth: list[tuple[int, np.ndarray]] = []  # (capture host ns, q) for tests
         self.refs = 0
+        self.cameras = 0  # open cameras: while none is, a joint stream paces the clock itself
         self.controller_rate = 1.0  # controller clock seconds per host second
         self._key: tuple[str, int, str | None] | None = None  # set by shared()
 
@@ -241,6 +245,8 @@ class SimCamera:
         o.finish()
         self.url = url
         self.cell = VirtualCell.shared(cell_opts)
+        with self.cell.cond:
+            self.cell.cameras += 1
         p = self.cell.params
         r, g, b = p.ambient_rgb
         view = dataclasses.replace(
@@ -293,6 +299,8 @@ class SimCamera:
 
     def close(self) -> None:
         """Detach from the cell."""
+        with self.cell.cond:
+            self.cell.cameras -= 1
         self.cell.release()
         self.cell.unref()
 
@@ -350,6 +358,7 @@ class SimJointStream(JointStream):
                               f"{self.cell.names}")
         self._i = 0
         self._t0 = self.cell.now_ns
+        self._wall0 = time.monotonic_ns()
         self.cell.controller_rate = 1.0 / (1.0 + self.drift)
         self._rng = np.random.default_rng(int(self.cell_opts.get("seed", "0")) + 11)
         self._cols = [i for i, n in enumerate(self.cell.names) if n != self.drop_dof]
@@ -378,7 +387,17 @@ class SimJointStream(JointStream):
         receipt = phys + int((self.latency_s + self._rng.uniform(-1, 1) * self.jitter_s) * 1e9)
         with cell.cond:
             while not cell.released and cell.now_ns < receipt:
-                cell.cond.wait(0.5)
+                if cell.cameras:  # a camera drives the simulated clock: wait for it
+                    cell.cond.wait(0.5)
+                    continue
+                # no camera (``bridge probe`` / ``record`` alone): the simulated clock runs
+                # with the wall clock from the stream's opening, so samples come at the
+                # device rate in real time
+                due = self._wall0 + (receipt - self._t0) - time.monotonic_ns()
+                if due > 0:
+                    cell.cond.wait(min(due / 1e9, 0.5))
+                else:
+                    cell.now_ns = max(cell.now_ns, receipt)
         if self._rng.random() < self.drop:
             raise CycleError("lost", f"{self.url}: sample {self._i} lost (drop)")
         q = cell.joint_state(phys)[self._cols]
