@@ -193,3 +193,16 @@ def test_cli_errors_are_one_line_exit_2(tmp_path: Path, capsys, monkeypatch) -> 
     assert len(err.strip().splitlines()) == 1
     assert cli.main(["cache", "import", "--root", str(tmp_path), str(tmp_path / "no.zip")]) == 2
     assert capsys.readouterr().err.strip().endswith("no.zip: no such archive file")
+
+
+@pytest.mark.parametrize("verb", [["list"], ["show", "cell-1/cam-1/robot-1/abcd"],
+                                  ["export", "--cell", "cell-1", "--out", "x.zip"],
+                                  ["remove", "cell-1/cam-1/robot-1/abcd"], ["gc"]])
+def test_a_mistyped_root_is_refused_not_made_into_an_empty_cache(tmp_path: Path, verb) -> None:
+    from edge.cache.values import CacheError
+
+    typo = tmp_path / "calibraton"
+    with pytest.raises(CacheError, match=r"--root .*calibraton: no such folder; expected a "
+                                         r"calibration cache root"):
+        _cli("cache", verb[0], "--root", str(typo), *verb[1:])
+    assert not typo.exists()

@@ -20,9 +20,18 @@ from edge.commands.helptext import plain
 __all__ = ["register"]
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _open(args: argparse.Namespace, writes: bool = False) -> Any:
+    """The cache at ``--root`` (default: STATE_ROOT/calibration). Only a verb that adds
+    entries (``writes``: ``import``) creates a cache where none is; for the others a
+    ``--root`` that is not a folder is refused (``CacheError``), so a mistyped path is
+    said, not silently made into an empty cache."""
     from edge.cache.store import CalibrationCache, default_root
+    from edge.cache.values import CacheError
 
+    if args.root is not None and not writes and not Path(args.root).is_dir():
+        raise CacheError(f"--root {args.root}: no such folder; expected a calibration "
+                            "cache root (one that `syncedge calibrate store --cache-dir DIR` "
+                            "or `syncedge cache import --root DIR` wrote)")
     return CalibrationCache(args.root if args.root is not None else default_root())
 
 
@@ -156,7 +165,7 @@ def _run_import(args: argparse.Namespace) -> int:
 
     if not args.file.is_file():
         raise CacheArchiveError(f"{args.file}: no such archive file")
-    with _open(args) as cache:
+    with _open(args, writes=True) as cache:
         keys = cache.import_(args.file, replace=args.replace)
     for k in keys:
         print(f"imported {k.short}")
