@@ -186,3 +186,35 @@ def test_the_failing_step_is_a_column_of_its_row() -> None:
     assert fail_columns(cols, 4).tolist() == cols.tolist()
     assert fail_columns(cols, 5).tolist() == [0, 2, 5, 6, 9, 11, 13, 15]
     assert fail_columns(cols, 14).tolist() == [0, 2, 4, 6, 9, 11, 14, 15]  # never the last
+
+
+def test_a_folder_holds_one_commands_outputs(tmp_path: Path, capsys) -> None:
+    """Another command's output folder is refused before any work; a rerun of the same
+    command replaces its outputs and removes the ones it no longer writes; a folder with
+    no record (the user's own) keeps its files."""
+    from edge.commands.common import StagedOutput
+    from edge.runtime.errors import RuntimeInputError
+
+    out = tmp_path / "o"
+    with StagedOutput(out, "syncedge precheck") as o:
+        for name in ("report.json", "report.png"):
+            o.path(name).write_text(name)
+        o.commit()
+    assert main(CHAIN + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "holds the outputs of `syncedge precheck` (report.json, report.png); give " \
+           "`syncedge simulate` another folder" in err
+    assert sorted(p.name for p in out.iterdir()) == [".syncedge-outputs.json", "report.json",
+                                                     "report.png"]
+    with StagedOutput(out, "syncedge precheck") as o:  # a rerun writing one file of the two
+        o.path("report.json").write_text("again")
+        o.commit()
+    assert sorted(p.name for p in out.iterdir()) == [".syncedge-outputs.json", "report.json"]
+    assert (out / "report.json").read_text() == "again"
+    with pytest.raises(RuntimeInputError, match="holds the outputs of `syncedge precheck`"):
+        StagedOutput(out, "syncedge simulate")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    assert main(CHAIN + ["--out", str(mine)]) == 0
+    assert (mine / "notes.txt").read_text() == "keep" and (mine / "metrics.json").is_file()

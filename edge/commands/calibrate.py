@@ -231,7 +231,7 @@ def run_check(args: argparse.Namespace) -> int:
     report, arr = check_episode(arr, CheckOptions(min_fraction=args.min_fraction))
     report["episode"] = str(args.episode)
     out_dir = Path(args.out) if args.out else default_check_dir(args.episode)
-    with StagedOutput(out_dir) as out:
+    with StagedOutput(out_dir, "syncedge calibrate check") as out:
         write_json_atomic(out.path("report.json"), report)
         for name, img in coverage_sheets(arr, report).items():
             write_png(out.path("coverage.png" if name == "coverage" else f"dof-{name}.png"), img)

@@ -18,6 +18,7 @@ from edge.commands.common import (
     StagedOutput,
     active_bundle_dir,
     add_model_args,
+    check_out_dir,
     describe_model,
     open_model,
     positive_int,
@@ -259,6 +260,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from edge.runtime.context import CalibrationContext, context_from_source
     from edge.visual import contact_sheet, write_png
 
+    check_out_dir(args.out, "syncedge calibrate validate")  # before recording anything
     model = open_model(args)
     try:
         if args.episode:
@@ -306,7 +308,7 @@ def run_validate(args: argparse.Namespace) -> int:
                               ["truth", "calibrated", "zeroed"],
                               [[f"t{c + 1}" for c in cols]] * 3,
                               scale=max(2, 128 // start.shape[0]))
-        with StagedOutput(args.out) as out:
+        with StagedOutput(args.out, "syncedge calibrate validate") as out:
             write_json_atomic(out.path("report.json"), report)
             write_png(out.path("report.png"), sheet)
             paths = out.commit()

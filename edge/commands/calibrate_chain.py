@@ -269,7 +269,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
         _key,
         commissioning_calibration,
     )
-    from edge.commands.common import StagedOutput, chain_store_hint
+    from edge.commands.common import StagedOutput, chain_store_hint, check_out_dir
     from edge.episode import load_episode
     from edge.fileio import write_json_atomic
     from edge.runtime.chain import CHAIN_MODEL_SHA256, chain_rollout
@@ -281,6 +281,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     if not args.episode:
         raise CalibrateError("validate --chain: pass --episode FILE (a recorded validation "
                              "episode with joint readings)")
+    check_out_dir(args.out, "syncedge calibrate validate")  # before any work
     ep = load_episode(args.episode)
     with _cache(args) as cache:
         if not cache.list(cell_id=args.cell, camera_id=args.camera_id, robot_id=args.robot_id,
@@ -330,7 +331,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     sheet = contact_sheet([truth[cols], pred["calibrated"][cols], pred["copy_last"][cols]],
                           ["truth", "chain", "copy-last"], [[f"t{c + 1}" for c in cols]] * 3,
                           scale=max(2, 128 // start.shape[0]))
-    with StagedOutput(args.out) as out:
+    with StagedOutput(args.out, "syncedge calibrate validate") as out:
         write_json_atomic(out.path("report.json"), report)
         write_png(out.path("report.png"), sheet)
         paths = out.commit()

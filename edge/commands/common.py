@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -372,17 +373,47 @@ def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode 
     return say_warnings(lines)
 
 
-def check_out_dir(out_dir: str | os.PathLike[str]) -> Path:
-    """``--out``: a folder to (over)write; refuse an existing file before any work.
+#: The record :class:`StagedOutput` keeps in an output folder: which command wrote it and
+#: which files (JSON ``{"command", "files"}``).
+OUTPUTS_RECORD = ".syncedge-outputs.json"
+
+
+def _outputs_record(folder: Path) -> dict | None:
+    """The :data:`OUTPUTS_RECORD` of ``folder``, or None (none, or unreadable)."""
+    try:
+        rec = json.loads((folder / OUTPUTS_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(rec, dict) and isinstance(rec.get("command"), str) \
+        and isinstance(rec.get("files"), list)
+    return rec if ok else None
+
+
+def check_out_dir(out_dir: str | os.PathLike[str], command: str | None = None) -> Path:
+    """``--out``: a folder to (over)write; refuse, before any work, an existing file and
+    (with ``command``) a folder that holds another command's outputs.
+
+    A folder holds one command's outputs: rerunning ``syncedge simulate --out DIR``
+    replaces them, while ``syncedge simulate --out DIR`` into the folder of a ``syncedge
+    precheck`` is refused rather than leaving its ``report.json`` beside new
+    ``metrics.json`` (the record: :data:`OUTPUTS_RECORD`).
 
     Raises:
-        RuntimeInputError: ``out_dir`` (or a parent) is an existing file.
+        RuntimeInputError: ``out_dir`` (or a parent) is an existing file, or ``out_dir``
+            holds the outputs of another command than ``command``.
     """
     p = Path(out_dir)
     for q in (p, *p.parents):
         if q.exists() and not q.is_dir():
             raise RuntimeInputError(f"{q}: an existing file; --out takes a folder (give "
                                     f"another path, or remove the file)")
+    rec = _outputs_record(p) if command is not None else None
+    if rec is not None and rec["command"] != command:
+        files = ", ".join(str(f) for f in rec["files"][:4]) + (", ..." if len(rec["files"]) > 4
+                                                              else "")
+        raise RuntimeInputError(f"--out {p}: holds the outputs of `{rec['command']}` ({files}); "
+                                f"give `{command}` another folder, or remove that one (one "
+                                f"folder holds one command's outputs, never a mix)")
     return p
 
 
@@ -391,14 +422,19 @@ class StagedOutput:
 
     Args:
         out_dir: the final folder (created on :meth:`commit`).
+        command: the command writing it (``"syncedge simulate"``); with it the folder
+            keeps a record of the command and its files (:data:`OUTPUTS_RECORD`), another
+            command's folder is refused (:func:`check_out_dir`), and a rerun removes the
+            files of the earlier run that it does not write again.
 
     Use as a context manager: :meth:`path` gives a staging path for a file name; on
     normal exit call :meth:`commit`; on an exception the staging folder is removed and
     nothing appears under ``out_dir``.
     """
 
-    def __init__(self, out_dir: str | os.PathLike[str]):
-        self.out_dir = check_out_dir(out_dir)
+    def __init__(self, out_dir: str | os.PathLike[str], command: str | None = None):
+        self.out_dir = check_out_dir(out_dir, command)
+        self.command = command
         self._stage: Path | None = None
         self._names: list[str] = []
 
@@ -430,10 +466,20 @@ class StagedOutput:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._cannot_write(exc) from None
+        before = _outputs_record(self.out_dir) if self.command is not None else None
         done = []
         for name in self._names:
             os.replace(self._stage / name, self.out_dir / name)
             done.append(self.out_dir / name)
+        if self.command is not None:
+            for old in (before or {}).get("files", []):  # the earlier run's leftovers
+                stale = self.out_dir / str(old)
+                if str(old) not in self._names and stale.parent == self.out_dir \
+                        and stale.is_file():
+                    stale.unlink()
+            record = self._stage / OUTPUTS_RECORD
+            record.write_text(json.dumps({"command": self.command, "files": self._names}))
+            os.replace(record, self.out_dir / OUTPUTS_RECORD)
         return done
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:

@@ -154,7 +154,7 @@ def fail_columns(cols: np.ndarray, fail: int | None) -> np.ndarray:
 def run(args: argparse.Namespace, context_source=None) -> int:
     """Run ``precheck`` for parsed arguments; returns 0 if a candidate passes, else 1."""
     rules = load_rules(args.rules)
-    check_out_dir(args.out)  # before any work
+    check_out_dir(args.out, "syncedge precheck")  # before any work
     if use_chain_model(args, CHAIN_FROM_CACHE):
         return _run_chain(args, rules)
     if getattr(args, "anchor", None):
@@ -294,7 +294,7 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                       "scores": v.scores} for v in result.verdicts],
     }
     image, report["report_png"] = report_image(result, start, frames)
-    with StagedOutput(args.out) as out:
+    with StagedOutput(args.out, "syncedge precheck") as out:
         write_json_atomic(out.path("report.json"), report)
         write_png(out.path("report.png"), image)
         write_prediction_npz(out.path("prediction.npz"), frames, fps,

@@ -119,7 +119,7 @@ def sheet_columns(t: int, n: int = MAX_SHEET_TILES) -> np.ndarray:
 def run(args: argparse.Namespace, context_source=None) -> int:
     """Run ``simulate`` for parsed arguments; returns the exit code (0)."""
     t_start = time.perf_counter()
-    check_out_dir(args.out)  # before any work
+    check_out_dir(args.out, "syncedge simulate")  # before any work
     if use_chain_model(args, CHAIN_FROM_CACHE):
         return _run_chain(args, t_start)
     for flag, given in (("--start-joints", getattr(args, "start_joints", None)),
@@ -226,7 +226,7 @@ def _write_outputs(args: argparse.Namespace, report: dict, pred: np.ndarray,
     report["contact_sheet"] = {"candidates_shown": shown, "candidates": n, "note": note}
     sheet = contact_sheet(rows, labels, [[f"t{c + 1}" for c in cols]] * len(rows), note=note)
     report["video"] = layout.to_json()
-    with StagedOutput(args.out) as out:
+    with StagedOutput(args.out, "syncedge simulate") as out:
         write_mp4(out.path("prediction.mp4"), video_frames(layout, pred, truth, fps), fps,
                   scale=1)
         write_prediction_npz(out.path("prediction.npz"), pred, fps, report["names"])
