@@ -322,6 +322,26 @@ def test_refine_photometric_reads_the_frames_better_than_a_perturbed_fit(arm_fit
         refine_photometric(start, frames2, q[:5])
 
 
+def test_refine_photometric_says_how_far_a_slow_level_has_come(arm_fit, arm_frames,
+                                                                 monkeypatch):
+    import export.models.chain_fit as cf
+
+    _, fit = arm_fit
+    _, q, frames = arm_frames
+    frames2 = frames.reshape(len(q), SIZE * 2, 2, SIZE * 2, 2, 3).mean((2, 4)).astype(np.uint8)
+    monkeypatch.setattr(cf, "PROGRESS_EVERY_S", -1.0)  # as if every step were slow
+    lines: list[str] = []
+    refine_photometric(fit, frames2, q, steps=(3, 2), blur_px=(2.0, 1.0), frames_per_step=4,
+                       log=lines.append)
+    assert lines == ["photometric level 0 (blur 2.0 px): step 0 of 3",
+                     "photometric level 0 (blur 2.0 px): step 1 of 3",
+                     "photometric level 0 (blur 2.0 px): step 2 of 3", lines[3],
+                     "photometric level 1 (blur 1.0 px): step 0 of 2",
+                     "photometric level 1 (blur 1.0 px): step 1 of 2", lines[6]]
+    assert lines[3].startswith("photometric level 0 (blur 2.0 px): mean loss ")
+    assert lines[6].startswith("photometric level 1 (blur 1.0 px): mean loss ")
+
+
 def test_read_chain_reads_a_recorded_sweep_end_to_end(arm_frames):
     arm, q, frames = arm_frames
     lines: list[str] = []

@@ -34,6 +34,7 @@ reading as a device would.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -358,8 +359,6 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         ValueError: shapes that do not match, a segment outside the episode, or a
             prismatic channel marked ``scale_free`` (its travel per unit is fitted anyway).
     """
-    import time
-
     import torch
 
     from export.models.kinematics import rotate_about_axis
@@ -1046,6 +1045,11 @@ def choose_twins(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
     return fit, record
 
 
+#: :func:`refine_photometric` says how far a level has come at most this often (s), so a
+#: refinement slowed by other work still shows it is alive.
+PROGRESS_EVERY_S = 15.0
+
+
 def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.ndarray,
                        steps: tuple[int, ...] = (150, 150, 150),
                        blur_px: tuple[float, ...] = (4.0, 2.0, 1.0), lr: float = 0.003,
@@ -1121,10 +1125,14 @@ def refine_photometric(fit: ChainFit, frames: np.ndarray, joint_positions: np.nd
     params = [logz, axes, pivots, travel, opacity, log_scale]
     saved = [p.detach().clone() for p in params]
     diverged = False
+    said = time.perf_counter()
     for level, (nsteps, sigma) in enumerate(zip(steps, blur_px, strict=True)):
         total, done = 0.0, 0
         target = blur(obs.double(), sigma)  # every frame once per level
-        for _ in range(nsteps):
+        for i in range(nsteps):
+            if log is not None and time.perf_counter() - said > PROGRESS_EVERY_S:
+                said = time.perf_counter()  # a loaded machine: say it is alive
+                log(f"photometric level {level} (blur {sigma} px): step {i} of {nsteps}")
             sel = torch.from_numpy(np.sort(rng.choice(np.arange(1, t_all), min(
                 frames_per_step, t_all - 1), replace=False)))
             opt.zero_grad()
@@ -1202,8 +1210,6 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     Raises:
         ValueError: as the stages raise (sizes, shapes, segments).
     """
-    import time
-
     import cv2
 
     say = log or (lambda _line: None)
@@ -1541,8 +1547,6 @@ def _refined_with(chain, cal, frames: list[np.ndarray], joints: list[np.ndarray]
     is a copy of the chain's. With ``twins``, :func:`choose_twins` first swaps channels for
     their twins where those frames say so (``refine_steps=twin_refine_steps``; recorded in
     ``info["twins"]``)."""
-    import time
-
     t0 = time.perf_counter()
     names = list(chain.dof_names)
     qc = np.asarray(cal.joint_positions, np.float64)[:, :len(names)]
@@ -1710,8 +1714,6 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
             readings (:func:`sweep_timing`); a motion episode
             :func:`refine_chain_with_motion` refuses; an unknown ``joint_scale``.
     """
-    import time
-
     say = log or (lambda _line: None)
     if joint_scale not in JOINT_SCALE_MODES:
         raise ValueError(f"joint_scale {joint_scale!r}: expected one of {list(JOINT_SCALE_MODES)}")
