@@ -110,6 +110,14 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     if case == "calibration_size":
         save_episode(calibration_episode(3, 4, 8, 8), tmp_path / "small.npz")
         return ["--start", start, "--calibration", str(tmp_path / "small.npz")]
+    if case == "episode_frame":
+        save_episode(calibration_episode(3, 4, 32, 32), tmp_path / "big.npz")
+        np.save(tmp_path / "a.npy", np.zeros((4, 3), np.float32))
+        return ["--start", str(tmp_path / "big.npz"), "--actions", str(tmp_path / "a.npy")]
+    if case == "empty_start":
+        (tmp_path / "s.npy").write_bytes(b"")
+        np.save(tmp_path / "a.npy", np.zeros((4, 3), np.float32))
+        return ["--start", str(tmp_path / "s.npy"), "--actions", str(tmp_path / "a.npy")]
     raise AssertionError(case)
 
 
@@ -118,7 +126,12 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     ("nan", r"a.npy: expected finite actions, found nan at \[candidate, step, channel\] = "
             r"\[0, 2, 1\]"),
     ("inf", r"a.csv: expected finite actions, found inf"),
-    ("frame", r"s.png: expected a start frame 16 px wide and 16 high .*found \d+ wide"),
+    ("frame", r"s.png: expected a start frame 16 px wide and 16 high .*found an image 8 "
+              r"wide and 8 high; crop it to the centre square"),
+    ("episode_frame", r"big.npz: expected a start frame 16 px wide .*found an episode whose "
+                      r"frames are 32 wide and 32 high; pass an episode recorded at 16x16, or "
+                      r"its first frame as an image"),
+    ("empty_start", r"s.npy: an empty file; expected a uint8 \[H, W, 3\] RGB image"),
     ("no_actions", r"--actions: required"),
     ("missing_png", r"nowhere.png: no such image file"),
     ("calibration_size", r"small.npz: calibration frames are 8x8; the model takes 16x16"),

@@ -39,6 +39,9 @@ def load_image(path: str | os.PathLike[str]) -> np.ndarray:
         raise RuntimeInputError(f"{path}: is a folder; expected an image file (.png, .jpg, "
                                 f".bmp, .npy) or an episode .npz")
     if path.suffix.lower() == ".npy":
+        if path.is_file() and path.stat().st_size == 0:
+            raise RuntimeInputError(f"{path}: an empty file; expected a uint8 [H, W, 3] RGB "
+                                    "image saved with numpy.save")
         try:
             img = np.load(path, allow_pickle=False)
         except (OSError, ValueError, EOFError) as exc:
@@ -78,11 +81,16 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
     if frame.shape[:2] != tuple(resolution):
         h, w = resolution
         fh, fw = frame.shape[:2]
+        what = "an episode whose frames are" if episode is not None else "an image"
+        fix = (f"pass an episode recorded at {w}x{h}, or its first frame as an image: e.g. "
+               f"in Python cv2.resize(episode.frames[0], ({w}, {h}), "
+               f"interpolation=cv2.INTER_AREA), saved as PNG (RGB)"
+               if episode is not None else
+               f"crop it to the centre square and resize with area interpolation first, "
+               f"e.g. in Python: cv2.resize(img, ({w}, {h}), interpolation=cv2.INTER_AREA)")
         raise RuntimeInputError(
             f"{path}: expected a start frame {w} px wide and {h} high (the model's "
-            f"resolution), found {fw} wide and {fh} high; crop it to the centre square and "
-            f"resize with area interpolation first, e.g. in Python: cv2.resize(img, ({w}, "
-            f"{h}), interpolation=cv2.INTER_AREA)")
+            f"resolution), found {what} {fw} wide and {fh} high; {fix}")
     return frame, episode
 
 
