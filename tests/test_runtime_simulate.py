@@ -46,8 +46,12 @@ def test_simulate_episode_writes_video_sheet_and_metrics(files) -> None:
     args = _parse([*_base(files), "--start", str(files["ep"])])
     assert args.func(args) == 0
     out = files["out"]
-    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "metrics.json",
+    assert sorted(p.name for p in out.iterdir()) == [".syncedge-outputs.json",
+                                                     "contact_sheet.png", "metrics.json",
                                                      "prediction.mp4", "prediction.npz"]
+    assert json.loads((out / ".syncedge-outputs.json").read_text()) == {
+        "command": "syncedge simulate",
+        "files": ["prediction.mp4", "prediction.npz", "contact_sheet.png", "metrics.json"]}
     m = json.loads((out / "metrics.json").read_text())
     assert m["horizon"] == 6 and len(m["per_step"]) == 6
     assert {"psnr_db", "ssim", "motion_psnr_db"} <= set(m["per_step"][0])

@@ -178,8 +178,12 @@ def context_from_source(source: ContextSource, model: WorldModel, cell_id: str,
     key = f"cell {cell_id!r}, camera {camera_id!r}, robot {robot_id!r}, model " \
           f"{model.sha256[:12]}..."
     if values is None:
-        raise RuntimeInputError(f"calibration cache: no context for {key}; record a "
-                                f"calibration episode and import it, or pass --calibration")
+        raise RuntimeInputError(f"calibration cache: no context for {key}; store the "
+                                f"cell's calibration for this model (syncedge calibrate "
+                                f"store EPISODE --model MODEL, or --cell {cell_id} instead of "
+                                f"EPISODE where the cache holds the cell's episode), import "
+                                f"an archive (syncedge cache import), or pass --calibration "
+                                f"EPISODE")
     ctx = CalibrationContext(values=values, model_sha256=model.sha256,
                              source=f"cache:{cell_id}")
     check_context(model, ctx)
