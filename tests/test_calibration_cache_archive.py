@@ -206,3 +206,27 @@ def test_a_mistyped_root_is_refused_not_made_into_an_empty_cache(tmp_path: Path,
                                          r"calibration cache root"):
         _cli("cache", verb[0], "--root", str(typo), *verb[1:])
     assert not typo.exists()
+
+
+def test_cell_camera_and_robot_come_from_the_cache_when_they_are_unique(tmp_path: Path) -> None:
+    """``simulate --cell ID`` with a start image needs no --camera-id / --robot-id when the
+    cache holds one camera and robot for the cell; several are named."""
+    from edge.commands.common import cached_camera_robot
+    from edge.runtime.errors import RuntimeInputError
+
+    with CalibrationCache(tmp_path / "a") as c:
+        put(c, key(cell="cell-1", model="m1"), seed=1)
+        put(c, key(cell="cell-1", model="m2"), seed=1)  # the same camera, another model
+        assert cached_camera_robot(c, "cell-1", None, None) == ("cam-1", "robot-1")
+        assert cached_camera_robot(c, "cell-1", None, "robot-1") == ("cam-1", "robot-1")
+        assert cached_camera_robot(c, "cell-1", "given", "ids") == ("given", "ids")
+        with pytest.raises(RuntimeInputError, match=r"holds no entry of cell 'cell-1' \(camera "
+                                                    r"any, robot robot-9\); store"):
+            cached_camera_robot(c, "cell-1", None, "robot-9")
+        put(c, key(cell="cell-1", model="m1", camera="cam-2"), seed=2)
+        with pytest.raises(RuntimeInputError, match=r"several cameras or robots \(cam-1/robot-1, "
+                                                    r"cam-2/robot-1\); pass --camera-id"):
+            cached_camera_robot(c, "cell-1", None, None)
+        assert cached_camera_robot(c, "cell-1", "cam-2", None) == ("cam-2", "robot-1")
+        m2 = key(model="m2").model_sha256
+        assert cached_camera_robot(c, "cell-1", None, None, m2) == ("cam-1", "robot-1")

@@ -100,8 +100,10 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
                         "--cell or --calibration a history-mode model (trained without "
                         "calibration, e.g. models/reference-history) runs from the start "
                         "frame and the actions alone")
-    p.add_argument("--camera-id", help="cache key with --cell (default: the start episode's)")
-    p.add_argument("--robot-id", help="cache key with --cell (default: the start episode's)")
+    p.add_argument("--camera-id", help="cache key with --cell (default: the start episode's, "
+                                       "else the cell's one camera in the cache)")
+    p.add_argument("--robot-id", help="cache key with --cell (default: the start episode's, "
+                                      "else the cell's one robot in the cache)")
     p.add_argument("--dof", type=int, default=None,
                    help="controllable DoFs with --cell (default: those of the cell's cached "
                         "calibration episode)")
@@ -256,10 +258,8 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
     meta = start_episode.metadata if start_episode is not None else None
     camera = args.camera_id or (meta.camera_id if meta else None)
     robot = args.robot_id or (meta.robot_id if meta else None)
-    if not camera or not robot:
-        raise RuntimeInputError("--cell: the cache key needs --camera-id and --robot-id "
-                                "(or an episode as --start, whose metadata has them)")
     src = source or default_context_source(args.cache_dir)
+    camera, robot = cached_camera_robot(src, args.cell, camera, robot)
     try:
         ctx = context_from_source(src, model, args.cell, camera, robot)
     except RuntimeInputError:
@@ -276,6 +276,35 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
                                 f"{cached} DoFs; drop --dof or pass --dof {cached}")
     num_dof = int(args.dof) if args.dof is not None else cached
     return CalibrationContext(ctx.values, ctx.model_sha256, num_dof, ctx.source)
+
+
+def cached_camera_robot(source: Any, cell: str, camera: str | None, robot: str | None,
+                        model_prefix: str | None = None) -> tuple[str, str]:
+    """The camera and robot ids of ``--cell``'s cache key: those given (``--camera-id``,
+    ``--robot-id`` or the start episode's metadata), the missing ones from the cache where
+    its entries of the cell (for ``model_prefix``, or any model) name one camera and robot.
+
+    Raises:
+        RuntimeInputError: an id is missing and the cache holds no entry of the cell, or
+            entries with several cameras or robots (naming them).
+    """
+    if camera and robot:
+        return camera, robot
+    lister = getattr(source, "list", None)
+    infos = lister(cell_id=cell, camera_id=camera, robot_id=robot,
+                   model_prefix=model_prefix) if lister is not None else []
+    pairs = sorted({(i.key.camera_id, i.key.robot_id) for i in infos})
+    if len(pairs) == 1:
+        return pairs[0]
+    where = f"cell {cell!r} (camera {camera or 'any'}, robot {robot or 'any'})"
+    if pairs:
+        found = ", ".join(f"{c}/{r}" for c, r in pairs)
+        raise RuntimeInputError(f"--cell: the calibration cache holds {where} with several "
+                                f"cameras or robots ({found}); pass --camera-id and "
+                                "--robot-id")
+    raise RuntimeInputError(f"--cell: the calibration cache holds no entry of {where}; store "
+                            "the cell's calibration first (syncedge calibrate store EPISODE), "
+                            "or pass --camera-id and --robot-id")
 
 
 def history_context(model: WorldModel, num_dof: int | None) -> CalibrationContext:
@@ -613,8 +642,8 @@ def _cached_chain_key(args: argparse.Namespace):
     camera = args.camera_id or (meta.camera_id if meta else None)
     robot = args.robot_id or (meta.robot_id if meta else None)
     if not camera or not robot:
-        raise RuntimeInputError("--cell: the cache key needs --camera-id and --robot-id "
-                                "(or an episode as --start, whose metadata has them)")
+        camera, robot = cached_camera_robot(default_context_source(args.cache_dir), args.cell,
+                                            camera, robot, CHAIN_MODEL_SHA256)
     return CacheKey(args.cell, camera, robot, CHAIN_MODEL_SHA256)
 
 
