@@ -168,3 +168,18 @@ def test_unknown_target_is_refused_at_build(tmp_path):
     env = make_env(tmp_path)
     with pytest.raises(BundleError, match="unknown target 'jetson'"):
         build_bundle(env.model(), tmp_path / "x", target="jetson", private_key_path=env.key)
+
+
+def test_installing_the_active_bundle_again_keeps_the_rollback_slot(tmp_path, capsys):
+    env = make_env(tmp_path)
+    install_bundle(env.bundle(0), target="cpu", root=env.root)
+    install_bundle(env.bundle(1), target="cpu", root=env.root)  # b active, a for rollback
+    again = install_bundle(env.bundle(1), target="cpu", root=env.root)
+    assert again.unchanged and again.slot == "b" and active_slot(env.root) == "b"
+    assert model_sha256(env.root / "a") == model_sha256(env.model(0))  # not overwritten
+    assert sorted(p.name for p in env.root.iterdir() if p.name.endswith(".partial")) == []
+    assert rollback(env.root).slot == "a"
+    assert model_sha256(active_model_dir(env.root)) == model_sha256(env.model(0))
+    # the bundle in the inactive slot is installed as usual (active again)
+    back = install_bundle(env.bundle(1), target="cpu", root=env.root)
+    assert not back.unchanged and back.slot == "b"

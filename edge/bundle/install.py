@@ -19,6 +19,7 @@ final rename, the new one after it. The previous model stays in the other slot f
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import fcntl
 import json
@@ -125,6 +126,8 @@ class SlotInfo:
         active: whether ``active`` points here.
         manifest: the slot's bundle manifest when complete.
         installed_utc: install time (ISO-8601) when complete.
+        unchanged: from :func:`install_bundle`: the bundle was already the active one, so
+            nothing was replaced (the other slot keeps its model for rollback).
     """
 
     slot: str
@@ -132,6 +135,7 @@ class SlotInfo:
     active: bool
     manifest: BundleManifest | None = None
     installed_utc: str = ""
+    unchanged: bool = False
 
 
 def _slot_info(root: Path, slot: str, active: str | None) -> SlotInfo:
@@ -198,7 +202,10 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         on_step: called with each name of :data:`INSTALL_STEPS` as the install passes it
             (progress reporting; tests interrupt the install here).
     Returns:
-        The new active slot's :class:`SlotInfo`.
+        The new active slot's :class:`SlotInfo`; when ``path`` is the bundle already
+        active (the same signed manifest), nothing changes and the active slot's info comes
+        back with ``unchanged`` set (a second install would otherwise overwrite the other
+        slot, the rollback model, with a copy of the active one).
     Raises:
         BundleError: any refusal (see :mod:`edge.bundle.reader`); the active slot is then
             untouched and the partial slot removed.
@@ -230,6 +237,11 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        if active is not None and _same_manifest(r / active, staging):
+            # installing the active bundle again would replace the other slot, the only
+            # model left to roll back to, with a second copy of this one
+            shutil.rmtree(staging, ignore_errors=True)
+            return dataclasses.replace(_slot_info(r, active, active), unchanged=True)
         step("staged")
         final = r / slot
         if final.exists():
@@ -243,6 +255,15 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         step("switched")
         shutil.rmtree(r / f"{slot}.old", ignore_errors=True)
         return _slot_info(r, slot, slot)
+
+
+def _same_manifest(a: Path, b: Path) -> bool:
+    """Whether the slot folders ``a`` and ``b`` hold the same signed bundle manifest (so the
+    same payload, by its checksums)."""
+    try:
+        return (a / MANIFEST_NAME).read_bytes() == (b / MANIFEST_NAME).read_bytes()
+    except OSError:
+        return False
 
 
 def _verify_slot_trust(d: Path, manifest: BundleManifest, trusted: Mapping[str, Any],

@@ -97,6 +97,11 @@ def _run_install(args: argparse.Namespace) -> int:
                           keys_dir=_keys_dir(args))
     m = info.manifest
     assert m is not None
+    if info.unchanged:
+        print(f"{args.bundle}: {m.model_name} {m.model_variant} ({m.model_sha256[:12]}) is "
+              f"already installed and active in slot {info.slot}; nothing changed (the "
+              f"other slot keeps its model for 'syncedge bundle rollback')")
+        return 0
     print(f"installed {m.model_name} {m.model_variant} ({m.model_sha256[:12]}) into slot "
           f"{info.slot}; now active{_parity_warning(m)}")
     return 0
