@@ -255,6 +255,18 @@ def _decode_all(path: Path) -> np.ndarray:
         raise EpisodeError(f"cannot decode video: {exc}", path=path) from None
 
 
+def _read_parquet(pq: Any, path: Path) -> Any:
+    """``pq.read_table(path)``; a damaged or unreadable file raises :class:`EpisodeError`
+    naming it (pyarrow's own errors name neither the file nor what to do)."""
+    import pyarrow as pa
+
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise EpisodeError(f"cannot read it as Parquet ({exc}); the dataset is damaged: "
+                           "copy or export it again", path=path) from None
+
+
 def read_lerobot(root: str | os.PathLike[str], camera_key: str | None = None) -> list[Episode]:
     """Read a LeRobot v3.0 dataset into episodes (absolute targets converted to deltas).
 
@@ -297,12 +309,22 @@ def read_lerobot(root: str | os.PathLike[str], camera_key: str | None = None) ->
         names = next(iter(names.values()))
     fps = float(info["fps"])
     sidecar_path = root / SIDECAR
-    sidecar = json.loads(sidecar_path.read_text()) if sidecar_path.is_file() else None
+    try:
+        sidecar = json.loads(sidecar_path.read_text()) if sidecar_path.is_file() else None
+    except json.JSONDecodeError as exc:
+        raise EpisodeError(f"invalid JSON: {exc}", path=sidecar_path) from None
     episodes_dir = root / "meta" / "episodes"
     ep_files = sorted(episodes_dir.glob("chunk-*/file-*.parquet"))
     if not ep_files:
         raise EpisodeError("no episode metadata files", path=episodes_dir)
-    ep_rows = [r for f in ep_files for r in pq.read_table(f).to_pylist()]
+    ep_rows = []
+    for f in ep_files:
+        rows = _read_parquet(pq, f).to_pylist()
+        for r in rows:
+            for col in ("episode_index", "length", "data/chunk_index", "data/file_index"):
+                if col not in r:
+                    raise EpisodeError(f"missing column {col!r}", path=f, field=col)
+        ep_rows += rows
     data_cache: dict[Path, dict[str, Any]] = {}
     video_cache: dict[Path, np.ndarray] = {}
     out = []
@@ -313,7 +335,10 @@ def read_lerobot(root: str | os.PathLike[str], camera_key: str | None = None) ->
         if dpath not in data_cache:
             if not dpath.is_file():
                 raise EpisodeError("missing data file", path=dpath)
-            data_cache[dpath] = pq.read_table(dpath).to_pydict()
+            data_cache[dpath] = _read_parquet(pq, dpath).to_pydict()
+            for col in ("episode_index", "frame_index", "observation.state"):
+                if col not in data_cache[dpath]:
+                    raise EpisodeError(f"missing column {col!r}", path=dpath, field=col)
         d = data_cache[dpath]
         sel = np.asarray(d["episode_index"]) == e
         state = np.asarray(d["observation.state"], dtype=np.float64)[sel]

@@ -138,6 +138,28 @@ def _close_to_lerobot(ours: dict, theirs: dict, what: str, image: bool) -> None:
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=f"{what} {k}")
 
 
+@pytest.mark.parametrize("which", ["data/chunk-000/file-000.parquet",
+                                   "meta/episodes/chunk-000/file-000.parquet"])
+def test_a_damaged_parquet_file_is_named(dataset, which: str) -> None:
+    _, root = dataset
+    path = root / which
+    path.write_bytes(path.read_bytes()[:-20])  # cut short: no footer
+    with pytest.raises(EpisodeError, match=rf"{which}: cannot read it as Parquet \(.*\); "
+                                           r"the dataset is damaged"):
+        read_lerobot(root)
+
+
+def test_a_parquet_file_without_a_column_is_named(dataset) -> None:
+    import pyarrow.parquet as pq
+
+    _, root = dataset
+    path = root / "data/chunk-000/file-000.parquet"
+    pq.write_table(pq.read_table(path).drop(["frame_index"]), path)
+    with pytest.raises(EpisodeError, match=r"file-000.parquet: field 'frame_index': missing "
+                                           r"column 'frame_index'"):
+        read_lerobot(root)
+
+
 def test_stats_json_has_what_lerobots_writer_writes(dataset) -> None:
     eps, root = dataset
     ours = json.loads((root / "meta/stats.json").read_text())
