@@ -119,6 +119,17 @@ def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:
     assert "partial_recording" in {r["code"] for r in report["reasons"]}
 
 
+def test_record_says_when_the_joint_stream_lacks_a_planned_channel(cell, capsys) -> None:
+    d = cell["dir"]
+    rc = cli("record", "--camera", CELL, "--joints", CELL + "&drop_dof=Actuator5", "--plan",
+             str(cell["plan"]), "--out", str(d / "six.npz"), "--cell", "cell-3")
+    assert rc == 0  # the recording is kept (check and store refuse it)
+    err = capsys.readouterr().err
+    assert "warning: the joint stream sent no channel for Actuator5 (the plan sweeps 7 DoFs, " \
+           "the episode has 6)" in err
+    assert "'calibrate check' refuses this episode (dof_missing)" in err
+
+
 def test_duplicated_dof_names_are_reported(cell, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
     ep = load_episode(cell["episode"])

@@ -196,6 +196,12 @@ def run_record(args: argparse.Namespace) -> int:
           f"{len(rec['gaps'])} gap(s); joint clock {rec['joint_clock']} "
           f"(drift {rec['joint_drift_ppm']} ppm); max pairing error "
           f"{max(rec['pair_error_s']) * 1e3:.1f} ms")
+    if rec.get("missing_dofs"):  # the program swept them; the joint stream never named them
+        print(f"warning: the joint stream sent no channel for {', '.join(rec['missing_dofs'])} "
+              f"(the plan sweeps {len(rec['missing_dofs']) + ep.num_dof} DoFs, the episode "
+              f"has {ep.num_dof}): check the controller's channel list (syncedge bridge probe "
+              f"URL) and record again; 'calibrate check' refuses this episode (dof_missing)",
+              file=sys.stderr)
     print(out)
     print(ref)
     return 0
