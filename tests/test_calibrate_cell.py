@@ -16,7 +16,7 @@ if importlib.util.find_spec("mujoco") is None:  # not imported here: MUJOCO_GL i
 from edge.calibrate.check import check_arrays, load_for_check  # noqa: E402
 from edge.commands import simulate  # noqa: E402
 from edge.commands.common import run_command  # noqa: E402
-from edge.episode import load_episode  # noqa: E402
+from edge.episode import load_episode, save_episode  # noqa: E402
 from tests.calib_cell_helpers import CELL, cli, codes, model_dir, record_sim  # noqa: E402
 
 
@@ -116,7 +116,38 @@ def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:
     assert "partial recording kept at" in capsys.readouterr().err
     assert not (d / "cut.npz").exists() and (d / "cut.partial.npz").is_file()
     report = check_arrays(load_for_check(d / "cut.partial.npz"))
-    assert "partial_recording" in {r["code"] for r in report["reasons"]}
+    partial = [r for r in report["reasons"] if r["code"] == "partial_recording"]
+    assert partial
+    # only the DoFs whose whole sweep was recorded are checked; the others are named
+    ep = load_episode(d / "cut.partial.npz")
+    checked = [x["dof"] for x in report["dofs"]]
+    assert 0 < len(checked) < ep.num_dof, checked
+    assert checked == list(ep.metadata.dof_names[:len(checked)])
+    left = list(ep.metadata.dof_names[len(checked):])
+    assert f"DoF(s) {left} not (wholly) recorded and not checked" in partial[0]["message"]
+    assert not any(r["dof"] in left for r in report["reasons"] if r["code"] != "dof_missing")
+
+
+def test_a_recording_cut_before_pairing_checks_no_dof(cell, tmp_path: Path) -> None:
+    d = cell["dir"]
+    rc = cli("record", "--camera", CELL + "&disconnect_at_s=0.2", "--joints", CELL, "--plan",
+             str(cell["plan"]), "--out", str(d / "early.npz"), "--cell", "cell-3")
+    assert rc == 2
+    report = check_arrays(load_for_check(d / "early.partial.npz"))
+    partial = [r for r in report["reasons"] if r["code"] == "partial_recording"][0]
+    # paired or not (the virtual cell's clock decides), no DoF's sweep is there to check
+    assert report["dofs"] == [] and " of None " not in partial["message"]
+    assert "no DoF is checked" in partial["message"] or \
+        "not (wholly) recorded and not checked" in partial["message"]
+    # as the recorder keeps frames it could not pair at all
+    ep = load_episode(d / "early.partial.npz")
+    ep.metadata.extra["recording"].update(unpaired=True, frames_expected=57)
+    save_episode(ep, tmp_path / "unpaired.npz")
+    report = check_arrays(load_for_check(tmp_path / "unpaired.npz"))
+    partial = [r for r in report["reasons"] if r["code"] == "partial_recording"][0]
+    assert report["dofs"] == []
+    assert f"{ep.num_frames} of 57 frames; its frames could not be paired with joint " \
+           "samples, so no DoF is checked" in partial["message"]
 
 
 def test_record_says_when_the_joint_stream_lacks_a_planned_channel(cell, capsys) -> None:

@@ -12,7 +12,9 @@ code                              failure
                                   normalised first, see :func:`check_arrays`)
 ``never_swept``, ``simultaneous``, ingest's refusals of an episode of another timing
 ``no_return``, ``unseen``         (``edge.calibrate.ingest``)
-``partial_recording``             the recording ended before the program did
+``partial_recording``             the recording ended before the program did (only the DoFs
+                                  whose whole sweep was recorded are checked; the others are
+                                  named in it)
 ``dof_not_moving``                a DoF did not move in its segment (stuck, not executing)
 ``sweep_clipped``                 a DoF stopped while commanded to move (a joint limit or an
                                   obstacle) before the required share of its amplitude
@@ -295,10 +297,24 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     if meta.get("kind") == "calibration" and t != n * SEGMENT_FRAMES + 1:
         reasons.append(_reason("frame_count", f"expected {n * SEGMENT_FRAMES + 1} frames "
                                f"({n} DoF segments of {SEGMENT_FRAMES} plus one), found {t}"))
-    if rec and not rec.get("complete", True):
-        reasons.append(_reason("partial_recording", f"the recording ended early ("
-                               f"{rec.get('disconnected') or rec.get('joint_error') or 'unknown'}"
-                               f"): {t} of {rec.get('frames_expected')} frames"))
+    partial = bool(rec) and not rec.get("complete", True)
+    recorded = names  # the DoFs whose whole segment the episode holds
+    if partial:
+        why = rec.get("disconnected") or rec.get("joint_error") or "unknown"
+        of = f" of {rec['frames_expected']}" if rec.get("frames_expected") else ""
+        if rec.get("unpaired"):
+            recorded = []
+            more = ("; its frames could not be paired with joint samples, so no DoF is "
+                    "checked: record again")
+        else:
+            starts = {sg.get("dof"): int(sg["start"]) for sg in meta.get("segments") or ()}
+            recorded = [x for c, x in enumerate(names)
+                        if starts.get(x, c * SEGMENT_FRAMES) + SEGMENT_FRAMES < t]
+            left = [x for x in names if x not in recorded]
+            more = (f"; DoF(s) {left} not (wholly) recorded and not checked: record again"
+                    if left else "")
+        reasons.append(_reason("partial_recording", f"the recording ended early ({why}): "
+                               f"{t}{of} frames{more}"))
     ts = np.asarray(arr.timestamps, np.float64)
     d = np.diff(ts)
     reasons.extend(_stamp_reasons(ts, rec))
@@ -325,7 +341,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         planned_names == names else None
     dofs = []
     for c, name in enumerate(names):
-        if name in dup:
+        if name in dup or name not in recorded:
             continue
         rep, rs = _dof_report(arr, c, name, frac, q, energy, noise, opts, limits)
         dofs.append(rep)

@@ -141,6 +141,7 @@ def _keep_partial(raw, prog, aopts, out: Path) -> Path:
                                "calibration", "recorded:partial", dict(raw.equipment.get(
                                    "camera", {})),
                                extra={"recording": {"complete": False, "unpaired": True,
+                                                    "frames_expected": prog.episode_frames,
                                                     "disconnected": raw.disconnected}})
         ep = Episode(frames, np.zeros((len(frames), n), np.float32),
                      (fs[keep] - fs[0]) / 1e9, meta)
