@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{', '.join(by) or 'none'}")
     if args.json is not None:
         args.json.write_text(json.dumps({"split": args.split, "suffix": args.suffix,
-                                         "summary": summary, "cells": records}, indent=1))
+                                         "summary": summary, "cells": records},
+                                        separators=(",", ":")))
     return 0
 
 
