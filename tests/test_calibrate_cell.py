@@ -99,7 +99,8 @@ def test_pairing_by_time_beats_arrival_order() -> None:
     ("", "&freeze=Actuator3", "dof_not_moving", "Actuator3"),
     ("", "&clip=Actuator1", "sweep_clipped", "Actuator1"),
     ("", "&drop_dof=Actuator5", "dof_missing", "Actuator5"),
-    ("&stall_at_s=2&stall_s=0.4", "", "dropped_frames", None),
+    ("&stall_at_s=2&stall_s=0.4", "", "dropped_frames", None),  # across two DoFs' sweeps
+    ("&stall_at_s=3.2&stall_s=0.2", "", "dropped_frames", "Actuator1"),  # within one
 ])
 def test_bad_input_gives_its_reason(camera: str, joints: str, code: str, dof) -> None:
     report = codes(camera, joints)

@@ -322,9 +322,14 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     gaps = sorted(set(int(g) for g in rec.get("gaps", []))
                   | set(int(i) + 1 for i in np.flatnonzero(d > 1.5 / fps)))
     if gaps:
+        segs = [(sg.get("dof"), int(sg["start"])) for sg in meta.get("segments") or ()]
+        hit = [dof for dof, start in segs if any(start < g <= start + SEGMENT_FRAMES
+                                                 for g in gaps)]
+        during = f" (during the sweep of {', '.join(map(str, hit))})" if hit else ""
         reasons.append(_reason("dropped_frames", f"frames missing at {len(gaps)} knot(s) "
-                               f"{gaps[:10]}: the camera delivered no frame within "
-                               f"{0.4 / fps * 1e3:.0f} ms of them"))
+                               f"{gaps[:10]}{during}: the camera delivered no frame within "
+                               f"{0.4 / fps * 1e3:.0f} ms of them",
+                               hit[0] if len(hit) == 1 else None))
     pe = np.asarray(rec.get("pair_error_s", []), np.float64)
     tol = float(rec.get("tolerance_s", opts.tolerance_s))
     if pe.size and pe.max() > tol:
