@@ -256,6 +256,11 @@ def test_lerobot_episode_imports_as_calibration_or_validation(tmp_path: Path) ->
     assert v.num_frames == 24 and v.metadata.extra["import"]["episode_index"] == 1
     with pytest.raises(RecordingImportError, match="episode index 5: expected 0..1"):
         import_recording(root, OPTS, episode_index=5)
+    # the dataset says episode 1 is a validation episode: not imported as a calibration
+    with pytest.raises(RecordingImportError, match=r"episode 1 is a 'validation' episode in the "
+                                                   r"dataset, expected 'calibration': pass "
+                                                   r"--kind validation"):
+        import_recording(root, OPTS, episode_index=1)
 
 
 def test_missing_rosbags_names_the_extra(monkeypatch, tmp_path: Path) -> None:

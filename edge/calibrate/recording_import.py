@@ -247,6 +247,10 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
     kept = [names[c] for c in cols]
     m = ep.metadata
     defaults = m.source.startswith("lerobot:")  # no syncedge metadata in the dataset
+    if not defaults and m.kind in IMPORT_KINDS and m.kind != options.kind:
+        raise RecordingImportError(f"{where}: episode {episode_index} is a {m.kind!r} episode "
+                                   f"in the dataset, expected {options.kind!r}: pass --kind "
+                                   f"{m.kind} to import it as one, or another --episode-index")
     opts = dataclasses.replace(
         options,
         camera_id=options.camera_id or (None if defaults else m.camera_id),

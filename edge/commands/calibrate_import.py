@@ -100,8 +100,10 @@ def register_import(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="EPISODE",
                    help="episode file to write (.npz); EPISODE.reference.png beside it")
     p.add_argument("--cell", required=True, metavar="ID", help="cell id")
-    p.add_argument("--camera-id", help="camera id (default CELL-cam)")
-    p.add_argument("--robot-id", help="robot unit id (default CELL-ROBOT)")
+    p.add_argument("--camera-id", help="camera id (default: the one a dataset written by "
+                                       "syncedge records, else CELL-cam)")
+    p.add_argument("--robot-id", help="robot unit id (default: the one a dataset written by "
+                                      "syncedge records, else CELL-ROBOT)")
     p.add_argument("--robot", metavar="NAME",
                    help="robot model name (default: the dataset's robot_type, else 'robot')")
     p.add_argument("--kind", choices=IMPORT_KINDS, default="calibration",
