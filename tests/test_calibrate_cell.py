@@ -116,6 +116,13 @@ def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:
     assert rc == 2
     assert "partial recording kept at" in capsys.readouterr().err
     assert not (d / "cut.npz").exists() and (d / "cut.partial.npz").is_file()
+    (d / "cut.npz").write_bytes(b"an earlier recording")  # recording again over it fails too
+    rc = cli("record", "--camera", CELL + "&disconnect_at_s=3", "--joints", CELL, "--plan",
+             str(cell["plan"]), "--out", str(d / "cut.npz"), "--cell", "cell-3")
+    assert rc == 2
+    assert f"{d / 'cut.npz'} is an earlier recording, not this one (it was left as it " \
+           "was)" in capsys.readouterr().err
+    assert (d / "cut.npz").read_bytes() == b"an earlier recording"
     report = check_arrays(load_for_check(d / "cut.partial.npz"))
     partial = [r for r in report["reasons"] if r["code"] == "partial_recording"]
     assert partial

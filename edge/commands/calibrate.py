@@ -121,6 +121,13 @@ def _partial_path(out: Path) -> Path:
                          else out.name + ".partial.npz")
 
 
+def _earlier(out: Path) -> str:
+    """A note for a failed recording's message when ``out`` holds an earlier recording,
+    which the failure leaves as it was."""
+    return (f"; {out} is an earlier recording, not this one (it was left as it was)"
+            if out.exists() else "")
+
+
 def _keep_partial(raw, prog, aopts, out: Path) -> Path:
     """Save whatever was recorded under the partial name; never lose a recording."""
     from edge.calibrate.assemble import assemble_episode
@@ -174,7 +181,8 @@ def run_record(args: argparse.Namespace) -> int:
                 if partial is None or not partial.frames:
                     raise
                 kept = _keep_partial(partial, prog, _aopts(args, prog, size, cam, joints), out)
-                raise RecordingError(f"{exc}; partial recording kept at {kept}", kept) from None
+                raise RecordingError(f"{exc}; partial recording kept at {kept}"
+                                     f"{_earlier(out)}", kept) from None
         finally:
             joints.close()
         aopts = _aopts(args, prog, size, cam, joints)
@@ -183,12 +191,13 @@ def run_record(args: argparse.Namespace) -> int:
     if raw.disconnected or raw.joint_error:
         kept = _keep_partial(raw, prog, aopts, out)
         raise RecordingError(f"recording stopped early ({raw.disconnected or raw.joint_error}); "
-                             f"partial recording kept at {kept} (record again)", kept)
+                             f"partial recording kept at {kept} (record again)"
+                             f"{_earlier(out)}", kept)
     ep, complete = assemble_episode(raw, prog, aopts)
     if not complete:
         kept = save_episode(ep, _partial_path(out))
         raise RecordingError(f"recording ended before the program did; partial recording "
-                             f"kept at {kept} (record again)", kept)
+                             f"kept at {kept} (record again){_earlier(out)}", kept)
     save_episode(ep, out)
     ref = out.with_name(out.name.removesuffix(".npz") + ".reference.png")
     write_png(ref, raw.frames[0])
@@ -376,7 +385,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="accept sweeps outside contract.calibration_amplitude_rad")
     g.set_defaults(func=run_ingest)
 
-    c = sub.add_parser("check", help="coverage report of a calibration episode")
+    c = sub.add_parser("check", help="coverage report of a calibration episode",
+                       description="Check that a calibration episode sweeps every DoF as "
+                                   "planned and that each moves its own part of the picture; "
+                                   "writes report.json, coverage.png and a sheet per DoF. "
+                                   "Exit 0: pass; 1: fail (the reasons name the DoF and what "
+                                   "to do); 2: bad input.")
     c.add_argument("episode", metavar="EPISODE")
     c.add_argument("--out", metavar="DIR", help="report folder (default "
                    "STATE_ROOT/checks/EPISODE_NAME; see syncedge --help)")

@@ -469,16 +469,25 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
     add_model_args(s)
     s.set_defaults(func=run_store)
 
-    v = sub.add_parser("verify", help="has the camera moved since the calibration?")
-    v.add_argument("--camera", required=True, metavar="SRC")
-    v.add_argument("--cell", required=True, metavar="ID")
-    v.add_argument("--camera-id")
-    v.add_argument("--robot-id")
+    v = sub.add_parser("verify", help="has the camera moved since the calibration?",
+                       description="Compare a live frame of --camera with the reference "
+                                   "frame cached with the cell's calibration: VALID (exit 0) "
+                                   "when it has not moved, turned or changed resolution "
+                                   "beyond the limits, STALE (exit 1) otherwise (recalibrate "
+                                   "the cell); bad input exits 2 (docs/calibration.md).")
+    v.add_argument("--camera", required=True, metavar="SRC",
+                   help="camera source (a device index, a video file, sim://...)")
+    v.add_argument("--cell", required=True, metavar="ID", help="the cell's cache id")
+    v.add_argument("--camera-id", help="cache key (default: the cell's one camera in the cache)")
+    v.add_argument("--robot-id", help="cache key (default: the cell's one robot in the cache)")
     v.add_argument("--model", metavar="DIR", help="model folder (default: the active bundle)")
     v.add_argument("--cache-dir", metavar="DIR", help="calibration cache root (default: STATE_ROOT/calibration; see syncedge --help)")
     v.add_argument("--warmup", type=int, default=5, help="frames to skip first")
-    v.add_argument("--max-shift-frac", type=float, default=0.01)
-    v.add_argument("--max-rotation-deg", type=float, default=0.5)
+    v.add_argument("--max-shift-frac", type=float, default=0.01,
+                   help="largest image shift accepted, as a share of the frame's width "
+                        "(default 0.01)")
+    v.add_argument("--max-rotation-deg", type=float, default=0.5,
+                   help="largest image rotation accepted, degrees (default 0.5)")
     v.add_argument("--out", metavar="FILE", help="write the result (for precheck "
                    "--verification FILE)")
     v.set_defaults(func=run_verify)

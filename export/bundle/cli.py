@@ -43,7 +43,7 @@ def _run_build(args: argparse.Namespace) -> int:
     m = build_bundle(args.model_dir, args.out, target=args.target, private_key_path=args.key,
                      extras=args.extra or (), command=cmd,
                      force_unchecked=args.force_unchecked)
-    print(f"{args.out}: {m.model_name} {m.model_variant} for {m.target}, {len(m.files)} files, "
+    print(f"{args.out}: {m.model_name} {m.model_variant} for {m.target}, {len(m.files)} file{'s' if len(m.files) != 1 else ''}, "
           f"signed by key {m.key_id}; parity {m.created.get('parity', '?')}")
     return 0
 
@@ -83,7 +83,7 @@ def _run_verify(args: argparse.Namespace) -> int:
                         keys_given=bool(args.pubkey))
     m = v.manifest
     print(f"{args.bundle}: OK: {m.model_name} {m.model_variant} for {m.target}, "
-          f"{len(m.files)} files verified, signed by key {v.key_id}, created "
+          f"{len(m.files)} file{'s' if len(m.files) != 1 else ''} verified, signed by key {v.key_id}, created "
           f"{m.created.get('utc', '?')}{_parity_warning(m)}")
     return 0
 
