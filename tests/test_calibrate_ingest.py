@@ -418,6 +418,11 @@ def test_a_channel_in_metres_has_its_own_away_floor():
     with pytest.raises(IngestError, match=r"'grip' never left home by more than 0.002 m") as e:
         segment_sweeps(q, ("j0", "j1", "grip"), None, units)
     assert e.value.code == "never_swept"
+    with pytest.raises(IngestError, match=r"^no DoF left home by more than 0.002 m / 0.02 rad "
+                                          r"\(largest excursion of any 0.0000\): the episode "
+                                          r"holds no sweep") as e:
+        segment_sweeps(np.zeros_like(q), ("j0", "j1", "grip"), None, units)  # nothing moved
+    assert e.value.code == "never_swept"
     t, q = sweep_positions(np.array([0.4, 0.5, 0.03]), [0, 1, 2], 30.0, 1.0, 0.5)
     j0 = sweeps[0]
     q[j0.start + 5:j0.stop - 5, 2] = 0.01  # the gripper opens 1 cm while j0 sweeps

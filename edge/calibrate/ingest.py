@@ -217,11 +217,19 @@ def segment_sweeps(positions: np.ndarray, dof_names: tuple[str, ...] | list[str]
     floor = np.array([opts.floor(u) for u in units])  # (n,)
     never = [c for c in range(len(names)) if peak[c] <= floor[c]]
     if never:
+        floors = sorted({f"{floor[c]:g} {units[c]}" for c in never})
+        if len(never) == len(names):  # nothing moved at all: one line, not one per DoF
+            largest = max(float(peak[c]) for c in never)
+            raise IngestError(
+                "never_swept", f"no DoF left home by more than {' / '.join(floors)} (largest "
+                f"excursion of any {largest:.4f}): the episode holds no sweep; record it "
+                f"again with the joints moving (is the controller executing the plan?)",
+                dof=names[never[0]])
         raise IngestError(
             "never_swept", f"DoF {', '.join(repr(names[c]) for c in never)} never left home "
-            f"by more than {', '.join(f'{floor[c]:g} {units[c]}' for c in never)} (largest "
-            f"excursion {', '.join(f'{peak[c]:.4f}' for c in never)}): every DoF needs a "
-            f"sweep of its own; record the episode again sweeping it", dof=names[never[0]])
+            f"by more than {' / '.join(floors)} (largest excursion "
+            f"{', '.join(f'{peak[c]:.4f}' for c in never)}): every DoF needs a sweep of its "
+            f"own; record the episode again sweeping it", dof=names[never[0]])
     thr = np.maximum(floor, opts.away_fraction * peak)  # (n,)
     away = np.abs(d) > thr  # (T, n)
     sweeps: list[Sweep] = []
