@@ -154,7 +154,8 @@ def test_bundle_schema_from_the_future(env, tmp_path):
 
 def test_wrong_target(env):
     msg = _refused(env, env.bundle(2, target="jetson-orin-sm87"),
-                   "built for target 'jetson-orin-sm87', but this device is 'cpu'")
+                   r"built for target 'jetson-orin-sm87', not 'cpu' \(the target checked: this "
+                   r"device's, unless --target")
     assert "--target" in msg
 
 

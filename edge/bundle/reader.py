@@ -198,9 +198,10 @@ def read_bundle(path: str | os.PathLike[str], trusted: Mapping[str, Any],
             raise BundleError(f"{where}:{MANIFEST_NAME}.key_id: {manifest.key_id} differs from "
                               f"the signing key {kid}")
         if target is not None and manifest.target != target:
-            raise BundleError(f"{where}: built for target {manifest.target!r}, but this device "
-                              f"is {target!r}; install the bundle built for {target!r} (or "
-                              f"override the device target with --target/SYNCEDGE_TARGET)")
+            raise BundleError(f"{where}: built for target {manifest.target!r}, not "
+                              f"{target!r} (the target checked: this device's, unless "
+                              f"--target or SYNCEDGE_TARGET names another); use the bundle "
+                              f"built for {target!r}")
         model_json = b""
         seen: set[str] = set()
         for m in members:
