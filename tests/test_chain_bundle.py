@@ -212,3 +212,30 @@ def test_verify_under_an_active_chain_bundle_finds_the_chain_entry(device, capsy
                  "--cache-dir", device["cache"]]) == 0
     out = capsys.readouterr()
     assert out.out.startswith("VALID") and "note:" not in out.err
+
+
+def test_verify_under_a_chain_bundle_without_its_entry_says_how_to_store_the_chain(
+        device, capsys):
+    """The cell cached only for an ONNX model: the reference frame comes from that entry,
+    and the note names the chain model and the chain's store command (not an ONNX
+    context's, under an id the bundle list does not show)."""
+    import cv2
+
+    from edge.episode import load_episode
+
+    cache = str(device["tmp"] / "cache-onnx")
+    assert main(["calibrate", "store", str(SAMPLE / "calibration.npz"), "--model",
+                 str(ROOT / "models" / "reference"), "--cache-dir", cache]) == 0
+    frame = load_episode(SAMPLE / "calibration.npz").frames[0]
+    video = device["tmp"] / "camera64.avi"
+    w = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 10, frame.shape[1::-1])
+    for _ in range(30):
+        w.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    w.release()
+    capsys.readouterr()
+    assert main(["calibrate", "verify", "--camera", str(video), "--cell", "sample-cell",
+                 "--cache-dir", cache]) == 0
+    err = capsys.readouterr().err
+    assert "is the chain model and the cache holds no chain calibration of cell " \
+           "'sample-cell' yet" in err
+    assert f"'syncedge calibrate store CALIBRATION.npz --chain --cache-dir {cache}'" in err

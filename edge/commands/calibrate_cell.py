@@ -87,6 +87,15 @@ def _reference_key(cache: Any, args: argparse.Namespace, model_sha256: str | Non
         key = _key(cache, args, None)  # refuses as before when the cell has no entry
     import sys
 
+    from edge.commands.common import chain_store_hint
+    from edge.runtime.chain import CHAIN_MODEL_SHA256
+
+    if model_sha256 == CHAIN_MODEL_SHA256:  # a chain bundle: its cache id is the format's
+        print(f"note: the active bundle {active_bundle_dir()} is the chain model and the cache "
+              f"holds no chain calibration of cell {key.cell_id!r} yet; the reference frame "
+              f"comes from its entry for model {key.model_sha256[:12]}...; "
+              f"{chain_store_hint(key.cell_id, args.cache_dir)}", file=sys.stderr)
+        return key
     print(f"note: {describe_model(args, model_sha256)} has no context for cell "
           f"{key.cell_id!r} yet; the reference frame comes from its entry for model "
           f"{key.model_sha256[:12]}...; encode the context for the active bundle with "
