@@ -55,7 +55,8 @@ def test_simulate_chain_beats_copy_last_on_the_sample_cell(tmp_path, capsys):
     assert m["per_step"][15]["psnr_db"] > psnr(test.frames[0], truth[15]) + 2.0
     with np.load(out / "prediction.npz") as z:
         assert z["frames"].shape == (1, len(truth), 64, 64, 3)
-    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "metrics.json",
+    assert sorted(p.name for p in out.iterdir()) == [".syncedge-outputs.json",
+                                                     "contact_sheet.png", "metrics.json",
                                                      "prediction.mp4", "prediction.npz"]
 
 

@@ -210,8 +210,9 @@ def test_simulate_and_precheck_name_the_model_and_the_bundle_slot_that_ran(
                         str(tiny["tmp"] / "rules.yaml"), "--joint-state", "0,0,0"),
             "--actions", str(tiny["ep"])]
     del argv[argv.index("--model"):argv.index("--model") + 2]
+    argv[argv.index("--out") + 1] = str(tiny["tmp"] / "pre")  # not simulate's folder
     assert run_command("precheck", precheck.register, argv) == 0
-    rep = json.loads((tiny["out"] / "report.json").read_text())
+    rep = json.loads((tiny["tmp"] / "pre" / "report.json").read_text())
     assert rep["model_id"]["bundle_slot"] == "b" and rep["model_id"]["sha256"] == sha
 
 
