@@ -267,6 +267,14 @@ def _read_parquet(pq: Any, path: Path) -> Any:
                            "copy or export it again", path=path) from None
 
 
+def _require_columns(table: Any, columns: Sequence[str], path: Path) -> None:
+    """Raise :class:`EpisodeError` naming ``path`` and the first of ``columns`` that the
+    pyarrow ``table`` lacks."""
+    for col in columns:
+        if col not in table.column_names:
+            raise EpisodeError(f"missing column {col!r}", path=path, field=col)
+
+
 def read_lerobot(root: str | os.PathLike[str], camera_key: str | None = None) -> list[Episode]:
     """Read a LeRobot v3.0 dataset into episodes (absolute targets converted to deltas).
 
@@ -319,12 +327,10 @@ def read_lerobot(root: str | os.PathLike[str], camera_key: str | None = None) ->
         raise EpisodeError("no episode metadata files", path=episodes_dir)
     ep_rows = []
     for f in ep_files:
-        rows = _read_parquet(pq, f).to_pylist()
-        for r in rows:
-            for col in ("episode_index", "length", "data/chunk_index", "data/file_index"):
-                if col not in r:
-                    raise EpisodeError(f"missing column {col!r}", path=f, field=col)
-        ep_rows += rows
+        table = _read_parquet(pq, f)
+        _require_columns(table, ("episode_index", "length", "data/chunk_index",
+                                 "data/file_index"), f)
+        ep_rows += table.to_pylist()
     data_cache: dict[Path, dict[str, Any]] = {}
     video_cache: dict[Path, np.ndarray] = {}
     out = []
@@ -335,10 +341,10 @@ def read_lerobot(root: str | os.PathLike[str], camera_key: str | None = None) ->
         if dpath not in data_cache:
             if not dpath.is_file():
                 raise EpisodeError("missing data file", path=dpath)
-            data_cache[dpath] = _read_parquet(pq, dpath).to_pydict()
-            for col in ("episode_index", "frame_index", "observation.state"):
-                if col not in data_cache[dpath]:
-                    raise EpisodeError(f"missing column {col!r}", path=dpath, field=col)
+            table = _read_parquet(pq, dpath)
+            _require_columns(table, ("episode_index", "frame_index", "observation.state"),
+                             dpath)
+            data_cache[dpath] = table.to_pydict()
         d = data_cache[dpath]
         sel = np.asarray(d["episode_index"]) == e
         state = np.asarray(d["observation.state"], dtype=np.float64)[sel]

@@ -299,6 +299,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
                                f"({n} DoF segments of {SEGMENT_FRAMES} plus one), found {t}"))
     partial = bool(rec) and not rec.get("complete", True)
     recorded = names  # the DoFs whose whole segment the episode holds
+    starts = {sg.get("dof"): int(sg["start"]) for sg in meta.get("segments") or ()}
     if partial:
         why = rec.get("disconnected") or rec.get("joint_error") or "unknown"
         of = f" of {rec['frames_expected']}" if rec.get("frames_expected") else ""
@@ -307,7 +308,6 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
             more = ("; its frames could not be paired with joint samples, so no DoF is "
                     "checked: record again")
         else:
-            starts = {sg.get("dof"): int(sg["start"]) for sg in meta.get("segments") or ()}
             recorded = [x for c, x in enumerate(names)
                         if starts.get(x, c * SEGMENT_FRAMES) + SEGMENT_FRAMES < t]
             left = [x for x in names if x not in recorded]
@@ -322,9 +322,8 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     gaps = sorted(set(int(g) for g in rec.get("gaps", []))
                   | set(int(i) + 1 for i in np.flatnonzero(d > 1.5 / fps)))
     if gaps:
-        segs = [(sg.get("dof"), int(sg["start"])) for sg in meta.get("segments") or ()]
-        hit = [dof for dof, start in segs if any(start < g <= start + SEGMENT_FRAMES
-                                                 for g in gaps)]
+        hit = [dof for dof, start in starts.items() if any(start < g <= start + SEGMENT_FRAMES
+                                                           for g in gaps)]
         during = f" (during the sweep of {', '.join(map(str, hit))})" if hit else ""
         reasons.append(_reason("dropped_frames", f"frames missing at {len(gaps)} knot(s) "
                                f"{gaps[:10]}{during}: the camera delivered no frame within "

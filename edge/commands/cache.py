@@ -30,8 +30,8 @@ def _open(args: argparse.Namespace, writes: bool = False) -> Any:
 
     if args.root is not None and not writes and not Path(args.root).is_dir():
         raise CacheError(f"--root {args.root}: no such folder; expected a calibration "
-                            "cache root (one that `syncedge calibrate store --cache-dir DIR` "
-                            "or `syncedge cache import --root DIR` wrote)")
+                         "cache root (one that `syncedge calibrate store --cache-dir DIR` or "
+                         "`syncedge cache import --root DIR` wrote)")
     return CalibrationCache(args.root if args.root is not None else default_root())
 
 
