@@ -1,20 +1,25 @@
 """Atomic file writes: a temporary file in the same directory, fsync, then rename.
 
 A reader never sees a half-written file under the final name, and a failed write leaves
-the previous file (if any) untouched and no temporary file behind.
+the previous file (if any) untouched and no temporary file behind. :func:`staged_folder`
+does the same for a whole folder (a model folder written by ``export onnx``).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "file_digest", "fsync_dir", "sha256_file", "write_json_atomic"]
+__all__ = ["atomic_write", "check_file_target", "check_folder_target", "file_digest", "fsync_dir", "sha256_file", "staged_folder",
+           "write_json_atomic"]
 
 
 def _umask() -> int:
@@ -35,9 +40,12 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
     Returns:
         The final path.
     Raises:
+        IsADirectoryError: ``path`` is a folder (``filename`` is ``path``), before writing.
         OSError: from the file system; nothing is left under ``path`` or as a temporary.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -57,6 +65,77 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write ``obj`` as indented, key-sorted strict JSON (no NaN), atomically."""
     text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def check_file_target(path: str | os.PathLike[str], overwrite: bool = False) -> Path:
+    """Refuse, before any work, an output file path that is a folder (or, without
+    ``overwrite``, an existing file).
+
+    Raises:
+        IsADirectoryError: ``path`` is a folder; ``filename`` is ``path``.
+        FileExistsError: ``path`` exists and ``overwrite`` is False; ``filename`` is
+            ``path``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+    if path.exists() and not overwrite:
+        raise FileExistsError(errno.EEXIST, "already exists", str(path))
+    return path
+
+
+def check_folder_target(out: str | os.PathLike[str], marker: str) -> Path:
+    """Refuse, before any work, an ``out`` that :func:`staged_folder` would not replace.
+
+    Raises:
+        FileExistsError: ``out`` is an existing file, or a non-empty folder without
+            ``marker``; ``filename`` is ``out``.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(errno.EEXIST, "an existing file", str(out))
+    if out.is_dir() and not (out / marker).is_file() and any(out.iterdir()):
+        raise FileExistsError(errno.EEXIST, f"a folder of other files (no {marker})", str(out))
+    return out
+
+
+@contextmanager
+def staged_folder(out: str | os.PathLike[str], marker: str) -> Iterator[Path]:
+    """Build a folder beside ``out`` and publish it as ``out`` only when the block succeeds.
+
+    Yields a fresh staging folder (``.<name>.staging-*`` in ``out``'s parent). On normal
+    exit an existing ``out`` (a folder holding ``marker``, or an empty one) is replaced as
+    a whole, so no file of an earlier content stays behind; on an exception the staging
+    folder is removed and ``out`` is untouched.
+
+    Args:
+        out: the final folder.
+        marker: the file that makes an existing folder one of this kind (``model.json``):
+            only such a folder, or an empty one, is replaced.
+
+    Raises:
+        FileExistsError: ``out`` is an existing file, or a non-empty folder without
+            ``marker`` (another kind of folder, never replaced); ``filename`` is ``out``;
+            raised before the block runs.
+        OSError: from the file system.
+    """
+    out = Path(out)
+    check_folder_target(out, marker)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    os.chmod(stage, 0o777 & ~_umask())  # a folder's usual mode, not mkdtemp's 0700
+    try:
+        yield stage
+        old = None
+        if out.is_dir():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / out.name)
+        os.replace(stage, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def file_digest(path: str | os.PathLike[str]) -> tuple[str, int]:

@@ -111,9 +111,13 @@ def _run_check_ops(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from export.engine.ops import OpsCheckError, check_model_dir, check_onnx
+    from export.errors import ExportError
 
     versions = args.trt or ["10.3", "11"]
     path = Path(args.model)
+    if path.is_file() and path.suffix != ".onnx":
+        raise ExportError(f"{path}: neither a model folder (model.json) nor an .onnx file; "
+                          "give one of those")
     found = (check_onnx(path, path.name, versions) if path.suffix == ".onnx"
              else check_model_dir(path, versions))
     if found:

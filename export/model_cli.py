@@ -380,16 +380,19 @@ def register(subparsers: Any) -> None:
                                    "split (rollouts_<split>.png: start, ground truth and "
                                    "calibrated prediction at 4 steps, zeroed at the last).")
     e.add_argument("--run", default="runs/reference",
-                   help="checkpoint folder with ae.pt, keypoint.pt, dynamics.pt and "
-                        "dynamics_nocal.pt (default runs/reference; the shipped model's: "
-                        "models/reference-checkpoints)")
+                   help="checkpoint folder of the latent model (the baseline family) with "
+                        "ae.pt, keypoint.pt, dynamics.pt and dynamics_nocal.pt (default "
+                        "runs/reference; the shipped latent baseline's: "
+                        "models/latent-checkpoints; the warp model, shipped as "
+                        "models/reference: 'syncedge model eval-frames')")
     e.add_argument("--data", default="data/cells",
                    help="generated cells, one folder per split (default data/cells)")
     e.add_argument("--out", default="runs/reference/eval",
                    help="output folder (default runs/reference/eval)")
-    e.add_argument("--horizon", type=int, default=16,
+    e.add_argument("--horizon", type=positive_int, default=16,
                    help="open-loop rollout steps from the start frame (default 16)")
-    e.add_argument("--max-cells", type=int, default=None, help="cells per split (default all)")
+    e.add_argument("--max-cells", type=positive_int, default=None,
+                   help="cells per split (default all)")
     e.add_argument("--seed", type=int, default=0,
                    help="seed of the other cell and mislabelling draws (default 0)")
     e.add_argument("--split", action="append", metavar="NAME",
@@ -424,7 +427,8 @@ def register(subparsers: Any) -> None:
     ef.add_argument("--out", required=True, help="output folder")
     ef.add_argument("--keypoint-run", default="models/latent-checkpoints",
                     help="folder with keypoint.pt, the end-effector reader")
-    ef.add_argument("--max-cells", type=int, default=64, help="cells per split (default 64)")
+    ef.add_argument("--max-cells", type=positive_int, default=64,
+                    help="cells per split (default 64)")
     ef.add_argument("--seed", type=int, default=0)
     ef.add_argument("--variants", help="comma list of variants to roll out (default all: "
                                        "calibrated, zeroed, other_cell, mislabelled, "
@@ -445,7 +449,7 @@ def register(subparsers: Any) -> None:
     ep.add_argument("--history-model", default="models/reference-history", metavar="DIR",
                     help="a model trained without calibration, run in history mode "
                          "(default models/reference-history)")
-    ep.add_argument("--cells", type=int, default=64, metavar="N",
+    ep.add_argument("--cells", type=positive_int, default=64, metavar="N",
                     help="cells per split (default 64)")
     ep.add_argument("--split", action="append", metavar="NAME",
                     help="only this split, named as in the table (held_out_convention, "
@@ -454,13 +458,13 @@ def register(subparsers: Any) -> None:
                          "default the three held-out splits (in_distribution, the "
                          "training cameras and robots, is where the keep-out margin is "
                          "chosen)")
-    ep.add_argument("--threads", type=int, default=2, metavar="N",
+    ep.add_argument("--threads", type=positive_int, default=2, metavar="N",
                     help="ONNX Runtime threads per model (default 2)")
     ep.add_argument("--chain", action="store_true",
                     help="also run the chain model, read from each cell's calibration sweep "
                          "rendered at --chain-size (torch; about 80 s per cell); keep-out on "
                          "where it puts the arm (chain) and on its motion (chain_motion)")
-    ep.add_argument("--chain-size", type=int, default=256, metavar="PX",
+    ep.add_argument("--chain-size", type=positive_int, default=256, metavar="PX",
                     help="side of the calibration rendered for the chain model (default 256)")
     ep.add_argument("--chain-fits", metavar="DIR",
                     help="keep each cell's chain calibration in DIR and reuse it")

@@ -330,7 +330,7 @@ def test_warp_check_passes_in_the_motion_region_and_bundles(warp, smoke, tmp_pat
     for d in dirs[1:]:
         assert run_cli("bundle", "build", d, "--target", "cpu", "--key",
                        str(tmp_path / "keys" / "oem.key.pem"), "--out",
-                       str(tmp_path / "w.bundle")) == 0
+                       str(tmp_path / f"{Path(d).name}.bundle")) == 0  # never overwritten
         assert "parity passed" in capsys.readouterr().out
     # a warp INT8 record without the motion region (an older check) is refused
     old = tmp_path / "int8-whole-frame-only"

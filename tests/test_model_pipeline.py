@@ -107,6 +107,26 @@ def test_eval_cli_evaluates_only_the_named_split(run: Path, data: Path, tmp_path
     assert "held_out_convention" in err and "test_convention" in err
 
 
+def test_eval_refuses_a_horizon_past_the_episode_and_says_one_cell_has_no_other(
+        run: Path, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    from edge.cli import main
+
+    out = tmp_path / "eval"
+    # the tiny cells' motion episodes have 12 frames: 11 steps at most
+    assert main(["model", "eval", "--run", str(run), "--data", str(data), "--out", str(out),
+                 "--horizon", "12", "--split", "test_convention"]) == 2
+    err = capsys.readouterr().err
+    assert "first motion episode has 12 frames; --horizon 12 needs 13 (give --horizon 11 " \
+        "or less)" in err and "Traceback" not in err
+    assert not out.exists()
+    with caplog.at_level("WARNING", logger="syncedge.eval"):
+        assert main(["model", "eval", "--run", str(run), "--data", str(data), "--out",
+                     str(out), "--horizon", "2", "--split", "test_convention"]) == 0
+    assert "one cell only: the other_cell variant reads that cell's own calibration" \
+        in caplog.text
+
+
 def test_onnx_export_matches_the_contract(run: Path, tmp_path: Path) -> None:
     path = export_model(ExportOptions(run=str(run), out=str(tmp_path / "model"),
                                       batch_sizes=(1, 2), command="test"))

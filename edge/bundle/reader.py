@@ -180,6 +180,9 @@ def read_bundle(path: str | os.PathLike[str], trusted: Mapping[str, Any],
     """
     where = str(path)
     dest_p = Path(dest) if dest is not None else None
+    if Path(path).is_dir():
+        raise BundleError(f"{where}: a folder; expected a bundle file (from 'syncedge bundle "
+                          "build')")
     try:
         tar = tarfile.open(path, mode="r:gz")
     except FileNotFoundError:

@@ -64,15 +64,24 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "one per thread, at most 4; 1 runs a batch in one session)")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (``--threads`` and the like)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {v}")
-    return v
+def int_at_least(low: int) -> Callable[[str], int]:
+    """argparse type: a whole number >= ``low``; the message names the bound."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number >= {low}, found {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, found {v}")
+        return v
+
+    parse.__name__ = f"int_at_least_{low}"  # argparse names the type in some messages
+    return parse
+
+
+#: argparse type: a whole number >= 1 (``--threads``, ``--cells`` and the like).
+positive_int = int_at_least(1)
 
 
 def motion_twins(twins: bool | None, has_motion: bool) -> bool:

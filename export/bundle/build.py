@@ -38,7 +38,9 @@ def generate_keypair(out_dir: str | os.PathLike[str], name: str = "oem") -> tupl
     Returns:
         (private key path, public key path, key id).
     Raises:
-        BundleError: either file already exists (keys are never overwritten).
+        BundleError: ``name`` is not a plain file name stem (empty, a path, a leading
+            dot), ``out_dir`` is an existing file, or either file already exists (keys are
+            never overwritten).
     """
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import (
@@ -49,6 +51,12 @@ def generate_keypair(out_dir: str | os.PathLike[str], name: str = "oem") -> tupl
     )
 
     out = Path(out_dir)
+    if not name or name != Path(name).name or name.startswith(".") or "\\" in name:
+        raise BundleError(f"--name {name!r}: expected a plain file name stem such as 'oem' "
+                          "(no folder, no leading dot); --out names the folder")
+    if out.exists() and not out.is_dir():
+        raise BundleError(f"--out {out}: an existing file; --out takes the folder for "
+                          f"{name}.key.pem and {name}.pub.pem")
     priv_p, pub_p = out / f"{name}.key.pem", out / f"{name}.pub.pem"
     for p in (priv_p, pub_p):
         if p.exists():

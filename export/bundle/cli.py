@@ -37,8 +37,10 @@ def _run_keygen(args: argparse.Namespace) -> int:
 
 
 def _run_build(args: argparse.Namespace) -> int:
+    from edge.fileio import check_file_target
     from export.bundle.build import build_bundle
 
+    check_file_target(args.out)  # a bundle is never overwritten: it may be the one installed
     cmd = "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     m = build_bundle(args.model_dir, args.out, target=args.target, private_key_path=args.key,
                      extras=args.extra or (), command=cmd,
@@ -174,7 +176,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "folder ('syncedge export chain-model')")
     b.add_argument("--target", required=True, choices=sorted(TARGETS))
     b.add_argument("--key", required=True, help="private key PEM (from bundle keygen)")
-    b.add_argument("--out", required=True, help="bundle file to write")
+    b.add_argument("--out", required=True, help="bundle file to write (a new path: an "
+                        "existing file is refused, never overwritten)")
     b.add_argument("--extra", action="append", help="extra payload file (repeatable)")
     b.add_argument("--force-unchecked", action="store_true",
                    help="build even without a passed parity record ('syncedge export "

@@ -188,7 +188,11 @@ def _run_sample(args: argparse.Namespace) -> int:
 
 
 def _run_preview(args: argparse.Namespace) -> int:
+    from edge.fileio import check_file_target
     from edge.visual import write_png
+
+    if args.out:  # before the rendering, not after it
+        check_file_target(args.out, overwrite=True)
 
     if args.episode:
         from export.cells.preview import episodes_sheet, load_cell_dir
@@ -226,8 +230,14 @@ def _run_show(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The smallest frame side ``cells generate --size`` renders, px.
+MIN_SIZE_PX = 16
+
+
 def register(subparsers: Any) -> None:
     """Add ``cells`` and its subcommands to the ``syncedge`` parser."""
+    from edge.commands.common import int_at_least, positive_int
+
     p = subparsers.add_parser(
         "cells", help="generate and preview MuJoCo-rendered robot cells",
         description="Render robot cells (robot, camera, lights, colours, controller "
@@ -246,10 +256,12 @@ def register(subparsers: Any) -> None:
                         "light outside every other split's)")
     g.add_argument("--chunks", default="0", help="chunk indices: N, A-B or a list (default 0)")
     g.add_argument("--out", default="data/cells", help="output folder (default data/cells)")
-    g.add_argument("--cells-per-chunk", type=int, default=16,
+    g.add_argument("--cells-per-chunk", type=positive_int, default=16,
                    help="cells rendered per chunk (default 16)")
-    g.add_argument("--motion-episodes", type=int, default=2, help="per cell (default 2)")
-    g.add_argument("--motion-frames", type=int, default=32, help="per episode (default 32)")
+    g.add_argument("--motion-episodes", type=positive_int, default=2,
+                   help="per cell (default 2)")
+    g.add_argument("--motion-frames", type=int_at_least(2), default=32,
+                   help="per episode, at least 2 (default 32)")
     g.add_argument("--motion", choices=MOTION_PROFILES, default="all_joints",
                    help="motion-episode profile: all_joints (every joint at once; default, the "
                         "reference model's data) or two_joint (two joints move at a time)")
@@ -257,13 +269,14 @@ def register(subparsers: Any) -> None:
                    help="LOW-HIGH magnitude of each DoF's calibration sweep, rad (default "
                         "0.3-0.5; the warp model trains on 0.2-0.8)")
     g.add_argument("--fps", type=float, default=10.0, help="frame rate, Hz (default 10)")
-    g.add_argument("--size", type=int, default=64, help="image width = height, px (default 64)")
-    g.add_argument("--face-budget", type=int, default=8000,
+    g.add_argument("--size", type=int_at_least(MIN_SIZE_PX), default=64,
+                   help=f"image width = height, px, at least {MIN_SIZE_PX} (default 64)")
+    g.add_argument("--face-budget", type=positive_int, default=8000,
                    help="decimate each robot's meshes to this many faces in all (default 8000)")
     g.add_argument("--no-decimate", action="store_true", help="render the original meshes")
     g.add_argument("--no-segmentation", action="store_true",
                    help="skip the robot mask (evaluation-only data)")
-    g.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    g.add_argument("--workers", type=positive_int, default=1, help="processes (default 1)")
     g.set_defaults(func=_run_generate)
 
     ge = sub.add_parser(
@@ -280,7 +293,7 @@ def register(subparsers: Any) -> None:
     ge.add_argument("--split", required=True, help="the split's folder under --data")
     ge.add_argument("--chunks", help="chunk indices: N, A-B or a list (default: every "
                                      "complete chunk)")
-    ge.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    ge.add_argument("--workers", type=positive_int, default=1, help="processes (default 1)")
     ge.set_defaults(func=_run_geometry)
 
     pv = sub.add_parser("preview", help="contact sheet of random cells or of a cell's episodes",
@@ -289,9 +302,11 @@ def register(subparsers: Any) -> None:
                                     "of an episode file or of every episode in a cell folder.")
     pv.add_argument("--episode", help="an episode file or a cell folder (e.g. "
                                       f"{SAMPLE_DIR})")
-    pv.add_argument("--count", type=int, default=16)
+    pv.add_argument("--count", type=positive_int, default=16,
+                    help="random cells on the sheet, without --episode (default 16)")
     pv.add_argument("--seed", type=int, default=0)
-    pv.add_argument("--out", help="PNG to write")
+    pv.add_argument("--out", help="PNG to write (default cell_preview.png with --episode, "
+                                  "else cells_preview.png; an existing PNG is replaced)")
     pv.set_defaults(func=_run_preview)
 
     s = sub.add_parser("sample", help="render the shipped sample cell",

@@ -67,11 +67,34 @@ def episodes_sheet(episodes: dict[str, Episode], max_columns: int = 24,
     return contact_sheet(rows, row_labels=row_labels, tile_labels=tile_labels, scale=scale)
 
 
-def load_cell_dir(path: Path) -> dict[str, Episode]:
-    """Load every ``*.npz`` episode in a cell folder (or one file), calibration first."""
-    from edge.episode import load_episode
+def _is_chain_calibration(path: Path) -> bool:
+    """Whether ``path`` is a chain calibration file (``model read-chain``; its arrays
+    ``header_json`` and ``axes``), not an episode."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            keys = set(npz.files)
+    except (OSError, ValueError):
+        return False
+    return {"header_json", "axes"} <= keys and "metadata_json" not in keys
 
-    files = [path] if path.is_file() else sorted(path.glob("*.npz"))
+
+def load_cell_dir(path: Path) -> dict[str, Episode]:
+    """Load every ``*.npz`` episode in a cell folder (or one file), calibration first.
+
+    In a folder, chain calibration files (``chain.npz``, from ``model read-chain``) are
+    not episodes and are left out; a chain calibration given as the file is refused by
+    :func:`edge.episode.load_episode`.
+
+    Raises:
+        edge.errors.EpisodeError: a missing path, or an episode file that does not load.
+    """
+    from edge.episode import load_episode
+    from edge.errors import EpisodeError
+
+    if not path.exists():
+        raise EpisodeError("no such episode file or cell folder", path=path)
+    files = [path] if path.is_file() else sorted(q for q in path.glob("*.npz")
+                                                 if not _is_chain_calibration(q))
     files.sort(key=lambda p: (p.stem != "calibration", p.name))
     return {p.stem: load_episode(p) for p in files}
 

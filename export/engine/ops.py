@@ -84,11 +84,23 @@ def check_onnx(model: Any, label: str, versions: Sequence[str] = ("10.3", "11"))
         versions: TensorRT lines to check against (keys of the table's ``versions``).
     Returns:
         Every violation, in node order (empty when the graph passes).
+    Raises:
+        ExportError: a path that is a folder, missing, or not a readable ONNX model.
     """
     import onnx
 
     if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(str(model), load_external_data=False)
+        path = Path(model)
+        if path.is_dir():
+            raise ExportError(f"{path}: a folder; expected an .onnx file")
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except FileNotFoundError:
+            raise ExportError(f"{path}: no such .onnx file") from None
+        except Exception as exc:  # protobuf's DecodeError and the like: a damaged file
+            raise ExportError(f"{path}: not a readable ONNX model ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}); expected an "
+                              "ONNX graph written by 'syncedge export onnx'") from None
     supported = _supported(versions)
     out: list[Violation] = []
     opsets = {o.domain: o.version for o in model.opset_import}

@@ -189,8 +189,22 @@ class _Evaluator:
         o = self.opts
         cells = load_cells(o.data, [split], self.cfg.max_dof, self.cfg.segment_frames,
                            limit=o.max_cells)
-        ctx = self.contexts(cells)
         t = o.horizon
+        if not cells:
+            raise ExportError(f"{Path(o.data) / split}: no cells to evaluate; generate them "
+                              f"with 'syncedge cells generate --split {split} --out {o.data}'")
+        if t < 1:
+            raise ExportError(f"--horizon {t}: expected 1 or more rollout steps")
+        short = [c for c in cells if len(c.motions[0].frames) < t + 1]
+        if short:
+            n = len(short[0].motions[0].frames)
+            raise ExportError(f"{Path(o.data) / split}: cell {short[0].cell_id}'s first motion "
+                              f"episode has {n} frames; --horizon {t} needs {t + 1} (give "
+                              f"--horizon {n - 1} or less)")
+        if len(cells) < 2:
+            log.warning("%s: one cell only: the other_cell variant reads that cell's own "
+                        "calibration (its figures equal calibrated's)", split)
+        ctx = self.contexts(cells)
         start = np.stack([c.motions[0].frames[0] for c in cells])
         gt = np.stack([c.motions[0].frames[1:t + 1] for c in cells])
         acts = np.stack([c.motions[0].actions[:t] for c in cells])

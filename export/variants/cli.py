@@ -9,23 +9,51 @@ import shlex
 import sys
 from pathlib import Path
 
-__all__ = ["register_onnx", "register_quantise", "register_check"]
+__all__ = ["register_onnx", "register_quantise", "register_check", "run_family"]
 
 
 def _command() -> str:
     return "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def _run_onnx(args: argparse.Namespace) -> int:
-    from pathlib import Path
+#: What ``--run`` holds, for the messages about it.
+_RUN_HELP = ("a training run folder: warp.pt (the warp model) or ae.pt and dynamics.pt (the "
+             "latent model); the shipped model's run: models/reference-checkpoints")
 
+
+def run_family(run: str, history: bool = False) -> str:
+    """``"warp"`` or ``"latent"``: the model family of the training run folder ``run``.
+
+    Raises:
+        ExportError: ``run`` is missing, a file, a model folder, or holds neither family's
+            checkpoints; the message names it and what ``--run`` takes.
+    """
+    from export.errors import ExportError
+
+    p = Path(run)
+    if not p.exists():
+        raise ExportError(f"--run {run}: no such folder; expected {_RUN_HELP}")
+    if not p.is_dir():
+        raise ExportError(f"--run {run}: a file; expected {_RUN_HELP}")
+    if (p / "warp.pt").exists() or history:
+        return "warp"
+    if (p / "dynamics.pt").exists() or (p / "ae.pt").exists():
+        return "latent"
+    if (p / "model.json").is_file():
+        raise ExportError(f"--run {run}: a model folder (model.json), not a training run; "
+                          f"expected {_RUN_HELP}")
+    raise ExportError(f"--run {run}: no warp.pt, ae.pt or dynamics.pt there; expected "
+                      f"{_RUN_HELP}")
+
+
+def _run_onnx(args: argparse.Namespace) -> int:
     from export.errors import require_torch
 
     require_torch("syncedge export onnx")
 
     from export.variants.onnx_export import ExportOptions, eval_summary, export_model
 
-    warp = (Path(args.run) / "warp.pt").is_file() or args.history
+    warp = run_family(args.run, args.history) == "warp"
     if warp:
         import json
 
@@ -49,6 +77,8 @@ def _run_onnx(args: argparse.Namespace) -> int:
 
 def register_onnx(sub: argparse._SubParsersAction) -> None:
     """Add ``export onnx``: a trained run -> an FP32 model folder."""
+    from edge.commands.common import positive_int
+
     p = sub.add_parser("onnx", help="export a trained run to an FP32 model folder "
                                     "(model.json + ONNX graphs, opset 18, static shapes)",
                        description="Export a trained run to an FP32 model folder: model.json "
@@ -65,7 +95,7 @@ def register_onnx(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--history", action="store_true",
                    help="export the run's warp_nocal.pt as the history-mode model")
     p.add_argument("--out", required=True, help="model folder to write")
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16],
+    p.add_argument("--batch-sizes", type=positive_int, nargs="+", default=[1, 16],
                    help="batch sizes of the step and decoder graphs (default 1 16)")
     p.add_argument("--name", default="syncedge-reference", help="model name in model.json")
     p.add_argument("--warp-sampler", choices=("gather", "grid_sample"), default="gather",
@@ -92,6 +122,8 @@ def _run_quantise(args: argparse.Namespace) -> int:
 
 def register_quantise(sub: argparse._SubParsersAction) -> None:
     """Add ``export quantise``: an FP32 model folder -> its INT8 or FP16 variant."""
+    from edge.commands.common import positive_int
+
     p = sub.add_parser("quantise", help="make the INT8 (symmetric QDQ) or FP16 variant of an "
                                         "FP32 model folder")
     p.add_argument("model_dir", help="the FP32 model folder (from 'export onnx')")
@@ -99,9 +131,9 @@ def register_quantise(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", help="cells root; the INT8 quantisation calibration set is "
                                   "drawn from DATA/train only (required for int8)")
     p.add_argument("--out", required=True, help="model folder to write")
-    p.add_argument("--max-cells", type=int, default=16,
+    p.add_argument("--max-cells", type=positive_int, default=16,
                    help="training cells in the quantisation calibration set (default 16)")
-    p.add_argument("--samples", type=int, default=32,
+    p.add_argument("--samples", type=positive_int, default=32,
                    help="quantisation calibration inputs per graph (default 32)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_run_quantise)
@@ -118,6 +150,11 @@ def _run_check(args: argparse.Namespace) -> int:
     )
     from export.variants.parity_gates import Gates, format_parity_table, record_parity
 
+    if args.out:  # refused before the check's minutes of work, not after them
+        from edge.fileio import check_file_target
+
+        check_file_target(args.out)
+    run_family(args.run)
     gates = Gates(fp32_max_abs=args.fp32_max_abs, int8_psnr_loss_db=args.int8_loss_db,
                   fp16_psnr_loss_db=args.fp16_loss_db, horizon=args.horizon)
     family, mode = folders_family(args.model_dir)
@@ -144,6 +181,8 @@ def _run_check(args: argparse.Namespace) -> int:
 
 def register_check(sub: argparse._SubParsersAction) -> None:
     """Add ``export check``: parity gates of model folders against the PyTorch run."""
+    from edge.commands.common import positive_int
+
     p = sub.add_parser("check", help="parity gates: each model folder against PyTorch on "
                                      "held-out cells (one step per graph, 16-step rollout)",
                        description="Exit code 0 when every folder passes its gate, 1 when "
@@ -156,8 +195,9 @@ def register_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, help="cells root")
     p.add_argument("--split", action="append", default=None,
                    help="held-out split (repeatable; default test_all and test_convention)")
-    p.add_argument("--max-cells", type=int, default=8, help="cells per split (default 8)")
-    p.add_argument("--horizon", type=int, default=16, help="rollout steps (default 16)")
+    p.add_argument("--max-cells", type=positive_int, default=8,
+                   help="cells per split (default 8)")
+    p.add_argument("--horizon", type=positive_int, default=16, help="rollout steps (default 16)")
     p.add_argument("--fp32-max-abs", type=float, default=1e-4)
     p.add_argument("--int8-loss-db", type=float, default=0.5)
     p.add_argument("--fp16-loss-db", type=float, default=0.1)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from edge.fileio import sha256_file
+from edge.fileio import check_folder_target, sha256_file, staged_folder
 from edge.manifest import GraphSpec, ModelContract, ModelManifest, TensorSpec, save_manifest
 from export.errors import ExportError
 from export.evaluation.zero_shot import load_keypoint, load_world_model
@@ -250,37 +250,44 @@ def export_model(opts: ExportOptions, model: WorldModel | None = None,
                  evaluation: dict[str, Any] | None = None) -> Path:
     """Export a trained run (or ``model``) into ``opts.out``; returns the model.json path.
 
+    The folder is written beside ``opts.out`` and replaces it as a whole once every graph
+    has passed the checker (:func:`edge.fileio.staged_folder`).
+
     Raises:
+        FileExistsError: ``opts.out`` is a file or a folder of other files (before any
+            work).
         ExportError: missing checkpoints, or a graph failing the checker or shape inference.
     """
-    out = Path(opts.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if model is None:
-        model = load_world_model(opts.run, calibrated=True)
-    graphs: dict[str, GraphSpec] = {}
-    for name, (module, ins, outs) in graph_modules(model, opts.batch_sizes).items():
-        path = out / f"{name}.onnx"
-        _export_graph(module, ins, outs, path)
-        batch = ins[0].shape[0] if name.startswith(("step", "decoder", "encoder")) else 1
-        graphs[name] = GraphSpec(path.name, sha256_file(path), batch, ins, outs)
-    extra: dict[str, Any] = {}
-    kp_path = Path(opts.run) / "keypoint.pt"
-    if kp_path.is_file():
-        kp = load_keypoint(opts.run)
-        hw = model.cfg.image_size
-        ins = (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB", (0, 255)),)
-        outs = (TensorSpec("ee_px", (1, 2), "float32", "pixel x, y"),)
-        path = out / "keypoint.onnx"
-        _export_graph(kp, ins, outs, path)
-        extra["keypoint"] = {"file": path.name, "sha256": sha256_file(path),
-                             "purpose": "end-effector keypoint regressor (evaluation only)"}
-    prov = {"command": opts.command or "syncedge " + " ".join(shlex.quote(a)
-                                                              for a in sys.argv[1:]),
-            "git_commit": git_commit(), "config": model.cfg.to_dict(),
-            "run": str(Path(opts.run).resolve()) if Path(opts.run).is_dir() else None,
-            "training": training_provenance(opts.run) if Path(opts.run).is_dir() else {},
-            "torch": torch.__version__, **(provenance or {})}
-    manifest = ModelManifest(name=opts.name, variant="fp32", opset=OPSET,
-                             contract=contract_for(model.cfg), graphs=graphs,
-                             provenance=prov, evaluation=evaluation or {}, extra=extra)
-    return save_manifest(manifest, out / "model.json")
+    final = Path(opts.out)
+    check_folder_target(final, "model.json")
+    with staged_folder(final, "model.json") as out:
+        if model is None:
+            model = load_world_model(opts.run, calibrated=True)
+        graphs: dict[str, GraphSpec] = {}
+        for name, (module, ins, outs) in graph_modules(model, opts.batch_sizes).items():
+            path = out / f"{name}.onnx"
+            _export_graph(module, ins, outs, path)
+            batch = ins[0].shape[0] if name.startswith(("step", "decoder", "encoder")) else 1
+            graphs[name] = GraphSpec(path.name, sha256_file(path), batch, ins, outs)
+        extra: dict[str, Any] = {}
+        kp_path = Path(opts.run) / "keypoint.pt"
+        if kp_path.is_file():
+            kp = load_keypoint(opts.run)
+            hw = model.cfg.image_size
+            ins = (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB", (0, 255)),)
+            outs = (TensorSpec("ee_px", (1, 2), "float32", "pixel x, y"),)
+            path = out / "keypoint.onnx"
+            _export_graph(kp, ins, outs, path)
+            extra["keypoint"] = {"file": path.name, "sha256": sha256_file(path),
+                                 "purpose": "end-effector keypoint regressor (evaluation only)"}
+        prov = {"command": opts.command or "syncedge " + " ".join(shlex.quote(a)
+                                                                  for a in sys.argv[1:]),
+                "git_commit": git_commit(), "config": model.cfg.to_dict(),
+                "run": str(Path(opts.run).resolve()) if Path(opts.run).is_dir() else None,
+                "training": training_provenance(opts.run) if Path(opts.run).is_dir() else {},
+                "torch": torch.__version__, **(provenance or {})}
+        manifest = ModelManifest(name=opts.name, variant="fp32", opset=OPSET,
+                                 contract=contract_for(model.cfg), graphs=graphs,
+                                 provenance=prov, evaluation=evaluation or {}, extra=extra)
+        save_manifest(manifest, out / "model.json")
+    return final / "model.json"

@@ -123,6 +123,9 @@ def reference_cases(opts: CheckOptions) -> tuple[TorchReference, list[ReferenceC
     for split in opts.splits:
         cells += load_cells(opts.data, [split], cfg.max_dof, cfg.segment_frames,
                             limit=opts.max_cells, with_masks=False)
+    if not cells:
+        raise ExportError(f"{opts.data}: no cells in {', '.join(opts.splits)} (a chunk "
+                          "without cells); generate them with 'syncedge cells generate'")
     return model, [reference_case(model, c, opts.gates.horizon) for c in cells]
 
 

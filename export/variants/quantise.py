@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from edge.fileio import sha256_file
+from edge.fileio import check_folder_target, sha256_file, staged_folder
 from edge.manifest import (
     GraphSpec,
     ModelManifest,
@@ -275,6 +275,9 @@ def quantise_model(opts: QuantiseOptions,
             ``opts.data`` with the source model's graphs).
 
     Raises:
+        FileExistsError: the output folder is a file or a folder of other files (before
+            any work; the folder is written beside it and replaces it whole,
+            :func:`edge.fileio.staged_folder`).
         ExportError: unknown variant, a source that is not FP32, ``out`` equal to the
             source, INT8 without ``data``, or a graph failing conversion or the checker.
         edge.manifest.ManifestError: the source folder is invalid (naming the file).
@@ -292,6 +295,7 @@ def quantise_model(opts: QuantiseOptions,
                           f"FP32 model folder made by 'syncedge export onnx'")
     if out.resolve() == src.resolve():
         raise ExportError(f"--out {out}: must differ from the source model folder")
+    check_folder_target(out, "model.json")  # before the quantisation calibration set
     quant: dict[str, Any] = {"variant": opts.variant,
                              "reduced_precision_ops": list(REDUCED_PRECISION_OPS)}
     if opts.variant == "int8":
@@ -309,36 +313,38 @@ def quantise_model(opts: QuantiseOptions,
                      quantisation_calibration_set=calibration_set.describe())
     else:
         quant.update(method="float16 weights and compute; inputs and outputs float32")
-    out.mkdir(parents=True, exist_ok=True)
-    graphs: dict[str, GraphSpec] = {}
-    opsets = set()
-    for key, g in source.graphs.items():
-        dst = out / g.file
-        if opts.variant == "int8":
-            assert calibration_set is not None
-            quantise_int8(src / g.file, dst, calibration_set.for_graph(key))
-        else:
-            convert_fp16(src / g.file, dst)
-        opsets.add(_check_graph(dst, g))
-        graphs[key] = replace(g, sha256=sha256_file(dst))
-    if len(opsets) != 1:
-        raise ExportError(f"{out}: graphs have different opsets {sorted(opsets)}")
-    extra = {}
-    for name, entry in source.extra.items():
-        if isinstance(entry, dict) and "file" in entry:
-            shutil.copyfile(src / entry["file"], out / entry["file"])
-        extra[name] = entry
-    import onnxruntime
+    final = out
+    with staged_folder(final, "model.json") as out:
+        graphs: dict[str, GraphSpec] = {}
+        opsets = set()
+        for key, g in source.graphs.items():
+            dst = out / g.file
+            if opts.variant == "int8":
+                assert calibration_set is not None
+                quantise_int8(src / g.file, dst, calibration_set.for_graph(key))
+            else:
+                convert_fp16(src / g.file, dst)
+            opsets.add(_check_graph(dst, g))
+            graphs[key] = replace(g, sha256=sha256_file(dst))
+        if len(opsets) != 1:
+            raise ExportError(f"{final}: graphs have different opsets {sorted(opsets)}")
+        extra = {}
+        for name, entry in source.extra.items():
+            if isinstance(entry, dict) and "file" in entry:
+                shutil.copyfile(src / entry["file"], out / entry["file"])
+            extra[name] = entry
+        import onnxruntime
 
-    command = opts.command or "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    prov = {**source.provenance, "command": command, "git_commit": git_commit(),
-            "onnxruntime": onnxruntime.__version__,
-            "source_model": {"path": str(src), "name": source.name, "variant": source.variant,
-                             "model_json_sha256": model_sha256(src),
-                             "command": source.provenance.get("command", "")},
-            "quantisation": quant}
-    variant = cast(Variant, opts.variant)  # one of QUANT_VARIANTS, checked above
-    manifest = ModelManifest(name=source.name, variant=variant, opset=opsets.pop(),
-                             contract=source.contract, graphs=graphs, provenance=prov,
-                             evaluation={}, extra=extra)
-    return save_manifest(manifest, out / "model.json")
+        command = opts.command or "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        prov = {**source.provenance, "command": command, "git_commit": git_commit(),
+                "onnxruntime": onnxruntime.__version__,
+                "source_model": {"path": str(src), "name": source.name, "variant": source.variant,
+                                 "model_json_sha256": model_sha256(src),
+                                 "command": source.provenance.get("command", "")},
+                "quantisation": quant}
+        variant = cast(Variant, opts.variant)  # one of QUANT_VARIANTS, checked above
+        manifest = ModelManifest(name=source.name, variant=variant, opset=opsets.pop(),
+                                 contract=source.contract, graphs=graphs, provenance=prov,
+                                 evaluation={}, extra=extra)
+        save_manifest(manifest, out / "model.json")
+    return final / "model.json"

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edge.fileio import sha256_file
+from edge.fileio import check_folder_target, sha256_file, staged_folder
 from edge.manifest import GraphSpec, ModelContract, ModelManifest, TensorSpec, save_manifest
 from export.errors import ExportError
 from export.models.warp import SAMPLERS, WarpConfig, WarpModel
@@ -39,18 +39,29 @@ def load_warp_checkpoint(run: str | Path, history: bool = False,
     same weights and frames), as it is exported.
 
     Raises:
-        ExportError: the checkpoint is missing.
+        ExportError: the checkpoint is missing, or is not a readable warp checkpoint (a
+            damaged file, another architecture's checkpoint), naming the file.
     """
     path = Path(run) / ("warp_nocal.pt" if history else "warp.pt")
     if not path.is_file():
         raise ExportError(f"{path}: no warp checkpoint; train one with 'syncedge model "
                           f"train-warp --out {run}{' --no-calibration' if history else ''}'")
-    ck = torch.load(path, map_location="cpu", weights_only=False)
-    cfg = WarpConfig.from_dict(ck["config"])
-    if joint_fields_in_state and cfg.joint_width:
-        cfg = dataclasses.replace(cfg, joint_fields_in_state=True)
-    model = WarpModel(cfg)
-    model.load_state_dict(ck["model"])
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises many kinds for a damaged file
+        raise ExportError(f"{path}: not a readable checkpoint ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}); expected a "
+                          "warp.pt written by 'syncedge model train-warp'") from None
+    try:
+        cfg = WarpConfig.from_dict(ck["config"])
+        if joint_fields_in_state and cfg.joint_width:
+            cfg = dataclasses.replace(cfg, joint_fields_in_state=True)
+        model = WarpModel(cfg)
+        model.load_state_dict(ck["model"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise ExportError(f"{path}: not a warp checkpoint of this version "
+                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                          "); expected a warp.pt written by 'syncedge model train-warp'") from None
     return model.eval(), ck
 
 
@@ -108,6 +119,9 @@ def export_warp_model(run: str, out_dir: str, batch_sizes: tuple[int, ...] = (1,
     same frames to about 2e-7 (recorded in ``provenance.warp_sampler``).
 
     Raises:
+        FileExistsError: the output folder is a file or a folder of other files (before
+            any work; the folder is written beside it and replaces it whole,
+            :func:`edge.fileio.staged_folder`).
         ExportError: a missing checkpoint, an unknown ``warp_sampler``, or a graph failing
             the checker or shape inference.
     """
@@ -116,40 +130,42 @@ def export_warp_model(run: str, out_dir: str, batch_sizes: tuple[int, ...] = (1,
     if warp_sampler not in SAMPLERS:
         raise ExportError(f"warp sampler {warp_sampler!r}: expected one of "
                           f"{', '.join(SAMPLERS)}")
+    check_folder_target(Path(out_dir), "model.json")
     model, ck = load_warp_checkpoint(run, history, joint_fields_in_state=True)
     model.decoder.sampler = warp_sampler
     if model.cfg.start_offset:
         raise ExportError(f"{run}: a model trained with --start-offset reads the start pose's "
                           "joint offsets from the calibration's home pose, which the runtime "
                           "contract does not carry yet; export a model trained without it")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    graphs: dict[str, GraphSpec] = {}
-    for gname, (module, ins, outs) in warp_graph_modules(model, batch_sizes).items():
-        path = out / f"{gname}.onnx"
-        _export_graph(module, ins, outs, path)
-        batch = ins[0].shape[0] if gname.startswith(("step", "decoder", "encoder", "prepare")) \
-            else 1
-        graphs[gname] = GraphSpec(path.name, sha256_file(path), batch, ins, outs)
-    extra: dict[str, Any] = {}
-    prov = {"command": command or "syncedge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
-            "git_commit": git_commit(), "config": model.cfg.to_dict(),
-            "training": {"step": ck["step"], "options": ck["options"], "cells": ck.get("cells"),
-                         "final_loss": ck["history"][-1][1] if ck["history"] else None},
-            "torch": torch.__version__, "warp_sampler": warp_sampler}
-    kp = Path(run) / "keypoint.pt"
-    if kp.is_file():
-        from export.evaluation.zero_shot import load_keypoint
+    final = Path(out_dir)
+    with staged_folder(final, "model.json") as out:
+        graphs: dict[str, GraphSpec] = {}
+        for gname, (module, ins, outs) in warp_graph_modules(model, batch_sizes).items():
+            path = out / f"{gname}.onnx"
+            _export_graph(module, ins, outs, path)
+            batch = ins[0].shape[0] if gname.startswith(("step", "decoder", "encoder", "prepare")) \
+                else 1
+            graphs[gname] = GraphSpec(path.name, sha256_file(path), batch, ins, outs)
+        extra: dict[str, Any] = {}
+        prov = {"command": command or "syncedge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
+                "git_commit": git_commit(), "config": model.cfg.to_dict(),
+                "training": {"step": ck["step"], "options": ck["options"], "cells": ck.get("cells"),
+                             "final_loss": ck["history"][-1][1] if ck["history"] else None},
+                "torch": torch.__version__, "warp_sampler": warp_sampler}
+        kp = Path(run) / "keypoint.pt"
+        if kp.is_file():
+            from export.evaluation.zero_shot import load_keypoint
 
-        net = load_keypoint(run)
-        hw = model.cfg.image_size
-        path = out / "keypoint.onnx"
-        _export_graph(net, (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB",
-                                       (0, 255)),),
-                      (TensorSpec("ee_px", (1, 2), "float32", "pixel x, y"),), path)
-        extra["keypoint"] = {"file": path.name, "sha256": sha256_file(path),
-                             "purpose": "end-effector keypoint regressor (evaluation only)"}
-    manifest = ModelManifest(name=name, variant="fp32", opset=OPSET,
-                             contract=warp_contract(model.cfg), graphs=graphs, provenance=prov,
-                             evaluation=evaluation or {}, extra=extra)
-    return save_manifest(manifest, out / "model.json")
+            net = load_keypoint(run)
+            hw = model.cfg.image_size
+            path = out / "keypoint.onnx"
+            _export_graph(net, (TensorSpec("frames", (1, 3, hw, hw), "uint8", "uint8 RGB",
+                                           (0, 255)),),
+                          (TensorSpec("ee_px", (1, 2), "float32", "pixel x, y"),), path)
+            extra["keypoint"] = {"file": path.name, "sha256": sha256_file(path),
+                                 "purpose": "end-effector keypoint regressor (evaluation only)"}
+        manifest = ModelManifest(name=name, variant="fp32", opset=OPSET,
+                                 contract=warp_contract(model.cfg), graphs=graphs, provenance=prov,
+                                 evaluation=evaluation or {}, extra=extra)
+        save_manifest(manifest, out / "model.json")
+    return final / "model.json"
