@@ -148,6 +148,27 @@ def test_poses_program_holds_each_pose_within_range_and_refinement_reads_the_hol
         plan_poses(spec, 1, hold_s=0.1)
 
 
+@pytest.mark.parametrize("rate_hz", [10.0, 30.0])
+def test_held_poses_read_settled_frames_under_a_camera_late_by_up_to_half_the_hold(
+        rate_hz: float) -> None:
+    """docs/calibration.md step 2: the refinement reads the holds' middle frames, which show
+    the held pose whatever the camera's latency against the joint readings up to half the
+    hold (0.2 s of the default 0.4 s); a camera later than that shows the move instead.
+    Frame t of a camera late by L frames shows the pose read at t - L."""
+    from export.models.chain_fit import motion_frames_to_use
+
+    spec = robot_spec_from_dict(_spec_dict(frame_rate_hz=rate_hz), "toy.yaml")
+    prog = plan_poses(spec, seed=3, count=12)  # the defaults: 0.8 s moves, 0.4 s holds
+    q = prog.episode_positions()
+    pick, held = motion_frames_to_use(q, prog.dof_units)  # chosen from the joint readings
+    assert held and len(pick) == 12
+    half_hold = int(round(0.4 * rate_hz)) // 2
+    for lag in range(half_hold + 2):
+        shown = q[np.maximum(pick - lag, 0)]
+        settled = np.array_equal(shown, q[pick])
+        assert settled == (lag <= half_hold), (lag, half_hold)
+
+
 def test_plan_cli_writes_held_poses_and_refuses_two_kinds(tmp_path: Path, capsys) -> None:
     parser = argparse.ArgumentParser(prog="syncedge")
     calibrate.register(parser.add_subparsers(dest="command"))
