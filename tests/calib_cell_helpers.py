@@ -44,13 +44,16 @@ def program(seed: int = 5) -> JointProgram:
     return plan_sweep(virtual.virtual_robot_spec("test_all", 3), seed)
 
 
-def record_sim(camera_query: str = "", joint_query: str = "", seed: int = 5
+def record_sim(camera_query: str = "", joint_query: str = "", seed: int = 5,
+               camera_latency_s: float | None = None
                ) -> tuple[RawRecording, Episode, bool, list]:
-    """Record the test cell through the API: ``(raw, episode, complete, truth)``."""
+    """Record the test cell through the API: ``(raw, episode, complete, truth)``;
+    ``camera_latency_s``: the latency the recorder corrects by (default the simulated
+    camera's own, ``latency_ms``), as ``calibrate record --camera-latency-s`` sets it."""
     from firmware_bridge.url import stream_for_url
 
     prog = program(seed)
-    cam = open_camera(CELL + camera_query)
+    cam = open_camera(CELL + camera_query, camera_latency_s)
     js = open_joints(CELL + joint_query)
     try:
         raw = record(cam, js, prog, RecordOptions())
@@ -65,9 +68,10 @@ def record_sim(camera_query: str = "", joint_query: str = "", seed: int = 5
     return raw, ep, complete, truth
 
 
-def codes(camera_query: str = "", joint_query: str = "") -> dict:
+def codes(camera_query: str = "", joint_query: str = "",
+          camera_latency_s: float | None = None) -> dict:
     """The check report of a recording with these virtual-cell options."""
-    _, ep, _, _ = record_sim(camera_query, joint_query)
+    _, ep, _, _ = record_sim(camera_query, joint_query, camera_latency_s=camera_latency_s)
     return check_arrays(EpisodeArrays.from_episode(ep))
 
 

@@ -93,6 +93,29 @@ def test_pairing_by_time_beats_arrival_order() -> None:
     assert err_timed < 0.01 < err_naive, (err_timed, err_naive)
 
 
+@pytest.mark.parametrize("true_ms, entered_s", [(150, 0.01), (35, 0.135)])
+def test_a_wrongly_entered_camera_latency_is_measured_and_named(true_ms: int,
+                                                                entered_s: float) -> None:
+    """The simulated camera's frames keep their true delay (``latency_ms``) while the
+    recorder corrects by the entered one: the check measures the difference from the frames
+    and names the latency to record with (docs/calibration.md, step 4)."""
+    report = codes(f"&latency_ms={true_ms}", camera_latency_s=entered_s)
+    lag = report["camera_lag"]
+    assert lag["s"] == pytest.approx(true_ms / 1e3 - entered_s, abs=0.012), lag
+    assert lag["r2"] > 0.9 > lag["r2_at_zero"] + 0.3
+    assert report["verdict"] == "fail"
+    (reason,) = [r for r in report["reasons"] if r["code"] == "camera_lag"]
+    fixed = float(reason["message"].split("--camera-latency-s ")[1].split()[0])
+    assert fixed == pytest.approx(true_ms / 1e3, abs=0.012), reason["message"]
+    assert ("late" if true_ms / 1e3 > entered_s else "early") in reason["message"]
+
+
+def test_the_right_camera_latency_measures_no_lag() -> None:
+    report = codes()  # corrected by the simulated camera's own 35 ms
+    assert abs(report["camera_lag"]["frames"]) < 0.1 and report["verdict"] == "pass"
+    assert report["camera_lag"]["r2"] > 0.9
+
+
 @pytest.mark.parametrize("camera, joints, code, dof", [
     ("&occlude=Actuator4", "", "no_image_motion", "Actuator4"),
     ("&point=away", "", "no_image_motion", "Actuator1"),

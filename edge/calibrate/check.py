@@ -25,11 +25,22 @@ code                              failure
 ``dropped_frames``                frames missing at knots, or uneven timestamps
 ``stamps_not_monotonic``          camera or episode stamps went backwards or repeated
 ``pairing_error``                 a frame's nearest joint sample is beyond the tolerance
+``camera_lag``                    the frames show the joints' poses of another time than
+                                  their readings' (a camera latency not corrected, or the
+                                  joint stream's): at least ``max_lag_frames`` apart, as
+                                  measured from the episode itself (:func:`estimate_camera_lag`)
 ================================  =========================================================
 
 Image motion of a segment: mean absolute frame difference (0..255, averaged over pixels and
 channels) over its six moving transitions; it must exceed ``motion_energy_min`` and
 ``motion_noise_ratio`` times the median of the pause transitions (the noise floor).
+
+Camera lag: the image motion of each transition is fitted as a non-negative sum of the
+DoFs' speeds at a time shifted by the lag (one weight per DoF: each moves its own share of
+the picture, plus a constant for the noise); the lag with the best fit (coefficient of
+determination R^2) over +-``LAG_SEARCH_FRAMES`` is the camera's lag against the joint
+readings. Within one DoF's sweep the speed repeats every 4 frames, so a single DoF alone
+cannot tell a lag of L from L +- 4; the hand-over from one DoF's sweep to the next can.
 """
 
 from __future__ import annotations
@@ -47,8 +58,11 @@ from edge.calibrate.plan import DEFAULT_MIN_FRACTION, SEGMENT_FRAMES, SWEEP_PROF
 from edge.episode import Episode, EpisodeMetadata, check_npz_signature, load_episode
 from edge.errors import EpisodeError
 
-__all__ = ["CheckOptions", "EpisodeArrays", "check_arrays", "check_episode", "coverage_sheets",
-           "load_for_check"]
+__all__ = ["CheckOptions", "EpisodeArrays", "LAG_SEARCH_FRAMES", "check_arrays", "check_episode",
+           "coverage_sheets", "estimate_camera_lag", "load_for_check"]
+
+#: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
+LAG_SEARCH_FRAMES = 4.0
 
 _MOVE_ROWS = (0, 1, 2, 4, 5, 6)
 _PAUSE_ROWS = (3, 7)
@@ -65,6 +79,10 @@ class CheckOptions:
         motion_noise_ratio: moving energy over the pause noise floor, at least.
         distinct_max_corr: largest allowed correlation of two DoFs' motion maps.
         tolerance_s: largest allowed distance from a frame to its nearest joint sample, s.
+        max_lag_frames: largest camera lag against the joint readings the check lets pass,
+            frames (0.5: each frame within half a knot of the pose its readings give).
+        lag_min_r2: the lag is judged only when the image motion fits the DoFs' speeds at
+            least this well (R^2 at the measured lag), and better than at no lag.
     """
 
     min_fraction: float | None = None
@@ -72,6 +90,8 @@ class CheckOptions:
     motion_noise_ratio: float = 3.0
     distinct_max_corr: float = 0.97
     tolerance_s: float = 0.02
+    max_lag_frames: float = 0.5
+    lag_min_r2: float = 0.6
 
 
 @dataclass
@@ -140,6 +160,97 @@ def _energy(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     f = frames.astype(np.float32)
     d = np.abs(np.diff(f, axis=0))  # (T-1, H, W, 3)
     return d.mean(axis=(1, 2, 3)), d.mean(axis=3)  # (T-1,), (T-1, H, W)
+
+
+def _shifted(q: np.ndarray, lag: float) -> np.ndarray:
+    """``q`` float64 ``[T, n]`` as a camera late by ``lag`` frames shows it: row t is the
+    pose at t - lag (linear between knots; held at the first and last row)."""
+    t = np.clip(np.arange(len(q)) - lag, 0, len(q) - 1)
+    i0 = np.minimum(np.floor(t).astype(int), len(q) - 1)
+    i1 = np.minimum(i0 + 1, len(q) - 1)
+    w = (t - i0)[:, None]
+    return q[i0] * (1 - w) + q[i1] * w
+
+
+def _speed_fit(energy: np.ndarray, q: np.ndarray, lag: float) -> tuple[float, np.ndarray]:
+    """``energy`` ``[T-1]`` fitted as a constant plus a non-negative weight per DoF times
+    that DoF's speed ``|q[t] - q[t-1]|`` of ``q`` shifted by ``lag`` frames: the fit's R^2
+    and the image motion the DoFs do not explain (``energy`` less the fitted motion,
+    ``[T-1]``: the noise, wherever the joints' motion falls)."""
+    speed = np.abs(np.diff(_shifted(q, lag), axis=0))  # (T-1, n)
+    x = np.hstack([speed, np.ones((len(speed), 1))])
+    w, *_ = np.linalg.lstsq(x, energy, rcond=None)
+    w[:-1] = np.maximum(w[:-1], 0.0)  # a DoF's motion never makes the picture stiller
+    still = energy - speed @ w[:-1]
+    w[-1] = float(np.mean(still))
+    ss = float(((energy - energy.mean()) ** 2).sum())
+    return (1.0 - float(((still - w[-1]) ** 2).sum()) / ss if ss > 0 else 0.0), still
+
+
+def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
+                        search_frames: float = LAG_SEARCH_FRAMES) -> dict[str, Any] | None:
+    """How late the frames show the joints against their readings, from the episode itself.
+
+    The image motion of each transition (mean absolute frame difference) is fitted as a
+    constant plus a non-negative weight per DoF times that DoF's speed at ``t - lag``; the
+    lag with the best fit (R^2) is searched on a 0.05-frame grid over ``+-search_frames``,
+    then refined by a parabola through the best point and its neighbours. A calibration
+    sweep moves one DoF at a time, so the hand-over between DoFs fixes the lag even where
+    one sweep's speed repeats (every 4 frames).
+
+    Args:
+        frames: uint8 ``[T, H, W, 3]``.
+        q: float64 ``[T, n]``, the joint readings paired with the frames (rad or m; each
+            DoF's unit only scales its own weight).
+        fps: the episode's frame rate, Hz.
+        search_frames: largest lag searched, frames.
+
+    Returns:
+        ``{"frames", "s", "r2", "r2_at_zero", "search_frames"}``: the lag (> 0: the frames
+        are late, each showing the pose read ``frames`` knots earlier), in frames and
+        seconds, the fit at that lag and at none; None when fewer than 8 transitions or
+        nothing moved.
+    """
+    q = np.asarray(q, np.float64)
+    if len(frames) < 9 or q.ndim != 2 or len(q) != len(frames) or not np.ptp(q, axis=0).any():
+        return None
+    energy = np.abs(np.diff(frames.astype(np.float32), axis=0)).mean(axis=(1, 2, 3))
+    grid = np.round(np.arange(-search_frames, search_frames + 1e-9, 0.05), 4)
+    r2 = np.array([_speed_fit(energy, q, float(g))[0] for g in grid])
+    k = int(np.argmax(r2))
+    lag = float(grid[k])
+    if 0 < k < len(grid) - 1:
+        den = r2[k - 1] - 2 * r2[k] + r2[k + 1]
+        if den < 0:
+            lag += float(0.05 * 0.5 * (r2[k - 1] - r2[k + 1]) / den)
+    zero = int(np.argmin(np.abs(grid)))
+    return {"frames": round(lag, 3), "s": round(lag / fps, 4), "r2": round(float(r2[k]), 4),
+            "r2_at_zero": round(float(r2[zero]), 4), "search_frames": search_frames}
+
+
+def _lag_reason(lag: dict[str, Any] | None, rec: dict[str, Any], fps: float,
+                opts: CheckOptions) -> list[dict[str, Any]]:
+    """``camera_lag`` when the measured lag is trustworthy and beyond the limit; the
+    advice names the recorder's latency option that removes it."""
+    if lag is None or lag["r2"] < opts.lag_min_r2 or lag["r2"] <= lag["r2_at_zero"] \
+            or abs(lag["frames"]) < opts.max_lag_frames:
+        return []
+    late = lag["frames"] > 0
+    ms = abs(lag["s"]) * 1e3
+    cam = float(rec.get("camera_latency_s") or 0.0)
+    joint = float(rec.get("joint_latency_s") or 0.0)
+    if late or cam + lag["s"] >= 0:
+        fix = f"--camera-latency-s {cam + lag['s']:.3f}"
+    else:
+        fix = f"--joint-latency-s {joint - lag['s'] - cam:.3f} (and --camera-latency-s 0)"
+    how = (f"record it again with {fix}" + (f" (recorded with --camera-latency-s {cam:g}, "
+                                           f"--joint-latency-s {joint:g})" if rec else ""))
+    return [_reason("camera_lag", f"the frames are {ms:.0f} ms ({abs(lag['frames']):.2f} "
+                    f"frames) {'late' if late else 'early'} against the joint readings: each "
+                    f"shows the pose read {ms:.0f} ms {'earlier' if late else 'later'} (the "
+                    f"image motion fits the joints' speeds with R^2 {lag['r2']:.2f} at that "
+                    f"lag, {lag['r2_at_zero']:.2f} at none; expected within "
+                    f"{opts.max_lag_frames:g} frames); {how}")]
 
 
 def _segment_of(arr: EpisodeArrays, c: int, name: str) -> tuple[int, float | None]:
@@ -343,6 +454,22 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         np.vstack([np.zeros((1, n)), np.cumsum(arr.actions[:-1], 0)])
     limits = (program["lower"], program["upper"]) if "lower" in program and \
         planned_names == names else None
+    cols = [c for c, x in enumerate(names) if x not in dup and x in recorded]
+    upto = max((starts.get(names[c], c * SEGMENT_FRAMES) + SEGMENT_FRAMES + 1 for c in cols),
+               default=0) if partial else t
+    lag = estimate_camera_lag(arr.frames[:upto], q[:upto, cols], fps) if cols else None
+    lag_reasons = _lag_reason(lag, rec, fps, opts)
+    shift = int(round(lag["frames"])) if lag_reasons and lag is not None else 0
+    if lag is not None and lag["r2"] >= opts.lag_min_r2:
+        # the noise floor: what the pause transitions show beyond the joints' motion at
+        # the measured lag (a late camera shows a sweep's last moves in its pauses)
+        still = _speed_fit(energy[:upto - 1], q[:upto, cols], lag["frames"])[1]
+        late = int(round(lag["frames"]))  # where the late camera shows the pauses
+        quiet = [still[k * SEGMENT_FRAMES + r + late] for k in range(n) for r in _PAUSE_ROWS
+                 if 0 <= k * SEGMENT_FRAMES + r + late < len(still)]
+        noise = max(0.0, float(np.median(quiet))) if quiet else noise
+    if shift:  # judge each DoF's image motion where the late (early) camera shows it
+        energy = energy[np.clip(np.arange(len(energy)) + shift, 0, len(energy) - 1)]
     dofs = []
     for c, name in enumerate(names):
         if name in dup or name not in recorded:
@@ -351,7 +478,15 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         dofs.append(rep)
         reasons.extend(rs)
     reasons.extend(_distinct(arr, dofs, opts))
-    return _report(arr, reasons, dofs, names, frac, rec, pe, tol, opts)
+    if lag_reasons:  # the lag may be the whole story of a faint DoF: fix it first
+        for r in reasons:
+            if r["code"] == "no_image_motion":
+                r["message"] += ("; judged through the camera lag below, which may explain "
+                                 "it: record again with the corrected latency first")
+    reasons.extend(lag_reasons)
+    report = _report(arr, reasons, dofs, names, frac, rec, pe, tol, opts)
+    report["camera_lag"] = None if lag is None else {**lag, "image_motion_shifted_frames": shift}
+    return report
 
 
 def _report(arr: EpisodeArrays, reasons: list[dict], dofs: list[dict], names: list[str],
@@ -368,7 +503,8 @@ def _report(arr: EpisodeArrays, reasons: list[dict], dofs: list[dict], names: li
             "thresholds": {"motion_energy_min": opts.motion_energy_min,
                            "motion_noise_ratio": opts.motion_noise_ratio,
                            "distinct_max_corr": opts.distinct_max_corr,
-                           "tolerance_s": tol}}
+                           "tolerance_s": tol, "max_lag_frames": opts.max_lag_frames,
+                           "lag_min_r2": opts.lag_min_r2}}
 
 
 def _distinct(arr: EpisodeArrays, dofs: list[dict], opts: CheckOptions) -> list[dict]:

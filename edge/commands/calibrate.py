@@ -258,6 +258,11 @@ def run_check(args: argparse.Namespace) -> int:
               f"{'ok' if d['passed'] else 'FAIL'}")
     for r in report["reasons"]:
         print(f"FAIL {r['code']}: {r['message']}", file=sys.stderr)
+    lag = report.get("camera_lag")
+    if lag is not None:
+        print(f"camera lag against the joint readings: {lag['frames']:+.2f} frames "
+              f"({lag['s'] * 1e3:+.0f} ms; image motion fits the joints' speeds with R^2 "
+              f"{lag['r2']:.2f}, {lag['r2_at_zero']:.2f} at no lag)")
     ing = report.get("ingest") or {}
     if ing.get("normalised"):
         print(f"normalised to the model's timing: {ing['recorded_frames']} recorded frames "
@@ -387,7 +392,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="coverage report of a calibration episode",
                        description="Check that a calibration episode sweeps every DoF as "
-                                   "planned and that each moves its own part of the picture; "
+                                   "planned and that each moves its own part of the picture, "
+                                   "and measure from the frames how late the camera shows "
+                                   "the joints against their readings (fails beyond half a "
+                                   "frame, naming the --camera-latency-s to record with); "
                                    "writes report.json, coverage.png and a sheet per DoF. "
                                    "Exit 0: pass; 1: fail (the reasons name the DoF and what "
                                    "to do); 2: bad input.")

@@ -20,7 +20,9 @@ Options (query string; both URLs accept the cell's ``split``, ``seed``, ``robot`
 
     camera: size=128x96 fps=30 latency_ms=35 drift_ppm=300 jitter_ms=0.5 drop=0.02
             stall_at_s=-1 stall_s=0 disconnect_at_s=-1 move_deg=0 tilt_deg=0 light=1
-            (move_deg/tilt_deg turn the camera about its own position: a nudged camera)
+            (move_deg/tilt_deg turn the camera about its own position: a nudged camera;
+            latency_ms is the frames' true delay, kept when the recorder is told another
+            one with --camera-latency-s: a wrongly entered latency)
             point=robot|away
     joints: rate_hz=200 latency_ms=3 drift_ppm=-150 jitter_ms=0.2 drop=0.01 start_s=0.5
             drop_dof=NAME
@@ -231,7 +233,11 @@ class SimCamera:
             raise CameraError(f"{url}: option 'size' expected WIDTHxHEIGHT, found {size!r}; "
                               f"form: {self.FORM}") from None
         self.fps = o.float("fps", 30.0, 0.1)
-        self.latency_s = o.float("latency_ms", 35.0, 0.0) / 1e3
+        # the simulated camera's own delay from exposure to stamp; ``latency_s`` is what a
+        # recorder corrects by (``open_camera(..., latency_s)`` may set another value, as a
+        # technician may enter a wrong one: the frames keep their true delay)
+        self.true_latency_s = o.float("latency_ms", 35.0, 0.0) / 1e3
+        self.latency_s = self.true_latency_s
         self.drift = o.float("drift_ppm", 300.0, -1e5) * 1e-6
         self.jitter_s = o.float("jitter_ms", 0.5, 0.0) / 1e3
         self.drop = o.float("drop", 0.02, 0.0)
@@ -283,7 +289,8 @@ class SimCamera:
             self.last_dropped = dropped
             if not (stalled or dropped):
                 break
-        receipt = cap + int((self.latency_s + self.rng.uniform(-1, 1) * self.jitter_s) * 1e9)
+        receipt = cap + int((self.true_latency_s + self.rng.uniform(-1, 1) * self.jitter_s)
+                            * 1e9)
         q = self.cell.joint_state(cap)
         self.cell.truth.append((cap, q))
         self.scene.apply_cell(self.view)
@@ -295,7 +302,8 @@ class SimCamera:
     def describe(self) -> dict[str, Any]:
         """The simulated equipment."""
         return {"source": self.url, "kind": "virtual", "width": self.width,
-                "height": self.height, "fps": self.fps, "latency_s": self.latency_s}
+                "height": self.height, "fps": self.fps, "latency_s": self.latency_s,
+                "true_latency_s": self.true_latency_s}
 
     def close(self) -> None:
         """Detach from the cell."""

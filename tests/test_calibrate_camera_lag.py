@@ -1,0 +1,79 @@
+"""The camera's lag against the joint readings, measured from a calibration episode itself
+(``edge.calibrate.check.estimate_camera_lag``) and judged by ``calibrate check``."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.calibrate.check import EpisodeArrays, check_arrays, estimate_camera_lag, load_for_check
+from tests.calib_cell_helpers import sweep_episode
+
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "cell_sample" / "calibration.npz"
+
+
+def _bands(q: np.ndarray) -> np.ndarray:
+    """The frames of ``sweep_episode``'s picture for joint positions ``q`` [T, 7]: each DoF
+    brightens its own band in proportion to its position."""
+    frames = np.full((len(q), 64, 64, 3), 40, np.uint8)
+    for k in range(q.shape[1]):
+        frames[:, :, 9 * k:9 * k + 8, :] = (120 + 200 * q[:, k])[:, None, None, None] \
+            .clip(0, 255).astype(np.uint8)
+    return frames
+
+
+def _late(q: np.ndarray, lag: float) -> np.ndarray:
+    """``q`` as a camera late by ``lag`` frames shows it (linear between knots)."""
+    t = np.clip(np.arange(len(q)) - lag, 0, len(q) - 1)
+    return np.stack([np.interp(t, np.arange(len(q)), q[:, k]) for k in range(q.shape[1])], 1)
+
+
+@pytest.mark.parametrize("lag", [0.0, 0.3, -0.6, 1.0, 2.5, -3.0])
+def test_the_lag_of_a_drawn_sweep_is_measured_to_a_tenth_of_a_frame(lag: float) -> None:
+    ep = sweep_episode()
+    frames = _bands(_late(ep.joint_positions, lag))
+    got = estimate_camera_lag(frames, ep.joint_positions, fps=10.0)
+    assert got is not None and got["frames"] == pytest.approx(lag, abs=0.1), got
+    assert got["s"] == pytest.approx(got["frames"] / 10.0, abs=1e-3)
+    assert got["r2"] > 0.9 and got["search_frames"] == 4.0
+    if abs(lag) >= 1:  # a frame or more: no lag fits far worse
+        assert got["r2_at_zero"] < got["r2"] - 0.3
+
+
+@pytest.mark.parametrize("shift", [0, 1, 2, 3, -1])
+def test_the_sample_cells_frames_shifted_by_whole_frames(shift: int) -> None:
+    """The rendered sample sweep (MuJoCo, the Kinova Gen3), its frames shown ``shift``
+    knots late: measured within 0.05 frames; beyond half a frame the check fails with the
+    one reason camera_lag (not with DoFs whose picture 'did not change': their motion is
+    judged where the late camera shows it) and names the latency to record with."""
+    arr = load_for_check(SAMPLE)
+    idx = np.clip(np.arange(len(arr.frames)) - shift, 0, len(arr.frames) - 1)
+    report = check_arrays(dataclasses.replace(arr, frames=arr.frames[idx]))
+    lag = report["camera_lag"]
+    assert lag["frames"] == pytest.approx(shift, abs=0.05)
+    assert lag["image_motion_shifted_frames"] == shift
+    if shift == 0:
+        assert report["verdict"] == "pass" and report["reasons"] == []
+        return
+    assert [r["code"] for r in report["reasons"]] == ["camera_lag"]
+    msg = report["reasons"][0]["message"]
+    assert ("late" if shift > 0 else "early") in msg
+    # the camera cannot be made earlier than 0: there the joint stream is the late one
+    option = "--camera-latency-s " if shift > 0 else "--joint-latency-s "
+    assert float(msg.split(option)[1].split()[0]) == pytest.approx(abs(shift) / 10, abs=0.005)
+
+
+def test_no_lag_is_judged_without_motion_or_from_a_poor_fit() -> None:
+    ep = sweep_episode()
+    still = np.repeat(ep.joint_positions[:1], len(ep.joint_positions), 0)
+    assert estimate_camera_lag(_bands(still), still, 10.0) is None  # nothing moved
+    assert estimate_camera_lag(ep.frames[:5], ep.joint_positions[:5], 10.0) is None
+    rng = np.random.default_rng(0)  # a picture unrelated to the joints: a poor fit
+    noise = rng.integers(0, 255, ep.frames.shape, dtype=np.uint8)
+    report = check_arrays(EpisodeArrays(noise, ep.actions, ep.timestamps,
+                                        ep.metadata.to_json_dict(), ep.joint_positions))
+    assert report["camera_lag"]["r2"] < 0.6
+    assert "camera_lag" not in [r["code"] for r in report["reasons"]]
