@@ -4,8 +4,30 @@ import ast
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
+
+
+class BuildPyWithCommit(build_py):
+    """build_py that also records the source tree's git commit in the built package
+    (export/_build_commit.txt), so that an installed copy's model.json provenance names
+    the commit it came from (export.provenance.git_commit)."""
+
+    def run(self) -> None:
+        super().run()
+        import subprocess
+
+        try:
+            rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                   cwd=HERE, capture_output=True, text=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return  # not built from a git clone: the package says "unknown"
+        target = Path(self.build_lib) / "export" / "_build_commit.txt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(rev + ("-dirty" if dirty else "") + "\n", encoding="utf-8")
 
 TRAIN = [
     "torch==2.13.0",
@@ -30,6 +52,7 @@ def plugin_entry_points() -> dict[str, list[str]]:
 
 
 setup(
+    cmdclass={"build_py": BuildPyWithCommit},
     name="syncedge",
     version="0.1.0",
     description="Embedded edge runtime for calibration-conditioned robot world models",
