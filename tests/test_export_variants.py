@@ -44,6 +44,17 @@ def smoke(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
+def test_int8_says_when_fewer_training_cells_than_asked_set_its_scales(smoke, tmp_path,
+                                                                        capsys) -> None:
+    capsys.readouterr()
+    assert run_cli("export", "quantise", str(smoke["fp32"]), "--variant", "int8", "--data",
+                   str(smoke["data"]), "--out", str(tmp_path / "q"), "--samples", "2",
+                   "--max-cells", "4") == 0
+    out = capsys.readouterr().out
+    assert "note: the INT8 scales come from 1 training cell (all under " in out
+    assert "fewer than --max-cells 4" in out
+
+
 def _graphs(folder: Path) -> dict[str, onnx.ModelProto]:
     man = load_model_dir(folder)
     return {k: onnx.load(str(folder / g.file)) for k, g in man.graphs.items()}

@@ -117,6 +117,15 @@ def _run_quantise(args: argparse.Namespace) -> int:
         max_cells=args.max_cells, samples=args.samples, seed=args.seed, command=_command()))
     print(f"{path}: {args.variant} model; next: syncedge export check {path.parent} "
           f"--run RUN --data DATA")
+    if args.variant == "int8":
+        from edge.manifest import load_manifest
+
+        qset = load_manifest(path).provenance["quantisation"]["quantisation_calibration_set"]
+        used = len(qset.get("cells") or [])
+        if used < args.max_cells:
+            print(f"note: the INT8 scales come from {used} training cell"
+                  f"{'s' if used != 1 else ''} (all under {Path(args.data) / 'train'}), "
+                  f"fewer than --max-cells {args.max_cells}")
     return 0
 
 
