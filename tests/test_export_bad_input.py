@@ -274,3 +274,11 @@ def test_export_check_refuses_its_out_and_run_before_the_check(tmp_path, capsys)
                    "--data", str(tmp_path / "cells"))
     assert rc == 2 and f"--run {tmp_path / 'run'}: no such folder" in err
     assert (tmp_path / "parity.json").read_text() == "{}"
+
+
+def test_a_file_as_the_cells_folder_is_named(tmp_path) -> None:
+    from export.train.data import load_cells
+
+    (tmp_path / "cells.npz").write_text("x")
+    with pytest.raises(ExportError, match=r"cells\.npz: a file; expected the cells folder"):
+        load_cells(tmp_path / "cells.npz", ["train"])

@@ -78,6 +78,9 @@ def load_cells(root: str | os.PathLike[str], splits: list[str], max_dof: int = 7
     from export.cells.geometry import GEOMETRY_MANIFEST, load_geometry
 
     root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise ExportError(f"{root}: a file; expected the cells folder (one folder per split, "
+                          "as 'syncedge cells generate --out DIR' writes)")
     cells: list[Cell] = []
     for split in splits:
         manifests = sorted((root / split).glob("chunk-*/manifest.json"))
