@@ -61,9 +61,10 @@ def test_the_sample_cells_frames_shifted_by_whole_frames(shift: int) -> None:
     assert [r["code"] for r in report["reasons"]] == ["camera_lag"]
     msg = report["reasons"][0]["message"]
     assert ("late" if shift > 0 else "early") in msg
-    # the camera cannot be made earlier than 0: there the joint stream is the late one
-    option = "--camera-latency-s " if shift > 0 else "--joint-latency-s "
-    assert float(msg.split(option)[1].split()[0]) == pytest.approx(abs(shift) / 10, abs=0.005)
+    # recorded without a latency: an early camera needs a negative one (the joints are late)
+    option = "--camera-latency-s " if shift > 0 else "--camera-latency-s="
+    assert float(msg.split(option)[1].split()[0]) == pytest.approx(shift / 10, abs=0.005)
+    assert ("negative: the joint readings are the late ones" in msg) == (shift < 0)
 
 
 def test_no_lag_is_judged_without_motion_or_from_a_poor_fit() -> None:

@@ -239,10 +239,11 @@ def _lag_reason(lag: dict[str, Any] | None, rec: dict[str, Any], fps: float,
     ms = abs(lag["s"]) * 1e3
     cam = float(rec.get("camera_latency_s") or 0.0)
     joint = float(rec.get("joint_latency_s") or 0.0)
-    if late or cam + lag["s"] >= 0:
-        fix = f"--camera-latency-s {cam + lag['s']:.3f}"
-    else:
-        fix = f"--joint-latency-s {joint - lag['s'] - cam:.3f} (and --camera-latency-s 0)"
+    fixed = cam + lag["s"]
+    # below 0: the joint readings are the late ones (the recorder subtracts the camera's
+    # latency from the frame stamps, so a negative one moves them later)
+    fix = (f"--camera-latency-s {fixed:.3f}" if fixed >= 0 else
+           f"--camera-latency-s={fixed:.3f} (negative: the joint readings are the late ones)")
     how = (f"record it again with {fix}" + (f" (recorded with --camera-latency-s {cam:g}, "
                                            f"--joint-latency-s {joint:g})" if rec else ""))
     return [_reason("camera_lag", f"the frames are {ms:.0f} ms ({abs(lag['frames']):.2f} "

@@ -364,7 +364,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "resolution, else 64x64)")
     r.add_argument("--tolerance-s", type=float, default=0.02, help="pairing tolerance, s")
     r.add_argument("--camera-latency-s", type=float, default=None,
-                   help="exposure-to-stamp delay of the camera, s")
+                   help="exposure-to-stamp delay of the camera, s, subtracted from each "
+                        "frame's stamp (default: the source's own, else 0); 'calibrate "
+                        "check' measures a wrong one from the frames and names the right "
+                        "one (written --camera-latency-s=-0.05 when negative: the joint "
+                        "readings are the late ones)")
     r.add_argument("--joint-latency-s", type=float, default=None,
                    help="sample-to-stamp delay of the joint stream, s")
     r.add_argument("--start-timeout-s", type=float, default=30.0,
