@@ -138,7 +138,8 @@ def _file_error(exc: BaseException) -> str:
     if isinstance(exc, NotADirectoryError):
         return f"{name}: a file where a folder is expected"
     if isinstance(exc, FileExistsError):
-        return f"{name}: already exists; give another path or remove it"
+        why = exc.strerror if exc.strerror and exc.strerror != "File exists" else "already exists"
+        return f"{name}: {why}; give another path or remove it"
     if isinstance(exc, FileNotFoundError):
         return f"{name}: no such file or folder"
     if isinstance(exc, PermissionError):

@@ -95,7 +95,9 @@ def check_folder_target(out: str | os.PathLike[str], marker: str) -> Path:
     if out.exists() and not out.is_dir():
         raise FileExistsError(errno.EEXIST, "an existing file", str(out))
     if out.is_dir() and not (out / marker).is_file() and any(out.iterdir()):
-        raise FileExistsError(errno.EEXIST, f"a folder of other files (no {marker})", str(out))
+        raise FileExistsError(errno.EEXIST, f"a folder of other files, without {marker} (only "
+                              f"a folder with {marker}, or an empty one, is replaced)",
+                              str(out))
     return out
 
 

@@ -76,7 +76,7 @@ def test_staged_folder_refuses_a_file_and_a_foreign_folder(tmp_path) -> None:
     foreign = tmp_path / "photos"
     foreign.mkdir()
     (foreign / "a.png").write_text("x")
-    with pytest.raises(FileExistsError, match="no model.json"):
+    with pytest.raises(FileExistsError, match="a folder of other files, without model.json"):
         with staged_folder(foreign, "model.json"):
             pass
     assert (foreign / "a.png").is_file()
@@ -131,7 +131,7 @@ def test_quantise_refuses_a_file_out_before_work(tmp_path, capsys) -> None:
     (tmp_path / "taken").write_text("x")
     rc, err = _run(capsys, "export", "quantise", str(src), "--variant", "fp16", "--out",
                    str(tmp_path / "taken"))
-    assert rc == 2 and f"{tmp_path / 'taken'}: already exists" in err
+    assert rc == 2 and f"{tmp_path / 'taken'}: an existing file; give another path" in err
     assert (tmp_path / "taken").read_text() == "x"
 
 
@@ -223,6 +223,13 @@ def test_preview_of_the_sample_cell_folder_skips_its_chain_calibrations(tmp_path
     eps = load_cell_dir(REPO / "samples/cell_sample")
     assert "test" in eps and "calibration" in eps
     assert not {"chain", "chain_motion"} & set(eps)
+    out = tmp_path / "sample.png"  # the README's command: 64 px episodes beside 256 px ones
+    rc = main(["cells", "preview", "--episode", str(REPO / "samples/cell_sample"), "--out",
+               str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0 and out.stat().st_size > 1000
+    assert "left out at another resolution than 64x64: calibration_256, commissioning_256" \
+        in printed
     rc, err = _run(capsys, "cells", "preview", "--episode", str(tmp_path / "nowhere"),
                    "--out", str(tmp_path / "p.png"))
     assert rc == 2 and f"{tmp_path / 'nowhere'}" in err and "no such episode file or cell " \

@@ -202,6 +202,12 @@ def _run_preview(args: argparse.Namespace) -> int:
             from export.errors import CellError
 
             raise CellError(f"{args.episode}: no episode files (*.npz) found")
+        first = next(iter(eps.values())).frames.shape[1:3]  # the calibration's, if any
+        other = [k for k, e in eps.items() if e.frames.shape[1:3] != first]
+        if other:  # one sheet holds one resolution (a cell folder may keep a 256 px copy)
+            print(f"left out at another resolution than {first[1]}x{first[0]}: "
+                  f"{', '.join(other)} (give one of them as --episode to see it)")
+            eps = {k: e for k, e in eps.items() if k not in other}
         img = episodes_sheet(eps)
         out = Path(args.out or "cell_preview.png")
     else:
