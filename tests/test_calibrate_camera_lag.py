@@ -78,3 +78,17 @@ def test_no_lag_is_judged_without_motion_or_from_a_poor_fit() -> None:
                                         ep.metadata.to_json_dict(), ep.joint_positions))
     assert report["camera_lag"]["r2"] < 0.6
     assert "camera_lag" not in [r["code"] for r in report["reasons"]]
+
+
+def test_check_prints_the_lag_and_names_the_failing_codes(tmp_path: Path, capsys) -> None:
+    from edge.episode import load_episode, save_episode
+    from tests.calib_cell_helpers import cli
+
+    ep = load_episode(SAMPLE)
+    idx = np.clip(np.arange(ep.num_frames) - 1, 0, ep.num_frames - 1)
+    late = save_episode(dataclasses.replace(ep, frames=ep.frames[idx]), tmp_path / "late.npz")
+    assert cli("check", str(late), "--out", str(tmp_path / "report")) == 1
+    out, err = capsys.readouterr()
+    assert "camera lag against the joint readings: +1.00 frames (+100 ms" in out
+    assert "verdict: fail (camera_lag: the FAIL lines say what to do)" in out
+    assert "FAIL camera_lag: the frames are 100 ms (1.00 frames) late" in err

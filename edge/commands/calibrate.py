@@ -268,7 +268,9 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"normalised to the model's timing: {ing['recorded_frames']} recorded frames "
               f"({ing.get('recorded_frame_rate_hz')} Hz) -> {report['frames']} at their poses "
               f"(report.json ingest)")
-    print(f"verdict: {report['verdict']}")
+    codes = list(dict.fromkeys(r["code"] for r in report["reasons"]))
+    print(f"verdict: {report['verdict']}" + (f" ({', '.join(codes)}: the FAIL lines say "
+                                             f"what to do)" if codes else ""))
     for p in paths:
         print(p)
     return 0 if report["verdict"] == "pass" else 1
