@@ -63,7 +63,9 @@ def test_the_sample_cells_frames_shifted_by_whole_frames(shift: int) -> None:
     assert ("late" if shift > 0 else "early") in msg
     # recorded without a latency: an early camera needs a negative one (the joints are late)
     option = "--camera-latency-s " if shift > 0 else "--camera-latency-s="
-    assert float(msg.split(option)[1].split()[0]) == pytest.approx(shift / 10, abs=0.005)
+    assert float(msg.split(option)[1].split()[0].rstrip(";")) == pytest.approx(shift / 10,
+                                                                                abs=0.005)
+    assert msg.endswith("an episode that cannot be recorded again: syncedge calibrate retime")
     assert ("negative: the joint readings are the late ones" in msg) == (shift < 0)
 
 
@@ -92,3 +94,51 @@ def test_check_prints_the_lag_and_names_the_failing_codes(tmp_path: Path, capsys
     assert "camera lag against the joint readings: +1.00 frames (+100 ms" in out
     assert "verdict: fail (camera_lag: the FAIL lines say what to do)" in out
     assert "FAIL camera_lag: the frames are 100 ms (1.00 frames) late" in err
+
+
+def test_retime_moves_a_late_cameras_frames_back_and_the_check_passes(tmp_path: Path,
+                                                                       capsys) -> None:
+    from edge.episode import load_episode, save_episode
+    from tests.calib_cell_helpers import cli
+
+    ep = load_episode(SAMPLE)
+    idx = np.clip(np.arange(ep.num_frames) - 2, 0, ep.num_frames - 1)
+    late = save_episode(dataclasses.replace(ep, frames=ep.frames[idx]), tmp_path / "late.npz")
+    assert cli("retime", str(late), "--out", str(tmp_path / "fixed.npz")) == 0
+    out = capsys.readouterr().out
+    assert "measured camera lag: +1.99 frames" in out and "frames moved 2 earlier" in out
+    fixed = load_episode(tmp_path / "fixed.npz")
+    assert np.array_equal(fixed.frames[:-2], ep.frames[:-2])  # the recording's own frames
+    assert fixed.metadata.extra["retime"]["shift_frames"] == 2
+    assert fixed.metadata.extra["retime"]["held_frames"] == [55, 56]
+    assert np.array_equal(fixed.joint_positions, ep.joint_positions)
+    report = check_arrays(EpisodeArrays.from_episode(fixed))
+    assert report["verdict"] == "pass" and abs(report["camera_lag"]["frames"]) < 0.1
+    # a new path only; an episode without a lag is left alone
+    assert cli("retime", str(late), "--out", str(tmp_path / "fixed.npz")) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert cli("retime", str(SAMPLE), "--out", str(tmp_path / "same.npz")) == 0
+    assert "within half a frame: nothing to re-time" in capsys.readouterr().out
+    assert not (tmp_path / "same.npz").exists()
+    assert cli("retime", str(late), "--out", str(tmp_path / "x.npz"), "--shift-frames",
+               "99") == 2
+    assert "expected a non-zero whole number of frames shorter than the episode" in \
+        capsys.readouterr().err
+
+
+def test_retime_refuses_a_lag_it_cannot_measure(tmp_path: Path, capsys) -> None:
+    from edge.episode import save_episode
+    from tests.calib_cell_helpers import cli
+
+    ep = sweep_episode()
+    rng = np.random.default_rng(0)
+    noise = rng.integers(0, 255, ep.frames.shape, dtype=np.uint8)
+    path = save_episode(dataclasses.replace(ep, frames=noise), tmp_path / "noise.npz")
+    assert cli("retime", str(path), "--out", str(tmp_path / "x.npz")) == 2
+    err = capsys.readouterr().err
+    assert "the camera's lag cannot be measured from this episode" in err
+    assert "give --shift-frames N" in err and not (tmp_path / "x.npz").exists()
+    assert cli("retime", str(path), "--out", str(tmp_path / "x.npz"), "--shift-frames",
+               "-1") == 0
+    assert "frames moved 1 later; frame [0] repeats the recording's first frame" in \
+        capsys.readouterr().out

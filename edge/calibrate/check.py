@@ -245,7 +245,8 @@ def _lag_reason(lag: dict[str, Any] | None, rec: dict[str, Any], fps: float,
     fix = (f"--camera-latency-s {fixed:.3f}" if fixed >= 0 else
            f"--camera-latency-s={fixed:.3f} (negative: the joint readings are the late ones)")
     how = (f"record it again with {fix}" + (f" (recorded with --camera-latency-s {cam:g}, "
-                                           f"--joint-latency-s {joint:g})" if rec else ""))
+                                           f"--joint-latency-s {joint:g})" if rec else "")
+           + "; an episode that cannot be recorded again: syncedge calibrate retime")
     return [_reason("camera_lag", f"the frames are {ms:.0f} ms ({abs(lag['frames']):.2f} "
                     f"frames) {'late' if late else 'early'} against the joint readings: each "
                     f"shows the pose read {ms:.0f} ms {'earlier' if late else 'later'} (the "

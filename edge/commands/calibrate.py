@@ -306,6 +306,57 @@ def run_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_retime(args: argparse.Namespace) -> int:
+    """``calibrate retime``: move the frames of an episode recorded with a late (early)
+    camera by its lag, measured from the episode or given."""
+    from edge.calibrate.check import CheckOptions, estimate_camera_lag
+    from edge.calibrate.retime import retime_episode
+    from edge.episode import load_episode, save_episode
+    from edge.fileio import check_file_target
+
+    check_file_target(args.out)  # a new episode path, before any work
+    ep = load_episode(args.episode)
+    measured = None
+    if args.shift_frames is None:
+        if ep.joint_positions is None:
+            raise EdgeError(f"{args.episode}: no joint readings to measure the camera's lag "
+                            "against; give --shift-frames N")
+        measured = estimate_camera_lag(ep.frames, ep.joint_positions, ep.metadata.fps)
+        need = CheckOptions().lag_min_r2
+        if measured is None or measured["r2"] < need:
+            fit = "no motion" if measured is None else (
+                f"R^2 {measured['r2']:.2f} at {measured['frames']:+.2f} frames, "
+                f"{measured['r2_at_zero']:.2f} at none")
+            raise EdgeError(f"{args.episode}: the camera's lag cannot be measured from this "
+                            f"episode ({fit}; a lag is read where the image motion fits the "
+                            f"joints' speeds with R^2 >= {need:g}); "
+                            "give --shift-frames N (e.g. the lag 'calibrate check' measured "
+                            "on the calibration episode recorded with the same camera)")
+        shift = int(round(measured["frames"]))
+        print(f"measured camera lag: {measured['frames']:+.2f} frames "
+              f"({measured['s'] * 1e3:+.0f} ms; R^2 {measured['r2']:.2f}, "
+              f"{measured['r2_at_zero']:.2f} at no lag)")
+        if shift == 0:
+            print(f"within half a frame: nothing to re-time; {args.out} not written")
+            return 0
+    else:
+        shift = args.shift_frames
+        if shift == 0:
+            print(f"--shift-frames 0: nothing to re-time; {args.out} not written")
+            return 0
+    try:
+        out = retime_episode(ep, shift, measured)
+    except ValueError as exc:
+        raise EdgeError(f"{args.episode}: --shift-frames {shift}: {exc}") from None
+    held = out.metadata.extra["retime"]["held_frames"]
+    print(f"frames moved {abs(shift)} {'earlier' if shift > 0 else 'later'}; "
+          f"{'frame' if len(held) == 1 else 'frames'} {held} "
+          f"{'repeats' if len(held) == 1 else 'repeat'} the recording's "
+          f"{'last' if shift > 0 else 'first'} frame")
+    print(save_episode(out, args.out))
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``calibrate`` group."""
     from edge.commands import calibrate_cell, calibrate_chain, calibrate_import
@@ -411,6 +462,22 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     c.add_argument("--min-fraction", type=float, default=None,
                    help="override the program's required share of each amplitude")
     c.set_defaults(func=run_check)
+
+    rt = sub.add_parser(
+        "retime", help="move the frames of an episode whose camera was late (or early)",
+        description=plain("""Move an episode's frames by the camera's lag against its joint
+        readings, in whole frames, so that each frame shows the pose its readings give
+        (edge/calibrate/retime.py). Without --shift-frames the lag is measured from the
+        episode itself, as 'calibrate check' does (camera_lag). For an episode that cannot
+        be recorded again (an imported dataset); with the cell at hand, recording again with
+        the --camera-latency-s that check names is better. Frames past the end (start)
+        repeat the last (first) one; metadata.extra.retime records the shift."""))
+    rt.add_argument("episode", metavar="EPISODE", help="the episode (.npz)")
+    rt.add_argument("--out", required=True, metavar="EPISODE", help="new episode file (.npz)")
+    rt.add_argument("--shift-frames", type=int, default=None, metavar="N",
+                    help="the lag in whole frames (> 0: the camera was late); default: "
+                         "measured from the episode and rounded")
+    rt.set_defaults(func=run_retime)
 
     steps = calibrate_cell.register_steps(sub)
     # store and validate with --chain: the chain model's (edge/commands/calibrate_chain.py)
