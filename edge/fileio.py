@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "check_file_target", "check_folder_target", "file_digest", "fsync_dir", "sha256_file", "staged_folder",
-           "write_json_atomic"]
+__all__ = ["atomic_write", "check_file_target", "check_folder_target", "file_digest",
+           "fsync_dir", "sha256_file", "staged_folder", "write_json_atomic"]
 
 
 def _umask() -> int:
@@ -132,7 +132,13 @@ def staged_folder(out: str | os.PathLike[str], marker: str) -> Iterator[Path]:
         if out.is_dir():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
             os.replace(out, old / out.name)
-        os.replace(stage, out)
+        try:
+            os.replace(stage, out)
+        except OSError:
+            if old is not None:  # put the earlier folder back: never leave no --out at all
+                os.replace(old / out.name, out)
+                shutil.rmtree(old, ignore_errors=True)
+            raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     finally:
