@@ -67,6 +67,28 @@ def test_staged_folder_failure_leaves_out_untouched(tmp_path) -> None:
     assert not new.exists()  # a failed first export creates no empty --out
 
 
+def test_staged_folder_puts_the_earlier_folder_back_when_publishing_fails(
+        tmp_path, monkeypatch) -> None:
+    import edge.fileio as fileio
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "model.json").write_text("earlier")
+    real = os.replace
+
+    def fail_publish(src, dst) -> None:
+        if ".staging-" in str(src):
+            raise OSError(28, "No space left on device", str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(fileio.os, "replace", fail_publish)
+    with pytest.raises(OSError, match="No space left"):
+        with staged_folder(out, "model.json") as stage:
+            (stage / "model.json").write_text("new")
+    assert (out / "model.json").read_text() == "earlier"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
 def test_staged_folder_refuses_a_file_and_a_foreign_folder(tmp_path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(FileExistsError) as e:
