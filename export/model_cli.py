@@ -449,7 +449,7 @@ def register(subparsers: Any) -> None:
     ep.add_argument("--history-model", default="models/reference-history", metavar="DIR",
                     help="a model trained without calibration, run in history mode "
                          "(default models/reference-history)")
-    ep.add_argument("--cells", type=positive_int, default=64, metavar="N",
+    ep.add_argument("--cells", type=int, default=64, metavar="N",
                     help="cells per split (default 64)")
     ep.add_argument("--split", action="append", metavar="NAME",
                     help="only this split, named as in the table (held_out_convention, "
@@ -458,13 +458,13 @@ def register(subparsers: Any) -> None:
                          "default the three held-out splits (in_distribution, the "
                          "training cameras and robots, is where the keep-out margin is "
                          "chosen)")
-    ep.add_argument("--threads", type=positive_int, default=2, metavar="N",
+    ep.add_argument("--threads", type=int, default=2, metavar="N",
                     help="ONNX Runtime threads per model (default 2)")
     ep.add_argument("--chain", action="store_true",
                     help="also run the chain model, read from each cell's calibration sweep "
                          "rendered at --chain-size (torch; about 80 s per cell); keep-out on "
                          "where it puts the arm (chain) and on its motion (chain_motion)")
-    ep.add_argument("--chain-size", type=positive_int, default=256, metavar="PX",
+    ep.add_argument("--chain-size", type=int, default=256, metavar="PX",
                     help="side of the calibration rendered for the chain model (default 256)")
     ep.add_argument("--chain-fits", metavar="DIR",
                     help="keep each cell's chain calibration in DIR and reuse it")

@@ -227,7 +227,6 @@ def test_check_ops_of_a_damaged_onnx_file(tmp_path, capsys) -> None:
      "--batch-sizes"),
     (["model", "eval", "--horizon", "0"], "--horizon"),
     (["model", "eval", "--max-cells", "0"], "--max-cells"),
-    (["model", "eval-precheck", "--cells", "0"], "--cells"),
 ])
 def test_counts_below_their_bound_are_refused_before_work(tmp_path, capsys, monkeypatch,
                                                           argv, option) -> None:
