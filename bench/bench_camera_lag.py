@@ -26,12 +26,6 @@ LAGS = (0.0, 0.2, 0.35, 0.5, 1.0, 1.4, 2.0, 3.0, -0.5, -1.0, -2.0)
 SPLITS = ("test_convention", "test_robot", "test_camera", "test_all", "stress")
 
 
-def _late(q: np.ndarray, lag: float) -> np.ndarray:
-    """``q`` float64 ``[T, n]`` as a camera late by ``lag`` frames shows it."""
-    t = np.clip(np.arange(len(q)) - lag, 0, len(q) - 1)
-    return np.stack([np.interp(t, np.arange(len(q)), q[:, k]) for k in range(q.shape[1])], 1)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cells < 1:
         p.error(f"--cells {args.cells}: expected 1 or more")
     os.environ.setdefault("MUJOCO_GL", "egl")
-    from edge.calibrate.check import estimate_camera_lag
+    from edge.calibrate.check import estimate_camera_lag, positions_seen_late
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.robots import robot_spec
     from export.cells.sampling import sample_cell
@@ -64,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         start = np.asarray(spec.home_rad) + rng.uniform(-0.1, 0.1, size=spec.num_dof)
         q, sweep = calibration_sweep(rng, spec, start, tuple(args.sweep_amplitude))
         for lag in args.lags:
-            ep = gen.render_episode(cell, _late(q, lag), "calibration", sweep)
+            ep = gen.render_episode(cell, positions_seen_late(q, lag), "calibration", sweep)
             got = estimate_camera_lag(ep.frames, q, fps=ep.metadata.fps)
             assert got is not None
             rows.append({"cell": cell.cell_id, "split": split, "robot": cell.robot,

@@ -59,7 +59,7 @@ from edge.episode import Episode, EpisodeMetadata, check_npz_signature, load_epi
 from edge.errors import EpisodeError
 
 __all__ = ["CheckOptions", "EpisodeArrays", "LAG_SEARCH_FRAMES", "check_arrays", "check_episode",
-           "coverage_sheets", "estimate_camera_lag", "load_for_check"]
+           "coverage_sheets", "estimate_camera_lag", "load_for_check", "positions_seen_late"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
@@ -162,7 +162,7 @@ def _energy(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return d.mean(axis=(1, 2, 3)), d.mean(axis=3)  # (T-1,), (T-1, H, W)
 
 
-def _shifted(q: np.ndarray, lag: float) -> np.ndarray:
+def positions_seen_late(q: np.ndarray, lag: float) -> np.ndarray:
     """``q`` float64 ``[T, n]`` as a camera late by ``lag`` frames shows it: row t is the
     pose at t - lag (linear between knots; held at the first and last row)."""
     t = np.clip(np.arange(len(q)) - lag, 0, len(q) - 1)
@@ -177,7 +177,7 @@ def _speed_fit(energy: np.ndarray, q: np.ndarray, lag: float) -> tuple[float, np
     that DoF's speed ``|q[t] - q[t-1]|`` of ``q`` shifted by ``lag`` frames: the fit's R^2
     and the image motion the DoFs do not explain (``energy`` less the fitted motion,
     ``[T-1]``: the noise, wherever the joints' motion falls)."""
-    speed = np.abs(np.diff(_shifted(q, lag), axis=0))  # (T-1, n)
+    speed = np.abs(np.diff(positions_seen_late(q, lag), axis=0))  # (T-1, n)
     x = np.hstack([speed, np.ones((len(speed), 1))])
     w, *_ = np.linalg.lstsq(x, energy, rcond=None)
     w[:-1] = np.maximum(w[:-1], 0.0)  # a DoF's motion never makes the picture stiller
