@@ -46,7 +46,7 @@ from numpy.typing import ArrayLike
 from edge.errors import TimebaseError
 from edge.joints import JointSample, Ping, Status
 
-__all__ = ["CaptureStamps", "ClockEstimator", "Pairing", "capture_stamps", "pair_frames",
+__all__ = ["CaptureStamps", "ClockEstimator", "ClockJump", "Pairing", "capture_stamps", "pair_frames",
            "pair_samples", "samples_to_arrays"]
 
 
@@ -203,6 +203,21 @@ def pair_frames(frame_stamps_ns: ArrayLike, sample_stamps_ns: ArrayLike, positio
 
 
 @dataclass(frozen=True)
+class ClockJump:
+    """A discontinuity of a device's clock inside one stream (a reset, a reboot, a step set
+    by hand or by a time server).
+
+    Attributes:
+        sample: index of the first sample stamped by the clock after the jump.
+        device_step_ns: how far the device clock stepped there beyond the host's elapsed
+            time, ns (positive: the device clock jumped ahead; negative: it went back).
+    """
+
+    sample: int
+    device_step_ns: int
+
+
+@dataclass(frozen=True)
 class CaptureStamps:
     """Result of :func:`capture_stamps`.
 
@@ -211,25 +226,37 @@ class CaptureStamps:
         method: ``"round trip"`` (request/reply), ``"ping round trip"`` (device stamps
             through the pings), ``"device clock"`` (the stamps' lower envelope: the stream
             sent no pings), ``"device clock (no pong)"`` (the same, because the device
-            answered none of the pings it was sent) or ``"receipt"``.
+            answered none of the pings it was sent) or ``"receipt"``. With clock jumps, the
+            method of the longest stretch between them.
         latency_s: mean receipt stamp - capture estimate, s (what to enter as
             ``joint_latency_s`` when pairing on receipt stamps); None for ``"receipt"``.
         detail: the figures behind the estimate (ms, ppm), for printing.
+        jumps: the device clock's discontinuities (:class:`ClockJump`); each stretch
+            between them was placed on the host clock on its own.
+        receipt_reason: why receipt stamps were used (``method == "receipt"``), for printing.
     """
 
     stamps_ns: np.ndarray
     method: str
     latency_s: float | None
     detail: dict[str, Any]
+    jumps: tuple[ClockJump, ...] = ()
+    receipt_reason: str = "the stream has neither request stamps nor device stamps"
 
     def describe(self) -> str:
-        """One line for a report: method, latency and the figures behind it."""
+        """One line for a report: method, latency and the figures behind it, and the
+        device clock's jumps if it jumped."""
         if self.latency_s is None:
-            return ("latency: unknown (receipt stamps; the stream has neither request stamps "
-                    "nor device stamps): enter joint_latency_s")
+            return f"latency: unknown (receipt stamps; {self.receipt_reason}): enter joint_latency_s"
         figures = ", ".join(f"{k} {v}" if isinstance(v, int) else f"{k} {v:.3f}"
                             for k, v in self.detail.items())
-        return f"latency: {self.latency_s * 1e3:.3f} ms by {self.method} ({figures})"
+        line = f"latency: {self.latency_s * 1e3:.3f} ms by {self.method} ({figures})"
+        if self.jumps:
+            big = max(self.jumps, key=lambda j: abs(j.device_step_ns))
+            line += (f"; the device clock jumped {len(self.jumps)} time(s) (largest "
+                     f"{big.device_step_ns / 1e6:+.3f} ms at sample {big.sample}): each stretch "
+                     f"between jumps was placed on the host clock on its own")
+        return line
 
 
 def _lower_envelope(x: np.ndarray, y: np.ndarray
@@ -307,34 +334,138 @@ def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
         stamps = req + half
         return CaptureStamps(stamps, "round trip", float(np.mean(rx - stamps)) / 1e9,
                              _rtt_figures(rtt, int(np.argmin(rtt))))
-    if (dev >= 0).all() and (np.diff(dev) > 0).all():
-        x = (dev - dev[0]).astype(np.float64)  # (N,) device time, ns
-        y = (rx - dev[0]).astype(np.float64) - x  # (N,) host - device, ns
-        e_slope, e_icept, slope, icept, low = _lower_envelope(x, y)
-        env = e_slope * x + e_icept
-        env_stamps = dev + np.round(env).astype(np.int64)
-        pings = [p for s in samples for p in s.pings]
-        answered = [p for p in pings if p.answered]
-        if answered:
-            rtt, host_mid, dev_mid = _ping_arrays(answered)
-            best = int(np.argmin(rtt))
-            drift = _median_slope(x[low], y[low]) if low.size >= 2 else e_slope
-            # host = dev + drift * (dev - dev[0]) + c, through the best ping's midpoints
-            c = host_mid[best] - dev_mid[best] - drift * (dev_mid[best] - dev[0])
-            stamps = dev + np.round(drift * x + c).astype(np.int64)
-            return CaptureStamps(stamps, "ping round trip", float(np.mean(rx - stamps)) / 1e9, {
-                "pings": len(answered), **_rtt_figures(rtt, best), "drift ppm": drift * 1e6,
-                "device clock alone ms": float(np.mean(env_stamps - stamps)) / 1e6})
-        detail = {"drift ppm": e_slope * 1e6,
-                  "least-squares bias ms": float(np.mean(slope * x + icept - env)) / 1e6,
-                  "delivery p99 ms": float(np.percentile(y - env, 99)) / 1e6}
-        if pings:
-            return CaptureStamps(env_stamps, "device clock (no pong)",
-                                 float(np.mean(rx - env_stamps)) / 1e9,
-                                 {"pings unanswered": len(pings), **detail})
-        return CaptureStamps(env_stamps, "device clock", float(np.mean(rx - env_stamps)) / 1e9,
-                             detail)
-    return CaptureStamps(rx.copy(), "receipt", None, {})
+    if (dev >= 0).all():
+        return _device_stamps(samples, dev, rx)
+    reason = ("the stream has neither request stamps nor device stamps" if (dev < 0).all()
+              else f"{int((dev < 0).sum())} of {len(dev)} samples carry no device stamp")
+    return CaptureStamps(rx.copy(), "receipt", None, {}, receipt_reason=reason)
+
+
+#: The smallest step of a device clock read as a jump, ns: far above a serial link's
+#: delivery jitter as seen in the minimum over a window, far below a frame period.
+MIN_CLOCK_JUMP_NS = 20_000_000
+
+
+def _level_steps(dev: np.ndarray, rx: np.ndarray) -> list[ClockJump]:
+    """Steps of ``host - device`` inside one stretch of increasing device stamps: where the
+    minimum over the ``w`` samples after an index differs from the minimum over the ``w``
+    before it by more than :data:`MIN_CLOCK_JUMP_NS` (and 8 sigma of the block minima's
+    scatter), after the drift is taken out, and the new level holds over up to ``4 w``
+    samples (a stall of the host delays a run of receipts but does not move their minimum
+    for long). Minima, as in :func:`_lower_envelope`: delivery delay only adds. A step
+    within ``w`` samples of either end is not seen."""
+    n = dev.size
+    if n < 20:
+        return []
+    w = int(np.clip(n // 20, 5, 50))
+    x = (dev - dev[0]).astype(np.float64)
+    y = (rx - dev).astype(np.float64) - float(rx[0] - dev[0])
+    nb = n // w
+    blocks = np.arange(nb * w).reshape(nb, w)
+    arg = blocks[np.arange(nb), np.argmin(y[blocks], 1)]
+    steps = np.diff(x[arg])
+    slope = float(np.median(np.diff(y[arg])[steps > 0] / steps[steps > 0])) if (steps > 0).any() \
+        else 0.0
+    r = y - slope * x  # (n,) without the drift
+    d = np.diff(r[arg])
+    sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) if d.size else 0.0
+    thr = max(float(MIN_CLOCK_JUMP_NS), 8.0 * sigma)
+    mins = np.lib.stride_tricks.sliding_window_view(r, w).min(1)  # mins[i] = min(r[i:i+w])
+    at = np.arange(w, n - w + 1)
+    shift = mins[at] - mins[at - w]
+    out: list[ClockJump] = []
+    big = np.flatnonzero(np.abs(shift) > thr)
+    for run in np.split(big, np.flatnonzero(np.diff(big) > 1) + 1) if big.size else []:
+        # a drop of the level is seen by the windows that end at the jump, a rise by those
+        # that start there
+        s = int(at[run[-1]] if shift[run[-1]] < 0 else at[run[0]])
+        span = min(4 * w, s, n - s)
+        step = float(r[s:s + span].min() - r[s - span:s].min())
+        if abs(step) > thr and np.sign(step) == np.sign(shift[run[0]]):
+            out.append(ClockJump(s, int(round(-step))))
+    return out
+
+
+def _clock_stretches(dev: np.ndarray, rx: np.ndarray) -> tuple[list[tuple[int, int]],
+                                                               list[ClockJump]]:
+    """Split a device-stamped stream where the device clock jumps: where a stamp does not
+    increase (a reset or a step back), and where ``host - device`` steps
+    (:func:`_level_steps`). Returns ``([(start, stop), ...], jumps)``; one stretch
+    ``[(0, N)]`` for a clock that never jumped."""
+    n = dev.size
+    back = (np.flatnonzero(np.diff(dev) <= 0) + 1).tolist()
+    jumps = [ClockJump(i, int((dev[i] - dev[i - 1]) - (rx[i] - rx[i - 1]))) for i in back]
+    edges = [0, *back, n]
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        jumps += [ClockJump(a + j.sample, j.device_step_ns) for j in _level_steps(dev[a:b], rx[a:b])]
+    jumps.sort(key=lambda j: j.sample)
+    cuts = [0, *(j.sample for j in jumps), n]
+    return list(zip(cuts[:-1], cuts[1:], strict=True)), jumps
+
+
+def _device_stamps(samples: Sequence[JointSample], dev: np.ndarray, rx: np.ndarray
+                   ) -> CaptureStamps:
+    """:func:`capture_stamps` of a stream whose every sample carries a device stamp: the
+    device clock placed on the host clock stretch by stretch between its jumps
+    (:func:`_clock_stretches`); a stretch of one sample keeps its receipt stamp less the
+    others' mean latency."""
+    stretches, jumps = _clock_stretches(dev, rx)
+    if not jumps:
+        return _one_clock(samples, dev, rx, check_pings=False)
+    parts: list[CaptureStamps | None] = [
+        _one_clock(samples[a:b], dev[a:b], rx[a:b], check_pings=True) if b - a >= 2 else None
+        for a, b in stretches]
+    done = [(p, b - a) for p, (a, b) in zip(parts, stretches, strict=True) if p is not None]
+    if not done:
+        return CaptureStamps(rx.copy(), "receipt", None, {}, jumps=tuple(jumps),
+                             receipt_reason="the device clock jumped at every sample")
+    lat = float(np.average([p.latency_s or 0.0 for p, _ in done], weights=[k for _, k in done]))
+    stamps = np.concatenate([p.stamps_ns if p is not None
+                             else rx[a:b] - int(round(lat * 1e9))
+                             for p, (a, b) in zip(parts, stretches, strict=True)])
+    main = max(done, key=lambda pk: pk[1])[0]
+    return CaptureStamps(stamps, main.method, float(np.mean(rx - stamps)) / 1e9,
+                         {**main.detail, "clock jumps": len(jumps)}, jumps=tuple(jumps))
+
+
+def _one_clock(samples: Sequence[JointSample], dev: np.ndarray, rx: np.ndarray,
+               check_pings: bool) -> CaptureStamps:
+    """The device clock of one stretch without jumps (stamps increasing) on the host clock:
+    through the answered ping with the smallest round trip, else the lower envelope.
+    ``check_pings``: keep only pings whose clock offset lies within
+    :data:`MIN_CLOCK_JUMP_NS` plus their round trip of the stretch's envelope (a ping
+    answered by the clock before or after a jump does not belong to this stretch)."""
+    x = (dev - dev[0]).astype(np.float64)  # (N,) device time, ns
+    y = (rx - dev[0]).astype(np.float64) - x  # (N,) host - device, ns
+    e_slope, e_icept, slope, icept, low = _lower_envelope(x, y)
+    env = e_slope * x + e_icept
+    env_stamps = dev + np.round(env).astype(np.int64)
+    pings = [p for s in samples for p in s.pings]
+    answered = [p for p in pings if p.answered]
+    if answered and check_pings:
+        rtt, host_mid, dev_mid = _ping_arrays(answered)
+        at = np.interp(dev_mid - dev[0], x, env)  # the envelope's host - device there
+        fits = np.abs(host_mid - dev_mid - at) <= MIN_CLOCK_JUMP_NS + rtt
+        answered = [p for p, ok in zip(answered, fits, strict=True) if ok]
+    if answered:
+        rtt, host_mid, dev_mid = _ping_arrays(answered)
+        best = int(np.argmin(rtt))
+        drift = _median_slope(x[low], y[low]) if low.size >= 2 else e_slope
+        # host = dev + drift * (dev - dev[0]) + c, through the best ping's midpoints
+        c = host_mid[best] - dev_mid[best] - drift * (dev_mid[best] - dev[0])
+        stamps = dev + np.round(drift * x + c).astype(np.int64)
+        return CaptureStamps(stamps, "ping round trip", float(np.mean(rx - stamps)) / 1e9, {
+            "pings": len(answered), **_rtt_figures(rtt, best), "drift ppm": drift * 1e6,
+            "device clock alone ms": float(np.mean(env_stamps - stamps)) / 1e6})
+    detail = {"drift ppm": e_slope * 1e6,
+              "least-squares bias ms": float(np.mean(slope * x + icept - env)) / 1e6,
+              "delivery p99 ms": float(np.percentile(y - env, 99)) / 1e6}
+    if pings:
+        return CaptureStamps(env_stamps, "device clock (no pong)",
+                             float(np.mean(rx - env_stamps)) / 1e9,
+                             {"pings unanswered": len(pings), **detail})
+    return CaptureStamps(env_stamps, "device clock", float(np.mean(rx - env_stamps)) / 1e9,
+                         detail)
 
 
 def pair_samples(frame_stamps_ns: ArrayLike, samples: Sequence[JointSample], *,

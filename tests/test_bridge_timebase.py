@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -251,3 +252,109 @@ def test_bridge_timebase_ping_round_trip_synthetic_offset_drift_and_error_bound(
     assert np.median(plain.stamps_ns - cap) > 8e6  # the envelope: the link delay is offset
     with pytest.raises(TimebaseError, match="ping: expected a send stamp >= 0"):
         Ping(-5)
+
+
+def _jump_device_clock(samples, first: int, step_ns: int, since_host_ns: int):
+    """The samples with the device clock stepped by ``step_ns`` from sample ``first`` on (and
+    in the answers of pings sent to the device after host time ``since_host_ns``)."""
+    from dataclasses import replace
+
+    out = []
+    for k, x in enumerate(samples):
+        pings = tuple(replace(p, device_rx_ns=p.device_rx_ns + step_ns,
+                              device_tx_ns=p.device_tx_ns + step_ns)
+                      if p.send_ns >= since_host_ns else p for p in x.pings)
+        out.append(replace(x, pings=pings,
+                           device_stamp_ns=x.device_stamp_ns + (step_ns if k >= first else 0)))
+    return out
+
+
+@pytest.mark.parametrize("step_s", [5.0, 0.25, -0.25])
+def test_bridge_timebase_device_clock_jump_is_found_and_each_stretch_placed(step_s):
+    from edge.timebase import capture_stamps
+
+    rng = np.random.default_rng(5)
+    cap, samples = _device_link(rng, 1500, 150, link_ns=9_000_000)
+    step = int(step_s * 1e9)
+    jumped = _jump_device_clock(samples, 600, step, int(cap[600]) - 9_000_000)
+    est = capture_stamps(jumped)
+    assert est.method == "ping round trip"
+    assert [j.sample for j in est.jumps] == [600]
+    assert est.jumps[0].device_step_ns == pytest.approx(step, abs=20e6)
+    err = est.stamps_ns - cap
+    assert np.abs(err).max() < 500_000, np.abs(err).max()  # as without the jump
+    assert est.detail["clock jumps"] == 1
+    assert "the device clock jumped 1 time(s)" in est.describe()
+    said = re.search(r"largest ([+-][0-9.]+) ms at sample 600", est.describe())
+    assert said and float(said.group(1)) == pytest.approx(step_s * 1e3, abs=20)
+
+
+def test_bridge_timebase_device_reboot_restarts_its_clock_and_both_stretches_are_placed():
+    from dataclasses import replace
+
+    from edge.timebase import capture_stamps
+
+    rng = np.random.default_rng(6)
+    cap, samples = _device_link(rng, 1500, 150, link_ns=9_000_000)
+    d1000 = samples[1000].device_stamp_ns
+    rebooted = [replace(x, device_stamp_ns=x.device_stamp_ns - d1000 + 1_000_000) if k >= 1000
+                else x for k, x in enumerate(samples)]
+    rebooted = [replace(x, pings=tuple(p for p in x.pings if p.send_ns < int(cap[990])
+                                       or k >= 1000)) for k, x in enumerate(rebooted)]
+    rebooted = [replace(x, pings=tuple(replace(p, device_rx_ns=p.device_rx_ns - d1000 + 1_000_000,
+                                               device_tx_ns=p.device_tx_ns - d1000 + 1_000_000)
+                                       for p in x.pings)) if k >= 1000 else x
+                for k, x in enumerate(rebooted)]
+    est = capture_stamps(rebooted)
+    assert est.method == "ping round trip" and [j.sample for j in est.jumps] == [1000]
+    assert est.jumps[0].device_step_ns < -1e9
+    assert np.abs(est.stamps_ns - cap).max() < 500_000
+    # without device stamps on every sample: receipt stamps, and it says why
+    half = [replace(x, device_stamp_ns=-1) if k % 2 else x for k, x in enumerate(samples)]
+    plain = capture_stamps(half)
+    assert plain.method == "receipt"
+    assert "750 of 1500 samples carry no device stamp" in plain.describe()
+
+
+def test_bridge_timebase_a_host_stall_is_not_a_clock_jump():
+    from dataclasses import replace
+
+    from edge.timebase import capture_stamps
+
+    rng = np.random.default_rng(7)
+    cap, samples = _device_link(rng, 1500, 150, link_ns=9_000_000)
+    end = samples[370].receipt_ns  # receipts of samples 300-369 held until then (~140 ms)
+    stalled = [replace(x, receipt_ns=max(x.receipt_ns, end)) if 300 <= k < 370 else x
+               for k, x in enumerate(samples)]
+    est = capture_stamps(stalled)
+    assert est.jumps == () and "jumped" not in est.describe()
+    assert np.abs(est.stamps_ns - cap).max() < 500_000
+
+
+def test_bridge_timebase_framed_device_clock_step_mid_stream_pairs_within_1ms():
+    """A framed device whose clock steps +2 s at frame 700 (of 3 s at 500 Hz, 16 ms bursts,
+    6 ms link): the step is found at that frame, and both stretches pair 600 camera frames
+    within 1 ms at p99 (on one clock line, the frames before the step would be 2 s off)."""
+    from dataclasses import replace
+
+    from edge.timebase import pair_samples
+
+    f = FramedFaults(burst_period_s=0.016, clock_joint=True, link_delay_s=0.006,
+                     clock_jump_at=700, clock_jump_s=2.0)
+    with FakeFramedDevice(2, 500.0, faults=f) as dev, \
+            stream_for_url(f"frame://{dev.path}?joints=2&frame_timeout_s=0.2") as s:
+        s.read()
+        samples = []
+        s.run(samples.append, seconds=3.0)
+    truth_ns = _framed_capture_ns(samples)
+    marked = [replace(x, position_rad=np.array([float(t)])) for x, t in
+              zip(samples, truth_ns, strict=True)]
+    frames = np.linspace(truth_ns[0] + 60e6, truth_ns[-1] - 60e6, 600).astype(np.int64)
+    p, est = pair_samples(frames, marked, tolerance_s=0.05)
+    err_ms = np.abs(p.positions[:, 0] - frames) / 1e6
+    msg = f"p99 {np.percentile(err_ms, 99):.2f} ms; {est.describe()}"
+    assert len(est.jumps) == 1, msg
+    counters = np.array([x.device_counter for x in samples])
+    assert counters[est.jumps[0].sample] == 700, msg
+    assert est.jumps[0].device_step_ns == pytest.approx(2e9, abs=20e6), msg
+    assert p.paired.all() and np.percentile(err_ms, 99) < 1.0, msg

@@ -13,7 +13,7 @@ if importlib.util.find_spec("mujoco") is None:  # not imported here: MUJOCO_GL i
     pytest.skip("the virtual cell needs MuJoCo (pip install 'syncedge[train]')",
                 allow_module_level=True)
 
-from edge.calibrate.check import check_arrays, load_for_check  # noqa: E402
+from edge.calibrate.check import EpisodeArrays, check_arrays, load_for_check  # noqa: E402
 from edge.commands import simulate  # noqa: E402
 from edge.commands.common import run_command  # noqa: E402
 from edge.episode import load_episode, save_episode  # noqa: E402
@@ -91,6 +91,29 @@ def test_pairing_by_time_beats_arrival_order() -> None:
     err_naive = np.abs(naive.positions[ok] - true_q[ok]).max()
     err_timed = np.abs(timed.positions[ok] - true_q[ok]).max()
     assert err_timed < 0.01 < err_naive, (err_timed, err_naive)
+
+
+@pytest.mark.parametrize("step_ms", [2000, -3000])
+def test_a_controller_clock_that_jumps_mid_recording_still_pairs(step_ms: int) -> None:
+    """The controller's clock steps at its sample 800 (mid-sweep): the recorder finds the
+    step, places each stretch on the host clock on its own, and every camera frame pairs
+    with the joints' true positions as without a step (on one clock line, a +2 s step left
+    82 of 258 frames unpaired and others 0.49 rad off). The episode records the step."""
+    from edge.timebase import capture_stamps, pair_frames
+
+    raw, ep, complete, truth = record_sim("", f"&clock_jump_ms={step_ms}&clock_jump_at=800")
+    rec = ep.metadata.extra["recording"]
+    assert complete and len(rec["joint_clock_jumps"]) == 1, rec["joint_clock_jumps"]
+    assert rec["joint_clock_jumps"][0]["device_step_ms"] == pytest.approx(step_ms, abs=5)
+    assert rec["joint_clock"] == "device clock"
+    est = capture_stamps(raw.samples)
+    fs = np.array(raw.frame_stamps_ns)
+    q = np.stack([s.position_rad for s in raw.samples])
+    true_q = np.stack([t[1] for t in truth])
+    p = pair_frames(fs, est.stamps_ns, q, tolerance_s=0.05, frame_latency_s=0.035)
+    assert p.paired.all()
+    assert np.abs(p.positions - true_q).max() < 0.01
+    assert check_arrays(EpisodeArrays.from_episode(ep))["verdict"] == "pass"
 
 
 @pytest.mark.parametrize("true_ms, entered_s", [(150, 0.01), (35, 0.135)])

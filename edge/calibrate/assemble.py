@@ -79,8 +79,10 @@ def _channels(program: JointProgram, names: list[str]) -> tuple[list[int], list[
                          f"robot on this stream")
 
 
-def _joint_host_stamps(samples: list[JointSample]) -> tuple[np.ndarray, str, float | None]:
-    """Joint sample stamps on the host clock: ``(stamps ns, how, drift ppm or None)``.
+def _joint_host_stamps(samples: list[JointSample]
+                       ) -> tuple[np.ndarray, str, float | None, list[dict[str, float]]]:
+    """Joint sample stamps on the host clock: ``(stamps ns, how, drift ppm or None, the
+    device clock's jumps as ``{"sample", "device_step_ms"}``)``.
 
     ``edge.timebase.capture_stamps``: by round trip where every sample carries
     its request stamp (the servo buses, EtherCAT: the capture time itself), by the device
@@ -90,15 +92,18 @@ def _joint_host_stamps(samples: list[JointSample]) -> tuple[np.ndarray, str, flo
     ``"device clock (no pong)"``: a bursty serial link's delivery delay is not absorbed as
     a bias, as a least-squares clock fit would, but the link's minimum delay is); a
     constant delay inside the device before it stamps is still ``joint_latency_s``; else
-    receipt stamps.
+    receipt stamps. A device clock that jumps (a reset, a step) is placed stretch by
+    stretch between its jumps (``edge.timebase.ClockJump``).
     """
     if len(samples) >= 10:
         est = capture_stamps(samples)
+        jumps = [{"sample": j.sample, "device_step_ms": round(j.device_step_ns / 1e6, 3)}
+                 for j in est.jumps]
         if est.method in ("ping round trip", "device clock", "device clock (no pong)"):
-            return est.stamps_ns, est.method, est.detail.get("drift ppm")
+            return est.stamps_ns, est.method, est.detail.get("drift ppm"), jumps
         if est.method == "round trip":
-            return est.stamps_ns, "round trip", None
-    return np.array([s.receipt_ns for s in samples], np.int64), "receipt", None
+            return est.stamps_ns, "round trip", None, []
+    return np.array([s.receipt_ns for s in samples], np.int64), "receipt", None, []
 
 
 def fit_program_start(ts_s: np.ndarray, dq: np.ndarray, knots_s: np.ndarray,
@@ -149,7 +154,7 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
     order_ok = np.concatenate([[True], np.diff(fs) > 0])
     non_monotonic = int((~order_ok).sum())
     keep = np.flatnonzero(order_ok)
-    js, clock, drift = _joint_host_stamps(samples)
+    js, clock, drift, clock_jumps = _joint_host_stamps(samples)
     # a round-trip stamp is already the capture time: no latency is subtracted again
     joint_latency_s = 0.0 if clock == "round trip" else opts.joint_latency_s
     q = np.stack([s.position_rad for s in samples])[:, sc]  # (N, m)
@@ -212,6 +217,7 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
             "joint_samples": len(raw.samples), "channels_matched": matched,
             "missing_dofs": missing, "joint_clock": clock,
             "joint_drift_ppm": None if drift is None else round(drift, 3),
+            "joint_clock_jumps": clock_jumps,
             "aligned": aligned, "fit_rms": None if not np.isfinite(resid) else round(resid, 6),
             "camera_stamps_non_monotonic": non_monotonic,
             "unpaired_camera_frames": int(len(pairing.unpaired)),

@@ -206,6 +206,12 @@ def run_record(args: argparse.Namespace) -> int:
           f"{len(rec['gaps'])} gap(s); joint clock {rec['joint_clock']} "
           f"(drift {rec['joint_drift_ppm']} ppm); max pairing error "
           f"{max(rec['pair_error_s']) * 1e3:.1f} ms")
+    if rec.get("joint_clock_jumps"):
+        big = max(rec["joint_clock_jumps"], key=lambda j: abs(j["device_step_ms"]))
+        print(f"note: the controller's clock jumped {len(rec['joint_clock_jumps'])} time(s) "
+              f"during the recording (largest {big['device_step_ms']:+.3f} ms at joint sample "
+              f"{big['sample']}); each stretch between jumps was placed on the host clock on "
+              f"its own (episode extra.recording.joint_clock_jumps)", file=sys.stderr)
     if rec.get("missing_dofs"):  # the program swept them; the joint stream never named them
         print(f"warning: the joint stream sent no channel for {', '.join(rec['missing_dofs'])} "
               f"(the plan sweeps {len(rec['missing_dofs']) + ep.num_dof} DoFs, the episode "

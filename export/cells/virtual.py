@@ -25,7 +25,8 @@ Options (query string; both URLs accept the cell's ``split``, ``seed``, ``robot`
             one with --camera-latency-s: a wrongly entered latency)
             point=robot|away
     joints: rate_hz=200 latency_ms=3 drift_ppm=-150 jitter_ms=0.2 drop=0.01 start_s=0.5
-            drop_dof=NAME
+            drop_dof=NAME clock_jump_ms=0 clock_jump_at=0 (the controller's clock steps
+            by clock_jump_ms from its sample clock_jump_at on: a reset or a time server's step)
     cell:   freeze=NAME (the joint is stuck) clip=NAME (its sweep stops at a joint limit at
             half the amplitude) occlude=NAME (it moves but the camera cannot see it)
 """
@@ -327,16 +328,20 @@ class SimJointStream(JointStream):
     """
 
     URL_FORM = ("sim://cell?split=test_all&seed=0&rate_hz=200&latency_ms=3&drift_ppm=-150"
-                "&drop=0.01&start_s=0.5&drop_dof=NAME")
+                "&drop=0.01&start_s=0.5&drop_dof=NAME&clock_jump_ms=0&clock_jump_at=0")
 
     def __init__(self, url: str, cell_opts: dict[str, str], *, device_rate_hz: float = 200.0,
                  latency_s: float = 0.003, drift: float = -150e-6, jitter_s: float = 0.0002,
-                 drop: float = 0.01, start_s: float = 0.5, drop_dof: str = "", **kw):
+                 drop: float = 0.01, start_s: float = 0.5, drop_dof: str = "",
+                 clock_jump_ms: float = 0.0, clock_jump_at: int = 0, **kw):
         kw.setdefault("read_timeout_s", 5.0)
         super().__init__(url, **kw)
         self.cell_opts, self.device_rate_hz = cell_opts, device_rate_hz
         self.latency_s, self.drift, self.jitter_s = latency_s, drift, jitter_s
         self.drop, self.start_s, self.drop_dof = drop, start_s, drop_dof
+        # the controller's clock steps by clock_jump_ms from its sample clock_jump_at on (a
+        # reset or a time server's step; negative: back); its samples' timing is unchanged
+        self.clock_jump_ns, self.clock_jump_at = int(round(clock_jump_ms * 1e6)), clock_jump_at
         self.cell: VirtualCell | None = None
 
     @classmethod
@@ -349,7 +354,9 @@ class SimJointStream(JointStream):
             drift=opts.float("drift_ppm", -150.0, -1e5) * 1e-6,
             jitter_s=opts.float("jitter_ms", 0.2, 0.0) / 1e3,
             drop=opts.float("drop", 0.01, 0.0), start_s=opts.float("start_s", 0.5, 0.0),
-            drop_dof=opts.str("drop_dof", "") or "")
+            drop_dof=opts.str("drop_dof", "") or "",
+            clock_jump_ms=opts.float("clock_jump_ms", 0.0, -1e9),
+            clock_jump_at=opts.int("clock_jump_at", 0, 0))
         opts.finish()
         args.update(kw)
         return cls(url, cell_opts, **args)
@@ -410,6 +417,8 @@ class SimJointStream(JointStream):
             raise CycleError("lost", f"{self.url}: sample {self._i} lost (drop)")
         q = cell.joint_state(phys)[self._cols]
         nan = np.full(len(q), np.nan)
+        if self.clock_jump_at and self._i >= self.clock_jump_at:
+            device_ns += self.clock_jump_ns
         return Reading(q, nan, nan.copy(), receipt, device_counter=self._i,
                        device_stamp_ns=device_ns)
 

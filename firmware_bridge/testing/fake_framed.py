@@ -47,6 +47,8 @@ class FramedFaults:
     unplug_at: int = 0  # at frame N: vanish for unplug_s, then return on a new pty
     unplug_s: float = 0.3
     clock_ppm: float = 0.0  # device clock rate error
+    clock_jump_at: int = 0  # at frame N: the device clock steps by clock_jump_s (a reset, a
+    clock_jump_s: float = 0.0  # time server's step; negative: back), frames and pongs alike
     # replies held by a USB-serial adapter until the next multiple of burst_period_s (its
     # latency timer): frames arrive in bursts
     burst_period_s: float = 0.0
@@ -106,8 +108,10 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
     arriving: deque[tuple[float, PingFrame]] = deque()  # pings on their way to the device
     deaf_until = 0.0  # after EIO (no reader on the other side), stop listening a while
 
+    step_us = [0]  # the clock's step so far (clock_jump_s once frame clock_jump_at is due)
+
     def device_us(t: float) -> int:
-        return int((t - t0) * 1e6 * (1 + f.clock_ppm * 1e-6))
+        return int((t - t0) * 1e6 * (1 + f.clock_ppm * 1e-6)) + step_us[0]
 
     def send(data: bytes) -> None:
         try:
@@ -128,6 +132,8 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
             send(data_out)
         due = t0 + k * period
         if now >= due:
+            if f.clock_jump_at and k == f.clock_jump_at:
+                step_us[0] = int(round(f.clock_jump_s * 1e6))
             t_us = device_us(now)
             pos = 0.001 * k + j
             if f.clock_joint:
