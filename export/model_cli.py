@@ -98,19 +98,52 @@ def _run_eval_frames(args: argparse.Namespace) -> int:
         write_frames_eval,
     )
 
+    def refuse(message: str) -> int:
+        print(f"syncedge model eval-frames: error: {message}", file=sys.stderr)
+        return 2
+
     models: dict[str, tuple[str, str]] = {}
     for spec in args.model:
         label, _, rest = spec.partition("=")
         family, _, run = rest.partition(":")
         if not label or family not in ("latent", "warp", "calflow") or not run:
-            print(f"syncedge model eval-frames: error: --model {spec!r}: expected "
-                  "LABEL=latent:RUN, LABEL=warp:RUN or LABEL=calflow:- (the hand-made "
-                  "calibration flow, export/models/calibration_flow.py)", file=sys.stderr)
-            return 2
+            return refuse(f"--model {spec!r}: expected LABEL=latent:RUN, LABEL=warp:RUN or "
+                          "LABEL=calflow:- (the hand-made calibration flow, "
+                          "export/models/calibration_flow.py)")
+        if label in models:
+            return refuse(f"--model {spec!r}: the label {label!r} is given twice; give each "
+                          "model its own label")
+        needs = {"latent": ("ae.pt", "dynamics.pt"), "warp": ("warp.pt",)}.get(family, ())
+        missing = [f for f in needs if not (Path(run) / f).is_file()]
+        if missing:
+            return refuse(f"--model {spec!r}: expected a {family} run folder holding "
+                          f"{' and '.join(needs)}; {run} has no {', '.join(missing)}")
         models[label] = (family, run)
     names = _split_names(args.split, SPLITS, "eval-frames")
     if names is None:
         return 2
+    known = ("calibrated", "zeroed", "other_cell", "mislabelled", "no_calibration")
+    for flag, spec in ([("--variants", args.variants)] if args.variants else []) + \
+            [("--variants-of", v.partition("=")[2]) for v in args.variants_of or []]:
+        bad = [v.strip() for v in spec.split(",") if v.strip() not in known]
+        if bad:
+            return refuse(f"{flag}: unknown variant(s) {', '.join(map(repr, bad))}; expected "
+                          f"some of {', '.join(known)}")
+    data = Path(args.data)
+    wanted = {n: SPLITS[n] for n in names} if names else SPLITS
+    present = [n for n, folder in wanted.items() if (data / folder).is_dir()]
+    if not present:
+        found = "nothing" if not data.exists() else "a file" if not data.is_dir() else \
+            f"no {', '.join(sorted({wanted[n] for n in wanted}))} folder in it"
+        return refuse(f"--data {data}: expected a folder of generated cells, found {found}; "
+                      f"generate them first, e.g. 'syncedge cells generate --split "
+                      f"{next(iter(wanted.values()))} --chunks 0-0 --out {data} --workers 2'")
+    from edge.fileio import check_folder_target
+
+    try:
+        check_folder_target(args.out, "eval_frames.json")
+    except FileExistsError as exc:
+        return refuse(f"--out {args.out}: {exc.strerror}; choose another folder")
     opts = FramesEvalOptions(data=args.data, models=models, keypoint_run=args.keypoint_run,
                              max_cells=args.max_cells, seed=args.seed)
     if names:

@@ -642,16 +642,22 @@ def save_sheets(result: dict[str, Any], out: Path) -> list[Path]:
 
 
 def write_frames_eval(result: dict[str, Any], out: Path) -> list[Path]:
-    """Write an :func:`evaluate_frames` result into ``out`` (created): the contact sheets
-    (:func:`save_sheets`), ``eval_frames.json`` (atomically) and ``eval_frames.txt`` (the
-    :func:`format_frames_table` table, also printed); returns every path written."""
-    from edge.fileio import write_json_atomic
+    """Write an :func:`evaluate_frames` result as the folder ``out``: the contact sheets
+    (:func:`save_sheets`), ``eval_frames.json`` and ``eval_frames.txt`` (the
+    :func:`format_frames_table` table, also printed); returns every path written. The
+    folder is built beside ``out`` and replaces it whole (an earlier result, a folder
+    holding ``eval_frames.json``, or an empty one; :func:`edge.fileio.staged_folder`).
+
+    Raises:
+        FileExistsError: ``out`` is a file or a folder of other files.
+    """
+    from edge.fileio import staged_folder, write_json_atomic
     from export.variants.parity_gates import json_safe
 
-    out.mkdir(parents=True, exist_ok=True)
-    sheets = save_sheets(result, out)
-    table = format_frames_table(result)
+    with staged_folder(out, "eval_frames.json") as stage:
+        sheets = [out / p.name for p in save_sheets(result, stage)]
+        table = format_frames_table(result)
+        write_json_atomic(stage / "eval_frames.json", json_safe(result))
+        (stage / "eval_frames.txt").write_text(table + "\n")
     print(table)
-    write_json_atomic(out / "eval_frames.json", json_safe(result))
-    (out / "eval_frames.txt").write_text(table + "\n")
     return [out / "eval_frames.json", out / "eval_frames.txt", *sheets]
