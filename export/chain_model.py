@@ -30,6 +30,11 @@ DEFAULT_NAME = "syncedge-chain"
 #: (H, W) px the chain's calibration episodes are recorded and read at (the size the
 #: figures of the README were measured with).
 DEFAULT_RECORDING_RESOLUTION = (256, 256)
+#: side of the grid the shipped chain models are read on, px (``model read-chain --grid``):
+#: a calibration episode is recorded at a square whole multiple of it.
+CHAIN_GRID = 64
+#: the largest recording side accepted, px.
+MAX_RECORDING_SIDE = 4096
 
 
 def write_chain_model_dir(out_dir: str | Path, *, name: str = DEFAULT_NAME,
@@ -77,9 +82,19 @@ def _resolution(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected HEIGHTxWIDTH like 256x256, found "
                                          f"{text!r}") from None
-    if h < 1 or w < 1:
-        raise argparse.ArgumentTypeError(f"expected positive sizes, found {text!r}")
+    if h != w or h < CHAIN_GRID or h % CHAIN_GRID or h > MAX_RECORDING_SIDE:
+        raise argparse.ArgumentTypeError(
+            f"expected a square size, a whole multiple of the chain's {CHAIN_GRID} px grid up "
+            f"to {MAX_RECORDING_SIDE} (e.g. 256x256), found {text!r}: 'model read-chain' "
+            "reads calibration episodes only at such sizes")
     return h, w
+
+
+def _name(text: str) -> str:
+    if not text.strip() or any(c in text for c in "/\\\n\r\t") or len(text) > 128:
+        raise argparse.ArgumentTypeError(f"expected a model name of 1-128 characters without "
+                                         f"slashes or line breaks, found {text!r}")
+    return text
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -110,10 +125,12 @@ def register_chain_model(sub: argparse._SubParsersAction) -> None:
                     "without --chain (each cell's chain calibration from the calibration "
                     "cache).")
     p.add_argument("--out", required=True, metavar="DIR", help="the model folder to write")
-    p.add_argument("--name", default=DEFAULT_NAME, help=f"model name (default {DEFAULT_NAME})")
+    p.add_argument("--name", type=_name, default=DEFAULT_NAME,
+                   help=f"model name (default {DEFAULT_NAME})")
     p.add_argument("--recording-resolution", type=_resolution, metavar="HxW",
                    default=DEFAULT_RECORDING_RESOLUTION,
-                   help="size the calibration episode is recorded at (default 256x256; "
+                   help="size the calibration episode is recorded at: square, a whole "
+                        f"multiple of {CHAIN_GRID} (default 256x256; "
                         "calibrate record defaults to it while this model is active)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing model.json")
     p.set_defaults(func=_run)

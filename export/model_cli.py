@@ -303,6 +303,8 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     if args.grid < 8:
         raise ExportError(f"--grid {args.grid}: expected the model grid's side, >= 8 px "
                           "(64 for the shipped models)")
+    if args.photometric is None:
+        args.photometric = 2 * args.grid
     if args.photometric and (args.photometric < args.grid or args.photometric % args.grid):
         raise ExportError(f"--photometric {args.photometric}: expected 0 (no refinement) or a "
                           f"whole multiple of --grid {args.grid}")
@@ -540,9 +542,10 @@ def register(subparsers: Any) -> None:
     rc.add_argument("--fovy-deg", type=float, default=None, metavar="DEG",
                     help="the camera's vertical field of view (default: the calibration's "
                          "metadata.camera.fovy_deg)")
-    rc.add_argument("--photometric", type=int, default=128, metavar="PX",
+    rc.add_argument("--photometric", type=int, default=None, metavar="PX",
                     help="side the frames are resized to for refining the fit against them, "
-                         "a whole multiple of --grid; 0: no refinement (default 128)")
+                         "a whole multiple of --grid; 0: no refinement (default twice "
+                         "--grid: 128 for the shipped 64)")
     rc.add_argument("--motion", action="append", metavar="FILE",
                     help="an episode of the joints turning together on the same cell (best "
                          "the held poses of 'calibrate plan --poses'; same camera and "

@@ -53,6 +53,21 @@ def test_the_shipped_chain_model_folder_is_what_its_command_writes(tmp_path):
     assert (tmp_path / "chain" / "model.json").read_bytes() == before
 
 
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--recording-resolution", "250x256", "a whole multiple of the chain's 64 px grid"),
+    ("--recording-resolution", "256x128", "expected a square size"),
+    ("--recording-resolution", "100000x100000", "up to 4096"),
+    ("--name", "", "expected a model name"),
+    ("--name", "a/b", "without slashes"),
+])
+def test_export_chain_model_refuses_values_read_chain_cannot_use(tmp_path, capsys, flag,
+                                                                 value, said):
+    with pytest.raises(SystemExit) as e:
+        main(["export", "chain-model", "--out", str(tmp_path / "chain"), flag, value])
+    assert e.value.code == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "chain").exists()
+
+
 @pytest.mark.parametrize(("change", "key"), [
     ({"chain_model_sha256": "0" * 64}, "chain_model_sha256"),
     ({"chain_schema_versions": [1, 3]}, "chain_schema_versions"),

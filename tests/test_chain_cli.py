@@ -175,6 +175,11 @@ def test_read_chain_refuses_before_any_work(tmp_path, capsys):
     assert main(["model", "read-chain", "--calibration", str(SAMPLE / "calibration_256.npz"),
                  "--out", str(tmp_path / "e.npz"), "--grid", "48", "--photometric", "0"]) == 2
     assert "not a whole multiple" in capsys.readouterr().err
+    # without --photometric, its default follows the grid (twice it): the grid is the problem
+    assert main(["model", "read-chain", "--calibration", str(SAMPLE / "calibration_256.npz"),
+                 "--out", str(tmp_path / "e.npz"), "--grid", "48"]) == 2
+    err = capsys.readouterr().err
+    assert "--grid 48" in err and "not a whole multiple" in err and "--photometric" not in err
     assert not (tmp_path / "d.npz").exists() and not (tmp_path / "e.npz").exists()
 
 
