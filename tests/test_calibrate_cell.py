@@ -182,6 +182,18 @@ def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:
     assert not any(r["dof"] in left for r in report["reasons"] if r["code"] != "dof_missing")
 
 
+def test_record_refuses_a_joint_stream_of_another_channel_count_before_the_sweep(
+        cell, capsys) -> None:
+    d = cell["dir"]
+    capsys.readouterr()
+    rc = cli("record", "--camera", CELL, "--joints", "loop://?joints=6", "--plan",
+             str(cell["plan"]), "--out", str(d / "six.npz"), "--cell", "cell-3")
+    out, err = capsys.readouterr()
+    assert rc == 2 and "6 unnamed channels" in err and "expected the program's 7 DoFs" in err
+    assert out == ""  # no progress line: the recording never started
+    assert not list(d.glob("six*"))
+
+
 def test_a_recording_cut_before_pairing_checks_no_dof(cell, tmp_path: Path) -> None:
     d = cell["dir"]
     rc = cli("record", "--camera", CELL + "&disconnect_at_s=0.2", "--joints", CELL, "--plan",

@@ -30,7 +30,7 @@ from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, actions_f
 from edge.joints import JointSample, Status, names_are_positional
 from edge.timebase import capture_stamps, pair_frames
 
-__all__ = ["AssembleOptions", "assemble_episode", "fit_program_start"]
+__all__ = ["AssembleOptions", "assemble_episode", "check_channels", "fit_program_start"]
 
 #: A knot whose nearest frame is further than this share of a frame period is a gap.
 GAP_FRACTION = 0.4
@@ -77,6 +77,21 @@ def _channels(program: JointProgram, names: list[str]) -> tuple[list[int], list[
     raise RecordingError(f"joint stream channels {names} share no name with the program's "
                          f"DoFs {want} (a program for robot {program.robot!r}): plan for the "
                          f"robot on this stream")
+
+
+def check_channels(program: JointProgram, names: list[str]) -> str:
+    """Check, before recording, that a joint stream's channels can serve ``program``
+    (the pairing :func:`assemble_episode` will make): ``"by position"`` or ``"by name"``.
+
+    Args:
+        program: the sweep program; names: the stream's channel names
+            (``JointStream.joint_names``).
+
+    Raises:
+        RecordingError: unnamed channels of another count than the program's DoFs, or named
+            channels sharing no name with them.
+    """
+    return _channels(program, list(names))[2]
 
 
 def _joint_host_stamps(samples: list[JointSample]

@@ -157,7 +157,7 @@ def _keep_partial(raw, prog, aopts, out: Path) -> Path:
 
 def run_record(args: argparse.Namespace) -> int:
     """``calibrate record``: write the episode (or the partial recording) and its reference."""
-    from edge.calibrate.assemble import assemble_episode
+    from edge.calibrate.assemble import assemble_episode, check_channels
     from edge.calibrate.camera import open_camera
     from edge.calibrate.plan import load_program
     from edge.calibrate.record import RecordOptions, record
@@ -172,6 +172,7 @@ def run_record(args: argparse.Namespace) -> int:
     try:
         joints = open_joints(args.joints)
         try:
+            check_channels(prog, list(joints.joint_names))  # before the sweep, not after
             opts = RecordOptions(start_timeout_s=args.start_timeout_s,
                                  progress=lambda line: print(line, flush=True))
             try:
