@@ -21,8 +21,13 @@ def model_sha(name: str) -> str:
 
 def key(cell: str = "cell-1", model: str = "m1", camera: str = "cam-1",
         robot: str = "robot-1") -> CacheKey:
-    """A key with the ids :func:`calibration` uses by default."""
-    return CacheKey(cell, camera, robot, model_sha(model))
+    """A key with the ids :func:`calibration` uses by default; ``model="chain"`` is the
+    chain model's identity (whose entries hold chain calibrations), any other name a
+    stand-in ONNX model (whose entries hold float32 contexts)."""
+    from edge.runtime.chain import CHAIN_MODEL_SHA256
+
+    return CacheKey(cell, camera, robot,
+                    CHAIN_MODEL_SHA256 if model == "chain" else model_sha(model))
 
 
 def calibration(k: CacheKey, seed: int = 0) -> Episode:

@@ -230,3 +230,95 @@ def test_cell_camera_and_robot_come_from_the_cache_when_they_are_unique(tmp_path
         assert cached_camera_robot(c, "cell-1", "cam-2", None) == ("cam-2", "robot-1")
         m2 = key(model="m2").model_sha256
         assert cached_camera_robot(c, "cell-1", None, None, m2) == ("cam-1", "robot-1")
+
+
+# ------------------------------------------------ archives the cache must not take
+
+
+def _with_manifest(src: Path, dst: Path, edit) -> Path:
+    def rewrite(name: str, data: bytes) -> bytes:
+        if name != MANIFEST_NAME:
+            return data
+        m = json.loads(data)
+        edit(m)
+        return json.dumps(m).encode()
+
+    return _rewrite(src, dst, rewrite)
+
+
+@pytest.mark.parametrize("moved, to, expected, found", [
+    ("m1", "chain", "expected a chain calibration", "found a float32 .npy array"),
+    ("chain", "m1", "expected a float32 .npy array", "found a chain calibration"),
+])
+def test_import_refuses_a_context_of_another_model_kind(tmp_path: Path, moved: str, to: str,
+                                                        expected: str, found: str) -> None:
+    from tests.test_chain_runtime import two_link_chain
+
+    with CalibrationCache(tmp_path / "a") as a:
+        put(a, key(model=moved), ctx=two_link_chain() if moved == "chain" else context(1))
+        good = a.export(key(model=moved), tmp_path / "good.zip")
+        ctx_sha = a.info(key(model=moved)).context_sha256
+
+    def rekey(m: dict) -> None:
+        m["entries"][0]["key"]["model_sha256"] = key(model=to).model_sha256
+
+    bad = _with_manifest(good, tmp_path / "bad.zip", rekey)
+    with CalibrationCache(tmp_path / "b") as b:
+        with pytest.raises(CacheArchiveError) as err:
+            b.import_(bad)
+        assert b.list() == []
+    text = str(err.value)
+    assert str(bad) in text and f"member blobs/{ctx_sha}" in text
+    assert expected in text and found in text and key(model=to).short in text
+    assert len(text.splitlines()) == 1
+
+
+def test_import_refuses_a_key_listed_twice_before_storing_anything(tmp_path: Path,
+                                                                    capsys) -> None:
+    k1, k2, _ = _fill(tmp_path / "a")
+    with CalibrationCache(tmp_path / "a") as a:
+        good = a.export([k1, k2], tmp_path / "good.zip")
+
+    def twice(m: dict) -> None:  # the second entry under the first one's key
+        m["entries"][1]["key"] = dict(m["entries"][0]["key"])
+
+    dup = _with_manifest(good, tmp_path / "dup.zip", twice)
+    with CalibrationCache(tmp_path / "b") as b:
+        with pytest.raises(CacheArchiveError, match=r"entries\[0\] and entries\[1\]: expected "
+                                                    r"each key once, found .* twice") as err:
+            b.import_(dup)
+        assert str(k1) in str(err.value)
+        assert b.list() == []
+    from edge.commands.common import run_command
+
+    assert run_command("cache", cache_cmd.register,
+                       ["import", "--root", str(tmp_path / "c"), str(dup)]) == 2
+    captured = capsys.readouterr()
+    assert "imported" not in captured.out and "twice" in captured.err
+    with CalibrationCache(tmp_path / "c") as c:
+        assert c.list() == []
+
+
+def test_export_refuses_an_existing_archive_unless_overwrite(tmp_path: Path,
+                                                              capsys) -> None:
+    from edge.commands.common import run_command
+
+    k1, _, _ = _fill(tmp_path / "a")
+    out = tmp_path / "cell-1.zip"
+    out.write_bytes(b"an earlier archive")
+    with CalibrationCache(tmp_path / "a") as a:
+        with pytest.raises(CacheConflictError, match="already exists.*overwrite"):
+            a.export(k1, out)
+        assert out.read_bytes() == b"an earlier archive"
+        assert run_command("cache", cache_cmd.register,
+                           ["export", "--root", str(tmp_path / "a"), "--cell", "cell-1",
+                            "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"export --out {out}: already exists" in err and "--overwrite" in err
+        assert out.read_bytes() == b"an earlier archive"
+        assert run_command("cache", cache_cmd.register,
+                           ["export", "--root", str(tmp_path / "a"), "--cell", "cell-1",
+                            "--out", str(out), "--overwrite"]) == 0
+    assert "exported 2 entries" in capsys.readouterr().out
+    with CalibrationCache(tmp_path / "b") as b:
+        assert len(b.import_(out)) == 2

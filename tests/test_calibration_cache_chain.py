@@ -131,3 +131,73 @@ def test_put_refuses_an_inconsistent_chain(tmp_path: Path) -> None:
         with pytest.raises(Exception, match="dof_names"):
             cache.put(k, ep, bad, report(), ep.frames[0])
         assert cache.get(k) is None
+
+
+def test_put_refuses_a_context_of_another_model_kind(tmp_path: Path) -> None:
+    from edge.cache.values import CacheValueError
+
+    with CalibrationCache(tmp_path / "cal") as cache:
+        k_chain, k_onnx = key(model="chain"), key(model="onnx")
+        with pytest.raises(CacheValueError, match=r"expected a chain calibration: model "
+                                                  r"\w+\.\.\. is the chain model; found a "
+                                                  r"float32 \.npy array"):
+            put(cache, k_chain, ctx=context(0))
+        with pytest.raises(CacheValueError, match="expected a float32 .npy array .* is not "
+                                                  "the chain model .* found a chain "
+                                                  "calibration"):
+            put(cache, k_onnx, ctx=two_link_chain())
+        assert cache.list() == []
+
+
+def _mismatched(root: Path) -> tuple:
+    """A cache whose chain entry's row names the ONNX entry's float32 context (and the
+    other way round), as a mismatched import left them: the blobs themselves are sound."""
+    k_chain, k_onnx = key(model="chain"), key(model="onnx")
+    with CalibrationCache(root) as cache:
+        onnx = put(cache, k_onnx).info
+        chain = put(cache, k_chain, ctx=two_link_chain()).info
+    with sqlite3.connect(root / ix.INDEX_NAME) as db:
+        for k, src in ((k_chain, onnx), (k_onnx, chain)):
+            db.execute("UPDATE entries SET context_sha256 = ?, context_bytes = ?, "
+                       "context_shape = ?, context_format = ? WHERE model_sha256 = ?",
+                       (src.context_sha256, src.context_bytes,
+                        json.dumps(list(src.context_shape)), src.context_format,
+                        k.model_sha256))
+    return k_chain, k_onnx, onnx, chain
+
+
+def test_a_context_of_another_model_kind_is_dropped_from_its_entry_on_read(
+        tmp_path: Path) -> None:
+    root = tmp_path / "cal"
+    k_chain, k_onnx, onnx, chain = _mismatched(root)
+    with CalibrationCache(root) as cache:
+        with pytest.raises(CacheCorruptError, match="expected a float32 .npy array") as err:
+            cache.get_context(k_onnx.cell_id, k_onnx.camera_id, k_onnx.robot_id,
+                              k_onnx.model_sha256)
+        assert "--model DIR" in str(err.value)
+        with pytest.raises(CacheCorruptError, match="expected a chain calibration") as err:
+            cache.get(k_chain)
+        assert "--chain'" in str(err.value)
+        # only the rows lost the context; the blobs stay where they are
+        for k in (k_onnx, k_chain):
+            got = cache.get(k)
+            assert got is not None and got.context is None and got.info.flags == ("no-context",)
+        assert blob_file(cache, onnx.context_sha256).is_file()
+        assert blob_file(cache, chain.context_sha256).is_file()
+        assert sorted(r.role for r in cache.quarantine()) == ["context", "context"]
+
+
+def test_simulate_chain_on_a_mismatched_cached_context_says_one_line(
+        tmp_path: Path, capsys) -> None:
+    from edge.cli import main
+
+    root = tmp_path / "cal"
+    k_chain, *_ = _mismatched(root)
+    code = main(["simulate", "--cell", k_chain.cell_id, "--camera-id", k_chain.camera_id,
+                 "--robot-id", k_chain.robot_id, "--chain", "--cache-dir", str(root),
+                 "--start", str(tmp_path / "start.png"), "--out", str(tmp_path / "sim")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "context blob is not one its key's model reads" in err
+    assert "expected a chain calibration" in err and "found a float32 .npy array" in err
+    assert "Traceback" not in err and not (tmp_path / "sim").exists()

@@ -164,3 +164,50 @@ def test_put_repairs_a_corrupt_shared_blob(cache: CalibrationCache) -> None:
     put(cache, k2, ctx=ctx)  # same context bytes: the damaged file is rewritten, not reused
     got = cache.get_context(k1.cell_id, k1.camera_id, k1.robot_id, k1.model_sha256)
     assert np.array_equal(got, ctx)
+
+
+def test_rebuild_keeps_a_healthy_index_in_place(tmp_path: Path, capsys) -> None:
+    """A sound index (an empty one too) is rebuilt in place: no file is moved to
+    quarantine and its quarantine records stay; an entry whose blob is damaged is left out
+    and recorded; only a damaged index file is replaced."""
+    from edge.cache.rebuild import rebuild_index
+    from edge.commands import cache as cache_cmd
+    from edge.commands.common import run_command
+
+    empty = tmp_path / "empty"
+    CalibrationCache(empty).close()
+    rep = rebuild_index(empty)
+    assert rep.in_place and rep.old_index is None and rep.restored == ()
+    assert list((empty / "quarantine").iterdir()) == []
+    root = tmp_path / "cal"
+    k1, k2, k3 = key(model="m1"), key(model="m2"), key(cell="cell-2")
+    with CalibrationCache(root) as c:
+        for i, k in enumerate((k1, k2, k3)):
+            put(c, k, seed=i)
+        _flip(blob_file(c, c.info(k3).context_sha256))
+        with pytest.raises(CacheCorruptError):  # one quarantine record before the rebuild
+            c.get_context(k3.cell_id, k3.camera_id, k3.robot_id, k3.model_sha256)
+        _flip(blob_file(c, c.info(k2).reference_sha256))
+    moved_before = sorted(p.name for p in (root / "quarantine").iterdir())
+    assert run_command("cache", cache_cmd.register, ["rebuild", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "restored 2 entries" in out and "rebuilt in place" in out
+    assert f"skipped {k2.short}: reference blob failed verification" in out
+    assert "moved the old index" not in out
+    assert sorted(p.name for p in (root / "quarantine").iterdir()) == moved_before
+    assert not list((root / "quarantine").glob("index-*"))
+    with CalibrationCache(root) as c:
+        assert [i.key for i in c.list()] == sorted([k1, k3])
+        np.testing.assert_array_equal(c.get(k1).context, context(0))
+        assert c.get(k3).context is None
+        records = c.quarantine()
+    assert [r.role for r in records] == ["context", "row"]  # the earlier one kept
+    assert records[1].key == k2 and "left out by 'syncedge cache rebuild'" in records[1].reason
+    # a damaged index file is still moved out of the way
+    (root / "index.sqlite3").write_bytes(b"this is not a database" * 100)
+    for side in ("index.sqlite3-wal", "index.sqlite3-shm"):
+        (root / side).unlink(missing_ok=True)
+    rep = rebuild_index(root)
+    assert not rep.in_place and rep.old_index and "not a database" in rep.damage
+    assert Path(rep.old_index).is_file() and {k.short for k in rep.restored} == \
+        {k1.short, k3.short}

@@ -168,3 +168,31 @@ def test_model_with_altered_graph_is_refused(files, tmp_path: Path, capsys) -> N
     assert run_command("simulate", simulate.register, [*base, "--start", str(files["ep"])]) == 2
     assert "step_b1.onnx: sha256" in capsys.readouterr().err
     assert not files["out"].exists()
+
+
+def test_a_cached_context_the_model_cannot_read_is_named_not_called_missing(
+        files, tmp_path: Path) -> None:
+    """A cached context of another shape is said as such, not as 'no context' beside a
+    list of cached models that holds this very model."""
+    from edge.cache.store import CalibrationCache
+    from edge.cache.values import CacheKey
+    from edge.runtime.errors import ContextMismatchError
+
+    model = load_model(files["model"], intra_op_num_threads=1)
+    sha = model.sha256
+    model.deactivate()
+    cal = calibration_episode(3, 4, 16, 16, seed=1)
+    frame = tmp_path / "start.png"
+    write_png(frame, np.full((16, 16, 3), 90, np.uint8))
+    acts = tmp_path / "a.json"
+    acts.write_text(json.dumps({"candidates": np.zeros((1, 2, 3)).tolist()}))
+    with CalibrationCache(tmp_path / "cache") as cache:
+        cache.put(CacheKey("cell-1", "cam-1", "robot-1", sha), cal,
+                  np.ones((2, 3), np.float32), {"verdict": "pass"}, cal.frames[0])
+        args = _parse(["--cell", "cell-1", "--camera-id", "cam-1", "--robot-id", "robot-1",
+                       "--model", str(files["model"]), "--out", str(files["out"]),
+                       "--start", str(frame), "--actions", str(acts)])
+        with pytest.raises(ContextMismatchError, match=r"expected float32 \[.*found") as err:
+            simulate.run(args, context_source=cache)
+    assert "no context" not in str(err.value)
+    assert not files["out"].exists()

@@ -12,8 +12,9 @@ An archive is a zip file (stored, not compressed: the episode is compressed alre
 ``context_format`` (``"npy"`` or ``"chain"``, as the index's) is in schema version 2; an
 archive without chain calibrations is written as version 1 (no ``context_format``), which
 every syncedge reads. Reading validates everything before anything is stored: strict manifest keys, the set of
-blob files equals the manifest's, every blob's size and sha256, and every decoded value
-(episode, context, reference frame, report) as :meth:`CalibrationCache.put` would. The
+blob files equals the manifest's, every blob's size and sha256, each key listed once, each
+context in the format its key's model reads, and every decoded value (episode, context,
+reference frame, report) as :meth:`CalibrationCache.put` would. The
 checksums detect accidental or deliberate changes to the data; they do not say who made
 the archive (it is not signed).
 """
@@ -38,6 +39,7 @@ from edge.cache.blobs import (
     check_episode,
     check_reference,
     context_load,
+    format_mismatch,
     npy_load,
     sha256_bytes,
 )
@@ -155,8 +157,26 @@ def read_archive(path: Path, store: BlobStore) -> list[ArchiveItem]:
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError) as exc:
         raise _fail(path, f"expected a readable zip archive, found a corrupt, truncated or "
                           f"altered file ({type(exc).__name__}: {exc})") from None
+    _refuse_duplicate_keys(path, manifest["entries"])
     return [_item(path, i, e, data, store, manifest["schema_version"])
             for i, e in enumerate(manifest["entries"])]
+
+
+def _refuse_duplicate_keys(path: Path, entries: list[Any]) -> None:
+    """Refuse an archive listing one key twice (which copy would win is not the
+    archive's to decide), before anything is decoded or stored."""
+    seen: dict[CacheKey, int] = {}
+    for i, e in enumerate(entries):
+        try:
+            key = CacheKey.from_json_dict(e.get("key") if isinstance(e, dict) else None)
+        except CacheError:
+            continue  # _item names the malformed key
+        if key in seen:
+            raise _fail(path, f"{MANIFEST_NAME}:entries[{seen[key]}] and entries[{i}]: "
+                              f"expected each key once, found {key} twice; nothing was "
+                              f"imported: export the entries again (one archive holds one "
+                              f"entry per key)")
+        seen[key] = i
 
 
 def _manifest(path: Path, raw: bytes) -> dict[str, Any]:
@@ -205,6 +225,12 @@ def _item(path: Path, i: int, e: Any, data: Mapping[str, bytes], store: BlobStor
             r in data for r in roles.values()):
         raise _fail(path, f"{where}.blobs: expected {sorted(needed)} naming listed blobs, "
                           f"found {roles!r}")
+    if e["context_shape"] is not None:
+        why = format_mismatch(key, fmt)
+        if why is not None:
+            raise _fail(path, f"member blobs/{roles['context']} ({where}.context_format, "
+                              f"the context of {key.short}): {why}; nothing was imported: "
+                              f"export the entry again from the cache that made it")
     if not isinstance(e["forced"], bool) or not isinstance(e["forced_reason"], str):
         raise _fail(path, f"{where}: expected forced (bool) and forced_reason (text)")
     created = e["created_s"]

@@ -38,7 +38,10 @@ __all__ = [
     "check_episode",
     "check_reference",
     "check_report",
+    "describe_context_format",
     "episode_digest",
+    "expected_context_format",
+    "format_mismatch",
     "json_bytes",
     "npy_bytes",
     "npy_load",
@@ -138,15 +141,18 @@ class BlobStore:
 
     Args:
         root: the cache root folder (created if missing).
+        create: create the folders if missing (``False`` for a read-only cache, whose
+            missing folders simply hold nothing).
     """
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, create: bool = True):
         self.root = root
         self.blob_dir = root / "blobs"
         self.quarantine_dir = root / "quarantine"
         self.tmp_dir = root / "tmp"
-        for d in (self.blob_dir, self.quarantine_dir, self.tmp_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        if create:
+            for d in (self.blob_dir, self.quarantine_dir, self.tmp_dir):
+                d.mkdir(parents=True, exist_ok=True)
 
     def path(self, sha: str) -> Path:
         """Where the blob named ``sha`` lives."""
@@ -290,21 +296,57 @@ def check_episode(episode: Episode | str | os.PathLike[str], key: CacheKey) -> E
     return episode
 
 
+def expected_context_format(key: CacheKey) -> str:
+    """The ``context_format`` the model of ``key`` reads: ``"chain"`` for the chain model
+    (:data:`edge.runtime.chain.CHAIN_MODEL_SHA256`), ``"npy"`` (a float32 array) for every
+    other model (an exported ONNX model, identified by its ``model.json`` sha256)."""
+    from edge.runtime.chain import CHAIN_MODEL_SHA256
+
+    return "chain" if key.model_sha256 == CHAIN_MODEL_SHA256 else "npy"
+
+
+def describe_context_format(fmt: str) -> str:
+    """What a ``context_format`` holds, for messages."""
+    return ("a chain calibration" if fmt == "chain" else
+            "a float32 .npy array (an ONNX model's context)" if fmt == "npy" else repr(fmt))
+
+
+def format_mismatch(key: CacheKey, found: str) -> str | None:
+    """Why a context of ``found`` format cannot be ``key``'s (``None`` when it can): a
+    chain calibration is stored only under the chain model's identity, and that identity
+    holds nothing else."""
+    from edge.runtime.chain import CHAIN_MODEL_SHA256
+
+    want = expected_context_format(key)
+    if found == want:
+        return None
+    model = (f"model {key.model_sha256[:12]}... is the chain model" if want == "chain" else
+             f"model {key.model_sha256[:12]}... is not the chain model (whose "
+             f"calibrations are cached under {CHAIN_MODEL_SHA256[:12]}...)")
+    return (f"expected {describe_context_format(want)}: {model}; found "
+            f"{describe_context_format(found)}")
+
+
 def check_context(context: object, key: CacheKey) -> Any:
     """Check a context: a float32 array, at least 1-D, not empty, all finite; or a chain
     calibration (:class:`edge.runtime.chain.ChainCalibration`, validated); or ``None``.
+    Its kind must be the one the key's model reads (:func:`expected_context_format`).
 
     Raises:
-        CacheValueError: naming the key, the expected and the found dtype, shape or value.
+        CacheValueError: naming the key, the expected and the found kind, dtype, shape or
+            value.
     """
     if context is None:
         return None
-    if not isinstance(context, np.ndarray):
-        from edge.runtime.chain import ChainCalibration, ChainFileError
+    from edge.runtime.chain import ChainCalibration, ChainFileError
 
-        if not isinstance(context, ChainCalibration):
-            raise CacheValueError(f"context for {key.short}: expected a float32 array or a "
-                                  f"chain calibration, found {type(context).__name__}")
+    if not isinstance(context, (np.ndarray, ChainCalibration)):
+        raise CacheValueError(f"context for {key.short}: expected a float32 array or a "
+                              f"chain calibration, found {type(context).__name__}")
+    why = format_mismatch(key, "npy" if isinstance(context, np.ndarray) else "chain")
+    if why is not None:
+        raise CacheValueError(f"context for {key.short}: {why}")
+    if isinstance(context, ChainCalibration):
         try:
             context.validate(f"context for {key.short}")
         except ChainFileError as exc:

@@ -5,11 +5,17 @@ writer never blocks readers), ``synchronous=FULL`` (a committed entry survives a
 cut), and a busy timeout so that two processes wait for each other's short write
 transactions instead of failing. Write transactions start with ``BEGIN IMMEDIATE`` so the
 write lock is taken up front and a transaction never has to be retried halfway.
+
+A cache folder this process cannot write (a read-only mount, or its permissions) is opened
+read-only (:func:`connect_read_only`): SQLite cannot create the ``-shm`` file a WAL index
+needs beside it there, so the index is opened as immutable when no un-merged ``-wal``
+file is left, and every write is refused with :class:`CacheReadOnlyError`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import time
@@ -23,6 +29,7 @@ from edge.cache.values import (
     CacheIndexError,
     CacheKey,
     CacheKeyError,
+    CacheReadOnlyError,
     EntryInfo,
     QuarantineRecord,
 )
@@ -33,11 +40,16 @@ __all__ = [
     "KEY_WHERE",
     "add_quarantine",
     "connect",
+    "connect_read_only",
     "delete_entry",
+    "folder_writable",
     "info_to_row",
+    "is_read_only",
     "is_referenced",
     "key_params",
     "quarantine_records",
+    "read_only_error",
+    "read_only_uri",
     "row_json",
     "row_to_info",
     "select_row",
@@ -117,15 +129,112 @@ def connect(root: Path, busy_timeout_s: float) -> sqlite3.Connection:
                 _upgrade(conn, version)
                 version = INDEX_SCHEMA_VERSION
     except sqlite3.DatabaseError as exc:
-        raise CacheIndexError(
-            f"{path}: expected a calibration-cache index (SQLite), found an unreadable file "
-            f"({exc}); rebuild it from the blobs with 'syncedge cache rebuild --root "
-            f"{root}' (or import entries again from exported archives)") from None
+        raise _unreadable(path, root, exc) from None
     if version > INDEX_SCHEMA_VERSION:
         conn.close()
-        raise CacheIndexError(f"{path}: index schema version {version} is newer than this "
-                              f"syncedge reads ({INDEX_SCHEMA_VERSION}); upgrade syncedge")
+        raise _newer(path, version)
     return conn
+
+
+def _unreadable(path: Path, root: Path, exc: Exception,
+                read_only: bool = False) -> CacheIndexError:
+    where = (" where its folder is writable (this one is read-only)" if read_only else "")
+    return CacheIndexError(
+        f"{path}: expected a calibration-cache index (SQLite), found an unreadable file "
+        f"({exc}); rebuild it from the blobs with 'syncedge cache rebuild --root "
+        f"{root}'{where} (or import entries again from exported archives)")
+
+
+def _newer(path: Path, version: int) -> CacheIndexError:
+    return CacheIndexError(f"{path}: index schema version {version} is newer than this "
+                           f"syncedge reads ({INDEX_SCHEMA_VERSION}); upgrade syncedge")
+
+
+def folder_writable(root: Path) -> bool:
+    """Whether this process can write the cache folder ``root`` and its index file (both
+    must be writable for SQLite to keep the index's ``-wal`` and ``-shm`` files beside
+    it). ``False`` on a read-only mount, or where permissions forbid it."""
+    index = root / INDEX_NAME
+    return os.access(root, os.W_OK | os.X_OK) and (
+        not index.exists() or os.access(index, os.R_OK | os.W_OK))
+
+
+def read_only_error(root: Path, what: str) -> CacheReadOnlyError:
+    """The error for a write (``what``: ``"storing a calibration"``, ``"cache gc"``) asked
+    of the read-only cache folder ``root``: names the folder and what to do."""
+    return CacheReadOnlyError(
+        f"calibration cache folder {root} is read-only (this process cannot write it: a "
+        f"read-only mount or its permissions), so {what} cannot be done; make the folder "
+        f"writable (mount it read-write, or give this user write permission), or use a "
+        f"writable cache folder with --cache-dir DIR (copy the entries there with "
+        f"'syncedge cache export' and 'syncedge cache import --root DIR'); reading the "
+        f"cache (list, show, simulate --cell) works as it is")
+
+
+def read_only_uri(path: Path, immutable: bool = False) -> str:
+    """The SQLite URI opening the index file ``path`` read-only (``immutable``: without
+    the ``-shm`` file, for a folder where it cannot be created; only when no ``-wal``
+    content is left to merge)."""
+    return path.resolve().as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+def connect_read_only(root: Path) -> sqlite3.Connection:
+    """Open the index under the read-only folder ``root`` for reading only (``PRAGMA
+    query_only``; :func:`is_read_only` is true for it). A folder without an index (or with
+    an empty index file) reads as an empty cache.
+
+    Raises:
+        CacheIndexError: the file is not a SQLite database, was written by a newer
+            syncedge, or holds changes in its ``-wal`` file that cannot be read without
+            creating the ``-shm`` file in this folder (naming the file and the fix).
+    """
+    path = root / INDEX_NAME
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.is_file() and wal.stat().st_size > 0
+    if not path.exists() or (path.stat().st_size == 0 and not pending):  # nothing cached
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        for stmt in filter(str.strip, _SCHEMA.split(";")):
+            conn.execute(stmt)
+        conn.execute("INSERT INTO meta VALUES ('schema_version', ?)",
+                     (str(INDEX_SCHEMA_VERSION),))
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+    try:
+        conn = sqlite3.connect(read_only_uri(path, immutable=not pending), uri=True,
+                               isolation_level=None)
+    except sqlite3.Error as exc:
+        if pending:
+            raise _pending_wal(path, wal, exc) from None
+        raise _unreadable(path, root, exc, read_only=True) from None
+    conn.row_factory = sqlite3.Row
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        conn.execute("SELECT 1 FROM entries LIMIT 1").fetchall()
+        version = INDEX_SCHEMA_VERSION if row is None else int(row[0])
+    except sqlite3.Error as exc:
+        conn.close()
+        if pending and "unable to open" in str(exc):
+            raise _pending_wal(path, wal, exc) from None
+        raise _unreadable(path, root, exc, read_only=True) from None
+    if version > INDEX_SCHEMA_VERSION:
+        conn.close()
+        raise _newer(path, version)
+    return conn
+
+
+def _pending_wal(path: Path, wal: Path, exc: Exception) -> CacheIndexError:
+    return CacheIndexError(
+        f"{path}: the index has changes in {wal.name} not yet merged into it, and in this "
+        f"read-only folder SQLite cannot create {path.name}-shm to read them ({exc}); open "
+        f"the cache once where its folder is writable (any 'syncedge cache list --root "
+        f"{path.parent}' merges them), then use it read-only again")
+
+
+def is_read_only(conn: sqlite3.Connection) -> bool:
+    """Whether ``conn`` was opened by :func:`connect_read_only` (it refuses every write)."""
+    return bool(conn.execute("PRAGMA query_only").fetchone()[0])
 
 
 def _upgrade(conn: sqlite3.Connection, version: int) -> None:

@@ -12,13 +12,17 @@ command ``syncedge cache rebuild``) makes a new index:
    missing or damaged is left out (the entry keeps its episode, so the context is encoded
    again with ``syncedge calibrate store --cell``). The first candidate that passes is
    restored; a key with none is skipped, with the reason.
-3. The new index is written under ``ROOT/tmp/`` and moved into place; the old index file
-   (and its ``-wal``/``-shm`` files) goes to ``ROOT/quarantine/index-<time>.sqlite3``.
-   Records are rewritten for the restored entries (a cache from before records existed
-   gets them from its readable rows).
+3. A healthy old index (SQLite opens it, ``PRAGMA quick_check`` passes, its tables and
+   schema version read) is rebuilt in place: in one transaction its rows are replaced by
+   the restored ones (rows that failed are recorded in its quarantine table), and nothing
+   is moved. Otherwise the new index is written under ``ROOT/tmp/`` and moved into place;
+   the damaged index file (and its ``-wal``/``-shm`` files) goes to
+   ``ROOT/quarantine/index-<time>.sqlite3``. Records are rewritten for the restored
+   entries (a cache from before records existed gets them from its readable rows).
 
-Quarantine records of the old index are not carried over (the quarantined files stay under
-``ROOT/quarantine/``). Other processes must not use the cache while it is rebuilt.
+Quarantine records of a replaced index are not carried over (the quarantined files stay
+under ``ROOT/quarantine/``). Other processes must not use the cache while it is rebuilt.
+An index of a newer schema version is refused (upgrade syncedge), as is a read-only folder.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any
 from edge.cache import index as ix
 from edge.cache.blobs import BlobStore
 from edge.cache.records import read_records, write_record
-from edge.cache.values import CacheError, CacheKey, EntryInfo, RebuildReport
+from edge.cache.values import CacheError, CacheIndexError, CacheKey, EntryInfo, RebuildReport
 from edge.cache.verify import Fault, decode, key_or_none
 from edge.fileio import fsync_dir
 
@@ -43,12 +47,46 @@ __all__ = ["rebuild_index"]
 _SIDE_FILES = ("-wal", "-shm")
 
 
+def _health(path: Path) -> str | None:
+    """Why the index file ``path`` is damaged, or ``None`` when it is healthy: SQLite
+    opens it, ``PRAGMA quick_check`` says ``ok``, and its ``meta`` and ``entries`` tables
+    and schema version read.
+
+    Raises:
+        CacheIndexError: a sound index of a newer schema version (a rebuild would drop
+            what that version keeps: upgrade syncedge).
+    """
+    try:
+        conn = sqlite3.connect(ix.read_only_uri(path), uri=True)
+    except sqlite3.Error as exc:
+        return f"SQLite cannot open it ({exc})"
+    try:
+        check = [r[0] for r in conn.execute("PRAGMA quick_check")]
+        if check != ["ok"]:
+            return "SQLite's quick check failed: " + "; ".join(map(str, check[:3]))
+        row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        conn.execute("SELECT * FROM entries LIMIT 1").fetchall()
+        conn.execute("SELECT * FROM quarantine LIMIT 1").fetchall()
+        version = int(row[0]) if row is not None else None
+    except (sqlite3.Error, ValueError, TypeError) as exc:
+        return f"SQLite cannot read it ({exc})"
+    finally:
+        conn.close()
+    if version is None:
+        return "it records no schema version"
+    if version > ix.INDEX_SCHEMA_VERSION:
+        raise CacheIndexError(f"{path}: index schema version {version} is newer than this "
+                              f"syncedge reads ({ix.INDEX_SCHEMA_VERSION}); upgrade syncedge "
+                              f"(a rebuild would drop what that version keeps)")
+    return None
+
+
 def _old_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of the old index that SQLite can still read (none if it does not open)."""
     if not path.is_file():
         return []
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(ix.read_only_uri(path), uri=True)
     except sqlite3.Error:
         return []
     try:
@@ -87,17 +125,23 @@ def rebuild_index(root: str | os.PathLike[str]) -> RebuildReport:
     records and the blobs (see the module docstring).
 
     Returns:
-        What was restored, what was skipped and why, where the old index went.
+        What was restored, what was skipped and why, whether the old index was healthy
+        (rebuilt in place) or where it went.
     Raises:
         CacheError: ``root`` is not a calibration cache (no ``blobs/`` folder).
-        CacheIndexError / OSError: the new index cannot be written.
+        CacheReadOnlyError: the cache folder is read-only.
+        CacheIndexError: the old index is of a newer schema version; or, with OSError,
+            the new index cannot be written.
     """
     root = Path(root)
     if not (root / "blobs").is_dir():
         raise CacheError(f"{root}: expected a calibration cache root (with blobs/), found "
                          f"{'no such folder' if not root.exists() else 'no blobs/ folder'}")
+    if not ix.folder_writable(root):
+        raise ix.read_only_error(root, "'syncedge cache rebuild'")
     blobs = BlobStore(root)
     index = root / ix.INDEX_NAME
+    damage = _health(index) if index.is_file() else None
     candidates: dict[CacheKey, list[dict[str, Any]]] = {}
     skipped: list[tuple[str, str]] = []
     old = _old_rows(index)
@@ -131,6 +175,13 @@ def rebuild_index(root: str | os.PathLike[str]) -> RebuildReport:
             break
         else:
             skipped.append((key.short, "; ".join(dict.fromkeys(reasons))))
+    sources = {"old_index_rows": len(old), "records": len(records)}
+    if index.is_file() and damage is None:
+        _rebuild_in_place(root, old, restored)
+        for info in restored:
+            write_record(root, info)
+        return RebuildReport(tuple(i.key for i in restored), tuple(dropped), tuple(skipped),
+                             None, sources, in_place=True)
     stage = root / "tmp" / f"rebuild-{uuid.uuid4().hex}"
     stage.mkdir(parents=True)
     try:
@@ -163,4 +214,27 @@ def rebuild_index(root: str | os.PathLike[str]) -> RebuildReport:
     for info in restored:
         write_record(root, info)
     return RebuildReport(tuple(i.key for i in restored), tuple(dropped), tuple(skipped),
-                         moved, {"old_index_rows": len(old), "records": len(records)})
+                         moved, sources, damage=damage or "")
+
+
+def _rebuild_in_place(root: Path, old: list[dict[str, Any]],
+                      restored: list[EntryInfo]) -> None:
+    """Replace the rows of the healthy index under ``root`` by ``restored`` in one
+    transaction; each old row not restored as it was (its blobs failed, or it did not
+    parse) is recorded in the index's quarantine table with its content."""
+    keep = {info.key for info in restored}
+    conn = ix.connect(root, busy_timeout_s=10.0)
+    try:
+        with ix.write_transaction(conn):
+            for row in old:
+                key = key_or_none(row)  # type: ignore[arg-type]
+                if key is not None and key in keep:
+                    continue
+                ix.add_quarantine(conn, key, "row", "", "",
+                                  "left out by 'syncedge cache rebuild': its row or blobs "
+                                  "failed verification", ix.row_json(row))  # type: ignore[arg-type]
+            conn.execute("DELETE FROM entries")
+            for info in restored:
+                ix.upsert_entry(conn, info)
+    finally:
+        conn.close()

@@ -62,6 +62,7 @@ from edge.cache.values import (
     CacheError,
     CacheKey,
     CacheKeyError,
+    CacheReadOnlyError,
     CacheValueError,
     Entry,
     EntryInfo,
@@ -71,11 +72,26 @@ from edge.cache.values import (
 from edge.cache.verify import Fault, decode, parse_row, quarantine_blob
 from edge.episode import Episode, save_episode
 
-__all__ = ["CalibrationCache", "default_root"]
+__all__ = ["CalibrationCache", "check_writable", "default_root"]
 
 log = logging.getLogger(__name__)
 
 _RETRIES = 3  # re-reads when a concurrent writer changed the row under a read
+
+
+def check_writable(root: str | os.PathLike[str], what: str) -> None:
+    """Refuse, before any work and without creating anything, ``what`` (``"storing a
+    calibration"``) on a cache root this process cannot write: the folder itself, or where
+    it does not exist yet, the nearest folder above it that does.
+
+    Raises:
+        CacheReadOnlyError: naming the folder and what to do.
+    """
+    folder = Path(root)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if folder.is_dir() and not ix.folder_writable(folder):
+        raise ix.read_only_error(folder, what)
 
 
 def default_root() -> Path:
@@ -100,6 +116,13 @@ class CalibrationCache:
 
     Raises:
         CacheIndexError: the index is unreadable or from a newer syncedge.
+        CacheReadOnlyError: ``root`` does not exist and cannot be created.
+
+    A root this process cannot write (a read-only mount, or its permissions;
+    :func:`edge.cache.index.folder_writable`) is opened read-only (:attr:`read_only`):
+    reads work, ``last_used_s`` is not refreshed, a corrupt blob or row is reported but
+    not moved to quarantine, and every write raises
+    :class:`~edge.cache.values.CacheReadOnlyError` naming the folder.
 
     One instance holds one SQLite connection; use it from one thread (open another
     instance per thread or process). Close it with :meth:`close` or a ``with`` block.
@@ -112,9 +135,28 @@ class CalibrationCache:
         self.root = Path(root)
         self.size_cap_bytes = size_cap_bytes
         self.touch_interval_s = touch_interval_s
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.blobs = BlobStore(self.root)
-        self._conn = ix.connect(self.root, busy_timeout_s)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheReadOnlyError(
+                f"calibration cache folder {self.root}: no such folder, and it cannot be "
+                f"created ({exc.strerror or exc}); expected an existing cache folder, or "
+                f"one in a writable folder (--cache-dir DIR)") from None
+        #: the folder cannot be written: reads only (see the class docstring)
+        self.read_only = not ix.folder_writable(self.root)
+        self.blobs = BlobStore(self.root, create=not self.read_only)
+        self._conn = (ix.connect_read_only(self.root) if self.read_only
+                      else ix.connect(self.root, busy_timeout_s))
+
+    def require_writable(self, what: str) -> None:
+        """Refuse, before any work, ``what`` (``"storing a calibration"``) on a read-only
+        cache.
+
+        Raises:
+            CacheReadOnlyError: naming the folder and what to do.
+        """
+        if self.read_only:
+            raise ix.read_only_error(self.root, what)
 
     def close(self) -> None:
         """Close the index connection."""
@@ -161,6 +203,7 @@ class CalibrationCache:
              context: np.ndarray | None, report: Mapping[str, Any],
              reference_frame: np.ndarray, forced: bool, forced_reason: str,
              created_s: float | None) -> Entry:
+        self.require_writable("storing a calibration")
         if not isinstance(key, CacheKey):
             raise CacheValueError(f"key: expected a CacheKey, found {type(key).__name__}")
         ep = check_episode(episode, key)
@@ -243,7 +286,10 @@ class CalibrationCache:
 
         Returns:
             Whether there was such an entry.
+        Raises:
+            CacheReadOnlyError: the cache folder is read-only.
         """
+        self.require_writable("removing an entry")
         with ix.write_transaction(self._conn):
             row = ix.select_row(self._conn, key)
             if row is None:
@@ -374,7 +420,7 @@ class CalibrationCache:
 
     def _touch(self, info: EntryInfo) -> None:
         now = time.time()
-        if now - info.last_used_s < self.touch_interval_s:
+        if self.read_only or now - info.last_used_s < self.touch_interval_s:
             return
         try:
             self._conn.execute(f"UPDATE entries SET last_used_s = ? WHERE {ix.KEY_WHERE} "
@@ -402,21 +448,42 @@ class CalibrationCache:
         ``grace_s`` seconds (so a write in progress in another process is not disturbed);
         check the index (``PRAGMA quick_check``); report the quarantine (kept for
         inspection: nothing under ``quarantine/`` is deleted).
+
+        Raises:
+            CacheReadOnlyError: the cache folder is read-only.
         """
+        self.require_writable("cache gc")
         return collect_garbage(self._conn, self.blobs, grace_s)
 
     # ---------------------------------------------------------------- archives
 
-    def export(self, keys: CacheKey | Iterable[CacheKey], path: str | os.PathLike[str]) -> Path:
-        """Write the entries of ``keys`` (verified first) to one portable archive file.
+    def export(self, keys: CacheKey | Iterable[CacheKey], path: str | os.PathLike[str], *,
+               overwrite: bool = False) -> Path:
+        """Write the entries of ``keys`` (verified first; each once) to one portable
+        archive file, atomically.
+
+        Args:
+            keys: the entries to write.
+            path: the archive file; an existing file there is refused unless ``overwrite``.
+            overwrite: replace an existing file at ``path``.
 
         Raises:
-            CacheKeyError: a key has no entry. CacheCorruptError: an entry failed
-            verification (quarantined; nothing written).
+            CacheConflictError: ``path`` exists and ``overwrite`` is false (checked first;
+            nothing written). CacheKeyError: a key has no entry. CacheCorruptError: an
+            entry failed verification (quarantined; nothing written).
         """
         from edge.cache.archive import write_archive
 
-        keys = [keys] if isinstance(keys, CacheKey) else list(keys)
+        out = Path(path)
+        if out.is_dir():
+            raise CacheConflictError(f"export: {out} is a folder; expected an archive file "
+                                     f"path (e.g. {out / 'calibration.zip'})")
+        if out.exists() and not overwrite:
+            raise CacheConflictError(
+                f"export: {out} already exists; expected a new archive path (nothing was "
+                f"written): choose another path or remove the file, or replace it with "
+                f"overwrite=True ('syncedge cache export --overwrite')")
+        keys = [keys] if isinstance(keys, CacheKey) else list(dict.fromkeys(keys))
         entries = []
         for key in keys:
             if self.get(key) is None:
@@ -432,11 +499,15 @@ class CalibrationCache:
         """Validate every entry of an archive made by :meth:`export`, then store them.
 
         Raises:
-            CacheArchiveError: malformed, incomplete or altered archive (nothing stored).
+            CacheArchiveError: malformed, incomplete or altered archive, a key listed
+                twice, or a context whose format is not the one its key's model reads
+                (nothing stored).
             CacheConflictError: an entry exists and ``replace`` is false (nothing stored).
+            CacheReadOnlyError: the cache folder is read-only (checked first).
         """
         from edge.cache.archive import read_archive
 
+        self.require_writable("importing an archive")
         items = read_archive(Path(path), self.blobs)
         clash = [it.key for it in items if not replace and self.info(it.key) is not None]
         if clash:

@@ -27,6 +27,7 @@ __all__ = [
     "CacheIndexError",
     "CacheKey",
     "CacheKeyError",
+    "CacheReadOnlyError",
     "CacheValueError",
     "Entry",
     "EntryInfo",
@@ -59,11 +60,17 @@ class CacheValueError(CacheError, ValueError):
 
 
 class CacheConflictError(CacheError):
-    """An import would replace an existing entry and replacing was not asked for."""
+    """An import would replace an existing entry, or an export an existing file, and
+    replacing was not asked for."""
 
 
 class CacheIndexError(CacheError):
     """The SQLite index cannot be opened or read (not a database, newer schema)."""
+
+
+class CacheReadOnlyError(CacheError):
+    """A write (store, import, remove, gc, rebuild) was asked of a cache whose folder this
+    process cannot write (a read-only mount, or its permissions); reads still work."""
 
 
 class CacheArchiveError(CacheError, ValueError):
@@ -301,8 +308,12 @@ class RebuildReport:
             entry keeps its episode: re-encode with ``syncedge calibrate store --cell``).
         skipped: ``(key text, reason)`` per entry that could not be restored (a damaged or
             missing episode, report or reference blob; an unreadable record).
-        old_index: where the previous index file was moved (``None``: there was none).
+        old_index: where the previous index file was moved (``None``: there was none, or
+            it was healthy and rebuilt in place).
         sources: how many candidate rows came from the old index and from the records.
+        in_place: the old index was healthy (SQLite opened and checked it), so its rows
+            were replaced in place and nothing was quarantined.
+        damage: why the old index was replaced (``""`` when rebuilt in place or absent).
     """
 
     restored: tuple[CacheKey, ...]
@@ -310,3 +321,5 @@ class RebuildReport:
     skipped: tuple[tuple[str, str], ...]
     old_index: str | None
     sources: Mapping[str, int]
+    in_place: bool = False
+    damage: str = ""

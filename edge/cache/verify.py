@@ -18,7 +18,15 @@ from typing import Any, NoReturn
 import numpy as np
 
 from edge.cache import index as ix
-from edge.cache.blobs import BlobFault, BlobStore, check_episode, context_load, npy_load
+from edge.cache.blobs import (
+    BlobFault,
+    BlobStore,
+    check_episode,
+    context_load,
+    expected_context_format,
+    format_mismatch,
+    npy_load,
+)
 from edge.cache.records import remove_record
 from edge.cache.values import CacheCorruptError, CacheError, CacheKey, CacheKeyError, EntryInfo
 from edge.episode import load_episode
@@ -28,11 +36,15 @@ __all__ = ["Fault", "decode", "key_or_none", "parse_row", "quarantine_blob"]
 
 class Fault(Exception):
     """One blob of an entry failed (``checksum``: missing, truncated or altered bytes;
-    otherwise the bytes verify but do not decode to what the row says)."""
+    otherwise the bytes verify but do not decode to what the row says). ``row_only``: the
+    blob is sound but this row may not use it (a context of a format its key's model does
+    not read), so only this row loses it and the blob stays for the rows that may."""
 
-    def __init__(self, role: str, sha: str, reason: str, checksum: bool):
+    def __init__(self, role: str, sha: str, reason: str, checksum: bool,
+                 row_only: bool = False):
         super().__init__(reason)
         self.role, self.sha, self.reason, self.checksum = role, sha, reason, checksum
+        self.row_only = row_only
 
 
 def key_or_none(row: sqlite3.Row) -> CacheKey | None:
@@ -54,6 +66,11 @@ def decode(blobs: BlobStore, role: str, info: EntryInfo) -> Any:
         Fault: the blob is missing, altered, truncated or does not decode.
     """
     sha = getattr(info, f"{role}_sha256")
+    if role == "context":
+        why = format_mismatch(info.key, info.context_format)
+        if why is not None:
+            raise Fault(role, sha, f"blob file {blobs.path(sha)}: {why}", checksum=False,
+                        row_only=True)
     try:
         data = blobs.read(sha, getattr(info, f"{role}_bytes"))
     except BlobFault as exc:
@@ -84,6 +101,12 @@ def parse_row(conn: sqlite3.Connection, root: Path, row: sqlite3.Row) -> EntryIn
         return ix.row_to_info(row)
     except ValueError as exc:
         reason = f"index row {row['rowid']} is malformed: {exc}"
+    if ix.is_read_only(conn):
+        raise CacheCorruptError(
+            f"calibration cache {root / ix.INDEX_NAME}: {reason}; expected a well-formed "
+            f"entry; the cache folder is read-only, so the row was left as it is: store or "
+            f"import the calibration again in a writable cache",
+            key=key_or_none(row), role="row", file=root / ix.INDEX_NAME)
     with ix.write_transaction(conn):
         now = conn.execute("SELECT rowid, * FROM entries WHERE rowid = ?",
                            (row["rowid"],)).fetchone()
@@ -106,13 +129,30 @@ def quarantine_blob(conn: sqlite3.Connection, blobs: BlobStore, info: EntryInfo,
     Returns (so the caller reads again) when the row no longer refers to the blob or the
     blob verifies now (a concurrent writer changed or repaired it). Otherwise moves the blob
     to quarantine; every row using it loses its context (role ``context``) or is deleted
-    (any other role); each is recorded; and raises.
+    (any other role); each is recorded; and raises. A ``row_only`` fault (a sound context
+    blob of a format the key's model does not read) drops the context of this row alone
+    and leaves the blob in place for the rows that may use it (``gc`` deletes it once no
+    row refers to it). In a read-only cache nothing is moved or changed.
 
     Raises:
         CacheCorruptError: naming the key, the role, the file and what was wrong.
     """
     col = f"{fault.role}_sha256"
     path = blobs.path(fault.sha)
+    if ix.is_read_only(conn):
+        _raise(info.key, fault, "", path, read_only=blobs.root)
+    if fault.row_only:
+        with ix.write_transaction(conn):
+            row = ix.select_row(conn, info.key)
+            if row is None or row[col] != fault.sha or \
+                    (row["context_format"] or "npy") != info.context_format:
+                return
+            conn.execute("UPDATE entries SET context_sha256 = NULL, context_bytes = NULL, "
+                         "context_shape = NULL, context_format = NULL, "
+                         "context_evicted_s = NULL WHERE rowid = ?", (row["rowid"],))
+            ix.add_quarantine(conn, info.key, fault.role, fault.sha, "", fault.reason,
+                              ix.row_json(row))
+        _raise(info.key, fault, "", path)
     with ix.write_transaction(conn):
         row = ix.select_row(conn, info.key)
         if row is None or row[col] != fault.sha:
@@ -140,13 +180,29 @@ def quarantine_blob(conn: sqlite3.Connection, blobs: BlobStore, info: EntryInfo,
     _raise(info.key, fault, moved, path)
 
 
-def _raise(key: CacheKey, fault: Fault, moved: str, path: Path) -> NoReturn:
-    what = ("the context was dropped: re-encode it from the cached calibration episode "
-            f"('syncedge calibrate store --cell {key.cell_id} --camera-id {key.camera_id} "
-            f"--robot-id {key.robot_id} --model DIR')"
-            if fault.role == "context" else
-            "the entry was removed: store the calibration again or import it from an archive")
+def _raise(key: CacheKey, fault: Fault, moved: str, path: Path,
+           read_only: Path | None = None) -> NoReturn:
+    store = (f"'syncedge calibrate store --cell {key.cell_id} --camera-id {key.camera_id} "
+             f"--robot-id {key.robot_id} "
+             + ("--chain'" if expected_context_format(key) == "chain" else "--model DIR'"))
+    if read_only is not None:
+        done = (f"the cache folder {read_only} is read-only, so nothing was moved or "
+                f"recorded; in a writable cache, "
+                + (f"re-encode the context with {store}" if fault.role == "context" else
+                   "store the calibration again or import it from an archive"))
+    elif fault.row_only:
+        done = ("the context was dropped from this entry and recorded in quarantine (the "
+                "blob stays for the entries that may use it); the entry keeps its episode: "
+                f"encode the context again with {store}")
+    else:
+        what = (f"the context was dropped: re-encode it from the cached calibration episode "
+                f"({store})" if fault.role == "context" else
+                "the entry was removed: store the calibration again or import it from an "
+                "archive")
+        done = (f"moved to {moved or 'nowhere (file missing)'} and recorded in quarantine; "
+                f"{what}")
+    what_failed = ("is not one its key's model reads" if fault.row_only else
+                   "failed verification")
     raise CacheCorruptError(
-        f"calibration cache entry {key}: {fault.role} blob failed verification "
-        f"({fault.reason}); moved to {moved or 'nowhere (file missing)'} and recorded in "
-        f"quarantine; {what}", key=key, role=fault.role, file=path)
+        f"calibration cache entry {key}: {fault.role} blob {what_failed} "
+        f"({fault.reason}); {done}", key=key, role=fault.role, file=path)

@@ -147,15 +147,19 @@ def _run_show(args: argparse.Namespace) -> int:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from edge.cache.values import CacheKeyError
+    from edge.cache.values import CacheConflictError, CacheKeyError
 
+    if args.out.is_file() and not args.overwrite:  # before any work (a folder: export says)
+        raise CacheConflictError(f"export --out {args.out}: already exists; expected a new "
+                                 f"archive path (nothing was written): choose another path "
+                                 f"or remove the file, or pass --overwrite to replace it")
     with _open(args) as cache:
         infos = cache.list(cell_id=args.cell, camera_id=args.camera, robot_id=args.robot,
                            model_prefix=args.model)
         if not infos:
             raise CacheKeyError(f"export --cell {args.cell}: expected at least one matching "
                                 f"entry, found none (see: syncedge cache list)")
-        path = cache.export([i.key for i in infos], args.out)
+        path = cache.export([i.key for i in infos], args.out, overwrite=args.overwrite)
     print(f"exported {len(infos)} entr{'y' if len(infos) == 1 else 'ies'} to {path}")
     return 0
 
@@ -206,6 +210,9 @@ def _run_rebuild(args: argparse.Namespace) -> int:
     print(f"restored {n} entr{'y' if n == 1 else 'ies'} into {root / 'index.sqlite3'} (from "
           f"{rep.sources['old_index_rows']} readable row(s) of the old index and "
           f"{rep.sources['records']} entry record(s))")
+    if rep.in_place:
+        print("the old index is healthy (SQLite's check passed): rebuilt in place, nothing "
+              "moved to quarantine")
     for key in rep.without_context:
         print(f"  {key.short}: context blob missing or damaged; encode it again with "
               f"'syncedge calibrate store --cell {key.cell_id} --camera-id {key.camera_id} "
@@ -214,7 +221,8 @@ def _run_rebuild(args: argparse.Namespace) -> int:
     for what, why in rep.skipped:
         print(f"skipped {what}: {why}")
     if rep.old_index:
-        print(f"moved the old index to {rep.old_index}")
+        print(f"moved the old index to {rep.old_index}"
+              + (f" (damaged: {rep.damage})" if rep.damage else ""))
     if rep.skipped:
         print("skipped entries: store the calibration again, or import it from an archive "
               "('syncedge cache import FILE')")
@@ -254,7 +262,10 @@ def register(subparsers: Any) -> None:
 
     sp = sub.add_parser("export", parents=[common], help="write entries to one archive file")
     selectors(sp, True)
-    sp.add_argument("--out", type=Path, required=True, help="archive file to write")
+    sp.add_argument("--out", type=Path, required=True,
+                    help="archive file to write (a new path, unless --overwrite)")
+    sp.add_argument("--overwrite", action="store_true",
+                    help="replace an existing file at --out")
     sp.set_defaults(func=_run_export)
 
     sp = sub.add_parser("import", parents=[common], help="validate and store an archive")
@@ -279,6 +290,6 @@ def register(subparsers: Any) -> None:
                     "the entry records under ROOT/entries/, restoring every entry whose "
                     "episode, report and reference blobs verify (a missing or damaged "
                     "context is left out: encode it again with 'syncedge calibrate store "
-                    "--cell'). The old index moves to ROOT/quarantine/. Stop other "
-                    "processes using the cache first.")
+                    "--cell'). A healthy index is rebuilt in place; a damaged one moves to "
+                    "ROOT/quarantine/. Stop other processes using the cache first.")
     sp.set_defaults(func=_run_rebuild)

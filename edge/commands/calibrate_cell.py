@@ -105,23 +105,38 @@ def _reference_key(cache: Any, args: argparse.Namespace, model_sha256: str | Non
 
 
 def _store_from_cache(args: argparse.Namespace) -> int:
-    """Encode a cell's cached calibration episode for ``--model`` and cache the context
-    (another model's entry, or this model's after its context was evicted or dropped)."""
+    """Encode a cell's cached calibration episode for ``--model`` and cache the context:
+    the episode of the model's own entry when it has one (its context was evicted or
+    dropped, or is encoded again), else one another model's entry holds that this model
+    accepts (:func:`edge.commands.calibrate_source.cached_source`), brought to the model's
+    timing and resolution as ``calibrate store EPISODE`` does."""
     import dataclasses
 
     from edge.cache.values import CacheKey
-    from edge.runtime.context import encode_calibration
+    from edge.commands.calibrate_source import cached_source, episode_size
+    from edge.errors import EdgeError
+    from edge.runtime.context import encode_calibration, model_timing
 
     model = open_model(args)
     try:
         with _cache(args) as cache:
-            src = _key(cache, args, None)
-            entry = cache.get(src)
-            if entry is None:
-                raise CalibrateError(f"calibration cache: entry {src.short} vanished; try "
-                                     f"again")
+            cache.require_writable("storing a calibration")
+
+            def accepts(entry: Any) -> str | None:
+                try:
+                    model_timing(model, entry.episode, where=f"cache:{entry.key.short}")
+                except EdgeError as exc:
+                    return str(exc)
+                return None
+
+            want = tuple(int(n) for n in model.contract.resolution)
+            source = cached_source(cache, args, _key(cache, args, None), model.sha256,
+                                   f"model {model.sha256[:12]}... ({model.model_dir})",
+                                   accepts, lambda e: tuple(e.episode.resolution) == want)
+            entry, src = source.entry, source.entry.key
             t0 = time.perf_counter()
-            ctx = encode_calibration(model, entry.episode, where=f"cache:{src.short}")
+            episode, ingest = model_timing(model, entry.episode, where=f"cache:{src.short}")
+            ctx = encode_calibration(model, episode, where=f"cache:{src.short}")
             encode_s = time.perf_counter() - t0
             key = CacheKey(src.cell_id, src.camera_id, src.robot_id, model.sha256)
             report = {**entry.report, "stored": {
@@ -129,12 +144,16 @@ def _store_from_cache(args: argparse.Namespace) -> int:
                 "encode_s": round(encode_s, 4), "forced": entry.info.forced,
                 "forced_reason": entry.info.forced_reason,
                 "from_cache_entry": dataclasses.asdict(src), "stored_at_s": round(time.time(), 3)}}
-            cache.put(key, entry.episode, ctx.values, report, entry.reference_frame,
+            if ingest.get("normalised"):
+                report["ingest"] = ingest
+            cache.put(key, episode, ctx.values, report, entry.reference_frame,
                       forced=entry.info.forced, forced_reason=entry.info.forced_reason)
     finally:
         model.deactivate()
+    resized = (f", brought to the model's {episode_size(episode)}"
+               if episode.resolution != entry.episode.resolution else "")
     print(f"stored {key.cell_id}/{key.camera_id}/{key.robot_id}/{key.model_sha256[:12]} from "
-          f"the cached episode of {src.short} (context {list(ctx.values.shape)}, encoded in "
+          f"{source.why}{resized} (context {list(ctx.values.shape)}, encoded in "
           f"{encode_s:.2f} s)")
     return 0
 
@@ -176,12 +195,17 @@ def run_store(args: argparse.Namespace) -> int:
             raise CalibrateError("store: pass an EPISODE file, or --cell to encode a cached "
                                  "episode, not both (--force and --reference go with EPISODE)")
         return _store_from_cache(args)
+    if getattr(args, "from_model", None):
+        raise CalibrateError("--from-model: only with --cell (it picks which cached episode "
+                             "to encode)")
     if not args.episode:
         raise CalibrateError("store: pass an EPISODE file, or --cell ID to encode the cell's "
                              "cached episode for --model")
+    from edge.cache.store import check_writable, default_root
     from edge.cache.values import CacheKey
     from edge.runtime.context import encode_calibration, model_timing
 
+    check_writable(args.cache_dir or default_root(), "storing a calibration")  # before work
     ep, report, reference, ref_path = checked_episode(args)
     model = open_model(args)
     try:
@@ -438,6 +462,11 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
     s.add_argument("--cell", metavar="ID", help="encode this cell's cached episode instead")
     s.add_argument("--camera-id", help="with --cell, when the cell has several cameras")
     s.add_argument("--robot-id", help="with --cell, when the cell has several robots")
+    s.add_argument("--from-model", metavar="SHA",
+                   help="with --cell: encode the episode of the cell's entry for this model "
+                        "(its sha256 or first hex digits; see 'syncedge cache list') "
+                        "instead of the model's own entry's, or where the cell holds "
+                        "several episodes")
     s.add_argument("--force", metavar="REASON", default="",
                    help="store although the check failed, recording REASON")
     s.add_argument("--reference", metavar="PNG",

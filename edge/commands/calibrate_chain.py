@@ -157,7 +157,7 @@ def _chain_for(args: argparse.Namespace, episode: Any, where: str) -> tuple[Any,
 
 def run_store_chain(args: argparse.Namespace) -> int:
     """``calibrate store ... --chain [FILE]`` (see the module docstring)."""
-    from edge.cache.store import CalibrationCache, default_root
+    from edge.cache.store import CalibrationCache, check_writable, default_root
     from edge.cache.values import CacheKey
     from edge.runtime.chain import CHAIN_MODEL_SHA256
 
@@ -165,17 +165,19 @@ def run_store_chain(args: argparse.Namespace) -> int:
         raise CalibrateError("--model: not with --chain (the chain calibration is the chain "
                              "model's encoded calibration; no model folder is used)")
     root = args.cache_dir or default_root()
+    if getattr(args, "from_model", None) and not args.cell:
+        raise CalibrateError("--from-model: only with --cell (it picks which cached episode "
+                             "to read)")
     if args.cell:
         if args.episode or args.force or args.reference:
             raise CalibrateError("store: pass an EPISODE file, or --cell to read a cached "
                                  "episode, not both (--force and --reference go with EPISODE)")
-        from edge.commands.calibrate_cell import _key
-
         with CalibrationCache(root) as cache:
-            src = _key(cache, args, None)
-            entry = cache.get(src)
-        if entry is None:
-            raise CalibrateError(f"calibration cache: entry {src.short} vanished; try again")
+            cache.require_writable("storing the chain calibration")
+            picked = _cached_chain_source(cache, args)
+        entry = picked.entry
+        src = entry.key
+        print(f"calibration episode: {picked.why}", file=sys.stderr)
         episode, reference = entry.episode, entry.reference_frame
         report = dict(entry.report)
         forced, reason = entry.info.forced, entry.info.forced_reason
@@ -189,6 +191,7 @@ def run_store_chain(args: argparse.Namespace) -> int:
                                  f"the cell's cached episode{taken}")
         from edge.commands.calibrate_cell import checked_episode
 
+        check_writable(root, "storing the chain calibration")  # before the read (minutes)
         episode, report, reference, _ = checked_episode(args)
         forced, reason = bool(args.force), args.force or ""
         where = str(args.episode)
@@ -214,6 +217,39 @@ def run_store_chain(args: argparse.Namespace) -> int:
           f"--robot-id {key.robot_id} --chain --start START.npz"
           f"{' --cache-dir ' + str(args.cache_dir) if args.cache_dir else ''}")
     return 0
+
+
+def _cached_chain_source(cache: Any, args: argparse.Namespace) -> Any:
+    """The cached entry whose calibration episode ``store --cell ID --chain`` reads: the
+    chain entry's own, else one whose frames are a whole multiple of the grid (and, with
+    ``--chain FILE``, the episode that chain was read from), preferring one recorded at 4x
+    the grid or more (:func:`edge.commands.calibrate_source.cached_source`)."""
+    from edge.commands.calibrate_cell import _key
+    from edge.commands.calibrate_source import cached_source
+    from edge.runtime.chain import CHAIN_MODEL_SHA256, load_chain_calibration
+
+    given = load_chain_calibration(args.chain) if args.chain != CHAIN_READ else None
+    gh, gw = tuple(given.resolution) if given is not None else (args.grid, args.grid)
+
+    def accepts(entry: Any) -> str | None:
+        h, w = entry.episode.resolution
+        if h % gh or w % gw:
+            return (f"frames of {w}x{h} px, expected a whole multiple of the chain's "
+                    f"{gw}x{gh} grid")
+        if given is not None:
+            try:
+                check_chain_matches(given, entry.episode, str(args.chain),
+                                    f"cache:{entry.key.short}")
+            except CalibrateError as exc:
+                return str(exc)
+        return None
+
+    def preferred(entry: Any) -> bool:
+        h, w = entry.episode.resolution
+        return h >= 4 * gh and w >= 4 * gw
+
+    return cached_source(cache, args, _key(cache, args, None), CHAIN_MODEL_SHA256,
+                         "the chain model", accepts, preferred)
 
 
 def on_grid(frames: np.ndarray, hw: tuple[int, int], where: str) -> np.ndarray:

@@ -30,7 +30,7 @@ from edge.runtime.context import (
     context_from_source,
     encode_calibration,
 )
-from edge.runtime.errors import RuntimeInputError
+from edge.runtime.errors import ContextMismatchError, RuntimeInputError
 from edge.runtime.inputs import (
     action_speed_warnings,
     episode_mismatch_warning,
@@ -271,6 +271,8 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
     camera, robot = cached_camera_robot(src, args.cell, camera, robot)
     try:
         ctx = context_from_source(src, model, args.cell, camera, robot)
+    except ContextMismatchError:
+        raise  # a context is cached, but not one this model reads: said as it is
     except RuntimeInputError:
         hint = _other_models_hint(src, args, camera, robot)
         if not hint:
