@@ -16,7 +16,14 @@ from edge.joints import JointSample
 if TYPE_CHECKING:
     from .stream import JointStream
 
-__all__ = ["register"]
+__all__ = ["MAX_RECORD_S", "MIN_DRIFT_SAMPLES", "MIN_DRIFT_SPAN_S", "register"]
+
+#: The longest ``bridge record --seconds``, s (24 h; record a longer session as several logs).
+MAX_RECORD_S = 86_400.0
+#: A clock estimate that fits the device clock's rate (a ``drift ppm`` figure) is reported
+#: only from this many samples over at least this span; fewer give an absurd rate.
+MIN_DRIFT_SAMPLES = 20
+MIN_DRIFT_SPAN_S = 0.1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,21 +42,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rec = sub.add_parser("record", help="write a joint log (JSON Lines) with statistics")
     rec.add_argument("url")
     rec.add_argument("--seconds", type=float, required=True,
-                     help="how long to record (> 0); Ctrl-C stops earlier and keeps the log")
+                     help=f"how long to record (> 0, at most {MAX_RECORD_S:g} s); Ctrl-C "
+                          f"stops earlier and keeps the log")
     rec.add_argument("--out", default="joints.jsonl",
                      help="log path, must not exist (default joints.jsonl); written as "
-                          "OUT.partial and renamed when the log is closed")
+                          "OUT.partial and renamed once the log is complete (a failed "
+                          "recording keeps OUT.partial and says so)")
     rec.set_defaults(func=_record)
 
 
 def _latency(stream: JointStream, samples: list[JointSample]) -> str:
     """Estimate the receipt latency from ``samples``, keep it in the stream's statistics
-    (``stats.extra["latency"]``) and return the line to print."""
+    (``stats.extra["latency"]``) and return the line to print.
+
+    An estimate that fits the device clock's rate (``drift ppm`` among its figures) needs
+    at least :data:`MIN_DRIFT_SAMPLES` samples over :data:`MIN_DRIFT_SPAN_S`; with fewer
+    the latency is reported as unknown, saying so (a rate fitted to a few samples of one
+    burst is absurd, and the offset with it)."""
     from edge.timebase import capture_stamps
 
     if len(samples) < 2:
         return "latency: unknown (fewer than 2 samples)"
     est = capture_stamps(samples)
+    span_s = (samples[-1].receipt_ns - samples[0].receipt_ns) / 1e9
+    if "drift ppm" in est.detail and (len(samples) < MIN_DRIFT_SAMPLES
+                                      or span_s < MIN_DRIFT_SPAN_S):
+        why = (f"too few samples to fit the device clock ({est.method}): {len(samples)} "
+               f"over {span_s * 1e3:.1f} ms, needs at least {MIN_DRIFT_SAMPLES} over "
+               f"{MIN_DRIFT_SPAN_S * 1e3:.0f} ms")
+        stream.stats.extra["latency"] = {"method": est.method, "latency_s": None,
+                                         "unknown": why}
+        return f"latency: unknown ({why}; read more samples, e.g. --samples 200)"
     stream.stats.extra["latency"] = {"method": est.method, "latency_s": est.latency_s,
                                      **est.detail}
     return est.describe()
@@ -91,17 +114,25 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    """``bridge record``: refuses a non-positive ``--seconds`` and an existing ``--out``
-    before opening the stream (:class:`~.errors.BridgeError`, exit 2); Ctrl-C stops the
-    recording, closes the log with the statistics so far and returns 130."""
+    """``bridge record``: refuses a ``--seconds`` that is not a finite duration in
+    (0, :data:`MAX_RECORD_S`] and an existing ``--out`` before opening the stream
+    (:class:`~.errors.BridgeError`, exit 2). The log is written as ``OUT.partial`` and
+    renamed to ``OUT`` once whole. A recording that fails (the device gone, a timeout)
+    keeps what came as ``OUT.partial``, closed with its statistics, and the error says so
+    and how much of ``--seconds`` it holds (nothing is kept before the first sample); Ctrl-C
+    stops the recording, closes the log with the statistics so far and returns 130."""
+    import math
     import os
+    import time
 
     from .errors import BridgeError, EndOfLogError
     from .jointlog import JointLogWriter
     from .url import stream_for_url
 
-    if not args.seconds > 0:
-        raise BridgeError(f"--seconds {args.seconds:g}: expected a duration above 0 s")
+    if not (math.isfinite(args.seconds) and 0 < args.seconds <= MAX_RECORD_S):
+        raise BridgeError(f"--seconds {args.seconds:g}: expected a duration above 0 s and at "
+                          f"most {MAX_RECORD_S:g} s (24 h), a finite number; record a longer "
+                          f"session as several logs")
     for path in (args.out, args.out + ".partial"):
         if os.path.lexists(path):
             raise BridgeError(f"--out {args.out}: {path} already exists; name another log "
@@ -109,28 +140,55 @@ def _record(args: argparse.Namespace) -> int:
     ended = ""
     interrupted = False
     samples: list[JointSample] = []
+    first_fault: list[str] = []
 
     def keep(sample: JointSample) -> None:
         samples.append(sample)
         w.write(sample)
+        if sample.fault and not first_fault:
+            first_fault.append(sample.fault)
+
+    def note(stream: JointStream, how: str) -> None:
+        """What the log holds against what was asked (``stats.extra["recording"]``)."""
+        stream.stats.extra["recording"] = {
+            "requested_s": args.seconds, "recorded_s": round(_span_s(samples), 6),
+            "ended": how}
 
     with stream_for_url(args.url) as s, \
             JointLogWriter(args.out, args.url, s.joint_names, atomic=True) as w:
+        start = time.monotonic()
         try:
             stats = s.run(keep, seconds=args.seconds)
+            how = "complete"
         except EndOfLogError as exc:  # a replayed log shorter than --seconds: stop there
-            stats, ended = s.stats, f" ({exc})"
+            stats, ended, how = s.stats, f" ({exc})", "end of the replayed log"
         except KeyboardInterrupt:  # stop recording: the log keeps what came
             stats, ended, interrupted = s.stats, " (interrupted by Ctrl-C)", True
-        except BridgeError:
-            w.close(s.stats)  # the log keeps the statistics up to the failure
-            raise
+            how = "interrupted by Ctrl-C"
+        except BridgeError as exc:
+            if not samples:  # nothing worth keeping
+                w.discard()
+                raise
+            note(s, f"failed: {exc}")
+            kept = w.close_partial(s.stats)  # with the statistics up to the failure
+            why = (f"{exc}; partial recording kept at {kept}: {len(samples)} samples, the "
+                   f"first {_span_s(samples):.2f} s of the requested {args.seconds:g} s "
+                   f"(failed after {time.monotonic() - start:.2f} s; {args.out} was not "
+                   f"written: record again)")
+            try:  # the same kind of error (a timeout stays a timeout), saying what was kept
+                again = type(exc)(why)
+            except TypeError:
+                again = BridgeError(why)
+            raise again from exc
+        note(s, how)
         latency = _latency(s, samples)
         w.close(stats)
     d = stats.as_dict()
+    faults = (f", {d['faults']} FAULT samples (first: {first_fault[0]})" if d["faults"]
+              else ", 0 FAULT samples")
     print(f"wrote {d['samples']} samples to {args.out}: {d['rate_hz']:.1f} Hz, "
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
-          f"{d['reconnects']} reconnects{ended}", file=sys.stdout)
+          f"{d['reconnects']} reconnects{faults}{ended}", file=sys.stdout)
     print(latency)
     if d["slots"]:  # a paced stream: scheduled slots, empty slots and cycle jitter
         print(_timing(s.rate_hz, samples, d))
@@ -139,3 +197,8 @@ def _record(args: argparse.Namespace) -> int:
               f"{h['al_status']}, working-counter share {h['wkc_share']}, "
               f"{h['lost_cycles']} lost cycles")
     return 130 if interrupted else 0
+
+
+def _span_s(samples: list[JointSample]) -> float:
+    """Seconds from the first sample's receipt to the last's (0 with fewer than 2)."""
+    return (samples[-1].receipt_ns - samples[0].receipt_ns) / 1e9 if len(samples) > 1 else 0.0

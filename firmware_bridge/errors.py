@@ -16,12 +16,18 @@ __all__ = [
     "BridgeTimeoutError",
     "DeviceGoneError",
     "EndOfLogError",
+    "FRAME_REJECT_REASONS",
     "FrameError",
     "MissingDependencyError",
+    "PortBusyError",
     "ProtocolError",
     "UrlError",
     "require",
 ]
+
+
+#: Why a framed-stream frame was rejected (:attr:`FrameError.reason`), in report order.
+FRAME_REJECT_REASONS = ("crc", "framing", "version", "length", "joint count", "type")
 
 
 class BridgeError(EdgeError):
@@ -40,6 +46,10 @@ class DeviceGoneError(BridgeError, ConnectionError):
     """The device path vanished (unplugged) and did not come back within the deadline."""
 
 
+class PortBusyError(BridgeError):
+    """A serial port is held by another process (the bridge opens ports exclusively)."""
+
+
 class EndOfLogError(BridgeError):
     """A replayed joint log has no more samples (and was not asked to loop)."""
 
@@ -49,7 +59,19 @@ class ProtocolError(BridgeError):
 
 
 class FrameError(BridgeError, ValueError):
-    """One framed-stream frame failed to decode (COBS, length or CRC32)."""
+    """One framed-stream frame failed to decode (COBS, length or CRC32).
+
+    Attributes:
+        reason: what was wrong, one of :data:`FRAME_REJECT_REASONS`: ``"framing"`` (COBS),
+            ``"length"`` (too short, or a length other than the one its joint count or type
+            gives), ``"joint count"`` (outside 1..32 for a sample, not 0 for a ping or pong),
+            ``"type"`` (unknown frame type), ``"crc"`` (CRC-32 mismatch) or ``"version"``
+            (a protocol version other than the bridge's).
+    """
+
+    def __init__(self, message: str, reason: str = "framing"):
+        super().__init__(message)
+        self.reason = reason
 
 
 def require(module: str, library: str, purpose: str) -> ModuleType:

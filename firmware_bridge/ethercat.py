@@ -11,8 +11,10 @@ none) and torque by the rated torque (0x6076; efforts NaN without it), read by S
 
 Every cycle the working counter is checked against ``master.expected_wkc``:
 
-* no frame (wkc <= 0): the cycle is lost; the inputs buffer still holds the previous cycle's
-  values and is never reported as fresh;
+* no frame (wkc < 0, SOEM's ``EC_NOFRAME``): the cycle is lost; the inputs buffer still
+  holds the previous cycle's values and is never reported as fresh;
+* a frame that came back unprocessed (wkc 0) or any other mismatch: the slaves' AL states
+  are read (and kept as their health) and decide, as below;
 * wkc equal to what the slaves' AL states predict with some slaves out of OP (each slave adds
   1 for inputs read, 2 for outputs written, :func:`wkc_share`): a slave in SAFE-OP has fresh
   inputs and the sample is ``FAULT`` with "outputs not applied"; a slave below SAFE-OP has
@@ -78,6 +80,11 @@ from .url import Options
 
 #: lost-frame receive waits kept for inspection (``EthercatStream.lost_waits_us``)
 LOST_WAITS_KEPT = 1000
+#: The longest ``cycle_us`` a URL may ask for (100 ms, 10 Hz): a cycle is paced before it
+#: runs, so a longer one would outlast the read deadline (``read_timeout_s``, 1 s) unseen.
+MAX_CYCLE_US = 100_000
+#: The longest receive wait ``timeout_us`` a URL may ask for (100 ms).
+MAX_TIMEOUT_US = 100_000
 
 __all__ = ["EthercatStream", "dc_reply_is_current", "slave_label", "soem_raw_sockets",
            "wkc_share"]
@@ -117,8 +124,8 @@ class EthercatStream(JointStream):
 
     @classmethod
     def _url_options(cls, opts: Options) -> dict[str, Any]:
-        return dict(cycle_us=opts.int("cycle_us", 1000, 0),
-                    timeout_us=opts.int("timeout_us", 2000, 1),
+        return dict(cycle_us=opts.int("cycle_us", 1000, 0, MAX_CYCLE_US),
+                    timeout_us=opts.int("timeout_us", 2000, 1, MAX_TIMEOUT_US),
                     state_timeout_s=opts.float("state_timeout_s", 3.0, 0.0),
                     encoder_increments=opts.int("encoder_increments", 0, 0),
                     rt_priority=opts.int("rt_priority", 0, 0, 99),
@@ -257,6 +264,8 @@ class EthercatStream(JointStream):
                 raise ProtocolError(f"{self.url}: expected all slaves in OP within "
                                     f"{self.state_timeout_s} s, found {found}")
         self._bound_receive_wait()
+        m.read_state()
+        self._note_states(m.slaves)  # every slave's health from the start (all in OP)
         try:
             self.realtime.apply()  # the cycles start now; no-op at rt_priority=0
         except BridgeError:
@@ -361,13 +370,14 @@ class EthercatStream(JointStream):
                 h.update(state="OP", al_status="0x0000 No error", wkc_share=3)
             self._states_noted = False
         if wkc != expected:
-            if wkc <= 0:
+            if wkc < 0:  # SOEM's EC_NOFRAME: no frame came back at all
                 for h in self._health(m.slaves):
                     h["lost_cycles"] += 1
                 self._note_lost_wait((receipt_ns - send_ns) / 1e3)
                 raise CycleError("lost", f"{self.iface}: cycle {self.cycles}: no frame came back "
-                                 f"processed within {self.timeout_us} us (wkc {wkc}, expected "
+                                 f"within {self.timeout_us} us (wkc {wkc}, expected "
                                  f"{expected})")
+            # a frame came back (wkc 0: no slave processed it): the slaves' states say why
             m.read_state()
             health = self._note_states(m.slaves)
             out_of_op = [(k, s) for k, s in enumerate(m.slaves) if s.state != AL["OP"]]
@@ -375,6 +385,11 @@ class EthercatStream(JointStream):
             if not out_of_op or wkc != predicted:
                 for h in health:
                     h["lost_cycles"] += 1
+                if wkc == 0:
+                    raise CycleError("lost", f"{self.iface}: cycle {self.cycles}: a frame came "
+                                     f"back that no slave processed (wkc 0, expected "
+                                     f"{expected}), with every slave reporting "
+                                     f"{self._labels(m, list(range(len(m.slaves))))}")
                 # pysoem maps every slave into one group: one LRW datagram whose working
                 # counter is the sum over the chain, so a decrement names no slave
                 raise CycleError("lost", f"{self.iface}: cycle {self.cycles}: working counter "

@@ -200,30 +200,34 @@ def decode_message(block: bytes) -> Message:
     """
     raw = cobs_decode(block)
     if len(raw) < HEADER_SIZE + CRC_SIZE:
-        raise FrameError(f"frame: expected at least {HEADER_SIZE + CRC_SIZE} bytes, found {len(raw)}")
+        raise FrameError(f"frame: expected at least {HEADER_SIZE + CRC_SIZE} bytes, found "
+                         f"{len(raw)}", "length")
     version, flags, j, kind, seq, t_us = _HEADER.unpack_from(raw)
     if kind == TYPE_SAMPLE:
         if not 1 <= j <= MAX_JOINTS:
-            raise FrameError(f"frame: expected a joint count 1..{MAX_JOINTS}, found {j}")
+            raise FrameError(f"frame: expected a joint count 1..{MAX_JOINTS}, found {j}",
+                             "joint count")
         size = frame_size(j)
         if len(raw) != size:
-            raise FrameError(f"frame: expected {size} bytes for {j} joints, found {len(raw)}")
+            raise FrameError(f"frame: expected {size} bytes for {j} joints, found {len(raw)}",
+                             "length")
     elif kind in (TYPE_PING, TYPE_PONG):
         name = _TYPE_NAMES[kind]
         size = PING_SIZE if kind == TYPE_PING else PONG_SIZE
         if len(raw) != size:
-            raise FrameError(f"{name}: expected {size} bytes, found {len(raw)}")
+            raise FrameError(f"{name}: expected {size} bytes, found {len(raw)}", "length")
         if j != 0:
-            raise FrameError(f"{name}: expected joint count 0, found {j}")
+            raise FrameError(f"{name}: expected joint count 0, found {j}", "joint count")
     else:
         raise FrameError(f"frame type: expected 0 (joint sample), 1 (ping) or 2 (pong), "
-                         f"found {kind}")
+                         f"found {kind}", "type")
     (crc,) = struct.unpack_from("<I", raw, len(raw) - CRC_SIZE)
     calc = zlib.crc32(raw[:-CRC_SIZE])
     if crc != calc:
-        raise FrameError(f"frame: CRC-32 expected 0x{calc:08x}, found 0x{crc:08x}")
+        raise FrameError(f"frame: CRC-32 expected 0x{calc:08x}, found 0x{crc:08x}", "crc")
     if version != FRAME_VERSION:
-        raise FrameError(f"frame: expected version {FRAME_VERSION}, found {version}")
+        raise FrameError(f"frame: expected version {FRAME_VERSION}, found {version}",
+                         "version")
     if kind == TYPE_PING:
         return PingFrame(seq, t_us)
     if kind == TYPE_PONG:
@@ -255,6 +259,10 @@ class FrameDecoder:
         crc_errors: blocks that failed to decode (COBS, type, length, CRC, version).
         resyncs: blocks discarded before the first good frame (joining mid-frame, line noise)
             or runaway blocks longer than any frame.
+        rejected: every block that failed to decode, before the first good frame or after,
+            by :attr:`~.errors.FrameError.reason` (``"crc"``, ``"version"``, ...).
+        examples: the message of the last block rejected for each reason.
+        last_error: the message of the last block that failed to decode.
     """
 
     def __init__(self, max_block: int = 2 * frame_size(MAX_JOINTS)):
@@ -263,6 +271,8 @@ class FrameDecoder:
         self.max_block = max_block
         self.crc_errors = 0
         self.resyncs = 0
+        self.rejected: dict[str, int] = {}
+        self.examples: dict[str, str] = {}
         self.last_error = ""
 
     def feed(self, data: bytes) -> list[Message]:
@@ -286,9 +296,10 @@ class FrameDecoder:
                 frames.append(decode_message(block))
                 self._synced = True
             except FrameError as exc:
+                self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
+                self.examples[exc.reason] = self.last_error = str(exc)
                 if self._synced:
                     self.crc_errors += 1
-                    self.last_error = str(exc)
                 else:  # joining mid-stream or line noise before the first good frame
                     self.resyncs += 1
         return frames

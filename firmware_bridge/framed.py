@@ -26,7 +26,15 @@ import serial
 
 from edge.joints import Ping, positional_names
 
-from .frame_format import MAX_JOINTS, BridgeFrame, FrameDecoder, PongFrame, encode_ping
+from .errors import FRAME_REJECT_REASONS
+from .frame_format import (
+    FRAME_VERSION,
+    MAX_JOINTS,
+    BridgeFrame,
+    FrameDecoder,
+    PongFrame,
+    encode_ping,
+)
 from .sdk_types import SerialPort
 from .serial_io import open_serial, read_some
 from .stream import CycleError, JointStream, LinkLostError, Reading
@@ -40,6 +48,24 @@ MAX_PINGS_IN_FLIGHT = 8
 #: How long one ping write may wait for room in the output buffer, s (a device that never
 #: reads must not stall the stream).
 PING_WRITE_TIMEOUT_S = 0.002
+#: The shortest ``frame_timeout_s`` a URL may ask for, s.
+MIN_FRAME_TIMEOUT_S = 0.001
+
+#: What each reason for rejecting frames (:attr:`~.errors.FrameError.reason`) points to.
+_REJECT_HINTS = {
+    "crc": "with a bad CRC-32: check the baud rate (baud={baud} in the URL) and the "
+           "framing (COBS blocks ending in 0x00, CRC-32/ISO-HDLC; "
+           "docs/bridge-frame-protocol.md)",
+    "framing": "not valid COBS: check the baud rate (baud={baud} in the URL) and that the "
+               "device sends COBS frames",
+    "version": "of an unsupported protocol version: the bridge reads version {version}; "
+               "update the device's firmware or the bridge",
+    "length": "whose length disagrees with their joint-count field (16 + 12*J + 4 bytes): "
+              "check the firmware's frame layout, or bytes lost on the line (baud={baud})",
+    "joint count": "with a joint count outside 1..32: check the firmware",
+    "type": "of an unknown frame type: check the baud rate (baud={baud}) and the "
+            "firmware version",
+}
 
 
 class FramedStream(JointStream):
@@ -65,6 +91,7 @@ class FramedStream(JointStream):
         self.ping_s, self.ping_timeout_s = float(ping_s), float(ping_timeout_s)
         self._ser: SerialPort | None = None
         self._decoder = FrameDecoder()
+        self._rejected_at_valid: dict[str, int] = {}  # decoder.rejected at the last valid frame
         self._frames: deque[tuple[int, BridgeFrame]] = deque()  # (receipt ns, frame)
         self._last_seq: int | None = None
         self._rng = random.Random()
@@ -84,7 +111,7 @@ class FramedStream(JointStream):
     def _url_options(cls, opts: Options) -> dict[str, Any]:
         return dict(joints=opts.int("joints", 6, 1, MAX_JOINTS),
                     baud=opts.int("baud", 921600, 1200),
-                    frame_timeout_s=opts.float("frame_timeout_s", 0.05, 0.0),
+                    frame_timeout_s=opts.float("frame_timeout_s", 0.05, MIN_FRAME_TIMEOUT_S),
                     read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0),
                     ping_s=opts.float("ping_s", 0.02, 0.0),
                     ping_timeout_s=opts.float("ping_timeout_s", 0.5, 0.001))
@@ -100,6 +127,7 @@ class FramedStream(JointStream):
     def _open(self) -> None:
         self._ser = open_serial(self.port, self.baud, write_timeout_s=PING_WRITE_TIMEOUT_S)
         self._decoder.reset()
+        self._rejected_at_valid = dict(self._decoder.rejected)
         self._frames.clear()
         self._in_flight.clear()
         self._pinging = self.ping_s > 0
@@ -200,6 +228,23 @@ class FramedStream(JointStream):
                     self._on_pong(m, now)
             self.stats.crc_errors = self._decoder.crc_errors
             self.stats.resyncs = self._decoder.resyncs
+            if self._decoder.rejected:
+                self.stats.extra["rejected_frames"] = dict(self._decoder.rejected)
+
+    def _rejected_since_valid(self) -> str:
+        """The frames rejected since the last valid one, by reason, each with what to check
+        (``""`` if none)."""
+        seen = self._decoder.rejected
+        parts = []
+        for reason in FRAME_REJECT_REASONS:
+            n = seen.get(reason, 0) - self._rejected_at_valid.get(reason, 0)
+            if n > 0:
+                hint = _REJECT_HINTS[reason].format(baud=self.baud, version=FRAME_VERSION)
+                parts.append(f"{n} {hint} (last: {self._decoder.examples[reason]})")
+        if not parts:
+            return ""
+        return (f"frames came but were rejected since the last valid one: "
+                f"{'; '.join(parts)}")
 
     def _cycle(self) -> Reading:
         ser = self._ser
@@ -210,16 +255,20 @@ class FramedStream(JointStream):
         while not self._frames:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise CycleError("timeout", f"{self.port}: expected a frame within "
-                                 f"{self.frame_timeout_s} s, found none")
+                rejected = self._rejected_since_valid()
+                raise CycleError("timeout", f"{self.port}: expected a valid frame within "
+                                 f"{self.frame_timeout_s} s, found none"
+                                 f"{'; ' + rejected if rejected else ''}")
             self._pump(ser, min(remaining, self._until_ping_s()))
             self._service_pings(ser)
         receipt_ns, f = self._frames.popleft()
         if f.position_rad.shape[0] != self.joints:
             self._decoder.crc_errors += 1
             self.stats.crc_errors = self._decoder.crc_errors
-            raise CycleError("lost", f"{self.port}: expected {self.joints} joints per frame, "
-                             f"found {f.position_rad.shape[0]}")
+            raise CycleError("lost", f"{self.port}: expected {self.joints} joints per frame "
+                             f"(joints={self.joints} in the URL), found "
+                             f"{f.position_rad.shape[0]}: set joints= to the device's count")
+        self._rejected_at_valid = dict(self._decoder.rejected)
         skipped = 0
         if self._last_seq is not None:
             diff = (f.sequence - self._last_seq - 1) & 0xFFFFFFFF

@@ -14,9 +14,11 @@ last (when closed)    ``{"kind": "stats", **StreamStats.as_dict()}``
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
+from edge.errors import TimebaseError
 from edge.joints import JointSample
 
 from .errors import BridgeError
@@ -31,21 +33,29 @@ class JointLogWriter:
     """Append samples to a joint log; use as a context manager.
 
     With ``atomic`` the log is written to ``<path>.partial`` beside ``path`` and renamed to
-    ``path`` only by :meth:`close`, so ``path`` never holds a log cut short by a crash; a
-    process killed mid-recording leaves the ``.partial`` file, which reads as a log without
-    its statistics line.
+    ``path`` only by :meth:`close`, so ``path`` never holds a log cut short: a process killed
+    mid-recording, or a ``with`` block left by an exception, leaves the ``.partial`` file
+    (which reads as a log, without its statistics line in the first case);
+    :meth:`close_partial` closes it there on purpose and :meth:`discard` removes it.
 
     Args:
         path: file to create (overwritten).
         url: the stream's URL; joints: joint names (``J``).
         atomic: write beside ``path`` and rename on close.
+
+    Attributes:
+        path: the finished log's path; partial_path: the file being written
+            (``<path>.partial`` with ``atomic``, else ``path``).
+
+    Raises:
+        OSError: the file cannot be created.
     """
 
     def __init__(self, path: str | os.PathLike, url: str, joints: list[str],
                  atomic: bool = False):
         self.path = os.fspath(path)
-        self._writing = self.path + ".partial" if atomic else self.path
-        self._f = open(self._writing, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.partial_path = self.path + ".partial" if atomic else self.path
+        self._f = open(self.partial_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._write({"kind": "header", "schema": SCHEMA, "url": url, "joints": list(joints)})
 
     def _write(self, obj: dict) -> None:
@@ -55,24 +65,46 @@ class JointLogWriter:
         """Append one sample."""
         self._write({"kind": "sample", **sample.to_record()})
 
-    def close(self, stats: StreamStats | None = None) -> None:
-        """Write the statistics line (if given), flush, fsync and close (with ``atomic``, then
-        rename the log to ``path``)."""
+    def _finish(self, stats: StreamStats | None) -> bool:
+        """Write the statistics line (if given), flush, fsync and close; False if the file
+        was already closed."""
         if self._f.closed:
-            return
+            return False
         if stats is not None:
             self._write({"kind": "stats", **stats.as_dict()})
         self._f.flush()
         os.fsync(self._f.fileno())
         self._f.close()
-        if self._writing != self.path:
-            os.replace(self._writing, self.path)
+        return True
+
+    def close(self, stats: StreamStats | None = None) -> None:
+        """Write the statistics line (if given), flush, fsync and close (with ``atomic``, then
+        rename the log to ``path``). Does nothing once the log is closed."""
+        if self._finish(stats) and self.partial_path != self.path:
+            os.replace(self.partial_path, self.path)
+
+    def close_partial(self, stats: StreamStats | None = None) -> str:
+        """Close the log where it is being written (``<path>.partial`` with ``atomic``),
+        without renaming it to ``path``: a recording that ended early. Returns that path."""
+        self._finish(stats)
+        return self.partial_path
+
+    def discard(self) -> None:
+        """Close the log and remove the file being written (nothing worth keeping)."""
+        self._finish(None)
+        try:
+            os.remove(self.partial_path)
+        except FileNotFoundError:
+            pass
 
     def __enter__(self) -> JointLogWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # never rename a log cut short by an error: it stays under its partial name
+            self.close_partial()
 
 
 @dataclass
@@ -86,33 +118,95 @@ class JointLog:
 
 
 def read_joint_log(path: str | os.PathLike) -> JointLog:
-    """Read a joint log.
+    """Read a joint log, checking every line against the format above.
+
+    Each sample must have ``receipt_ns`` (an integer >= 0, never below the previous
+    sample's) and ``position_rad``, ``velocity_rad_s``, ``effort_nm``: ``J`` finite numbers
+    or ``null`` each, ``J`` the number of joints in the header.
 
     Raises:
-        BridgeError: naming the file and line when a line is not valid JSON, the header is
-            missing or its schema is not 1.
+        BridgeError: naming the file and line (and the field, what was expected and what was
+            found) when a line is not UTF-8 text or not a JSON object, the header is missing,
+            its schema is not 1 or its joints are not a list of names, or a sample is
+            malformed.
         OSError: the file cannot be read.
     """
     log: JointLog | None = None
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    last_receipt = -1
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{os.fspath(path)}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BridgeError(f"{where}: expected UTF-8 text, found byte "
+                                  f"0x{raw[exc.start]:02x} at column {exc.start + 1} (the log is "
+                                  f"damaged; record it again or cut the log before this "
+                                  f"line)") from None
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise BridgeError(f"{path}:{lineno}: expected a JSON object, found {exc}") from None
+                raise BridgeError(f"{where}: expected a JSON object, found {exc}") from None
+            if not isinstance(obj, dict):
+                raise BridgeError(f"{where}: expected a JSON object, found "
+                                  f"{type(obj).__name__}")
             kind = obj.get("kind")
             if log is None:
                 if kind != "header" or obj.get("schema") != SCHEMA:
-                    raise BridgeError(f"{path}:{lineno}: expected a header with schema {SCHEMA}, "
+                    raise BridgeError(f"{where}: expected a header with schema {SCHEMA}, "
                                       f"found kind={kind!r} schema={obj.get('schema')!r}")
-                log = JointLog(url=obj["url"], joints=list(obj["joints"]))
+                joints = obj.get("joints")
+                if not isinstance(joints, list) or not joints or \
+                        not all(isinstance(j, str) for j in joints):
+                    raise BridgeError(f"{where}: field 'joints': expected a list of joint "
+                                      f"names, found {joints!r}")
+                log = JointLog(url=str(obj.get("url", "")), joints=list(joints))
             elif kind == "sample":
-                log.samples.append(JointSample.from_record(obj))
+                sample = _sample(obj, len(log.joints), last_receipt, where)
+                last_receipt = sample.receipt_ns
+                log.samples.append(sample)
             elif kind == "stats":
                 log.stats = {k: v for k, v in obj.items() if k != "kind"}
             else:
-                raise BridgeError(f"{path}:{lineno}: expected kind 'sample' or 'stats', "
+                raise BridgeError(f"{where}: expected kind 'sample' or 'stats', "
                                   f"found {kind!r}")
     if log is None:
         raise BridgeError(f"{path}: expected a joint log header, found an empty file")
     return log
+
+
+#: The per-joint arrays of a sample line.
+_ARRAYS = ("position_rad", "velocity_rad_s", "effort_nm")
+
+
+def _sample(obj: dict, joints: int, last_receipt: int, where: str) -> JointSample:
+    """Check one sample line against the header's ``joints`` and build the sample.
+
+    Raises:
+        BridgeError: ``where`` (file:line), the field, what was expected and what was found.
+    """
+    receipt = obj.get("receipt_ns")
+    if not isinstance(receipt, int) or isinstance(receipt, bool) or receipt < 0:
+        raise BridgeError(f"{where}: field 'receipt_ns': expected an integer >= 0, found "
+                          f"{receipt!r}")
+    if receipt < last_receipt:
+        raise BridgeError(f"{where}: field 'receipt_ns': expected >= the previous sample's "
+                          f"{last_receipt} (receipt stamps never step back), found {receipt}")
+    for name in _ARRAYS:
+        values = obj.get(name)
+        if not isinstance(values, list):
+            raise BridgeError(f"{where}: field {name!r}: expected a list of {joints} numbers "
+                              f"(one per joint of the header), found {values!r}")
+        if len(values) != joints:
+            raise BridgeError(f"{where}: field {name!r}: expected {joints} values (one per "
+                              f"joint of the header), found {len(values)}")
+        for j, v in enumerate(values):
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise BridgeError(f"{where}: field {name!r}[{j}]: expected a finite number or "
+                                  f"null (unknown), found {v!r}")
+    try:
+        return JointSample.from_record(obj)
+    except (TimebaseError, TypeError, ValueError) as exc:
+        raise BridgeError(f"{where}: expected a joint sample, found {exc}") from None

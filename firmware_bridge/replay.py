@@ -2,7 +2,10 @@
 
 URL form: ``replay:///path/log.jsonl?speed=1.0&loop=0``. ``speed=0`` delivers samples as fast as
 they are read; otherwise the original receipt spacing is reproduced (divided by ``speed``).
-Receipt stamps are re-based on the host clock; device counters and stamps are kept.
+Receipt stamps are re-based on the host clock; device counters and stamps are kept. The
+whole log is read and checked when the stream opens (:func:`~.jointlog.read_joint_log`): a
+damaged or malformed line is refused there, naming the file, the line and the field, before
+any sample is replayed.
 """
 
 from __future__ import annotations

@@ -7,12 +7,14 @@ and returns whatever arrived.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import time
 
 import serial
 
+from .errors import PortBusyError
 from .sdk_types import SerialPort
 from .stream import LinkLostError
 
@@ -20,22 +22,32 @@ __all__ = ["drain_until_quiet", "open_serial", "read_some"]
 
 
 def open_serial(target: str, baudrate: int, write_timeout_s: float | None = None) -> SerialPort:
-    """Open a device path or pyserial URL non-blocking (``timeout=0``).
+    """Open a device path or pyserial URL non-blocking (``timeout=0``), exclusively.
+
+    On POSIX the port is locked (pyserial's ``exclusive=True``: ``flock``), so a second
+    process, a second bridge included, cannot open it too and take part of its bytes.
 
     ``write_timeout_s``: how long a write may wait for room (None: until it is written; the
     framed stream bounds its pings, so that a device that never reads cannot stall it).
 
     Raises:
+        PortBusyError: another process holds the port open exclusively.
         LinkLostError: the path does not exist or cannot be opened (unplugged).
     """
     if not target:
         raise LinkLostError("no serial port given (expected a path like /dev/ttyUSB0)")
     if "://" not in target and not os.path.exists(target):
         raise LinkLostError(f"{target}: no such device")
+    lock = {"exclusive": True} if os.name == "posix" else {}
     try:
         ser: SerialPort = serial.serial_for_url(target, baudrate=baudrate, timeout=0,
-                                                write_timeout=write_timeout_s)
+                                                write_timeout=write_timeout_s, **lock)
     except (serial.SerialException, OSError) as exc:
+        if getattr(exc, "errno", None) in (errno.EAGAIN, errno.EWOULDBLOCK):
+            raise PortBusyError(
+                f"port {target} is in use by another process (expected to open it "
+                f"exclusively; another 'syncedge bridge' or a serial terminal holds it: "
+                f"stop that process, see 'fuser {target}')") from exc
         raise LinkLostError(f"{target}: cannot open: {exc}") from exc
     try:  # bytes queued before the port was opened are old: never deliver them as fresh
         ser.reset_input_buffer()

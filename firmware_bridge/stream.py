@@ -9,6 +9,7 @@ same way when a link misbehaves.
 from __future__ import annotations
 
 import abc
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -238,6 +239,9 @@ class JointStream(abc.ABC):
         if missed:
             status |= Status.GAP
             self.stats.gaps += 1
+        bad = _non_finite(r, self.joint_names)
+        if bad:  # an infinite value or an unknown position is a device error, never OK
+            r.fault = f"{r.fault}; {bad}" if r.fault else bad
         if r.fault:
             status |= Status.FAULT
             self.stats.faults += 1
@@ -267,7 +271,16 @@ class JointStream(abc.ABC):
     def run(self, callback: Callable[[JointSample], object], *, seconds: float | None = None,
             max_samples: int | None = None) -> StreamStats:
         """Call ``callback(sample)`` for each sample until ``seconds`` pass, ``max_samples``
-        samples were delivered, or the callback returns ``False``. Returns :attr:`stats`."""
+        samples were delivered, or the callback returns ``False``. Returns :attr:`stats`.
+
+        Raises:
+            BridgeError: ``seconds`` is not a finite number >= 0 (None runs until the
+                callback returns ``False``); otherwise as :meth:`read`.
+        """
+        if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+            raise BridgeError(f"{self.url}: run(seconds={seconds!r}): expected a finite "
+                              f"number of seconds >= 0, or None to run until the callback "
+                              f"returns False")
         end_ns = None if seconds is None else time.monotonic_ns() + int(seconds * 1e9)
         n = 0
         while (end_ns is None or time.monotonic_ns() < end_ns) and (
@@ -276,3 +289,28 @@ class JointStream(abc.ABC):
             if callback(self.read()) is False:
                 break
         return self.stats
+
+
+def _non_finite(r: Reading, names: list[str]) -> str:
+    """Why a reading's values cannot be taken as they are, or ``""``.
+
+    An infinite position, velocity or effort is a device error: it is named (the first such
+    joint of each field, by its name in ``names``, and how many there are) and replaced by
+    NaN (unknown, as a joint log writes it). A NaN position (the joint's value unknown this cycle) is named too, unless
+    the transport already gave a fault reason (an EtherCAT slave below SAFE-OP). NaN
+    velocities and efforts are a device without those values, not an error.
+    """
+    parts = []
+    for name in ("position_rad", "velocity_rad_s", "effort_nm"):
+        a = getattr(r, name)
+        inf = np.isinf(a)
+        bad = inf | np.isnan(a) if name == "position_rad" and not r.fault else inf
+        if not bad.any():
+            continue
+        k = np.flatnonzero(bad)
+        more = f" (and {k.size - 1} more)" if k.size > 1 else ""
+        joint = names[k[0]] if k[0] < len(names) else f"joint {k[0]}"
+        parts.append(f"{joint} {name} {a[k[0]]} from the device{more}")
+        if inf.any():
+            setattr(r, name, np.where(inf, np.nan, a))
+    return "non-finite value: " + "; ".join(parts) if parts else ""

@@ -66,20 +66,24 @@ def split_url(url: str) -> tuple[str, str, dict[str, str]]:
 
 
 def parse_ids(text: str) -> list[int]:
-    """Parse ``"1-3,7"`` into ``[1, 2, 3, 7]``; raises :class:`UrlError` on bad input."""
+    """Parse ``"1-3,7"`` into ``[1, 2, 3, 7]``.
+
+    Raises:
+        UrlError: naming the part that is not an id or a low-high range, or ids that
+            repeat or lie outside 0..252.
+    """
     ids: list[int] = []
-    try:
-        for part in text.split(","):
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError
-                ids.extend(range(lo, hi + 1))
-            else:
-                ids.append(int(part))
-    except ValueError:
-        raise UrlError(f"ids={text!r}: expected a list like '1-6' or '1,2,5', found a bad part") \
-            from None
+    for part in text.split(","):
+        try:
+            lo, hi = (int(x) for x in part.split("-", 1)) if "-" in part else (int(part),) * 2
+        except ValueError:
+            raise UrlError(f"ids={text!r}: expected a list like '1-6' or '1,2,5', found the "
+                           f"part {part!r}, which is neither an id nor a low-high range") \
+                from None
+        if hi < lo:
+            raise UrlError(f"ids={text!r}: expected a list like '1-6' or '1,2,5', found the "
+                           f"range {part!r}, which runs from high to low (write '{hi}-{lo}')")
+        ids.extend(range(lo, hi + 1))
     if len(set(ids)) != len(ids) or not ids or min(ids) < 0 or max(ids) > 252:
         raise UrlError(f"ids={text!r}: expected distinct ids in 0..252, found {ids}")
     return ids
@@ -145,7 +149,10 @@ class Options:
         raw = self._opts.pop(key, default)
         if raw is None:
             raise self._fail(key, "a servo id list like '1-6'", "nothing")
-        return parse_ids(raw)
+        try:
+            return parse_ids(raw)
+        except UrlError as exc:
+            raise UrlError(f"URL {self.url!r}: option {exc}; form: {self.form}") from None
 
     def finish(self) -> None:
         """Raise :class:`UrlError` naming any option nobody took."""

@@ -177,3 +177,25 @@ def test_a_closed_stdout_ends_quietly(capsys):
 
     assert run_parsed(argparse.Namespace(func=piped, command="bridge")) == 141
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("url, match", [
+    ("frame:///dev/x?joints=6&frame_timeout_s=0",
+     r"option 'frame_timeout_s' expected a number >= 0\.001, found '0'"),
+    ("ethercat://eth0?cycle_us=100000000",
+     r"option 'cycle_us' expected an integer in \[0, 100000\], found '100000000'"),
+    ("ethercat://eth0?timeout_us=100000000",
+     r"option 'timeout_us' expected an integer in \[1, 100000\], found '100000000'"),
+    ("dxl:///dev/x?ids=7-1",
+     r"^URL 'dxl:///dev/x\?ids=7-1': option ids='7-1': expected a list like '1-6' or "
+     r"'1,2,5', found the range '7-1', which runs from high to low \(write '1-7'\); form: "
+     r"dxl:///dev/ttyUSB0\?"),
+    ("sts:///dev/x?ids=1,a",
+     r"^URL 'sts:///dev/x\?ids=1,a': option ids='1,a': expected a list like '1-6' or "
+     r"'1,2,5', found the part 'a', which is neither an id nor a low-high range; form: "),
+])
+def test_url_options_that_cannot_work_are_refused_at_parse_naming_the_url(url, match):
+    from firmware_bridge.errors import UrlError
+
+    with pytest.raises(UrlError, match=match):
+        stream_for_url(url, do_not_open=True)

@@ -168,3 +168,31 @@ def test_bridge_ethercat_one_faulty_slave_on_a_line_costs_only_its_own_joint():
                            "emulator': PRE-OP + ERROR, Sync manager watchdog) (below SAFE-OP: "
                            "joint NaN)"]
     assert [h["lost_cycles"] > 0 for h in r["stats"]["extra"]["slaves"]] == [False, True]
+
+
+def test_bridge_ethercat_lone_slave_in_preop_is_named_and_its_health_is_the_state_read():
+    """One slave falls to PRE-OP with error at frame 30: its frames still come back, with
+    working counter 0. The read fails naming the slave, its state and AL status code (not
+    "no frame came back"), and the health kept in the statistics is the state read after
+    the fault."""
+    r = scenario("--cycles", "200", "--last-preop-at", "30", *CLEAN_LINK)
+    assert 10 < len(r["status"]) < 40
+    assert r["error"].endswith("no fresh inputs from any slave: slave0 AL 0x12 code 0x001B "
+                               "('SyncEdge CiA402 emulator': PRE-OP + ERROR, Sync manager "
+                               "watchdog) (below SAFE-OP))"), r["error"]
+    assert "no frame came back" not in r["error"]
+    (health,) = r["stats"]["extra"]["slaves"]
+    assert (health["state"], health["al_status"], health["wkc_share"]) == \
+        ("PRE-OP + ERROR", "0x001B Sync manager watchdog", 0)
+    assert health["lost_cycles"] == r["stats"]["lost_cycles"] > 0
+
+
+def test_bridge_ethercat_clean_run_keeps_every_slaves_health_from_the_start():
+    """What ``bridge record`` prints one line per slave from: kept from bring-up on, in a
+    clean run too, without describe() having been called."""
+    r = scenario("--cycles", "50", "--slaves", "2", *CLEAN_LINK)
+    assert r["stats"]["lost_cycles"] == 0
+    want = [(k, "OP", "0x0000 No error", 3, 0) for k in range(2)]
+    for health in (r["health_at_open"], r["stats"]["extra"]["slaves"]):
+        assert [(h["position"], h["state"], h["al_status"], h["wkc_share"], h["lost_cycles"])
+                for h in health] == want

@@ -224,3 +224,61 @@ def test_optional_cia402_objects_are_optional():
     assert math.isnan(layout["nm_per_permille"])
     assert layout["notes"] == ["no 0x608F: 4096 increments per revolution from the URL",
                                "no 0x6076 (rated torque): efforts are NaN"]
+
+
+def _one_slave_master(wkc: int, state: int, al_status: int) -> types.SimpleNamespace:
+    import struct
+
+    inp = bytearray(10)
+    struct.pack_into("<i", inp, 0, 4321)
+    slave = types.SimpleNamespace(state=AL["OP"], al_status=0, input=bytes(inp), name="drive")
+
+    def read_state() -> None:  # what the slave reports once it is asked
+        slave.state, slave.al_status = state, al_status
+
+    return types.SimpleNamespace(slaves=[slave], expected_wkc=3,
+                                 send_processdata=lambda: None,
+                                 receive_processdata=lambda timeout_us: wkc,
+                                 read_state=read_state)
+
+
+def _stream_on(master: types.SimpleNamespace) -> ethercat.EthercatStream:
+    stream = ethercat.EthercatStream("ethercat://fake0", "fake0")
+    stream._master = master
+    stream.layout = [{"name": "slave0:drive", "offsets": {0x6064: 0, 0x606C: 4, 0x6077: 8},
+                      "rad_per_inc": 1.0, "nm_per_permille": 1.0}]
+    return stream
+
+
+def test_a_lone_slave_below_safeop_is_named_when_its_frame_comes_back_unprocessed():
+    """One slave falls to PRE-OP with error: the frame comes back with working counter 0
+    (no slave processed it). That is not a lost frame: the slave's state is read, the cycle
+    fails naming the slave, its state and AL status code, and its health is that state,
+    not the OP it had before."""
+    from firmware_bridge.stream import CycleError
+
+    stream = _stream_on(_one_slave_master(0, AL["PREOP"] | 0x10, 0x001B))
+    with pytest.raises(CycleError, match=r"cycle 1: no fresh inputs from any slave: slave0 AL "
+                                         r"0x12 code 0x001B \('drive': PRE-OP \+ ERROR, Sync "
+                                         r"manager watchdog\) \(below SAFE-OP\)"):
+        stream._cycle()
+    (health,) = stream.stats.extra["slaves"]
+    assert health == {"position": 0, "name": "drive", "state": "PRE-OP + ERROR",
+                      "al_status": "0x001B Sync manager watchdog", "wkc_share": 0,
+                      "lost_cycles": 1}
+    assert "lost_wait_us" not in stream.stats.extra  # a frame came back: nothing was waited
+
+
+def test_no_frame_at_all_is_a_lost_frame_and_an_unprocessed_one_in_op_says_so():
+    from firmware_bridge.stream import CycleError
+
+    stream = _stream_on(_one_slave_master(-1, AL["OP"], 0))
+    with pytest.raises(CycleError, match=r"no frame came back within 2000 us \(wkc -1, "
+                                         r"expected 3\)"):
+        stream._cycle()
+    assert stream.stats.extra["lost_wait_us"]["count"] == 1
+    stream = _stream_on(_one_slave_master(0, AL["OP"], 0))
+    with pytest.raises(CycleError, match=r"a frame came back that no slave processed \(wkc 0, "
+                                         r"expected 3\), with every slave reporting slave0 AL "
+                                         r"0x08 code 0x0000 \('drive': OP, No error\)"):
+        stream._cycle()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -313,3 +314,33 @@ def test_bridge_framed_old_device_without_pong_still_streams():
     est = capture_stamps(samples)  # today's estimate, and the reason it is used
     assert est.method == "device clock (no pong)" and est.detail["pings unanswered"] == 8
     assert "by device clock (no pong)" in est.describe()
+
+
+@pytest.mark.parametrize(("faults", "reason", "says"), [
+    (FramedFaults(bad_crc_from=20), "crc",
+     r"\d+ with a bad CRC-32: check the baud rate \(baud=921600 in the URL\) and the framing "
+     r"\(COBS blocks ending in 0x00, CRC-32/ISO-HDLC; docs/bridge-frame-protocol\.md\) "
+     r"\(last: frame: CRC-32 expected 0x[0-9a-f]{8}, found 0x[0-9a-f]{8}\)"),
+    (FramedFaults(version_from=20), "version",
+     r"\d+ of an unsupported protocol version: the bridge reads version 1; update the "
+     r"device's firmware or the bridge \(last: frame: expected version 1, found 2\)"),
+    (FramedFaults(joint_field_from=20), "length",
+     r"\d+ whose length disagrees with their joint-count field \(16 \+ 12\*J \+ 4 bytes\): "
+     r"check the firmware's frame layout, or bytes lost on the line \(baud=921600\) \(last: "
+     r"frame: expected 68 bytes for 4 joints, found 56\)"),
+])
+def test_bridge_framed_frames_that_all_fail_name_why_they_were_rejected(faults, reason, says):
+    """Frames keep coming but every one is rejected (from frame 20 on): the timeout says
+    frames were received and rejected, how many, why and what to check, rather than that
+    none came; the statistics count them by reason."""
+    with FakeFramedDevice(3, 500.0, faults=faults) as dev, \
+            stream_for_url(f"frame://{dev.path}?joints=3&read_timeout_s=0.3") as s:
+        with pytest.raises(BridgeTimeoutError) as info:
+            for _ in range(100):
+                s.read()
+        msg = str(info.value)
+        assert re.search(r"expected a valid frame within 0\.05 s, found none; frames came but "
+                         r"were rejected since the last valid one: " + says, msg), msg
+        assert s.stats.samples <= 20
+        n = int(re.search(r"rejected since the last valid one: (\d+)", msg)[1])
+        assert s.stats.extra["rejected_frames"][reason] >= n >= 10

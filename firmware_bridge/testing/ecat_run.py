@@ -5,7 +5,8 @@ Meant to run inside a private network namespace (root needed)::
     unshare -n python -m firmware_bridge.testing.ecat_run --cycles 200 --drop-every 50
 
 Creates ``ecm0`` (master side) and ``ecs0`` (emulator side), starts the emulator in a child
-process, brings the master up through ``ethercat://ecm0`` and reads ``--cycles`` samples.
+process, brings the master up through ``ethercat://ecm0`` and reads ``--cycles`` samples; a
+read that fails ends the reading, and its message is reported as ``error``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from edge.joints import Status
 
+from ..errors import BridgeError
 from ..ethercat import EthercatStream
 from ..url import stream_for_url
 from .ecat_slave import SlaveFaults, serve
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-us", type=int, default=2000)
     p.add_argument("--slaves", type=int, default=1, help="identical slaves on the line")
     p.add_argument("--last-preop-at", type=int, default=0,
-                   help="the last slave falls to PRE-OP with error at frame N")
+                   help="the last slave (the only one with --slaves 1) falls to PRE-OP with "
+                        "error at frame N")
     p.add_argument("--master-priority", choices=("normal", "fifo"), default="normal",
                    help="fifo: run the master's cycle loop at real-time priority "
                         "(rt_priority=1: SCHED_FIFO 1), as a master on a loaded machine should")
@@ -87,13 +90,22 @@ def main(argv: list[str] | None = None) -> int:
                             f"&timeout_us={a.timeout_us}{rt}") as s:
             assert isinstance(s, EthercatStream)  # what an ethercat:// URL makes
             out["bringup_s"] = time.monotonic() - t_open
+            # per-slave health as the stream keeps it on its own (describe() reads states)
+            out["health_at_open"] = s.stats.extra.get("slaves")
             out["describe"] = s.describe()
-            samples = [s.read() for _ in range(a.cycles)]
+            samples = []
+            try:
+                for _ in range(a.cycles):
+                    samples.append(s.read())
+            except BridgeError as exc:  # a fault the scenario injected: report it
+                out["error"] = str(exc)
             out["stats"] = s.stats.as_dict()
             out["cycles"] = s.cycles
             out["lost_waits_us"] = list(s.lost_waits_us)
         stamps = np.array([x.receipt_ns for x in samples], dtype=np.float64)
         jitter_us = np.abs(np.diff(stamps) / 1e3 - a.cycle_us)
+        if not jitter_us.size:  # fewer than 2 samples before an injected fault
+            jitter_us = np.zeros(1)
         out["jitter_p50_us"] = float(np.percentile(jitter_us, 50))
         out["jitter_p99_us"] = float(np.percentile(jitter_us, 99))
         out["positions"] = [float(x.position_rad[0]) for x in samples]

@@ -22,6 +22,7 @@ import random
 import select
 import time
 import tty
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cobs import cobs_decode, cobs_encode
 from ..frame_format import FrameDecoder, PingFrame, encode_frame, encode_pong
 from .child_device import ChildPtyDevice, Event
 
@@ -42,6 +44,9 @@ class FramedFaults:
     garbage_prefix: bytes = b""  # line noise sent before the first frame's start delimiter
     drop_byte_prob: float = 0.0  # drop each byte with this probability
     corrupt_every: int = 0  # flip one byte of every N-th frame
+    bad_crc_from: int = 0  # from frame N on: every frame's CRC-32 is wrong (COBS intact)
+    version_from: int = 0  # from frame N on: frames of protocol version 2 (CRC correct)
+    joint_field_from: int = 0  # from frame N on: the joint-count field says J + 1 (CRC correct)
     partial_at: int = 0  # at frame N: send half of it, then stay silent for silence_s
     silence_s: float = 1.0
     unplug_at: int = 0  # at frame N: vanish for unplug_s, then return on a new pty
@@ -80,6 +85,16 @@ class _Link:
         while self.queue and self.queue[0][0] <= now:
             out += self.queue.popleft()[1]
         return bytes(out)
+
+
+def _rewrite(wire: bytes, *, version: int, joints: int, crc_ok: bool) -> bytes:
+    """A wire frame with its version and joint-count bytes set and its CRC-32 recomputed
+    (or, without ``crc_ok``, wrong in its lowest bit)."""
+    raw = bytearray(cobs_decode(wire[:-1]))
+    raw[0], raw[2] = version, joints
+    body = bytes(raw[:-4])
+    crc = zlib.crc32(body) ^ (0 if crc_ok else 1)
+    return cobs_encode(body + crc.to_bytes(4, "little")) + b"\x00"
 
 
 def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: str,
@@ -139,6 +154,13 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
             if f.clock_joint:
                 pos[0] = now % 100.0
             data = bytearray(encode_frame(k, t_us, pos, -0.5 * j, 0.25 * j))
+            new_version = bool(f.version_from) and k >= f.version_from
+            bad_field = bool(f.joint_field_from) and k >= f.joint_field_from
+            bad_crc = bool(f.bad_crc_from) and k >= f.bad_crc_from
+            if new_version or bad_field or bad_crc:
+                data = bytearray(_rewrite(bytes(data), version=2 if new_version else 1,
+                                          joints=joints + 1 if bad_field else joints,
+                                          crc_ok=not bad_crc))
             if k == 0 and f.garbage_prefix:
                 data[:0] = f.garbage_prefix + b"\x00"  # line noise, then the start delimiter
             if f.corrupt_every and k % f.corrupt_every == f.corrupt_every - 1:
