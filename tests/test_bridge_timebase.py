@@ -353,8 +353,10 @@ def test_bridge_timebase_framed_device_clock_step_mid_stream_pairs_within_1ms():
     p, est = pair_samples(frames, marked, tolerance_s=0.05)
     err_ms = np.abs(p.positions[:, 0] - frames) / 1e6
     msg = f"p99 {np.percentile(err_ms, 99):.2f} ms; {est.describe()}"
-    assert len(est.jumps) == 1, msg
+    # (a stall of this loaded host longer than the detector's window could add a step of
+    # its own; the device's step is the one of about 2 s)
+    (step,) = [j for j in est.jumps if abs(j.device_step_ns) > 1e9]
     counters = np.array([x.device_counter for x in samples])
-    assert counters[est.jumps[0].sample] == 700, msg
-    assert est.jumps[0].device_step_ns == pytest.approx(2e9, abs=20e6), msg
+    assert counters[step.sample] == 700, msg
+    assert step.device_step_ns == pytest.approx(2e9, abs=20e6), msg
     assert p.paired.all() and np.percentile(err_ms, 99) < 1.0, msg
