@@ -45,14 +45,15 @@ def program(seed: int = 5) -> JointProgram:
 
 
 def record_sim(camera_query: str = "", joint_query: str = "", seed: int = 5,
-               camera_latency_s: float | None = None
+               camera_latency_s: float | None = None, prog: JointProgram | None = None
                ) -> tuple[RawRecording, Episode, bool, list]:
     """Record the test cell through the API: ``(raw, episode, complete, truth)``;
     ``camera_latency_s``: the latency the recorder corrects by (default the simulated
-    camera's own, ``latency_ms``), as ``calibrate record --camera-latency-s`` sets it."""
+    camera's own, ``latency_ms``), as ``calibrate record --camera-latency-s`` sets it;
+    ``prog``: the program (default :func:`program` of ``seed``, the model's timing)."""
     from firmware_bridge.url import stream_for_url
 
-    prog = program(seed)
+    prog = prog or program(seed)
     cam = open_camera(CELL + camera_query, camera_latency_s)
     js = open_joints(CELL + joint_query)
     try:

@@ -133,6 +133,34 @@ def test_a_wrongly_entered_camera_latency_is_measured_and_named(true_ms: int,
     assert ("late" if true_ms / 1e3 > entered_s else "early") in reason["message"]
 
 
+@pytest.mark.parametrize("entered_s, late_s", [(0.0, 0.09), (None, 0.0)])
+def test_check_reads_the_camera_lag_of_a_slower_plan_on_the_recording(entered_s,
+                                                                      late_s) -> None:
+    """A plan slower than the model's timing (0.6 s sweeps, 0.5 s pauses) is checked
+    through its normalised episode, whose frames are not evenly spaced in time: the lag is
+    read on the recording's own frames instead (from those, a 90 ms late camera read 44 ms
+    and passed)."""
+    import export.cells.virtual as virtual
+    from edge.calibrate.plan import plan_sweep
+
+    prog = plan_sweep(virtual.virtual_robot_spec("test_all", 3), 5, phase_s=0.6, pause_s=0.5)
+    _, ep, complete, _ = record_sim("&latency_ms=90", camera_latency_s=entered_s, prog=prog)
+    assert complete and len(ep.frames) != 8 * 7 + 1
+    report = check_arrays(EpisodeArrays.from_episode(ep))
+    assert report["ingest"]["normalised"]
+    lag = report["camera_lag"]
+    assert lag["s"] == pytest.approx(late_s, abs=0.015), lag
+    assert lag["frames"] == pytest.approx(lag["s"] * 10.0)  # in the model's frames
+    codes_ = {r["code"] for r in report["reasons"]}
+    if late_s:
+        assert report["verdict"] == "fail" and "camera_lag" in codes_
+        (reason,) = [r for r in report["reasons"] if r["code"] == "camera_lag"]
+        fixed = float(reason["message"].split("--camera-latency-s ")[1].split()[0])
+        assert fixed == pytest.approx(0.09, abs=0.015)
+    else:
+        assert report["verdict"] == "pass", report["reasons"]
+
+
 def test_the_right_camera_latency_measures_no_lag() -> None:
     report = codes()  # corrected by the simulated camera's own 35 ms
     assert abs(report["camera_lag"]["frames"]) < 0.1 and report["verdict"] == "pass"

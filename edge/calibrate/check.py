@@ -344,7 +344,37 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
     checked = EpisodeArrays.from_episode(ep)
     report, _ = check_episode(checked, opts)
     report["ingest"] = ingest
+    _lag_of_the_recording(report, arr, float(checked.meta.get("fps") or 10.0), opts)
     return report, checked
+
+
+def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps: float,
+                          opts: CheckOptions) -> None:
+    """Measure the camera lag of an episode of another timing on its own frames at its own
+    rate and put it in ``report`` (``camera_lag`` and its reason, the verdict with them).
+
+    The normalised episode keeps one recorded frame per knot of the model's timing, so its
+    frames are not evenly spaced in time and a lag read from them comes out short (about
+    half of it for sweeps slower than the model's). The lag is searched over the same span
+    in seconds as for an episode in the model's timing and judged in the model's frames.
+    """
+    fps = float(arr.meta.get("fps") or 0.0)
+    q = arr.joint_positions
+    if q is None or fps <= 0 or model_fps <= 0:
+        return
+    per = fps / model_fps  # recorded frames per model frame
+    raw = estimate_camera_lag(arr.frames, np.asarray(q, np.float64), fps,
+                              search_frames=LAG_SEARCH_FRAMES * per)
+    if raw is None:
+        return
+    lag = {**raw, "frames": raw["s"] * model_fps, "search_frames": LAG_SEARCH_FRAMES,
+           "measured_at_hz": fps}
+    rec = (arr.meta.get("extra") or {}).get("recording") or {}
+    shifted = (report.get("camera_lag") or {}).get("image_motion_shifted_frames", 0)
+    report["reasons"] = [r for r in report["reasons"] if r["code"] != "camera_lag"] + \
+        _lag_reason(lag, rec, model_fps, opts)
+    report["camera_lag"] = {**lag, "image_motion_shifted_frames": shifted}
+    report["verdict"] = "fail" if report["reasons"] else "pass"
 
 
 def check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
