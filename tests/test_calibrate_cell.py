@@ -222,6 +222,30 @@ def test_record_refuses_a_joint_stream_of_another_channel_count_before_the_sweep
     assert not list(d.glob("six*"))
 
 
+@pytest.mark.parametrize("rate_hz", [30, 20])
+def test_a_slow_joint_stream_is_paired_with_a_tolerance_of_its_own_interval(cell, capsys,
+                                                                          rate_hz) -> None:
+    """A controller that reports at 30 or 20 Hz: a frame has a joint sample on each side
+    within the stream's interval, not within the default 20 ms, so without --tolerance-s the
+    recorder pairs with 1.1 of the median interval and the episode passes the check; given
+    20 ms, nothing pairs and the refusal names the stream's interval."""
+    d = cell["dir"]
+    joints = CELL + f"&rate_hz={rate_hz}&drop=0"
+    assert cli("record", "--camera", CELL, "--joints", joints, "--plan", str(cell["plan"]),
+               "--out", str(d / f"slow{rate_hz}.npz"), "--cell", "cell-3") == 0
+    ep = load_episode(d / f"slow{rate_hz}.npz")
+    rec = ep.metadata.extra["recording"]
+    assert rec["tolerance_s"] == pytest.approx(1.1 / rate_hz, abs=0.002)
+    report = check_arrays(load_for_check(d / f"slow{rate_hz}.npz"))
+    assert report["verdict"] == "pass", report["reasons"]
+    capsys.readouterr()
+    assert cli("record", "--camera", CELL, "--joints", joints, "--plan", str(cell["plan"]),
+               "--out", str(d / f"tight{rate_hz}.npz"), "--cell", "cell-3",
+               "--tolerance-s", "0.02") == 2
+    err = capsys.readouterr().err
+    assert f"came every {1000 / rate_hz:.1f} ms" in err and "--tolerance-s" in err
+
+
 def test_a_recording_cut_before_pairing_checks_no_dof(cell, tmp_path: Path) -> None:
     d = cell["dir"]
     rc = cli("record", "--camera", CELL + "&disconnect_at_s=0.2", "--joints", CELL, "--plan",

@@ -30,7 +30,8 @@ from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, actions_f
 from edge.joints import JointSample, Status, names_are_positional
 from edge.timebase import capture_stamps, pair_frames
 
-__all__ = ["AssembleOptions", "assemble_episode", "check_channels", "fit_program_start"]
+__all__ = ["DEFAULT_TOLERANCE_S", "AssembleOptions", "assemble_episode", "check_channels",
+           "fit_program_start", "pairing_tolerance"]
 
 #: A knot whose nearest frame is further than this share of a frame period is a gap.
 GAP_FRACTION = 0.4
@@ -42,7 +43,8 @@ class AssembleOptions:
 
     Attributes:
         size_hw: the model's resolution (H, W), px.
-        tolerance_s: pairing tolerance (a joint sample on each side within it), s.
+        tolerance_s: pairing tolerance (a joint sample on each side within it), s; None:
+            :func:`pairing_tolerance` of the joint stream's own sample interval.
         camera_latency_s, joint_latency_s: per-stream latency offsets, s.
         cell_id, camera_id, robot_id: the episode's ids.
     """
@@ -51,7 +53,7 @@ class AssembleOptions:
     cell_id: str
     camera_id: str
     robot_id: str
-    tolerance_s: float = 0.02
+    tolerance_s: float | None = 0.02
     camera_latency_s: float = 0.0
     joint_latency_s: float = 0.0
 
@@ -77,6 +79,21 @@ def _channels(program: JointProgram, names: list[str]) -> tuple[list[int], list[
     raise RecordingError(f"joint stream channels {names} share no name with the program's "
                          f"DoFs {want} (a program for robot {program.robot!r}): plan for the "
                          f"robot on this stream")
+
+
+#: The pairing tolerance of a joint stream of 50 Hz or faster, s.
+DEFAULT_TOLERANCE_S = 0.02
+
+
+def pairing_tolerance(stamps_ns: np.ndarray) -> float:
+    """The pairing tolerance for joint samples at ``stamps_ns`` (int64 ``(N,)``, ns,
+    increasing): :data:`DEFAULT_TOLERANCE_S`, or 1.1 of the median sample interval where
+    that is longer (a frame is paired only with a sample within the tolerance on each side,
+    so a 30 Hz controller needs about 37 ms, a 20 Hz one 55 ms)."""
+    d = np.diff(np.asarray(stamps_ns, np.int64))
+    d = d[d > 0]
+    period = float(np.median(d)) / 1e9 if d.size else 0.0
+    return max(DEFAULT_TOLERANCE_S, round(1.1 * period, 4))
 
 
 def check_channels(program: JointProgram, names: list[str]) -> str:
@@ -175,7 +192,8 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
     q = np.stack([s.position_rad for s in samples])[:, sc]  # (N, m)
     inc = np.concatenate([[True], np.diff(js) > 0])
     js, q = js[inc], q[inc]
-    pairing = pair_frames(fs[keep], js, q, tolerance_s=opts.tolerance_s,
+    tol = opts.tolerance_s if opts.tolerance_s is not None else pairing_tolerance(js)
+    pairing = pair_frames(fs[keep], js, q, tolerance_s=tol,
                           frame_latency_s=opts.camera_latency_s,
                           joint_latency_s=joint_latency_s)
     base = int(js[0])
@@ -194,8 +212,12 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
     ticks = t0 + (program.lead_in_frames + np.arange(n_ep)) / fps
     paired_idx = np.flatnonzero(pairing.paired)
     if not len(paired_idx):
+        gap = np.diff(js)
+        every = f"{float(np.median(gap)) / 1e6:.1f} ms" if gap.size else "never"
         raise RecordingError(f"recording: no frame paired with a joint sample within "
-                             f"{opts.tolerance_s} s (check the latency offsets and clocks)")
+                             f"{tol:g} s on each side (the joint samples came every {every}, "
+                             f"median; a tolerance below that pairs nothing: raise "
+                             f"--tolerance-s, or check the latency offsets and clocks)")
     covered = ticks <= fcorr[paired_idx[-1]] + GAP_FRACTION / fps
     n_rec = int(covered.sum()) if not covered.all() else n_ep
     complete = n_rec == n_ep
@@ -239,7 +261,7 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
             "gaps": [int(g) for g in gaps],
             "tick_offset_s": [round(float(o), 5) for o in offset],
             "pair_error_s": [round(float(e), 5) for e in nearest],
-            "tolerance_s": opts.tolerance_s, "camera_latency_s": opts.camera_latency_s,
+            "tolerance_s": tol, "camera_latency_s": opts.camera_latency_s,
             "joint_latency_s": joint_latency_s, "wall_s": round(raw.wall_s, 3),
             "duration_s": round((fs[-1] - fs[0]) / 1e9, 4),
             "disconnected": raw.disconnected, "joint_error": raw.joint_error},

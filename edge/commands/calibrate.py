@@ -422,7 +422,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--size", default=None, metavar="HxW",
                    help="HEIGHTxWIDTH without --model (default: the active bundle's "
                         "resolution, else 64x64)")
-    r.add_argument("--tolerance-s", type=float, default=0.02, help="pairing tolerance, s")
+    r.add_argument("--tolerance-s", type=float, default=None,
+                   help="pairing tolerance: a frame is paired with the joint readings when "
+                        "a sample lies within it on each side, s (default 0.02, or 1.1 of the "
+                        "joint stream's median sample interval where that is longer: 37 ms "
+                        "for a 30 Hz controller)")
     r.add_argument("--camera-latency-s", type=float, default=None,
                    help="exposure-to-stamp delay of the camera, s, subtracted from each "
                         "frame's stamp (default: the source's own, else 0); 'calibrate "
