@@ -161,6 +161,26 @@ def test_check_reads_the_camera_lag_of_a_slower_plan_on_the_recording(entered_s,
         assert report["verdict"] == "pass", report["reasons"]
 
 
+def test_dropped_frames_names_its_cause_the_joint_stream_or_a_slow_camera() -> None:
+    """Knots without a frame because the joint stream dropped samples, or because the camera
+    runs at the plan's own rate (its frames fall up to half a period from the knots): the
+    reason says which, not that the camera dropped frames."""
+    import dataclasses
+
+    import export.cells.virtual as virtual
+    from edge.calibrate.plan import plan_sweep
+
+    report = codes("", "&drop=0.6")
+    (r,) = [r for r in report["reasons"] if r["code"] == "dropped_frames"]
+    assert "had no joint sample within the pairing tolerance" in r["message"], r["message"]
+    assert "the camera dropped" not in r["message"]
+    spec = dataclasses.replace(virtual.virtual_robot_spec("test_all", 3), frame_rate_hz=15.0)
+    _, ep, _, _ = record_sim("&fps=15", prog=plan_sweep(spec, 5))
+    report = check_arrays(EpisodeArrays.from_episode(ep))
+    (r,) = [r for r in report["reasons"] if r["code"] == "dropped_frames"]
+    assert "the camera ran at 14" in r["message"] and "plan at a lower rate" in r["message"]
+
+
 def test_the_right_camera_latency_measures_no_lag() -> None:
     report = codes()  # corrected by the simulated camera's own 35 ms
     assert abs(report["camera_lag"]["frames"]) < 0.1 and report["verdict"] == "pass"

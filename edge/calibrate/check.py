@@ -228,6 +228,28 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
             "r2_at_zero": round(float(r2[zero]), 4), "search_frames": search_frames}
 
 
+def _why_no_frame(rec: dict[str, Any], fps: float) -> str:
+    """Why knots of a recording got no frame, from what the recorder kept: frames left
+    unpaired (the joint stream had no sample on each side of them), a camera too slow for
+    the plan's knot rate (its frames fall up to half a period from a knot), or else the
+    camera's own drops or stalls."""
+    near = f"no paired frame within {0.4 / fps * 1e3:.0f} ms of them"
+    unpaired = int(rec.get("unpaired_camera_frames") or 0)
+    frames, span = rec.get("camera_frames"), rec.get("duration_s")
+    cam_fps = (frames - 1) / span if frames and span and frames > 1 and span > 0 else None
+    if unpaired:
+        return (f"{near}; {unpaired} of {frames} camera frames had no joint sample within the "
+                f"pairing tolerance ({float(rec.get('tolerance_s') or 0) * 1e3:.0f} ms) on "
+                f"each side: the joint stream dropped or delayed samples (check its rate and "
+                f"link: syncedge bridge probe URL), or the tolerance is below its interval")
+    if cam_fps is not None and cam_fps < 2.0 * fps:
+        return (f"{near}; the camera ran at {cam_fps:.1f} fps against the plan's {fps:g} "
+                f"knots per second, so its frames fall up to half a frame period from the "
+                f"knots: use a camera at least twice the plan's rate, or plan at a lower "
+                f"rate (calibrate plan --frame-rate-hz / --sweep-seconds)")
+    return f"{near}: the camera dropped or stalled frames there"
+
+
 def _lag_reason(lag: dict[str, Any] | None, rec: dict[str, Any], fps: float,
                 opts: CheckOptions) -> list[dict[str, Any]]:
     """``camera_lag`` when the measured lag is trustworthy and beyond the limit; the
@@ -469,8 +491,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
                                                            for g in gaps)]
         during = f" (during the sweep of {', '.join(map(str, hit))})" if hit else ""
         reasons.append(_reason("dropped_frames", f"frames missing at {len(gaps)} knot(s) "
-                               f"{gaps[:10]}{during}: the camera delivered no frame within "
-                               f"{0.4 / fps * 1e3:.0f} ms of them",
+                               f"{gaps[:10]}{during}: {_why_no_frame(rec, fps)}",
                                hit[0] if len(hit) == 1 else None))
     pe = np.asarray(rec.get("pair_error_s", []), np.float64)
     tol = float(rec.get("tolerance_s", opts.tolerance_s))
