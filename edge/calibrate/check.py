@@ -473,8 +473,12 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
             more = ("; its frames could not be paired with joint samples, so no DoF is "
                     "checked: record again")
         else:
+            # the plan's order, not the channels': a DoF without a segment was to be
+            # swept after the recording ended (the channel order is only a guess without
+            # any segment)
             recorded = [x for c, x in enumerate(names)
-                        if starts.get(x, c * SEGMENT_FRAMES) + SEGMENT_FRAMES < t]
+                        if (starts[x] if x in starts else
+                            t if starts else c * SEGMENT_FRAMES) + SEGMENT_FRAMES < t]
             left = [x for x in names if x not in recorded]
             more = (f"; DoF(s) {left} not (wholly) recorded and not checked: record again"
                     if left else "")
