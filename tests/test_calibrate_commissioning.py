@@ -182,6 +182,45 @@ def test_validate_refuses_the_calibration_episode_itself(tmp_path: Path, monkeyp
     assert not (tmp_path / "v").exists()
 
 
+def test_validate_fits_an_episode_at_the_cameras_size_and_refuses_another_rate(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """An imported validation episode keeps the camera's own size: validate centre-crops
+    and resizes it as a recording is (it used to refuse the start frame); one at another
+    frame rate than the model steps at is refused by name before any rollout. A
+    calibration episode of another cell is named as a calibration episode."""
+    from edge.calibrate.camera import fit_frame
+
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
+    model = ["--model", str(FP32), "--cache-dir", str(tmp_path / "cache"), "--threads", "1"]
+    assert cli("store", str(save_episode(sweep_episode(), tmp_path / "cal.npz")), *model) == 0
+    val = sweep_episode("validation")
+    big = np.stack([np.kron(f, np.ones((2, 3, 1), np.uint8)) for f in val.frames[::-1]])
+    wide = dataclasses.replace(val, frames=big)  # 128x192: another aspect, another size
+    path = save_episode(wide, tmp_path / "wide.npz")
+    capsys.readouterr()
+    assert cli("validate", "--cell", "cell-1", "--episode", str(path), *model, "--out",
+               str(tmp_path / "v")) == 0
+    out = capsys.readouterr().out
+    assert "frames of 192x128 px centre-cropped and resized to the model's 64x64" in out
+    report = json.loads((tmp_path / "v" / "report.json").read_text())
+    assert report["validation_episode"]["fitted_from_hw"] == [128, 192]
+    assert fit_frame(big[0], (64, 64)).shape == (64, 64, 3)
+    fast = dataclasses.replace(val, metadata=dataclasses.replace(val.metadata, fps=30.0))
+    path = save_episode(fast, tmp_path / "fast.npz")
+    assert cli("validate", "--cell", "cell-1", "--episode", str(path), *model, "--out",
+               str(tmp_path / "v30")) == 2
+    err = capsys.readouterr().err
+    assert "recorded at 30 Hz, but the model steps at 10 Hz" in err
+    assert not (tmp_path / "v30").exists()
+    ep = sweep_episode()
+    other = dataclasses.replace(ep, frames=ep.frames[::-1].copy(), metadata=dataclasses.replace(
+        ep.metadata, cell_id="cell-9"))
+    path = save_episode(other, tmp_path / "other.npz")
+    assert cli("validate", "--cell", "cell-1", "--episode", str(path), *model, "--out",
+               str(tmp_path / "v9")) == 2
+    assert "a calibration episode (kind 'calibration')" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ verify
 
 

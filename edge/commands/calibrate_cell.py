@@ -305,12 +305,14 @@ def run_validate(args: argparse.Namespace) -> int:
             entry = cache.get(key)
             cached = context_from_source(cache, model, key.cell_id, key.camera_id,
                                          key.robot_id)
-        _check_validation_episode(ep, str(args.episode or args.camera), key, entry.episode)
+        where = str(args.episode or args.camera)
+        _check_validation_episode(ep, where, key, entry.episode)
+        frames, fitted = _validation_frames(ep, model, where)
         n = entry.episode.num_dof
         ctx = CalibrationContext(cached.values, model.sha256, n, f"cache:{key.cell_id}")
         zero = CalibrationContext(np.zeros_like(cached.values), model.sha256, n, "zeroed")
-        start, acts = ep.frames[0], ep.actions[:-1].astype(np.float32)
-        truth = ep.frames[1:]
+        start, acts = frames[0], ep.actions[:-1].astype(np.float32)
+        truth = frames[1:]
         t0 = time.perf_counter()
         pred = {"calibrated": predict(model, ctx, start, acts),
                 "zeroed": predict(model, zero, start, acts)}
@@ -330,7 +332,7 @@ def run_validate(args: argparse.Namespace) -> int:
                       "backend": model.backend},
             "validation_episode": {"source": str(args.episode or args.camera),
                                    "frames": ep.num_frames, "kind": ep.metadata.kind,
-                                   "fps": ep.metadata.fps},
+                                   "fps": ep.metadata.fps, "fitted_from_hw": fitted},
             "fidelity": {**fid, "calibration_gain": gain},
             "control_probe": probe,
             **commissioning_calibration(entry, ep),
@@ -382,6 +384,32 @@ def commissioning_calibration(entry: Any, validation: Any) -> dict[str, Any]:
     }
 
 
+def _validation_frames(ep: Any, model: Any, where: str) -> tuple[np.ndarray, list[int] | None]:
+    """The validation episode's frames at the model's resolution: centre-cropped and
+    area-resized as a recording is (``edge.calibrate.camera.fit_frame``) where the episode
+    keeps the camera's own size (an import). Returns ``(frames uint8 [T, h, w, 3], the
+    episode's [H, W] where they were fitted, else None)``.
+
+    Raises:
+        CalibrateError: an episode recorded at another frame rate than the model steps at
+            (its actions span another interval per step).
+    """
+    from edge.calibrate.camera import fit_frame
+
+    fps, model_fps = float(ep.metadata.fps or 0.0), float(model.contract.frame_rate_hz)
+    if fps and abs(fps - model_fps) > 0.01 * model_fps:
+        raise CalibrateError(f"{where}: recorded at {fps:g} Hz, but the model steps at "
+                             f"{model_fps:g} Hz (each action is one step's change): record the "
+                             f"validation episode with 'syncedge calibrate record', which "
+                             f"samples it at the model's rate")
+    h, w = model.contract.resolution
+    if ep.frames.shape[1:3] == (h, w):
+        return ep.frames, None
+    print(f"note: {where}: frames of {ep.frames.shape[2]}x{ep.frames.shape[1]} px "
+          f"centre-cropped and resized to the model's {w}x{h}, as a recording is")
+    return np.stack([fit_frame(f, (h, w)) for f in ep.frames]), list(ep.frames.shape[1:3])
+
+
 def _check_validation_episode(ep: Any, where: str, key: Any, calibration: Any) -> None:
     """The validation episode must come from the cached cell, have its DoF count, and not
     be the calibration itself (an in-sample report would measure nothing the context has
@@ -393,16 +421,16 @@ def _check_validation_episode(ep: Any, where: str, key: Any, calibration: Any) -
     meta = ep.metadata
     record = ("record a validation episode of ordinary motion ('syncedge calibrate plan "
               "--motion' and 'calibrate record', or 'calibrate import --kind validation')")
+    if meta.kind == "calibration":
+        raise CalibrateError(f"{where}: a calibration episode (kind 'calibration'); validating "
+                             f"a cell with its calibration is in-sample and says nothing about "
+                             f"motion the context has not seen: {record}")
     got = (meta.cell_id, meta.camera_id, meta.robot_id)
     want = (key.cell_id, key.camera_id, key.robot_id)
     if got != want:
         raise CalibrateError(f"{where}: a validation episode of cell/camera/robot "
                              f"{'/'.join(got)}, but the cached calibration is of "
                              f"{'/'.join(want)}; validate a cell with its own episode")
-    if meta.kind == "calibration":
-        raise CalibrateError(f"{where}: a calibration episode (kind 'calibration'); validating "
-                             f"a cell with its calibration is in-sample and says nothing about "
-                             f"motion the context has not seen: {record}")
     if ep.num_dof != calibration.num_dof:
         raise CalibrateError(f"{where}: {ep.num_dof} action channels, but the cell's cached "
                              f"calibration has {calibration.num_dof} DoFs")
