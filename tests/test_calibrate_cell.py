@@ -230,6 +230,19 @@ def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:
     left = [x for x in ep.metadata.dof_names if x not in whole]
     assert f"DoF(s) {left} not (wholly) recorded and not checked" in partial[0]["message"]
     assert not any(r["dof"] in left for r in report["reasons"] if r["code"] != "dof_missing")
+    # recorded again, whole: the earlier try's partial recording is removed, and said so
+    (d / "cut.npz").unlink()
+    capsys.readouterr()
+    assert cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
+               "--out", str(d / "cut.npz"), "--cell", "cell-3") == 0
+    assert f"removed {d / 'cut.partial.npz'}" in capsys.readouterr().err
+    assert (d / "cut.npz").is_file() and not (d / "cut.partial.npz").exists()
+    # --size with --model: the model's resolution decides; refused before recording
+    assert cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
+               "--out", str(d / "sized.npz"), "--cell", "cell-3", "--model",
+               str(cell["model"]), "--size", "96x128") == 2
+    assert "--size 96x128 with --model" in capsys.readouterr().err
+    assert not list(d.glob("sized*"))
 
 
 def test_record_refuses_a_joint_stream_of_another_channel_count_before_the_sweep(

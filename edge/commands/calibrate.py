@@ -44,6 +44,9 @@ def _resolution(args: argparse.Namespace) -> tuple[int, int]:
         return tuple(getattr(m, "recording_resolution", None) or m.contract.resolution)
 
     if getattr(args, "model", None):
+        if getattr(args, "size", None) is not None:
+            raise CalibrateError(f"--size {args.size} with --model {args.model}: the episode is "
+                                 f"recorded at the model's own resolution; give one of the two")
         return of(Path(args.model))
     if args.size is None:
         active = active_bundle_dir()
@@ -200,6 +203,11 @@ def run_record(args: argparse.Namespace) -> int:
         raise RecordingError(f"recording ended before the program did; partial recording "
                              f"kept at {kept} (record again){_earlier(out)}", kept)
     save_episode(ep, out)
+    stale = _partial_path(out)
+    if stale.exists():  # an earlier failed try of this recording: this one replaces it
+        stale.unlink()
+        print(f"note: removed {stale}, the partial recording of an earlier try",
+              file=sys.stderr)
     ref = out.with_name(out.name.removesuffix(".npz") + ".reference.png")
     write_png(ref, raw.frames[0])
     rec = ep.metadata.extra["recording"]
