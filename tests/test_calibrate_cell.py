@@ -375,7 +375,8 @@ def test_cache_entry_for_another_model_and_mismatched_episodes(cell, tmp_path: P
         assert len(infos) == 2 and len({i.episode_sha256 for i in infos}) == 1
     ep = load_episode(cell["episode"])
     stranger = save_episode(dataclasses.replace(
-        ep, metadata=dataclasses.replace(ep.metadata, cell_id="cell-9")), tmp_path / "c9.npz")
+        ep, metadata=dataclasses.replace(ep.metadata, cell_id="cell-9", kind="validation")),
+        tmp_path / "c9.npz")
     capsys.readouterr()
     assert cli("validate", "--cell", "cell-3", "--episode", str(stranger), *int8,
                "--out", str(tmp_path / "v")) == 2

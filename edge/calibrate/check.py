@@ -337,7 +337,13 @@ def _dof_report(arr: EpisodeArrays, c: int, name: str, frac: float, q: np.ndarra
         reasons.append(_reason("no_image_motion", f"DoF {name!r} moved {out:.3f} but the "
                                f"picture did not change (motion {move_e:.3f}, expected > "
                                f"{max(opts.motion_energy_min, opts.motion_noise_ratio * noise):.3f}"
-                               f"): camera pointed elsewhere or the joint occluded", name))
+                               f"): camera pointed elsewhere, the joint occluded, or a "
+                               f"joint that moves few pixels from this view (a wrist roll "
+                               f"seen end-on, a small or distant link): aim the camera or "
+                               f"bring it closer, or sweep wider (calibrate plan "
+                               f"--amplitude); a joint that truly shows little matters little "
+                               f"to the predictions: calibrate store --force \"REASON\"",
+                               name))
     rep["passed"] = not reasons
     return rep, reasons
 
