@@ -181,6 +181,15 @@ def test_dropped_frames_names_its_cause_the_joint_stream_or_a_slow_camera() -> N
     assert "the camera ran at 14" in r["message"] and "plan at a lower rate" in r["message"]
 
 
+def test_a_camera_stall_across_sweeps_is_dropped_frames_not_stuck_or_clipped_joints() -> None:
+    """A 1 s camera stall across three DoFs' sweeps: their knots show other moments, so the
+    one reason is dropped_frames naming them, not 'stuck' or 'clipped' joints that moved."""
+    report = codes("&stall_at_s=3&stall_s=1")
+    assert [r["code"] for r in report["reasons"]] == ["dropped_frames"], report["reasons"]
+    unjudged = [d["dof"] for d in report["dofs"] if d.get("judged") is False]
+    assert unjudged and all(x in report["reasons"][0]["message"] for x in unjudged)
+
+
 def test_the_right_camera_latency_measures_no_lag() -> None:
     report = codes()  # corrected by the simulated camera's own 35 ms
     assert abs(report["camera_lag"]["frames"]) < 0.1 and report["verdict"] == "pass"

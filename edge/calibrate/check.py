@@ -228,6 +228,11 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
             "r2_at_zero": round(float(r2[zero]), 4), "search_frames": search_frames}
 
 
+#: A DoF's own reasons that frames missing from its sweep make meaningless (its knots then
+#: show other moments of the recording): ``dropped_frames`` names the DoF instead.
+_SWEEP_CODES = ("dof_not_moving", "sweep_clipped", "sweep_short", "no_image_motion")
+
+
 def _why_no_frame(rec: dict[str, Any], fps: float) -> str:
     """Why knots of a recording got no frame, from what the recorder kept: frames left
     unpaired (the joint stream had no sample on each side of them), a camera too slow for
@@ -496,6 +501,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     fps = float(meta.get("fps") or 0) or 1.0
     gaps = sorted(set(int(g) for g in rec.get("gaps", []))
                   | set(int(i) + 1 for i in np.flatnonzero(d > 1.5 / fps)))
+    hit: list[str] = []  # DoFs whose sweep lost frames: dropped_frames is their reason
     if gaps:
         hit = [dof for dof, start in starts.items() if any(start < g <= start + SEGMENT_FRAMES
                                                            for g in gaps)]
@@ -538,6 +544,9 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         if name in dup or name not in recorded:
             continue
         rep, rs = _dof_report(arr, c, name, frac, q, energy, noise, opts, limits)
+        if name in hit:  # its knots show other moments: judged by what was not dropped
+            rep["judged"] = False
+            rs = [r for r in rs if r["code"] not in _SWEEP_CODES]
         dofs.append(rep)
         reasons.extend(rs)
     reasons.extend(_distinct(arr, dofs, opts))
