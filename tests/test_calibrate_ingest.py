@@ -430,3 +430,20 @@ def test_a_channel_in_metres_has_its_own_away_floor():
         segment_sweeps(q, ("j0", "j1", "grip"), None, units)
     assert e.value.code == "simultaneous" and e.value.dof == "grip"
     segment_sweeps(q, ("j0", "j1", "grip"))  # as rad, 1 cm is inside 0.15 of 0.4 rad
+
+
+def test_a_partial_recording_is_refused_as_partial_not_as_a_dof_never_swept():
+    import dataclasses
+
+    from tests.calib_cell_helpers import sweep_episode
+
+    ep = sweep_episode()
+    cut = dataclasses.replace(ep, frames=ep.frames[:20], actions=ep.actions[:20],
+                              timestamps=ep.timestamps[:20],
+                              joint_positions=ep.joint_positions[:20],
+                              metadata=dataclasses.replace(ep.metadata, extra={
+                                  "recording": {"complete": False,
+                                                "disconnected": "camera gone"}}))
+    with pytest.raises(IngestError) as e:
+        normalise_calibration(cut)
+    assert e.value.code == "partial_recording" and "camera gone" in str(e.value)

@@ -39,6 +39,9 @@ sign, with pauses of any length (or none) carries the same information. Ingest r
    ``too_few_frames``  fewer than 2 frames, or stamps that are not increasing
    ==================  =======================================================
 
+   A recording that ended early (``extra.recording.complete`` false) is refused as
+   ``partial_recording`` before any of these: it is not normalised, it is recorded again.
+
 An episode already in the model's timing (``8 n + 1`` frames at the model's resolution)
 passes through unchanged (:func:`ingest_calibration` reports ``"normalised": false``).
 """
@@ -390,6 +393,11 @@ def normalise_calibration(ep: Episode, resolution: tuple[int, int] | None = None
     if ep.metadata.kind != "calibration":
         raise IngestError("not_calibration", f"a {ep.metadata.kind!r} episode; expected a "
                           f"calibration episode (kind 'calibration')")
+    rec = (ep.metadata.extra or {}).get("recording") or {}
+    if rec and not rec.get("complete", True):
+        raise IngestError("partial_recording", "a partial recording (the recording ended "
+                          f"early: {rec.get('disconnected') or rec.get('joint_error') or 'unknown'}"
+                          "), not normalised: record the calibration again")
     if joint_positions is not None:
         if joint_times_s is None:
             raise IngestError("too_few_frames", "joint_positions given without joint_times_s")
