@@ -190,6 +190,17 @@ def test_a_camera_stall_across_sweeps_is_dropped_frames_not_stuck_or_clipped_joi
     assert unjudged and all(x in report["reasons"][0]["message"] for x in unjudged)
 
 
+def test_a_lag_under_the_limit_is_named_beside_a_faint_dof() -> None:
+    """A camera 30 ms later than entered (0.3 frames, under the limit) and an occluded DoF:
+    no camera_lag reason, but the no_image_motion message names the lag and its fix."""
+    report = codes("&latency_ms=65&occlude=Actuator4", camera_latency_s=0.035)
+    assert 0.25 <= report["camera_lag"]["frames"] < 0.5
+    (r,) = [r for r in report["reasons"] if r["code"] == "no_image_motion"]
+    assert "frames late against the joints (camera_lag; under the 0.5-frame limit)" in \
+        r["message"] and "corrected by +3" in r["message"]
+    assert "camera_lag" not in {x["code"] for x in report["reasons"]}
+
+
 def test_the_right_camera_latency_measures_no_lag() -> None:
     report = codes()  # corrected by the simulated camera's own 35 ms
     assert abs(report["camera_lag"]["frames"]) < 0.1 and report["verdict"] == "pass"

@@ -555,6 +555,14 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
             if r["code"] == "no_image_motion":
                 r["message"] += ("; judged through the camera lag below, which may explain "
                                  "it: record again with the corrected latency first")
+    elif lag is not None and lag["r2"] >= opts.lag_min_r2 and abs(lag["frames"]) >= 0.25:
+        for r in reasons:  # under the limit, but enough to blur a faint DoF's motion
+            if r["code"] == "no_image_motion":
+                r["message"] += (f"; the frames are {abs(lag['frames']):.2f} frames "
+                                 f"{'late' if lag['frames'] > 0 else 'early'} against the "
+                                 f"joints (camera_lag; under the {opts.max_lag_frames:g}-frame "
+                                 f"limit), which may explain part of it: record again with "
+                                 f"the latency corrected by {lag['s'] * 1e3:+.0f} ms")
     reasons.extend(lag_reasons)
     report = _report(arr, reasons, dofs, names, frac, rec, pe, tol, opts)
     report["camera_lag"] = None if lag is None else {**lag, "image_motion_shifted_frames": shift}
