@@ -146,6 +146,21 @@ def _framed_capture_ns(samples) -> np.ndarray:
     return np.round((np.unwrap(q_s, period=100.0) + 100.0 * k) * 1e9).astype(np.int64)
 
 
+def _pair_marked(samples, truth_ns):
+    """Pair 600 frames spread over the stream with the samples whose joint 0 is set to
+    their true capture time (so the interpolated value is the paired time): ``(pairing,
+    estimate, |paired - frame| ms)``."""
+    from dataclasses import replace
+
+    from edge.timebase import pair_samples
+
+    marked = [replace(x, position_rad=np.array([float(t)])) for x, t in
+              zip(samples, truth_ns, strict=True)]
+    frames = np.linspace(truth_ns[0] + 60e6, truth_ns[-1] - 60e6, 600).astype(np.int64)
+    p, est = pair_samples(frames, marked, tolerance_s=0.05)
+    return p, est, np.abs(p.positions[:, 0] - frames) / 1e6, marked, frames
+
+
 def test_bridge_timebase_ping_round_trip_pairs_500hz_bursts_within_1ms_whatever_the_link():
     """The framed stream pings the device at jittered moments; the device answers with its
     clock at receipt. A one-way link delay drawn at random in 3..20 ms (given to the fake
@@ -156,7 +171,7 @@ def test_bridge_timebase_ping_round_trip_pairs_500hz_bursts_within_1ms_whatever_
     smallest round trip and pairs 600 camera frames within 1 ms at p99."""
     from dataclasses import replace
 
-    from edge.timebase import capture_stamps, pair_samples
+    from edge.timebase import capture_stamps
 
     link_s = float(np.random.default_rng(16).uniform(0.003, 0.020))
     f = FramedFaults(burst_period_s=0.016, clock_joint=True, link_delay_s=link_s)
@@ -168,12 +183,7 @@ def test_bridge_timebase_ping_round_trip_pairs_500hz_bursts_within_1ms_whatever_
     receipt = np.array([x.receipt_ns for x in samples], dtype=np.int64)
     truth_ns = _framed_capture_ns(samples)  # (N,)
     assert np.all(truth_ns < receipt) and np.sum(np.diff(receipt) == 0) > len(samples) / 2
-    # joint 0 := the true capture time, so the interpolated value is the paired time
-    marked = [replace(x, position_rad=np.array([float(t)])) for x, t in
-              zip(samples, truth_ns, strict=True)]
-    frames = np.linspace(truth_ns[0] + 60e6, truth_ns[-1] - 60e6, 600).astype(np.int64)
-    p, est = pair_samples(frames, marked, tolerance_s=0.05)
-    err_ms = np.abs(p.positions[:, 0] - frames) / 1e6
+    p, est, err_ms, marked, frames = _pair_marked(samples, truth_ns)
     msg = f"link {link_s * 1e3:.1f} ms: p99 {np.percentile(err_ms, 99):.2f} ms; {est.describe()}"
     assert est.method == "ping round trip", msg
     assert p.paired.all() and np.percentile(err_ms, 99) < 1.0, msg
@@ -335,9 +345,7 @@ def test_bridge_timebase_framed_device_clock_step_mid_stream_pairs_within_1ms():
     """A framed device whose clock steps +2 s at frame 700 (of 3 s at 500 Hz, 16 ms bursts,
     6 ms link): the step is found at that frame, and both stretches pair 600 camera frames
     within 1 ms at p99 (on one clock line, the frames before the step would be 2 s off)."""
-    from dataclasses import replace
 
-    from edge.timebase import pair_samples
 
     f = FramedFaults(burst_period_s=0.016, clock_joint=True, link_delay_s=0.006,
                      clock_jump_at=700, clock_jump_s=2.0)
@@ -346,12 +354,7 @@ def test_bridge_timebase_framed_device_clock_step_mid_stream_pairs_within_1ms():
         s.read()
         samples = []
         s.run(samples.append, seconds=3.0)
-    truth_ns = _framed_capture_ns(samples)
-    marked = [replace(x, position_rad=np.array([float(t)])) for x, t in
-              zip(samples, truth_ns, strict=True)]
-    frames = np.linspace(truth_ns[0] + 60e6, truth_ns[-1] - 60e6, 600).astype(np.int64)
-    p, est = pair_samples(frames, marked, tolerance_s=0.05)
-    err_ms = np.abs(p.positions[:, 0] - frames) / 1e6
+    p, est, err_ms, _, _ = _pair_marked(samples, _framed_capture_ns(samples))
     msg = f"p99 {np.percentile(err_ms, 99):.2f} ms; {est.describe()}"
     # (a stall of this loaded host longer than the detector's window could add a step of
     # its own; the device's step is the one of about 2 s)
