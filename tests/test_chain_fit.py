@@ -575,11 +575,17 @@ def test_refine_chain_with_motion_composes_the_channels_it_saw_together(arm_fit,
     twins = refined.info["twins"]
     assert twins["kept"] == [] and twins["loss_after"] == twins["loss_before"]
     # each elbow twin, refined as the chain is before the comparison, saves less than the
-    # 1% a kept twin must (-1.6% and +0.2%); the shoulder's cost too much as drawn
+    # 1% a kept twin must, or saves it at the comparison's blur but not at a finer one
+    # (the optimiser's path differs between CPUs: -1.6% and +0.2% on one, the distal twin
+    # 3.3% then -0.6% at 1 px on another); the shoulder's cost too much as drawn
     assert twins["refine_steps"] == TWIN_REFINE_STEPS
     assert sorted((r["kind"], r["channel"]) for r in twins["refined"]) == [("alone", 1),
                                                                           ("distal", 1)]
-    assert all(r["gain"] < TWIN_REFINED_MIN_GAIN for r in twins["refined"])
+    finer = {(r["kind"], r["channel"]): r["gain"] for r in twins["refused_finer"]}
+    for r in twins["refined"]:
+        if r["gain"] >= TWIN_REFINED_MIN_GAIN:
+            key = (r["kind"], r["channel"])
+            assert key in finer and min(finer[key][1:]) <= 0.0, (r, twins["refused_finer"])
 
 
 def test_refine_chain_with_motion_refines_a_fitted_turn_per_unit(arm_fit, arm_frames):
