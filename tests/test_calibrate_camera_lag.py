@@ -67,6 +67,9 @@ def test_the_sample_cells_frames_shifted_by_whole_frames(shift: int) -> None:
                                                                                 abs=0.005)
     assert msg.endswith("an episode that cannot be recorded again: syncedge calibrate retime")
     assert ("negative: the joint readings are the late ones" in msg) == (shift < 0)
+    if shift < 0:  # or, the same, the joints' latency raised by the lag
+        joint = float(msg.split("--joint-latency-s ")[1].split()[0])
+        assert joint == pytest.approx(-shift / 10, abs=0.005)
 
 
 def test_no_lag_is_judged_without_motion_or_from_a_poor_fit() -> None:

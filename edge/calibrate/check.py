@@ -269,8 +269,14 @@ def _lag_reason(lag: dict[str, Any] | None, rec: dict[str, Any], fps: float,
     fixed = cam + lag["s"]
     # below 0: the joint readings are the late ones (the recorder subtracts the camera's
     # latency from the frame stamps, so a negative one moves them later)
+    # a round-trip joint stamp is the capture time itself: the recorder ignores
+    # --joint-latency-s there, so only the camera's latency can say the joints are late
+    same = ("" if rec.get("joint_clock") == "round trip" else
+            f"; the same as --joint-latency-s {joint - lag['s']:.3f} with --camera-latency-s "
+            f"{cam:g}, as only their difference pairs")
     fix = (f"--camera-latency-s {fixed:.3f}" if fixed >= 0 else
-           f"--camera-latency-s={fixed:.3f} (negative: the joint readings are the late ones)")
+           f"--camera-latency-s={fixed:.3f} (negative: the joint readings are the late "
+           f"ones{same})")
     how = (f"record it again with {fix}" + (f" (recorded with --camera-latency-s {cam:g}, "
                                            f"--joint-latency-s {joint:g})" if rec else "")
            + "; an episode that cannot be recorded again: syncedge calibrate retime")
