@@ -98,6 +98,12 @@ _COLUMNS = ("cell_id", "camera_id", "robot_id", "model_sha256",
             "created_s", "last_used_s", "context_evicted_s", "forced", "forced_reason")
 
 
+def _create_tables(conn: sqlite3.Connection) -> None:
+    """Create the index's tables where missing (:data:`_SCHEMA`)."""
+    for stmt in filter(str.strip, _SCHEMA.split(";")):
+        conn.execute(stmt)
+
+
 def connect(root: Path, busy_timeout_s: float) -> sqlite3.Connection:
     """Open (creating if needed) the index under ``root`` with the settings above.
 
@@ -116,8 +122,7 @@ def connect(root: Path, busy_timeout_s: float) -> sqlite3.Connection:
                                   f"file system may not support shared memory)")
         conn.execute("PRAGMA synchronous = FULL")
         with write_transaction(conn):
-            for stmt in filter(str.strip, _SCHEMA.split(";")):
-                conn.execute(stmt)
+            _create_tables(conn)
             row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema_version', ?)",
@@ -194,8 +199,7 @@ def connect_read_only(root: Path) -> sqlite3.Connection:
     if not path.exists() or (path.stat().st_size == 0 and not pending):  # nothing cached
         conn = sqlite3.connect(":memory:", isolation_level=None)
         conn.row_factory = sqlite3.Row
-        for stmt in filter(str.strip, _SCHEMA.split(";")):
-            conn.execute(stmt)
+        _create_tables(conn)
         conn.execute("INSERT INTO meta VALUES ('schema_version', ?)",
                      (str(INDEX_SCHEMA_VERSION),))
         conn.execute("PRAGMA query_only = ON")

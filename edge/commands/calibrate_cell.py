@@ -122,9 +122,12 @@ def _store_from_cache(args: argparse.Namespace) -> int:
         with _cache(args) as cache:
             cache.require_writable("storing a calibration")
 
+            timed: dict[Any, tuple[Any, dict]] = {}  # each candidate's episode, timed once
+
             def accepts(entry: Any) -> str | None:
                 try:
-                    model_timing(model, entry.episode, where=f"cache:{entry.key.short}")
+                    timed[entry.key] = model_timing(model, entry.episode,
+                                                    where=f"cache:{entry.key.short}")
                 except EdgeError as exc:
                     return str(exc)
                 return None
@@ -135,7 +138,8 @@ def _store_from_cache(args: argparse.Namespace) -> int:
                                    accepts, lambda e: tuple(e.episode.resolution) == want)
             entry, src = source.entry, source.entry.key
             t0 = time.perf_counter()
-            episode, ingest = model_timing(model, entry.episode, where=f"cache:{src.short}")
+            episode, ingest = timed[src] if src in timed else \
+                model_timing(model, entry.episode, where=f"cache:{src.short}")
             ctx = encode_calibration(model, episode, where=f"cache:{src.short}")
             encode_s = time.perf_counter() - t0
             key = CacheKey(src.cell_id, src.camera_id, src.robot_id, model.sha256)
