@@ -447,3 +447,24 @@ def test_a_partial_recording_is_refused_as_partial_not_as_a_dof_never_swept():
     with pytest.raises(IngestError) as e:
         normalise_calibration(cut)
     assert e.value.code == "partial_recording" and "camera gone" in str(e.value)
+
+
+def test_the_coverage_sheet_of_a_normalised_episode_names_the_recorded_frames_and_times():
+    from edge.calibrate.check import EpisodeArrays, check_episode, tile_names
+
+    t, q = sweep_positions(np.array([0.4, -0.5, 0.3]), [2, 0, 1], 30.0, 1.0, 0.5)
+    t = t + 100.0  # a recording's stamps do not start at 0
+    report, checked = check_episode(EpisodeArrays.from_episode(drawn_episode(q, t)))
+    src = report["ingest"]["source_frames"]
+    assert report["ingest"]["source_times_s"] == [round(t[i] - t[0], 4) for i in src]
+    seg = report["dofs"][1]["segment_start"]
+    names = tile_names(checked, report, seg, 9)
+    # each tile is the recorded frame it shows, at that frame's time in the recording
+    assert names == [f"f{src[r]} {t[src[r]] - t[0]:.1f}s" for r in range(seg, seg + 9)]
+    assert (checked.frames[seg:seg + 9] ==
+            np.stack([drawn_episode(q, t).frames[src[r]] for r in range(seg, seg + 9)])).all()
+    # not the normalised episode's own 10 Hz clock: its sweep of 1 s phases spans > 2 s
+    assert float(names[-1].split()[1][:-1]) - float(names[0].split()[1][:-1]) > 2.0
+    # an episode in the model's timing keeps its own indices and times
+    own = EpisodeArrays.from_episode(drawn_episode(q[:17], np.arange(17) / 10.0 + 5.0))
+    assert tile_names(own, {"dofs": []}, 8, 9) == [f"f{r} {r / 10:.1f}s" for r in range(8, 17)]

@@ -59,7 +59,8 @@ from edge.episode import Episode, EpisodeMetadata, check_npz_signature, load_epi
 from edge.errors import EpisodeError
 
 __all__ = ["CheckOptions", "EpisodeArrays", "LAG_SEARCH_FRAMES", "check_arrays", "check_episode",
-           "coverage_sheets", "estimate_camera_lag", "load_for_check", "positions_seen_late"]
+           "coverage_sheets", "estimate_camera_lag", "load_for_check", "positions_seen_late",
+           "tile_names"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
@@ -619,25 +620,43 @@ def _distinct(arr: EpisodeArrays, dofs: list[dict], opts: CheckOptions) -> list[
     return out
 
 
+def tile_names(arr: EpisodeArrays, report: dict[str, Any], start: int, count: int
+               ) -> list[str]:
+    """Names of the coverage sheet's tiles for frames ``start .. start + count - 1`` of the
+    checked episode: ``f<index> <time>s``, the index and time (s from the first frame) of
+    the recorded frame each came from where the episode was normalised
+    (``report["ingest"]["source_frames"]`` / ``["source_times_s"]``), else its own."""
+    ingest = report.get("ingest") or {}
+    src, src_t = ingest.get("source_frames"), ingest.get("source_times_s")
+    if ingest.get("normalised") and src is not None and src_t is not None \
+            and len(src) == len(src_t) == len(arr.frames):
+        index, times = [int(i) for i in src], np.asarray(src_t, np.float64)
+    else:
+        t = np.asarray(arr.timestamps, np.float64)
+        index, times = list(range(len(t))), t - (t[0] if len(t) else 0.0)
+    return [f"f{index[r]} {times[r]:.1f}s" if r < len(times) else f"f{r}"
+            for r in range(start, start + count)]
+
+
 def coverage_sheets(arr: EpisodeArrays, report: dict[str, Any]) -> dict[str, np.ndarray]:
     """Contact sheets: ``{"coverage": all DoFs, <dof>: one DoF}``, RGB uint8 images.
 
     Each DoF's row shows the 9 frames of its segment, each tile named by its frame index
     (``f12``) and time from the episode's start (``1.2s``), the row labelled with the
-    verdict and how far the joint swept out against the plan (the reading's unit).
+    verdict and how far the joint swept out against the plan (the reading's unit). For an
+    episode normalised from a recording of another timing (``report["ingest"]``), a tile
+    names the recorded frame it came from and that frame's time in the recording.
     """
     from edge.visual import contact_sheet
 
     rows, labels, tiles, sheets = [], [], [], {}
     scale = max(2, 192 // max(1, arr.frames.shape[1]))
-    t = np.asarray(arr.timestamps, np.float64)
     for d in report["dofs"]:
         s = d["segment_start"]
         row = arr.frames[s:s + SEGMENT_FRAMES + 1]
         label = (f"{d['dof']} {'ok' if d['passed'] else 'FAIL'}: swept out "
                  f"{d['swept_out']:.2f} of {abs(d['planned_amplitude']):.2f} planned")
-        names = [f"f{r} {t[r] - t[0]:.1f}s" if r < len(t) else f"f{r}"
-                 for r in range(s, s + len(row))]
+        names = tile_names(arr, report, s, len(row))
         sheets[d["dof"]] = contact_sheet([row], [label], [names], scale=scale)
         rows.append(row)
         labels.append(label)

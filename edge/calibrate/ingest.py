@@ -435,6 +435,7 @@ def normalise_calibration(ep: Episode, resolution: tuple[int, int] | None = None
         "recorded_frame_rate_hz": (round(float((len(ts) - 1) / (ts[-1] - ts[0])), 3)
                                    if len(ts) > 1 and ts[-1] > ts[0] else None),
         "source_frames": [int(i) for i in picks],
+        "source_times_s": [round(float(ts[i] - ts[0]), 4) for i in picks],
         "sweeps": [{"dof": s.dof, "order": k, "frames": [s.start, s.stop], "peak": s.peak,
                     "amplitude": round(s.amplitude, 6),
                     "out_s": round(float(ts[s.peak] - ts[s.start]), 4),
@@ -465,6 +466,7 @@ def _resized(ep: Episode, size: tuple[int, int]) -> tuple[Episode, dict[str, Any
     report = {"normalised": True, "recorded_frames": int(ep.num_frames),
               "recorded_resolution": list(ep.resolution), "resolution": list(size),
               "source_frames": list(range(ep.num_frames)),
+              "source_times_s": [round(float(t - ep.timestamps[0]), 4) for t in ep.timestamps],
               "reason": "in the model's timing; frames centre-cropped and area-resized"}
     extra = dict(ep.metadata.extra)
     extra["ingest"] = report
