@@ -51,6 +51,7 @@ __all__ = [
     "Episode",
     "EpisodeMetadata",
     "actions_from_positions",
+    "continuous_joints",
     "load_episode",
     "save_episode",
 ]
@@ -423,4 +424,43 @@ def load_episode(path: str | os.PathLike[str]) -> Episode:
                            field="metadata.schema_version")
     metadata = EpisodeMetadata.from_json_dict(meta, path=path)
     episode = Episode(metadata=metadata, **arrays)
-    return episode.validate(path)
+    return continuous_joints(episode.validate(path))
+
+
+def continuous_joints(ep: Episode) -> Episode:
+    """``ep`` with its revolute joints' readings continuous across the controller's wrap.
+
+    A controller that reports a joint within one turn makes a joint turning through the
+    wrap point jump by about 2 pi between two frames (:func:`edge.joints.continuous_positions`
+    says why such a jump cannot be motion). Where ``joint_positions`` show such a jump, the
+    positions are moved by whole turns to continue, and each action that is the wrapped
+    positions' change (``actions[t-1] = q[t] - q[t-1]``, within 1e-3) becomes the true
+    change; actions that are not (commands of their own) are left as they are. Each wrap
+    undone is listed in ``metadata.extra["joint_turns_unwrapped"]`` (``dof``, ``frame``,
+    ``turns``). An episode without ``joint_positions`` or without a wrap is returned as is.
+
+    Raises:
+        EpisodeError: the result does not validate (cannot happen for a valid ``ep``).
+    """
+    from edge.joints import continuous_positions
+
+    if ep.joint_positions is None:
+        return ep
+    q, wraps = continuous_positions(ep.joint_positions, ep.metadata.dof_units)
+    if not wraps:
+        return ep
+    actions = np.array(ep.actions, dtype=np.float32, copy=True)
+    raw = ep.joint_positions
+    for w in wraps:
+        c, t = w["channel"], w["sample"]
+        if abs(float(actions[t - 1, c]) - float(raw[t, c] - raw[t - 1, c])) <= 1e-3:
+            actions[t - 1, c] = np.float32(q[t, c] - q[t - 1, c])
+    names = ep.metadata.dof_names
+    extra = dict(ep.metadata.extra)
+    extra["joint_turns_unwrapped"] = [
+        *extra.get("joint_turns_unwrapped", []),
+        *({"dof": names[w["channel"]], "frame": w["sample"], "turns": w["turns"]}
+          for w in wraps)]
+    return dataclasses.replace(ep, actions=actions, joint_positions=q,
+                               metadata=dataclasses.replace(ep.metadata, extra=extra)
+                               ).validate()

@@ -4,6 +4,8 @@ The transports of ``firmware_bridge`` produce :class:`JointSample` objects; ``ed
 them (recording, time alignment in :mod:`edge.timebase`) through :class:`JointSource`, without
 importing ``firmware_bridge``. A device that reports no joint names numbers its channels
 (:func:`positional_names`); :func:`names_are_positional` tells such names from joint names.
+A controller that reports a revolute joint within one turn (wrapped to ``(-pi, pi]`` or
+``[0, 2 pi)``) is read as the joint turning on: :func:`continuous_positions`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import numpy as np
 
 from edge.errors import TimebaseError
 
-__all__ = ["JointSample", "JointSource", "Ping", "Status", "names_are_positional",
-           "positional_names"]
+__all__ = ["JointSample", "JointSource", "Ping", "Status", "continuous_positions",
+           "names_are_positional", "positional_names"]
 
 
 class Status(enum.IntFlag):
@@ -219,3 +221,50 @@ def names_are_positional(names: list[str]) -> bool:
     return bool(names) and (names == positional_names(len(names))
                             or all(n.startswith("id") and n[2:].isdigit() for n in names)
                             or all(n.startswith(f"slave{k}:") for k, n in enumerate(names)))
+
+
+def continuous_positions(positions: np.ndarray, units: tuple[str, ...] | list[str]
+                         ) -> tuple[np.ndarray, list[dict[str, int]]]:
+    """Undo the wrap of revolute joints reported within one turn.
+
+    Many controllers report a revolute joint's angle wrapped into one turn (``(-pi, pi]``
+    or ``[0, 2 pi)``), so a joint turning through the wrap point reads as a jump of almost
+    2 pi between two consecutive readings. Between two readings of a joint stream or two
+    frames of an episode (10 Hz and up) no robot joint turns half a turn (pi rad in 0.1 s is
+    31 rad/s), so a change of more than pi between consecutive finite readings is taken as a
+    wrap and the later readings are moved by whole turns (``2 pi k``) to continue the first
+    (the rule of NumPy's ``unwrap``, applied over the finite readings only, so a reading
+    that is NaN (unknown) neither spreads nor moves). Channels in metres are left as read.
+
+    Args:
+        positions: float ``[N, J]`` joint readings in stream or frame order, rad (m for a
+            prismatic joint); NaN where unknown.
+        units: the ``J`` channels' units, ``"rad"`` or ``"m"``.
+
+    Returns:
+        ``(continuous, wraps)``: float64 ``[N, J]`` (a copy; equal to the input where no
+        channel wrapped) and one ``{"channel", "sample", "turns"}`` per wrap undone: the
+        reading ``sample`` and those after it moved by ``turns`` whole turns.
+
+    Raises:
+        ValueError: ``positions`` is not 2-D or ``units`` does not have one entry per column.
+    """
+    q = np.array(positions, dtype=np.float64, copy=True)
+    if q.ndim != 2 or len(units) != q.shape[1]:
+        raise ValueError(f"expected positions [N, J] and J units, found shape {q.shape} and "
+                         f"{len(units)} units")
+    wraps: list[dict[str, int]] = []
+    for c, unit in enumerate(units):
+        if unit != "rad":
+            continue
+        idx = np.flatnonzero(np.isfinite(q[:, c]))
+        if len(idx) < 2:
+            continue
+        step = np.diff(q[idx, c])
+        turns = np.where(np.abs(step) > np.pi, -np.round(step / (2 * np.pi)), 0.0)
+        if not turns.any():
+            continue
+        q[idx[1:], c] += 2 * np.pi * np.cumsum(turns)
+        wraps += [{"channel": c, "sample": int(idx[k + 1]), "turns": int(turns[k])}
+                  for k in np.flatnonzero(turns)]
+    return q, wraps

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from edge.episode import Episode, EpisodeMetadata
+from edge.episode import Episode, EpisodeMetadata, continuous_joints
 from edge.errors import EpisodeError
 from edge.lerobot_stats import (
     STAT_KEYS,
@@ -375,6 +375,7 @@ def read_lerobot(root: str | os.PathLike[str], camera_key: str | None = None) ->
                 dof_units=("rad",) * len(names), fps=fps, kind="motion",
                 source=f"lerobot:{root}")
         ts = np.arange(length, dtype=np.float64) / fps
-        out.append(Episode(frames=np.ascontiguousarray(frames), actions=actions, timestamps=ts,
-                           metadata=meta, joint_positions=state).validate(root))
+        out.append(continuous_joints(Episode(
+            frames=np.ascontiguousarray(frames), actions=actions, timestamps=ts, metadata=meta,
+            joint_positions=state).validate(root)))
     return out

@@ -116,6 +116,30 @@ def test_a_controller_clock_that_jumps_mid_recording_still_pairs(step_ms: int) -
     assert check_arrays(EpisodeArrays.from_episode(ep))["verdict"] == "pass"
 
 
+def test_a_joint_the_controller_reports_within_one_turn_reads_on_through_the_wrap() -> None:
+    """The controller reports one DoF within one turn, its zero placed 3 deg below the wrap,
+    and the plan sweeps it up by more than that: its readings jump by a turn out and back.
+    The recorder reads the joint as turning on (before, the pairing interpolated across the
+    jump and the check failed the sweep), and says where in the episode."""
+    from tests.calib_cell_helpers import program
+
+    prog = program(5)
+    up = next(s for s in prog.sweeps if s.amplitude > 0.1)  # first turned up, through the wrap
+    raw, ep, complete, _ = record_sim("", f"&wrap_dof={up.dof}&wrap_margin_deg=3")
+    c = list(raw.joint_names).index(up.dof)
+    q_raw = np.stack([s.position_rad for s in raw.samples])[:, c]
+    assert np.abs(np.diff(q_raw)).max() > 6.0  # the stream itself wraps
+    rec = ep.metadata.extra["recording"]
+    assert complete and [(w["dof"], w["turns"]) for w in rec["joint_turns_unwrapped"]] == \
+        [(up.dof, 1), (up.dof, -1)]
+    k = list(ep.metadata.dof_names).index(up.dof)
+    assert np.abs(ep.actions[:, k]).max() < 0.5
+    report = check_arrays(EpisodeArrays.from_episode(ep))
+    assert report["verdict"] == "pass", report["reasons"]
+    (d,) = [d for d in report["dofs"] if d["dof"] == up.dof]
+    assert d["swept_out"] == pytest.approx(abs(up.amplitude), rel=0.1)
+
+
 @pytest.mark.parametrize("true_ms, entered_s", [(150, 0.01), (35, 0.135)])
 def test_a_wrongly_entered_camera_latency_is_measured_and_named(true_ms: int,
                                                                 entered_s: float) -> None:

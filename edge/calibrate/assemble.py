@@ -27,7 +27,7 @@ from edge.calibrate.errors import RecordingError
 from edge.calibrate.plan import JointProgram
 from edge.calibrate.record import RawRecording
 from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, actions_from_positions
-from edge.joints import JointSample, Status, names_are_positional
+from edge.joints import JointSample, Status, continuous_positions, names_are_positional
 from edge.timebase import capture_stamps, pair_frames
 
 __all__ = ["DEFAULT_TOLERANCE_S", "AssembleOptions", "assemble_episode", "check_channels",
@@ -192,6 +192,8 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
     q = np.stack([s.position_rad for s in samples])[:, sc]  # (N, m)
     inc = np.concatenate([[True], np.diff(js) > 0])
     js, q = js[inc], q[inc]
+    # a joint reported within one turn reads on through the controller's wrap
+    q, turns = continuous_positions(q, [program.dof_units[i] for i in pc])
     tol = opts.tolerance_s if opts.tolerance_s is not None else pairing_tolerance(js)
     pairing = pair_frames(fs[keep], js, q, tolerance_s=tol,
                           frame_latency_s=opts.camera_latency_s,
@@ -255,6 +257,9 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
             "missing_dofs": missing, "joint_clock": clock,
             "joint_drift_ppm": None if drift is None else round(drift, 3),
             "joint_clock_jumps": clock_jumps,
+            "joint_turns_unwrapped": [{"dof": program.dof_names[pc[w["channel"]]],
+                                       "sample": w["sample"], "turns": w["turns"]}
+                                      for w in turns],
             "aligned": aligned, "fit_rms": None if not np.isfinite(resid) else round(resid, 6),
             "camera_stamps_non_monotonic": non_monotonic,
             "unpaired_camera_frames": int(len(pairing.unpaired)),

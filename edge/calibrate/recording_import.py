@@ -29,7 +29,13 @@ from typing import Any
 import numpy as np
 
 from edge.calibrate.errors import RecordingImportError
-from edge.episode import DOF_UNITS, Episode, EpisodeMetadata, actions_from_positions
+from edge.episode import (
+    DOF_UNITS,
+    Episode,
+    EpisodeMetadata,
+    actions_from_positions,
+    continuous_joints,
+)
 
 __all__ = ["IMPORT_FORMATS", "IMPORT_KINDS", "ImportOptions", "detect_format",
            "episode_from_samples", "import_lerobot", "import_recording"]
@@ -200,7 +206,7 @@ def episode_from_samples(frames: np.ndarray, stamps_s: np.ndarray, positions: np
     ep = Episode(frames=np.ascontiguousarray(frames, np.uint8),
                  actions=actions_from_positions(q), timestamps=ts - ts[0], metadata=meta,
                  joint_positions=q)
-    return ep.validate(where)
+    return continuous_joints(ep.validate(where))
 
 
 def _select(names: list[str], options: ImportOptions, where: str) -> list[int]:

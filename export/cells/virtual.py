@@ -27,6 +27,9 @@ Options (query string; both URLs accept the cell's ``split``, ``seed``, ``robot`
     joints: rate_hz=200 latency_ms=3 drift_ppm=-150 jitter_ms=0.2 drop=0.01 start_s=0.5
             drop_dof=NAME clock_jump_ms=0 clock_jump_at=0 (the controller's clock steps
             by clock_jump_ms from its sample clock_jump_at on: a reset or a time server's step)
+            wrap_dof=NAME wrap_margin_deg=3 (the controller reports NAME within one turn,
+            [-180, 180) deg, its zero placed so that the joint starts wrap_margin_deg below
+            the wrap point: a move up by more than that reads as a jump of a turn)
     cell:   freeze=NAME (the joint is stuck) clip=NAME (its sweep stops at a joint limit at
             half the amplitude) occlude=NAME (it moves but the camera cannot see it)
 """
@@ -328,12 +331,14 @@ class SimJointStream(JointStream):
     """
 
     URL_FORM = ("sim://cell?split=test_all&seed=0&rate_hz=200&latency_ms=3&drift_ppm=-150"
-                "&drop=0.01&start_s=0.5&drop_dof=NAME&clock_jump_ms=0&clock_jump_at=0")
+                "&drop=0.01&start_s=0.5&drop_dof=NAME&clock_jump_ms=0&clock_jump_at=0"
+                "&wrap_dof=NAME&wrap_margin_deg=3")
 
     def __init__(self, url: str, cell_opts: dict[str, str], *, device_rate_hz: float = 200.0,
                  latency_s: float = 0.003, drift: float = -150e-6, jitter_s: float = 0.0002,
                  drop: float = 0.01, start_s: float = 0.5, drop_dof: str = "",
-                 clock_jump_ms: float = 0.0, clock_jump_at: int = 0, **kw):
+                 clock_jump_ms: float = 0.0, clock_jump_at: int = 0, wrap_dof: str = "",
+                 wrap_margin_deg: float = 3.0, **kw):
         kw.setdefault("read_timeout_s", 5.0)
         super().__init__(url, **kw)
         self.cell_opts, self.device_rate_hz = cell_opts, device_rate_hz
@@ -342,6 +347,9 @@ class SimJointStream(JointStream):
         # the controller's clock steps by clock_jump_ms from its sample clock_jump_at on (a
         # reset or a time server's step; negative: back); its samples' timing is unchanged
         self.clock_jump_ns, self.clock_jump_at = int(round(clock_jump_ms * 1e6)), clock_jump_at
+        # wrap_dof is reported within one turn, starting wrap_margin_deg below the wrap point
+        self.wrap_dof, self.wrap_margin = wrap_dof, float(np.radians(wrap_margin_deg))
+        self._wrap: tuple[int, float] | None = None  # (column, shift to the reported zero)
         self.cell: VirtualCell | None = None
 
     @classmethod
@@ -356,7 +364,9 @@ class SimJointStream(JointStream):
             drop=opts.float("drop", 0.01, 0.0), start_s=opts.float("start_s", 0.5, 0.0),
             drop_dof=opts.str("drop_dof", "") or "",
             clock_jump_ms=opts.float("clock_jump_ms", 0.0, -1e9),
-            clock_jump_at=opts.int("clock_jump_at", 0, 0))
+            clock_jump_at=opts.int("clock_jump_at", 0, 0),
+            wrap_dof=opts.str("wrap_dof", "") or "",
+            wrap_margin_deg=opts.float("wrap_margin_deg", 3.0, 0.0))
         opts.finish()
         args.update(kw)
         return cls(url, cell_opts, **args)
@@ -377,6 +387,14 @@ class SimJointStream(JointStream):
         self.cell.controller_rate = 1.0 / (1.0 + self.drift)
         self._rng = np.random.default_rng(int(self.cell_opts.get("seed", "0")) + 11)
         self._cols = [i for i, n in enumerate(self.cell.names) if n != self.drop_dof]
+        if self.wrap_dof:
+            names = [self.cell.names[i] for i in self._cols]
+            if self.wrap_dof not in names:
+                raise CameraError(f"{self.url}: wrap_dof={self.wrap_dof!r}: expected one of "
+                                  f"{names}")
+            col = names.index(self.wrap_dof)
+            start = float(self.cell.joint_state(self._t0)[self._cols][col])
+            self._wrap = (col, np.pi - self.wrap_margin - start)
 
     def _close(self) -> None:
         if self.cell is not None:
@@ -416,6 +434,9 @@ class SimJointStream(JointStream):
         if self._rng.random() < self.drop:
             raise CycleError("lost", f"{self.url}: sample {self._i} lost (drop)")
         q = cell.joint_state(phys)[self._cols]
+        if self._wrap is not None:  # reported within one turn, [-pi, pi)
+            col, shift = self._wrap
+            q[col] = (q[col] + shift + np.pi) % (2 * np.pi) - np.pi
         nan = np.full(len(q), np.nan)
         if self.clock_jump_at and self._i >= self.clock_jump_at:
             device_ns += self.clock_jump_ns
