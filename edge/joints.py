@@ -234,7 +234,10 @@ def continuous_positions(positions: np.ndarray, units: tuple[str, ...] | list[st
     31 rad/s), so a change of more than pi between consecutive finite readings is taken as a
     wrap and the later readings are moved by whole turns (``2 pi k``) to continue the first
     (the rule of NumPy's ``unwrap``, applied over the finite readings only, so a reading
-    that is NaN (unknown) neither spreads nor moves). Channels in metres are left as read.
+    that is NaN (unknown) neither spreads nor moves). A channel is unwrapped only where its
+    readings look wrapped: they all lie within one turn, and each such jump is within a
+    quarter turn of whole turns (readings in another unit, e.g. degrees, fail both and are
+    left as read for the checks downstream to refuse). Channels in metres are left as read.
 
     Args:
         positions: float ``[N, J]`` joint readings in stream or frame order, rad (m for a
@@ -264,6 +267,10 @@ def continuous_positions(positions: np.ndarray, units: tuple[str, ...] | list[st
         turns = np.where(np.abs(step) > np.pi, -np.round(step / (2 * np.pi)), 0.0)
         if not turns.any():
             continue
+        span = float(q[idx, c].max() - q[idx, c].min())
+        rest = np.abs(step + 2 * np.pi * turns)[turns != 0]
+        if span > 2 * np.pi + 1e-6 or rest.max() > np.pi / 2:
+            continue  # not readings wrapped into one turn
         q[idx[1:], c] += 2 * np.pi * np.cumsum(turns)
         wraps += [{"channel": c, "sample": int(idx[k + 1]), "turns": int(turns[k])}
                   for k in np.flatnonzero(turns)]

@@ -263,6 +263,59 @@ def test_lerobot_episode_imports_as_calibration_or_validation(tmp_path: Path) ->
         import_recording(root, OPTS, episode_index=1)
 
 
+def _in_degrees(ep):
+    q = np.degrees(ep.joint_positions)
+    return dataclasses.replace(ep, joint_positions=q, actions=actions_from_positions(q)
+                               ).validate()
+
+
+def test_a_sweep_read_in_degrees_is_named_by_check_and_store_and_imported_with_degrees(
+        tmp_path: Path, capsys) -> None:
+    """A LeRobot dataset whose state is in degrees (as SO-100 arms write it): the planned
+    sweep seen 57.3 times too wide is named by the check as degrees; without the plan,
+    store names degrees and the import option; --degrees imports it in rad."""
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+    from edge.episode import CalibrationSegment
+    from edge.lerobot import write_lerobot
+    from edge.runtime.calibration_input import CalibrationInputError, prepare_calibration
+
+    cal = sweep_episode()
+    deg = _in_degrees(cal)
+    planned = tuple(CalibrationSegment(f"j{k}", 8 * k, 8 * k + 8,
+                                       float(cal.joint_positions[8 * k + 3, k]))
+                    for k in range(7))  # the plan's sweeps, in rad
+    report = check_arrays(EpisodeArrays.from_episode(dataclasses.replace(
+        deg, metadata=dataclasses.replace(deg.metadata, segments=planned))))
+    assert report["verdict"] == "fail"
+    codes = {r["code"] for r in report["reasons"]}
+    assert codes == {"sweep_overshoot"}, report["reasons"]
+    assert "in degrees, not rad" in report["reasons"][0]["message"]
+    assert check_arrays(EpisodeArrays.from_episode(dataclasses.replace(  # the same in rad
+        cal, metadata=dataclasses.replace(cal.metadata, segments=planned))))["verdict"] == "pass"
+    with pytest.raises(CalibrationInputError, match=r"look like degrees, not rad; convert them "
+                                                    r"to rad .*--degrees j0,j1"):
+        prepare_calibration(deg, 7, 8, amplitude_rad=(0.2, 0.8))
+    root = write_lerobot([deg], tmp_path / "ds")
+    plain = import_recording(root, OPTS)
+    np.testing.assert_allclose(plain.joint_positions, deg.joint_positions, atol=1e-6)
+    ep = import_recording(root, dataclasses.replace(OPTS, degrees=("all",)))
+    np.testing.assert_allclose(ep.joint_positions, cal.joint_positions, atol=1e-6)
+    np.testing.assert_allclose(ep.actions, cal.actions, atol=1e-6)
+    assert ep.metadata.extra["import"]["converted_from_degrees"] == list(cal.metadata.dof_names)
+    assert check_arrays(EpisodeArrays.from_episode(ep))["verdict"] == "pass"
+    one = import_recording(root, dataclasses.replace(OPTS, degrees=("j1",)))
+    np.testing.assert_allclose(one.joint_positions[:, 1], cal.joint_positions[:, 1], atol=1e-6)
+    np.testing.assert_allclose(one.joint_positions[:, 0], deg.joint_positions[:, 0], atol=1e-4)
+    with pytest.raises(RecordingImportError, match=r"--degrees joint\(s\) \['elbow'\] are not "
+                                                   r"among the imported joints"):
+        import_recording(root, dataclasses.replace(OPTS, degrees=("elbow",)))
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(root), "--out", str(out), "--cell", "c", "--degrees", "all") == 0
+    assert "readings converted from degrees to rad: j0, j1" in capsys.readouterr().out
+    np.testing.assert_allclose(load_episode(out).joint_positions, cal.joint_positions,
+                               atol=1e-6)
+
+
 def test_missing_rosbags_names_the_extra(monkeypatch, tmp_path: Path) -> None:
     import builtins
 

@@ -98,3 +98,37 @@ def test_a_lerobot_dataset_with_wrapped_state_reads_continuous(tmp_path: Path) -
     np.testing.assert_allclose(back.joint_positions, true, atol=1e-5)
     assert np.abs(back.actions[:, 0]).max() < 0.2
     assert [w["frame"] for w in back.metadata.extra["joint_turns_unwrapped"]] == [2, 10]
+
+
+def test_readings_in_degrees_are_not_taken_for_wraps() -> None:
+    """A sweep read in degrees moves several units a reading, some steps near a whole
+    'turn' of 6.28: such a channel spans more than one turn and is left as read (before
+    the guard, a 25 deg sweep was 'unwrapped' into nonsense and the check blamed a stuck
+    joint)."""
+    rad = 0.45 * np.sin(np.linspace(0, np.pi, 9)) ** 2
+    deg = np.degrees(np.concatenate([rad, -rad]) + 1.2)[:, None]
+    assert (np.abs(np.diff(deg[:, 0])) > np.pi).any()
+    cont, wraps = continuous_positions(deg, ["rad"])
+    assert wraps == [] and np.array_equal(cont, deg)
+    # within one turn but a jump far from a whole turn: not a wrap either
+    odd = np.array([[3.0], [3.1], [-1.0], [-1.1]])
+    assert continuous_positions(odd, ["rad"])[1] == []
+
+
+def test_check_passes_a_sweep_through_the_wrap_and_says_so(tmp_path: Path, capsys) -> None:
+    from tests.calib_cell_helpers import cli, sweep_episode
+
+    cal = sweep_episode()
+    q = cal.joint_positions.copy()
+    start = np.pi - 0.05 if cal.actions[0:3, 0].sum() > 0 else -np.pi + 0.05  # j0 sweeps first
+    q[:, 0] += start - q[0, 0]  # its sweep starts next to the wrap point and turns through it
+    seen = wrapped(q)
+    assert np.abs(np.diff(seen[:, 0])).max() > 5.5  # j0's sweep crosses the wrap point
+    path = save_episode(dataclasses.replace(cal, joint_positions=seen,
+                                            actions=actions_from_positions(seen)).validate(),
+                        tmp_path / "cal.npz")
+    assert cli("check", str(path), "--out", str(tmp_path / "chk")) == 0
+    captured = capsys.readouterr()
+    assert "verdict: pass" in captured.out
+    assert "note: joint readings jumped by whole turns" in captured.err and "j0 at frame" in \
+        captured.err

@@ -19,6 +19,9 @@ code                              failure
 ``sweep_clipped``                 a DoF stopped while commanded to move (a joint limit or an
                                   obstacle) before the required share of its amplitude
 ``sweep_short``                   a DoF moved less than the required share in a direction
+``sweep_overshoot``               a DoF's readings swept more than twice its planned
+                                  amplitude: readings in another unit or scale than the
+                                  plan's (degrees: 57.3 times)
 ``no_image_motion``               a DoF moved but the picture did not change (camera pointed
                                   elsewhere, joint occluded)
 ``image_motion_not_distinct``     a DoF's picture change looks like another DoF's
@@ -46,6 +49,7 @@ cannot tell a lag of L from L +- 4; the hand-over from one DoF's sweep to the ne
 from __future__ import annotations
 
 import json
+import math
 import os
 import zipfile
 from dataclasses import dataclass
@@ -231,6 +235,10 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
 
 #: A DoF's own reasons that frames missing from its sweep make meaningless (its knots then
 #: show other moments of the recording): ``dropped_frames`` names the DoF instead.
+#: A DoF's readings sweeping more than this times its planned amplitude are in another
+#: unit or scale than the plan's (a robot executing a program does not overshoot it 2x).
+OVERSHOOT_RATIO = 2.0
+
 _SWEEP_CODES = ("dof_not_moving", "sweep_clipped", "sweep_short", "no_image_motion")
 
 
@@ -344,6 +352,15 @@ def _dof_report(arr: EpisodeArrays, c: int, name: str, frac: float, q: np.ndarra
             reasons.append(_reason("sweep_short", f"DoF {name!r}: expected at least "
                                    f"{need:.3f} each way, found out {out:.3f}, back "
                                    f"{back:.3f}", name))
+    if amp and out > OVERSHOOT_RATIO * amp:
+        ratio = out / amp
+        why = ("the joint readings are in degrees, not rad (the plan's unit): convert them "
+               "to rad" if abs(ratio / math.degrees(1.0) - 1.0) < 0.05 else
+               "the joint readings are in another unit or scale than the plan's")
+        reasons.append(_reason("sweep_overshoot", f"DoF {name!r}: swept out {out:.3f} against "
+                               f"{amp:.3f} planned, {ratio:.1f} times: {why}; check the "
+                               f"controller's position unit (and the bridge's scaling, e.g. "
+                               f"encoder_increments) and record again", name))
     if out >= 0.1 * amp and amp and (move_e < opts.motion_energy_min
                                      or move_e < opts.motion_noise_ratio * noise):
         reasons.append(_reason("no_image_motion", f"DoF {name!r} moved {out:.3f} but the "

@@ -299,12 +299,17 @@ def segment_sweeps(positions: np.ndarray, dof_names: tuple[str, ...] | list[str]
         bad_amp = [s for s in sweeps if not lo * 0.99 <= abs(s.amplitude) <= hi * 1.01]
         if bad_amp:
             s = bad_amp[0]
+            from edge.runtime.calibration_input import degrees_hint
+
+            hint = degrees_hint({b.dof: abs(b.amplitude) for b in bad_amp}, lo, hi) \
+                if all(units[b.channel] == "rad" for b in bad_amp) else ""
             raise IngestError(
                 "amplitude", "DoF " + ", ".join(
                     f"{b.dof!r} swept {abs(b.amplitude):.3f} (frames {b.start}-{b.stop})"
                     for b in bad_amp) + f"; this model accepts sweeps of {lo:g}-{hi:g} rad|m "
-                f"(model.json contract.calibration_amplitude_rad): record the sweep again with "
-                f"amplitudes in that range", dof=s.dof, frames=(s.start, s.stop))
+                f"(model.json contract.calibration_amplitude_rad)"
+                + (hint or ": record the sweep again with amplitudes in that range"),
+                dof=s.dof, frames=(s.start, s.stop))
     return sweeps
 
 

@@ -61,6 +61,9 @@ class ImportOptions:
         joint_names: the joints to keep, in the controller's channel order (default: every
             joint of the recording, in the order it first names them).
         prismatic: joints whose unit is m (the others are rad).
+        degrees: revolute joints whose readings are in degrees (converted to rad, e.g. a
+            LeRobot SO-100 dataset's ``observation.state``); ``("all",)``: every revolute
+            joint.
         tolerance_s: largest distance from a frame to its nearest joint sample that
             ``calibrate check`` accepts, s (recorded as ``recording.tolerance_s``).
         max_joint_gap_s: rosbag2 only: frames between two joint samples further apart than
@@ -77,6 +80,7 @@ class ImportOptions:
     kind: str = "calibration"
     joint_names: tuple[str, ...] | None = None
     prismatic: tuple[str, ...] = ()
+    degrees: tuple[str, ...] = ()
     tolerance_s: float = 0.02
     max_joint_gap_s: float = 0.25
     stamps: str = "header"
@@ -202,11 +206,33 @@ def episode_from_samples(frames: np.ndarray, stamps_s: np.ndarray, positions: np
         robot_id=options.robot_id or f"{options.cell_id}-{robot_name}", robot=robot_name,
         dof_names=tuple(names), dof_units=_units(names, options, where), fps=round(fps, 6),
         kind=options.kind, source=source, camera=camera, extra=extra)
-    q = np.ascontiguousarray(positions, np.float64)
+    q = np.array(positions, np.float64)
+    deg = _degrees(names, meta.dof_units, options, where)
+    q[:, deg] = np.radians(q[:, deg])
+    if deg:
+        meta = dataclasses.replace(meta, extra={**dict(meta.extra), "import": {
+            **dict(meta.extra.get("import") or {}),
+            "converted_from_degrees": [names[c] for c in deg]}})
     ep = Episode(frames=np.ascontiguousarray(frames, np.uint8),
                  actions=actions_from_positions(q), timestamps=ts - ts[0], metadata=meta,
                  joint_positions=q)
     return continuous_joints(ep.validate(where))
+
+
+def _degrees(names: Sequence[str], units: Sequence[str], options: ImportOptions,
+             where: str) -> list[int]:
+    """Columns whose readings ``options.degrees`` says are in degrees."""
+    if options.degrees == ("all",):
+        return [c for c, u in enumerate(units) if u == "rad"]
+    unknown = [n for n in options.degrees if n not in names]
+    if unknown:
+        raise RecordingImportError(f"{where}: --degrees joint(s) {unknown} are not among the "
+                                   f"imported joints {list(names)} (or give 'all')")
+    slide = [n for n in options.degrees if units[list(names).index(n)] != "rad"]
+    if slide:
+        raise RecordingImportError(f"{where}: --degrees joint(s) {slide} are prismatic (m); "
+                                   f"only a revolute joint's readings can be in degrees")
+    return [list(names).index(n) for n in options.degrees]
 
 
 def _select(names: list[str], options: ImportOptions, where: str) -> list[int]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from edge.calibrate.errors import RecordingImportError
@@ -56,6 +57,7 @@ def run_import(args: argparse.Namespace) -> int:
                          robot=args.robot, kind=args.kind,
                          joint_names=_names(args.joints, "--joints"),
                          prismatic=_names(args.prismatic, "--prismatic") or (),
+                         degrees=_names(args.degrees, "--degrees") or (),
                          tolerance_s=args.tolerance_s, max_joint_gap_s=args.max_joint_gap_s,
                          stamps=args.stamps)
     ep = import_recording(args.source, opts, image_topic=args.image_topic,
@@ -83,6 +85,15 @@ def run_import(args: argparse.Namespace) -> int:
               f"in the bag (sorted), {imp['frames_duplicate_stamp']} with a repeated stamp "
               f"(dropped), {dropped} outside the joint samples (dropped); max distance to a "
               f"joint sample {max(rec['pair_error_s']) * 1e3:.1f} ms")
+    if imp.get("converted_from_degrees"):
+        print(f"readings converted from degrees to rad: "
+              f"{', '.join(imp['converted_from_degrees'])}")
+    turns = ep.metadata.extra.get("joint_turns_unwrapped")
+    if turns:
+        print(f"note: {len(turns)} jump(s) of whole turns in the readings of "
+              f"{', '.join(sorted({w['dof'] for w in turns}))} (a joint reported within one "
+              f"turn) read as the joint turning on (episode extra.joint_turns_unwrapped)",
+              file=sys.stderr)
     print(out)
     print(ref)
     return 0
@@ -114,6 +125,10 @@ def register_import(sub: argparse._SubParsersAction) -> None:
                         "(default: every joint, in the order the recording first names them)")
     p.add_argument("--prismatic", metavar="NAMES",
                    help="comma-separated joints measured in m (default: all in rad)")
+    p.add_argument("--degrees", metavar="NAMES",
+                   help="comma-separated revolute joints whose readings are in degrees, or "
+                        "'all' (converted to rad; e.g. a LeRobot SO-100 dataset; default: "
+                        "all in rad)")
     g = p.add_argument_group("rosbag2")
     g.add_argument("--joint-topic", metavar="TOPIC",
                    help="sensor_msgs/JointState topic (default: the bag's only one)")

@@ -7,16 +7,39 @@ its last frame repeated, zero actions added, and the mask 0 for the absent chann
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from edge.episode import Episode
 from edge.errors import EdgeError
 
-__all__ = ["CalibrationInputError", "prepare_calibration"]
+__all__ = ["CalibrationInputError", "degrees_hint", "prepare_calibration"]
 
 
 class CalibrationInputError(EdgeError, ValueError):
     """A calibration episode does not fit the model (DoFs, segments, resolution)."""
+
+
+def degrees_hint(swept: dict[str, float], low: float, high: float) -> str:
+    """What to say when sweeps outside the accepted range are sweeps in range read in degrees.
+
+    Args:
+        swept: the out-of-range revolute DoFs' swept amplitudes as read, ``{name: |amp|}``.
+        low, high: the model's accepted sweep, rad.
+
+    Returns:
+        ``""`` unless every amplitude, taken as degrees, lies in ``[low, high]`` rad (1%
+        slack); then a clause (starting ``"; "``) saying so and naming the conversion
+        (``calibrate import --degrees``).
+    """
+    rad = [math.radians(a) for a in swept.values()]
+    if not rad or not all(low * 0.99 <= r <= high * 1.01 for r in rad):
+        return ""
+    return (f"; read as degrees they would be {min(rad):.3f}-{max(rad):.3f} rad, in that "
+            f"range: the joint readings look like degrees, not rad; convert them to rad (a "
+            f"recording made elsewhere: syncedge calibrate import SOURCE --degrees "
+            f"{','.join(swept)} ...)")
 
 
 def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
@@ -79,17 +102,21 @@ def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
                 f"needs a sweep segment of its own")
     if amplitude_rad is not None:
         lo, hi = amplitude_rad
-        bad = []
+        bad: dict[str, float] = {}
         for c in range(n):
             amp = abs(float(seg[owner[c], out_rows[0]:out_rows[1], c].sum()))
             # 1% slack: a recorded sweep is resampled and rounded to float32
             if not lo * 0.99 <= amp <= hi * 1.01:
-                bad.append(f"'{names[c]}' swept {amp:.3f} rad")
+                bad[names[c]] = amp
         if bad:
+            units = dict(zip(names, ep.metadata.dof_units, strict=True))
+            hint = degrees_hint({k: a for k, a in bad.items() if units[k] == "rad"}, lo, hi) \
+                if all(units[k] == "rad" for k in bad) else ""
+            swept = ", ".join(f"{k!r} swept {a:.3f} {units[k]}" for k, a in bad.items())
+            todo = hint or ": record the sweep again with amplitudes in that range"
             raise CalibrationInputError(
-                f"{who}DoF {', '.join(bad)}; this model accepts sweeps of {lo:g}-{hi:g} rad "
-                f"(model.json contract.calibration_amplitude_rad): record the sweep again with "
-                f"amplitudes in that range")
+                f"{who}DoF {swept}; this model accepts sweeps of {lo:g}-{hi:g} rad "
+                f"(model.json contract.calibration_amplitude_rad){todo}")
     total = max_dof * segment_frames + 1
     frames = np.concatenate([ep.frames, np.repeat(ep.frames[-1:], total - ep.num_frames, 0)])
     actions = np.zeros((total, max_dof), np.float32)
