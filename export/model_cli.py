@@ -292,6 +292,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
         calibration_sweeps,
         on_grid,
         read_chain_calibration,
+        sweep_timing,
     )
 
     out = Path(args.out)
@@ -351,10 +352,12 @@ def _run_read_chain(args: argparse.Namespace) -> int:
         raise ExportError(f"{args.calibration}: {exc}") from None
     chain.info["calibration"]["file"] = str(args.calibration)
     chain.info["calibration"]["sha256"] = sha256_file(args.calibration)
-    # the fit redrawn at each channel's sweep peak, beside the recording
-    grid = on_grid(ep.frames, chain.resolution)
-    q = np.asarray(ep.joint_positions, np.float64)[:, :chain.num_dof]
-    rows, tiles = sweep_check(chain, grid, q, calibration_sweeps(ep))
+    # the fit redrawn at each channel's sweep peak, beside the recording (at the sweep's
+    # poses, as it was read: a recording of another timing names no segments of its own)
+    at_poses, _ = sweep_timing(ep)
+    grid = on_grid(at_poses.frames, chain.resolution)
+    q = np.asarray(at_poses.joint_positions, np.float64)[:, :chain.num_dof]
+    rows, tiles = sweep_check(chain, grid, q, calibration_sweeps(at_poses))
     cut = grid[0].copy()
     cut[~chain.robot] = (cut[~chain.robot] * 0.35).astype(np.uint8)
     sheet = contact_sheet(

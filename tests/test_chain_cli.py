@@ -368,6 +368,37 @@ def test_a_chain_is_stored_with_the_same_sweep_recorded_at_another_timing(tmp_pa
     assert code == 2 and "(no_return)" in capsys.readouterr().err  # the coverage check's
 
 
+def test_read_chain_draws_its_sheet_from_a_sweep_recorded_at_another_timing(
+        tmp_path, capsys, monkeypatch):
+    """A 30 Hz recording names no segments of its own: read-chain read it (at the sweep's
+    poses) and then died drawing its sheet ('channels [...] have no sweep segment'),
+    after minutes of reading, writing nothing. The sheet is now drawn at the sweep's poses
+    too. (The read itself is the sample's chain, not read again here.)"""
+    import dataclasses
+
+    import export.models.chain_fit as chain_fit
+    from edge.episode import save_episode
+
+    cal = load_episode(SAMPLE / "calibration_256.npz")
+    rep = np.repeat(np.arange(cal.num_frames), 3)
+    q = np.asarray(cal.joint_positions, np.float64)[rep]
+    slow = dataclasses.replace(
+        cal, ee_px=None, robot_mask=None, frames=cal.frames[rep],
+        actions=np.diff(q, axis=0, append=q[-1:]).astype(np.float32),
+        timestamps=np.arange(len(rep)) / 30.0, joint_positions=q,
+        metadata=dataclasses.replace(cal.metadata, fps=30.0, segments=()))
+    p = save_episode(slow, tmp_path / "slow.npz")
+    read = []
+    monkeypatch.setattr(chain_fit, "read_chain_calibration",
+                        lambda ep, *a, **k: read.append(ep) or load_chain_calibration(CHAIN))
+    out = tmp_path / "c.npz"
+    assert main(["model", "read-chain", "--calibration", str(p), "--out", str(out)]) == 0, \
+        capsys.readouterr().err
+    assert len(read) == 1 and out.is_file() and out.with_suffix(".png").is_file()
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert [r["dof"] for r in report["sweep_peaks"]] == list(cal.metadata.dof_names)
+
+
 def test_cache_verbs_take_cache_dir_as_simulate_does(tmp_path, capsys):
     """``cache list --cache-dir DIR`` lists what ``calibrate store --cache-dir DIR`` stored,
     as ``--root DIR`` does."""
