@@ -399,6 +399,33 @@ def test_read_chain_draws_its_sheet_from_a_sweep_recorded_at_another_timing(
     assert [r["dof"] for r in report["sweep_peaks"]] == list(cal.metadata.dof_names)
 
 
+def test_simulate_chain_takes_a_start_at_another_frame_rate_or_size(tmp_path, capsys):
+    """The chain places the arm at each step's joint readings, whatever the time between
+    steps: a start episode at 30 Hz against the sample chain's 10 Hz calibration runs (it
+    was refused), and one at the camera's size is fitted to the grid (it was refused, with
+    advice that lost the ground truth). Both predict what the 10 Hz 64x64 start does."""
+    import dataclasses
+
+    from edge.episode import save_episode
+
+    test = load_episode(SAMPLE / "test.npz")
+    fast = dataclasses.replace(test, timestamps=test.timestamps / 3.0,
+                               metadata=dataclasses.replace(test.metadata, fps=30.0))
+    big = dataclasses.replace(test, frames=np.repeat(np.repeat(test.frames, 3, 1), 3, 2),
+                              robot_mask=None, ee_px=None)
+    got = {}
+    for name, ep in (("plain", test), ("fast", fast), ("big", big)):
+        path = SAMPLE / "test.npz" if name == "plain" else \
+            save_episode(ep, tmp_path / f"{name}.npz")
+        assert main(["simulate", "--chain", str(CHAIN), "--start", str(path),
+                     "--out", str(tmp_path / name)]) == 0, capsys.readouterr().err
+        with np.load(tmp_path / name / "prediction.npz") as z:
+            got[name] = z["frames"]
+    assert "centre-cropped and resized to the model's 64x64" in capsys.readouterr().err
+    assert np.array_equal(got["fast"], got["plain"])
+    assert np.abs(got["big"].astype(int) - got["plain"]).max() <= 1
+
+
 def test_cache_verbs_take_cache_dir_as_simulate_does(tmp_path, capsys):
     """``cache list --cache-dir DIR`` lists what ``calibrate store --cache-dir DIR`` stored,
     as ``--root DIR`` does."""

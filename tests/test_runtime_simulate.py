@@ -114,10 +114,6 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     if case == "calibration_size":
         save_episode(calibration_episode(3, 4, 8, 8), tmp_path / "small.npz")
         return ["--start", start, "--calibration", str(tmp_path / "small.npz")]
-    if case == "episode_frame":
-        save_episode(calibration_episode(3, 4, 32, 32), tmp_path / "big.npz")
-        np.save(tmp_path / "a.npy", np.zeros((4, 3), np.float32))
-        return ["--start", str(tmp_path / "big.npz"), "--actions", str(tmp_path / "a.npy")]
     if case == "empty_start":
         (tmp_path / "s.npy").write_bytes(b"")
         np.save(tmp_path / "a.npy", np.zeros((4, 3), np.float32))
@@ -132,9 +128,6 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     ("inf", r"a.csv: expected finite actions, found inf"),
     ("frame", r"s.png: expected a start frame 16 px wide and 16 high .*found an image 8 "
               r"wide and 8 high; crop it to the centre square"),
-    ("episode_frame", r"big.npz: expected a start frame 16 px wide .*found an episode whose "
-                      r"frames are 32 wide and 32 high; pass an episode recorded at 16x16, or "
-                      r"its first frame as an image"),
     ("empty_start", r"s.npy: an empty file; expected a uint8 \[H, W, 3\] RGB image"),
     ("no_actions", r"--actions: required"),
     ("missing_png", r"nowhere.png: no such image file"),
@@ -196,3 +189,31 @@ def test_a_cached_context_the_model_cannot_read_is_named_not_called_missing(
             simulate.run(args, context_source=cache)
     assert "no context" not in str(err.value)
     assert not files["out"].exists()
+
+
+def test_a_start_episode_at_the_camera_s_size_is_fitted_as_a_recording_is(files, tmp_path,
+                                                                          capsys) -> None:
+    """An imported episode keeps the camera's frame size: its frames are centre-cropped and
+    area-resized to the model's, as 'calibrate validate' and a recording do, and stay the
+    ground truth (it used to be refused, with advice to save its first frame as a PNG,
+    which loses the truth)."""
+    from edge.calibrate.camera import fit_frame
+    from edge.episode import load_episode
+
+    small = load_episode(files["ep"])
+    big = motion_episode(3, 7, 24, 32, seed=2)  # 4:3, the camera's size
+    save_episode(big, tmp_path / "big.npz")
+    rc = run_command("simulate", simulate.register,
+                     [*_base(files), "--start", str(tmp_path / "big.npz")])
+    assert rc == 0
+    assert "big.npz: frames of 32x24 px centre-cropped and resized to the model's 16x16" in \
+        capsys.readouterr().err
+    m = json.loads((files["out"] / "metrics.json").read_text())
+    assert m["horizon"] == small.num_frames - 1 == len(m["per_step"])
+    with np.load(files["out"] / "prediction.npz") as z:
+        assert z["frames"].shape[2:] == (16, 16, 3)
+    # the start is the first frame fitted as the recorder fits it
+    from edge.runtime.inputs import load_start
+    start, ep = load_start(tmp_path / "big.npz", (16, 16))
+    assert np.array_equal(start, fit_frame(big.frames[0], (16, 16)))
+    assert ep.frames.shape == (big.num_frames, 16, 16, 3) and ep.robot_mask is None

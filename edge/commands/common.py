@@ -759,8 +759,9 @@ def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
         RuntimeInputError: another backend; ``--cell`` with a chain FILE, or ``--chain``
             alone without ``--cell``; no chain calibration cached for the cell; the chain
             file's errors; a start of another size; a start episode recorded with other
-            channel names or order, or at another frame rate; no joint readings, or not K
-            of them.
+            channel names or order; no joint readings, or not K of them. (A start episode
+            at another frame rate than the calibration is taken: the chain places the arm
+            at each step's joint readings, whatever the time between steps.)
     """
     import cv2
     import numpy as np
@@ -794,11 +795,6 @@ def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
                 f"{args.start}: metadata.dof_names {names_ep}: expected the chain "
                 f"calibration's channels in its order, {chain.dof_names} (record the "
                 "start with the controller the cell was calibrated with)")
-        fps = chain.frame_rate_hz
-        if fps and abs(float(episode.metadata.fps) - fps) > 1e-6:
-            raise RuntimeInputError(f"{args.start}: metadata.fps {episode.metadata.fps} Hz: "
-                                    f"expected the calibration's {fps} Hz (actions are "
-                                    "joint changes per frame)")
     if joints:
         q0 = load_joint_state(joints, joints_flag)
     elif episode is not None and episode.joint_positions is not None:

@@ -7,9 +7,11 @@ what was expected and found.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -68,15 +70,31 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
                ) -> tuple[np.ndarray, Episode | None]:
     """The start frame uint8 ``[H, W, 3]`` from an image or an episode (its first frame).
 
+    An episode recorded at another frame size (an import keeps the camera's) has its
+    frames centre-cropped and area-resized to ``resolution`` as a recording is
+    (:func:`edge.calibrate.camera.fit_frame`; said on stderr), so its frames after the
+    first stay the ground truth; its evaluation-only ``robot_mask`` and ``ee_px``, drawn at
+    the recorded size, are dropped.
+
     Returns:
         ``(frame, episode)``; ``episode`` is None for an image.
 
     Raises:
-        RuntimeInputError: unreadable, or the frame is not the model's ``resolution``.
+        RuntimeInputError: unreadable, or an image that is not the model's ``resolution``.
         EpisodeError: a malformed episode file.
     """
     path = Path(path)
     episode = load_episode(path) if path.suffix.lower() == ".npz" else None
+    if episode is not None and episode.frames.shape[1:3] != tuple(resolution):
+        from edge.calibrate.camera import fit_frame
+
+        h, w = resolution
+        print(f"note: {path}: frames of {episode.frames.shape[2]}x{episode.frames.shape[1]} px "
+              f"centre-cropped and resized to the model's {w}x{h}, as a recording is",
+              file=sys.stderr)
+        episode = dataclasses.replace(
+            episode, frames=np.stack([fit_frame(f, (h, w)) for f in episode.frames]),
+            robot_mask=None, ee_px=None).validate(path)
     frame = episode.frames[0] if episode is not None else load_image(path)
     if frame.shape[:2] != tuple(resolution):
         h, w = resolution
