@@ -426,6 +426,42 @@ def test_simulate_chain_takes_a_start_at_another_frame_rate_or_size(tmp_path, ca
     assert np.abs(got["big"].astype(int) - got["plain"]).max() <= 1
 
 
+def test_a_calibration_at_the_camera_s_size_is_fitted_for_the_chain(tmp_path, capsys):
+    """A 4:3 calibration (the camera's own size) was refused by 'calibrate store --chain'
+    ('not a whole multiple of the model's 64x64'); it is now centre-cropped and resized as
+    a recording is, stored so, and the chain takes it: the sample's sweep with columns
+    added each side gives the sample's own episode back."""
+    import dataclasses
+
+    from edge.cache.store import CalibrationCache
+    from edge.episode import save_episode
+
+    cal = load_episode(SAMPLE / "calibration_256.npz")
+    wide = dataclasses.replace(cal, frames=np.pad(cal.frames, ((0, 0), (0, 0), (43, 43),
+                                                               (0, 0)), mode="edge"),
+                               robot_mask=None, ee_px=None)
+    p = save_episode(wide, tmp_path / "wide.npz")
+    cache = tmp_path / "cache"
+    assert main(["calibrate", "store", str(p), "--chain", str(CHAIN), "--cache-dir",
+                 str(cache)]) == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "frames of 342x256 px centre-cropped to a square and resized to 256x256" in err
+    with CalibrationCache(cache) as c:
+        (entry,) = [c.get(i.key) for i in c.list()]
+    assert np.array_equal(entry.episode.frames, cal.frames)
+    assert entry.episode.metadata.extra["fitted_for_chain"] == {"from_hw": [256, 342],
+                                                                "to_hw": [256, 256]}
+    # portrait: the crop keeps fewer rows, so the vertical field of view narrows with it
+    from edge.calibrate.camera import fit_for_chain
+
+    tall = dataclasses.replace(wide, frames=wide.frames.transpose(0, 2, 1, 3).copy())
+    fitted, how = fit_for_chain(tall, 64)
+    fovy = cal.metadata.camera["fovy_deg"]
+    assert how == {"from_hw": [342, 256], "to_hw": [256, 256]}
+    assert np.tan(np.radians(fitted.metadata.camera["fovy_deg"]) / 2) == pytest.approx(
+        np.tan(np.radians(fovy) / 2) * 256 / 342)
+
+
 def test_cache_verbs_take_cache_dir_as_simulate_does(tmp_path, capsys):
     """``cache list --cache-dir DIR`` lists what ``calibrate store --cache-dir DIR`` stored,
     as ``--root DIR`` does."""

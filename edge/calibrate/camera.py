@@ -32,8 +32,8 @@ import numpy as np
 from edge.calibrate.errors import CameraDisconnectedError, CameraError
 from edge.plugins import entries, load
 
-__all__ = ["CAMERAS", "FrameSource", "OpenCVCamera", "fit_frame", "gstreamer_supported",
-           "open_camera"]
+__all__ = ["CAMERAS", "CHAIN_READ_MULTIPLE", "FrameSource", "OpenCVCamera", "fit_for_chain",
+           "fit_frame", "gstreamer_supported", "open_camera"]
 
 #: The plug-in group of camera sources by URL scheme: scheme -> ``open(src) -> FrameSource``.
 CAMERAS = "syncedge.cameras"
@@ -165,3 +165,57 @@ def fit_frame(frame: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
         y0 = (h - ch) // 2
         frame = frame[y0:y0 + ch]
     return cv2.resize(np.ascontiguousarray(frame), (tw, th), interpolation=cv2.INTER_AREA)
+
+
+#: The side a chain reads a calibration at, in model grids: 4x (256 px for a 64 px grid).
+CHAIN_READ_MULTIPLE = 4
+
+
+def fit_for_chain(episode: Any, grid: int) -> tuple[Any, dict[str, Any] | None]:
+    """A calibration episode at a square whole multiple of the chain's ``grid``.
+
+    The chain is read from frames of ``m * grid`` px square (a whole number of frame
+    pixels per grid pixel). An episode at the camera's own size (an import, a recording
+    with ``--size`` of another aspect) is centre-cropped to a square and area-resized (as
+    :func:`fit_frame` does for a recording) to the largest multiple of ``grid`` that its
+    short side covers, at most :data:`CHAIN_READ_MULTIPLE` times the grid. Where the crop
+    cuts rows (a portrait frame), ``metadata.camera.fovy_deg`` is narrowed to the rows
+    kept, so the pinhole stays the camera's. The evaluation-only ``robot_mask`` and
+    ``ee_px`` (at the recorded size) are dropped.
+
+    Args:
+        episode: ``edge.episode.Episode``, frames uint8 ``[T, H, W, 3]``.
+        grid: the chain's grid side, px.
+
+    Returns:
+        ``(episode, fitted)``: the episode unchanged and None where its frames are already
+        a square whole multiple of ``grid``; else the fitted episode and ``{"from_hw":
+        [H, W], "to_hw": [S, S]}`` (also in ``metadata.extra["fitted_for_chain"]``).
+
+    Raises:
+        ValueError: frames smaller than one grid on their short side.
+    """
+    import dataclasses
+    import math
+
+    fh, fw = (int(v) for v in episode.frames.shape[1:3])
+    if fh == fw and fh % grid == 0:
+        return episode, None
+    side = min(fh, fw)
+    if side < grid:
+        raise ValueError(f"frames of {fw}x{fh} px are smaller than the chain's {grid}x{grid} "
+                         f"grid: record the calibration at {CHAIN_READ_MULTIPLE * grid}x"
+                         f"{CHAIN_READ_MULTIPLE * grid} or more")
+    target = min(side // grid, CHAIN_READ_MULTIPLE) * grid
+    fitted = {"from_hw": [fh, fw], "to_hw": [target, target]}
+    camera = dict(episode.metadata.camera or {})
+    fovy = camera.get("fovy_deg")
+    if fh > fw and isinstance(fovy, (int, float)):  # the crop keeps fw of the fh rows
+        camera["fovy_deg"] = math.degrees(2 * math.atan(math.tan(math.radians(fovy) / 2)
+                                                        * fw / fh))
+    meta = dataclasses.replace(episode.metadata, camera=camera,
+                               extra={**dict(episode.metadata.extra),
+                                      "fitted_for_chain": fitted})
+    frames = np.stack([fit_frame(f, (target, target)) for f in episode.frames])
+    return dataclasses.replace(episode, frames=frames, robot_mask=None, ee_px=None,
+                               metadata=meta).validate(), fitted

@@ -195,6 +195,7 @@ def run_store_chain(args: argparse.Namespace) -> int:
         episode, report, reference, _ = checked_episode(args)
         forced, reason = bool(args.force), args.force or ""
         where = str(args.episode)
+        episode = _fitted_for_chain(args, episode, where)
     chain, read_s, source = _chain_for(args, episode, where)
     meta = episode.metadata
     key = CacheKey(meta.cell_id, meta.camera_id, meta.robot_id, CHAIN_MODEL_SHA256)
@@ -217,6 +218,31 @@ def run_store_chain(args: argparse.Namespace) -> int:
           f"--robot-id {key.robot_id} --chain --start START.npz"
           f"{' --cache-dir ' + str(args.cache_dir) if args.cache_dir else ''}")
     return 0
+
+
+def _fitted_for_chain(args: argparse.Namespace, episode: Any, where: str) -> Any:
+    """The episode at a square whole multiple of the chain's grid (``--grid``, or the given
+    chain file's): one at the camera's own size is centre-cropped and resized, and said so
+    (:func:`edge.calibrate.camera.fit_for_chain`); the fitted episode is what is stored.
+
+    Raises:
+        CalibrateError: frames smaller than the grid.
+    """
+    from edge.calibrate.camera import fit_for_chain
+    from edge.runtime.chain import load_chain_calibration
+
+    grid = args.grid if args.chain == CHAIN_READ else \
+        load_chain_calibration(args.chain).resolution[0]
+    try:
+        episode, fitted = fit_for_chain(episode, grid)
+    except ValueError as exc:
+        raise CalibrateError(f"{where}: {exc}") from None
+    if fitted:
+        (h, w), (s, _) = fitted["from_hw"], fitted["to_hw"]
+        print(f"note: {where}: frames of {w}x{h} px centre-cropped to a square and resized "
+              f"to {s}x{s} for the chain's {grid}x{grid} grid, as a recording is (stored so; "
+              f"extra.fitted_for_chain)", file=sys.stderr)
+    return episode
 
 
 def _cached_chain_source(cache: Any, args: argparse.Namespace) -> Any:
@@ -253,22 +279,22 @@ def _cached_chain_source(cache: Any, args: argparse.Namespace) -> Any:
 
 
 def on_grid(frames: np.ndarray, hw: tuple[int, int], where: str) -> np.ndarray:
-    """Frames uint8 ``[T, H', W', 3]`` reduced by area to the chain's grid ``hw`` (H', W'
-    whole multiples of it).
-
-    Raises:
-        CalibrateError: frames of another size (``where`` names them).
-    """
+    """Frames uint8 ``[T, H', W', 3]`` reduced by area to the chain's grid ``hw``; frames
+    that are not a square whole multiple of it (the camera's own size) are centre-cropped
+    and resized as a recording is (:func:`edge.calibrate.camera.fit_frame`, said on
+    stderr, naming ``where``)."""
     import cv2
+
+    from edge.calibrate.camera import fit_frame
 
     h, w = hw
     fh, fw = frames.shape[1:3]
     if (fh, fw) == (h, w):
         return frames
-    if fh % h or fw % w:
-        raise CalibrateError(f"{where}: frames of {fh}x{fw} px: expected the chain's grid "
-                             f"{h}x{w} or a whole multiple of it (record it as the "
-                             "calibration was)")
+    if fh % h or fw % w or fh // h != fw // w:  # the camera's own size: as a recording is
+        print(f"note: {where}: frames of {fw}x{fh} px centre-cropped and resized to the "
+              f"chain's {w}x{h} grid, as a recording is", file=sys.stderr)
+        return np.stack([fit_frame(f, (h, w)) for f in frames])
     return np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
 
 
