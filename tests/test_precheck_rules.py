@@ -51,8 +51,8 @@ def test_good_rules_parse(tmp_path: Path) -> None:
     ("- just\n- a list\n", "expected a mapping"),
     ("speed_limit: 3\n", r"rules.yaml:speed_limit: unknown key"),
     ("keep_out:\n  motion_threshold: 5\n  regions: []\n", r"keep_out.regions: expected a non"),
-    ("keep_out:\n  regions: [{polygon: [[0,0],[1,0],[1,1]]}]\n",
-     r"keep_out.motion_threshold: missing key"),
+    ("keep_out:\n  basis: motion\n  regions: [{polygon: [[0,0],[1,0],[1,1]]}]\n",
+     r"keep_out.motion_threshold: missing key: basis: motion decides on predicted motion"),
     ("keep_out:\n  motion_threshold: 300\n  regions: [{polygon: [[0,0],[1,0],[1,1]]}]\n",
      r"motion_threshold: expected a value in \[0, 255\]"),
     ("keep_out:\n  motion_threshold: 5\n  regions: [{polygon: [[0,0],[1,0]]}]\n",
@@ -169,3 +169,28 @@ def test_keep_out_margin_decides_the_verdict() -> None:
     assert verdicts == [(True, 0), (False, 4)]
     assert "4 px of the predicted robot inside the keep-out regions grown by 1 px " \
         "(allowed 3) at step 1" in res.verdicts[0].detail
+
+
+def test_motion_threshold_is_needed_only_where_motion_decides(tmp_path) -> None:
+    """A keep-out on the robot mask (the chain's, or a model's) needs no motion_threshold:
+    a rules file without it was refused ('missing key') even with basis: robot_mask. Where
+    motion decides (basis: motion, or auto on a model without a robot mask) it is still
+    required, by name."""
+    from edge.precheck.evaluate import evaluate
+    from edge.runtime.errors import RuntimeInputError
+
+    p = tmp_path / "r.yaml"
+    p.write_text("keep_out:\n  regions:\n    - polygon: [[0.25, 0.25], [0.5, 0.25], "
+                 "[0.5, 0.5], [0.25, 0.5]]\n")
+    rules = load_rules(p)
+    assert rules.keep_out is not None and rules.keep_out.motion_threshold is None
+    start = np.zeros((16, 16, 3), np.uint8)
+    masks = np.zeros((1, 2, 16, 16), np.float32)
+    masks[0, 1, 4:8, 4:8] = 1.0  # 16 px of arm inside the region at step 1
+    frames = np.zeros((1, 2, 16, 16, 3), np.uint8)
+    acts = np.zeros((1, 2, 3), np.float32)
+    res = evaluate(rules, start, None, acts, frames, robot_masks=masks)
+    assert not res.verdicts[0].passed and res.verdicts[0].scores["keepout_robot_max"] == 16
+    with pytest.raises(RuntimeInputError, match=r"r.yaml:keep_out.motion_threshold: missing "
+                                                r"key: this model predicts no robot mask"):
+        evaluate(rules, start, None, acts, frames)

@@ -32,6 +32,10 @@ from edge.precheck.rules import Rules, keep_out_mask
 from edge.runtime.errors import RuntimeInputError
 from kernels import reference as ref
 
+#: The pixel change (0..255) counted as motion in the report's motion figures where the
+#: rules leave ``keep_out.motion_threshold`` out (the robot mask then decides keep-out).
+DEFAULT_MOTION_THRESHOLD = 20
+
 __all__ = ["CandidateVerdict", "PrecheckResult", "evaluate"]
 
 
@@ -179,12 +183,18 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
         if reference_frames is not None and reference_frames.shape != (t, h, w, 3):
             raise RuntimeInputError(f"reference frames: expected [{t}, {h}, {w}, 3], found "
                                     f"{list(reference_frames.shape)}")
+        on_mask = (robot_masks is not None or robot_counts is not None) and ko.basis != "motion"
+        if ko.motion_threshold is None and not on_mask:
+            raise RuntimeInputError(f"{rules.path}:keep_out.motion_threshold: missing key: this "
+                                    f"model predicts no robot mask, so keep-out is decided on "
+                                    f"predicted motion, which needs motion_threshold (0..255, "
+                                    f"e.g. 20)")
         for s in range(t):
             base = start if reference_frames is None else reference_frames[s]
             sc = ref.precheck_scores(np.ascontiguousarray(frames[:, s]), base, mask,
-                                     ko.motion_threshold)
+                                     ko.motion_threshold if ko.motion_threshold is not None
+                                     else DEFAULT_MOTION_THRESHOLD)
             moved[:, s], energy[:, s] = sc.moved_in_keepout, sc.motion_energy
-        on_mask = (robot_masks is not None or robot_counts is not None) and ko.basis != "motion"
         if on_mask:
             if robot_counts is not None:
                 robot[...] = robot_counts

@@ -57,7 +57,9 @@ class KeepOutRule:
         regions: the keep-out polygons.
         motion_threshold: a pixel moved if max over channels |pred - reference| exceeds
             this (0..255 pixel-value units); the reference is the model's own zero-action
-            rollout (the start frame for a model whose zero-action rollout is exact).
+            rollout (the start frame for a model whose zero-action rollout is exact). None
+            (left out): only a keep-out decided on the robot mask can be judged; one that
+            falls to motion is refused naming this key.
         max_moved_pixels: moved pixels allowed inside the regions per step (default 0).
         basis: ``robot_mask`` (the model's predicted robot mask: a pixel is robot where
             the mask is >= 0.5), ``motion`` (predicted change against the reference) or
@@ -70,7 +72,7 @@ class KeepOutRule:
     """
 
     regions: tuple[KeepOutRegion, ...]
-    motion_threshold: int
+    motion_threshold: int | None
     max_moved_pixels: int = 0
     basis: KeepOutBasis = "auto"
     max_robot_pixels: int = 3
@@ -122,7 +124,7 @@ class _KeepOutFile:
     """``keep_out`` as written: pixel counts are numbers here, whole numbers checked after."""
 
     regions: tuple[_RegionFile, ...]
-    motion_threshold: float
+    motion_threshold: float | None = optional_key()  # needed where motion decides
     max_moved_pixels: float = 0
     basis: KeepOutBasis = "auto"
     max_robot_pixels: float = 3
@@ -167,9 +169,16 @@ def _whole(v: float, w: Where, what: str) -> int:
 
 
 def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
-    thr = _num(k.motion_threshold, w.key("motion_threshold"), 0, 255)
-    if thr != int(thr):
-        w.key("motion_threshold").fail(f"expected an integer 0..255, found {thr}")
+    thr: float | None = None
+    if k.motion_threshold is None:
+        if k.basis == "motion":
+            w.key("motion_threshold").fail("missing key: basis: motion decides on predicted "
+                                           "motion, which needs motion_threshold (0..255, "
+                                           "e.g. 20)")
+    else:
+        thr = _num(k.motion_threshold, w.key("motion_threshold"), 0, 255)
+        if thr != int(thr):
+            w.key("motion_threshold").fail(f"expected an integer 0..255, found {thr}")
     allowed = _whole(_num(k.max_moved_pixels, w.key("max_moved_pixels"), 0),
                      w.key("max_moved_pixels"), "a whole number of pixels")
     robot = _whole(_num(k.max_robot_pixels, w.key("max_robot_pixels"), 0),
@@ -193,7 +202,8 @@ def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
             rw.key("polygon").fail(f"encloses no area (its points are on one line), so it "
                                    f"could never see motion; found {[list(p) for p in pts]!r}")
         out.append(KeepOutRegion(r.name if r.name is not None else f"region-{i}", poly))
-    return KeepOutRule(tuple(out), int(thr), allowed, k.basis, robot, margin)
+    return KeepOutRule(tuple(out), None if thr is None else int(thr), allowed, k.basis,
+                       robot, margin)
 
 
 def load_rules(path: str | os.PathLike[str]) -> Rules:
