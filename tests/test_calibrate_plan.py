@@ -192,3 +192,34 @@ def test_plan_cli_writes_held_poses_and_refuses_two_kinds(tmp_path: Path, capsys
     with pytest.raises(EdgeError, match="only with --poses or --motion"):
         args.func(args)
     assert not (tmp_path / "sweep.json").exists()
+
+
+def test_a_robot_with_a_slide_plans_each_unit_within_its_own_range() -> None:
+    """A tool slide of 8 cm was refused by the revolute joints' sweep_min of 0.3 (it
+    applied to metres too), and lowering sweep_min for the slide drew the joints below the
+    model's range. Each DoF now sweeps from the smallest sweep of its unit (or its own)."""
+    from edge.calibrate.spec import robot_spec_to_dict
+
+    d = _spec_dict()
+    d["dofs"][2] = {"name": "slide", "unit": "m", "lower": 0.0, "upper": 0.08, "home": 0.0,
+                    "sweep_max": 0.06}
+    spec = robot_spec_from_dict(d)
+    assert [spec.dof_sweep_min(x) for x in spec.dofs] == [0.3, 0.3, 0.02]
+    for seed in range(20):
+        for amplitude in (None, (0.2, 0.4)):
+            amps = {s.dof: abs(s.amplitude)
+                    for s in plan_sweep(spec, seed=seed, amplitude=amplitude).sweeps}
+            lo, hi = amplitude or (0.3, 0.5)
+            assert lo <= amps["a"] <= hi and lo <= amps["b"] <= hi
+            assert 0.02 <= amps["slide"] <= 0.06
+    # a DoF's own sweep_min, and the spec's for metres, round trip
+    d["dofs"][0]["sweep_min"] = 0.45
+    spec = robot_spec_from_dict({**d, "sweep_min_m": 0.05})
+    assert [spec.dof_sweep_min(x) for x in spec.dofs] == [0.45, 0.3, 0.05]
+    assert robot_spec_from_dict(robot_spec_to_dict(spec)) == spec
+    assert min(abs(s.amplitude) for s in plan_sweep(spec, seed=3).sweeps if s.dof == "a") \
+        >= 0.45
+    d["dofs"][2]["sweep_max"] = 0.01
+    with pytest.raises(PlanError, match=r"dofs\[2\] \(slide\): expected room to sweep at least "
+                                        r"sweep_min_m=0.02 m"):
+        robot_spec_from_dict(d)

@@ -176,9 +176,10 @@ def plan_sweep(spec: RobotSpec, seed: int, lead_in_s: float = 1.0, lead_out_s: f
         min_fraction: share of each amplitude the check will require.
         phase_s, pause_s: a slower sweep (:func:`sweep_profile`); None for both: the
             model's own timing (8 frames per DoF).
-        amplitude: (low, high) magnitude drawn for each DoF, rad|m (None: the spec's
-            ``sweep_min`` to each DoF's ``sweep_max``); keep it within the model's
-            ``contract.calibration_amplitude_rad``.
+        amplitude: (low, high) magnitude drawn for each revolute DoF, rad (None: the
+            spec's smallest sweep, :meth:`RobotSpec.dof_sweep_min`, to each DoF's
+            ``sweep_max``); keep it within the model's ``contract.calibration_amplitude_rad``.
+            A prismatic DoF always sweeps between its own smallest sweep and ``sweep_max``.
 
     Returns:
         :class:`JointProgram` of ``lead_in + L n + 1 + lead_out`` knots (L = 8 in the
@@ -201,8 +202,9 @@ def plan_sweep(spec: RobotSpec, seed: int, lead_in_s: float = 1.0, lead_out_s: f
     sweeps = []
     for k, j in enumerate(order):
         d = spec.dofs[j]
-        low, high = (lo_amp, hi_amp) if amplitude is not None else \
-            (spec.sweep_min, max(spec.sweep_min, d.sweep_max))
+        least = spec.dof_sweep_min(d)
+        low, high = (lo_amp, hi_amp) if amplitude is not None and d.unit == "rad" else \
+            (least, max(least, d.sweep_max))
         mag = float(rng.uniform(low, high))
         sign = float(rng.choice([-1.0, 1.0]))
         room = {1.0: d.upper - LIMIT_MARGIN - d.home, -1.0: d.home - d.lower - LIMIT_MARGIN}

@@ -414,8 +414,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     q.add_argument("--pause-seconds", type=float, default=None, metavar="S",
                    help="hold at the peak and at home after each phase, s (default one frame)")
     q.add_argument("--amplitude", type=_amplitude_range, default=None, metavar="LOW-HIGH",
-                   help="sweep magnitude range, rad|m (default: the spec's sweep_min to each "
-                        "DoF's sweep_max); keep it inside the model's "
+                   help="sweep magnitude range of the revolute DoFs, rad (default: the "
+                        "spec's sweep_min to each DoF's sweep_max; a prismatic DoF sweeps "
+                        "between its sweep_min, else the spec's sweep_min_m, and its "
+                        "sweep_max); keep it inside the model's "
                         "contract.calibration_amplitude_rad (model.json)")
     q.add_argument("--motion", action="store_true",
                    help="an ordinary-motion program for 'validate' instead of the sweep")
