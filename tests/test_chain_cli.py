@@ -462,6 +462,30 @@ def test_a_calibration_at_the_camera_s_size_is_fitted_for_the_chain(tmp_path, ca
         np.tan(np.radians(fovy) / 2) * 256 / 342)
 
 
+def test_read_chain_fits_a_calibration_at_the_camera_s_aspect(tmp_path, capsys, monkeypatch):
+    """read-chain reads a 4:3 calibration (the camera's own size) centre-cropped and
+    resized as a recording is (it was refused as 'not a whole multiple'); a square one
+    that is not a whole multiple of --grid is still refused (test above)."""
+    import dataclasses
+
+    import export.models.chain_fit as chain_fit
+    from edge.episode import save_episode
+
+    cal = load_episode(SAMPLE / "calibration_256.npz")
+    wide = dataclasses.replace(cal, frames=np.pad(cal.frames, ((0, 0), (0, 0), (43, 43),
+                                                               (0, 0)), mode="edge"),
+                               robot_mask=None, ee_px=None)
+    p = save_episode(wide, tmp_path / "wide.npz")
+    read = []
+    monkeypatch.setattr(chain_fit, "read_chain_calibration",
+                        lambda ep, *a, **k: read.append(ep) or load_chain_calibration(CHAIN))
+    assert main(["model", "read-chain", "--calibration", str(p), "--out",
+                 str(tmp_path / "c.npz")]) == 0
+    assert "frames of 342x256 px centre-cropped to a square and resized to 256x256" in \
+        capsys.readouterr().err
+    assert len(read) == 1 and np.array_equal(read[0].frames, cal.frames)
+
+
 def test_cache_verbs_take_cache_dir_as_simulate_does(tmp_path, capsys):
     """``cache list --cache-dir DIR`` lists what ``calibrate store --cache-dir DIR`` stored,
     as ``--root DIR`` does."""
