@@ -284,15 +284,12 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     from edge.commands.common import motion_twins
     from edge.episode import load_episode
     from edge.fileio import sha256_file, write_json_atomic
-    from edge.runtime.chain import save_chain_calibration, sweep_check
-    from edge.visual import contact_sheet, write_png
+    from edge.runtime.chain import fit_sheet, save_chain_calibration
+    from edge.visual import write_png
     from export.errors import ExportError
     from export.models.chain_fit import (
         MotionEpisodeError,
-        calibration_sweeps,
-        on_grid,
         read_chain_calibration,
-        sweep_timing,
     )
 
     out = Path(args.out)
@@ -365,19 +362,8 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     chain.info["calibration"]["sha256"] = sha256_file(args.calibration)
     # the fit redrawn at each channel's sweep peak, beside the recording (at the sweep's
     # poses, as it was read: a recording of another timing names no segments of its own)
-    at_poses, _ = sweep_timing(ep)
-    grid = on_grid(at_poses.frames, chain.resolution)
-    q = np.asarray(at_poses.joint_positions, np.float64)[:, :chain.num_dof]
-    rows, tiles = sweep_check(chain, grid, q, calibration_sweeps(at_poses))
-    cut = grid[0].copy()
-    cut[~chain.robot] = (cut[~chain.robot] * 0.35).astype(np.uint8)
-    sheet = contact_sheet(
-        [np.concatenate([grid[:1], tiles[0]]), np.concatenate([cut[None], tiles[1]])],
-        ["recorded: home, then each channel's sweep peak",
-         "the chain: the arm cut from home, then the home frame moved to each peak"],
-        [["home"] + [r["dof"] for r in rows], ["arm cut"] + [
-            f"{r['psnr_db']:.1f} dB" for r in rows]], scale=3,
-        note=f"{args.calibration}: fit residual {np.median(chain.residual_px):.2f} px median")
+    sheet, rows = fit_sheet(chain, ep, f"{args.calibration}: fit residual "
+                                       f"{np.median(chain.residual_px):.2f} px median")
     report = {"chain": str(out), "sha256": chain.sha256(), "command": "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
               "info": chain.info, "residual_px": dict(zip(chain.dof_names,
                                                           np.round(chain.residual_px, 4).tolist(),

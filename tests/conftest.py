@@ -25,6 +25,20 @@ def _can_use_netns() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("ip") is not None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _state_root_of_the_session(tmp_path_factory: pytest.TempPathFactory):
+    """The state root (``SYNCEDGE_HOME``) the tests write to by default: one folder of the
+    session, never the user's own (a test that needs its own sets it itself)."""
+    if os.environ.get("SYNCEDGE_HOME"):
+        yield
+        return
+    os.environ["SYNCEDGE_HOME"] = str(tmp_path_factory.mktemp("syncedge-home"))
+    try:
+        yield
+    finally:
+        os.environ.pop("SYNCEDGE_HOME", None)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     cuda = _cuda_available()
     netns = _can_use_netns()

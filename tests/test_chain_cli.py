@@ -444,8 +444,14 @@ def test_a_calibration_at_the_camera_s_size_is_fitted_for_the_chain(tmp_path, ca
     cache = tmp_path / "cache"
     assert main(["calibrate", "store", str(p), "--chain", str(CHAIN), "--cache-dir",
                  str(cache)]) == 0, capsys.readouterr().err
-    err = capsys.readouterr().err
-    assert "frames of 342x256 px centre-cropped to a square and resized to 256x256" in err
+    printed = capsys.readouterr()
+    assert "frames of 342x256 px centre-cropped to a square and resized to 256x256" in \
+        printed.err
+    # the fit, to look at, where 'calibrate check' writes its sheets
+    sheet = Path(printed.out.split("the fit, to look at: ")[1].split(" ")[0])
+    assert sheet.name == "chain.png" and sheet.parent.name == "wide" and sheet.is_file()
+    figures = json.loads(sheet.with_suffix(".json").read_text())
+    assert [r["dof"] for r in figures["sweep_peaks"]] == list(cal.metadata.dof_names)
     with CalibrationCache(cache) as c:
         (entry,) = [c.get(i.key) for i in c.list()]
     assert np.array_equal(entry.episode.frames, cal.frames)

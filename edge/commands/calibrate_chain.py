@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -214,10 +215,41 @@ def run_store_chain(args: argparse.Namespace) -> int:
           f"{'read in ' + format(read_s, '.0f') + ' s' if read_s else 'from ' + source}"
           f"{', FORCED: ' + reason if forced else ''})"
           f"{'; replaced the entry stored before under this key' if replaced else ''}")
+    sheet = _write_fit_sheet(chain, episode, args, key, where)
+    if sheet is not None:
+        print(f"the fit, to look at: {sheet} (recorded sweep peaks above the chain's "
+              f"redrawing; {sheet.with_suffix('.json').name}: the figures)")
     print(f"run it: syncedge simulate --cell {key.cell_id} --camera-id {key.camera_id} "
           f"--robot-id {key.robot_id} --chain --start START.npz"
           f"{' --cache-dir ' + str(args.cache_dir) if args.cache_dir else ''}")
     return 0
+
+
+def _write_fit_sheet(chain: Any, episode: Any, args: argparse.Namespace, key: Any,
+                     where: str) -> Path | None:
+    """``chain.png`` and ``chain.json`` (the chain redrawing each channel's sweep peak,
+    :func:`edge.runtime.chain.fit_sheet`) in ``STATE_ROOT/checks/<episode name>/`` (``<cell
+    id>`` for ``--cell``), where ``calibrate check`` writes its sheets; None (said on stderr)
+    where the sweep cannot be drawn. The entry is stored either way."""
+    from edge.commands.calibrate import default_check_dir
+    from edge.fileio import write_json_atomic
+    from edge.runtime.chain import fit_sheet
+    from edge.visual import write_png
+
+    folder = default_check_dir(args.episode) if args.episode else \
+        default_check_dir(f"{key.cell_id}.npz")
+    try:
+        sheet, rows = fit_sheet(chain, episode, f"{where}: fit residual "
+                                                f"{np.median(chain.residual_px):.2f} px median")
+    except ValueError as exc:
+        print(f"note: no fit sheet: {exc}", file=sys.stderr)
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder / "chain.json", {
+        "cell": [key.cell_id, key.camera_id, key.robot_id], "chain_sha256": chain.sha256(),
+        "residual_px": dict(zip(chain.dof_names, np.round(chain.residual_px, 4).tolist(),
+                                strict=True)), "sweep_peaks": rows})
+    return write_png(folder / "chain.png", sheet)
 
 
 def _fitted_for_chain(args: argparse.Namespace, episode: Any, where: str) -> Any:

@@ -47,7 +47,8 @@ __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
            "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
            "home_differences",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
-           "arm_cover", "chain_positions", "sweep_check", "chain_rollout", "close_gaps", "compose_chain",
+           "arm_cover", "chain_positions", "sweep_check", "sweep_segments", "fit_sheet",
+           "chain_rollout", "close_gaps", "compose_chain",
            "load_chain_calibration", "save_chain_calibration", "splat_values"]
 
 #: The ``format`` field of a chain calibration file's header.
@@ -783,6 +784,69 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
     if single:
         out, cov = out[0], cov[0]
     return (out, cov) if with_cover else out
+
+
+def sweep_segments(episode: Any) -> list[tuple[int, int]]:
+    """Each channel's sweep in a calibration episode (``metadata.segments``), controller
+    order: ``(start, stop)``, the segment and the frame that closes it (back at home), stop
+    exclusive.
+
+    Raises:
+        ValueError: a channel without a sweep segment.
+    """
+    names = list(episode.metadata.dof_names)
+    segments: list[tuple[int, int] | None] = [None] * len(names)
+    for s in episode.metadata.segments:
+        segments[names.index(s.dof)] = (s.start, min(s.stop + 1, episode.num_frames))
+    missing = [n for n, s in zip(names, segments, strict=True) if s is None]
+    if missing:
+        raise ValueError(f"channels {missing} have no sweep segment in the calibration: "
+                         "record every channel's sweep (`syncedge calibrate record`)")
+    return [s for s in segments if s is not None]
+
+
+def fit_sheet(chain: ChainCalibration, episode: Any, note: str
+              ) -> tuple[np.ndarray, list[dict]]:
+    """The chain's fit to the calibration it was read from, to look at: the recorded home
+    frame and each channel's sweep peak above the chain's redrawing of them
+    (:func:`sweep_check`), at the sweep's poses as the chain was read
+    (:func:`edge.calibrate.ingest.at_sweep_poses`: any recorded timing) and on its grid.
+
+    Args:
+        chain: the chain calibration read from ``episode``.
+        episode: the calibration episode (``edge.episode.Episode``), frames a whole multiple
+            of the chain's grid.
+        note: a line drawn under the sheet (e.g. the file and the fit residual).
+
+    Returns:
+        ``(sheet uint8 [H, W, 3], rows)``: rows as :func:`sweep_check` gives them.
+
+    Raises:
+        ValueError: the sweeps cannot be found in the episode's joint readings.
+    """
+    import cv2
+
+    from edge.calibrate.ingest import IngestError, at_sweep_poses
+    from edge.visual import contact_sheet
+
+    try:
+        at_poses, _ = at_sweep_poses(episode)
+    except IngestError as exc:
+        raise ValueError(f"the calibration's sweeps: {exc}") from None
+    h, w = chain.resolution
+    grid = at_poses.frames if at_poses.frames.shape[1:3] == (h, w) else np.stack(
+        [cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in at_poses.frames])
+    q = np.asarray(at_poses.joint_positions, np.float64)[:, :chain.num_dof]
+    rows, tiles = sweep_check(chain, grid, q, sweep_segments(at_poses))
+    cut = grid[0].copy()
+    cut[~chain.robot] = (cut[~chain.robot] * 0.35).astype(np.uint8)
+    sheet = contact_sheet(
+        [np.concatenate([grid[:1], tiles[0]]), np.concatenate([cut[None], tiles[1]])],
+        ["recorded: home, then each channel's sweep peak",
+         "the chain: the arm cut from home, then the home frame moved to each peak"],
+        [["home"] + [r["dof"] for r in rows], ["arm cut"] + [
+            f"{r['psnr_db']:.1f} dB" for r in rows]], scale=3, note=note)
+    return sheet, rows
 
 
 def sweep_check(chain: ChainCalibration, frames: np.ndarray, joint_positions: np.ndarray,

@@ -1264,21 +1264,14 @@ def camera_pinhole(episode, size: tuple[int, int], fovy_deg: float | None = None
 
 
 def calibration_sweeps(episode) -> list[tuple[int, int]]:
-    """Each channel's sweep in a calibration episode, controller order: ``(start, stop)``,
-    the segment and the frame that closes it (back at home), stop exclusive.
+    """Each channel's sweep in a calibration episode: :func:`edge.runtime.chain.sweep_segments`.
 
     Raises:
         ValueError: a channel without a sweep segment.
     """
-    names = list(episode.metadata.dof_names)
-    segments: list[tuple[int, int] | None] = [None] * len(names)
-    for s in episode.metadata.segments:
-        segments[names.index(s.dof)] = (s.start, min(s.stop + 1, episode.num_frames))
-    missing = [n for n, s in zip(names, segments, strict=True) if s is None]
-    if missing:
-        raise ValueError(f"channels {missing} have no sweep segment in the calibration: "
-                         "record every channel's sweep (`syncedge calibrate record`)")
-    return [s for s in segments if s is not None]
+    from edge.runtime.chain import sweep_segments
+
+    return sweep_segments(episode)
 
 
 def on_grid(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
