@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["state_root", "subdir"]
+__all__ = ["check_dir", "state_root", "subdir"]
 
 DEVICE_ROOT = Path("/var/lib/syncedge")
 
@@ -31,6 +31,13 @@ def state_root() -> Path:
         return DEVICE_ROOT
     xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(xdg) / "syncedge"
+
+
+def check_dir(episode: str | os.PathLike[str]) -> Path:
+    """Where ``calibrate check`` (without ``--out``) and ``calibrate store --chain`` write
+    their sheets for ``episode``: ``STATE_ROOT/checks/<episode name without .npz>`` (never
+    beside the episode, which may sit in a read-only or shared folder); not created."""
+    return state_root() / "checks" / Path(episode).name.removesuffix(".npz")
 
 
 def subdir(name: str) -> Path:

@@ -248,11 +248,10 @@ def _aopts(args, prog, size, cam, joints):
 
 
 def default_check_dir(episode: str | Path) -> Path:
-    """Where ``check`` writes without ``--out``: ``STATE_ROOT/checks/<episode name without
-    .npz>`` (never beside the episode, which may sit in a read-only or shared folder)."""
-    from edge.state import state_root
+    """Where ``check`` writes without ``--out`` (:func:`edge.state.check_dir`)."""
+    from edge.state import check_dir
 
-    return state_root() / "checks" / Path(episode).name.removesuffix(".npz")
+    return check_dir(episode)
 
 
 def _say_turns_unwrapped(turns: list[dict[str, Any]] | None, where: str, field: str) -> None:

@@ -231,13 +231,12 @@ def _write_fit_sheet(chain: Any, episode: Any, args: argparse.Namespace, key: An
     :func:`edge.runtime.chain.fit_sheet`) in ``STATE_ROOT/checks/<episode name>/`` (``<cell
     id>`` for ``--cell``), where ``calibrate check`` writes its sheets; None (said on stderr)
     where the sweep cannot be drawn. The entry is stored either way."""
-    from edge.commands.calibrate import default_check_dir
     from edge.fileio import write_json_atomic
     from edge.runtime.chain import fit_sheet
+    from edge.state import check_dir
     from edge.visual import write_png
 
-    folder = default_check_dir(args.episode) if args.episode else \
-        default_check_dir(f"{key.cell_id}.npz")
+    folder = check_dir(args.episode or key.cell_id)
     try:
         sheet, rows = fit_sheet(chain, episode, f"{where}: fit residual "
                                                 f"{np.median(chain.residual_px):.2f} px median")
