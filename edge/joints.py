@@ -18,8 +18,8 @@ import numpy as np
 
 from edge.errors import TimebaseError
 
-__all__ = ["JointSample", "JointSource", "Ping", "Status", "continuous_positions",
-           "names_are_positional", "positional_names"]
+__all__ = ["TURNS", "JointSample", "JointSource", "Ping", "Status", "continuous_positions",
+           "look_like_degrees", "names_are_positional", "positional_names"]
 
 
 class Status(enum.IntFlag):
@@ -223,31 +223,39 @@ def names_are_positional(names: list[str]) -> bool:
                             or all(n.startswith(f"slave{k}:") for k, n in enumerate(names)))
 
 
+#: The turns a controller may wrap a revolute joint's readings into: a turn in rad, and
+#: in degrees (readings in degrees, read with the chain's fitted turn per unit).
+TURNS = (2 * np.pi, 360.0)
+
+
 def continuous_positions(positions: np.ndarray, units: tuple[str, ...] | list[str]
-                         ) -> tuple[np.ndarray, list[dict[str, int]]]:
+                         ) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """Undo the wrap of revolute joints reported within one turn.
 
     Many controllers report a revolute joint's angle wrapped into one turn (``(-pi, pi]``
-    or ``[0, 2 pi)``), so a joint turning through the wrap point reads as a jump of almost
-    2 pi between two consecutive readings. Between two readings of a joint stream or two
-    frames of an episode (10 Hz and up) no robot joint turns half a turn (pi rad in 0.1 s is
-    31 rad/s), so a change of more than pi between consecutive finite readings is taken as a
-    wrap and the later readings are moved by whole turns (``2 pi k``) to continue the first
-    (the rule of NumPy's ``unwrap``, applied over the finite readings only, so a reading
-    that is NaN (unknown) neither spreads nor moves). A channel is unwrapped only where its
-    readings look wrapped: they all lie within one turn, and each such jump is within a
-    quarter turn of whole turns (readings in another unit, e.g. degrees, fail both and are
-    left as read for the checks downstream to refuse). Channels in metres are left as read.
+    or ``[0, 2 pi)``; in degrees ``(-180, 180]``), so a joint turning through the wrap
+    point reads as a jump of almost a turn between two consecutive readings. Between two
+    readings of a joint stream or two frames of an episode (10 Hz and up) no robot joint
+    turns half a turn (pi rad in 0.1 s is 31 rad/s), so a change of more than half a turn
+    between consecutive finite readings is taken as a wrap and the later readings are
+    moved by whole turns to continue the first (the rule of NumPy's ``unwrap``, applied
+    over the finite readings only, so a reading that is NaN (unknown) neither spreads nor
+    moves). A channel is unwrapped only where its readings look wrapped into that turn
+    (:data:`TURNS`: rad first, then degrees): they all lie within one turn, and each such
+    jump is within a quarter turn of whole turns. Readings in degrees that do not wrap
+    fail both tests for rad (they span more than 2 pi) and have no jump of half a turn in
+    degrees, so they are left as read. Channels in metres are left as read.
 
     Args:
         positions: float ``[N, J]`` joint readings in stream or frame order, rad (m for a
-            prismatic joint); NaN where unknown.
+            prismatic joint; degrees where the controller reports them); NaN where unknown.
         units: the ``J`` channels' units, ``"rad"`` or ``"m"``.
 
     Returns:
         ``(continuous, wraps)``: float64 ``[N, J]`` (a copy; equal to the input where no
-        channel wrapped) and one ``{"channel", "sample", "turns"}`` per wrap undone: the
-        reading ``sample`` and those after it moved by ``turns`` whole turns.
+        channel wrapped) and one ``{"channel", "sample", "turns", "turn"}`` per wrap undone:
+        the reading ``sample`` and those after it moved by ``turns`` whole turns of ``turn``
+        (2 pi, or 360 for readings in degrees).
 
     Raises:
         ValueError: ``positions`` is not 2-D or ``units`` does not have one entry per column.
@@ -256,7 +264,7 @@ def continuous_positions(positions: np.ndarray, units: tuple[str, ...] | list[st
     if q.ndim != 2 or len(units) != q.shape[1]:
         raise ValueError(f"expected positions [N, J] and J units, found shape {q.shape} and "
                          f"{len(units)} units")
-    wraps: list[dict[str, int]] = []
+    wraps: list[dict[str, Any]] = []
     for c, unit in enumerate(units):
         if unit != "rad":
             continue
@@ -264,14 +272,46 @@ def continuous_positions(positions: np.ndarray, units: tuple[str, ...] | list[st
         if len(idx) < 2:
             continue
         step = np.diff(q[idx, c])
-        turns = np.where(np.abs(step) > np.pi, -np.round(step / (2 * np.pi)), 0.0)
-        if not turns.any():
-            continue
         span = float(q[idx, c].max() - q[idx, c].min())
-        rest = np.abs(step + 2 * np.pi * turns)[turns != 0]
-        if span > 2 * np.pi + 1e-6 or rest.max() > np.pi / 2:
-            continue  # not readings wrapped into one turn
-        q[idx[1:], c] += 2 * np.pi * np.cumsum(turns)
-        wraps += [{"channel": c, "sample": int(idx[k + 1]), "turns": int(turns[k])}
-                  for k in np.flatnonzero(turns)]
+        for turn in TURNS:
+            turns = np.where(np.abs(step) > turn / 2, -np.round(step / turn), 0.0)
+            if not turns.any():
+                continue
+            rest = np.abs(step + turn * turns)[turns != 0]
+            if span > turn * (1 + 1e-6) or rest.max() > turn / 4:
+                continue  # not readings wrapped into this turn
+            q[idx[1:], c] += turn * np.cumsum(turns)
+            wraps += [{"channel": c, "sample": int(idx[k + 1]), "turns": int(turns[k]),
+                       "turn": round(turn, 6)} for k in np.flatnonzero(turns)]
+            break
     return q, wraps
+
+
+def look_like_degrees(positions: np.ndarray, units: tuple[str, ...] | list[str],
+                      calibration: bool) -> list[int]:
+    """The revolute channels whose readings look like degrees rather than rad.
+
+    A calibration sweep turns a joint well under half a turn (the planner's sweeps are at
+    most about 0.8 rad), and few joints are read beyond two turns from their zero; a
+    channel that does either in rad is far likelier read in degrees (a 26 degree sweep
+    reads 26). Used to say so (``calibrate import``, ``check``); nothing is converted.
+
+    Args:
+        positions: float ``[N, J]`` joint readings (continuous, see
+            :func:`continuous_positions`); NaN where unknown.
+        units: the channels' units, ``"rad"`` or ``"m"``.
+        calibration: whether the readings are a calibration sweep (then a span of more
+            than half a turn counts too).
+
+    Returns:
+        The channel indices, ascending.
+    """
+    q = np.asarray(positions, np.float64)
+    out = []
+    for c, unit in enumerate(units):
+        col = q[:, c][np.isfinite(q[:, c])]
+        if unit != "rad" or not len(col):
+            continue
+        if np.abs(col).max() > 4 * np.pi or (calibration and np.ptp(col) > np.pi):
+            out.append(c)
+    return out

@@ -332,3 +332,36 @@ def test_missing_rosbags_names_the_extra(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(builtins, "__import__", block)
     with pytest.raises(MissingDependencyError, match=r"pip install 'syncedge\[ros\]'"):
         import_recording(bag, OPTS)
+
+
+def test_an_import_in_degrees_with_a_wrapped_wrist_is_named_and_reads_on(tmp_path: Path,
+                                                                         capsys) -> None:
+    """A LeRobot dataset in degrees whose j0 sits at 175 deg and sweeps through the +-180
+    wrap: imported as written, the wrap is read on in degrees (it was a -354.7 'sweep' the
+    check called too fast for the camera) and import and check say the readings look like
+    degrees and name --degrees; with --degrees the import is the sweep in rad."""
+    from edge.lerobot import write_lerobot
+
+    cal = sweep_episode()
+    q = cal.joint_positions.copy()
+    q[:, 0] += np.radians(175.0) * np.sign(q[3, 0])  # j0 sweeps out towards the wrap
+    deg = np.degrees(q)
+    deg[:, 0] = (deg[:, 0] + 180.0) % 360.0 - 180.0
+    assert np.abs(np.diff(deg[:, 0])).max() > 300
+    ep = dataclasses.replace(cal, joint_positions=deg, actions=actions_from_positions(deg)
+                             ).validate()
+    root = write_lerobot([ep], tmp_path / "ds")
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(root), "--out", str(out), "--cell", "c") == 0
+    err = capsys.readouterr().err
+    assert "look like degrees, not rad" in err and "--degrees j0,j1,j2,j3,j4,j5,j6" in err
+    assert "j0 at frame" in err  # the wrap, read on
+    got = load_episode(out)
+    np.testing.assert_allclose(got.joint_positions[:, 0], np.degrees(q[:, 0]), atol=1e-3)
+    assert cli("check", str(out), "--out", str(tmp_path / "chk")) == 0
+    assert "look like degrees" in capsys.readouterr().err
+    assert cli("import", str(root), "--out", str(tmp_path / "rad.npz"), "--cell", "c",
+               "--degrees", "all") == 0
+    assert "look like degrees" not in capsys.readouterr().err
+    np.testing.assert_allclose(load_episode(tmp_path / "rad.npz").joint_positions, q,
+                               atol=1e-6)

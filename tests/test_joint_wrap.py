@@ -132,3 +132,18 @@ def test_check_passes_a_sweep_through_the_wrap_and_says_so(tmp_path: Path, capsy
     assert "verdict: pass" in captured.out
     assert "note: joint readings jumped by whole turns" in captured.err and "j0 at frame" in \
         captured.err
+
+
+def test_readings_in_degrees_wrapped_into_half_turns_read_on() -> None:
+    """A controller reporting degrees wraps at +-180: the jump of about 360 is undone in
+    degrees (the chain reads degrees with its fitted turn per unit), and the degrees are
+    never mistaken for rad wraps."""
+    true_deg = 175.0 + np.concatenate([np.linspace(0, 26, 9), np.linspace(26, 0, 9)])
+    seen = (true_deg + 180.0) % 360.0 - 180.0  # (-180, 180]
+    assert np.abs(np.diff(seen)).max() > 300
+    cont, wraps = continuous_positions(np.stack([seen, np.linspace(10, 40, 18)], 1),
+                                       ["rad", "rad"])
+    np.testing.assert_allclose(cont[:, 0], true_deg, atol=1e-9)
+    assert [(w["channel"], w["turns"], w["turn"]) for w in wraps] == [(0, 1, 360.0),
+                                                                     (0, -1, 360.0)]
+    np.testing.assert_array_equal(cont[:, 1], np.linspace(10, 40, 18))

@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from edge.calibrate.errors import CalibrateError, RecordingError
 from edge.commands.helptext import plain
+from edge.commands.joint_notes import say_if_degrees, say_turns_unwrapped
 from edge.errors import EdgeError
 from edge.fileio import write_json_atomic
 
@@ -222,7 +222,7 @@ def run_record(args: argparse.Namespace) -> int:
               f"during the recording (largest {big['device_step_ms']:+.3f} ms at joint sample "
               f"{big['sample']}); each stretch between jumps was placed on the host clock on "
               f"its own (episode extra.recording.joint_clock_jumps)", file=sys.stderr)
-    _say_turns_unwrapped(rec.get("joint_turns_unwrapped"), "joint sample",
+    say_turns_unwrapped(rec.get("joint_turns_unwrapped"), "joint sample",
                          "extra.recording.joint_turns_unwrapped")
     if rec.get("missing_dofs"):  # the program swept them; the joint stream never named them
         print(f"warning: the joint stream sent no channel for {', '.join(rec['missing_dofs'])} "
@@ -254,16 +254,6 @@ def default_check_dir(episode: str | Path) -> Path:
     return check_dir(episode)
 
 
-def _say_turns_unwrapped(turns: list[dict[str, Any]] | None, where: str, field: str) -> None:
-    """One note on stderr naming the DoFs whose readings crossed the controller's wrap."""
-    if not turns:
-        return
-    at = ", ".join(f"{w['dof']} at {where} {w.get('sample', w.get('frame'))} "
-                   f"({w['turns']:+d} turn{'s' if abs(w['turns']) != 1 else ''})" for w in turns)
-    print(f"note: joint readings jumped by whole turns where the controller wraps a joint into "
-          f"one turn ({at}); read as the joint turning on (episode {field})", file=sys.stderr)
-
-
 def run_check(args: argparse.Namespace) -> int:
     """``calibrate check``: report.json, coverage.png and one sheet per DoF; exit 1 on fail."""
     from edge.calibrate.check import CheckOptions, check_episode, coverage_sheets, load_for_check
@@ -285,8 +275,11 @@ def run_check(args: argparse.Namespace) -> int:
               f"{'ok' if d['passed'] else 'FAIL'}")
     for r in report["reasons"]:
         print(f"FAIL {r['code']}: {r['message']}", file=sys.stderr)
-    _say_turns_unwrapped((arr.meta.get("extra") or {}).get("joint_turns_unwrapped"), "frame",
+    say_turns_unwrapped((arr.meta.get("extra") or {}).get("joint_turns_unwrapped"), "frame",
                          "extra.joint_turns_unwrapped")
+    say_if_degrees(arr.joint_positions, list(arr.meta.get("dof_names") or []),
+                   list(arr.meta.get("dof_units") or []), str(arr.meta.get("kind")),
+                   str(args.episode))
     lag = report.get("camera_lag")
     if lag is not None:
         print(f"camera lag against the joint readings: {lag['frames']:+.2f} frames "

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from edge.calibrate.errors import RecordingImportError
@@ -88,12 +87,12 @@ def run_import(args: argparse.Namespace) -> int:
     if imp.get("converted_from_degrees"):
         print(f"readings converted from degrees to rad: "
               f"{', '.join(imp['converted_from_degrees'])}")
-    turns = ep.metadata.extra.get("joint_turns_unwrapped")
-    if turns:
-        print(f"note: {len(turns)} jump(s) of whole turns in the readings of "
-              f"{', '.join(sorted({w['dof'] for w in turns}))} (a joint reported within one "
-              f"turn) read as the joint turning on (episode extra.joint_turns_unwrapped)",
-              file=sys.stderr)
+    from edge.commands.joint_notes import say_if_degrees, say_turns_unwrapped
+
+    say_if_degrees(ep.joint_positions, ep.metadata.dof_names, ep.metadata.dof_units,
+                   ep.metadata.kind, str(out))
+    say_turns_unwrapped(ep.metadata.extra.get("joint_turns_unwrapped"), "frame",
+                        "extra.joint_turns_unwrapped")
     print(out)
     print(ref)
     return 0

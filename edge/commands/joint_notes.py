@@ -1,0 +1,43 @@
+"""Notes the calibration commands print about how a controller reports its joints:
+readings that crossed a wrap point, readings that look like degrees."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+__all__ = ["say_if_degrees", "say_turns_unwrapped"]
+
+
+def say_turns_unwrapped(turns: list[dict[str, Any]] | None, where: str, field: str) -> None:
+    """One note on stderr naming the DoFs whose readings crossed the controller's wrap."""
+    if not turns:
+        return
+    at = ", ".join(f"{w['dof']} at {where} {w.get('sample', w.get('frame'))} "
+                   f"({w['turns']:+d} turn{'s' if abs(w['turns']) != 1 else ''})" for w in turns)
+    print(f"note: joint readings jumped by whole turns where the controller wraps a joint into "
+          f"one turn ({at}); read as the joint turning on (episode {field})", file=sys.stderr)
+
+
+def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str) -> None:
+    """One note on stderr naming the channels whose readings look like degrees
+    (:func:`edge.joints.look_like_degrees`), the exact fix and what each model does with
+    them; nothing where none does."""
+    from edge.joints import look_like_degrees
+
+    if positions is None:
+        return
+    q = np.asarray(positions, np.float64)
+    cols = look_like_degrees(q, list(units), kind == "calibration")
+    if not cols:
+        return
+    seen = ", ".join(f"{names[c]} (reads {np.nanmin(q[:, c]):.1f} to {np.nanmax(q[:, c]):.1f})"
+                     for c in cols)
+    print(f"note: {where}: the readings of {seen} look like degrees, not rad (a calibration "
+          f"sweeps well under half a turn, a joint rarely reads beyond two turns): if they "
+          f"are, import the recording again with 'syncedge calibrate import ... --degrees "
+          f"{','.join(names[c] for c in cols)}' (exact); the chain model can instead fit a "
+          f"turn per unit from the frames (--joint-scale auto, less exact); the ONNX models "
+          f"refuse them", file=sys.stderr)
