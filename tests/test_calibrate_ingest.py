@@ -8,6 +8,7 @@ frame became which output frame.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -468,3 +469,21 @@ def test_the_coverage_sheet_of_a_normalised_episode_names_the_recorded_frames_an
     # an episode in the model's timing keeps its own indices and times
     own = EpisodeArrays.from_episode(drawn_episode(q[:17], np.arange(17) / 10.0 + 5.0))
     assert tile_names(own, {"dofs": []}, 8, 9) == [f"f{r} {r / 10:.1f}s" for r in range(8, 17)]
+
+
+def test_the_coverage_sheet_of_a_camera_size_import_stays_viewable():
+    """An import at 640x480 drew its coverage sheet at 2x the frames (11556x4296 px for
+    four DoFs); tiles taller than SHEET_TILE_PX are reduced to it, keeping the aspect."""
+    import cv2
+
+    from edge.calibrate.check import SHEET_TILE_PX, EpisodeArrays, check_episode, coverage_sheets
+
+    t, q = sweep_positions(np.array([0.4, -0.5, 0.3]), [2, 0, 1], 30.0, 1.0, 0.5)
+    ep = drawn_episode(q, t)
+    big = dataclasses.replace(ep, frames=np.stack([cv2.resize(f, (640, 480),
+                                                              interpolation=cv2.INTER_NEAREST)
+                                                   for f in ep.frames])).validate()
+    report, arr = check_episode(EpisodeArrays.from_episode(big))
+    sheet = coverage_sheets(arr, report)["coverage"]
+    # three rows of 9 tiles of 256x192 px, with their labels
+    assert sheet.shape[0] < 3 * (SHEET_TILE_PX + 40) and sheet.shape[1] < 9 * (256 + 16)
