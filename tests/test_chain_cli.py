@@ -52,6 +52,11 @@ def test_simulate_chain_beats_copy_last_on_the_sample_cell(tmp_path, capsys):
     assert m["horizon"] == len(truth) == len(m["per_step"])
     # 30.0 dB against 22.4 for copying the start frame when this test was written
     assert m["summary"]["psnr_db"] > copy_last + 4.0, (m["summary"], copy_last)
+    # the baseline is in the metrics and printed beside the prediction's
+    assert m["copy_last"]["summary"]["psnr_db"] == pytest.approx(copy_last, abs=1e-3)
+    assert len(m["copy_last"]["per_step_psnr_db"]) == len(truth)
+    assert f"copy-last (the start frame held): PSNR {m['copy_last']['summary']['psnr_db']} dB" \
+        in printed
     assert m["per_step"][15]["psnr_db"] > psnr(test.frames[0], truth[15]) + 2.0
     with np.load(out / "prediction.npz") as z:
         assert z["frames"].shape == (1, len(truth), 64, 64, 3)

@@ -175,7 +175,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             "rollout_path": rollout.path, "device_graph": rollout.device_graph,
             "engines": model.engine_report(),
             "host_copies_steps_2_to_T": steady_copies.to_json(),
-            "ground_truth": None, "per_step": None, "summary": None, "warnings": warnings,
+            "ground_truth": None, "per_step": None, "summary": None, "copy_last": None,
+            "warnings": warnings,
         }
         paths = _write_outputs(args, report, pred, truth, start, model.contract.frame_rate_hz,
                                layout, t_start)
@@ -210,10 +211,11 @@ def _write_outputs(args: argparse.Namespace, report: dict, pred: np.ndarray,
         per = step_metrics(pred[0], truth, start)
         report["ground_truth"] = f"{args.start} frames 1..{horizon}"
         report["per_step"] = per
-        report["summary"] = {k: _clean(float(np.mean([p[k] for p in per
-                                                      if p[k] is not None])))
-                             if any(p[k] is not None for p in per) else None
-                             for k in ("psnr_db", "ssim", "motion_psnr_db")}
+        report["summary"] = _mean_metrics(per)
+        # the baseline every prediction is measured against: the start frame held
+        held = step_metrics(np.repeat(start[None], horizon, 0), truth, start)
+        report["copy_last"] = {"summary": _mean_metrics(held),
+                               "per_step_psnr_db": [p["psnr_db"] for p in held]}
     cols = sheet_columns(horizon)
     shown = min(n, MAX_SHEET_ROWS)
     rows = [pred[i, cols] for i in range(shown)]
@@ -236,6 +238,14 @@ def _write_outputs(args: argparse.Namespace, report: dict, pred: np.ndarray,
         return out.commit()
 
 
+def _mean_metrics(per: list[dict]) -> dict:
+    """Means over the steps of ``psnr_db``, ``ssim`` and ``motion_psnr_db`` (None where no
+    step has one)."""
+    return {k: _clean(float(np.mean([p[k] for p in per if p[k] is not None])))
+            if any(p[k] is not None for p in per) else None
+            for k in ("psnr_db", "ssim", "motion_psnr_db")}
+
+
 def _print_summary(report: dict, paths: list[Path]) -> None:
     print(describe_identity(report["model_id"]))
     for p in paths:
@@ -244,6 +254,9 @@ def _print_summary(report: dict, paths: list[Path]) -> None:
         s = report["summary"]
         print(f"mean PSNR {s['psnr_db']} dB, SSIM {s['ssim']}, motion PSNR "
               f"{s['motion_psnr_db']} dB over {len(report['per_step'])} steps")
+        c = report["copy_last"]["summary"]
+        print(f"copy-last (the start frame held): PSNR {c['psnr_db']} dB, SSIM {c['ssim']}, "
+              f"motion PSNR {c['motion_psnr_db']} dB")
 
 
 def _run_chain(args: argparse.Namespace, t_start: float) -> int:
@@ -286,7 +299,8 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
         "timings_s": {"rollout": round(rollout_s, 6),
                       "frames_per_s": round(n * horizon / rollout_s, 2) if rollout_s > 0
                       else None, "total": None},
-        "ground_truth": None, "per_step": None, "summary": None, "warnings": warnings,
+        "ground_truth": None, "per_step": None, "summary": None, "copy_last": None,
+        "warnings": warnings,
     }
     paths = _write_outputs(args, report, pred, truth, start, fps, layout, t_start)
     _print_summary(report, paths)
