@@ -382,8 +382,32 @@ def _level_steps(dev: np.ndarray, rx: np.ndarray) -> list[ClockJump]:
         span = min(4 * w, s, n - s)
         step = float(r[s:s + span].min() - r[s - span:s].min())
         if abs(step) > thr and np.sign(step) == np.sign(shift[run[0]]):
-            out.append(ClockJump(s, int(round(-step))))
+            out.append(ClockJump(_jump_sample(r, s, w, span, step), int(round(-step))))
     return out
+
+
+def _jump_sample(r: np.ndarray, s: int, w: int, span: int, step: float) -> int:
+    """The first sample on the new level of a step of ``step`` ns in ``r`` (``host -
+    device``, drift taken out) that the windows place at ``s``, give or take ``w``: the
+    windows' minima can put it a few samples off where delivery bursts hide the level (a
+    sample of the new clock placed with the old one's offset is a whole step off). Against
+    the level before (the minimum over ``span`` samples ending ``w`` before ``s``): after a
+    drop, the first sample below it by half the step (delivery only adds, so no sample of
+    the old clock is); after a rise, the first from which every sample up to ``s + w`` is
+    above it by half the step. ``s`` where no sample qualifies."""
+    lo = max(1, s - w)
+    before = r[max(0, lo - span):lo]
+    seg = r[lo:min(r.size, s + w)]
+    if not before.size or not seg.size:
+        return s
+    level = float(before.min())
+    if step < 0:
+        hit = np.flatnonzero(seg < level + step / 2)
+        return lo + int(hit[0]) if hit.size else s
+    above = seg > level + step / 2
+    tail = np.flatnonzero(~above)  # the first index after the last sample not above it
+    first = int(tail[-1]) + 1 if tail.size else 0
+    return lo + first if first < seg.size else s
 
 
 def _clock_stretches(dev: np.ndarray, rx: np.ndarray) -> tuple[list[tuple[int, int]],
