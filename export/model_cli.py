@@ -313,15 +313,12 @@ def _run_read_chain(args: argparse.Namespace) -> int:
                           "`syncedge calibrate record`)")
     fh, fw = ep.frames.shape[1:3]
     if fh != fw:  # the camera's own aspect (an import): cropped and resized as a recording is
-        from edge.calibrate.camera import fit_for_chain
+        from edge.commands.calibrate_chain import fitted_for_chain
 
         try:
-            ep, fitted = fit_for_chain(ep, args.grid)
+            ep = fitted_for_chain(ep, args.grid, str(args.calibration))
         except ValueError as exc:
             raise ExportError(f"{args.calibration}: {exc}") from None
-        print(f"note: {args.calibration}: frames of {fw}x{fh} px centre-cropped to a square "
-              f"and resized to {fitted['to_hw'][1]}x{fitted['to_hw'][0]} for the "
-              f"{args.grid}x{args.grid} grid, as a recording is", file=sys.stderr)
         fh, fw = ep.frames.shape[1:3]
     if fh % args.grid or fw % args.grid or fh // args.grid != fw // args.grid:
         raise ExportError(f"--grid {args.grid}: {args.calibration}'s frames are {fw}x{fh}, not a "

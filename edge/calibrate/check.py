@@ -233,8 +233,6 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
             "r2_at_zero": round(float(r2[zero]), 4), "search_frames": search_frames}
 
 
-#: A DoF's own reasons that frames missing from its sweep make meaningless (its knots then
-#: show other moments of the recording): ``dropped_frames`` names the DoF instead.
 #: Tallest tile of a coverage sheet, px: frames taller (an import at the camera's size)
 #: are reduced to it, so a sheet of 640x480 frames stays viewable.
 SHEET_TILE_PX = 192
@@ -243,6 +241,8 @@ SHEET_TILE_PX = 192
 #: unit or scale than the plan's (a robot executing a program does not overshoot it 2x).
 OVERSHOOT_RATIO = 2.0
 
+#: A DoF's own reasons that frames missing from its sweep make meaningless (its knots then
+#: show other moments of the recording): ``dropped_frames`` names the DoF instead.
 _SWEEP_CODES = ("dof_not_moving", "sweep_clipped", "sweep_short", "no_image_motion")
 
 
@@ -668,20 +668,20 @@ def coverage_sheets(arr: EpisodeArrays, report: dict[str, Any]) -> dict[str, np.
     episode normalised from a recording of another timing (``report["ingest"]``), a tile
     names the recorded frame it came from and that frame's time in the recording.
     """
+    import cv2
+
     from edge.visual import contact_sheet
 
     rows, labels, tiles, sheets = [], [], [], {}
     h, w = arr.frames.shape[1:3]
-    scale = max(2, 192 // max(1, h))
+    # a camera-size import: tiles reduced to a viewable size, else small frames enlarged
     shrink = None if h <= SHEET_TILE_PX else (max(1, round(w * SHEET_TILE_PX / h)), SHEET_TILE_PX)
+    scale = 1 if shrink is not None else max(2, SHEET_TILE_PX // max(1, h))
     for d in report["dofs"]:
         s = d["segment_start"]
         row = arr.frames[s:s + SEGMENT_FRAMES + 1]
-        if shrink is not None:  # a camera-size import: tiles of a viewable size
-            import cv2
-
+        if shrink is not None:
             row = np.stack([cv2.resize(f, shrink, interpolation=cv2.INTER_AREA) for f in row])
-            scale = 1
         label = (f"{d['dof']} {'ok' if d['passed'] else 'FAIL'}: swept out "
                  f"{d['swept_out']:.2f} of {abs(d['planned_amplitude']):.2f} planned")
         names = tile_names(arr, report, s, len(row))

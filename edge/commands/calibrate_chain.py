@@ -30,7 +30,7 @@ import numpy as np
 from edge.calibrate.errors import CalibrateError
 from edge.runtime.chain import HOME_FRAME_TOLERANCE, home_differences
 
-__all__ = ["CHAIN_READ", "check_chain_matches", "on_grid", "run_store", "run_store_chain", "run_validate",
+__all__ = ["CHAIN_READ", "check_chain_matches", "fitted_for_chain", "on_grid", "run_store", "run_store_chain", "run_validate",
            "run_validate_chain"]
 
 #: ``calibrate store --chain`` without a FILE: read the chain from the episode now.
@@ -259,20 +259,32 @@ def _fitted_for_chain(args: argparse.Namespace, episode: Any, where: str) -> Any
     Raises:
         CalibrateError: frames smaller than the grid.
     """
-    from edge.calibrate.camera import fit_for_chain
     from edge.runtime.chain import load_chain_calibration
 
     grid = args.grid if args.chain == CHAIN_READ else \
         load_chain_calibration(args.chain).resolution[0]
     try:
-        episode, fitted = fit_for_chain(episode, grid)
+        return fitted_for_chain(episode, grid, where)
     except ValueError as exc:
         raise CalibrateError(f"{where}: {exc}") from None
+
+
+def fitted_for_chain(episode: Any, grid: int, where: str) -> Any:
+    """:func:`edge.calibrate.camera.fit_for_chain`, said on stderr (naming ``where``) when
+    the frames were cropped and resized; ``calibrate store --chain`` and ``model
+    read-chain``.
+
+    Raises:
+        ValueError: frames smaller than the grid.
+    """
+    from edge.calibrate.camera import fit_for_chain
+
+    episode, fitted = fit_for_chain(episode, grid)
     if fitted:
         (h, w), (s, _) = fitted["from_hw"], fitted["to_hw"]
         print(f"note: {where}: frames of {w}x{h} px centre-cropped to a square and resized "
-              f"to {s}x{s} for the chain's {grid}x{grid} grid, as a recording is (stored so; "
-              f"extra.fitted_for_chain)", file=sys.stderr)
+              f"to {s}x{s} for the chain's {grid}x{grid} grid, as a recording is "
+              f"(extra.fitted_for_chain)", file=sys.stderr)
     return episode
 
 

@@ -110,8 +110,7 @@ def prepare_calibration(ep: Episode, max_dof: int, segment_frames: int,
                 bad[names[c]] = amp
         if bad:
             units = dict(zip(names, ep.metadata.dof_units, strict=True))
-            hint = degrees_hint({k: a for k, a in bad.items() if units[k] == "rad"}, lo, hi) \
-                if all(units[k] == "rad" for k in bad) else ""
+            hint = degrees_hint(bad, lo, hi) if all(units[k] == "rad" for k in bad) else ""
             swept = ", ".join(f"{k!r} swept {a:.3f} {units[k]}" for k, a in bad.items())
             todo = hint or ": record the sweep again with amplitudes in that range"
             raise CalibrationInputError(

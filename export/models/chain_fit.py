@@ -45,6 +45,7 @@ from edge.runtime.chain import (
     MotionEpisodeError,
     frames_sha256,
     home_differences,
+    sweep_segments,
 )
 
 __all__ = ["MotionEpisodeError", "ChainFit", "sweep_tracks", "sweep_robot_mask", "fit_chain", "refine_photometric",
@@ -1263,15 +1264,8 @@ def camera_pinhole(episode, size: tuple[int, int], fovy_deg: float | None = None
     return float(focal), np.array([w / 2.0, h / 2.0]), where
 
 
-def calibration_sweeps(episode) -> list[tuple[int, int]]:
-    """Each channel's sweep in a calibration episode: :func:`edge.runtime.chain.sweep_segments`.
-
-    Raises:
-        ValueError: a channel without a sweep segment.
-    """
-    from edge.runtime.chain import sweep_segments
-
-    return sweep_segments(episode)
+#: Each channel's sweep in a calibration episode (:func:`edge.runtime.chain.sweep_segments`).
+calibration_sweeps = sweep_segments
 
 
 def on_grid(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
