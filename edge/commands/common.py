@@ -408,8 +408,11 @@ def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode 
     where = joints_flag if joints else f"{args.start} (first joint_positions)"
     lines += start_joint_warnings(q0, chain.home_joint_positions, chain.dof_names, where,
                                   chain.rad_per_unit)
-    lines += action_speed_warnings(actions, chain.frame_rate_hz, chain.dof_names,
-                                   actions_from, chain.rad_per_unit, chain.prismatic)
+    # the actions are per frame of the start episode where one is given (any rate), else of
+    # the calibration
+    fps = float(episode.metadata.fps) if episode is not None else chain.frame_rate_hz
+    lines += action_speed_warnings(actions, fps, chain.dof_names, actions_from,
+                                   chain.rad_per_unit, chain.prismatic)
     return say_warnings(lines)
 
 
