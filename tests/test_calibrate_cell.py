@@ -45,6 +45,7 @@ def test_end_to_end_plan_record_check_store_validate_simulate(cell) -> None:
     assert cli("check", str(ep_path), "--out", str(d / "check")) == 0
     report = json.loads((d / "check" / "report.json").read_text())
     assert report["verdict"] == "pass" and len(report["dofs"]) == 7
+    assert {x["amplitude_from"] for x in report["dofs"]} == {"plan"}  # recorded from plan.json
     assert (d / "check" / "coverage.png").is_file()
     assert len(list((d / "check").glob("dof-*.png"))) == 7
     common = ["--model", str(cell["model"]), "--cache-dir", str(cell["cache"]),

@@ -203,9 +203,14 @@ def test_imported_bag_goes_through_check_store_and_validate(tmp_path: Path, stor
     np.testing.assert_allclose(ep.joint_positions, src.joint_positions, atol=1e-9)
     np.testing.assert_allclose(ep.actions, src.actions, atol=1e-6)
     assert (tmp_path / "cal.reference.png").is_file()
+    capsys.readouterr()
     assert cli("check", str(tmp_path / "cal.npz"), "--out", str(tmp_path / "chk")) == 0
     report = json.loads((tmp_path / "chk" / "report.json").read_text())
     assert report["verdict"] == "pass" and len(report["dofs"]) == 7
+    # no plan came with the import: the amplitudes are the readings' own, and say so
+    assert {x["amplitude_from"] for x in report["dofs"]} == {"readings"}
+    printed = capsys.readouterr().out
+    assert " measured " in printed and " planned " not in printed
     model = ["--model", str(ROOT / "models" / "reference"), "--cache-dir",
              str(tmp_path / "cache"), "--threads", "1"]
     assert cli("store", str(tmp_path / "cal.npz"), *model) == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -401,6 +402,7 @@ def test_check_cli_draws_and_says_the_normalised_episode(tmp_path, capsys):
         "check", str(tmp_path / "slow.npz"), "--out", str(tmp_path / "chk")]) == 0
     out = capsys.readouterr().out
     assert f"normalised to the model's timing: {len(q)} recorded frames" in out
+    assert " measured " in out and " planned " not in out  # ingest measured them
     assert (tmp_path / "chk" / "coverage.png").is_file()
 
 
@@ -487,3 +489,32 @@ def test_the_coverage_sheet_of_a_camera_size_import_stays_viewable():
     sheet = coverage_sheets(arr, report)["coverage"]
     # three rows of 9 tiles of 256x192 px, with their labels
     assert sheet.shape[0] < 3 * (SHEET_TILE_PX + 40) and sheet.shape[1] < 9 * (256 + 16)
+
+
+def test_two_episodes_of_one_file_name_keep_their_own_check_sheets(tmp_path, monkeypatch,
+                                                                    capsys):
+    import json
+
+    from edge.commands import calibrate
+    from edge.commands.common import run_command
+    from edge.episode import save_episode
+
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
+    paths = []
+    for cell, amps in (("cell_a", [0.4, -0.5, 0.3]), ("cell_b", [0.3, 0.6])):
+        t, q = sweep_positions(np.array(amps), list(range(len(amps))), 30.0, 1.0, 0.5)
+        (tmp_path / cell).mkdir()
+        save_episode(drawn_episode(q, t), tmp_path / cell / "cal.npz")
+        paths.append(tmp_path / cell / "cal.npz")
+
+    def check(path):
+        assert run_command("calibrate", calibrate.register, ["check", str(path)]) == 0
+        out = Path(capsys.readouterr().out.strip().splitlines()[-1]).parent
+        return out, json.loads((out / "report.json").read_text())
+
+    first, rep_a = check(paths[0])
+    assert first == tmp_path / "home" / "checks" / "cal" and len(rep_a["dofs"]) == 3
+    second, rep_b = check(paths[1])
+    assert second != first and second.name.startswith("cal-") and len(rep_b["dofs"]) == 2
+    assert len(json.loads((first / "report.json").read_text())["dofs"]) == 3  # kept
+    assert check(paths[0])[0] == first  # the same file finds its own folder again

@@ -318,7 +318,12 @@ def _dof_report(arr: EpisodeArrays, c: int, name: str, frac: float, q: np.ndarra
     start, planned = _segment_of(arr, c, name)
     rows = q[start:start + SEGMENT_FRAMES + 1, c] - q[start, c]  # (9,)
     reasons: list[dict] = []
-    if planned is None:
+    # the segment's amplitude is the plan's only for an episode recorded from the plan in the
+    # model's timing; ingest (another timing, an import) writes the measured one
+    extra = arr.meta.get("extra") or {}
+    from_plan = planned is not None and "ingest" not in extra and name in {
+        sw.get("dof") for sw in (extra.get("program") or {}).get("sweeps") or ()}
+    if planned is None:  # no segments: the readings' own first swing
         planned = float(rows[np.argmax(np.abs(rows[:4]))]) if len(rows) else 0.0
     sign = 1.0 if planned >= 0 else -1.0
     amp = abs(planned)
@@ -328,6 +333,7 @@ def _dof_report(arr: EpisodeArrays, c: int, name: str, frac: float, q: np.ndarra
     move_e = float(np.mean([moves[r] for r in _MOVE_ROWS if r < len(moves)])) if len(moves) \
         else 0.0
     rep = {"dof": name, "segment_start": start, "planned_amplitude": round(planned, 5),
+           "amplitude_from": "plan" if from_plan else "readings",
            "swept_out": round(out, 5), "swept_back": round(back, 5),
            "fraction_out": round(out / amp, 4) if amp else None,
            "fraction_back": round(back / amp, 4) if amp else None,
@@ -641,6 +647,13 @@ def _distinct(arr: EpisodeArrays, dofs: list[dict], opts: CheckOptions) -> list[
     return out
 
 
+def amplitude_word(dof: dict[str, Any]) -> str:
+    """How a DoF report's ``planned_amplitude`` was found, for a printed line or a label:
+    ``"planned"`` (the episode carries the plan's segments) or ``"measured"`` (no plan: the
+    readings' own first swing, so the fractions say only how far it came back)."""
+    return "measured" if dof.get("amplitude_from") == "readings" else "planned"
+
+
 def tile_names(arr: EpisodeArrays, report: dict[str, Any], start: int, count: int
                ) -> list[str]:
     """Names of the coverage sheet's tiles for frames ``start .. start + count - 1`` of the
@@ -683,7 +696,8 @@ def coverage_sheets(arr: EpisodeArrays, report: dict[str, Any]) -> dict[str, np.
         if shrink is not None:
             row = np.stack([cv2.resize(f, shrink, interpolation=cv2.INTER_AREA) for f in row])
         label = (f"{d['dof']} {'ok' if d['passed'] else 'FAIL'}: swept out "
-                 f"{d['swept_out']:.2f} of {abs(d['planned_amplitude']):.2f} planned")
+                 f"{d['swept_out']:.2f} of {abs(d['planned_amplitude']):.2f} "
+                 f"{amplitude_word(d)}")
         names = tile_names(arr, report, s, len(row))
         sheets[d["dof"]] = contact_sheet([row], [label], [names], scale=scale)
         rows.append(row)

@@ -256,8 +256,10 @@ def default_check_dir(episode: str | Path) -> Path:
 
 def run_check(args: argparse.Namespace) -> int:
     """``calibrate check``: report.json, coverage.png and one sheet per DoF; exit 1 on fail."""
-    from edge.calibrate.check import CheckOptions, check_episode, coverage_sheets, load_for_check
+    from edge.calibrate.check import (CheckOptions, amplitude_word, check_episode,
+                                      coverage_sheets, load_for_check)
     from edge.commands.common import StagedOutput
+    from edge.state import claim_check_dir
     from edge.visual import write_png
 
     arr = load_for_check(args.episode)
@@ -269,8 +271,11 @@ def run_check(args: argparse.Namespace) -> int:
         for name, img in coverage_sheets(arr, report).items():
             write_png(out.path("coverage.png" if name == "coverage" else f"dof-{name}.png"), img)
         paths = out.commit()
+    if not args.out:
+        claim_check_dir(out_dir, args.episode)
     for d in report["dofs"]:
-        print(f"{d['dof']:<24} planned {d['planned_amplitude']:+.3f} out {d['swept_out']:.3f} "
+        print(f"{d['dof']:<24} {amplitude_word(d)} {d['planned_amplitude']:+.3f} "
+              f"out {d['swept_out']:.3f} "
               f"back {d['swept_back']:.3f} motion {d['image_motion']:.3f}  "
               f"{'ok' if d['passed'] else 'FAIL'}")
     for r in report["reasons"]:

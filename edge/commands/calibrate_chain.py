@@ -233,7 +233,7 @@ def _write_fit_sheet(chain: Any, episode: Any, args: argparse.Namespace, key: An
     where the sweep cannot be drawn. The entry is stored either way."""
     from edge.fileio import write_json_atomic
     from edge.runtime.chain import fit_sheet
-    from edge.state import check_dir
+    from edge.state import check_dir, claim_check_dir
     from edge.visual import write_png
 
     folder = check_dir(args.episode or key.cell_id)
@@ -248,7 +248,9 @@ def _write_fit_sheet(chain: Any, episode: Any, args: argparse.Namespace, key: An
         "cell": [key.cell_id, key.camera_id, key.robot_id], "chain_sha256": chain.sha256(),
         "residual_px": dict(zip(chain.dof_names, np.round(chain.residual_px, 4).tolist(),
                                 strict=True)), "sweep_peaks": rows})
-    return write_png(folder / "chain.png", sheet)
+    path = write_png(folder / "chain.png", sheet)
+    claim_check_dir(folder, args.episode or key.cell_id)
+    return path
 
 
 def _fitted_for_chain(args: argparse.Namespace, episode: Any, where: str) -> Any:
