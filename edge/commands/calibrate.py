@@ -256,8 +256,13 @@ def default_check_dir(episode: str | Path) -> Path:
 
 def run_check(args: argparse.Namespace) -> int:
     """``calibrate check``: report.json, coverage.png and one sheet per DoF; exit 1 on fail."""
-    from edge.calibrate.check import (CheckOptions, amplitude_word, check_episode,
-                                      coverage_sheets, load_for_check)
+    from edge.calibrate.check import (
+        CheckOptions,
+        amplitude_word,
+        check_episode,
+        coverage_sheets,
+        load_for_check,
+    )
     from edge.commands.common import StagedOutput
     from edge.state import claim_check_dir
     from edge.visual import write_png
