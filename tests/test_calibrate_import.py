@@ -356,9 +356,11 @@ def test_an_import_in_degrees_with_a_wrapped_wrist_is_named_and_reads_on(tmp_pat
     ep = dataclasses.replace(cal, joint_positions=deg, actions=actions_from_positions(deg)
                              ).validate()
     root = write_lerobot([ep], tmp_path / "ds")
+    (root / "meta" / "syncedge_episodes.json").unlink()  # a dataset recorded elsewhere
     out = tmp_path / "cal.npz"
     assert cli("import", str(root), "--out", str(out), "--cell", "c") == 0
     err = capsys.readouterr().err
+    assert load_episode(out).metadata.extra["import"]["kind_in_dataset"] is None
     assert "look like degrees, not rad" in err and "--degrees j0,j1,j2,j3,j4,j5,j6" in err
     assert "j0 at frame" in err  # the wrap, read on
     got = load_episode(out)

@@ -293,7 +293,10 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
     extra = {**dict(m.extra), "import": {
         "format": "lerobot", "source": where, "episode_index": episode_index,
         "camera_key": camera_key or "first video feature", "frames": ep.num_frames,
-        "joints": kept, "kind_in_dataset": m.kind}}
+        "joints": kept,
+        # a dataset without syncedge's sidecar names no kind (the reader's "motion" is its
+        # placeholder, not the dataset's word)
+        "kind_in_dataset": None if defaults else m.kind}}
     out = episode_from_samples(ep.frames, ep.timestamps, ep.joint_positions[:, cols], kept,
                                opts, source=f"lerobot:{where}#episode={episode_index}",
                                robot=m.robot if m.robot != "unknown" else None,
