@@ -290,6 +290,19 @@ def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:
     assert not list(d.glob("sized*"))
 
 
+def test_record_size_is_width_by_height_as_the_camera_url_gives_it() -> None:
+    import argparse
+
+    from edge.commands.calibrate import _resolution
+    from edge.errors import EdgeError
+
+    assert _resolution(argparse.Namespace(model=None, size="320x240")) == (240, 320)
+    assert _resolution(argparse.Namespace(model=None, size="64X64")) == (64, 64)
+    for bad in ("320", "320x0", "wide"):
+        with pytest.raises(EdgeError, match="expected .*WIDTHxHEIGHT"):
+            _resolution(argparse.Namespace(model=None, size=bad))
+
+
 def test_record_refuses_a_joint_stream_of_another_channel_count_before_the_sweep(
         cell, capsys) -> None:
     d = cell["dir"]

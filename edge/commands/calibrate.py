@@ -52,11 +52,13 @@ def _resolution(args: argparse.Namespace) -> tuple[int, int]:
     if args.size is None:
         active = active_bundle_dir()
         return of(active) if (active / "model.json").is_file() else (64, 64)
-    try:
-        h, w = (int(v) for v in args.size.lower().split("x"))
+    try:  # width first, as cameras and the camera URL's size= give it
+        w, h = (int(v) for v in args.size.lower().split("x"))
     except ValueError:
-        raise EdgeError(f"--size: expected HEIGHTxWIDTH like 64x64, found {args.size!r}") \
-            from None
+        raise EdgeError(f"--size: expected WIDTHxHEIGHT like 64x64 or 320x240, found "
+                        f"{args.size!r}") from None
+    if h < 1 or w < 1:
+        raise EdgeError(f"--size: expected a positive WIDTHxHEIGHT, found {args.size!r}")
     return h, w
 
 
@@ -446,9 +448,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r.add_argument("--camera-id", help="camera id (default CELL-cam)")
     r.add_argument("--robot-id", help="robot unit id (default CELL-ROBOT)")
     r.add_argument("--model", metavar="DIR", help="take the resolution from this model")
-    r.add_argument("--size", default=None, metavar="HxW",
-                   help="HEIGHTxWIDTH without --model (default: the active bundle's "
-                        "resolution, else 64x64)")
+    r.add_argument("--size", default=None, metavar="WxH",
+                   help="WIDTHxHEIGHT in px without --model, as the camera URL's size= "
+                        "(default: the active bundle's resolution, else 64x64)")
     r.add_argument("--tolerance-s", type=float, default=None,
                    help="pairing tolerance: a frame is paired with the joint readings when "
                         "a sample lies within it on each side, s (default 0.02, or 1.1 of the "
