@@ -421,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         chain_rollout,
         load_chain_calibration,
         save_chain_calibration,
+        start_agreement,
     )
     from export.cells.futures import load_or_render_futures
     from export.cells.generate import CellGenerator, GenerateOptions
@@ -522,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     # per chain calibration row: the share of the arm it draws at the start (zero actions)
     # that lies on the true robot mask (where the rollout begins, before any action)
     start_precision: dict[str, list[float]] = {}
+    start_estimate: dict[str, list[float]] = {}  # the same read from the background alone
     sheet_rows: list[np.ndarray] = []
     other_of: dict[tuple[str, str], object] = {}
     if args.other_cell:
@@ -806,6 +808,9 @@ def main(argv: list[str] | None = None) -> int:
                                             with_cover=True)
                     start_precision.setdefault(name, []).append(
                         float((cov0[0] & true0).sum() / max(int(cov0[0].sum()), 1)))
+                    est = start_agreement(chain_r, start, q0)["arm_on_arm"]
+                    start_estimate.setdefault(name, []).append(
+                        float("nan") if est is None else est)
             score.add(prof, start, truth, preds)
         print(f"[{time.perf_counter() - t0:6.1f}s] cell {i + 1}/{len(cells)} "
               + " ".join(f"{k}: axis err median {np.nanmedian(fit_stats[k][-1]['axis_error_deg']):.1f} deg"
@@ -888,6 +893,7 @@ def main(argv: list[str] | None = None) -> int:
                                                "dis_track_error_px": track_err,
                                                "dis_track_error_far_px": track_err_far,
                                                "start_arm_precision": start_precision,
+                                               "start_arm_on_arm_estimate": start_estimate,
                                                "per_cell": {
                                                    "cells": [c.cell_id for c in cells],
                                                    "retrieval": score.hits,

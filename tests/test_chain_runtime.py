@@ -3,6 +3,7 @@ the NumPy splatting's agreement with the training code's."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
 
@@ -254,3 +255,30 @@ def test_the_arm_rim_the_cut_left_out_goes_with_the_arm():
     assert (gone & np.all(kept == ARM, axis=-1)).sum() >= 0.9 * gone.sum()
     np.testing.assert_array_equal(chain_rollout(chain, start, q0, np.zeros((2, 2))),
                                   np.broadcast_to(start, (2,) + start.shape))
+
+
+def test_start_agreement_says_whether_the_chain_puts_the_arm_where_the_start_shows_it():
+    from edge.runtime.chain import start_agreement
+
+    chain = two_link_chain()
+    q = np.array([0.5, 0.8])
+    true_start = start_frame(chain, q)  # the arm where the chain puts it at q
+    right = start_agreement(chain, true_start, q)
+    assert right["arm_on_arm"] == pytest.approx(1.0, abs=0.02)
+    assert right["arm_drawn"] == pytest.approx(1.0, abs=0.02)
+    # the same frame with readings the chain turns elsewhere: its arm lies on background
+    wrong = start_agreement(chain, true_start, np.array([-0.6, -1.5]))
+    assert wrong["arm_on_arm"] < 0.5 and wrong["arm_drawn"] < 0.5
+    # a thin part the chain does not carry (drawn beside the arm): drawn share falls, the
+    # chain's own arm still lies on arm
+    extra = true_start.copy()
+    extra[0:3, :] = ARM
+    part = start_agreement(chain, extra, q)
+    assert part["arm_on_arm"] == right["arm_on_arm"] and part["arm_drawn"] < right["arm_drawn"]
+    # no background seen anywhere: nothing decides
+    blind = dataclasses.replace(chain, background_seen=np.zeros((SIZE, SIZE), bool))
+    assert start_agreement(blind, true_start, q)["arm_on_arm"] is None
+    with pytest.raises(RuntimeInputError, match="start frame: expected uint8"):
+        start_agreement(chain, true_start[:16], q)
+    with pytest.raises(RuntimeInputError, match="start joint readings"):
+        start_agreement(chain, true_start, np.zeros(3))
