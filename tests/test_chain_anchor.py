@@ -193,3 +193,87 @@ def test_precheck_anchor_takes_the_cached_calibration_episode(tilted, tmp_path, 
         capsys.readouterr().err
     report = json.loads((tmp_path / "p" / "report.json").read_text())
     assert "anchored at the start frame" in json.dumps(report)
+    assert report["start_agreement"]["anchored"] is True
+    assert report["start_agreement"]["why"] == "--anchor"
+
+
+def test_a_chain_from_the_cache_is_anchored_when_it_misplaces_the_arm_at_the_start(
+        tilted, tmp_path, capsys, monkeypatch):
+    """Without --anchor or --no-anchor: a start agreement below AUTO_ANCHOR_BELOW anchors
+    a cached chain (its episode at hand) and says why; a chain file is only noted, naming
+    --anchor EPISODE; --no-anchor keeps the chain as read; one still below
+    LOW_START_AGREEMENT is warned about in the report. The agreement measure itself is
+    tested on drawn frames in test_chain_runtime; here it is set, to test the decision."""
+    import edge.runtime.chain as runtime_chain
+    import export.models.chain_fit as chain_fit
+    from edge.cache.store import CalibrationCache
+    from edge.cache.values import CacheKey
+    from edge.cli import main
+    from edge.commands.common import AUTO_ANCHOR_BELOW, LOW_START_AGREEMENT
+    from edge.episode import save_episode
+    from edge.runtime.chain import CHAIN_MODEL_SHA256, save_chain_calibration
+
+    monkeypatch.setattr(chain_fit, "MOTION_REFINE_STEPS", (20,))
+    monkeypatch.setattr(chain_fit, "MOTION_REFINE_BLUR_PX", (1.0,))
+    shares = {"before": 0.3, "after": 0.3}
+
+    def agreement(chain, start, q0, change=30.0):
+        share = shares["after" if "anchor" in chain.info else "before"]
+        return {"arm_on_arm": share, "arm_drawn": 0.5, "judged_px": 100, "differs_px": 120}
+
+    monkeypatch.setattr(runtime_chain, "start_agreement", agreement)
+    _, cal, chain, start = tilted
+    cache = tmp_path / "cache"
+    with CalibrationCache(cache) as c:
+        c.put(CacheKey("two-link", "cam", "arm", CHAIN_MODEL_SHA256), cal, chain,
+              {"stored": {"model": "chain"}}, chain.home_frame)
+    start_path = save_episode(_start_episode(cal, start, START_Q), tmp_path / "start.npz")
+    cached = ["simulate", "--cell", "two-link", "--chain", "--cache-dir", str(cache),
+              "--start", str(start_path)]
+    assert 0.3 < AUTO_ANCHOR_BELOW and 0.3 < LOW_START_AGREEMENT
+
+    assert main([*cached, "--out", str(tmp_path / "auto")]) == 0
+    err = capsys.readouterr().err
+    assert "the chain puts 30% of the arm it draws at the start" in err
+    assert "anchoring the chain at the start frame with cache:two-link/cam/arm" in err
+    m = json.loads((tmp_path / "auto" / "metrics.json").read_text())
+    assert m["start_agreement"]["anchored"] is True and "below 80%" in m["start_agreement"]["why"]
+    assert m["context"].endswith("anchored at the start frame")
+    assert any("only 30% of the arm" in w for w in m["warnings"])  # still low after
+
+    shares["after"] = 0.9  # anchoring put it right: no warning
+    assert main([*cached, "--out", str(tmp_path / "fixed")]) == 0
+    m = json.loads((tmp_path / "fixed" / "metrics.json").read_text())
+    assert m["start_agreement"]["after"]["arm_on_arm"] == 0.9
+    assert not any("of the arm" in w for w in m["warnings"])
+
+    capsys.readouterr()
+    assert main([*cached, "--no-anchor", "--out", str(tmp_path / "no")]) == 0
+    err = capsys.readouterr().err
+    assert "anchoring" not in err and "warning: the chain puts only 30%" in err
+    m = json.loads((tmp_path / "no" / "metrics.json").read_text())
+    assert m["start_agreement"]["anchored"] is False and "anchor" not in m["chain"]
+
+    chain_path = save_chain_calibration(tmp_path / "chain.npz", chain)
+    assert main(["simulate", "--chain", str(chain_path), "--start", str(start_path),
+                 "--out", str(tmp_path / "file")]) == 0
+    err = capsys.readouterr().err
+    assert "--anchor EPISODE" in err and "anchoring the chain" not in err
+    m = json.loads((tmp_path / "file" / "metrics.json").read_text())
+    assert m["start_agreement"]["anchored"] is False
+    assert "not at hand" in m["start_agreement"]["why"]
+
+    shares["before"] = 0.95  # the chain as read agrees: nothing is done
+    assert main([*cached, "--out", str(tmp_path / "good")]) == 0
+    err = capsys.readouterr().err
+    assert "anchoring" not in err and "of the arm" not in err
+    m = json.loads((tmp_path / "good" / "metrics.json").read_text())
+    assert m["start_agreement"]["anchored"] is False and "not below" in \
+        m["start_agreement"]["why"]
+
+    assert main([*cached, "--anchor", "--no-anchor", "--out", str(tmp_path / "both")]) == 2
+    assert "--anchor and --no-anchor: give one of the two" in capsys.readouterr().err
+    assert main(["simulate", "--model", "models/reference", "--start", str(start_path),
+                 "--no-anchor", "--out", str(tmp_path / "onnx")]) == 2
+    assert "--no-anchor: only with --chain" in capsys.readouterr().err
+    assert not (tmp_path / "both").exists() and not (tmp_path / "onnx").exists()

@@ -157,9 +157,11 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     check_out_dir(args.out, "syncedge precheck")  # before any work
     if use_chain_model(args, CHAIN_FROM_CACHE):
         return _run_chain(args, rules)
-    if getattr(args, "anchor", None):
-        raise RuntimeInputError("--anchor: only with --chain (it refines the chain model's "
-                                "calibration at the start frame)")
+    for flag in ("anchor", "no_anchor"):
+        if getattr(args, flag, None):
+            raise RuntimeInputError(f"--{flag.replace('_', '-')}: only with --chain (it "
+                                    "concerns the chain model's calibration at the start "
+                                    "frame)")
     if args.policy and args.horizon is not None:
         check_horizon(args.horizon)
     model = open_model(args)
@@ -270,10 +272,11 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                         frames: np.ndarray, names: list[str] | None,
                         reference: np.ndarray | None, robot_counts: np.ndarray | None,
                         ident: dict, context: str, stale: str | None, fps: float,
-                        warnings: list[str]):
+                        warnings: list[str], start_agreement: dict | None = None):
     """The verdicts (:func:`edge.precheck.evaluate.evaluate`) and the output folder
     (``report.json``, ``report.png``, ``prediction.npz``, all at once); returns
-    ``(result, paths)``."""
+    ``(result, paths)``. ``start_agreement``: the chain model's (:func:`edge.commands.
+    common.anchor_chain`), recorded as it is."""
     result = evaluate(rules, start, q0, actions, frames, names, goal,
                       reference_frames=reference, robot_counts=robot_counts)
     report = {
@@ -283,6 +286,7 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
         "candidates_from": str(args.policy or args.actions),
         "horizon": int(actions.shape[1]), "calibration_warning": stale,
         "warnings": warnings,
+        **({"start_agreement": start_agreement} if start_agreement is not None else {}),
         "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
         "chosen_index": result.chosen,
         "keepout_basis": result.keepout_basis,
@@ -343,7 +347,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     if args.policy:
         if not args.horizon or args.horizon < 1:
             raise RuntimeInputError("--horizon: required (>= 1) with --policy")
-        chain, source = anchor_chain(args, chain, source, start, q0)
+        chain, source, agreement = anchor_chain(args, chain, source, start, q0)
         with OnnxPolicy(args.policy) as policy:
             actions, frames, cover = rollout_chain_policy(chain, policy, start, q0,
                                                           args.horizon)
@@ -361,8 +365,10 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
                                     f"{list(actions.shape)}")
         warnings = chain_input_warnings(args, chain, episode, q0, actions, str(args.actions),
                                         "--joint-state", args.joint_state)
-        chain, source = anchor_chain(args, chain, source, start, q0)
+        chain, source, agreement = anchor_chain(args, chain, source, start, q0)
         frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
+    if agreement["warning"]:
+        warnings.append(agreement["warning"])
     ko = rules.keep_out
     robot_counts = reference = None
     if ko is not None and ko.basis == "motion":
@@ -375,7 +381,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     fps = chain.frame_rate_hz or 10.0
     result, paths = _evaluate_and_write(
         args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,
-        f"chain calibration {source}", None, fps, warnings)
+        f"chain calibration {source}", None, fps, warnings, agreement)
     return _print_result(ident, result, paths)
 
 

@@ -123,7 +123,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     if use_chain_model(args, CHAIN_FROM_CACHE):
         return _run_chain(args, t_start)
     for flag, given in (("--start-joints", getattr(args, "start_joints", None)),
-                        ("--anchor", getattr(args, "anchor", None))):
+                        ("--anchor", getattr(args, "anchor", None)),
+                        ("--no-anchor", getattr(args, "no_anchor", False))):
         if given:
             raise RuntimeInputError(f"{flag}: only with --chain (an ONNX model reads the "
                                     "start frame alone)")
@@ -282,7 +283,9 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     layout = video_layout(names, chain.resolution, truth_given)  # before work
     warnings = chain_input_warnings(args, chain, episode, q0, actions, src, "--start-joints",
                                     args.start_joints)
-    chain, source = anchor_chain(args, chain, source, start, q0)
+    chain, source, agreement = anchor_chain(args, chain, source, start, q0)
+    if agreement["warning"]:
+        warnings.append(agreement["warning"])
     t0 = time.perf_counter()
     pred = chain_rollout(chain, start, q0, actions)
     rollout_s = time.perf_counter() - t0
@@ -293,6 +296,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
         "model_id": chain_model_identity(args, chain, source),
         "backend": "numpy", "backend_requested": args.backend,
         "context": f"chain calibration {source}", "chain": chain.info,
+        "start_agreement": agreement,
         "start": str(args.start), "start_joint_positions": [round(float(x), 6) for x in q0],
         "actions": str(args.actions) if args.actions else "start episode",
         "candidates": n, "horizon": horizon, "names": names,
