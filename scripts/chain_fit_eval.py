@@ -20,6 +20,7 @@ fit).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -411,6 +412,10 @@ def main(argv: list[str] | None = None) -> int:
                         "steps before comparing them at the anchoring (choose_twins "
                         "refine_steps; 0, the default: compared as drawn); kept as "
                         "<read>_anchor[_other]_twins_rN.npz")
+    p.add_argument("--carry-rim", action="store_true",
+                   help="roll the chain out carrying the arm's rim with it "
+                        "(chain_rollout(carry_rim=True); docs/eval/experiments.md, "
+                        "\"Carrying the arm's rim\")")
     args = p.parse_args(argv)
     os.environ.setdefault("MUJOCO_GL", "egl")
     import cv2
@@ -423,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
         save_chain_calibration,
         start_agreement,
     )
+
+    if args.carry_rim:
+        chain_rollout = functools.partial(chain_rollout, carry_rim=True)
     from export.cells.futures import load_or_render_futures
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.sampling import CellParams
@@ -876,6 +884,7 @@ def main(argv: list[str] | None = None) -> int:
     score.print_table(preds_names)
     if args.json:
         Path(args.json).write_text(json.dumps({"split": args.split, "cells": len(cells),
+                                               "carry_rim": bool(args.carry_rim),
                                                "anchor_at": args.anchor_at if args.anchor
                                                else None,
                                                "twins": bool(args.twins),

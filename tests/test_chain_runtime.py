@@ -234,23 +234,35 @@ def test_numpy_splatting_equals_the_training_code():
 
 def test_the_arm_rim_the_cut_left_out_goes_with_the_arm():
     """A start frame whose arm is a pixel wider than the chain's arm pixels (a rim the cut
-    left out): once the arm has left, the rim is background too, not a ghost; with
-    ``edge_px=0`` the rim stays; an arm that stays keeps its rim."""
+    left out): once the arm has left, the rim is background too, not a ghost, and the rim
+    is drawn around the arm where it went (and counts as arm in the cover); without
+    carrying, the moved arm has no rim; with ``edge_px=0`` the rim stays; an arm that stays
+    keeps its rim."""
     import cv2
 
     chain = two_link_chain()
     q0 = chain.home_joint_positions
     start = chain.home_frame.copy()
-    wide = cv2.dilate(chain.robot.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+    grow = np.ones((3, 3), np.uint8)
+    wide = cv2.dilate(chain.robot.astype(np.uint8), grow) > 0
     rim = wide & ~chain.robot
     start[rim] = ARM
     move = np.array([[0.6, 0.0]])
     cover = arm_cover(chain, move)[0]
-    out = chain_rollout(chain, start, q0, move)[0]
-    gone = rim & ~cover & ~chain.robot
+    out, got_cover = chain_rollout(chain, start, q0, move, with_cover=True, carry_rim=True)
+    out, got_cover = out[0], got_cover[0]
+    moved_wide = cv2.dilate(cover.astype(np.uint8), grow) > 0  # the true arm after the move
+    gone = rim & ~moved_wide & ~chain.robot
     assert gone.sum() > 20
     left_behind = gone & np.all(out == ARM, axis=-1)
     assert left_behind.sum() <= 0.1 * gone.sum(), left_behind.sum()  # beside arm that stays
+    new_rim = moved_wide & ~cover & ~wide  # where the rim went, away from where it was
+    assert new_rim.sum() > 20
+    drawn = (new_rim & np.all(out == ARM, axis=-1)).sum()
+    assert drawn >= 0.6 * new_rim.sum(), (drawn, new_rim.sum())
+    assert (got_cover & new_rim).sum() == drawn  # the predicted robot mask includes it
+    plain = chain_rollout(chain, start, q0, move)[0]
+    assert (new_rim & np.all(plain == ARM, axis=-1)).sum() <= 0.1 * new_rim.sum()
     kept = chain_rollout(chain, start, q0, move, edge_px=0)[0]
     assert (gone & np.all(kept == ARM, axis=-1)).sum() >= 0.9 * gone.sum()
     np.testing.assert_array_equal(chain_rollout(chain, start, q0, np.zeros((2, 2))),

@@ -43,11 +43,12 @@ from edge.fileio import atomic_write
 from edge.runtime.errors import RuntimeInputError
 
 __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
-           "HOME_JOINTS_TOLERANCE_RAD", "JOINT_SCALE_MODES", "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
+           "HOME_JOINTS_TOLERANCE_RAD", "JOINT_SCALE_HELP", "JOINT_SCALE_MODES",
+           "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
            "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
            "home_differences",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
-           "START_AGREEMENT_CHANGE", "arm_cover", "chain_positions", "start_agreement", "sweep_check", "sweep_segments", "fit_sheet",
+           "AUTO_ANCHOR_BELOW", "LOW_START_AGREEMENT", "START_AGREEMENT_CHANGE", "arm_cover", "chain_positions", "start_agreement", "sweep_check", "sweep_segments", "fit_sheet",
            "chain_rollout", "close_gaps", "compose_chain",
            "load_chain_calibration", "save_chain_calibration", "splat_values"]
 
@@ -73,7 +74,14 @@ CHAIN_MODEL_SHA256 = hashlib.sha256(f"{CHAIN_FORMAT}/{CHAIN_SCHEMA_VERSION}".enc
 #: (``export.models.chain_fit.read_chain_calibration(joint_scale=...)``, ``--joint-scale``):
 #: ``auto`` (fit the turn per unit where a sweep is too wide to be rad, else rad), ``rad``
 #: (the readings are rad), ``fit`` (fit every revolute channel's turn per unit).
-JOINT_SCALE_MODES = ("auto", "rad", "fit")
+JOINT_SCALE_MODES = ("auto", "rad", "deg", "fit")
+#: The ``--joint-scale`` option's help (``model read-chain``, ``calibrate store --chain``).
+JOINT_SCALE_HELP = ("how the joint readings map to turns: auto (default: rad, unless a "
+                    "revolute channel's sweep is more than a half turn in its readings, which "
+                    "rad cannot be: then degrees where the widest sweep is at most 1 rad as "
+                    "degrees, 57.3 units, else fitted), rad, deg (1 unit = pi/180 rad), or fit "
+                    "(each revolute channel's turn per unit fitted from the frames: encoder "
+                    "counts or a normalised range such as LeRobot's -100..100)")
 
 #: Mean absolute difference (uint8 levels) allowed between a chain calibration's home frame
 #: and the first frame of the calibration episode it was read from, reduced to its grid.
@@ -662,6 +670,17 @@ def arm_cover(chain: ChainGeometry, offsets: np.ndarray, upsample: int = 2, dept
 #: Sum over RGB (0-255 levels) by which a start-frame pixel must differ from the
 #: calibration's background to count as showing something in front of it.
 START_AGREEMENT_CHANGE = 30.0
+#: A chain putting less of the arm it draws at the start on the arm the start frame shows
+#: is anchored there first when it can be (``edge.commands.common.anchor_chain``). On 64
+#: held-out robot cells (the start agreement read from the background alone, r = 0.96
+#: with the share on the true robot mask) anchoring below 0.8 (58 of 64 cells) gave what
+#: anchoring every cell did (retrieval@8 0.77 from 0.69; README, "Anchored when the start
+#: shows it is needed").
+AUTO_ANCHOR_BELOW = 0.8
+#: Below this start agreement, even anchored, the prediction is warned about: on those 64
+#: cells the 6 anchored starts below 0.5 gained 0.57 dB over copy-last at step 16
+#: (retrieval@8 0.48), the others 3.75 dB (0.80).
+LOW_START_AGREEMENT = 0.5
 
 
 def start_agreement(chain: ChainCalibration, start: np.ndarray,
@@ -723,7 +742,8 @@ def start_agreement(chain: ChainCalibration, start: np.ndarray,
 def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positions: np.ndarray,
                   actions: np.ndarray, fill: bool = True, upsample: int = 2,
                   depth_scale: float = 0.01, visible_tol: float = 0.02,
-                  with_cover: bool = False, edge_px: int = 2, edge_change: float = 30.0):
+                  with_cover: bool = False, edge_px: int = 2, edge_change: float = 30.0,
+                  carry_rim: bool = False, rim_in_cover: bool = False):
     """Predict frames: the arm's points moved by the chain and drawn over the start frame.
 
     Every arm sample of the home frame is moved to the start pose and to each step's pose
@@ -759,6 +779,17 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
             left-out rim stayed behind as scattered dots: whole-frame PSNR over its 39
             steps 28.1 dB with 0, 30.0 dB with 2.
         edge_change: see ``edge_px``.
+        carry_rim: with ``fill`` and ``edge_px``, those rim pixels also move with the arm:
+            each is drawn at each step where the 4 arm samples nearest it at the start
+            (visible ones) have moved on average, where the arm does not cover it (thin
+            parts the cut left out, such as gripper fingers, go with the link they hang
+            on instead of vanishing) and counts in the cover. An arm that does not move
+            carries them nowhere, so zero actions still give the start frame. Off by
+            default: on 64 held-out robot cells it cost 0.52 dB whole-frame PSNR at step
+            16 (worse on 63 cells) for +0.15 dB in the moving region (docs/eval/
+            experiments.md, "Carrying the arm's rim").
+        rim_in_cover: the carried rim counts in the cover (the predicted robot mask) but
+            is not drawn.
 
     Returns:
         uint8 ``[S, H, W, 3]`` or ``[N, S, H, W, 3]`` (as ``actions``); with ``with_cover``
@@ -817,6 +848,10 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
     kernel = np.ones((2 * edge_px + 1, 2 * edge_px + 1), np.uint8) if edge_px > 0 else None
     rim = (~cover[0] & seen & (np.abs(img - bg).sum(-1) > edge_change)
            if kernel is not None else None)
+    carried = None
+    if (carry_rim or rim_in_cover) and fill and rim is not None:
+        carried = _rim_motion(rim & (cv2.dilate(cover[0].astype(np.uint8), kernel) > 0),
+                              us, uv, visible > 0.5, start)
     out = np.empty((nc * ns, h, w, 3), np.uint8)
     for s in range(nc * ns):
         f = spl[s + 1]
@@ -836,12 +871,59 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
                 near = cv2.dilate(left.astype(np.uint8), kernel) > 0
                 hole |= near & rim & ~cover[s + 1]
             frame[hole] = bg[hole]
+        if carried is not None:
+            ty, tx, colour = _rim_at(carried, s + 1, h, w)
+            if carry_rim:
+                free = ~cover[s + 1][ty, tx]
+                frame[ty[free], tx[free]] = colour[free]
+            cover[s + 1][ty, tx] = True
         out[s] = np.clip(np.rint(frame), 0, 255).astype(np.uint8)
     out = out.reshape(nc, ns, h, w, 3)
     cov = cover[1:].reshape(nc, ns, h, w)
     if single:
         out, cov = out[0], cov[0]
     return (out, cov) if with_cover else out
+
+
+#: How many of the nearest arm samples a carried rim pixel moves with (their mean motion).
+RIM_NEIGHBOURS = 4
+
+
+def _rim_motion(rim: np.ndarray, start_uv: np.ndarray, uv: np.ndarray, visible: np.ndarray,
+                start: np.ndarray):
+    """``(ys, xs, motion [S + 1, R, 2] px, colours [R, 3])`` of the rim pixels ``rim`` (bool
+    ``[H, W]``): each moves as the mean of its :data:`RIM_NEIGHBOURS` nearest arm samples
+    at the start (``start_uv [M, 2]``, the visible ones where any are), whose positions at
+    the start and each step are ``uv [S + 1, M, 2]``; None where no pixel or sample."""
+    ys, xs = np.nonzero(rim)
+    pool = np.flatnonzero(visible) if visible.any() else np.arange(len(start_uv))
+    if len(ys) == 0 or len(pool) == 0:
+        return None
+    k = min(RIM_NEIGHBOURS, len(pool))
+    p = np.stack([xs + 0.5, ys + 0.5], -1)
+    near = np.empty((len(ys), k), np.int64)
+    for a in range(0, len(ys), 256):  # bounded memory: 256 pixels x M samples at a time
+        d2 = ((p[a:a + 256, None, :] - start_uv[pool][None]) ** 2).sum(-1)
+        near[a:a + 256] = pool[np.argpartition(d2, k - 1, axis=1)[:, :k]]
+    motion = uv[:, near, :].mean(2) - start_uv[near].mean(1)[None]
+    return ys, xs, motion, start[ys, xs].astype(np.float32)
+
+
+#: Each carried rim pixel lands as this many sub-pixel samples (its quarters' centres), so
+#: a band turned with its link stays whole instead of breaking into dots.
+_RIM_QUARTERS = np.array([[0.25, 0.25], [0.75, 0.25], [0.25, 0.75], [0.75, 0.75]])
+
+
+def _rim_at(carried, step: int, h: int, w: int):
+    """The carried rim pixels' ``(ys, xs, colours)`` at ``step`` (0: the start): each
+    pixel's four quarter centres moved by its motion, those that land on the grid (a pixel
+    reached twice takes the last colour)."""
+    ys, xs, motion, colour = carried
+    fx = xs[:, None] + _RIM_QUARTERS[None, :, 0] + motion[step, :, None, 0]
+    fy = ys[:, None] + _RIM_QUARTERS[None, :, 1] + motion[step, :, None, 1]
+    tx, ty = np.floor(fx).astype(np.int64).ravel(), np.floor(fy).astype(np.int64).ravel()
+    on = (tx >= 0) & (tx < w) & (ty >= 0) & (ty < h)
+    return ty[on], tx[on], np.repeat(colour, 4, axis=0)[on]
 
 
 def sweep_segments(episode: Any) -> list[tuple[int, int]]:
