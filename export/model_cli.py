@@ -391,7 +391,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add ``model`` and its subcommands to the ``syncedge`` parser."""
     from edge.commands.common import positive_int
-    from edge.runtime.chain import JOINT_SCALE_MODES
+    from edge.runtime.chain import JOINT_SCALE_HELP, JOINT_SCALE_MODES
     from export.train.options import add_train_arguments
 
     p = subparsers.add_parser("model", help="train and evaluate the reference world model",
@@ -559,11 +559,7 @@ def register(subparsers: Any) -> None:
                          "at 2 and 1 px (choose_twins; most of the 2-5 min); "
                          "--no-twins keeps the sweep's choice")
     rc.add_argument("--joint-scale", choices=JOINT_SCALE_MODES, default="auto",
-                    help="how the joint readings map to turns: auto (default: rad, unless a revolute "
-                        "channel's sweep is more than a half turn in its readings, which "
-                        "rad cannot be: then fitted), rad, or fit (each revolute channel's "
-                        "turn per unit fitted from the frames: a controller in degrees, "
-                        "encoder counts or a normalised range such as LeRobot's -100..100)")
+                    help=JOINT_SCALE_HELP)
     rc.add_argument("--threads", type=positive_int, default=2, metavar="N",
                     help="torch threads (default 2)")
     rc.set_defaults(func=_run_read_chain)

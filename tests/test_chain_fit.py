@@ -686,10 +686,13 @@ def test_fit_reads_each_channels_turn_per_unit_when_the_readings_are_not_rad():
                   scale_free=np.array([True]))
 
 
-def test_read_chain_in_degrees_fits_the_scale_by_itself(arm_frames, tmp_path):
+def test_read_chain_in_degrees_reads_them_as_degrees_or_fits_the_scale(arm_frames, tmp_path):
     """``read-chain`` on the two-link sweep recorded in degrees: a 23-degree sweep cannot
-    be rad, so ``--joint-scale auto`` fits each channel's turn per unit and the runtime
-    rolls out readings in degrees; ``--joint-scale rad`` keeps 1 rad per unit."""
+    be rad, and read as degrees it is 0.4 rad, so ``--joint-scale auto`` reads degrees
+    exactly (the same chain as the rad read, 1 unit = pi/180 rad) and the runtime rolls
+    out readings in degrees; ``--joint-scale fit`` fits each channel's turn per unit from
+    the frames; ``--joint-scale rad`` keeps 1 rad per unit; a sweep wider than 57.3 units
+    (encoder counts) is fitted by auto."""
     from dataclasses import replace
 
     from edge.cli import main
@@ -699,42 +702,60 @@ def test_read_chain_in_degrees_fits_the_scale_by_itself(arm_frames, tmp_path):
 
     arm, q, frames = arm_frames
     deg = 180.0 / np.pi
-    cal, _ = _two_link_episodes(arm, q, frames, q[:2], frames[:2])
-    acts = np.zeros_like(cal.actions)
-    acts[:-1] = np.diff(q * deg, axis=0)
-    cal = replace(cal, joint_positions=q * deg, actions=acts, metadata=replace(
-        cal.metadata, segments=(CalibrationSegment("shoulder", 0, 8, 0.4 * deg),
-                                CalibrationSegment("elbow", 8, 16, 0.4 * deg))))
-    path = save_episode(cal, tmp_path / "cal_deg.npz")
-    out = tmp_path / "chain.npz"
-    assert main(["model", "read-chain", "--calibration", str(path), "--out", str(out),
-                 "--grid", str(SIZE), "--photometric", "0", "--threads", "1"]) == 0
-    chain = load_chain_calibration(out)
-    assert chain.info["joint_scale"]["fitted"] == ["shoulder", "elbow"]
+
+    def in_units(per_rad: float, name: str):
+        cal, _ = _two_link_episodes(arm, q, frames, q[:2], frames[:2])
+        acts = np.zeros_like(cal.actions)
+        acts[:-1] = np.diff(q * per_rad, axis=0)
+        cal = replace(cal, joint_positions=q * per_rad, actions=acts, metadata=replace(
+            cal.metadata, segments=(CalibrationSegment("shoulder", 0, 8, 0.4 * per_rad),
+                                    CalibrationSegment("elbow", 8, 16, 0.4 * per_rad))))
+        return save_episode(cal, tmp_path / name)
+
+    def read(path, out, *more):
+        assert main(["model", "read-chain", "--calibration", str(path), "--out",
+                     str(tmp_path / out), "--grid", str(SIZE), "--photometric", "0",
+                     "--threads", "1", *more]) == 0
+        return load_chain_calibration(tmp_path / out)
+
+    path = in_units(deg, "cal_deg.npz")
+    chain = read(path, "chain.npz")
+    assert chain.info["joint_scale"] == {"mode": "auto", "widest_sweep": pytest.approx(
+        0.4 * deg, rel=1e-6), "fitted": [], "degrees": ["shoulder", "elbow"]}
+    np.testing.assert_allclose(chain.rad_per_unit, 1.0 / deg, rtol=1e-12)
+    rad = read(in_units(1.0, "cal_rad.npz"), "chain_rad_read.npz")
+    np.testing.assert_allclose(chain.home_joint_positions, rad.home_joint_positions * deg)
+    for qq in ([0.3, -0.2], [-0.2, 0.3]):  # degrees land where the rad read puts rad
+        uv, _ = runtime_positions(chain, np.asarray(qq)[None] * deg)
+        uv_rad, _ = runtime_positions(rad, np.asarray(qq)[None])
+        assert np.abs(uv - uv_rad).max() < 0.05, np.abs(uv - uv_rad).max()
+
+    fitted = read(path, "chain_fit.npz", "--joint-scale", "fit")
+    assert fitted.info["joint_scale"]["fitted"] == ["shoulder", "elbow"]
     # from DIS tracks without refinement the turn per unit comes out 0.60 and 0.67 of the
     # truth here (the fit trades turn for lever arm: the exact tracks give 2%), read as rad
     # it would be 57 times it; the poses are what a rollout needs, and they land as a rad
     # read's do (0.85 and 0.46 px off against 2.0 and 1.4 px of motion)
-    ratio = chain.rad_per_unit * deg
+    ratio = fitted.rad_per_unit * deg
     assert (np.abs(np.log(ratio)) < np.log(2.0)).all(), ratio
     idx = np.full(arm.robot.shape, -1)
     idx[arm.robot] = np.arange(arm.robot.sum())
-    both = chain.robot & arm.robot
+    both = fitted.robot & arm.robot
     for qq in ([0.3, -0.2], [-0.2, 0.3]):
-        uv, _ = runtime_positions(chain, np.asarray(qq)[None] * deg)
+        uv, _ = runtime_positions(fitted, np.asarray(qq)[None] * deg)
         truth = arm.positions(np.asarray(qq))[idx[both]]
         home = arm.positions(np.zeros(2))[idx[both]]
-        err = np.median(np.linalg.norm(uv[0][both[chain.robot]] - truth, axis=1))
+        err = np.median(np.linalg.norm(uv[0][both[fitted.robot]] - truth, axis=1))
         still = np.median(np.linalg.norm(home - truth, axis=1))
         assert err < 0.6 * still, (qq, err, still)
-    out_rad = tmp_path / "chain_rad.npz"
-    assert main(["model", "read-chain", "--calibration", str(path), "--out", str(out_rad),
-                 "--grid", str(SIZE), "--photometric", "0", "--threads", "1",
-                 "--joint-scale", "rad"]) == 0
-    forced = load_chain_calibration(out_rad)
+
+    forced = read(path, "chain_rad.npz", "--joint-scale", "rad")
     assert forced.info["joint_scale"] == {"mode": "rad", "widest_sweep": pytest.approx(
         0.4 * deg, rel=1e-6), "fitted": []}
     np.testing.assert_array_equal(forced.rad_per_unit, 1.0)
+    counts = read(in_units(4096 / (2 * np.pi), "cal_counts.npz"), "chain_counts.npz")
+    assert counts.info["joint_scale"]["fitted"] == ["shoulder", "elbow"]  # 261 counts
+    assert "degrees" not in counts.info["joint_scale"]
 
 
 def test_motion_frames_to_use_reads_the_middle_frame_of_each_hold():

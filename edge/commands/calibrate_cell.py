@@ -25,7 +25,7 @@ from edge.commands.common import (
     store_command,
 )
 from edge.fileio import write_json_atomic
-from edge.runtime.chain import JOINT_SCALE_MODES
+from edge.runtime.chain import JOINT_SCALE_HELP, JOINT_SCALE_MODES
 
 __all__ = ["checked_episode", "commissioning_calibration", "register_steps", "run_store",
            "run_validate", "run_verify"]
@@ -521,11 +521,7 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
                    help="with --chain (read now): the side the fit is refined against the "
                         "frames at (0: no refinement; default 128), as model read-chain")
     s.add_argument("--joint-scale", choices=JOINT_SCALE_MODES, default="auto",
-                   help="with --chain (read now): " + "how the joint readings map to turns: auto (default: rad, unless a revolute "
-                        "channel's sweep is more than a half turn in its readings, which "
-                        "rad cannot be: then fitted), rad, or fit (each revolute channel's "
-                        "turn per unit fitted from the frames: a controller in degrees, "
-                        "encoder counts or a normalised range such as LeRobot's -100..100)")
+                   help="with --chain (read now): " + JOINT_SCALE_HELP)
     s.add_argument("--motion", action="append", metavar="FILE",
                    help="with --chain (read now): an episode of the joints turning together "
                         "on the cell (best the held poses of 'calibrate plan --poses'; same "

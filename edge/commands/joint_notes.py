@@ -38,6 +38,7 @@ def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str
     print(f"note: {where}: the readings of {seen} look like degrees, not rad (a calibration "
           f"sweeps well under half a turn, a joint rarely reads beyond two turns): if they "
           f"are, import the recording again with 'syncedge calibrate import ... --degrees "
-          f"{','.join(names[c] for c in cols)}' (exact); the chain model can instead fit a "
-          f"turn per unit from the frames (--joint-scale auto, less exact); the ONNX models "
-          f"refuse them", file=sys.stderr)
+          f"{','.join(names[c] for c in cols)}' (exact, for every model); the chain model "
+          f"reads a calibration sweep of at most 57.3 units as degrees by itself "
+          f"(--joint-scale auto; deg says so), a wider one by a turn per unit fitted from "
+          f"the frames (less exact); the ONNX models refuse them", file=sys.stderr)

@@ -35,7 +35,7 @@ reading as a device would.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -67,6 +67,13 @@ SCALE_STARTS = (0.0, float(np.log(0.5)), float(np.log(2.0)))
 #: cannot be in rad: the readings are degrees, counts or a normalised range, so
 #: ``joint_scale="auto"`` fits every revolute channel's turn per unit.
 MAX_SWEEP_RAD = float(np.pi)
+#: ...but one whose widest revolute sweep, read as degrees, is at most this many rad (the
+#: planner sweeps 0.2-0.8 rad: 11-46 degrees) is read as degrees exactly, 1 unit = pi/180
+#: rad, as ``joint_scale="deg"`` does: fitting the turn from the frames trades it for lever
+#: arm (held-out convention cells 8-15 read in degrees: retrieval@8 0.66 fitted against
+#: 0.81 read in rad; README, "Readings in degrees, counts or a normalised range"). Encoder
+#: counts (4096 a turn: 0.2 rad is 130) and tenths of a degree (0.2 rad is 115) lie above.
+DEGREES_MAX_SWEEP_RAD = 1.0
 
 
 @dataclass
@@ -1685,11 +1692,14 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
         joint_scale: one of :data:`JOINT_SCALE_MODES`: ``rad`` (the revolute readings are
             rad), ``fit`` (fit every revolute channel's turn per unit of reading: a
             controller reporting degrees, encoder counts or a normalised range, e.g.
-            LeRobot's -100..100), ``auto`` (``fit`` when some revolute channel's sweep
-            exceeds :data:`MAX_SWEEP_RAD` in its readings, which rad cannot, else ``rad``).
-            The chain's ``rad_per_unit`` carries the result, so a rollout takes actions
-            and joint readings in the controller's own units; ``info["joint_scale"]``
-            records the mode, the largest sweep and the channels fitted.
+            LeRobot's -100..100), ``deg`` (the revolute readings are degrees: 1 unit =
+            pi/180 rad exactly), ``auto`` (when some revolute channel's sweep exceeds
+            :data:`MAX_SWEEP_RAD` in its readings, which rad cannot: ``deg`` if the widest
+            sweep is at most :data:`DEGREES_MAX_SWEEP_RAD` as degrees, else ``fit``;
+            otherwise ``rad``). The chain's ``rad_per_unit`` carries the result, so a
+            rollout takes actions and joint readings in the controller's own units;
+            ``info["joint_scale"]`` records the mode, the largest sweep, the channels
+            fitted and (where any) those read as degrees.
 
     Returns:
         :class:`edge.runtime.chain.ChainCalibration`.
@@ -1730,16 +1740,28 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     q = np.asarray(episode.joint_positions, np.float64)[:, :k]
     sweeps = np.array([np.abs(q[a:b, c] - q[0, c]).max() for c, (a, b) in enumerate(segments)])
     widest = float(sweeps[~prismatic].max()) if (~prismatic).any() else 0.0
-    fitted = ~prismatic & (joint_scale == "fit" or (joint_scale == "auto"
-                                                    and widest > MAX_SWEEP_RAD))
+    not_rad = joint_scale == "auto" and widest > MAX_SWEEP_RAD
+    as_degrees = ~prismatic & (joint_scale == "deg" or (
+        not_rad and np.radians(widest) <= DEGREES_MAX_SWEEP_RAD))
+    fitted = ~prismatic & ~as_degrees & (joint_scale == "fit" or not_rad)
+    if as_degrees.any():
+        say(f"readings of {int(as_degrees.sum())} channel(s) read as degrees "
+            f"({joint_scale}: the widest sweep is {widest:.4g} in the readings"
+            + (f", {np.radians(widest):.3g} rad as degrees" if joint_scale == "auto" else "")
+            + "; --joint-scale fit fits each channel's turn per unit instead)")
     if fitted.any():
         say(f"turn per unit of reading fitted for {int(fitted.sum())} channel(s) "
             f"({joint_scale}: the widest sweep is {widest:.4g} in the readings"
             + (f", more than {MAX_SWEEP_RAD:.4g} rad" if joint_scale == "auto" else "") + ")")
     t0 = time.perf_counter()
-    fit = read_chain(frames, q, segments, focal, centre, size,
+    # degrees are read as rad (the same sweep), then 1 unit = pi/180 rad in the chain, so
+    # that actions and readings stay in the controller's unit
+    per_unit = np.where(as_degrees, np.pi / 180.0, 1.0)
+    fit = read_chain(frames, q * per_unit[None], segments, focal, centre, size,
                      photometric_size=photometric_size, log=log, prismatic=prismatic,
                      scale_free=fitted if fitted.any() else None)
+    if as_degrees.any():
+        fit = replace(fit, rad_per_unit=fit.rad_per_unit * per_unit)
     h, w = size
     grid = on_grid(frames, size)
     background = calibration_background(fit, grid, q)
@@ -1753,7 +1775,9 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
             "pinhole_from": where, "photometric_size": photometric_size,
             "prismatic": [n for n, m in zip(names, prismatic, strict=True) if m],
             "joint_scale": {"mode": joint_scale, "widest_sweep": round(widest, 6),
-                            "fitted": [n for n, m in zip(names, fitted, strict=True) if m]},
+                            "fitted": [n for n, m in zip(names, fitted, strict=True) if m],
+                            **({"degrees": [n for n, m in zip(names, as_degrees, strict=True)
+                                            if m]} if as_degrees.any() else {})},
             "arm_pixels": int(fit.robot.sum()), "seconds": round(time.perf_counter() - t0, 1)}
     chain = as_calibration(fit, grid[0], q[0], background, names, info)
     if motions:
