@@ -209,9 +209,13 @@ def test_a_chain_from_the_cache_is_anchored_when_it_misplaces_the_arm_at_the_sta
     from edge.cache.store import CalibrationCache
     from edge.cache.values import CacheKey
     from edge.cli import main
-    from edge.commands.common import AUTO_ANCHOR_BELOW, LOW_START_AGREEMENT
     from edge.episode import save_episode
-    from edge.runtime.chain import CHAIN_MODEL_SHA256, save_chain_calibration
+    from edge.runtime.chain import (
+        AUTO_ANCHOR_BELOW,
+        CHAIN_MODEL_SHA256,
+        LOW_START_AGREEMENT,
+        save_chain_calibration,
+    )
 
     monkeypatch.setattr(chain_fit, "MOTION_REFINE_STEPS", (20,))
     monkeypatch.setattr(chain_fit, "MOTION_REFINE_BLUR_PX", (1.0,))

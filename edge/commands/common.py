@@ -558,16 +558,6 @@ def run_command(name: str,
 CHAIN_FROM_CACHE = "@cache"
 #: ``--anchor`` without EPISODE: the calibration episode the cache holds with the chain.
 ANCHOR_FROM_CACHE = "@cache"
-#: A chain putting less of the arm it draws at the start on the arm the start frame shows
-#: is anchored there first when it can be (:func:`anchor_chain`). On 64 held-out robot
-#: cells (the start agreement read from the background alone, r = 0.96 with the share on
-#: the true robot mask) anchoring below 0.8 (58 of 64 cells) gave what anchoring every
-#: cell did (retrieval@8 0.77 from 0.69; README, "Anchored at the start frame").
-AUTO_ANCHOR_BELOW = 0.8
-#: Below this start agreement, even anchored, the prediction is warned about: on those 64
-#: cells the 6 anchored starts below 0.5 gained 0.57 dB over copy-last at step 16
-#: (retrieval@8 0.48), the others 3.75 dB (0.80).
-LOW_START_AGREEMENT = 0.5
 
 
 def add_chain_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
@@ -584,6 +574,8 @@ def add_chain_arg(p: argparse.ArgumentParser, extra: str = "") -> None:
 def add_anchor_arg(p: argparse.ArgumentParser) -> None:
     """``--anchor [EPISODE]`` and ``--no-anchor`` of ``simulate`` and ``precheck`` (chain
     model only)."""
+    from edge.runtime.chain import AUTO_ANCHOR_BELOW
+
     p.add_argument("--anchor", metavar="EPISODE", nargs="?", const=ANCHOR_FROM_CACHE,
                    help="with the chain model: refine the chain at the start frame before the "
                         "rollout, so that it puts the arm where the start frame shows it "
@@ -732,9 +724,9 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     Anchored with ``--anchor``; never with ``--no-anchor``; otherwise when the chain's
     start agreement (:func:`edge.runtime.chain.start_agreement`: the share of the arm it
     draws at the start that lies where the start frame shows something in front of the
-    calibration's background) is below :data:`AUTO_ANCHOR_BELOW` and the calibration
+    calibration's background) is below :data:`edge.runtime.chain.AUTO_ANCHOR_BELOW` and the calibration
     episode is at hand (a chain from the cache); with a chain file, said with the option
-    that would anchor. A start agreement below :data:`LOW_START_AGREEMENT` after that is
+    that would anchor. A start agreement below :data:`edge.runtime.chain.LOW_START_AGREEMENT` after that is
     warned about (``start["warning"]``): measured on 64 held-out robot cells, such starts
     kept little over copying the start frame.
 
@@ -744,7 +736,7 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     """
     import importlib.util
 
-    from edge.runtime.chain import start_agreement
+    from edge.runtime.chain import AUTO_ANCHOR_BELOW, LOW_START_AGREEMENT, start_agreement
 
     if getattr(args, "anchor", None) and getattr(args, "no_anchor", False):
         raise RuntimeInputError("--anchor and --no-anchor: give one of the two")

@@ -131,7 +131,11 @@ class PrecheckEvalOptions:
             (:func:`export.models.chain_fit.anchor_chain_to_start`, as ``precheck --chain
             --anchor`` runs it; kept beside the read as ``<read>-anchor.npz``), its keep-out
             on where it puts the arm, row ``chain_anchored`` (and
-            ``chain_anchored_margin_<m>px`` per margin; ``--chain-anchor``).
+            ``chain_anchored_margin_<m>px`` per margin; ``--chain-anchor``); and row
+            ``chain_auto``, what ``simulate``/``precheck`` do by default with a cached
+            chain: the anchored chain where the read's start agreement
+            (:func:`edge.runtime.chain.start_agreement`) is below
+            :data:`edge.runtime.chain.AUTO_ANCHOR_BELOW`, else the read.
         chain_poses: with ``chain``, also the chain refined with the planner's held poses
             (``calibrate plan --poses``: :data:`edge.calibrate.plan.POSES_COUNT` poses
             within :data:`edge.calibrate.plan.POSES_HALF_RANGE` of the calibration's home,
@@ -390,7 +394,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
     check_options(opts)
     require_mujoco("the pre-check benchmark")
     from edge.commands.common import history_context
-    from edge.runtime.chain import chain_rollout
+    from edge.runtime.chain import AUTO_ANCHOR_BELOW, chain_rollout, start_agreement
     from edge.runtime.context import encode_calibration
     from edge.runtime.model import load_model
     from edge.runtime.rollout import Rollout
@@ -432,6 +436,7 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                     rows.update({margin_label(x): [] for x in opts.keep_out_margins})
                     for flag, row in ((opts.chain_motion, "chain_refined"),
                                       (opts.chain_anchor, "chain_anchored"),
+                                      (opts.chain_anchor, "chain_auto"),
                                       (opts.chain_poses, "chain_poses"),
                                       (opts.chain_poses and opts.chain_anchor,
                                        "chain_poses_anchored")):
@@ -482,8 +487,16 @@ def evaluate_precheck(opts: PrecheckEvalOptions,
                             posed, posed_anchored = _posed_for(
                                 gen_chain, episodes, c, chain, opts.chain_fits, progress,
                                 opts.chain_anchor, opts.chain_poses_half_range)
+                        # what simulate/precheck do by default with a cached chain:
+                        # anchored only where its start agreement is low
+                        auto = None
+                        if anchored is not None:
+                            share = start_agreement(chain, start, c["q0"])["arm_on_arm"]
+                            auto = (anchored if share is not None
+                                    and share < AUTO_ANCHOR_BELOW else chain)
                         for row, other in (("chain_refined", refined),
                                            ("chain_anchored", anchored),
+                                           ("chain_auto", auto),
                                            ("chain_poses", posed),
                                            ("chain_poses_anchored", posed_anchored)):
                             if other is None:
