@@ -113,6 +113,22 @@ def _start_episode(cal, start: np.ndarray, q: np.ndarray):
                    joint_positions=np.repeat(q[None], 4, 0))
 
 
+def _cached_cell(tilted, tmp_path):
+    """``(cache folder, start episode path)``: the tilted chain and its calibration episode
+    stored as cell ``two-link``'s chain entry, and a start episode at ``START_Q``."""
+    from edge.cache.store import CalibrationCache
+    from edge.cache.values import CacheKey
+    from edge.episode import save_episode
+    from edge.runtime.chain import CHAIN_MODEL_SHA256
+
+    _, cal, chain, start = tilted
+    cache = tmp_path / "cache"
+    with CalibrationCache(cache) as c:
+        c.put(CacheKey("two-link", "cam", "arm", CHAIN_MODEL_SHA256), cal, chain,
+              {"stored": {"model": "chain"}}, chain.home_frame)
+    return cache, save_episode(_start_episode(cal, start, START_Q), tmp_path / "start.npz")
+
+
 def test_simulate_anchor_runs_the_anchored_chain_and_says_so(tilted, tmp_path, capsys,
                                                             monkeypatch):
     """``simulate --chain FILE --anchor CAL``: the rollout runs from the chain anchored at
@@ -167,20 +183,12 @@ def test_precheck_anchor_takes_the_cached_calibration_episode(tilted, tmp_path, 
     """``precheck --cell ID --chain --anchor``: the chain and its calibration episode from
     the cache, anchored at the start before the verdicts; the report says so."""
     import export.models.chain_fit as chain_fit
-    from edge.cache.store import CalibrationCache
-    from edge.cache.values import CacheKey
     from edge.cli import main
-    from edge.episode import save_episode
-    from edge.runtime.chain import CHAIN_MODEL_SHA256
 
     monkeypatch.setattr(chain_fit, "MOTION_REFINE_STEPS", (20,))
     monkeypatch.setattr(chain_fit, "MOTION_REFINE_BLUR_PX", (1.0,))
     _, cal, chain, start = tilted
-    cache = tmp_path / "cache"
-    with CalibrationCache(cache) as c:
-        c.put(CacheKey("two-link", "cam", "arm", CHAIN_MODEL_SHA256), cal, chain,
-              {"stored": {"model": "chain"}}, chain.home_frame)
-    start_path = save_episode(_start_episode(cal, start, START_Q), tmp_path / "start.npz")
+    cache, start_path = _cached_cell(tilted, tmp_path)
     actions = np.zeros((2, 3, 2), np.float32)
     actions[1, :, 0] = 0.05
     np.save(tmp_path / "cands.npy", actions)
@@ -206,13 +214,9 @@ def test_a_chain_from_the_cache_is_anchored_when_it_misplaces_the_arm_at_the_sta
     tested on drawn frames in test_chain_runtime; here it is set, to test the decision."""
     import edge.runtime.chain as runtime_chain
     import export.models.chain_fit as chain_fit
-    from edge.cache.store import CalibrationCache
-    from edge.cache.values import CacheKey
     from edge.cli import main
-    from edge.episode import save_episode
     from edge.runtime.chain import (
         AUTO_ANCHOR_BELOW,
-        CHAIN_MODEL_SHA256,
         LOW_START_AGREEMENT,
         save_chain_calibration,
     )
@@ -227,11 +231,7 @@ def test_a_chain_from_the_cache_is_anchored_when_it_misplaces_the_arm_at_the_sta
 
     monkeypatch.setattr(runtime_chain, "start_agreement", agreement)
     _, cal, chain, start = tilted
-    cache = tmp_path / "cache"
-    with CalibrationCache(cache) as c:
-        c.put(CacheKey("two-link", "cam", "arm", CHAIN_MODEL_SHA256), cal, chain,
-              {"stored": {"model": "chain"}}, chain.home_frame)
-    start_path = save_episode(_start_episode(cal, start, START_Q), tmp_path / "start.npz")
+    cache, start_path = _cached_cell(tilted, tmp_path)
     cached = ["simulate", "--cell", "two-link", "--chain", "--cache-dir", str(cache),
               "--start", str(start_path)]
     assert 0.3 < AUTO_ANCHOR_BELOW and 0.3 < LOW_START_AGREEMENT

@@ -48,7 +48,7 @@ __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
            "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
            "home_differences",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
-           "AUTO_ANCHOR_BELOW", "LOW_START_AGREEMENT", "START_AGREEMENT_CHANGE", "arm_cover", "chain_positions", "start_agreement", "sweep_check", "sweep_segments", "fit_sheet",
+           "AUTO_ANCHOR_BELOW", "LOW_START_AGREEMENT", "START_AGREEMENT_CHANGE", "arm_cover", "checked_start", "chain_positions", "start_agreement", "sweep_check", "sweep_segments", "fit_sheet",
            "chain_rollout", "close_gaps", "compose_chain",
            "load_chain_calibration", "save_chain_calibration", "splat_values"]
 
@@ -667,6 +667,28 @@ def arm_cover(chain: ChainGeometry, offsets: np.ndarray, upsample: int = 2, dept
     return close_gaps(val, dens)[1]
 
 
+def checked_start(chain: ChainCalibration, start: np.ndarray,
+                  start_joint_positions: np.ndarray,
+                  error: type[Exception] = RuntimeInputError) -> tuple[np.ndarray, np.ndarray]:
+    """``(start, q0)``: a rollout's start frame (uint8 ``[H, W, 3]`` on the chain's grid)
+    and the controller's readings there (float64 ``[K]``, finite), as arrays.
+
+    Raises:
+        error (RuntimeInputError by default): a start of another size or dtype, readings
+            of another width or not finite; the message names which and what was expected.
+    """
+    h, w = chain.resolution
+    start = np.asarray(start)
+    if start.shape != (h, w, 3) or start.dtype != np.uint8:
+        raise error(f"start frame: expected uint8 [{h}, {w}, 3] (the chain calibration's "
+                    f"grid), found {start.dtype} {list(start.shape)}")
+    q0 = np.asarray(start_joint_positions, np.float64)
+    if q0.shape != (chain.num_dof,) or not np.isfinite(q0).all():
+        raise error(f"start joint readings: expected {chain.num_dof} finite values "
+                    f"({', '.join(chain.dof_names)}), found {list(q0.shape)}")
+    return start, q0
+
+
 #: Sum over RGB (0-255 levels) by which a start-frame pixel must differ from the
 #: calibration's background to count as showing something in front of it.
 START_AGREEMENT_CHANGE = 30.0
@@ -715,15 +737,7 @@ def start_agreement(chain: ChainCalibration, start: np.ndarray,
     Raises:
         RuntimeInputError: a start of another size, readings of another width.
     """
-    h, w = chain.resolution
-    start = np.asarray(start)
-    if start.shape != (h, w, 3) or start.dtype != np.uint8:
-        raise RuntimeInputError(f"start frame: expected uint8 [{h}, {w}, 3] (the chain "
-                                f"calibration's grid), found {start.dtype} {list(start.shape)}")
-    q0 = np.asarray(start_joint_positions, np.float64).reshape(-1)
-    if q0.shape != (chain.num_dof,) or not np.isfinite(q0).all():
-        raise RuntimeInputError(f"start joint readings: expected {chain.num_dof} finite "
-                                f"values ({', '.join(chain.dof_names)}), found {list(q0.shape)}")
+    start, q0 = checked_start(chain, start, start_joint_positions)
     cover = arm_cover(chain, (q0 - chain.home_joint_positions)[None])[0]
     seen = np.asarray(chain.background_seen, bool)
     differs = seen & (np.abs(start.astype(np.float32) - chain.background).sum(-1) > change)
@@ -805,14 +819,7 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
 
     h, w = chain.resolution
     k = chain.num_dof
-    start = np.asarray(start)
-    if start.shape != (h, w, 3) or start.dtype != np.uint8:
-        raise RuntimeInputError(f"start frame: expected uint8 [{h}, {w}, 3] (the chain "
-                                f"calibration's grid), found {start.dtype} {list(start.shape)}")
-    q0 = np.asarray(start_joint_positions, np.float64)
-    if q0.shape != (k,) or not np.isfinite(q0).all():
-        raise RuntimeInputError(f"start joint readings: expected {k} finite values "
-                                f"({', '.join(chain.dof_names)}), found {list(q0.shape)}")
+    start, q0 = checked_start(chain, start, start_joint_positions)
     acts = np.asarray(actions, np.float64)
     single = acts.ndim == 2
     if single:

@@ -1625,16 +1625,10 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
     say = log or (lambda _line: None)
     steps = MOTION_REFINE_STEPS if steps is None else steps
     blur_px = MOTION_REFINE_BLUR_PX if blur_px is None else blur_px
-    names = list(chain.dof_names)
+    from edge.runtime.chain import checked_start
+
     h, w = chain.resolution
-    start = np.asarray(start)
-    if start.shape != (h, w, 3) or start.dtype != np.uint8:
-        raise ValueError(f"start frame: expected uint8 [{h}, {w}, 3] (the chain's grid), "
-                         f"found {start.dtype} {list(start.shape)}")
-    q0 = np.asarray(start_joint_positions, np.float64).reshape(-1)
-    if q0.shape != (len(names),) or not np.isfinite(q0).all():
-        raise ValueError(f"start joint readings: expected {len(names)} finite values "
-                         f"({', '.join(names)}), found {list(np.shape(start_joint_positions))}")
+    start, q0 = checked_start(chain, start, start_joint_positions, error=ValueError)
     if copies < 1:
         raise ValueError(f"copies {copies}: expected at least 1")
     cal, qc, small = _sweep_to_refine(chain, episode, photometric_size,
