@@ -584,7 +584,7 @@ def add_anchor_arg(p: argparse.ArgumentParser) -> None:
                         "one the calibration cache holds with the cell's chain (--chain "
                         "alone, --cell ID); with a chain FILE, give that episode. Without "
                         "--anchor or --no-anchor, a chain from the cache is anchored when it "
-                        f"puts less than {AUTO_ANCHOR_BELOW:.0%} of the arm it draws at the "
+                        f"puts less than {AUTO_ANCHOR_BELOW * 100:.0f}%% of the arm it draws at the "
                         "start where the start frame shows something in front of the "
                         "background (its start agreement, recorded in the outputs)")
     p.add_argument("--no-anchor", action="store_true",
