@@ -121,7 +121,8 @@ def test_record_takes_its_resolution_from_the_active_bundle(tmp_path: Path,
     _activate(tmp_path / "home", FP32)
     assert _resolution(argparse.Namespace(model=None, size=None)) == \
         tuple(json.loads((FP32 / "model.json").read_text())["contract"]["resolution"])
-    assert _resolution(argparse.Namespace(model=None, size="96x128")) == (96, 128)
+    # WIDTHxHEIGHT, as the camera URL's size= gives it: (H, W) back
+    assert _resolution(argparse.Namespace(model=None, size="128x96")) == (96, 128)
 
 
 # ------------------------------------------------------------------ check
