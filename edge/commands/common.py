@@ -684,10 +684,11 @@ def _cached_chain(args: argparse.Namespace):
     return chain, f"cache:{key.cell_id}/{key.camera_id}/{key.robot_id}"
 
 
-def _anchor_episode(args: argparse.Namespace) -> tuple[Episode, str]:
-    """The calibration episode ``--anchor`` refines with: the cache's (with the cached
-    chain) or the file given (the refinement checks that the chain was read from it)."""
-    if args.anchor == ANCHOR_FROM_CACHE:
+def _anchor_episode(args: argparse.Namespace, anchor: str) -> tuple[Episode, str]:
+    """The calibration episode to anchor with: ``anchor`` is :data:`ANCHOR_FROM_CACHE`
+    (the cache's, with the cached chain) or a file (the refinement checks that the chain
+    was read from it)."""
+    if anchor == ANCHOR_FROM_CACHE:
         if args.chain != CHAIN_FROM_CACHE:
             raise RuntimeInputError(f"--anchor: with --chain {args.chain}, give the "
                                     "calibration episode that chain was read from "
@@ -705,30 +706,31 @@ def _anchor_episode(args: argparse.Namespace) -> tuple[Episode, str]:
     from edge.errors import EpisodeError
 
     try:
-        episode = load_episode(args.anchor)
+        episode = load_episode(anchor)
     except EpisodeError as exc:  # names the file and the field
         raise RuntimeInputError(f"--anchor: {exc} (expected the calibration episode the "
                                 "chain was read from)") from None
-    return episode, str(args.anchor)
+    return episode, str(anchor)
 
 
 def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, q0: Any
                  ) -> tuple[Any, str, dict[str, Any]]:
-    """``(chain, source, start)``: the chain refined at the start frame (the reader
+    """``(chain, source, decision)``: the chain refined at the start frame (the reader
     plug-in ``syncedge.chain_readers`` ``anchor``,
     :func:`export.models.chain_fit.anchor_chain_to_start`; progress on stderr) and the
-    source text saying so, or both as given; ``start`` says what was decided and why (the
-    outputs' ``start_agreement``). Call it once the inputs are checked: anchoring takes
-    about 30 s.
+    source text saying so, or both as given; ``decision`` says what was decided and why
+    (the outputs' ``start_agreement``). Call it once the inputs are checked: anchoring
+    takes about 30 s.
 
     Anchored with ``--anchor``; never with ``--no-anchor``; otherwise when the chain's
     start agreement (:func:`edge.runtime.chain.start_agreement`: the share of the arm it
     draws at the start that lies where the start frame shows something in front of the
-    calibration's background) is below :data:`edge.runtime.chain.AUTO_ANCHOR_BELOW` and the calibration
-    episode is at hand (a chain from the cache); with a chain file, said with the option
-    that would anchor. A start agreement below :data:`edge.runtime.chain.LOW_START_AGREEMENT` after that is
-    warned about (``start["warning"]``): measured on 64 held-out robot cells, such starts
-    kept little over copying the start frame.
+    calibration's background) is below :data:`edge.runtime.chain.AUTO_ANCHOR_BELOW` and
+    the calibration episode is at hand (a chain from the cache); with a chain file, said
+    with the option that would anchor. A start agreement below
+    :data:`edge.runtime.chain.LOW_START_AGREEMENT` after that is warned about
+    (``decision["warning"]``): measured on 64 held-out robot cells, such starts kept little
+    over copying the start frame.
 
     Raises:
         RuntimeInputError: ``--anchor`` with ``--no-anchor``; as :func:`_anchor_episode`;
@@ -738,44 +740,41 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
 
     from edge.runtime.chain import AUTO_ANCHOR_BELOW, LOW_START_AGREEMENT, start_agreement
 
-    if getattr(args, "anchor", None) and getattr(args, "no_anchor", False):
+    given = getattr(args, "anchor", None)
+    if given and getattr(args, "no_anchor", False):
         raise RuntimeInputError("--anchor and --no-anchor: give one of the two")
     before = start_agreement(chain, start, q0)
     share = before["arm_on_arm"]
     decided: dict[str, Any] = {"before": before, "anchored": False, "why": None,
                                "after": None, "warning": None}
-    if getattr(args, "anchor", None):
+    episode = given  # the episode to anchor with, or None
+    low = share is not None and share < AUTO_ANCHOR_BELOW
+    said = (f"the chain puts {share:.0%} of the arm it draws at the start where the start "
+            f"frame shows the arm (below {AUTO_ANCHOR_BELOW:.0%})") if low else ""
+    if given:
         decided["why"] = "--anchor"
     elif getattr(args, "no_anchor", False):
         decided["why"] = "--no-anchor: not anchored"
-    elif share is None or share >= AUTO_ANCHOR_BELOW:
+    elif not low:
         decided["why"] = ("no pixel of the arm drawn at the start lies on known background"
                           if share is None else
                           f"start agreement {share:.0%}, not below {AUTO_ANCHOR_BELOW:.0%}: "
                           "not anchored")
     elif importlib.util.find_spec("torch") is None:
-        decided["why"] = (f"start agreement {share:.0%}, below {AUTO_ANCHOR_BELOW:.0%}, but "
-                          "anchoring needs torch: not anchored")
-        print(f"note: the chain puts {share:.0%} of the arm it draws at the start where the "
-              f"start frame shows the arm (below {AUTO_ANCHOR_BELOW:.0%}); anchoring it there "
-              "needs torch (pip install '.[train]'), not installed", file=sys.stderr,
-              flush=True)
+        decided["why"] = f"{said}, but anchoring needs torch: not anchored"
+        print(f"note: {said}; anchoring it there needs torch (pip install '.[train]'), not "
+              "installed", file=sys.stderr, flush=True)
     elif args.chain == CHAIN_FROM_CACHE:
-        args.anchor = ANCHOR_FROM_CACHE
-        decided["why"] = (f"start agreement {share:.0%}, below {AUTO_ANCHOR_BELOW:.0%}: "
-                          "anchored (--no-anchor skips it)")
-        print(f"the chain puts {share:.0%} of the arm it draws at the start where the start "
-              f"frame shows the arm (below {AUTO_ANCHOR_BELOW:.0%}): anchoring it at the start "
-              "frame first (--no-anchor skips this)", file=sys.stderr, flush=True)
+        episode = ANCHOR_FROM_CACHE
+        decided["why"] = f"{said}: anchored (--no-anchor skips it)"
+        print(f"{said}: anchoring it at the start frame first (--no-anchor skips this)",
+              file=sys.stderr, flush=True)
     else:
-        decided["why"] = (f"start agreement {share:.0%}, below {AUTO_ANCHOR_BELOW:.0%}, but "
-                          "the calibration episode is not at hand: not anchored")
-        print(f"note: the chain puts {share:.0%} of the arm it draws at the start where the "
-              f"start frame shows the arm (below {AUTO_ANCHOR_BELOW:.0%}); --anchor "
-              "EPISODE (the calibration episode the chain was read from) refines it at the "
-              "start frame first", file=sys.stderr, flush=True)
-    if getattr(args, "anchor", None):
-        chain, source = _anchored(args, chain, source, start, q0)
+        decided["why"] = f"{said}, but the calibration episode is not at hand: not anchored"
+        print(f"note: {said}; --anchor EPISODE (the calibration episode the chain was read "
+              "from) refines it at the start frame first", file=sys.stderr, flush=True)
+    if episode:
+        chain, source = _anchored(args, episode, chain, source, start, q0)
         decided["anchored"] = True
         decided["after"] = start_agreement(chain, start, q0)
     final = (decided["after"] or before)["arm_on_arm"]
@@ -789,17 +788,17 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     return chain, source, decided
 
 
-def _anchored(args: argparse.Namespace, chain: Any, source: str, start: Any, q0: Any
-              ) -> tuple[Any, str]:
-    """The chain refined at the start frame with ``--anchor``'s episode, and the source
-    text saying so (:func:`anchor_chain`)."""
+def _anchored(args: argparse.Namespace, anchor: str, chain: Any, source: str, start: Any,
+              q0: Any) -> tuple[Any, str]:
+    """The chain refined at the start frame with the episode ``anchor`` names (a file, or
+    :data:`ANCHOR_FROM_CACHE`), and the source text saying so (:func:`anchor_chain`)."""
     import time
 
     from edge.plugins import load
 
     t0 = time.perf_counter()
 
-    episode, where = _anchor_episode(args)
+    episode, where = _anchor_episode(args, anchor)
     try:
         import torch
 

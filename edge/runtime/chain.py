@@ -48,7 +48,9 @@ __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
            "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
            "home_differences",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
-           "AUTO_ANCHOR_BELOW", "LOW_START_AGREEMENT", "START_AGREEMENT_CHANGE", "arm_cover", "checked_start", "chain_positions", "start_agreement", "sweep_check", "sweep_segments", "fit_sheet",
+           "AUTO_ANCHOR_BELOW", "LOW_START_AGREEMENT", "START_AGREEMENT_CHANGE",
+           "arm_cover", "checked_start", "chain_positions", "start_agreement", "sweep_check",
+           "sweep_segments", "fit_sheet",
            "chain_rollout", "close_gaps", "compose_chain",
            "load_chain_calibration", "save_chain_calibration", "splat_values"]
 
@@ -72,8 +74,9 @@ CHAIN_MODEL_SHA256 = hashlib.sha256(f"{CHAIN_FORMAT}/{CHAIN_SCHEMA_VERSION}".enc
 
 #: How a chain read maps a revolute channel's joint readings to turns
 #: (``export.models.chain_fit.read_chain_calibration(joint_scale=...)``, ``--joint-scale``):
-#: ``auto`` (fit the turn per unit where a sweep is too wide to be rad, else rad), ``rad``
-#: (the readings are rad), ``fit`` (fit every revolute channel's turn per unit).
+#: ``auto`` (where a sweep is too wide to be rad: degrees if the widest is at most 1 rad as
+#: degrees, else the turn per unit fitted; otherwise rad), ``rad`` (the readings are rad),
+#: ``deg`` (they are degrees), ``fit`` (fit every revolute channel's turn per unit).
 JOINT_SCALE_MODES = ("auto", "rad", "deg", "fit")
 #: The ``--joint-scale`` option's help (``model read-chain``, ``calibrate store --chain``).
 JOINT_SCALE_HELP = ("how the joint readings map to turns: auto (default: rad, unless a "
@@ -720,8 +723,9 @@ def start_agreement(chain: ChainCalibration, start: np.ndarray,
     tells); ``arm_drawn`` the share of the pixels that differ from the background which
     the chain covers (low where it leaves links out: thin or distal parts). On 64 held-out
     robot cells the precision measured against the true robot mask predicted where
-    anchoring (:func:`export.models.chain_fit.anchor_chain_to_start`) helps: README,
-    "Anchored at the start frame".
+    anchoring (:func:`export.models.chain_fit.anchor_chain_to_start`) helps, and the
+    share read this way follows it (r = 0.96): README, "Anchored when the start shows it
+    is needed".
 
     Args:
         chain: :class:`ChainCalibration`.
@@ -757,7 +761,7 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
                   actions: np.ndarray, fill: bool = True, upsample: int = 2,
                   depth_scale: float = 0.01, visible_tol: float = 0.02,
                   with_cover: bool = False, edge_px: int = 2, edge_change: float = 30.0,
-                  carry_rim: bool = False, rim_in_cover: bool = False):
+                  carry_rim: bool = False):
     """Predict frames: the arm's points moved by the chain and drawn over the start frame.
 
     Every arm sample of the home frame is moved to the start pose and to each step's pose
@@ -802,8 +806,6 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
             default: on 64 held-out robot cells it cost 0.52 dB whole-frame PSNR at step
             16 (worse on 63 cells) for +0.15 dB in the moving region (docs/eval/
             experiments.md, "Carrying the arm's rim").
-        rim_in_cover: the carried rim counts in the cover (the predicted robot mask) but
-            is not drawn.
 
     Returns:
         uint8 ``[S, H, W, 3]`` or ``[N, S, H, W, 3]`` (as ``actions``); with ``with_cover``
@@ -856,7 +858,7 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
     rim = (~cover[0] & seen & (np.abs(img - bg).sum(-1) > edge_change)
            if kernel is not None else None)
     carried = None
-    if (carry_rim or rim_in_cover) and fill and rim is not None:
+    if carry_rim and fill and rim is not None:
         carried = _rim_motion(rim & (cv2.dilate(cover[0].astype(np.uint8), kernel) > 0),
                               us, uv, visible > 0.5, start)
     out = np.empty((nc * ns, h, w, 3), np.uint8)
@@ -880,9 +882,8 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
             frame[hole] = bg[hole]
         if carried is not None:
             ty, tx, colour = _rim_at(carried, s + 1, h, w)
-            if carry_rim:
-                free = ~cover[s + 1][ty, tx]
-                frame[ty[free], tx[free]] = colour[free]
+            free = ~cover[s + 1][ty, tx]
+            frame[ty[free], tx[free]] = colour[free]
             cover[s + 1][ty, tx] = True
         out[s] = np.clip(np.rint(frame), 0, 255).astype(np.uint8)
     out = out.reshape(nc, ns, h, w, 3)

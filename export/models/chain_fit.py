@@ -1622,11 +1622,11 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
     """
     import cv2
 
+    from edge.runtime.chain import checked_start
+
     say = log or (lambda _line: None)
     steps = MOTION_REFINE_STEPS if steps is None else steps
     blur_px = MOTION_REFINE_BLUR_PX if blur_px is None else blur_px
-    from edge.runtime.chain import checked_start
-
     h, w = chain.resolution
     start, q0 = checked_start(chain, start, start_joint_positions, error=ValueError)
     if copies < 1:
