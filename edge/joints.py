@@ -28,14 +28,18 @@ class Status(enum.IntFlag):
     ``OK`` (no flag) means fresh values read in one valid cycle right after another valid one.
     ``GAP``: one or more cycles before this sample failed (timeout, CRC, lost frame); the count is
     in :attr:`JointSample.missed`. ``STALE``: the values were not refreshed in this cycle (never
-    set on a sample that is yielded as fresh). ``FAULT``: the device reported an error
-    (hardware error bit, EtherCAT slave out of OP); the values are still the ones read.
+    set on a sample that is yielded as fresh; a device that sends the same frame twice).
+    ``FAULT``: the device reported an error (hardware error bit, EtherCAT slave out of OP); the
+    values are still the ones read. ``RESTART``: the device started again before this sample
+    (its frame numbering began anew): how many cycles were lost is unknown, its clock may
+    have been reset and its values may not continue the ones before (an encoder homed again).
     """
 
     OK = 0
     GAP = 1
     STALE = 2
     FAULT = 4
+    RESTART = 8
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 URL form: ``frame:///dev/ttyACM0?baud=921600&joints=6&frame_timeout_s=0.05&ping_s=0.02``.
 The device sends frames on its own clock (see :mod:`.frame_format`); each :meth:`read`
 returns the next valid frame. Corrupt frames are counted (``crc_errors``) and skipped; the
-sequence number marks gaps.
+sequence number marks gaps, a frame sent twice (``STALE``), a frame that comes after a later
+one (dropped, ``late_frames``) and a device that started again (``RESTART``).
 
 The stream also pings the device (a ping frame every ``ping_s`` on average, at jittered
 moments, so that the pings fall at every phase of a USB-serial adapter's latency timer and
@@ -50,6 +51,11 @@ MAX_PINGS_IN_FLIGHT = 8
 PING_WRITE_TIMEOUT_S = 0.002
 #: The shortest ``frame_timeout_s`` a URL may ask for, s.
 MIN_FRAME_TIMEOUT_S = 0.001
+#: How far behind the last delivered frame (in sequence numbers) a frame may be numbered and
+#: still be taken as late (dropped) rather than as the device starting again.
+REORDER_WINDOW = 8
+#: The frame period assumed until two frames in a row have measured it, us (100 Hz).
+DEFAULT_PERIOD_US = 10_000
 
 #: What each reason for rejecting frames (:attr:`~.errors.FrameError.reason`) points to.
 _REJECT_HINTS = {
@@ -93,7 +99,9 @@ class FramedStream(JointStream):
         self._decoder = FrameDecoder()
         self._rejected_at_valid: dict[str, int] = {}  # decoder.rejected at the last valid frame
         self._frames: deque[tuple[int, BridgeFrame]] = deque()  # (receipt ns, frame)
-        self._last_seq: int | None = None
+        self._last_seq: int | None = None  # the last frame delivered: its number,
+        self._last_time_us = 0  # its device time,
+        self._period_us = DEFAULT_PERIOD_US  # and the device's frame period measured so far
         self._rng = random.Random()
         self._ping_seq = 0  # never reset: a late answer from before a reconnect matches nothing
         self._in_flight: dict[int, tuple[int, int]] = {}  # ping sequence -> (send ns, host us)
@@ -252,33 +260,61 @@ class FramedStream(JointStream):
             raise LinkLostError(f"{self.port}: not open")
         deadline = time.monotonic() + self.frame_timeout_s
         self._service_pings(ser)
-        while not self._frames:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                rejected = self._rejected_since_valid()
-                raise CycleError("timeout", f"{self.port}: expected a valid frame within "
-                                 f"{self.frame_timeout_s} s, found none"
-                                 f"{'; ' + rejected if rejected else ''}")
-            self._pump(ser, min(remaining, self._until_ping_s()))
-            self._service_pings(ser)
-        receipt_ns, f = self._frames.popleft()
-        if f.position_rad.shape[0] != self.joints:
-            self._decoder.crc_errors += 1
-            self.stats.crc_errors = self._decoder.crc_errors
-            raise CycleError("lost", f"{self.port}: expected {self.joints} joints per frame "
-                             f"(joints={self.joints} in the URL), found "
-                             f"{f.position_rad.shape[0]}: set joints= to the device's count")
+        while True:
+            while not self._frames:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    rejected = self._rejected_since_valid()
+                    raise CycleError("timeout", f"{self.port}: expected a valid frame within "
+                                     f"{self.frame_timeout_s} s, found none"
+                                     f"{'; ' + rejected if rejected else ''}")
+                self._pump(ser, min(remaining, self._until_ping_s()))
+                self._service_pings(ser)
+            receipt_ns, f = self._frames.popleft()
+            if f.position_rad.shape[0] != self.joints:
+                rej = self._decoder.rejected
+                rej["joints"] = rej.get("joints", 0) + 1
+                self.stats.extra["rejected_frames"] = dict(rej)
+                raise CycleError("lost", f"{self.port}: expected {self.joints} joints per "
+                                 f"frame (joints={self.joints} in the URL), found "
+                                 f"{f.position_rad.shape[0]}: set joints= to the device's "
+                                 "count")
+            order, skipped = self._order(f)
+            if order != "late":
+                break
+            self.stats.late_frames += 1  # older than one delivered: dropped, wait for the next
         self._rejected_at_valid = dict(self._decoder.rejected)
-        skipped = 0
-        if self._last_seq is not None:
-            diff = (f.sequence - self._last_seq - 1) & 0xFFFFFFFF
-            skipped = diff if diff < 0x80000000 else 0  # a huge jump is a device restart
-        self._last_seq = f.sequence
+        if order != "duplicate":  # a repeated frame moves neither the numbering nor the clock
+            if order == "next" and self._last_seq is not None and skipped >= 0:
+                dt = f.device_time_us - self._last_time_us
+                if dt > 0:
+                    self._period_us = dt / (skipped + 1)
+            self._last_seq, self._last_time_us = f.sequence, f.device_time_us
         pings, self._evidence = tuple(self._evidence), []
         return Reading(f.position_rad, f.velocity_rad_s, f.effort_nm, receipt_ns,
                        device_counter=f.sequence, device_stamp_ns=f.device_time_us * 1000,
-                       fault="device fault flag" if f.fault else "", skipped=skipped,
-                       pings=pings)
+                       fault="device fault flag" if f.fault else "", skipped=max(skipped, 0),
+                       pings=pings, restart=order == "restart")
+
+    def _order(self, f: BridgeFrame) -> tuple[str, int]:
+        """Where frame ``f`` stands against the last one delivered: ``("next", n)`` (n frames
+        skipped before it), ``("duplicate", 0)`` (the same number again: delivered, the
+        stream flags it ``STALE``), ``("late", -1)`` (numbered k <= :data:`REORDER_WINDOW`
+        behind it with a device time at most 2 (k + 1) frame periods behind: dropped) or ``("restart", 0)`` (any other step back, or forward by 2^31 or
+        more: the device started again). docs/bridge-frame-protocol.md, "Receiver rules".
+        """
+        if self._last_seq is None:
+            return "next", 0
+        ahead = (f.sequence - self._last_seq - 1) & 0xFFFFFFFF
+        if ahead < 0x80000000:
+            return "next", ahead
+        behind = (self._last_seq - f.sequence) & 0xFFFFFFFF
+        if behind == 0:
+            return "duplicate", 0
+        lag_us = self._last_time_us - f.device_time_us
+        if behind <= REORDER_WINDOW and 0 <= lag_us <= 2 * (behind + 1) * self._period_us:
+            return "late", -1
+        return "restart", 0
 
     def _reconnect(self, deadline_ns: int, cause: Exception) -> None:
         self._last_seq = None

@@ -75,4 +75,5 @@ class ReplayStream(JointStream):
         # a recorded gap replays as a gap: the cycles missed before this sample
         return Reading(s.position_rad, s.velocity_rad_s, s.effort_nm, time.monotonic_ns(),
                        s.device_counter, s.device_stamp_ns, s.fault,
-                       skipped=s.missed if s.status & Status.GAP else 0)
+                       skipped=s.missed if s.status & Status.GAP else 0,
+                       restart=bool(s.status & Status.RESTART))

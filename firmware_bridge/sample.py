@@ -23,6 +23,13 @@ class StreamStats:
         faults: samples delivered with the ``FAULT`` flag.
         stale_replies: replies rejected because a per-cycle value (the EtherCAT DC system
             time) showed them to be late, replayed or duplicated (also counted as lost).
+        stale_samples: samples delivered with the ``STALE`` flag (the device sent the same
+            counter again: nothing new).
+        late_frames: frames older than one already delivered (numbered behind it, within
+            the reorder window of the framed stream), dropped: never delivered, not a lost
+            cycle (the cycle they belong to was counted missed when the next one came).
+        restarts: times the device's numbering started again (samples delivered with the
+            ``RESTART`` flag).
         first_ns, last_ns: receipt stamps of the first and last valid samples.
         slots: for a stream paced at ``rate_hz``, the slots of that grid from the first
             sample to the last (``round((last_ns - first_ns) * rate_hz) + 1``); 0 unpaced.
@@ -40,6 +47,9 @@ class StreamStats:
     reconnects: int = 0
     faults: int = 0
     stale_replies: int = 0
+    stale_samples: int = 0
+    late_frames: int = 0
+    restarts: int = 0
     first_ns: int = -1
     last_ns: int = -1
     slots: int = 0

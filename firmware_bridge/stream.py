@@ -59,6 +59,7 @@ class Reading:
     skipped: int = 0  # device sequence numbers skipped since the previous reading
     request_ns: int = -1  # host stamp just before the request was sent (-1: device paced)
     pings: tuple[Ping, ...] = ()  # pings answered or given up since the previous reading
+    restart: bool = False  # the device started again before this reading (Status.RESTART)
 
 
 class JointStream(abc.ABC):
@@ -247,6 +248,10 @@ class JointStream(abc.ABC):
             self.stats.faults += 1
         if r.device_counter >= 0 and r.device_counter == self._last_counter:
             status |= Status.STALE
+            self.stats.stale_samples += 1
+        if r.restart:
+            status |= Status.RESTART
+            self.stats.restarts += 1
         self._last_counter = r.device_counter if r.device_counter >= 0 else None
         s = JointSample(r.position_rad, r.velocity_rad_s, r.effort_nm, r.receipt_ns,
                         r.device_counter, r.device_stamp_ns, status, missed, r.fault,

@@ -344,3 +344,55 @@ def test_bridge_framed_frames_that_all_fail_name_why_they_were_rejected(faults, 
         assert s.stats.samples <= 20
         n = int(re.search(r"rejected since the last valid one: (\d+)", msg)[1])
         assert s.stats.extra["rejected_frames"][reason] >= n >= 10
+
+
+def test_bridge_framed_a_frame_sent_twice_is_stale_and_counted():
+    with FakeFramedDevice(3, 500.0, faults=FramedFaults(duplicate_every=10)) as dev, \
+            open_framed(dev) as s:
+        samples = [s.read() for _ in range(60)]
+    stale = [x for x in samples if x.status & Status.STALE]
+    assert stale and all(x.device_counter % 10 == 9 for x in stale)
+    # the repeat carries the counter of the sample before it, and nothing is counted missed
+    for a, b in zip(samples, samples[1:], strict=False):
+        if b.status & Status.STALE:
+            assert b.device_counter == a.device_counter
+    assert s.stats.stale_samples == len(stale) and s.stats.gaps == 0
+    assert not any(x.status & Status.GAP for x in samples)
+
+
+def test_bridge_framed_a_late_frame_is_dropped_without_a_false_gap():
+    # frame 10k + 9 is sent after frame 10k + 10: 10k + 10 shows it missed, then 10k + 9
+    # comes late (dropped, counted) and 10k + 11 follows with no gap
+    with FakeFramedDevice(3, 500.0, faults=FramedFaults(swap_every=10)) as dev, \
+            open_framed(dev) as s:
+        samples = [s.read() for _ in range(60)]
+    seqs = [x.device_counter for x in samples]
+    assert all(b > a for a, b in zip(seqs, seqs[1:], strict=False))  # never older data
+    gaps = [x for x in samples if x.status & Status.GAP]
+    assert gaps and all(x.device_counter % 10 == 0 and x.missed == 1 for x in gaps)
+    assert s.stats.late_frames >= len(gaps) - 1 >= 3
+    assert not any(x.status & (Status.RESTART | Status.STALE) for x in samples)
+
+
+def test_bridge_framed_a_device_that_starts_again_is_flagged_once():
+    with FakeFramedDevice(3, 500.0, faults=FramedFaults(restart_at=40)) as dev, \
+            open_framed(dev) as s:
+        samples = [s.read() for _ in range(70)]
+    flagged = [i for i, x in enumerate(samples) if x.status & Status.RESTART]
+    assert len(flagged) == 1 and s.stats.restarts == 1
+    first = samples[flagged[0]]
+    assert first.device_counter == 0 and samples[flagged[0] - 1].device_counter >= 30
+    after = samples[flagged[0] + 1:]
+    assert [x.device_counter for x in after] == list(range(1, len(after) + 1))
+    assert all(x.status == Status.OK for x in after) and s.stats.late_frames == 0
+
+
+def test_bridge_framed_another_joint_count_is_its_own_rejection_not_a_crc_error():
+    with FakeFramedDevice(4, 500.0) as dev, \
+            stream_for_url(f"frame://{dev.path}?joints=3&frame_timeout_s=0.02&read_timeout_s=0.2"
+                           ) as s:
+        with pytest.raises(BridgeTimeoutError, match="set joints= to the device's count"):
+            s.read()
+        assert s.stats.crc_errors == 0
+        assert s.stats.extra["rejected_frames"].get("joints", 0) >= 1
+        assert "crc" not in s.stats.extra["rejected_frames"]

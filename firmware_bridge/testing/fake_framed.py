@@ -60,6 +60,9 @@ class FramedFaults:
     clock_joint: bool = False  # joint 0 position = the capture time, monotonic s mod 100
     link_delay_s: float = 0.0  # one-way delay of the link, each direction (never told the host)
     answer_pings: bool = True  # False: firmware from before pings (reads nothing, answers none)
+    duplicate_every: int = 0  # send every N-th frame twice in a row
+    swap_every: int = 0  # every N-th frame is held back and sent after the next one
+    restart_at: int = 0  # at frame N the device starts again: numbering and clock from 0
     seed: int = 0
 
 
@@ -124,6 +127,8 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
     deaf_until = 0.0  # after EIO (no reader on the other side), stop listening a while
 
     step_us = [0]  # the clock's step so far (clock_jump_s once frame clock_jump_at is due)
+    seq_base = [0]  # the frame whose sequence number is 0 (restart_at moves it)
+    held: list[bytes] = []  # a frame held back by swap_every, sent after the next one
 
     def device_us(t: float) -> int:
         return int((t - t0) * 1e6 * (1 + f.clock_ppm * 1e-6)) + step_us[0]
@@ -149,11 +154,14 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
         if now >= due:
             if f.clock_jump_at and k == f.clock_jump_at:
                 step_us[0] = int(round(f.clock_jump_s * 1e6))
+            if f.restart_at and k == f.restart_at:  # numbering and clock begin again
+                seq_base[0] = k
+                step_us[0] = -int((now - t0) * 1e6 * (1 + f.clock_ppm * 1e-6))
             t_us = device_us(now)
             pos = 0.001 * k + j
             if f.clock_joint:
                 pos[0] = now % 100.0
-            data = bytearray(encode_frame(k, t_us, pos, -0.5 * j, 0.25 * j))
+            data = bytearray(encode_frame(k - seq_base[0], t_us, pos, -0.5 * j, 0.25 * j))
             new_version = bool(f.version_from) and k >= f.version_from
             bad_field = bool(f.joint_field_from) and k >= f.joint_field_from
             bad_crc = bool(f.bad_crc_from) and k >= f.bad_crc_from
@@ -183,7 +191,15 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
                 time.sleep(f.silence_s)
                 k += 1
                 continue
+            if f.swap_every and k % f.swap_every == f.swap_every - 1:
+                held.append(bytes(data))
+                k += 1
+                continue
             link.push(now, bytes(data))
+            if f.duplicate_every and k % f.duplicate_every == f.duplicate_every - 1:
+                link.push(now, bytes(data))
+            while held:
+                link.push(now, held.pop())
             k += 1
             continue
         wake = min(due, link.next_due(), arriving[0][0] if arriving else math.inf)
