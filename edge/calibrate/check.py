@@ -142,7 +142,43 @@ def load_for_check(path: str | os.PathLike[str]) -> EpisodeArrays:
         raise first from None
     if arr.frames.ndim != 4 or arr.actions.ndim != 2 or len(arr.actions) != len(arr.frames):
         raise EpisodeError(f"cannot check it: {error}", path=path)
+    why = _unreadable_arrays(arr)
+    if why:
+        raise EpisodeError(f"cannot check it: {why}", path=path)
     return arr
+
+
+def _unreadable_arrays(arr: EpisodeArrays) -> str:
+    """Why the check cannot read these arrays at all (``""`` if it can): what it reports on
+    (names, stamps, timing, sweeps) needs uint8 RGB frames, finite actions and joint
+    readings of one row per frame and one column per channel."""
+    f, a, q = arr.frames, arr.actions, arr.joint_positions
+    names = arr.meta.get("dof_names") if isinstance(arr.meta, dict) else None
+    if not isinstance(names, list) or len(names) != a.shape[1]:
+        found = len(names) if isinstance(names, list) else type(names).__name__
+        return (f"field 'metadata.dof_names': expected {a.shape[1]} names (one per column of "
+                f"'actions'), found {found}")
+    if f.dtype != np.uint8 or f.shape[-1] != 3:
+        return (f"field 'frames': expected uint8 [T, H, W, 3] (RGB 0-255), found {f.dtype} "
+                f"{list(f.shape)}: write the camera's frames as uint8")
+    if not np.issubdtype(a.dtype, np.number) or not np.isfinite(a).all():
+        return _non_finite("actions", a)
+    if q is None:
+        return ""
+    if q.shape != a.shape:
+        return (f"field 'joint_positions': expected shape {list(a.shape)} (one row per frame, "
+                f"one column per channel, as 'actions'), found {list(q.shape)}")
+    if not np.issubdtype(q.dtype, np.number) or not np.isfinite(q).all():
+        return _non_finite("joint_positions", q)
+    return ""
+
+
+def _non_finite(name: str, a: np.ndarray) -> str:
+    if not np.issubdtype(a.dtype, np.number):
+        return f"field '{name}': expected numbers, found dtype {a.dtype}"
+    r, c = np.argwhere(~np.isfinite(a))[0]
+    return (f"field '{name}': non-finite value {a[r, c]} at row {r}, channel {c}: every "
+            "reading must be a number (re-record, or drop the frames without readings)")
 
 
 def _reason(code: str, message: str, dof: str | None = None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ only when a subcommand uses them.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -86,6 +87,23 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     from edge.calibrate.sources import robot_spec_for
 
+    for flag, value, low, strict in (("--frame-rate-hz", args.frame_rate_hz, 0.0, True),
+                                     ("--lead-in-s", args.lead_in_s, 0.0, False),
+                                     ("--lead-out-s", args.lead_out_s, 0.0, False),
+                                     ("--sweep-seconds", args.sweep_seconds, 0.0, True),
+                                     ("--pause-seconds", args.pause_seconds, 0.0, False),
+                                     ("--half-range", args.half_range, 0.0, True),
+                                     ("--min-fraction", args.min_fraction, 0.0, True)):
+        if value is not None and not (math.isfinite(value)
+                                      and (value > low if strict else value >= low)):
+            raise CalibrateError(f"calibrate plan: {flag} {value:g}: expected a number "
+                                 f"{'>' if strict else '>='} {low:g}")
+    if not args.min_fraction <= 1.0:
+        raise CalibrateError(f"calibrate plan: --min-fraction {args.min_fraction:g}: expected "
+                             "a share of the amplitude, at most 1")
+    if args.frames < 2 or (args.poses is not None and args.poses < 1):
+        raise CalibrateError(f"calibrate plan: --frames {args.frames} / --poses {args.poses}: "
+                             "expected at least 2 frames and 1 pose")
     if args.motion and args.poses:
         raise CalibrateError("calibrate plan: --motion and --poses: expected one of them "
                              "(--motion for 'validate', --poses to refine the chain with)")

@@ -13,6 +13,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -124,12 +125,45 @@ def _from_json(path: Path) -> tuple[np.ndarray, list[str] | None]:
             raise RuntimeInputError(f"{path}: expected keys 'candidates' (and optional "
                                     f"'names'), found {sorted(d)}")
         names, d = d.get("names"), d["candidates"]
-    try:
-        arr = np.asarray(d, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise RuntimeInputError(f"{path}: expected a [T][A] or [N][T][A] list of numbers "
-                                f"({exc})") from None
+    _check_json_actions(path, d)
+    arr = np.asarray(d, dtype=np.float64)
     return arr, names
+
+
+def _check_json_actions(path: Path, d: Any) -> None:
+    """Refuse JSON actions that are not a ``[T][A]`` or ``[N][T][A]`` list of numbers,
+    naming the first candidate and step that is not (a string is not a number; every step
+    of every candidate has as many channels as the first step of the first)."""
+    form = "expected a [T][A] or [N][T][A] list of numbers"
+    if not isinstance(d, list) or not d:
+        raise RuntimeInputError(f"{path}: {form}, found {type(d).__name__} "
+                                f"{'(empty)' if isinstance(d, list) else ''}".rstrip())
+    three = isinstance(d[0], list) and bool(d[0]) and isinstance(d[0][0], list)
+    cands = d if three else [d]
+    width = None
+    for n, cand in enumerate(cands):
+        where = f"candidate {n}, " if three else ""
+        if not isinstance(cand, list) or not cand:
+            raise RuntimeInputError(f"{path}: {form}: {where.rstrip(', ') or 'the actions'} is "
+                                    f"{cand!r:.60}, expected a list of steps")
+        if len(cand) != len(cands[0]):
+            raise RuntimeInputError(f"{path}: {form}: candidate {n} has {len(cand)} steps, "
+                                    f"candidate 0 has {len(cands[0])}: every candidate gives "
+                                    "as many steps (pad with zero actions)")
+        for t, step in enumerate(cand):
+            if not isinstance(step, list):
+                raise RuntimeInputError(f"{path}: {form}: {where}step {t} is {step!r:.60}, "
+                                        "expected a list of one number per channel")
+            width = len(step) if width is None else width
+            if len(step) != width:
+                raise RuntimeInputError(
+                    f"{path}: {form}: {where}step {t} has {len(step)} channels, the first "
+                    f"step has {width}: every step gives one number per channel")
+            for a, x in enumerate(step):
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    raise RuntimeInputError(
+                        f"{path}: {form}: {where}step {t}, channel {a} is {x!r:.40}, "
+                        "expected a number (write numbers without quotes)")
 
 
 def _from_csv(path: Path) -> np.ndarray:
@@ -214,8 +248,15 @@ def load_actions(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str] | 
         idx = [int(i) for i in np.argwhere(bad)[0]]
         raise RuntimeInputError(f"{path}: expected finite actions, found {arr[tuple(idx)]} at "
                                 f"[candidate, step, channel] = {idx}")
-    if names is not None and (not isinstance(names, list) or len(names) != arr.shape[0]):
-        raise RuntimeInputError(f"{path}: names: expected {arr.shape[0]} names, found {names!r}")
+    if names is not None and (not isinstance(names, list) or len(names) != arr.shape[0]
+                              or not all(isinstance(x, str) and x for x in names)):
+        raise RuntimeInputError(f"{path}: names: expected {arr.shape[0]} names (non-empty "
+                                f"strings, one per candidate), found {names!r:.200}")
+    if names is not None and len(set(names)) != len(names):
+        seen: set[str] = set()
+        dup = next(x for x in names if x in seen or seen.add(x))
+        raise RuntimeInputError(f"{path}: names: expected one name per candidate, each once, "
+                                f"found {dup!r} {names.count(dup)} times: name them apart")
     return arr.astype(np.float32), names
 
 

@@ -1,0 +1,104 @@
+"""Malformed files a user hands the check, the planner and the pre-check: one line naming the
+file and the field, exit 2, nothing written (each case crashed or passed silently before)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "samples" / "cell_sample"
+PRECHECK = ["precheck", "--chain", str(SAMPLE / "chain.npz"), "--start", str(SAMPLE / "test.npz"),
+            "--rules", str(ROOT / "samples" / "precheck" / "rules.yaml")]
+
+
+def _episode(tmp_path: Path, name: str, **change) -> Path:
+    with np.load(SAMPLE / "calibration.npz", allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays.update({k: v(arrays) for k, v in change.items()})
+    path = tmp_path / f"{name}.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def _nan_at(a: np.ndarray, r: int, c: int, value: float = np.nan) -> np.ndarray:
+    a = a.copy()
+    a[r, c] = value
+    return a
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"joint_positions": lambda z: z["joint_positions"][:30]},
+     "field 'joint_positions': expected shape [57, 7] (one row per frame"),
+    ({"joint_positions": lambda z: _nan_at(z["joint_positions"], 5, 2)},
+     "field 'joint_positions': non-finite value nan at row 5, channel 2"),
+    ({"joint_positions": lambda z: z["joint_positions"][:, :6]},
+     "field 'joint_positions': expected shape [57, 7]"),
+    ({"frames": lambda z: z["frames"].astype(np.float32)},
+     "field 'frames': expected uint8 [T, H, W, 3] (RGB 0-255), found float32"),
+    ({"actions": lambda z: _nan_at(z["actions"], 3, 1, np.inf)},
+     "field 'actions': non-finite value inf at row 3, channel 1"),
+    ({"actions": lambda z: z["actions"][:, :6], "joint_positions": lambda z: z["joint_positions"][:, :6]},
+     "field 'metadata.dof_names': expected 6 names (one per column of 'actions'), found 7"),
+], ids=["readings-rows", "readings-nan", "readings-columns", "float-frames", "actions-inf",
+        "names-width"])
+def test_check_refuses_arrays_it_cannot_read(tmp_path, capsys, change, said):
+    path = _episode(tmp_path, "cal", **change)
+    out = tmp_path / "check"
+    assert main(["calibrate", "check", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: cannot check it: {said}" in err and "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_check_still_reports_on_the_sample_calibration(tmp_path):
+    assert main(["calibrate", "check", str(SAMPLE / "calibration.npz"), "--out",
+                 str(tmp_path / "check")]) == 0
+
+
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--frame-rate-hz", "-5", "--frame-rate-hz -5: expected a number > 0"),
+    ("--frame-rate-hz", "0", "--frame-rate-hz 0: expected a number > 0"),
+    ("--sweep-seconds", "nan", "--sweep-seconds nan: expected a number > 0"),
+    ("--lead-in-s", "-1", "--lead-in-s -1: expected a number >= 0"),
+    ("--min-fraction", "1.5", "--min-fraction 1.5: expected a share of the amplitude"),
+])
+def test_plan_refuses_rates_and_durations_that_cannot_be(tmp_path, capsys, flag, value, said):
+    out = tmp_path / "plan"
+    assert main(["calibrate", "plan", "--robot", str(ROOT / "samples" / "robots" / "panda.yaml"),
+                 f"{flag}={value}", "--out", str(out)]) == 2
+    assert said in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    ({"names": ["a", "b"], "candidates": [[[0.0] * 7] * 2, [[0.0] * 6] * 2]},
+     "candidate 1, step 0 has 6 channels, the first step has 7"),
+    ([[[0.0] * 7] * 2, [[0.0] * 7]], "candidate 1 has 1 steps, candidate 0 has 2"),
+    ([[[0, "0.1", 0, 0, 0, 0, 0]]], "candidate 0, step 0, channel 1 is '0.1', expected a number"),
+    ([[[0, True, 0, 0, 0, 0, 0]]], "channel 1 is True, expected a number"),
+    ({"names": ["a", "a"], "candidates": [[[0.0] * 7], [[0.0] * 7]]},
+     "found 'a' 2 times: name them apart"),
+    ({"names": ["a", 3], "candidates": [[[0.0] * 7], [[0.0] * 7]]},
+     "names: expected 2 names (non-empty strings"),
+], ids=["channels", "steps", "string", "bool", "duplicate-names", "number-name"])
+def test_precheck_names_the_candidate_and_step_of_malformed_json(tmp_path, capsys, content,
+                                                                  said):
+    f = tmp_path / "candidates.json"
+    f.write_text(json.dumps(content))
+    out = tmp_path / "out"
+    assert main(PRECHECK + ["--actions", str(f), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and str(f) in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_precheck_still_reads_one_candidate_as_a_list_of_steps(tmp_path):
+    f = tmp_path / "one.json"
+    f.write_text(json.dumps([[0.0] * 7, [0.01] + [0.0] * 6]))
+    assert main(PRECHECK + ["--actions", str(f), "--out", str(tmp_path / "out")]) == 0
