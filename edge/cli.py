@@ -62,7 +62,23 @@ def build_parser() -> argparse.ArgumentParser:
     for name in sorted(entries(ENTRY_POINT_GROUP)):
         register = load(ENTRY_POINT_GROUP, name)
         register(sub)
+    _describe_from_help(parser)
     return parser
+
+
+def _describe_from_help(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand without a description its one-line help as one, so that its
+    own ``--help`` says what it does (recursively, for command groups)."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {a.dest: a.help for a in action._choices_actions}
+        for name, child in action.choices.items():
+            if child.description is None and helps.get(name):
+                text = helps[name]
+                child.description = text[:1].upper() + text[1:] + (
+                    "" if text.endswith(".") else ".")
+            _describe_from_help(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,11 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "trace+ to log every sample.")
     sub = p.add_subparsers(dest="bridge_command", metavar="ACTION", required=True)
     probe = sub.add_parser("probe", help="print what is on the bus and a few samples")
-    probe.add_argument("url")
+    probe.add_argument("url", help="the controller's transport URL (schemes: syncedge bridge --help; e.g. "
+                                   "frame:///dev/ttyACM0?joints=6)")
     probe.add_argument("--samples", type=int, default=5, help="samples to read (default 5)")
     probe.set_defaults(func=_probe)
     rec = sub.add_parser("record", help="write a joint log (JSON Lines) with statistics")
-    rec.add_argument("url")
+    rec.add_argument("url", help="the controller's transport URL (as for probe)")
     rec.add_argument("--seconds", type=float, required=True,
                      help=f"how long to record (> 0, at most {MAX_RECORD_S:g} s); Ctrl-C "
                           f"stops earlier and keeps the log")

@@ -317,9 +317,10 @@ def register(subparsers: Any) -> None:
 
     s = sub.add_parser("sample", help="render the shipped sample cell",
                        description="Regenerate the sample cell shipped for the README demo.")
-    s.add_argument("--out", default=str(SAMPLE_DIR))
+    s.add_argument("--out", default=str(SAMPLE_DIR),
+                   help=f"folder to write it to (default {SAMPLE_DIR})")
     s.set_defaults(func=_run_sample)
 
     sh = sub.add_parser("show", help="validate an episode file and print a summary")
-    sh.add_argument("episode")
+    sh.add_argument("episode", help="an episode file (.npz)")
     sh.set_defaults(func=_run_show)
