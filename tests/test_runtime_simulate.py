@@ -210,6 +210,9 @@ def test_a_start_episode_at_the_camera_s_size_is_fitted_as_a_recording_is(files,
         capsys.readouterr().err
     m = json.loads((files["out"] / "metrics.json").read_text())
     assert m["horizon"] == small.num_frames - 1 == len(m["per_step"])
+    # the report says it too: the figures are at the model's size, not the recording's
+    assert any("frames of 32x24 px centre-cropped and resized to the model's 16x16" in w
+               and "not at the recorded size" in w for w in m["warnings"])
     with np.load(files["out"] / "prediction.npz") as z:
         assert z["frames"].shape[2:] == (16, 16, 3)
     # the start is the first frame fitted as the recorder fits it

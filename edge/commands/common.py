@@ -35,6 +35,7 @@ from edge.runtime.inputs import (
     action_speed_warnings,
     episode_mismatch_warning,
     start_joint_warnings,
+    start_resize_warnings,
 )
 from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
@@ -399,7 +400,7 @@ def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode 
     the value ``joints``, else the start episode's), and actions faster than any arm
     (:mod:`edge.runtime.inputs`). Printed on stderr; returned for the report."""
     cal = chain.info.get("calibration") or {}
-    lines = []
+    lines = start_resize_warnings(episode, str(args.start))
     mismatch = episode_mismatch_warning(episode.metadata if episode is not None else None,
                                         cal, str(args.start),
                                         str(cal.get("file") or "of the chain"))

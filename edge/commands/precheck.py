@@ -52,6 +52,7 @@ from edge.runtime.inputs import (
     load_image,
     load_joint_state,
     load_start,
+    start_resize_warnings,
 )
 from edge.runtime.rollout import Rollout
 from edge.visual import contact_sheet, write_png
@@ -211,7 +212,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                               keepout=keepout)
             rollout.check_actions(actions, str(args.actions))
             frames = rollout.run(start, actions)
-        warnings = say_warnings([*ctx.warnings, *action_speed_warnings(
+        warnings = say_warnings([*start_resize_warnings(episode, str(args.start)),
+                                 *ctx.warnings, *action_speed_warnings(
             actions, model.contract.frame_rate_hz, dof_names,
             f"{args.policy}'s actions" if args.policy else str(args.actions))])
         robot_counts = rollout.robot_keepout_counts() if on_mask else None

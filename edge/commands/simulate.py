@@ -54,7 +54,12 @@ from edge.fileio import write_json_atomic
 from edge.metrics import masked_psnr, motion_mask, psnr, ssim
 from edge.runtime.device_copies import copy_counts
 from edge.runtime.errors import RuntimeInputError
-from edge.runtime.inputs import action_speed_warnings, load_actions, load_start
+from edge.runtime.inputs import (
+    action_speed_warnings,
+    load_actions,
+    load_start,
+    start_resize_warnings,
+)
 from edge.runtime.rollout import Rollout
 from edge.visual import contact_sheet, video_frames, video_layout, write_mp4, write_png
 
@@ -140,7 +145,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         ctx = get_context(args, model, episode, context_source)
         rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
         rollout.check_actions(actions, str(args.actions or args.start))
-        warnings = say_warnings([*ctx.warnings, *action_speed_warnings(
+        warnings = say_warnings([*start_resize_warnings(episode, str(args.start)),
+                                 *ctx.warnings, *action_speed_warnings(
             actions, model.contract.frame_rate_hz,
             list(episode.metadata.dof_names) if episode is not None else [],
             str(args.actions or args.start))])

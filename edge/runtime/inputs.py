@@ -11,7 +11,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +66,33 @@ def load_image(path: str | os.PathLike[str]) -> np.ndarray:
     return img
 
 
+#: ``metadata.extra`` key :func:`load_start` sets on an episode it resized: ``[W, H]`` as
+#: recorded.
+RESIZED_FROM = "start_resized_from_wh"
+
+
+def start_resize_warnings(episode: Episode | None, where: str) -> list[str]:
+    """The line ``simulate`` and ``precheck`` warn with (stderr and the report's
+    ``warnings``) when :func:`load_start` resized the start episode ``episode`` (read from
+    ``where``) to the model's resolution: the prediction and every figure are at that
+    resolution, not the recording's. ``[]`` otherwise."""
+    if episode is None or RESIZED_FROM not in episode.metadata.extra:
+        return []
+    (w0, h0), (h, w) = episode.metadata.extra[RESIZED_FROM], episode.frames.shape[1:3]
+    return [f"{where}: frames of {w0}x{h0} px centre-cropped and resized to the model's "
+            f"{w}x{h}, as a recording is: the prediction and its figures (PSNR, SSIM) are "
+            f"at {w}x{h}, not at the recorded size"]
+
+
 def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
                ) -> tuple[np.ndarray, Episode | None]:
     """The start frame uint8 ``[H, W, 3]`` from an image or an episode (its first frame).
 
     An episode recorded at another frame size (an import keeps the camera's) has its
     frames centre-cropped and area-resized to ``resolution`` as a recording is
-    (:func:`edge.calibrate.camera.fit_frame`; said on stderr), so its frames after the
-    first stay the ground truth; its evaluation-only ``robot_mask`` and ``ee_px``, drawn at
+    (:func:`edge.calibrate.camera.fit_frame`; recorded in its ``metadata.extra`` under
+    :data:`RESIZED_FROM`, warned of by :func:`start_resize_warnings`), so its frames after
+    the first stay the ground truth; its evaluation-only ``robot_mask`` and ``ee_px``, drawn at
     the recorded size, are dropped.
 
     Returns:
@@ -90,12 +108,12 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
         from edge.calibrate.camera import fit_frame
 
         h, w = resolution
-        print(f"note: {path}: frames of {episode.frames.shape[2]}x{episode.frames.shape[1]} px "
-              f"centre-cropped and resized to the model's {w}x{h}, as a recording is",
-              file=sys.stderr)
+        meta = dataclasses.replace(episode.metadata, extra={
+            **episode.metadata.extra,
+            RESIZED_FROM: [int(episode.frames.shape[2]), int(episode.frames.shape[1])]})
         episode = dataclasses.replace(
             episode, frames=np.stack([fit_frame(f, (h, w)) for f in episode.frames]),
-            robot_mask=None, ee_px=None).validate(path)
+            robot_mask=None, ee_px=None, metadata=meta).validate(path)
     frame = episode.frames[0] if episode is not None else load_image(path)
     if frame.shape[:2] != tuple(resolution):
         h, w = resolution
