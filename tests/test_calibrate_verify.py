@@ -88,3 +88,28 @@ def test_verify_cli_and_precheck_gate(tmp_path: Path, capsys) -> None:
         *argv, "--verification", str(tmp_path / "ok.json"), "--stale", "refuse",
         "--out", str(tmp_path / "k")]) == 0
     assert json.loads((tmp_path / "k" / "report.json").read_text())["calibration_warning"] is None
+
+
+def test_verify_checks_a_still_image_whose_file_ends_within_the_warmup(tmp_path: Path,
+                                                                         capsys) -> None:
+    import cv2
+
+    model = model_dir()
+    sha = model_sha256(model)
+    ref = _frame(3)
+    with CalibrationCache(tmp_path / "cache") as cache:
+        cache.put(CacheKey("cell-1", "cam-1", "robot-1", sha),
+                  calibration_episode(7, 8, 64, 64, seed=1),
+                  np.zeros(json.loads((model / "model.json").read_text())["contract"][
+                      "context_shape"], np.float32), {"verdict": "pass"}, ref)
+    common = ["--cell", "cell-1", "--model", str(model), "--cache-dir", str(tmp_path / "cache")]
+    still, moved = tmp_path / "still.png", tmp_path / "moved.png"
+    cv2.imwrite(str(still), ref[..., ::-1])
+    cv2.imwrite(str(moved), np.roll(ref, 4, axis=1)[..., ::-1])
+    assert cli("verify", "--camera", str(still), *common) == 0  # default --warmup 5
+    captured = capsys.readouterr()
+    assert "VALID" in captured.out
+    assert "the file ended after 1 frame(s), within --warmup 5: checking its last frame" in \
+        captured.err
+    assert cli("verify", "--camera", str(moved), *common) == 1
+    assert "STALE" in capsys.readouterr().out

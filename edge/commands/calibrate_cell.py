@@ -7,6 +7,7 @@ docs/calibration.md).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,7 @@ def run_store(args: argparse.Namespace) -> int:
 def run_verify(args: argparse.Namespace) -> int:
     """Compare a live frame with the cached reference frame; exit 1 if the camera moved."""
     from edge.calibrate.camera import open_camera
+    from edge.calibrate.errors import CameraDisconnectedError
     from edge.calibrate.verify import VerifyOptions, compare_frames
     from edge.manifest import cache_identity
 
@@ -259,8 +261,18 @@ def run_verify(args: argparse.Namespace) -> int:
     cam = open_camera(args.camera)
     try:
         frame = None
-        for _ in range(max(1, args.warmup + 1)):
-            frame, _ = cam.read()
+        for i in range(max(1, args.warmup + 1)):
+            try:
+                frame, _ = cam.read()
+            except CameraDisconnectedError:
+                # a file (a still image, a short clip) that ends within the warm-up: its last
+                # frame is the one to check; the warm-up is for a live camera's exposure
+                if frame is None or getattr(cam, "kind", "") != "file":
+                    raise
+                print(f"note: --camera {args.camera}: the file ended after {i} frame(s), "
+                      f"within --warmup {args.warmup}: checking its last frame",
+                      file=sys.stderr)
+                break
         describe = cam.describe()
     finally:
         cam.close()
