@@ -109,6 +109,9 @@ def test_verify_checks_a_still_image_whose_file_ends_within_the_warmup(tmp_path:
     assert cli("verify", "--camera", str(still), *common) == 0  # default --warmup 5
     captured = capsys.readouterr()
     assert "VALID" in captured.out
+    # which cached frame it was compared with (a cell may hold entries of several models)
+    assert f"reference: the 128x96 frame cached with cell 'cell-1''s entry for model {sha[:12]}" \
+        in captured.out
     assert "the file ended after 1 frame(s), within --warmup 5: checking its last frame" in \
         captured.err
     assert cli("verify", "--camera", str(moved), *common) == 1

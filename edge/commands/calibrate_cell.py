@@ -298,6 +298,9 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"{state}: {measured}")
     for r in reasons:
         print(f"  {r}")
+    rh, rw = entry.reference_frame.shape[:2]
+    print(f"  reference: the {rw}x{rh} frame cached with cell {key.cell_id!r}'s entry for model "
+          f"{key.model_sha256[:12]}... ({key.camera_id}, {key.robot_id})")
     return 0 if result["valid"] else 1
 
 
