@@ -423,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from edge.episode import load_episode
     from edge.runtime.chain import (
+        AUTO_ANCHOR_BELOW,
         chain_rollout,
         load_chain_calibration,
         save_chain_calibration,
@@ -516,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
 
         warp = load_model(args.warp_model, intra_op_num_threads=2)
         preds_names.append("warp")
-    from export.evaluation.frames import oracle_flow_warp
+    from export.evaluation.frames import blur_control, oracle_flow_warp
 
     t0 = time.perf_counter()
     cells = load_cells(args.data, [args.split], 7, 8,
@@ -532,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     # that lies on the true robot mask (where the rollout begins, before any action)
     start_precision: dict[str, list[float]] = {}
     start_estimate: dict[str, list[float]] = {}  # the same read from the background alone
+    auto_anchored: list[bool] = []  # per cell: the default (chain_auto) anchored it
     sheet_rows: list[np.ndarray] = []
     other_of: dict[tuple[str, str], object] = {}
     if args.other_cell:
@@ -781,6 +783,14 @@ def main(argv: list[str] | None = None) -> int:
                                                           fut.actions[:, :, :n])
             for name, chain_a in anchored.items():
                 preds[name] = chain_rollout(chain_a, start, q0, fut.actions[:, :, :n])
+            if "chain_dis_anchor" in preds and not anchor_tag:
+                # what simulate / precheck do by default (edge.commands.common.anchor_chain):
+                # anchored where the start agreement is below AUTO_ANCHOR_BELOW
+                share = start_agreement(calibrations["dis"], start, q0)["arm_on_arm"]
+                auto = share is not None and share < AUTO_ANCHOR_BELOW
+                preds["chain_auto"] = preds["chain_dis_anchor" if auto else "chain_dis"]
+                if prof == "all_joints":
+                    auto_anchored.append(bool(auto))
             if timed_refined is not None:
                 preds[f"timing_{variant.name}_motion"] = chain_rollout(
                     timed_refined, start, q0, fut.actions[:, :, :n])
@@ -792,6 +802,8 @@ def main(argv: list[str] | None = None) -> int:
                     timed_anchored, start, q0, fut.actions[:, :, :n])
             if prof == "all_joints":  # the bound: the start warped by DIS flow from the truth
                 preds["oracle_flow"] = np.stack([oracle_flow_warp(start, tr) for tr in truth])
+            # the retrieval control: the truth blurred by 2 px (eval-frames' blur_control)
+            preds["blurred_truth"] = blur_control(truth)
             if warp is not None:
                 a = np.zeros(fut.actions.shape[:2] + (warp.contract.max_dof,), np.float32)
                 a[..., :n] = fut.actions[:, :, :n]
@@ -881,7 +893,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, vals in start_precision.items():
         print(f"{name}: share of the arm drawn at the start that is on the true arm, median "
               f"{np.median(vals):.2f} (lowest {np.min(vals):.2f}; per cell in the JSON)")
-    score.print_table(preds_names)
+    # chain_auto (the runtime's default choice per cell) in the table, not on the sheet
+    score.print_table(preds_names + (["chain_auto"] if args.anchor and args.anchor_at == "start"
+                                     else []))
+    print("retrieval control, the truth blurred by 2 px: @4 / @8 / @16 "
+          + " / ".join(f"{r[f'blurred_truth/all_joints/{s}']:.2f}" for s in (4, 8, 16))
+          + f", two-joint@8 {r['blurred_truth/two_joint/8']:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"split": args.split, "cells": len(cells),
                                                "carry_rim": bool(args.carry_rim),
@@ -903,6 +920,7 @@ def main(argv: list[str] | None = None) -> int:
                                                "dis_track_error_far_px": track_err_far,
                                                "start_arm_precision": start_precision,
                                                "start_arm_on_arm_estimate": start_estimate,
+                                               "auto_anchored": auto_anchored,
                                                "per_cell": {
                                                    "cells": [c.cell_id for c in cells],
                                                    "retrieval": score.hits,
