@@ -285,7 +285,7 @@ class FramedStream(JointStream):
             self.stats.late_frames += 1  # older than one delivered: dropped, wait for the next
         self._rejected_at_valid = dict(self._decoder.rejected)
         if order != "duplicate":  # a repeated frame moves neither the numbering nor the clock
-            if order == "next" and self._last_seq is not None and skipped >= 0:
+            if order == "next" and self._last_seq is not None:
                 dt = f.device_time_us - self._last_time_us
                 if dt > 0:
                     self._period_us = dt / (skipped + 1)
@@ -293,15 +293,16 @@ class FramedStream(JointStream):
         pings, self._evidence = tuple(self._evidence), []
         return Reading(f.position_rad, f.velocity_rad_s, f.effort_nm, receipt_ns,
                        device_counter=f.sequence, device_stamp_ns=f.device_time_us * 1000,
-                       fault="device fault flag" if f.fault else "", skipped=max(skipped, 0),
+                       fault="device fault flag" if f.fault else "", skipped=skipped,
                        pings=pings, restart=order == "restart")
 
     def _order(self, f: BridgeFrame) -> tuple[str, int]:
         """Where frame ``f`` stands against the last one delivered: ``("next", n)`` (n frames
         skipped before it), ``("duplicate", 0)`` (the same number again: delivered, the
-        stream flags it ``STALE``), ``("late", -1)`` (numbered k <= :data:`REORDER_WINDOW`
-        behind it with a device time at most 2 (k + 1) frame periods behind: dropped) or ``("restart", 0)`` (any other step back, or forward by 2^31 or
-        more: the device started again). docs/bridge-frame-protocol.md, "Receiver rules".
+        stream flags it ``STALE``), ``("late", 0)`` (numbered k <= :data:`REORDER_WINDOW`
+        behind it with a device time at most 2 (k + 1) frame periods behind: dropped) or
+        ``("restart", 0)`` (any other step back, or forward by 2^31 or more: the device
+        started again). docs/bridge-frame-protocol.md, "Receiver rules".
         """
         if self._last_seq is None:
             return "next", 0
@@ -313,7 +314,7 @@ class FramedStream(JointStream):
             return "duplicate", 0
         lag_us = self._last_time_us - f.device_time_us
         if behind <= REORDER_WINDOW and 0 <= lag_us <= 2 * (behind + 1) * self._period_us:
-            return "late", -1
+            return "late", 0
         return "restart", 0
 
     def _reconnect(self, deadline_ns: int, cause: Exception) -> None:

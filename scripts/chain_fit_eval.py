@@ -741,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
                 fit_stats.setdefault(f"timing_{variant.name}_anchor", []).append(
                     anchored_stats(cell.cell_id, timed_anchored, scene, params, qc[0]))
         ctx = encode_calibration(warp, cal) if warp is not None else None
+        auto: bool | None = None  # chain_auto anchors this cell (decided on its start)
         for prof in ("all_joints", "two_joint"):
             fut = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen,
                                          params, q0, args.candidates, args.horizon, prof,
@@ -785,12 +786,13 @@ def main(argv: list[str] | None = None) -> int:
                 preds[name] = chain_rollout(chain_a, start, q0, fut.actions[:, :, :n])
             if "chain_dis_anchor" in preds and not anchor_tag:
                 # what simulate / precheck do by default (edge.commands.common.anchor_chain):
-                # anchored where the start agreement is below AUTO_ANCHOR_BELOW
-                share = start_agreement(calibrations["dis"], start, q0)["arm_on_arm"]
-                auto = share is not None and share < AUTO_ANCHOR_BELOW
+                # anchored where the start agreement is below AUTO_ANCHOR_BELOW; both
+                # profiles start from the same frame, so it is decided once per cell
+                if auto is None:
+                    share = start_agreement(calibrations["dis"], start, q0)["arm_on_arm"]
+                    auto = share is not None and share < AUTO_ANCHOR_BELOW
+                    auto_anchored.append(auto)
                 preds["chain_auto"] = preds["chain_dis_anchor" if auto else "chain_dis"]
-                if prof == "all_joints":
-                    auto_anchored.append(bool(auto))
             if timed_refined is not None:
                 preds[f"timing_{variant.name}_motion"] = chain_rollout(
                     timed_refined, start, q0, fut.actions[:, :, :n])

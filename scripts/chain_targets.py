@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-#: The targets: (name, threshold, how a figure passes).
+#: The targets: each figure of :func:`figures` and the least it may be.
 TARGETS = {
     "retrieval_at_8": 0.80,
     "retrieval_at_16": 0.60,
