@@ -87,11 +87,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['candidates']:>9} x {r['steps']:<6} | {r['chain_s']:>15.4f} | "
               f"{r['chain_frames_per_s']:>9.1f} | {r['warp_onnx_s']:>21.4f} | "
               f"{r['warp_onnx_frames_per_s']:>9.1f}")
+    # candidates per second at 16 over those at 1 (= the frames/s ratio)
+    per_candidate = {name: round(rows[1][f"{name}_frames_per_s"]
+                                 / rows[0][f"{name}_frames_per_s"], 2)
+                     for name in ("chain", "warp_onnx")}
+    print(f"per-candidate throughput, {rows[1]['candidates']} candidates over 1: chain "
+          f"{per_candidate['chain']:.2f}x, warp {per_candidate['warp_onnx']:.2f}x")
     out = {"threads": args.threads, "repeats": args.repeats, "statistic": "median",
            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                        "python": platform.python_version(), "numpy": np.__version__,
                        "opencv": cv2.__version__},
            "chain_arm_pixels": int(chain.robot.sum()), "rows": rows,
+           "per_candidate_batch16_over_1": per_candidate,
            "targets": {"batch1_frames_per_s": 60, "16x16_seconds": 0.5}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

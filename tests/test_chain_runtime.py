@@ -117,6 +117,49 @@ def test_batched_candidates_equal_one_at_a_time():
                                                              np.array([0.2, 0.1]), acts[i]))
 
 
+@pytest.mark.parametrize("carry_rim", [False, True])
+def test_frames_drawn_a_chunk_at_a_time_equal_all_at_once(monkeypatch, carry_rim):
+    import edge.runtime.chain as chain_module
+
+    chain = two_link_chain()
+    q0 = np.array([0.2, 0.1])
+    acts = np.random.default_rng(5).uniform(-0.2, 0.2, (3, 7, 2))
+    start = start_frame(chain, q0)
+    runs = []
+    for chunk in (1, 4, 16, 1000):  # 21 frames: chunks that split candidates and not
+        monkeypatch.setattr(chain_module, "ROLLOUT_CHUNK_FRAMES", chunk)
+        runs.append(chain_rollout(chain, start, q0, acts, with_cover=True,
+                                  carry_rim=carry_rim))
+    assert runs[0][1].any() and not np.array_equal(runs[0][0][:, 0], runs[0][0][:, -1])
+    for frames, cover in runs[1:]:
+        np.testing.assert_array_equal(frames, runs[0][0])
+        np.testing.assert_array_equal(cover, runs[0][1])
+
+
+def test_compose_by_link_groups_equals_joint_by_joint():
+    import edge.runtime.chain as chain_module
+
+    rng = np.random.default_rng(7)
+    k, n = 5, 200
+    axes = rng.normal(size=(k, 3))
+    axes /= np.linalg.norm(axes, axis=1, keepdims=True)
+    piv, pts = rng.normal(size=(k, 3)), rng.normal(size=(n, 3)) + [0, 0, 3]
+    link = rng.integers(0, k + 1, n)
+    serial = (np.arange(k)[:, None] < link[None]).astype(float)  # one group per link
+    soft = serial.copy()
+    soft[:, :40] *= 0.5  # soft memberships: still few groups
+    scattered = rng.random((k, n))  # a group per point: moved joint by joint
+    ang, trav = rng.normal(size=(6, k)), rng.normal(size=(6, k))
+    for car in (serial, soft, scattered):
+        order = np.argsort(-car.sum(1), kind="stable")
+        for travel in (None, trav):
+            want = chain_module._compose_by_joint(pts, axes, piv, ang, car, travel, order)
+            got = chain_module.compose_chain(pts, axes, piv, ang, car, travel)
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    # and the points really move (the comparison is not of two identities)
+    assert np.abs(chain_module.compose_chain(pts, axes, piv, ang, serial) - pts).max() > 0.1
+
+
 def test_bad_inputs_are_refused_naming_them():
     chain = two_link_chain()
     start = chain.home_frame
