@@ -106,8 +106,10 @@ def run_parsed(args: argparse.Namespace) -> int:
     Project errors (:class:`edge.errors.EdgeError`), file errors and a missing optional
     library (named with its extra, :func:`edge.errors.missing_dependency`) print one line on
     stderr and give exit code 2; Ctrl-C prints one line and gives 130; a closed stdout (the
-    output piped into ``head``) ends quietly with 141; anything else is a bug and keeps its
-    traceback.
+    output piped into ``head``) ends quietly with 141; anything else is a bug: its traceback
+    is printed and the exit code is :data:`EXIT_INTERNAL_ERROR` (70), never 1, which
+    commands use for a result (``precheck``: no candidate passes; ``calibrate check``: the
+    coverage failed).
     """
     try:
         return int(args.func(args) or 0)
@@ -124,15 +126,34 @@ def run_parsed(args: argparse.Namespace) -> int:
     except (EdgeError, OSError) as exc:
         if isinstance(exc, OSError) and not isinstance(exc, EdgeError) \
                 and not getattr(exc, "filename", None):
-            raise  # an OSError of ours (device gone, timeout) is a project error: one line
+            # an OSError of ours (device gone, timeout) is a project error (one line, above);
+            # one without a file is not expected here
+            return _internal_error(args)
         print(f"syncedge {args.command}: error: {_file_error(exc)}", file=sys.stderr)
         return 2
     except ImportError as exc:
         hint = missing_dependency(exc, _command_line(args))
         if hint is None:
-            raise
+            return _internal_error(args)
         print(f"syncedge {args.command}: error: {hint}", file=sys.stderr)
         return 2
+    except Exception:
+        return _internal_error(args)
+
+
+#: The exit code of an unexpected error (a bug): EX_SOFTWARE of BSD's sysexits.h, apart
+#: from the 1 that commands give as a result.
+EXIT_INTERNAL_ERROR = 70
+
+
+def _internal_error(args: argparse.Namespace) -> int:
+    """Print the exception being handled with its traceback and say it is a bug."""
+    import traceback
+
+    traceback.print_exc()
+    print(f"syncedge {args.command}: internal error (the traceback above is a bug; please "
+          f"report it with the command line): exit {EXIT_INTERNAL_ERROR}", file=sys.stderr)
+    return EXIT_INTERNAL_ERROR
 
 
 def _command_line(args: argparse.Namespace) -> str:

@@ -87,12 +87,23 @@ def test_run_parsed_prints_the_kernels_missing_dependency_in_one_line(
     assert "pip install 'syncedge[nvidia]'" in capsys.readouterr().err
 
 
-def test_run_parsed_keeps_the_traceback_of_a_module_of_ours_that_is_missing() -> None:
+def test_run_parsed_keeps_the_traceback_of_a_module_of_ours_that_is_missing(capsys) -> None:
     def broken(args: argparse.Namespace) -> int:
         raise ModuleNotFoundError("No module named 'edge.nothing'", name="edge.nothing")
 
-    with pytest.raises(ModuleNotFoundError):
-        run_parsed(_args(broken))
+    assert run_parsed(_args(broken)) == 70
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "No module named 'edge.nothing'" in err and "bug" in err
+
+
+def test_a_bug_exits_70_with_its_traceback_never_1(capsys) -> None:
+    # 1 is a result (precheck: no candidate passes); a crash must not read as one
+    def broken(args: argparse.Namespace) -> int:
+        raise ZeroDivisionError("division by zero")
+
+    assert run_parsed(_args(broken)) == 70
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ZeroDivisionError" in err and "internal error" in err
 
 
 def _extras_in_setup() -> dict[str, set[str]]:

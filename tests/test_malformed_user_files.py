@@ -102,3 +102,28 @@ def test_precheck_still_reads_one_candidate_as_a_list_of_steps(tmp_path):
     f = tmp_path / "one.json"
     f.write_text(json.dumps([[0.0] * 7, [0.01] + [0.0] * 6]))
     assert main(PRECHECK + ["--actions", str(f), "--out", str(tmp_path / "out")]) == 0
+
+
+PNG_BYTES = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+
+
+@pytest.mark.parametrize("what", ["rules", "csv-precheck", "csv-simulate", "robot"])
+def test_binary_files_where_text_is_expected_are_refused_in_one_line(tmp_path, capsys, what):
+    # a PNG (or any non-UTF-8 bytes) handed as a rules file, CSV actions or a robot spec
+    bad = tmp_path / {"rules": "rules.yaml", "robot": "robot.yaml"}.get(what, "actions.csv")
+    bad.write_bytes(PNG_BYTES)
+    out = tmp_path / "out"
+    if what == "rules":
+        argv = PRECHECK[:-1] + [str(bad), "--actions", str(ROOT / "samples" / "precheck" /
+                                                            "candidates.json")]
+    elif what == "csv-precheck":
+        argv = PRECHECK + ["--actions", str(bad)]
+    elif what == "csv-simulate":
+        argv = ["simulate", "--chain", str(SAMPLE / "chain.npz"), "--start",
+                str(SAMPLE / "test.npz"), "--actions", str(bad)]
+    else:
+        argv = ["calibrate", "plan", "--robot", str(bad)]
+    assert main(argv + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(bad) in err and "not UTF-8 text (byte 0x89" in err
+    assert not out.exists()

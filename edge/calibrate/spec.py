@@ -199,6 +199,10 @@ def load_robot_spec(path: str | os.PathLike[str]) -> RobotSpec:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"{path}: cannot read the robot spec: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                        f"offset {exc.start}): expected a robot spec (.yaml, .yml or "
+                        ".json)") from None
     try:
         if path.suffix.lower() == ".json":
             d = json.loads(text)

@@ -221,6 +221,9 @@ def load_rules(path: str | os.PathLike[str]) -> Rules:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RulesError(f"{path}: cannot read the rules file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise RulesError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                         f"offset {exc.start}): expected a rules YAML file") from None
     try:
         d = yaml.safe_load(text)
     except yaml.YAMLError as exc:  # one line: the problem and where

@@ -185,8 +185,15 @@ def _check_json_actions(path: Path, d: Any) -> None:
 
 
 def _from_csv(path: Path) -> np.ndarray:
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
+    except UnicodeDecodeError as exc:
+        raise RuntimeInputError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                                f"at offset {exc.start}): expected CSV rows of numbers") \
+            from None
+    except (OSError, csv.Error) as exc:
+        raise RuntimeInputError(f"{path}: cannot read the CSV file: {exc}") from None
     if rows and not _is_number(rows[0][0]):
         rows = rows[1:]  # header
     if not rows:
