@@ -43,6 +43,7 @@ import numpy as np
 
 from edge.episode import Episode, EpisodeMetadata, continuous_joints
 from edge.errors import EpisodeError
+from edge.fileio import _umask, check_folder_target
 from edge.lerobot_stats import (
     STAT_KEYS,
     aggregate_stats,
@@ -86,10 +87,15 @@ def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
                   robot_type: str | None = None) -> Path:
     """Write episodes as one LeRobot v3.0 dataset at ``root`` (replaced atomically).
 
-    All episodes must share resolution, DoF names and frame rate.
+    All episodes must share resolution, DoF names and frame rate. ``root`` may be missing,
+    an empty folder or an earlier LeRobot dataset (a folder with ``meta/info.json``), which
+    is replaced; anything else is refused before any work, so nothing of the user's is lost.
+    The dataset's folders get the permissions of the process's umask, as ``mkdir`` would.
 
     Raises:
         EpisodeError: if the episodes disagree on resolution, DoF names or rate.
+        FileExistsError: ``root`` is an existing file, or a folder of other files
+            (``filename`` is ``root``).
     """
     import av
     import pyarrow as pa
@@ -109,9 +115,10 @@ def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
                                f"rate ({ep.resolution}, {list(ep.metadata.dof_names)}, "
                                f"{ep.metadata.fps}); expected {(h, w)}, {names}, {fps}",
                                path=root)
-    root = Path(root)
+    root = check_folder_target(root, "meta/info.json")
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would hide it from other users
     try:
         states: list[np.ndarray] = []  # per frame: joint state row (A,)
         acts: list[np.ndarray] = []  # per frame: action row (A,)

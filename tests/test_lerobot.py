@@ -205,3 +205,30 @@ def test_lerobot_fixture_matches_its_manifest() -> None:
     assert "was not run" in man["made_by"]
     for name, digest in man["files"].items():
         assert hashlib.sha256((LEROBOT_FIXTURE / name).read_bytes()).hexdigest() == digest
+
+
+def test_writing_refuses_a_folder_of_other_files_and_a_file_and_replaces_a_dataset(
+        tmp_path: Path, dataset) -> None:
+    import os
+    import stat
+
+    eps, root = dataset
+    mine = tmp_path / "userdata"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError) as info:
+        write_lerobot(eps, mine)
+    assert info.value.filename == str(mine)
+    assert (mine / "notes.txt").read_text() == "keep me" and (mine / "sub").is_dir()
+    image = tmp_path / "ref.png"
+    image.write_bytes(b"\x89PNG")
+    with pytest.raises(FileExistsError):
+        write_lerobot(eps, image)
+    assert image.read_bytes() == b"\x89PNG"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no leftovers
+    # an earlier dataset is replaced, and its folder is readable by others as mkdir makes it
+    again = write_lerobot(eps[:1], root)
+    assert len(read_lerobot(again)) == 1
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(again.stat().st_mode) == 0o777 & ~mask
