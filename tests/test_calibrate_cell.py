@@ -315,6 +315,38 @@ def test_record_refuses_a_joint_stream_of_another_channel_count_before_the_sweep
     assert not list(d.glob("six*"))
 
 
+@pytest.mark.parametrize("case", ["folder", "unwritable", "cell-id", "robot-id"])
+def test_record_refuses_its_output_and_ids_before_the_sweep(cell, capsys, monkeypatch,
+                                                           case) -> None:
+    # each was refused only after the whole sweep, and the recording was lost with it
+    import tempfile
+
+    d = cell["dir"] / f"refuse-{case}"
+    d.mkdir()
+    out, extra = d / "cal.npz", []
+    if case == "folder":
+        out.mkdir()
+    elif case == "unwritable":
+        def no_write(*a, **k):
+            raise PermissionError(13, "Permission denied")
+        monkeypatch.setattr(tempfile, "TemporaryFile", no_write)
+    elif case == "cell-id":
+        extra = ["--cell", "bad/id"]
+    else:
+        extra = ["--cell", "cell-3", "--robot-id", "x" * 201]
+    capsys.readouterr()
+    rc = cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
+             "--out", str(out), *(extra or ["--cell", "cell-3"]))
+    stdout, err = capsys.readouterr()
+    assert rc == 2 and "Traceback" not in err
+    assert stdout == ""  # no progress line: the recording never started
+    said = {"folder": f"{out}: is a folder", "unwritable": f"{d}: permission denied",
+            "cell-id": "--cell 'bad/id': expected at most 200 printable characters",
+            "robot-id": "--robot-id 'xxx"}[case]
+    assert said in err, err
+    assert [x.name for x in d.iterdir()] == (["cal.npz"] if case == "folder" else [])
+
+
 @pytest.mark.parametrize("rate_hz", [30, 20])
 def test_a_slow_joint_stream_is_paired_with_a_tolerance_of_its_own_interval(cell, capsys,
                                                                           rate_hz) -> None:

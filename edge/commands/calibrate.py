@@ -191,7 +191,7 @@ def run_record(args: argparse.Namespace) -> int:
 
     prog = load_program(args.plan)
     size = _resolution(args)
-    out = Path(args.out)
+    out = _record_target(args, prog)  # before the sweep: a refusal after it loses it
     cam = open_camera(args.camera, args.camera_latency_s)
     try:
         joints = open_joints(args.joints)
@@ -223,7 +223,12 @@ def run_record(args: argparse.Namespace) -> int:
         kept = save_episode(ep, _partial_path(out))
         raise RecordingError(f"recording ended before the program did; partial recording "
                              f"kept at {kept} (record again){_earlier(out)}", kept)
-    save_episode(ep, out)
+    try:
+        save_episode(ep, out)
+    except OSError as exc:  # the folder went away or filled up during the sweep
+        kept = _keep_elsewhere(ep, out)
+        raise RecordingError(f"{out}: cannot write the recording ({exc.strerror or exc}); "
+                             f"the recording was kept at {kept}", kept) from None
     stale = _partial_path(out)
     if stale.exists():  # an earlier failed try of this recording: this one replaces it
         stale.unlink()
@@ -253,6 +258,54 @@ def run_record(args: argparse.Namespace) -> int:
     print(out)
     print(ref)
     return 0
+
+
+def _record_target(args, prog) -> Path:
+    """``--out`` and the ids checked before anything is recorded: ``--out`` is a file path
+    (an earlier recording there is replaced) in a folder this process can write (made if
+    missing), and the cell, camera and robot ids are ones the calibration cache accepts.
+
+    Raises:
+        CalibrateError: an id the cache would refuse (naming the option).
+        OSError: ``--out`` is a folder, or its folder cannot be made or written
+            (``filename``: the path).
+    """
+    import tempfile
+
+    from edge.cache.values import CacheKeyError, _check_id
+    from edge.fileio import check_file_target
+
+    ids = (("--cell", args.cell), ("--camera-id", args.camera_id or f"{args.cell}-cam"),
+           ("--robot-id", args.robot_id or f"{args.cell}-{prog.robot}"))
+    for flag, value in ids:
+        try:
+            _check_id(flag.lstrip("-").replace("-", "_"), value)
+        except CacheKeyError:
+            raise CalibrateError(f"{flag} {value!r}: expected at most 200 printable characters "
+                                 "without '/' (the calibration cache's key; 'calibrate store' "
+                                 "would refuse the recording)") from None
+    out = check_file_target(args.out, overwrite=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryFile(dir=out.parent):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(out.parent)) from None
+    return out
+
+
+def _keep_elsewhere(ep, out: Path) -> Path:
+    """Save a recording that could not be written at ``out``: beside it under the partial
+    name, else in the system's temporary folder."""
+    import tempfile
+
+    from edge.episode import save_episode
+
+    try:
+        return save_episode(ep, _partial_path(out))
+    except OSError:
+        return save_episode(ep, Path(tempfile.mkdtemp(prefix="syncedge-recording-"))
+                            / out.name)
 
 
 def _aopts(args, prog, size, cam, joints):
