@@ -262,6 +262,49 @@ def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys,
     assert "in-sample" in capsys.readouterr().err
 
 
+def test_precheck_with_the_cached_chain_checks_the_camera_did_not_move(tmp_path, capsys,
+                                                                       monkeypatch):
+    """``precheck --cell ID --chain --verify-camera SRC`` compares a live frame with the
+    cell's reference as the other models do (it was refused for the chain model)."""
+    import cv2
+
+    from edge.episode import load_episode
+    from edge.visual import write_png
+
+    cache = str(tmp_path / "cache")
+    cal = SAMPLE / "calibration_256.npz"
+    assert main(["calibrate", "store", str(cal), "--chain", str(CHAIN), "--cache-dir",
+                 cache]) == 0
+    home = load_episode(cal).frames[0]
+    write_png(tmp_path / "same.png", home)
+    moved = cv2.warpAffine(home, np.float32([[1, 0, 8], [0, 1, 0]]), home.shape[1::-1],
+                           borderMode=cv2.BORDER_REPLICATE)
+    write_png(tmp_path / "moved.png", moved)
+    monkeypatch.chdir(ROOT)
+
+    def run(live: str, stale: str, out: str) -> int:
+        argv = _kit_argv(tmp_path / out)
+        argv[argv.index("--chain") + 1:] = ["--cell", "sample-cell", "--cache-dir", cache,
+                                            "--verify-camera", str(tmp_path / live),
+                                            "--stale", stale]
+        return main(argv)
+
+    capsys.readouterr()
+    assert run("same.png", "refuse", "same") == 0
+    assert json.loads((tmp_path / "same" / "report.json").read_text())[
+        "calibration_warning"] is None
+    assert run("moved.png", "refuse", "refused") == 2
+    assert "is stale: the camera moved" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+    assert run("moved.png", "warn", "warned") == 0
+    rep = json.loads((tmp_path / "warned" / "report.json").read_text())
+    assert "the camera moved" in rep["calibration_warning"]
+    # a chain file has no cached reference: said, with the way that works
+    argv = _kit_argv(tmp_path / "file") + ["--verify-camera", str(tmp_path / "same.png")]
+    assert main(argv) == 2
+    assert "--verify-camera: needs --chain with --cell" in capsys.readouterr().err
+
+
 def test_storing_a_chain_refuses_one_read_from_another_episode(tmp_path, capsys):
     """The chain file must have been read from the episode it is stored with; --model and a
     cell without a chain are refused by name; nothing is cached."""

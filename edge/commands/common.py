@@ -42,7 +42,8 @@ from edge.state import state_root
 
 __all__ = ["ANCHOR_FROM_CACHE", "CHAIN_FROM_CACHE", "StagedOutput", "add_anchor_arg",
            "anchor_chain", "active_bundle_dir", "add_chain_arg",
-           "add_context_args", "add_model_args", "chain_mode", "chain_model_identity",
+           "add_context_args", "add_model_args", "cached_chain_key", "chain_mode",
+           "chain_model_identity",
            "chain_store_hint",
            "default_context_source", "describe_identity", "describe_model", "get_context",
            "model_dir_of",
@@ -648,7 +649,7 @@ def chain_store_hint(cell: str, cache_dir: str | None) -> str:
             f"--chain{root}'")
 
 
-def _cached_chain_key(args: argparse.Namespace):
+def cached_chain_key(args: argparse.Namespace):
     """The cache key of the chain calibration for ``--cell`` (camera and robot ids from the
     flags, else the start episode's metadata)."""
     from edge.cache.values import CacheKey
@@ -675,7 +676,7 @@ def _cached_chain_key(args: argparse.Namespace):
 def _cached_chain(args: argparse.Namespace):
     """The chain calibration the cache holds for ``--cell``; returns ``(chain, source
     text)``."""
-    key = _cached_chain_key(args)
+    key = cached_chain_key(args)
     src = default_context_source(args.cache_dir)
     chain = src.get_context(key.cell_id, key.camera_id, key.robot_id, key.model_sha256)
     if chain is None:
@@ -697,7 +698,7 @@ def _anchor_episode(args: argparse.Namespace, anchor: str) -> tuple[Episode, str
                                     "episode of --cell's chain")
         from edge.cache.store import CalibrationCache, default_root
 
-        key = _cached_chain_key(args)
+        key = cached_chain_key(args)
         with CalibrationCache(args.cache_dir or default_root()) as cache:
             entry = cache.get(key)
         if entry is None:

@@ -25,6 +25,7 @@ from edge.commands.common import (
     add_context_args,
     add_model_args,
     anchor_chain,
+    cached_chain_key,
     chain_input_warnings,
     chain_mode,
     chain_model_identity,
@@ -45,6 +46,7 @@ from edge.fileio import write_json_atomic
 from edge.precheck.evaluate import PrecheckResult, evaluate
 from edge.precheck.policy import OnnxPolicy, rollout_chain_policy, rollout_policy
 from edge.precheck.rules import keep_out_mask, load_rules
+from edge.runtime.chain import CHAIN_MODEL_SHA256
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import (
     action_speed_warnings,
@@ -334,9 +336,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     the chain puts the arm."""
     from edge.runtime.chain import chain_rollout
 
-    for flag, given in (("--model", args.model), ("--calibration", args.calibration),
-                        ("--verification", args.verification),
-                        ("--verify-camera", args.verify_camera)):
+    for flag, given in (("--model", args.model), ("--calibration", args.calibration)):
         if given:
             raise RuntimeInputError(f"{flag}: not with {chain_mode(args)} (the chain model "
                                     "takes --actions or --policy and its chain calibration)")
@@ -344,6 +344,19 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         check_horizon(args.horizon)
     chain, start, episode, q0, source = open_chain(args, "--joint-state", args.joint_state)
     k = chain.num_dof
+    # the stale-calibration gate: the cell's chain entry holds the reference frame
+    camera = robot = None
+    if args.verify_camera and args.chain == CHAIN_FROM_CACHE:
+        key = cached_chain_key(args)
+        camera, robot = key.camera_id, key.robot_id
+    elif args.verify_camera:
+        raise RuntimeInputError(f"--verify-camera: needs --chain with --cell (the reference "
+                                f"frame is in the calibration cache), not --chain "
+                                f"{args.chain}; or give --verification FILE from 'syncedge "
+                                "calibrate verify --out FILE'")
+    stale = stale_gate(args, CHAIN_MODEL_SHA256, camera, robot)
+    if stale:
+        print(f"warning: {stale}", file=sys.stderr)
     goal = _load_goal(rules, start)
     names: list[str] | None
     if args.policy:
@@ -383,7 +396,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     fps = chain.frame_rate_hz or 10.0
     result, paths = _evaluate_and_write(
         args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,
-        f"chain calibration {source}", None, fps, warnings, agreement)
+        f"chain calibration {source}", stale, fps, warnings, agreement)
     return _print_result(ident, result, paths)
 
 
