@@ -11,6 +11,7 @@ from export.errors import ExportError
 from export.evaluation.frames import (
     PSNR_CAP_DB,
     blur_control,
+    camera_degrade,
     frame_psnr,
     oracle_flow_warp,
     retrieval_hits,
@@ -74,6 +75,37 @@ def test_blur_control_blurs_an_edge_and_keeps_flat_images() -> None:
     edge[:, :, 8:] = 255
     out = blur_control(edge)
     assert 0 < out[0, 8, 7, 0] < 255 and out.shape == edge.shape
+
+
+def test_camera_degrade_adds_noise_of_the_asked_level_and_is_seeded() -> None:
+    frames = np.full((2, 64, 64, 3), 128, np.uint8)
+    noisy = camera_degrade(frames, noise_levels=4.0, seed=3)
+    assert noisy.dtype == np.uint8 and noisy.shape == frames.shape
+    assert abs(float(np.std(noisy.astype(float) - 128)) - 4.0) < 0.1
+    assert np.array_equal(noisy, camera_degrade(frames, noise_levels=4.0, seed=3))
+    assert not np.array_equal(noisy, camera_degrade(frames, noise_levels=4.0, seed=4))
+    assert np.array_equal(frames, np.full((2, 64, 64, 3), 128, np.uint8))  # input kept
+    assert np.array_equal(camera_degrade(frames), frames)  # nothing asked: unchanged
+
+
+def test_camera_degrade_jpeg_blocks_and_loses_detail() -> None:
+    rng = np.random.default_rng(0)
+    frames = (rng.random((1, 64, 64, 3)) * 255).astype(np.uint8)
+    low = camera_degrade(frames, jpeg_quality=30)
+    high = camera_degrade(frames, jpeg_quality=95)
+    err = lambda x: float(np.abs(x.astype(float) - frames).mean())  # noqa: E731
+    assert err(low) > err(high) > 0
+    flat = np.full((1, 16, 16, 3), 200, np.uint8)  # a flat frame survives JPEG
+    assert np.abs(camera_degrade(flat, jpeg_quality=80).astype(int) - 200).max() <= 1
+
+
+@pytest.mark.parametrize("kwargs", [{"noise_levels": -1.0}, {"noise_levels": float("nan")},
+                                    {"jpeg_quality": 0}, {"jpeg_quality": 101}])
+def test_camera_degrade_refuses_bad_settings(kwargs) -> None:
+    with pytest.raises(ValueError, match="camera_degrade"):
+        camera_degrade(np.zeros((1, 8, 8, 3), np.uint8), **kwargs)
+    with pytest.raises(ValueError, match="uint8"):
+        camera_degrade(np.zeros((1, 8, 8, 3), np.float32))
 
 
 def test_oracle_flow_warp_of_a_static_scene_is_the_start_frame() -> None:

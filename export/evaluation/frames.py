@@ -43,7 +43,7 @@ from export.errors import ExportError
 __all__ = ["FramesEvalOptions", "frame_psnr", "retrieval_hits", "blur_control",
            "exact_flow_warp",
            "static_mask", "oracle_flow_warp", "evaluate_frames", "format_frames_table",
-           "save_sheets", "write_frames_eval",
+           "save_sheets", "write_frames_eval", "camera_degrade",
            "PSNR_CAP_DB", "RETRIEVAL_STEPS"]
 
 #: PSNR of identical frames (dB), so that per-frame means stay finite.
@@ -98,6 +98,59 @@ def blur_control(truths: np.ndarray, sigma_px: float = 2.0) -> np.ndarray:
     flat = truths.reshape(-1, *truths.shape[-3:])
     out = np.stack([cv2.GaussianBlur(f, (0, 0), sigma_px) for f in flat])
     return out.reshape(truths.shape)
+
+
+def camera_degrade(frames: np.ndarray, noise_levels: float = 0.0,
+                   jpeg_quality: int | None = None, seed: int = 0) -> np.ndarray:
+    """Frames as a real camera and its transport deliver them: sensor noise, then JPEG.
+
+    Rendered frames are noise-free; a cell's camera adds read and shot noise per pixel and
+    a ROS ``CompressedImage`` topic or an IP camera compresses every frame (the ROS image
+    transport's JPEG quality defaults to 80). Each pixel and channel gets independent
+    Gaussian noise of ``noise_levels`` (standard deviation, uint8 levels), is rounded and
+    clipped to 0-255, and each frame is then encoded and decoded as JPEG at
+    ``jpeg_quality`` (OpenCV, 4:2:0 chroma subsampling as libjpeg does by default).
+
+    Args:
+        frames: uint8 ``[..., H, W, 3]`` (RGB).
+        noise_levels: the noise's standard deviation, levels (0: none).
+        jpeg_quality: 1-100, or None: no compression.
+        seed: the noise generator's seed (the same seed gives the same frames).
+
+    Returns:
+        uint8, the shape of ``frames``; a copy (the input is not changed).
+
+    Raises:
+        ValueError: frames that are not uint8 ``[..., H, W, 3]``, a negative or non-finite
+            noise level, a quality outside 1-100.
+    """
+    import cv2
+
+    frames = np.asarray(frames)
+    if frames.dtype != np.uint8 or frames.ndim < 3 or frames.shape[-1] != 3:
+        raise ValueError(f"camera_degrade: expected uint8 [..., H, W, 3] frames, found "
+                         f"{frames.dtype} {list(frames.shape)}")
+    if not math.isfinite(noise_levels) or noise_levels < 0:
+        raise ValueError(f"camera_degrade: noise_levels must be finite and >= 0, found "
+                         f"{noise_levels}")
+    if jpeg_quality is not None and not 1 <= int(jpeg_quality) <= 100:
+        raise ValueError(f"camera_degrade: jpeg_quality must be 1-100, found {jpeg_quality}")
+    flat = frames.reshape(-1, *frames.shape[-3:])
+    if noise_levels > 0:
+        rng = np.random.default_rng(seed)
+        noisy = flat.astype(np.float32) + rng.normal(0.0, noise_levels, flat.shape).astype(
+            np.float32)
+        flat = np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
+    else:
+        flat = flat.copy()
+    if jpeg_quality is not None:
+        params = [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)]
+        for i, f in enumerate(flat):
+            ok, buf = cv2.imencode(".jpg", cv2.cvtColor(f, cv2.COLOR_RGB2BGR), params)
+            if not ok:
+                raise ValueError("camera_degrade: JPEG encoding failed")
+            flat[i] = cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    return flat.reshape(frames.shape)
 
 
 def static_mask(truth: np.ndarray, start: np.ndarray) -> np.ndarray:
