@@ -48,6 +48,57 @@ def test_moved_camera_detected_unmoved_not_even_under_new_lighting(seed: int) ->
     assert abs(r["shift_px"][0]) > 4 and abs(r["shift_px"][1]) < 1
 
 
+@pytest.mark.parametrize("seed", [3, 9])
+def test_sensor_noise_and_jpeg_are_not_a_moved_camera(seed: int) -> None:
+    # a real camera delivers every frame with its own noise and compression: the reference
+    # and the live frame differ everywhere by a few levels, and the camera has not moved
+    from export.evaluation.frames import camera_degrade
+
+    ref = _frame(seed)
+    for levels, quality in ((3.0, 80), (6.0, 50)):
+        r = compare_frames(camera_degrade(ref, levels, quality, seed=1),
+                           camera_degrade(ref, levels, quality, seed=2))
+        assert r["valid"], (levels, quality, r)
+        assert r["shift_frac"] < 0.002
+    moved = camera_degrade(_frame(seed, "&move_deg=2"), 3.0, 80, seed=2)
+    r = compare_frames(camera_degrade(ref, 3.0, 80, seed=1), moved)
+    assert not r["valid"] and any("shifted" in x for x in r["reasons"])
+
+
+def test_a_covered_camera_or_another_scene_is_no_match_not_a_shift() -> None:
+    ref = _frame(3)
+    rng = np.random.default_rng(0)
+    for live in (np.zeros_like(ref), np.full_like(ref, 128),
+                 rng.integers(0, 256, ref.shape).astype(np.uint8), _frame(3, "&point=away")):
+        r = compare_frames(ref, live)
+        assert not r["valid"] and not r["matched"], r
+        assert "does not show the reference's scene" in r["reasons"][0]
+        assert not any("shifted" in x for x in r["reasons"])
+    assert compare_frames(ref, _frame(3, "&light=0.6"))["matched"]
+
+
+def test_a_sub_pixel_rotation_or_scale_of_a_small_frame_is_not_a_moved_camera() -> None:
+    # a 64x64 reference shifted by half a pixel was fitted as rotated 0.51 deg and scaled
+    # 1.36% (0.4 and 0.6 px at the corners): STALE for a camera that had not moved
+    import cv2
+
+    from edge.episode import load_episode
+
+    ref = load_episode(Path(__file__).resolve().parent.parent / "samples" / "cell_sample"
+                       / "calibration.npz").frames[0]
+    h, w = ref.shape[:2]
+    half = cv2.warpAffine(ref, np.float32([[1, 0, 0.5], [0, 1, 0]]), (w, h),
+                          borderMode=cv2.BORDER_REPLICATE)
+    assert compare_frames(ref, half)["valid"]
+    far = cv2.warpAffine(ref, np.float32([[1, 0, 3], [0, 1, 0]]), (w, h),
+                         borderMode=cv2.BORDER_REPLICATE)
+    r = compare_frames(ref, far)
+    assert not r["valid"] and any("shifted" in x for x in r["reasons"])
+    turned = cv2.warpAffine(ref, cv2.getRotationMatrix2D((w / 2, h / 2), 4.0, 1.0), (w, h),
+                            borderMode=cv2.BORDER_REPLICATE)  # 3.2 px at the corners
+    assert any("rotated" in x for x in compare_frames(ref, turned)["reasons"])
+
+
 def test_verify_cli_and_precheck_gate(tmp_path: Path, capsys) -> None:
     model = model_dir()
     sha = model_sha256(model)

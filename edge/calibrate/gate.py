@@ -81,8 +81,9 @@ def stale_gate(args: argparse.Namespace, model_sha256: str, camera_id: str | Non
         return None
     if result["valid"]:
         return None
-    what = "the camera gives another resolution" if result.get("resolution_differs") \
-        else "the camera moved"
+    what = ("the camera gives another resolution" if result.get("resolution_differs")
+            else "the live frame does not show the cell" if result.get("matched") is False
+            else "the camera moved")
     msg = (f"calibration of cell {result.get('cell_id')!r} is stale: {what} ("
            f"{'; '.join(result.get('reasons', []))}); run 'syncedge calibrate record' again")
     if args.stale == "refuse":

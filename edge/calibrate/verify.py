@@ -35,6 +35,15 @@ class VerifyOptions:
     max_rotation_deg: float = 0.5
     max_scale_change: float = 0.01
     min_inliers: int = 15
+    #: a rotation or scale change past its tolerance counts only where it moves the frame's
+    #: corners by at least this many px: below a pixel the fit cannot tell it from its own
+    #: error (a 64x64 reference shifted by half a pixel fitted as rotated 0.51 deg and
+    #: scaled 1.36%, 0.4 and 0.6 px at the corners)
+    min_visible_px: float = 1.0
+    #: without an ORB transform, a phase-correlation peak below this means the live frame
+    #: does not show the reference's scene (matched frames peak at 0.9-1.0; a covered
+    #: camera at 0, a camera pointed away or a noise image at 0.0-0.14)
+    min_phase_response: float = 0.2
 
 
 def _grey(img: np.ndarray) -> np.ndarray:
@@ -97,7 +106,9 @@ def compare_frames(reference: np.ndarray, live: np.ndarray,
     Returns:
         JSON-ready result: ``valid`` (bool), ``method`` (``"orb"`` or ``"phase"``),
         ``shift_px`` [x, y], ``shift_frac`` (of the width), ``rotation_deg``, ``scale``,
-        ``reasons`` (what exceeded its tolerance), ``size`` and ``live_size`` ([H, W] px),
+        ``reasons`` (what exceeded its tolerance), ``matched`` (False: the live frame does
+        not show the reference's scene, and no shift is claimed), ``size`` and
+        ``live_size`` ([H, W] px),
         ``resolution_differs``, both measures and the tolerances.
     Raises:
         CalibrateError: a frame that is not RGB uint8.
@@ -129,14 +140,24 @@ def compare_frames(reference: np.ndarray, live: np.ndarray,
         reasons.append(f"resolution differs: the camera gives {live_hw[1]}x{live_hw[0]} px, "
                        f"the calibration's reference frame is {rw}x{rh} px (another camera "
                        f"mode or camera): set the camera to {rw}x{rh} or recalibrate the cell")
-    if shift_frac > opts.max_shift_frac:
+    half_diagonal = 0.5 * math.hypot(*reference.shape[:2])
+    no_match = not use_orb and phase["response"] < opts.min_phase_response
+    if no_match:
+        reasons.append(f"the live frame does not show the reference's scene (no ORB "
+                       f"transform; phase-correlation peak {phase['response']:.2f}, below "
+                       f"{opts.min_phase_response}): the camera is covered, pointed elsewhere "
+                       f"or sees another scene; check it, then verify again")
+    elif shift_frac > opts.max_shift_frac:
         reasons.append(f"image shifted {math.hypot(*shift):.2f} px ({shift_frac:.2%} of the "
                        f"width; tolerance {opts.max_shift_frac:.2%})")
-    if abs(rot) > opts.max_rotation_deg:
+    if abs(rot) > opts.max_rotation_deg \
+            and abs(math.radians(rot)) * half_diagonal >= opts.min_visible_px:
         reasons.append(f"image rotated {rot:+.2f} deg (tolerance {opts.max_rotation_deg})")
-    if abs(scale - 1.0) > opts.max_scale_change:
+    if abs(scale - 1.0) > opts.max_scale_change \
+            and abs(scale - 1.0) * half_diagonal >= opts.min_visible_px:
         reasons.append(f"image scaled x{scale:.4f} (tolerance {opts.max_scale_change:.2%})")
     return {"valid": not reasons, "method": "orb" if use_orb else "phase",
+            "matched": not no_match,
             "shift_px": [round(v, 3) for v in shift], "shift_frac": round(shift_frac, 5),
             "rotation_deg": round(rot, 4), "scale": round(scale, 5), "reasons": reasons,
             "orb": orb, "phase": phase, "tolerances": asdict(opts),

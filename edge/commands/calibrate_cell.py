@@ -294,6 +294,8 @@ def run_verify(args: argparse.Namespace) -> int:
         # the one real reason first; the figures were measured after cropping and resizing
         print(f"{state}: {reasons.pop(0)}")
         print(f"  measured after cropping and resizing to the reference: {measured}")
+    elif not result.get("matched", True):  # no shift to report: the scene is not there
+        print(f"{state}: {reasons.pop(0)}")
     else:
         print(f"{state}: {measured}")
     for r in reasons:
