@@ -47,7 +47,10 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # name the file asked for, not the temporary's random name
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         os.fchmod(fd, mode & ~_umask())
         with os.fdopen(fd, "wb") as f:
@@ -55,6 +58,11 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename in (tmp, None):
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -138,6 +138,7 @@ def _record(args: argparse.Namespace) -> int:
         if os.path.lexists(path):
             raise BridgeError(f"--out {args.out}: {path} already exists; name another log "
                               f"or move that file away (a log is never overwritten)")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # as every command
     ended = ""
     interrupted = False
     samples: list[JointSample] = []

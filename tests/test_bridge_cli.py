@@ -116,6 +116,13 @@ def test_record_refuses_a_duration_of_zero_or_less_and_an_existing_log(tmp_path)
         run(["bridge", "probe", "loop://?joints=2", "--samples", "0"])
 
 
+def test_record_makes_the_logs_folder_as_every_command_does(tmp_path):
+    log = tmp_path / "new" / "deeper" / "j.jsonl"
+    assert run(["bridge", "record", "loop://?joints=2", "--seconds", "0.1",
+                "--out", str(log)]) == 0
+    assert log.is_file() and not (log.parent / "j.jsonl.partial").exists()
+
+
 def test_ctrl_c_stops_a_recording_and_keeps_a_closed_log(tmp_path, capsys, monkeypatch):
     from firmware_bridge.stream import JointStream
 

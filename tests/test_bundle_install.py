@@ -183,3 +183,21 @@ def test_installing_the_active_bundle_again_keeps_the_rollback_slot(tmp_path, ca
     # the bundle in the inactive slot is installed as usual (active again)
     back = install_bundle(env.bundle(1), target="cpu", root=env.root)
     assert not back.unchanged and back.slot == "b"
+
+
+def test_rollback_on_a_state_root_it_cannot_write_says_so_in_one_line(tmp_path, monkeypatch):
+    import os
+
+    import edge.bundle.install as install
+
+    env = make_env(tmp_path)
+    real_open = os.open
+
+    def no_lock(path, *a, **k):
+        if str(path).endswith(".lock"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+    monkeypatch.setattr(install.os, "open", no_lock)
+    with pytest.raises(BundleError, match="cannot write the device's bundle folder") as e:
+        rollback(env.root)
+    assert ".lock" not in str(e.value)

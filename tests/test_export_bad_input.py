@@ -117,6 +117,28 @@ def test_atomic_write_to_a_folder_names_the_folder(tmp_path) -> None:
     assert check_file_target(__file__, overwrite=True) == Path(__file__)
 
 
+def test_atomic_write_failures_name_the_file_asked_for_not_the_temporary(tmp_path,
+                                                                         monkeypatch) -> None:
+    import tempfile
+
+    target = tmp_path / "x.bundle"
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied", str(tmp_path / ".x.bundle.abc.tmp"))
+    monkeypatch.setattr(tempfile, "mkstemp", denied)
+    with pytest.raises(PermissionError) as e:
+        atomic_write(target, lambda f: f.write(b"x"))
+    assert e.value.filename == str(target)
+    monkeypatch.undo()
+
+    def full(f):
+        raise OSError(28, "No space left on device")  # no filename: the write itself
+    with pytest.raises(OSError) as e:
+        atomic_write(target, full)
+    assert e.value.filename == str(target) and e.value.errno == 28
+    assert list(tmp_path.iterdir()) == []  # no temporary left
+
+
 def test_quantise_failure_leaves_no_folder(tmp_path, monkeypatch) -> None:
     from export.variants import quantise
 

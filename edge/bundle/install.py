@@ -73,7 +73,12 @@ def bundles_dir() -> Path:
 @contextmanager
 def _locked(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:
+        raise BundleError(f"{root}: cannot write the device's bundle folder (permission "
+                          "denied); run as the user that owns the state root "
+                          "(SYNCEDGE_HOME), nothing was changed") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
