@@ -181,6 +181,18 @@ def test_validate_refuses_the_calibration_episode_itself(tmp_path: Path, monkeyp
                str(tmp_path / "v")) == 2
     assert "the cached calibration's own frames" in capsys.readouterr().err
     assert not (tmp_path / "v").exists()
+    # one frame: nothing to predict (it said "max_horizon: expected >= 1, found 0")
+    one = dataclasses.replace(ep, frames=ep.frames[:1], actions=ep.actions[:1],
+                              timestamps=ep.timestamps[:1],
+                              joint_positions=ep.joint_positions[:1],
+                              metadata=dataclasses.replace(ep.metadata, kind="validation",
+                                                           segments=()))
+    one_path = save_episode(one, tmp_path / "one.npz")
+    assert cli("validate", "--cell", "cell-1", "--episode", str(one_path), *model, "--out",
+               str(tmp_path / "v")) == 2
+    err = capsys.readouterr().err
+    assert f"{one_path}: 1 frame: a validation episode needs at least 2" in err, err
+    assert not (tmp_path / "v").exists()
 
 
 def test_validate_fits_an_episode_at_the_cameras_size_and_refuses_another_rate(

@@ -442,6 +442,9 @@ def _check_validation_episode(ep: Any, where: str, key: Any, calibration: Any) -
     meta = ep.metadata
     record = ("record a validation episode of ordinary motion ('syncedge calibrate plan "
               "--motion' and 'calibrate record', or 'calibrate import --kind validation')")
+    if ep.num_frames < 2:
+        raise CalibrateError(f"{where}: {ep.num_frames} frame: a validation episode needs at "
+                             f"least 2 (a start frame and a step to predict): {record}")
     if meta.kind == "calibration":
         raise CalibrateError(f"{where}: a calibration episode (kind 'calibration'); validating "
                              f"a cell with its calibration is in-sample and says nothing about "
