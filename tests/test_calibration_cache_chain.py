@@ -61,6 +61,29 @@ def test_a_damaged_chain_blob_is_quarantined_and_only_the_context_dropped(
         assert after.info.flags == ("no-context",)
 
 
+def test_the_hint_after_a_dropped_context_does_not_offer_that_context(tmp_path: Path) -> None:
+    # after a damaged context was quarantined, the next run said "with contexts for
+    # models <the very model whose context was dropped>"
+    from types import SimpleNamespace
+
+    from edge.commands.common import _other_models_hint
+
+    with CalibrationCache(tmp_path / "cal", touch_interval_s=0.0) as cache:
+        k = key(model="chain")
+        e = put(cache, k, ctx=two_link_chain())
+        args = SimpleNamespace(cell=k.cell_id, model=None, cache_dir=str(tmp_path / "cal"))
+        assert f"with contexts for models {k.model_sha256[:12]}" in _other_models_hint(
+            cache, args, k.camera_id, k.robot_id)
+        path = blob_file(cache, e.info.context_sha256)
+        path.chmod(0o644)
+        path.write_bytes(path.read_bytes()[:-7] + b"damaged")
+        with pytest.raises(CacheCorruptError):
+            cache.get_context(k.cell_id, k.camera_id, k.robot_id, k.model_sha256)
+        hint = _other_models_hint(cache, args, k.camera_id, k.robot_id)
+        assert "no model's context" in hint and k.model_sha256[:12] not in hint
+        assert "calibrate store --cell" in hint
+
+
 def test_a_schema_1_index_is_upgraded_in_place(tmp_path: Path) -> None:
     root = tmp_path / "cal"
     k = key()

@@ -127,3 +127,34 @@ def test_binary_files_where_text_is_expected_are_refused_in_one_line(tmp_path, c
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(bad) in err and "not UTF-8 text (byte 0x89" in err
     assert not out.exists()
+
+
+def test_plan_warns_of_sweeps_beyond_the_specs_sweep_max(tmp_path, capsys):
+    robot = str(ROOT / "samples" / "robots" / "panda.yaml")
+    assert main(["calibrate", "plan", "--robot", robot, "--amplitude", "0.9-1.2",
+                 "--out", str(tmp_path / "wide")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --amplitude 0.9-1.2: sweeps of up to 1.2 rad, beyond the robot spec's " \
+           "sweep_max" in err and "calibrate store' refuses others" in err
+    assert main(["calibrate", "plan", "--robot", robot, "--amplitude", "0.2-0.4",
+                 "--out", str(tmp_path / "within")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["calibrate", "plan", "--robot", robot, "--poses", "0",
+                 "--out", str(tmp_path / "p")]) == 2
+    assert "--poses 0: expected at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["chain", "warp"])
+def test_the_threads_warning_is_in_the_metrics_as_on_stderr(tmp_path, capsys, model):
+    import os
+
+    many = str(4 * (os.cpu_count() or 1))
+    which = (["--chain", str(SAMPLE / "chain.npz")] if model == "chain" else
+             ["--model", str(ROOT / "models" / "reference"), "--calibration",
+              str(SAMPLE / "calibration.npz")])
+    out = tmp_path / "sim"
+    assert main(["simulate", *which, "--start", str(SAMPLE / "test.npz"), "--threads", many,
+                 "--out", str(out)]) == 0
+    said = f"--threads {many}: more than this machine's"
+    assert said in capsys.readouterr().err
+    assert any(said in w for w in json.loads((out / "metrics.json").read_text())["warnings"])

@@ -1,5 +1,5 @@
-"""``syncedge calibrate``: plan, record, ingest, check, store, verify and validate a cell's
-calibration.
+"""``syncedge calibrate``: plan, record, import, ingest, check, retime, store, verify and
+validate a cell's calibration.
 
 Subcommands (the technician's procedure is docs/calibration.md):
 
@@ -8,6 +8,7 @@ Subcommands (the technician's procedure is docs/calibration.md):
 - ``import``: a calibration or validation episode from a ROS 2 bag or a LeRobot dataset;
 - ``ingest``: a calibration episode of any timing or frame size in the model's timing;
 - ``check``: the coverage report (JSON, contact sheets); exit 1 on failure;
+- ``retime``: move the frames of an episode whose camera was late (or early);
 - ``store``: encode the context and write the calibration cache entry;
 - ``verify``: compare a live frame with the reference frame (moved camera?); exit 1 if stale;
 - ``validate``: the commissioning report.
@@ -101,9 +102,10 @@ def run_plan(args: argparse.Namespace) -> int:
     if not args.min_fraction <= 1.0:
         raise CalibrateError(f"calibrate plan: --min-fraction {args.min_fraction:g}: expected "
                              "a share of the amplitude, at most 1")
-    if args.frames < 2 or (args.poses is not None and args.poses < 1):
-        raise CalibrateError(f"calibrate plan: --frames {args.frames} / --poses {args.poses}: "
-                             "expected at least 2 frames and 1 pose")
+    if args.frames < 2:
+        raise CalibrateError(f"calibrate plan: --frames {args.frames}: expected at least 2")
+    if args.poses is not None and args.poses < 1:
+        raise CalibrateError(f"calibrate plan: --poses {args.poses}: expected at least 1")
     if args.motion and args.poses:
         raise CalibrateError("calibrate plan: --motion and --poses: expected one of them "
                              "(--motion for 'validate', --poses to refine the chain with)")
@@ -124,6 +126,14 @@ def run_plan(args: argparse.Namespace) -> int:
         prog = plan_sweep(spec, seed, args.lead_in_s, args.lead_out_s, args.min_fraction,
                           phase_s=args.sweep_seconds, pause_s=args.pause_seconds,
                           amplitude=args.amplitude)
+    if args.amplitude is not None and not (args.poses or args.motion):
+        over = [d.name for d in spec.dofs if d.unit == "rad" and args.amplitude[1] > d.sweep_max]
+        if over:
+            print(f"warning: --amplitude {args.amplitude[0]:g}-{args.amplitude[1]:g}: sweeps of "
+                  f"up to {args.amplitude[1]:g} rad, beyond the robot spec's sweep_max for "
+                  f"{', '.join(over)}; the model takes calibration sweeps within its "
+                  f"contract.calibration_amplitude_rad (model.json; the shipped models "
+                  f"0.2-0.8 rad) and 'calibrate store' refuses others", file=sys.stderr)
     out = Path(args.out)
     paths = save_program(prog, out.with_suffix(".json"), out.with_suffix(".csv"))
     for s in prog.sweeps:

@@ -172,15 +172,8 @@ def open_model(args: argparse.Namespace) -> WorldModel:
                 f"model.json, e.g. models/reference)")
         raise RuntimeInputError(f"{model_dir}: no model.json here; expected a model folder "
                                 f"(e.g. models/reference): pass --model DIR")
-    cores = os.cpu_count() or 1
-    threads = args.threads or cores
     workers = getattr(args, "candidate_workers", None)
-    if threads > cores:
-        say_warnings([f"--threads {threads}: more than this machine's {cores} cores (the "
-                      "threads will share them)"])
-    if workers and workers > threads:
-        say_warnings([f"--candidate-workers {workers}: more groups than the {threads} "
-                      "threads; each group runs on 1 thread and the CPU is oversubscribed"])
+    args.setup_warnings = say_warnings(thread_warnings(args))
     return load_model(model_dir, backend=args.backend, intra_op_num_threads=args.threads,
                       candidate_workers=workers)
 
@@ -378,10 +371,31 @@ def _other_models_hint(source: ContextSource, args: argparse.Namespace, camera: 
     entries = lister(cell_id=args.cell, camera_id=camera, robot_id=robot)
     if not entries:
         return ""
-    shas = ", ".join(sorted(i.key.model_sha256[:12] for i in entries))
-    return (f"the cache holds this cell's calibration episode (with contexts for models "
-            f"{shas}): encode the context for this model with "
-            f"'{store_command(args, args.cell, camera, robot)}'")
+    # an entry whose context was dropped (evicted, or quarantined as damaged) keeps its
+    # episode but has no context to offer
+    shas = ", ".join(sorted(i.key.model_sha256[:12] for i in entries
+                            if i.context_sha256 is not None))
+    held = f"with contexts for models {shas}" if shas else "no model's context"
+    return (f"the cache holds this cell's calibration episode ({held}): encode the context "
+            f"for this model with '{store_command(args, args.cell, camera, robot)}'")
+
+
+def thread_warnings(args: argparse.Namespace) -> list[str]:
+    """What ``--threads`` and ``--candidate-workers`` warn about: more threads than this
+    machine's cores, more candidate groups than threads. :func:`open_model` and
+    :func:`open_chain` print them and keep them as ``args.setup_warnings`` for the
+    outputs' ``warnings``."""
+    cores = os.cpu_count() or 1
+    threads = args.threads or cores
+    workers = getattr(args, "candidate_workers", None)
+    out = []
+    if threads > cores:
+        out.append(f"--threads {threads}: more than this machine's {cores} cores (the "
+                   "threads will share them)")
+    if workers and workers > threads:
+        out.append(f"--candidate-workers {workers}: more groups than the {threads} "
+                   "threads; each group runs on 1 thread and the CPU is oversubscribed")
+    return out
 
 
 def say_warnings(lines: Sequence[str]) -> list[str]:
@@ -860,6 +874,7 @@ def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
                                 "threads)")
     if args.threads:
         cv2.setNumThreads(args.threads)
+    args.setup_warnings = say_warnings(thread_warnings(args))
     if args.chain == CHAIN_FROM_CACHE:
         chain, source = _cached_chain(args)
     else:

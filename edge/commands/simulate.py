@@ -183,7 +183,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             "engines": model.engine_report(),
             "host_copies_steps_2_to_T": steady_copies.to_json(),
             "ground_truth": None, "per_step": None, "summary": None, "copy_last": None,
-            "warnings": warnings,
+            "warnings": [*getattr(args, "setup_warnings", []), *warnings],
         }
         paths = _write_outputs(args, report, pred, truth, start, model.contract.frame_rate_hz,
                                layout, t_start)
@@ -310,7 +310,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
                       "frames_per_s": round(n * horizon / rollout_s, 2) if rollout_s > 0
                       else None, "total": None},
         "ground_truth": None, "per_step": None, "summary": None, "copy_last": None,
-        "warnings": warnings,
+        "warnings": [*getattr(args, "setup_warnings", []), *warnings],
     }
     paths = _write_outputs(args, report, pred, truth, start, fps, layout, t_start)
     _print_summary(report, paths)
