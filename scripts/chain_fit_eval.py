@@ -416,7 +416,41 @@ def main(argv: list[str] | None = None) -> int:
                    help="roll the chain out carrying the arm's rim with it "
                         "(chain_rollout(carry_rim=True); docs/eval/experiments.md, "
                         "\"Carrying the arm's rim\")")
+    p.add_argument("--camera-noise", type=float, default=None, metavar="LEVELS",
+                   help="read every cell's calibration episode as a real camera delivers it: "
+                        "Gaussian sensor noise of this standard deviation (uint8 levels; "
+                        "export.evaluation.frames.camera_degrade) on the --calibration-data "
+                        "frames, reduced to the model's grid by area averaging as a device "
+                        "does (on_grid); the futures' start frame and truth stay as "
+                        "rendered (0: no noise, the control: the grid reduced from the "
+                        "--calibration-data frames alone). Needs --fits of its own "
+                        "(camera.json there records the setting)")
+    p.add_argument("--camera-jpeg", type=int, default=None, metavar="QUALITY",
+                   help="... and each calibration frame JPEG-compressed at this quality "
+                        "(1-100; ROS image transport's default is 80)")
     args = p.parse_args(argv)
+    camera = None
+    if args.camera_noise is not None or args.camera_jpeg is not None:
+        camera = {"noise_levels": args.camera_noise or 0.0, "jpeg_quality": args.camera_jpeg}
+        if not args.calibration_data:
+            p.error("--camera-noise/--camera-jpeg need --calibration-data")
+        if not args.fits:
+            p.error("--camera-noise/--camera-jpeg need --fits DIR of their own (reads of "
+                    "degraded calibrations are kept apart from clean ones)")
+        kept = Path(args.fits) / "camera.json"
+        if kept.is_file():
+            if json.loads(kept.read_text()) != camera:
+                p.error(f"{kept} records {kept.read_text().strip()}, not {camera}: "
+                        "use another --fits folder for another camera setting")
+        elif Path(args.fits).is_dir() and any(Path(args.fits).glob("*.npz")):
+            p.error(f"--fits {args.fits} holds reads without camera.json (clean reads?): "
+                    "use another folder for degraded calibrations")
+        else:
+            Path(args.fits).mkdir(parents=True, exist_ok=True)
+            kept.write_text(json.dumps(camera) + "\n")
+    elif args.fits and (Path(args.fits) / "camera.json").is_file():
+        p.error(f"--fits {args.fits} holds reads of degraded calibrations (camera.json): "
+                "pass the same --camera-noise/--camera-jpeg, or another folder")
     os.environ.setdefault("MUJOCO_GL", "egl")
     import cv2
     import torch
@@ -568,6 +602,20 @@ def main(argv: list[str] | None = None) -> int:
             Path(mo.path).parent.resolve(), Path(args.data).resolve())
             if args.calibration_data else None)
         hi_cache: dict = {}
+        if camera is not None:
+            # the calibration as the cell's camera and its transport deliver it (a seed
+            # per cell)
+            from dataclasses import replace as _replace
+
+            from export.evaluation.frames import camera_degrade
+            from export.models.chain_fit import on_grid
+
+            hi0 = high_calibration({}, hi_dir, cal)
+            hi_cache["cal"] = _replace(hi0, frames=camera_degrade(
+                hi0.frames, camera["noise_levels"], camera["jpeg_quality"],
+                zlib.crc32(cell.cell_id.encode())))
+            # the model's grid from the same recording, as a device reduces it
+            cal = _replace(cal, frames=on_grid(hi_cache["cal"].frames, cal.frames.shape[1:3]))
         d0, _, _, cam = scene.render_geometry(
             params.convention.to_canonical(qc[:1])[0])
         _, f, c = camera_frame(torch.from_numpy(cam), 64, 64)
@@ -903,6 +951,7 @@ def main(argv: list[str] | None = None) -> int:
           + f", two-joint@8 {r['blurred_truth/two_joint/8']:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"split": args.split, "cells": len(cells),
+                                               "camera": camera,
                                                "carry_rim": bool(args.carry_rim),
                                                "anchor_at": args.anchor_at if args.anchor
                                                else None,

@@ -808,3 +808,33 @@ def test_motion_frames_to_use_reads_the_middle_frame_of_each_hold():
     pick, is_held = motion_frames_to_use(q, ["rad", "rad"])
     assert is_held and len(pick) == MOTION_MAX_FRAMES and set(pick.tolist()) <= set(middles)
     assert pick[0] == middles[0] and pick[-1] == middles[-1]
+
+
+@pytest.mark.parametrize(("levels", "quality"), [(1.0, 80), (3.0, 80), (6.0, 80)])
+def test_the_sweep_is_read_through_a_real_cameras_noise(levels, quality):
+    """The sample cell's 256x256 sweep as a camera and its transport deliver it (sensor
+    noise, then JPEG): the flow from the small steps drifted on the flat background until
+    it overflowed (to 1e6-1e20 px), and noise alone changed every pixel of the sweep, so
+    the arm's cut became the whole view (IoU 0.07 at 6 levels)."""
+    import cv2
+
+    from edge.episode import load_episode
+    from export.evaluation.frames import camera_degrade
+    from export.models.chain_fit import frame_noise_levels
+
+    ep = load_episode(Path(__file__).resolve().parents[1] / "samples" / "cell_sample"
+                      / "calibration_256.npz")
+    assert frame_noise_levels(ep.frames) == 0.0  # rendered: read exactly as before
+    noisy = camera_degrade(ep.frames, levels, quality, seed=5)
+    noise = frame_noise_levels(noisy)
+    assert 0.2 * levels < noise < levels  # grey noise; JPEG smooths some of it away
+    truth = cv2.resize(ep.robot_mask[0].astype(np.float32), (64, 64),
+                       interpolation=cv2.INTER_AREA) >= 0.5
+    clean, _ = sweep_tracks(ep.frames, size=(64, 64))
+    moving = truth & (np.linalg.norm(clean, axis=-1).max(0) > 0.5)
+    tracks, valid = sweep_tracks(noisy, size=(64, 64))
+    assert np.isfinite(tracks).all() and np.abs(tracks).max() < 64
+    err = np.linalg.norm(tracks - clean, axis=-1)[1:, moving]
+    assert np.median(err) < 0.1 and np.percentile(err, 90) < 0.5
+    mask = sweep_robot_mask(noisy, size=(64, 64))
+    assert (mask & truth).sum() / (mask | truth).sum() > 0.85
