@@ -92,3 +92,16 @@ def test_verify_with_another_public_key_says_so(tmp_path, monkeypatch):
         _run("bundle", "verify", str(out), "--pubkey", str(tmp_path / "b" / "oem.pub.pem"))
     with pytest.raises(BundleError, match=r"not trusted on this device \(trusted: none\)"):
         _run("bundle", "verify", str(out))
+
+
+def test_build_names_a_model_json_given_for_its_folder_and_a_missing_folder(tmp_path):
+    model = make_tiny_model(tmp_path / "m")
+    out = str(tmp_path / "x.bundle")
+    with pytest.raises(BundleError, match=r"model\.json: a file; give the model's folder \("):
+        _run("bundle", "build", str(model / "model.json"), "--target", "cpu", "--out", out,
+             "--key", str(tmp_path / "none"))
+    with pytest.raises(FileNotFoundError) as e:
+        _run("bundle", "build", str(tmp_path / "nothing"), "--target", "cpu", "--out", out,
+             "--key", str(tmp_path / "none"))
+    assert e.value.filename == str(tmp_path / "nothing")
+    assert not (tmp_path / "x.bundle").exists()

@@ -167,6 +167,24 @@ def test_cli_list_show_export_import_gc(tmp_path: Path, capsys) -> None:
     assert "index check: ok" in out and "removed 0 unreferenced" in out
 
 
+def test_cli_import_and_list_name_what_was_given_and_make_no_cache_for_a_bad_file(
+        tmp_path: Path, capsys) -> None:
+    from edge.cli import main
+
+    new_root = tmp_path / "new"
+    (tmp_path / "dir.bundle").mkdir()
+    assert main(["cache", "import", "--root", str(new_root), str(tmp_path / "dir.bundle")]) == 2
+    assert "dir.bundle: a folder; expected an archive file" in capsys.readouterr().err
+    png = tmp_path / "ref.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    assert main(["cache", "import", "--root", str(new_root), str(png)]) == 2
+    assert "not an archive of 'syncedge cache export'" in capsys.readouterr().err
+    assert not new_root.exists()  # a failed import made no empty cache there
+    assert main(["cache", "list", "--root", str(png)]) == 2
+    assert f"--root {png}: a file; expected a calibration cache root" in \
+        capsys.readouterr().err
+
+
 def test_cli_gc_reports_quarantine_and_default_root(tmp_path: Path, capsys,
                                                    monkeypatch) -> None:
     monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))

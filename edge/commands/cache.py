@@ -28,6 +28,9 @@ def _open(args: argparse.Namespace, writes: bool = False) -> Any:
     from edge.cache.store import CalibrationCache, default_root
     from edge.cache.values import CacheError
 
+    if args.root is not None and Path(args.root).exists() and not Path(args.root).is_dir():
+        raise CacheError(f"--root {args.root}: a file; expected a calibration cache root "
+                         "folder")
     if args.root is not None and not writes and not Path(args.root).is_dir():
         raise CacheError(f"--root {args.root}: no such folder; expected a calibration "
                          "cache root (one that `syncedge calibrate store --cache-dir DIR` or "
@@ -167,8 +170,16 @@ def _run_export(args: argparse.Namespace) -> int:
 def _run_import(args: argparse.Namespace) -> int:
     from edge.cache.values import CacheArchiveError
 
+    if args.file.is_dir():
+        raise CacheArchiveError(f"{args.file}: a folder; expected an archive file that "
+                                "'syncedge cache export' wrote")
     if not args.file.is_file():
         raise CacheArchiveError(f"{args.file}: no such archive file")
+    import zipfile
+
+    if not zipfile.is_zipfile(args.file):  # before a cache is made at a new --root
+        raise CacheArchiveError(f"{args.file}: not an archive of 'syncedge cache export' "
+                                "(not a zip file); nothing was imported")
     with _open(args, writes=True) as cache:
         keys = cache.import_(args.file, replace=args.replace)
     for k in keys:

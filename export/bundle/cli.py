@@ -41,6 +41,16 @@ def _run_build(args: argparse.Namespace) -> int:
     from export.bundle.build import build_bundle
 
     check_file_target(args.out)  # a bundle is never overwritten: it may be the one installed
+    model = Path(args.model_dir)
+    if model.is_file():
+        from edge.bundle.format import BundleError
+
+        raise BundleError(f"{model}: a file; give the model's folder"
+                          f"{f' ({model.parent})' if model.name == 'model.json' else ''}, "
+                          "the one that holds model.json")
+    if not model.exists():
+        raise FileNotFoundError(2, "no such folder (expected a model folder with model.json)",
+                                str(model))
     cmd = "syncedge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     m = build_bundle(args.model_dir, args.out, target=args.target, private_key_path=args.key,
                      extras=args.extra or (), command=cmd,
