@@ -60,7 +60,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        if exc.filename in (tmp, None):
+        if exc.errno is not None and exc.filename in (tmp, None):
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
     except BaseException:

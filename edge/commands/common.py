@@ -374,7 +374,7 @@ def _other_models_hint(source: ContextSource, args: argparse.Namespace, camera: 
     # an entry whose context was dropped (evicted, or quarantined as damaged) keeps its
     # episode but has no context to offer
     shas = ", ".join(sorted(i.key.model_sha256[:12] for i in entries
-                            if i.context_sha256 is not None))
+                            if getattr(i, "context_sha256", "") is not None))
     held = f"with contexts for models {shas}" if shas else "no model's context"
     return (f"the cache holds this cell's calibration episode ({held}): encode the context "
             f"for this model with '{store_command(args, args.cell, camera, robot)}'")
