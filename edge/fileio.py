@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["atomic_write", "check_file_target", "check_folder_target", "file_digest",
-           "fsync_dir", "sha256_file", "staged_folder", "write_json_atomic"]
+           "fsync_dir", "not_utf8", "sha256_file", "staged_folder", "write_json_atomic"]
+
+
+def not_utf8(path: str | os.PathLike[str], exc: UnicodeDecodeError, expected: str) -> str:
+    """The one-line message for a text file that is not UTF-8 (a PNG or another binary
+    given where text is expected): the path, the first byte that does not decode and its
+    offset, and what was expected."""
+    return (f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start}): expected {expected}")
 
 
 def _umask() -> int:

@@ -32,6 +32,8 @@ __all__ = [
     "Entry",
     "EntryInfo",
     "GcReport",
+    "ID_MAX_CHARS",
+    "check_id",
     "QuarantineRecord",
     "RebuildReport",
 ]
@@ -43,7 +45,7 @@ BLOB_ROLES = ("episode", "report", "reference", "context")
 CONTEXT_FORMATS = ("npy", "chain")
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
-_ID_MAX = 200
+ID_MAX_CHARS = 200
 _BAD_ID_CHARS = re.compile(r"[/\x00-\x1f\x7f]")
 
 
@@ -94,12 +96,19 @@ class CacheCorruptError(CacheError):
         self.file = file
 
 
-def _check_id(name: str, value: object) -> str:
+def check_id(name: str, value: object) -> str:
+    """``value`` as a cell, camera or robot id of a :class:`CacheKey` (``name`` for the
+    message).
+
+    Raises:
+        CacheKeyError: an empty id, one longer than :data:`ID_MAX_CHARS` or holding ``/`` or
+            control characters.
+    """
     if not isinstance(value, str) or not value:
         raise CacheKeyError(f"key field {name}: expected a non-empty string, found {value!r}")
-    if len(value) > _ID_MAX or _BAD_ID_CHARS.search(value):
+    if len(value) > ID_MAX_CHARS or _BAD_ID_CHARS.search(value):
         raise CacheKeyError(
-            f"key field {name}: expected at most {_ID_MAX} printable characters without '/', "
+            f"key field {name}: expected at most {ID_MAX_CHARS} printable characters without '/', "
             f"found {value!r}")
     return value
 
@@ -123,9 +132,9 @@ class CacheKey:
     model_sha256: str
 
     def __post_init__(self) -> None:
-        _check_id("cell_id", self.cell_id)
-        _check_id("camera_id", self.camera_id)
-        _check_id("robot_id", self.robot_id)
+        check_id("cell_id", self.cell_id)
+        check_id("camera_id", self.camera_id)
+        check_id("robot_id", self.robot_id)
         if not isinstance(self.model_sha256, str) or not _SHA_RE.match(self.model_sha256):
             raise CacheKeyError(f"key field model_sha256: expected 64 lowercase hex digits, "
                                 f"found {self.model_sha256!r}")

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from edge.calibrate.errors import PlanError
 from edge.config_reader import Where, optional_key, read_config
+from edge.fileio import not_utf8
 
 __all__ = ["DofSpec", "RobotSpec", "load_robot_spec", "robot_spec_from_dict",
            "robot_spec_to_dict"]
@@ -200,9 +201,7 @@ def load_robot_spec(path: str | os.PathLike[str]) -> RobotSpec:
     except OSError as exc:
         raise PlanError(f"{path}: cannot read the robot spec: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise PlanError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
-                        f"offset {exc.start}): expected a robot spec (.yaml, .yml or "
-                        ".json)") from None
+        raise PlanError(not_utf8(path, exc, "a robot spec (.yaml, .yml or .json)")) from None
     try:
         if path.suffix.lower() == ".json":
             d = json.loads(text)

@@ -282,18 +282,17 @@ def _record_target(args, prog) -> Path:
     """
     import tempfile
 
-    from edge.cache.values import CacheKeyError, _check_id
+    from edge.cache.values import ID_MAX_CHARS, CacheKeyError, check_id
     from edge.fileio import check_file_target
 
-    ids = (("--cell", args.cell), ("--camera-id", args.camera_id or f"{args.cell}-cam"),
-           ("--robot-id", args.robot_id or f"{args.cell}-{prog.robot}"))
-    for flag, value in ids:
+    cell, camera, robot = _record_ids(args, prog)
+    for flag, value in (("--cell", cell), ("--camera-id", camera), ("--robot-id", robot)):
         try:
-            _check_id(flag.lstrip("-").replace("-", "_"), value)
+            check_id(flag.lstrip("-").replace("-", "_"), value)
         except CacheKeyError:
-            raise CalibrateError(f"{flag} {value!r}: expected at most 200 printable characters "
-                                 "without '/' (the calibration cache's key; 'calibrate store' "
-                                 "would refuse the recording)") from None
+            raise CalibrateError(f"{flag} {value!r}: expected at most {ID_MAX_CHARS} printable "
+                                 "characters without '/' (the calibration cache's key; "
+                                 "'calibrate store' would refuse the recording)") from None
     out = check_file_target(args.out, overwrite=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -318,13 +317,20 @@ def _keep_elsewhere(ep, out: Path) -> Path:
                             / out.name)
 
 
+def _record_ids(args, prog) -> tuple[str, str, str]:
+    """A recording's cell, camera and robot ids: ``--cell``, ``--camera-id`` (default
+    ``CELL-cam``), ``--robot-id`` (default ``CELL-ROBOT``, the program's robot)."""
+    cell = args.cell
+    return (cell, args.camera_id or f"{cell}-cam", args.robot_id or f"{cell}-{prog.robot}")
+
+
 def _aopts(args, prog, size, cam, joints):
     from edge.calibrate.assemble import AssembleOptions
 
-    cell = args.cell
+    cell, camera, robot = _record_ids(args, prog)
     return AssembleOptions(
-        size_hw=size, cell_id=cell, camera_id=args.camera_id or f"{cell}-cam",
-        robot_id=args.robot_id or f"{cell}-{prog.robot}", tolerance_s=args.tolerance_s,
+        size_hw=size, cell_id=cell, camera_id=camera, robot_id=robot,
+        tolerance_s=args.tolerance_s,
         camera_latency_s=cam.latency_s,
         joint_latency_s=args.joint_latency_s if args.joint_latency_s is not None
         else float(getattr(joints, "latency_s", 0.0)))

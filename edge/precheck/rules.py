@@ -20,6 +20,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from edge.config_reader import Where, optional_key, read_config
+from edge.fileio import not_utf8
 from edge.runtime.errors import RulesError
 
 __all__ = ["DEFAULT_MARGIN_PX", "KEEP_OUT_BASES", "MAX_MARGIN_PX", "GoalRule", "JointLimits",
@@ -222,8 +223,7 @@ def load_rules(path: str | os.PathLike[str]) -> Rules:
     except OSError as exc:
         raise RulesError(f"{path}: cannot read the rules file: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise RulesError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
-                         f"offset {exc.start}): expected a rules YAML file") from None
+        raise RulesError(not_utf8(path, exc, "a rules YAML file")) from None
     try:
         d = yaml.safe_load(text)
     except yaml.YAMLError as exc:  # one line: the problem and where

@@ -485,9 +485,7 @@ def compose_chain(points: np.ndarray, axes: np.ndarray, pivots: np.ndarray,
         if not groups[:, j].any():
             continue
         w, o = axes[j], pivots[j]
-        wx = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
-        t = angles[:, j]
-        rot = eye + np.sin(t)[:, None, None] * wx + (1.0 - np.cos(t))[:, None, None] * (wx @ wx)
+        rot = _rodrigues(w, angles[:, j])
         shift = o - rot @ o
         if travel is not None:
             shift = shift + travel[:, j, None] * w
@@ -508,6 +506,15 @@ def compose_chain(points: np.ndarray, axes: np.ndarray, pivots: np.ndarray,
     return out
 
 
+def _rodrigues(axis: np.ndarray, angles: np.ndarray) -> np.ndarray:
+    """float64 ``[S, 3, 3]``: the rotations by ``angles`` ``[S]`` (rad) about the unit
+    ``axis`` ``[3]``, ``R = I + sin t [w]x + (1 - cos t) [w]x^2``."""
+    w = axis
+    wx = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
+    return (np.eye(3) + np.sin(angles)[:, None, None] * wx
+            + (1.0 - np.cos(angles))[:, None, None] * (wx @ wx))
+
+
 #: :func:`compose_chain` composes one affine map per group of points carried by the same
 #: joints (a serial chain has one group per link); with more groups than this (soft
 #: memberships that differ point by point) it moves the points joint by joint instead.
@@ -520,12 +527,9 @@ def _compose_by_joint(points: np.ndarray, axes: np.ndarray, pivots: np.ndarray,
     """:func:`compose_chain` joint by joint (every point moved by each joint in turn)."""
     s = len(angles)
     p = np.broadcast_to(points, (s,) + points.shape).copy()
-    eye = np.eye(3)
     for j in order[::-1]:  # distal first
         w, o = axes[j], pivots[j]
-        wx = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
-        t = angles[:, j]
-        rot = eye + np.sin(t)[:, None, None] * wx + (1.0 - np.cos(t))[:, None, None] * (wx @ wx)
+        rot = _rodrigues(w, angles[:, j])
         c = carried[j]
         moving = c > 0
         if not moving.any():

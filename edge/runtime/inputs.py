@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from edge.episode import Episode, load_episode
+from edge.fileio import not_utf8
 from edge.runtime.errors import RuntimeInputError
 
 __all__ = ["PLAUSIBLE_SLIDE_M_S", "PLAUSIBLE_START_TURN_RAD", "PLAUSIBLE_TURN_RAD_S",
@@ -189,9 +190,7 @@ def _from_csv(path: Path) -> np.ndarray:
         with open(path, newline="", encoding="utf-8") as f:
             rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
     except UnicodeDecodeError as exc:
-        raise RuntimeInputError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
-                                f"at offset {exc.start}): expected CSV rows of numbers") \
-            from None
+        raise RuntimeInputError(not_utf8(path, exc, "CSV rows of numbers")) from None
     except (OSError, csv.Error) as exc:
         raise RuntimeInputError(f"{path}: cannot read the CSV file: {exc}") from None
     if rows and not _is_number(rows[0][0]):

@@ -187,6 +187,7 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
     h, w, ratio = _grid_ratio(frames, size, "sweep_tracks")
     big = (fw * upsample, fh * upsample)
     grey = [cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in frames]
+    noise = _grey_noise_levels(grey)
     if upsample != 1:
         grey = [cv2.resize(g, big, interpolation=cv2.INTER_CUBIC) for g in grey]
     make = cv2.DISOpticalFlow_create  # type: ignore[attr-defined]
@@ -200,7 +201,7 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
     # noise, nothing has moved from home: its flow is zero. The small steps carry a
     # far-swept link, but on a real camera's noise they drift where the picture is flat
     # (no texture corrects them), and the drift would grow from frame to frame
-    still_below = TRACK_STILL_NOISE * frame_noise_levels(frames)
+    still_below = TRACK_STILL_NOISE * noise
     patch = (2 * TRACK_STILL_PATCH * upsample + 1,) * 2
     home = grey[0].astype(np.float32)
 
@@ -266,12 +267,16 @@ def frame_noise_levels(frames: np.ndarray) -> float:
     """
     import cv2
 
-    if len(frames) < 2:
+    return _grey_noise_levels([cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in frames])
+
+
+def _grey_noise_levels(grey: list[np.ndarray]) -> float:
+    """:func:`frame_noise_levels` of frames already in grey (uint8 ``[H, W]`` each)."""
+    if len(grey) < 2:
         return 0.0
-    grey = np.stack([cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in frames]).astype(np.float32)
     per_pair = []
     for a, b in zip(grey[:-1], grey[1:], strict=True):
-        d = np.abs(b - a).ravel()
+        d = np.abs(b.astype(np.float32) - a).ravel()
         kept = d[d <= np.percentile(d, 90)]
         per_pair.append(float(np.sqrt(np.mean(kept ** 2) / 0.623 / 2.0)) if kept.size else 0.0)
     return float(np.percentile(per_pair, 10, method="lower"))
