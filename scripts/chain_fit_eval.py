@@ -428,21 +428,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--camera-jpeg", type=int, default=None, metavar="QUALITY",
                    help="... and each calibration frame JPEG-compressed at this quality "
                         "(1-100; ROS image transport's default is 80)")
+    p.add_argument("--light", type=float, default=None, metavar="SCALE",
+                   help="the light changed since the cell was calibrated: the futures' "
+                        "start frame and truth rendered with the cell's lights scaled by "
+                        "SCALE (CellParams.with_light; the calibration as recorded), cached "
+                        "under FITS/futures_light<SCALE>/; anchoring reads the lit start. "
+                        "Needs --fits of its own (camera.json there records the setting; "
+                        "copy the clean reads <cell>_dis.npz there to score them)")
     args = p.parse_args(argv)
     camera = None
-    if args.camera_noise is not None or args.camera_jpeg is not None:
+    if args.camera_noise is not None or args.camera_jpeg is not None or args.light is not None:
         camera = {"noise_levels": args.camera_noise or 0.0, "jpeg_quality": args.camera_jpeg}
+        if args.light is not None:
+            camera["light"] = args.light
         if not args.calibration_data:
-            p.error("--camera-noise/--camera-jpeg need --calibration-data")
+            p.error("--camera-noise/--camera-jpeg/--light need --calibration-data")
         if not args.fits:
-            p.error("--camera-noise/--camera-jpeg need --fits DIR of their own (reads of "
-                    "degraded calibrations are kept apart from clean ones)")
+            p.error("--camera-noise/--camera-jpeg/--light need --fits DIR of their own "
+                    "(reads of degraded calibrations, anchorings at a relit start, are kept "
+                    "apart from clean ones)")
         kept = Path(args.fits) / "camera.json"
         if kept.is_file():
             if json.loads(kept.read_text()) != camera:
                 p.error(f"{kept} records {kept.read_text().strip()}, not {camera}: "
                         "use another --fits folder for another camera setting")
-        elif Path(args.fits).is_dir() and any(Path(args.fits).glob("*.npz")):
+        elif (Path(args.fits).is_dir() and any(Path(args.fits).glob("*.npz"))
+              and args.light is None):
             p.error(f"--fits {args.fits} holds reads without camera.json (clean reads?): "
                     "use another folder for degraded calibrations")
         else:
@@ -602,7 +613,16 @@ def main(argv: list[str] | None = None) -> int:
             Path(mo.path).parent.resolve(), Path(args.data).resolve())
             if args.calibration_data else None)
         hi_cache: dict = {}
-        if camera is not None:
+
+        # the futures as rendered, or (--light) with the cell's lights scaled, cached apart
+        lit = params.with_light(args.light) if args.light is not None else None
+        fut_root = (Path(args.fits) / f"futures_light{args.light:g}" if lit is not None
+                    else args.data)
+
+        def futures_of(prof, cell=cell, view=lit or params, q0=q0, root=fut_root):
+            return load_or_render_futures(root, args.split, cell.cell_id, lambda: gen, view,
+                                          q0, args.candidates, args.horizon, prof, args.seed)
+        if camera is not None and (camera["noise_levels"] or camera["jpeg_quality"]):
             # the calibration as the cell's camera and its transport deliver it (a seed
             # per cell)
             from dataclasses import replace as _replace
@@ -720,6 +740,8 @@ def main(argv: list[str] | None = None) -> int:
         anchored: dict[str, object] = {}
         # the futures' start frame, read once for every anchored read
         start0 = load_episode(mo.path).frames[0] if args.anchor else None
+        if lit is not None and args.anchor:
+            start0 = futures_of("all_joints").frames[0, 0]
         anchor_frame, anchor_q, anchor_tag = start0, q0, ""
         if args.anchor and args.anchor_at == "other":
             others = [m for m in cell.motions if m.path != mo.path]
@@ -791,9 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = encode_calibration(warp, cal) if warp is not None else None
         auto: bool | None = None  # chain_auto anchors this cell (decided on its start)
         for prof in ("all_joints", "two_joint"):
-            fut = load_or_render_futures(args.data, args.split, cell.cell_id, lambda: gen,
-                                         params, q0, args.candidates, args.horizon, prof,
-                                         args.seed)
+            fut = futures_of(prof)
             start, truth = fut.frames[0, 0], fut.frames[:, 1:]
             preds: dict[str, np.ndarray] = {"copy_last": np.repeat(start[None, None],
                                                                    len(truth), 0).repeat(

@@ -337,3 +337,59 @@ def test_start_agreement_says_whether_the_chain_puts_the_arm_where_the_start_sho
         start_agreement(chain, true_start[:16], q)
     with pytest.raises(RuntimeInputError, match="start joint readings"):
         start_agreement(chain, true_start, np.zeros(3))
+
+
+def textured_chain() -> ChainCalibration:
+    """:func:`two_link_chain` in front of a textured scene (a light's change of gain
+    and offset can be told apart there, not on a flat one)."""
+    chain = two_link_chain()
+    ys, xs = np.mgrid[0:SIZE, 0:SIZE]
+    scene = np.stack([60 + 50 * np.sin(xs / 3.0) + 2 * ys, 100 + 40 * np.cos(ys / 4.0) + xs,
+                      140 + 30 * np.sin((xs + ys) / 5.0)], -1).astype(np.float32)
+    home = np.rint(scene).astype(np.uint8)
+    home[chain.robot] = ARM
+    return dataclasses.replace(chain, home_frame=home, background=np.rint(scene)
+                               .astype(np.float32))
+
+
+def relit(frames: np.ndarray, gain, offset=0.0) -> np.ndarray:
+    """``frames`` (uint8) under another light: ``gain * x + offset`` (gain may be an
+    array broadcasting over the frame), rounded and clipped."""
+    return np.clip(np.rint(frames.astype(np.float64) * gain + offset), 0, 255).astype(np.uint8)
+
+
+def test_a_light_changed_since_the_calibration_is_matched_from_the_start_frame():
+    from edge.runtime.chain import match_light, start_agreement
+
+    chain = textured_chain()
+    q = np.array([0.5, 0.8])
+    start = start_frame(chain, q)
+    acts = np.tile(np.array([[-0.08, 0.06]]), (6, 1))
+    # the same light: nothing is measured as changed, the rollout is bit for bit the same
+    same = match_light(chain, start, q)
+    assert not same.applied and same.before == 0.0
+    assert np.array_equal(chain_rollout(chain, start, q, acts),
+                          chain_rollout(chain, start, q, acts, match_lighting=False))
+    # dimmed (gain 0.6, offset +8): recovered from the start frame alone
+    dim = relit(start, 0.6, 8.0)
+    m = match_light(chain, dim, q)
+    assert m.applied and m.before > 10 and m.after < 1.0
+    assert np.allclose(m.gain, 0.6, atol=0.02) and np.allclose(m.offset, 8.0, atol=1.5)
+    assert np.abs(m.invert(dim).astype(int) - start).mean() < 1.0
+    # the rollout draws what the arm uncovers in the start's light
+    want = relit(chain_rollout(chain, start, q, acts), 0.6, 8.0).astype(int)
+    got = chain_rollout(chain, dim, q, acts).astype(int)
+    old = chain_rollout(chain, dim, q, acts, match_lighting=False).astype(int)
+    left = np.abs(old - want).sum(-1) > 30  # the pixels drawn in the old light
+    assert left.sum() > 20
+    assert np.abs(got - want)[left].mean() < 1.5 and np.abs(old - want)[left].mean() > 30
+    # the start agreement: readings that put the arm elsewhere are still told apart
+    wrong = np.array([-0.6, -1.5])
+    assert start_agreement(chain, dim, wrong)["arm_on_arm"] < 0.5
+    assert start_agreement(chain, dim, wrong, match_lighting=False)["arm_on_arm"] > 0.9
+    assert start_agreement(chain, dim, q)["light"]["applied"] is True
+    # unevenly (dimmer to the left, as from a lamp on one side): the smooth field takes
+    # what one gain cannot
+    ramp = np.linspace(0.55, 1.0, SIZE)[None, :, None]
+    uneven = match_light(chain, relit(start, ramp), q)
+    assert uneven.applied and uneven.field is not None and uneven.after < uneven.before / 4

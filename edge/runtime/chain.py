@@ -764,9 +764,199 @@ AUTO_ANCHOR_BELOW = 0.8
 LOW_START_AGREEMENT = 0.5
 
 
+#: :func:`match_light` changes nothing unless its mapping lowers the median background
+#: mismatch between the start frame and the calibration's background by at least this many
+#: uint8 levels (rendered frames under unchanged light, and camera noise alone, stay as
+#: they are, bit for bit).
+LIGHT_MATCH_MIN_GAIN = 2.0
+#: Side (px on the chain's grid) of the blocks over which :func:`match_light` measures
+#: what light changed unevenly (a lamp on one side, daylight through a window).
+LIGHT_FIELD_BLOCK_PX = 8
+#: Fewest background pixels a block needs for its own measurement (else it takes its
+#: neighbours', smoothed).
+LIGHT_FIELD_MIN_PX = 16
+
+
+@dataclass(frozen=True)
+class LightMatch:
+    """How the light changed between the cell's calibration and a start frame, as a
+    mapping of the calibration's colours to the start's: ``field * (gain * c + offset)``
+    per RGB channel.
+
+    Attributes:
+        gain: float64 ``[3]``; offset: float64 ``[3]`` (uint8 levels): the whole frame's
+            per-channel affine change.
+        field: float32 ``[H, W, 3]``, the uneven part (a smooth multiplicative correction,
+            1 where the light changed evenly), or None.
+        before: median over the judged pixels of the mean absolute RGB difference between
+            the start frame and the calibration's background (levels); after: the same
+            with the mapping.
+        judged_px: how many background pixels the mapping was measured on.
+        applied: whether a rollout uses it (``before - after >= LIGHT_MATCH_MIN_GAIN``).
+    """
+
+    gain: np.ndarray
+    offset: np.ndarray
+    field: np.ndarray | None
+    before: float
+    after: float
+    judged_px: int
+    applied: bool
+
+    @classmethod
+    def unchanged(cls, judged_px: int = 0, before: float = 0.0) -> LightMatch:
+        """The identity (not applied)."""
+        return cls(np.ones(3), np.zeros(3), None, before, before, judged_px, False)
+
+    def apply(self, image: np.ndarray) -> np.ndarray:
+        """float32 ``[H, W, 3]``: ``image`` (the calibration's light, 0-255) in the start's
+        light, clipped to 0-255; ``image`` itself (as float32) where not applied."""
+        img = np.asarray(image, np.float32)
+        if not self.applied:
+            return img
+        out = img * self.gain.astype(np.float32) + self.offset.astype(np.float32)
+        if self.field is not None:
+            out = out * self.field
+        return np.clip(out, 0.0, 255.0)
+
+    def invert(self, image: np.ndarray) -> np.ndarray:
+        """uint8 ``[H, W, 3]``: ``image`` (the start's light) in the calibration's light
+        (the inverse of :meth:`apply`, clipped); ``image`` itself where not applied."""
+        img = np.asarray(image)
+        if not self.applied:
+            return img
+        out = img.astype(np.float32)
+        if self.field is not None:
+            out = out / self.field
+        out = (out - self.offset.astype(np.float32)) / self.gain.astype(np.float32)
+        return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready: applied, gain, offset, the uneven part's range, before/after."""
+        f = self.field
+        return {"applied": self.applied,
+                "gain": [round(float(x), 4) for x in self.gain],
+                "offset": [round(float(x), 2) for x in self.offset],
+                "field_range": ([round(float(f.min()), 3), round(float(f.max()), 3)]
+                                if f is not None else None),
+                "background_difference_levels": {"before": round(self.before, 2),
+                                                 "after": round(self.after, 2)},
+                "judged_px": self.judged_px}
+
+
+def match_light(chain: ChainCalibration, start: np.ndarray, start_joint_positions: np.ndarray,
+                cover: np.ndarray | None = None) -> LightMatch:
+    """Measure how the cell's light changed since its calibration, from the start frame.
+
+    A rollout draws the calibration's background where the arm leaves and the home
+    frame's arm where the start frame hides it; after a lamp was dimmed, daylight changed
+    or the camera's exposure moved, those pixels come out in the old light (a patch of
+    another brightness where the arm was), and the start agreement sees every background
+    pixel as something in front of the background. The mapping is fitted on the pixels
+    where the calibration saw the background and the chain does not put the arm at the
+    start (2 px margin), unsaturated in both: per channel an affine change by least
+    squares, trimmed three times at 3 MADs (so arm the chain misplaces, or a new object,
+    does not pull it), then a smooth multiplicative field from the blocks' medians
+    (:data:`LIGHT_FIELD_BLOCK_PX`; blocks with fewer than :data:`LIGHT_FIELD_MIN_PX` such
+    pixels take their neighbours'). It is applied only where it lowers the median
+    mismatch by :data:`LIGHT_MATCH_MIN_GAIN` levels or more.
+
+    Args:
+        chain: :class:`ChainCalibration`.
+        start: uint8 ``[H, W, 3]`` on the chain's grid.
+        start_joint_positions: float ``[K]``, the readings at the start (controller unit).
+        cover: bool ``[H, W]``, where the chain puts the arm at the start (None: computed).
+
+    Returns:
+        :class:`LightMatch` (:meth:`LightMatch.unchanged` where fewer than 64 pixels, or
+        2% of the frame, can be judged).
+
+    Raises:
+        RuntimeInputError: a start of another size, readings of another width.
+    """
+    import cv2
+
+    start, q0 = checked_start(chain, start, start_joint_positions)
+    if cover is None:
+        cover = arm_cover(chain, (q0 - chain.home_joint_positions)[None])[0]
+    h, w = chain.resolution
+    bg = np.asarray(chain.background, np.float64)
+    img = start.astype(np.float64)
+    near_arm = cv2.dilate(np.asarray(cover, np.uint8), np.ones((5, 5), np.uint8)) > 0
+    ok = (np.asarray(chain.background_seen, bool) & ~near_arm
+          & (img.max(-1) < 250) & (bg.max(-1) < 250))
+    n = int(ok.sum())
+    if n < max(64, int(0.02 * h * w)):
+        return LightMatch.unchanged(n)
+    x, y = bg[ok], img[ok]
+    before = float(np.median(np.abs(y - x).mean(-1)))
+    if before < LIGHT_MATCH_MIN_GAIN:  # no mapping can lower it by that much
+        return LightMatch.unchanged(n, before)
+    keep = np.ones(n, bool)
+    gain, offset = np.ones(3), np.zeros(3)
+    for _ in range(4):
+        for c in range(3):
+            xc, yc = x[keep, c], y[keep, c]
+            var = xc.var()
+            if var < 1.0:  # a flat background: a gain cannot be told from an offset
+                gain[c], offset[c] = 1.0, float(np.median(yc - xc))
+            else:
+                gain[c] = float(np.clip(((xc - xc.mean()) * (yc - yc.mean())).mean() / var,
+                                        0.2, 5.0))
+                offset[c] = float(yc.mean() - gain[c] * xc.mean())
+        res = np.abs(y - (x * gain + offset)).mean(-1)
+        mad = float(np.median(np.abs(res[keep] - np.median(res[keep])))) * 1.4826
+        new_keep = res <= max(3.0 * mad + np.median(res[keep]), 3.0)
+        if new_keep.sum() < 32 or (new_keep == keep).all():
+            break
+        keep = new_keep
+    # the uneven part: per block, the median ratio of the start to the mapped background
+    bs = LIGHT_FIELD_BLOCK_PX
+    gh, gw = -(-h // bs), -(-w // bs)
+    mapped = bg * gain + offset
+    ratio = np.ones((gh, gw, 3))
+    weight = np.zeros((gh, gw))
+    inl = np.zeros((h, w), bool)
+    inl[ok] = keep
+    for by in range(gh):
+        for bx in range(gw):
+            sl = (slice(by * bs, (by + 1) * bs), slice(bx * bs, (bx + 1) * bs))
+            m = inl[sl]
+            if m.sum() >= LIGHT_FIELD_MIN_PX:
+                ratio[by, bx] = (np.median(img[sl][m], 0) + 1.0) / (np.median(mapped[sl][m], 0)
+                                                                    + 1.0)
+                weight[by, bx] = 1.0
+    uneven = None
+    if weight.any():
+        # blocks without their own measurement take their neighbours' (weighted blur)
+        k = (3, 3)
+        num = cv2.blur((np.log(ratio) * weight[..., None]).astype(np.float32), k,
+                       borderType=cv2.BORDER_REPLICATE)
+        den = cv2.blur(weight.astype(np.float32), k, borderType=cv2.BORDER_REPLICATE)
+        smooth = np.where(den[..., None] > 1e-6, num / np.maximum(den, 1e-6)[..., None], 0.0)
+        for _ in range(max(gh, gw)):  # blocks with no measured neighbour either
+            if (den > 1e-6).all():
+                break
+            known = (den > 1e-6).astype(np.float32)
+            num2 = cv2.blur(smooth * known[..., None], k, borderType=cv2.BORDER_REPLICATE)
+            den2 = cv2.blur(known, k, borderType=cv2.BORDER_REPLICATE)
+            fillv = np.where(den2[..., None] > 1e-6, num2 / np.maximum(den2, 1e-6)[..., None],
+                             0.0)
+            smooth = np.where(known[..., None] > 0, smooth, fillv)
+            den = np.maximum(den, den2)
+        uneven = np.exp(cv2.resize(smooth.astype(np.float32), (w, h),
+                                  interpolation=cv2.INTER_LINEAR)).astype(np.float32)
+        uneven = np.clip(uneven, 0.5, 2.0)
+    lm = LightMatch(gain, offset, uneven, before, before, n, True)
+    after = float(np.median(np.abs(y - lm.apply(bg)[ok]).mean(-1)))
+    applied = before - after >= LIGHT_MATCH_MIN_GAIN
+    return LightMatch(gain, offset, uneven, before, after, n, applied)
+
+
 def start_agreement(chain: ChainCalibration, start: np.ndarray,
                     start_joint_positions: np.ndarray,
-                    change: float = START_AGREEMENT_CHANGE) -> dict[str, Any]:
+                    change: float = START_AGREEMENT_CHANGE,
+                    match_lighting: bool = True) -> dict[str, Any]:
     """How well the chain puts the arm where the start frame shows it, read from the start
     frame and the calibration's background alone (no ground truth).
 
@@ -788,26 +978,33 @@ def start_agreement(chain: ChainCalibration, start: np.ndarray,
         start: uint8 ``[H, W, 3]`` on the chain's grid.
         start_joint_positions: float ``[K]``, the readings at the start (controller unit).
         change: see :data:`START_AGREEMENT_CHANGE`.
+        match_lighting: compare with the background in the start's light
+            (:func:`match_light`), so that a light changed since the calibration does not
+            read as arm everywhere.
 
     Returns:
         ``{"arm_on_arm": float or None, "arm_drawn": float or None, "judged_px": int,
-        "differs_px": int}``; a share is None where no pixel decides it (the chain's arm
-        lies wholly where the background was never seen, or nothing differs).
+        "differs_px": int, "light": LightMatch.summary()}``; a share is None where no
+        pixel decides it (the chain's arm lies wholly where the background was never seen,
+        or nothing differs).
 
     Raises:
         RuntimeInputError: a start of another size, readings of another width.
     """
     start, q0 = checked_start(chain, start, start_joint_positions)
     cover = arm_cover(chain, (q0 - chain.home_joint_positions)[None])[0]
+    light = (match_light(chain, start, q0, cover) if match_lighting
+             else LightMatch.unchanged())
     seen = np.asarray(chain.background_seen, bool)
-    differs = seen & (np.abs(start.astype(np.float32) - chain.background).sum(-1) > change)
+    differs = seen & (np.abs(start.astype(np.float32) - light.apply(chain.background)).sum(-1)
+                      > change)
     judged = cover & seen
     n_judged, n_differs = int(judged.sum()), int(differs.sum())
     return {"arm_on_arm": round(float((judged & differs).sum() / n_judged), 4)
             if n_judged else None,
             "arm_drawn": round(float((cover & differs).sum() / n_differs), 4)
             if n_differs else None,
-            "judged_px": n_judged, "differs_px": n_differs}
+            "judged_px": n_judged, "differs_px": n_differs, "light": light.summary()}
 
 
 # -- the rollout ---------------------------------------------------------------------------
@@ -817,7 +1014,7 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
                   actions: np.ndarray, fill: bool = True, upsample: int = 2,
                   depth_scale: float = 0.01, visible_tol: float = 0.02,
                   with_cover: bool = False, edge_px: int = 2, edge_change: float = 30.0,
-                  carry_rim: bool = False):
+                  carry_rim: bool = False, match_lighting: bool = True):
     """Predict frames: the arm's points moved by the chain and drawn over the start frame.
 
     Every arm sample of the home frame is moved to the start pose and to each step's pose
@@ -862,6 +1059,9 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
             default: on 64 held-out robot cells it cost 0.52 dB whole-frame PSNR at step
             16 (worse on 63 cells) for +0.15 dB in the moving region (docs/eval/
             experiments.md, "Carrying the arm's rim").
+        match_lighting: draw the calibration's background and home frame in the start
+            frame's light where the light changed since the calibration
+            (:func:`match_light`; unchanged light changes nothing).
 
     Returns:
         uint8 ``[S, H, W, 3]`` or ``[N, S, H, W, 3]`` (as ``actions``); with ``with_cover``
@@ -918,8 +1118,10 @@ def chain_rollout(chain: ChainCalibration, start: np.ndarray, start_joint_positi
     cover[:1] = splatted(slice(0, 1))[1]
     gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
     img = start.astype(np.float32)
-    hom = chain.home_frame.astype(np.float32)
-    bg, seen = chain.background, chain.background_seen
+    light = (match_light(chain, start, q0, cover[0]) if match_lighting
+             else LightMatch.unchanged())
+    hom = light.apply(chain.home_frame)
+    bg, seen = light.apply(chain.background), chain.background_seen
     kernel = np.ones((2 * edge_px + 1, 2 * edge_px + 1), np.uint8) if edge_px > 0 else None
     rim = (~cover[0] & seen & (np.abs(img - bg).sum(-1) > edge_change)
            if kernel is not None else None)

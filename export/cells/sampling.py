@@ -30,7 +30,7 @@ Every split draws its seeds from its own namespace, so cell ids never collide.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -187,6 +187,21 @@ class CellParams:
         kw["lights"] = tuple(kw["lights"])
         kw["objects"] = tuple(kw["objects"])
         return cls(**kw)
+
+    def with_light(self, scale: float) -> CellParams:
+        """The same cell with its ambient light and every light's diffuse colour scaled
+        by ``scale`` (clipped at 1.0 per channel, MuJoCo's range): the cell after a lamp
+        was dimmed or brightened, or daylight changed.
+
+        Raises:
+            ValueError: a negative or non-finite ``scale``.
+        """
+        if not np.isfinite(scale) or scale < 0:
+            raise ValueError(f"light scale: expected a finite value >= 0, found {scale}")
+        return replace(
+            self, ambient_rgb=tuple(min(1.0, c * scale) for c in self.ambient_rgb),
+            lights=tuple({**li, "diffuse": [min(1.0, c * scale) for c in li["diffuse"]]}
+                         for li in self.lights))
 
     def camera_json(self) -> dict[str, Any]:
         """The camera part, for ``metadata.camera``."""

@@ -258,13 +258,9 @@ class SimCamera:
         with self.cell.cond:
             self.cell.cameras += 1
         p = self.cell.params
-        r, g, b = p.ambient_rgb
         view = dataclasses.replace(
-            p, azimuth_deg=p.azimuth_deg + move, elevation_deg=p.elevation_deg + tilt,
-            lookat=_panned_lookat(p, move, tilt),
-            ambient_rgb=(min(1.0, r * light), min(1.0, g * light), min(1.0, b * light)),
-            lights=tuple({**li, "diffuse": [min(1.0, c * light) for c in li["diffuse"]]}
-                         for li in p.lights))
+            p.with_light(light), azimuth_deg=p.azimuth_deg + move,
+            elevation_deg=p.elevation_deg + tilt, lookat=_panned_lookat(p, move, tilt))
         if point == "away":
             view = dataclasses.replace(view, lookat=(0.0, -2.6, 0.6), distance_m=0.5)
         self.view = view

@@ -1705,9 +1705,14 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
         twin_refine_steps: with ``twins``, the ``refine_steps`` of :func:`choose_twins`
             (0: each twin compared as drawn).
 
+    A light changed since the calibration is measured from the start frame
+    (:func:`edge.runtime.chain.match_light`) and the start frame is refined against in the
+    sweep's light.
+
     Returns:
         a new :class:`edge.runtime.chain.ChainCalibration`; ``info["anchor"]`` records the
-        start frame's sha256, the joint readings, ``copies`` and the seconds taken.
+        start frame's sha256, the joint readings, ``copies``, the seconds taken and the
+        light's change (``LightMatch.summary()``).
 
     Raises:
         ValueError: a calibration whose sweeps ingest cannot find, with other channels
@@ -1718,7 +1723,7 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
     """
     import cv2
 
-    from edge.runtime.chain import checked_start
+    from edge.runtime.chain import checked_start, match_light
 
     say = log or (lambda _line: None)
     steps = MOTION_REFINE_STEPS if steps is None else steps
@@ -1741,7 +1746,10 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
                          f"{HOME_FRAME_TOLERANCE:g}): the chain was read from another "
                          "calibration episode, or the camera moved")
     side = (photometric_size, photometric_size)
-    big = cv2.resize(start, side, interpolation=cv2.INTER_LINEAR)
+    # a light changed since the calibration: the start frame in the sweep's light, so that
+    # the refinement moves the arm, not the colours
+    light = match_light(chain, start, q0)
+    big = cv2.resize(light.invert(start), side, interpolation=cv2.INTER_LINEAR)
     say(f"anchoring the chain at the start frame ({copies} copies beside the sweep's "
         f"{len(qc)} frames)")
     out, seconds = _refined_with(chain, cal, [small(cal.frames), np.repeat(big[None], copies, 0)],
@@ -1749,7 +1757,8 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
                                  twins, twin_refine_steps)
     out.info["anchor"] = {"start_sha256": frames_sha256(start[None]),
                           "start_joint_positions": [round(float(x), 6) for x in q0],
-                          "copies": int(copies), "seconds": seconds}
+                          "copies": int(copies), "seconds": seconds,
+                          "light": light.summary()}
     say(f"anchored in {seconds} s")
     return out
 
