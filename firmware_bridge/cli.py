@@ -156,7 +156,16 @@ def _record(args: argparse.Namespace) -> int:
             "requested_s": args.seconds, "recorded_s": round(_span_s(samples), 6),
             "ended": how}
 
-    with stream_for_url(args.url) as s, \
+    stream = stream_for_url(args.url, do_not_open=True)
+    layer = stream
+    while layer is not None:  # trace+...: its own log must not be this one
+        traced = getattr(layer, "trace_path", None)
+        if traced and os.path.abspath(traced) in (os.path.abspath(args.out),
+                                                  os.path.abspath(args.out + ".partial")):
+            raise BridgeError(f"{args.url}: trace_path {traced} is --out {args.out} (or its "
+                              ".partial file): the trace needs a log of its own")
+        layer = getattr(layer, "inner", None)
+    with stream as s, \
             JointLogWriter(args.out, args.url, s.joint_names, atomic=True) as w:
         start = time.monotonic()
         try:
@@ -192,7 +201,7 @@ def _record(args: argparse.Namespace) -> int:
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
           f"{d['reconnects']} reconnects{faults}{ended}", file=sys.stdout)
     print(latency)
-    if d["slots"]:  # a paced stream: scheduled slots, empty slots and cycle jitter
+    if d["slots"] and s.rate_hz > 0:  # paced: scheduled slots, empty slots, cycle jitter
         print(_timing(s.rate_hz, samples, d))
     for h in d.get("extra", {}).get("slaves", []):  # EtherCAT: per-slave health
         print(f"slave{h['position']} {h['name']!r}: {h['state']}, AL status "

@@ -39,9 +39,11 @@ class JointLogWriter:
     :meth:`close_partial` closes it there on purpose and :meth:`discard` removes it.
 
     Args:
-        path: file to create (overwritten).
+        path: file to create (overwritten unless ``exclusive``).
         url: the stream's URL; joints: joint names (``J``).
         atomic: write beside ``path`` and rename on close.
+        exclusive: refuse a ``path`` that exists (``FileExistsError``) instead of
+            overwriting it (not with ``atomic``, whose caller checks ``path`` itself).
 
     Attributes:
         path: the finished log's path; partial_path: the file being written
@@ -52,10 +54,11 @@ class JointLogWriter:
     """
 
     def __init__(self, path: str | os.PathLike, url: str, joints: list[str],
-                 atomic: bool = False):
+                 atomic: bool = False, exclusive: bool = False):
         self.path = os.fspath(path)
         self.partial_path = self.path + ".partial" if atomic else self.path
-        self._f = open(self.partial_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        mode = "x" if exclusive and not atomic else "w"
+        self._f = open(self.partial_path, mode, encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._write({"kind": "header", "schema": SCHEMA, "url": url, "joints": list(joints)})
 
     def _write(self, obj: dict) -> None:

@@ -7,9 +7,11 @@ With ``trace_path=FILE`` in the query the samples go to a joint log (readable by
 from __future__ import annotations
 
 import logging
+import os
 
 from edge.joints import JointSample
 
+from .errors import BridgeError
 from .jointlog import JointLogWriter
 from .stream import JointStream, Reading
 
@@ -19,10 +21,13 @@ log = logging.getLogger("firmware_bridge.trace")
 
 
 class TraceStream(JointStream):
-    """Delegate to ``inner``, tracing each sample; statistics are the inner stream's."""
+    """Delegate to ``inner``, tracing each sample; statistics and pacing (``rate_hz``) are
+    the inner stream's. A ``trace_path`` that exists is refused when the stream opens
+    (:class:`~.errors.BridgeError`; a log is never overwritten)."""
 
     def __init__(self, inner: JointStream, trace_path: str | None = None):
-        super().__init__("trace+" + inner.url, read_timeout_s=inner.read_timeout_s)
+        super().__init__("trace+" + inner.url, rate_hz=inner.rate_hz,
+                         read_timeout_s=inner.read_timeout_s)
         self.inner, self.trace_path = inner, trace_path
         self.stats = inner.stats
         self._writer: JointLogWriter | None = None
@@ -35,9 +40,18 @@ class TraceStream(JointStream):
         return self.inner.describe()
 
     def _open(self) -> None:
+        if self.trace_path and os.path.lexists(self.trace_path):
+            raise BridgeError(f"{self.url}: trace_path {self.trace_path} already exists; name "
+                              "another file or move that one away (a log is never overwritten)")
         self.inner.open()
         if self.trace_path:
-            self._writer = JointLogWriter(self.trace_path, self.inner.url, self.joint_names)
+            try:
+                self._writer = JointLogWriter(self.trace_path, self.inner.url,
+                                              self.joint_names, exclusive=True)
+            except FileExistsError as exc:
+                self.inner.close()
+                raise BridgeError(f"{self.url}: trace_path {self.trace_path} already exists "
+                                  "(a log is never overwritten)") from exc
 
     def _close(self) -> None:
         if self._writer:

@@ -206,3 +206,26 @@ def test_url_options_that_cannot_work_are_refused_at_parse_naming_the_url(url, m
 
     with pytest.raises(UrlError, match=match):
         stream_for_url(url, do_not_open=True)
+
+
+def test_record_through_a_trace_wrapper_reports_the_inner_streams_timing(tmp_path, capsys):
+    from firmware_bridge.errors import BridgeError
+
+    log, trace = tmp_path / "k.jsonl", tmp_path / "trace.jsonl"
+    assert run(["bridge", "record", f"trace+loop://?joints=2&rate_hz=400&trace_path={trace}",
+                "--seconds", "0.2", "--out", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"timing: \d+ slots scheduled at 400 Hz", out)
+    assert len(read_joint_log(trace).samples) == len(read_joint_log(log).samples) > 10
+    # an existing trace log is never overwritten
+    before = trace.read_text()
+    with pytest.raises(BridgeError, match=r"trace_path .*trace\.jsonl already exists"):
+        run(["bridge", "record", f"trace+loop://?joints=2&trace_path={trace}",
+             "--seconds", "0.1", "--out", str(tmp_path / "other.jsonl")])
+    assert trace.read_text() == before and not (tmp_path / "other.jsonl").exists()
+    # nor is the recording's own log its trace
+    same = tmp_path / "same.jsonl"
+    with pytest.raises(BridgeError, match="the trace needs a log of its own"):
+        run(["bridge", "record", f"trace+loop://?joints=2&trace_path={same}",
+             "--seconds", "0.1", "--out", str(same)])
+    assert not same.exists() and not (tmp_path / "same.jsonl.partial").exists()
