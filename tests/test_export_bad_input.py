@@ -258,6 +258,20 @@ def test_counts_below_their_bound_are_refused_before_work(tmp_path, capsys, monk
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+@pytest.mark.parametrize("option", ["--fp32-max-abs", "--int8-loss-db", "--fp16-loss-db"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-0.5", "loose"])
+def test_a_gate_limit_that_is_no_number_is_refused_before_the_check(tmp_path, capsys,
+                                                                    monkeypatch, option,
+                                                                    value) -> None:
+    # a NaN limit ran the whole check, recorded "failed, limit None" over a passed record
+    # and then died formatting the table
+    monkeypatch.chdir(tmp_path)
+    rc, err = _run(capsys, "export", "check", "M", "--run", "R", "--data", "D",
+                   f"{option}={value}")
+    assert rc == 2 and option in err and "expected a finite number >= 0" in err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 # -- cells -----------------------------------------------------------------------------------------
 def test_preview_of_the_sample_cell_folder_skips_its_chain_calibrations(tmp_path,
                                                                        capsys) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -47,7 +48,8 @@ __all__ = ["ANCHOR_FROM_CACHE", "CHAIN_FROM_CACHE", "StagedOutput", "add_anchor_
            "chain_store_hint",
            "default_context_source", "describe_identity", "describe_model", "get_context",
            "model_dir_of",
-           "model_identity", "open_chain", "open_model", "positive_int", "run_command",
+           "model_identity", "non_negative_float", "open_chain", "open_model", "positive_int",
+           "run_command",
            "use_chain_model",
            "store_command"]
 
@@ -84,6 +86,19 @@ def int_at_least(low: int) -> Callable[[str], int]:
 
 #: argparse type: a whole number >= 1 (``--threads``, ``--cells`` and the like).
 positive_int = int_at_least(1)
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (a gate's limit, a tolerance); NaN, inf and
+    negative values are refused with the value found."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number >= 0, found {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text}")
+    return v
 
 
 def motion_twins(twins: bool | None, has_motion: bool) -> bool:

@@ -144,7 +144,9 @@ def register_quantise(sub: argparse._SubParsersAction) -> None:
                    help="training cells in the quantisation calibration set (default 16)")
     p.add_argument("--samples", type=positive_int, default=32,
                    help="quantisation calibration inputs per graph (default 32)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the draw of the quantisation calibration inputs (default 0; "
+                        "the same seed and cells give the same INT8 scales)")
     p.set_defaults(func=_run_quantise)
 
 
@@ -190,7 +192,7 @@ def _run_check(args: argparse.Namespace) -> int:
 
 def register_check(sub: argparse._SubParsersAction) -> None:
     """Add ``export check``: parity gates of model folders against the PyTorch run."""
-    from edge.commands.common import positive_int
+    from edge.commands.common import non_negative_float, positive_int
 
     p = sub.add_parser("check", help="parity gates: each model folder against PyTorch on "
                                      "held-out cells (one step per graph, 16-step rollout)",
@@ -207,9 +209,16 @@ def register_check(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-cells", type=positive_int, default=8,
                    help="cells per split (default 8)")
     p.add_argument("--horizon", type=positive_int, default=16, help="rollout steps (default 16)")
-    p.add_argument("--fp32-max-abs", type=float, default=1e-4)
-    p.add_argument("--int8-loss-db", type=float, default=0.5)
-    p.add_argument("--fp16-loss-db", type=float, default=0.1)
+    loosen = ("; a limit looser than the default is recorded, and 'bundle build' then "
+              "refuses the folder")
+    p.add_argument("--fp32-max-abs", type=non_negative_float, default=1e-4, metavar="X",
+                   help="FP32 gate: largest absolute difference of any graph output from "
+                        "PyTorch (default 1e-4)" + loosen)
+    p.add_argument("--int8-loss-db", type=non_negative_float, default=0.5, metavar="DB",
+                   help="INT8 gate: largest PSNR loss against the FP32 rollout at any step, "
+                        "dB (default 0.5)" + loosen)
+    p.add_argument("--fp16-loss-db", type=non_negative_float, default=0.1, metavar="DB",
+                   help="FP16 gate: the same for FP16 (default 0.1)" + loosen)
     p.add_argument("--out", help="also write every record to this JSON file")
     p.add_argument("--no-record", action="store_true",
                    help="do not write the verdict into model.json (parity.json only)")
