@@ -112,6 +112,18 @@ def test_extra_files_travel_in_the_bundle(tmp_path):
                      extras=[env.model() / "encoder.onnx"])
 
 
+def test_an_extra_file_may_not_take_the_install_records_name(tmp_path):
+    # installed.json in the payload was overwritten by install's own record; the slot then
+    # read as corrupt after a rollback and back
+    env = make_env(tmp_path)
+    record = tmp_path / "installed.json"
+    record.write_text("{}")
+    out = tmp_path / "r.bundle"
+    with pytest.raises(BundleError, match="'installed.json' is reserved for the install record"):
+        build_bundle(env.model(), out, target="cpu", private_key_path=env.key, extras=[record])
+    assert not out.exists()
+
+
 def test_an_extra_file_model_json_lists_must_be_the_one_it_records(tmp_path):
     import dataclasses
     import hashlib

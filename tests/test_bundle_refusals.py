@@ -86,6 +86,13 @@ def test_not_an_archive(env, tmp_path):
     _refused(env, bad, "not a gzip-compressed tar archive")
 
 
+def test_a_member_named_as_the_install_record(env, tmp_path):
+    def mutate(ms):
+        return ms[:2] + [(tarfile.TarInfo("installed.json"), b"{}")] + ms[2:]
+    bad = rewrite(env.bundle(2), tmp_path / "r.bundle", mutate)
+    _refused(env, bad, "'installed.json' is reserved for the install record")
+
+
 @pytest.mark.parametrize("name", ["../evil.onnx", "/etc/evil", "sub/evil.onnx"])
 def test_path_traversal_member(env, tmp_path, name):
     def mutate(ms):

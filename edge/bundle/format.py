@@ -41,6 +41,7 @@ __all__ = [
     "BundleFile",
     "BundleManifest",
     "BundleSignature",
+    "INSTALL_RECORD_NAME",
     "check_file_name",
     "check_target",
     "key_id",
@@ -57,6 +58,9 @@ BundleVariant = Literal[ModelVariant, "numpy"]
 BUNDLE_SCHEMA_VERSION = 1
 MANIFEST_NAME = "bundle.json"
 SIGNATURE_NAME = "bundle.sig"
+#: What an install writes into a slot beside the payload (:mod:`edge.bundle.install`): no
+#: payload file may take its name.
+INSTALL_RECORD_NAME = "installed.json"
 MAX_MANIFEST_BYTES = 1 << 20
 
 #: Targets a bundle can be built for (docs/bundles.md). An unknown name is an error.
@@ -99,6 +103,9 @@ def check_file_name(name: str, where: str) -> str:
                           f"leading dot); refused as a path traversal risk")
     if name in (MANIFEST_NAME, SIGNATURE_NAME):
         raise BundleError(f"{where}: {name!r} is reserved for the bundle manifest/signature")
+    if name == INSTALL_RECORD_NAME:
+        raise BundleError(f"{where}: {name!r} is reserved for the install record a device "
+                          "writes into the slot; rename the file")
     return name
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from edge.bundle.format import (
+    INSTALL_RECORD_NAME,
     MANIFEST_NAME,
     SIGNATURE_NAME,
     BundleError,
@@ -57,7 +58,7 @@ __all__ = [
 
 SLOTS = ("a", "b")
 ACTIVE = "active"
-RECORD = "installed.json"
+RECORD = INSTALL_RECORD_NAME
 #: Named steps of an install, in order, passed to ``on_step`` (progress and tests).
 INSTALL_STEPS = ("locked", "cleaned", "verified-first-file", "staged", "retired",
                  "slot-ready", "switched")
