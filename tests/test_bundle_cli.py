@@ -105,3 +105,38 @@ def test_build_names_a_model_json_given_for_its_folder_and_a_missing_folder(tmp_
              "--key", str(tmp_path / "none"))
     assert e.value.filename == str(tmp_path / "nothing")
     assert not (tmp_path / "x.bundle").exists()
+
+
+def test_a_full_disk_during_install_names_the_disk_not_the_bundle(tmp_path, monkeypatch,
+                                                                  capsys):
+    import errno
+
+    from edge.bundle import reader
+    from edge.cli import main
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("SYNCEDGE_HOME", str(home))
+    monkeypatch.setenv("SYNCEDGE_TARGET", "cpu")
+    model = make_tiny_model(tmp_path / "model")
+    _run("bundle", "keygen", "--out", str(tmp_path))
+    out = tmp_path / "b.bundle"
+    _run("bundle", "build", str(model), "--target", "cpu", "--key",
+         str(tmp_path / "oem.key.pem"), "--out", str(out))
+    _run("bundle", "keys", "add", str(tmp_path / "oem.pub.pem"))
+    real = reader._open_out
+
+    def full_disk(dest, name):  # writes fail as on a full disk: ENOSPC, no file named
+        f, _sink = real(dest, name)
+
+        def sink(block):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return f, sink
+
+    monkeypatch.setattr(reader, "_open_out", full_disk)
+    capsys.readouterr()
+    rc = main(["bundle", "install", str(out)])
+    err = capsys.readouterr().err
+    assert rc != 0 and "No space left on device" in err, err
+    assert "truncated or corrupt" not in err and "Traceback" not in err
+    assert str(home / "bundles") in err  # the file being written, on the full disk
+    assert not (home / "bundles" / "active").exists()

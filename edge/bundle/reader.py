@@ -109,20 +109,18 @@ def _stream(tar: tarfile.TarFile, m: tarfile.TarInfo, where: str,
     if f is None:  # pragma: no cover - regular files always have data
         raise BundleError(f"{where}: member {m.name!r} has no data")
     got = 0
-    try:
-        while True:
+    while True:
+        try:
             block = f.read(_CHUNK)
-            if not block:
-                break
-            got += len(block)
-            h.update(block)
-            for sink in sinks:
-                sink(block)
-    except _ARCHIVE_ERRORS + (OSError,) as exc:
-        if isinstance(exc, OSError) and getattr(exc, "filename", None):
-            raise  # a write error at the destination, not the archive
-        raise BundleError(f"{where}: truncated or corrupt archive while reading member "
-                          f"{m.name!r} ({exc or type(exc).__name__})") from None
+        except _ARCHIVE_ERRORS + (OSError,) as exc:
+            raise BundleError(f"{where}: truncated or corrupt archive while reading member "
+                              f"{m.name!r} ({exc or type(exc).__name__})") from None
+        if not block:
+            break
+        got += len(block)
+        h.update(block)
+        for sink in sinks:  # a write error (a full disk) is the destination's, as raised
+            sink(block)
     if got != m.size:
         raise BundleError(f"{where}: truncated archive: member {m.name!r} has {got} of "
                           f"{m.size} bytes")
@@ -227,6 +225,12 @@ def read_bundle(path: str | os.PathLike[str], trusted: Mapping[str, Any],
                 if out is not None:
                     out.flush()
                     os.fsync(out.fileno())
+            except OSError as exc:
+                if dest_p is None or getattr(exc, "filename", None):
+                    raise
+                # a full disk names no file: name the one being written
+                raise OSError(exc.errno, exc.strerror or str(exc),
+                              str(dest_p / m.name)) from exc
             finally:
                 if out is not None:
                     out.close()
