@@ -93,6 +93,15 @@ class ManifestError(ConfigError):
     """A model manifest or one of its graphs is missing, malformed or does not match."""
 
 
+class OldModelSchemaError(ManifestError):
+    """A ``model.json`` of an older schema than this syncedge reads (``version``); the
+    message names the command that upgrades the folder."""
+
+    def __init__(self, message: str, version: int):
+        super().__init__(message)
+        self.version = version
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """One graph input or output.
@@ -284,12 +293,11 @@ class ModelManifest:
             raise ManifestError(f"{where}:schema_version: {version} is newer than this syncedge "
                                 f"reads ({MANIFEST_SCHEMA_VERSION}); upgrade syncedge")
         if version < MANIFEST_SCHEMA_VERSION:
-            raise ManifestError(f"{where}:schema_version: {version} is an older model schema "
-                                f"than this syncedge reads ({MANIFEST_SCHEMA_VERSION}); "
-                                f"upgrade the model folder with "
-                                f"'{UPGRADE_COMMAND.replace('MODEL_DIR', _folder_of(where))}' "
-                                f"(its graphs stay as they are), then rebuild any bundle "
-                                f"made from it")
+            raise OldModelSchemaError(
+                f"{where}:schema_version: {version} is an older model schema than this "
+                f"syncedge reads ({MANIFEST_SCHEMA_VERSION}); upgrade the model folder with "
+                f"'{UPGRADE_COMMAND.replace('MODEL_DIR', _folder_of(where))}' (its graphs "
+                f"stay as they are), then rebuild any bundle made from it", version)
         w = Where(where, error=ManifestError)
         manifest = read_config(cls, d, w)
         if not 18 <= manifest.opset <= 20:

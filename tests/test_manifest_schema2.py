@@ -95,3 +95,29 @@ def test_upgrade_command_rewrites_an_old_folder_the_runtime_then_loads(tmp_path:
     assert load_model_dir(folder).contract.family == "latent"
     model = load_model(folder)
     model.deactivate()
+
+
+def test_a_schema1_bundle_names_the_folder_it_was_built_from_not_a_temporary_one(
+        tmp_path: Path, capsys, monkeypatch) -> None:
+    from edge.bundle.keys import add_key
+    from export.bundle.build import generate_keypair, load_private_key, pack_bundle
+
+    folder = tmp_path / "old"
+    shutil.copytree(LATENT, folder)
+    (folder / "model.json").write_text(json.dumps(_schema1(_manifest())))
+    priv, pub, _kid = generate_keypair(tmp_path / "keys", "oem")
+    bundle = tmp_path / "old.bundle"
+    pack_bundle({p.name: p for p in folder.iterdir() if p.is_file()}, bundle, target="cpu",
+                model_name=_manifest()["name"], model_variant=_manifest()["variant"],
+                private_key=load_private_key(priv))
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SYNCEDGE_TARGET", "cpu")
+    add_key(pub, tmp_path / "home" / "bundles" / "keys")
+    for argv in (["bundle", "verify", str(bundle), "--pubkey", str(pub)],
+                 ["bundle", "install", str(bundle)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "schema_version 1 is an older model schema" in err, err
+        assert ("on the build machine upgrade the model folder this bundle was built from "
+                "('syncedge export upgrade MODEL_DIR')") in err
+        assert "syncedge-verify" not in err and ".partial" not in err and str(tmp_path / "home") not in err

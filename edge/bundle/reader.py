@@ -262,7 +262,14 @@ def _check_model(model_json: bytes, manifest: BundleManifest, where: str,
                  dest: Path | None) -> None:
     import json
 
-    from edge.manifest import CHAIN_MODEL_FORMAT, ChainModelManifest, ModelManifest
+    from edge.manifest import (
+        CHAIN_MODEL_FORMAT,
+        MANIFEST_SCHEMA_VERSION,
+        UPGRADE_COMMAND,
+        ChainModelManifest,
+        ModelManifest,
+        OldModelSchemaError,
+    )
 
     if hashlib.sha256(model_json).hexdigest() != manifest.model_sha256:
         raise BundleError(f"{where}: model.json sha256 differs from {MANIFEST_NAME}.model")
@@ -274,8 +281,16 @@ def _check_model(model_json: bytes, manifest: BundleManifest, where: str,
             model = (ChainModelManifest if isinstance(d, dict)
                      and d.get("format") == CHAIN_MODEL_FORMAT
                      else ModelManifest).from_json_dict(d, where="model.json")
+    except OldModelSchemaError as exc:
+        raise BundleError(
+            f"{where}: model.json refused: schema_version {exc.version} is an older model "
+            f"schema than this syncedge reads ({MANIFEST_SCHEMA_VERSION}); on the build "
+            f"machine upgrade the model folder this bundle was built from "
+            f"('{UPGRADE_COMMAND}'), then build, sign and install a new bundle") from None
     except (ManifestError, ValueError) as exc:
-        raise BundleError(f"{where}: model.json refused: {exc}") from None
+        # the folder unpacked into is a temporary one: name the member, not that folder
+        text = str(exc).replace(f"{dest}{os.sep}", "") if dest is not None else str(exc)
+        raise BundleError(f"{where}: model.json refused: {text}") from None
     if (model.name, model.variant) != (manifest.model_name, manifest.model_variant):
         raise BundleError(f"{where}: model.json names {model.name!r} {model.variant}, "
                           f"{MANIFEST_NAME} says {manifest.model_name!r} {manifest.model_variant}")
