@@ -140,3 +140,11 @@ def test_a_full_disk_during_install_names_the_disk_not_the_bundle(tmp_path, monk
     assert "truncated or corrupt" not in err and "Traceback" not in err
     assert str(home / "bundles") in err  # the file being written, on the full disk
     assert not (home / "bundles" / "active").exists()
+
+
+def test_rollback_under_a_mistyped_root_creates_nothing(tmp_path):
+    typo = tmp_path / "bundels"
+    with pytest.raises(BundleError, match="no bundle installed .no such folder.; nothing to "
+                                          "roll back"):
+        _run("bundle", "rollback", "--root", str(typo))
+    assert not typo.exists()

@@ -112,13 +112,21 @@ def test_extra_files_travel_in_the_bundle(tmp_path):
                      extras=[env.model() / "encoder.onnx"])
 
 
-def test_an_extra_file_may_not_take_the_install_records_name(tmp_path):
+def test_extra_files_that_cannot_travel_are_refused_before_the_bundle_is_written(tmp_path):
     # installed.json in the payload was overwritten by install's own record; the slot then
     # read as corrupt after a rollback and back
     env = make_env(tmp_path)
     record = tmp_path / "installed.json"
     record.write_text("{}")
     out = tmp_path / "r.bundle"
+    with pytest.raises(BundleError, match="--extra expected a file, found a folder"):
+        build_bundle(env.model(), out, target="cpu", private_key_path=env.key,
+                     extras=[tmp_path])
+    twice = tmp_path / "keypoints.onnx"
+    twice.write_bytes(b"regressor")
+    with pytest.raises(BundleError, match="'keypoints.onnx' is given twice"):
+        build_bundle(env.model(), out, target="cpu", private_key_path=env.key,
+                     extras=[twice, twice])
     with pytest.raises(BundleError, match="'installed.json' is reserved for the install record"):
         build_bundle(env.model(), out, target="cpu", private_key_path=env.key, extras=[record])
     assert not out.exists()

@@ -310,6 +310,8 @@ def rollback(root: str | os.PathLike[str] | None = None, *, target: str | None =
             slot is then unchanged.
     """
     r = Path(root if root is not None else bundles_dir())
+    if not r.is_dir():  # a mistyped --root: nothing is created for it
+        raise BundleError(f"{r}: no bundle installed (no such folder); nothing to roll back")
     trusted = trusted_keys(keys_dir if keys_dir is not None else r / "keys")
     with _locked(r):
         active = active_slot(r)

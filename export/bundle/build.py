@@ -201,12 +201,20 @@ def build_bundle(model_dir: str | os.PathLike[str], out_path: str | os.PathLike[
             files[g.file] = model_dir / g.file
         listed = {str(e["file"]): (k, e.get("sha256")) for k, e in model.extra.items()
                   if isinstance(e, Mapping) and "file" in e}
+    extra_names: dict[str, Path] = {}
     for x in extras:
         p = Path(x)
+        if p.is_dir():
+            raise BundleError(f"{p}: --extra expected a file, found a folder; pass each file "
+                              "of it as its own --extra")
         if not p.is_file():
             raise BundleError(f"{p}: extra file not found")
+        if p.name in extra_names:
+            raise BundleError(f"{p}: extra file name {p.name!r} is given twice (also "
+                              f"{extra_names[p.name]}); a bundle holds one file per name")
         if p.name in files:
             raise BundleError(f"{p}: extra file name {p.name!r} clashes with a model file")
+        extra_names[p.name] = p
         key, sha = listed.get(p.name, (None, None))
         found = sha256_file(p) if sha is not None else None
         if found is not None and found != sha:
