@@ -13,13 +13,15 @@ last (when closed)    ``{"kind": "stats", **StreamStats.as_dict()}``
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import operator
 import os
 from dataclasses import dataclass, field
 
 from edge.errors import TimebaseError
-from edge.joints import JointSample
+from edge.joints import JointSample, Status
 
 from .errors import BridgeError
 from .sample import StreamStats
@@ -180,6 +182,12 @@ def read_joint_log(path: str | os.PathLike) -> JointLog:
 
 #: The per-joint arrays of a sample line.
 _ARRAYS = ("position_rad", "velocity_rad_s", "effort_nm")
+#: A sample line's integer fields and their lowest allowed value (-1: none recorded).
+_INTEGERS = {"device_counter": -1, "device_stamp_ns": -1, "status": 0, "missed": 0,
+             "request_ns": -1}
+_ALL_STATUS = int(functools.reduce(operator.or_, Status))
+#: Every key a sample line may hold (:meth:`edge.joints.JointSample.to_record`).
+_SAMPLE_KEYS = frozenset(("kind", "receipt_ns", "fault", "pings", *_ARRAYS, *_INTEGERS))
 
 
 def _sample(obj: dict, joints: int, last_receipt: int, where: str) -> JointSample:
@@ -209,6 +217,23 @@ def _sample(obj: dict, joints: int, last_receipt: int, where: str) -> JointSampl
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise BridgeError(f"{where}: field {name!r}[{j}]: expected a finite number or "
                                   f"null (unknown), found {v!r}")
+    for name, low in _INTEGERS.items():
+        v = obj.get(name, low)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise BridgeError(f"{where}: field {name!r}: expected an integer >= {low}"
+                              f"{' (-1: none)' if low < 0 else ''}, found {v!r}")
+    status = obj.get("status", 0)
+    if status & ~_ALL_STATUS:
+        raise BridgeError(f"{where}: field 'status': expected a combination of the flags "
+                          f"{', '.join(f'{f.name}={f.value}' for f in Status if f.value)} "
+                          f"(0: OK), found {status}")
+    if not isinstance(obj.get("fault", ""), str):
+        raise BridgeError(f"{where}: field 'fault': expected a string, found "
+                          f"{obj.get('fault')!r}")
+    unknown = sorted(set(obj) - _SAMPLE_KEYS)
+    if unknown:
+        raise BridgeError(f"{where}: unknown field {unknown[0]!r}: expected only "
+                          f"{', '.join(sorted(_SAMPLE_KEYS))}")
     try:
         return JointSample.from_record(obj)
     except (TimebaseError, TypeError, ValueError) as exc:

@@ -68,6 +68,19 @@ def test_a_byte_that_is_not_utf8_is_refused_naming_file_line_and_column(tmp_path
      r"back\), found 5"),
     ("receipt_ns", lambda o: {k: v for k, v in o.items() if k != "receipt_ns"},
      "field 'receipt_ns': expected an integer >= 0, found None"),
+    # a status outside the flags replayed as OK (99) or as RESTART (-5)
+    ("status", lambda o: {**o, "status": 99},
+     r"field 'status': expected a combination of the flags GAP=1, STALE=2, FAULT=4, "
+     r"RESTART=8 \(0: OK\), found 99"),
+    ("status", lambda o: {**o, "status": -5},
+     "field 'status': expected an integer >= 0, found -5"),
+    ("device_counter", lambda o: {**o, "device_counter": "12"},
+     re.escape("field 'device_counter': expected an integer >= -1 (-1: none), found '12'")),
+    ("missed", lambda o: {**o, "missed": 1.5},
+     "field 'missed': expected an integer >= 0, found 1.5"),
+    ("fault", lambda o: {**o, "fault": 3}, "field 'fault': expected a string, found 3"),
+    ("unknown", lambda o: {**o, "posiiton_rad": [0.0] * 6},
+     "unknown field 'posiiton_rad': expected only "),
 ])
 def test_a_malformed_sample_is_refused_naming_file_line_field_expected_and_found(
         tmp_path, field, edit, says):
