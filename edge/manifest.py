@@ -406,12 +406,28 @@ def upgrade_manifest_dict(d: Mapping[str, Any], where: str = "model.json") -> di
     return out
 
 
+def missing_manifest(path: Path) -> ManifestError:
+    """The error for a ``model.json`` that cannot be read at ``path``: the folder does not
+    exist, is a file (a bundle file is named as one, with the command that installs it), or
+    holds no manifest."""
+    folder = path.parent
+    if not folder.exists():
+        return ManifestError(f"{folder}: no such model folder")
+    if folder.is_file():
+        if folder.suffix == ".bundle":
+            return ManifestError(f"{folder}: a bundle file, not a model folder; install it "
+                                 f"('syncedge bundle install {folder}') and run on the "
+                                 f"active slot, or pass the model folder it was built from")
+        return ManifestError(f"{folder}: a file where a model folder is expected")
+    return ManifestError(f"{path}: no model manifest here")
+
+
 def _read_json(path: Path) -> Any:
     """A manifest file's parsed strict JSON (no NaN); :class:`ManifestError` names the file."""
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: no model manifest here") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise missing_manifest(path) from None
 
     def no_constants(name: str) -> None:
         raise ManifestError(f"{path}: {name} is not strict JSON")

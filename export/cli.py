@@ -53,13 +53,18 @@ def _run_upgrade(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from edge.fileio import atomic_write
-    from edge.manifest import ManifestError, load_model_dir, upgrade_manifest_dict
+    from edge.manifest import (
+        ManifestError,
+        load_model_dir,
+        missing_manifest,
+        upgrade_manifest_dict,
+    )
 
     path = Path(args.model_dir) / "model.json"
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: no model manifest here") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise missing_manifest(path) from None
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{path}: invalid JSON: {exc}") from None
     before = d.get("schema_version")

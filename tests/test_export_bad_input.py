@@ -346,3 +346,24 @@ def test_a_file_as_the_cells_folder_is_named(tmp_path) -> None:
     (tmp_path / "cells.npz").write_text("x")
     with pytest.raises(ExportError, match=r"cells\.npz: a file; expected the cells folder"):
         load_cells(tmp_path / "cells.npz", ["train"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["export", "check-ops", "{m}"], ["export", "upgrade", "{m}"],
+    ["simulate", "--model", "{m}", "--start", "samples/cell_sample/test.npz",
+     "--calibration", "samples/cell_sample/calibration.npz", "--out", "{out}"],
+])
+def test_a_model_path_that_is_no_folder_says_what_it_is(tmp_path, capsys, monkeypatch,
+                                                        argv) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    out = tmp_path / "sim"
+    bundle = tmp_path / "int8-cpu.bundle"
+    bundle.write_bytes(b"\x1f\x8b")
+    as_bundle = ("neither a model folder (model.json) nor an .onnx file"
+                 if argv[1] == "check-ops" else
+                 f"a bundle file, not a model folder; install it ('syncedge bundle install "
+                 f"{bundle}')")
+    for model, says in ((tmp_path / "nope", "no such model folder"), (bundle, as_bundle)):
+        rc, err = _run(capsys, *(a.format(m=model, out=out) for a in argv))
+        assert rc == 2 and f"{model}: {says}" in err, err
+    assert not out.exists() and not (tmp_path / "nope").exists()

@@ -185,6 +185,10 @@ def open_model(args: argparse.Namespace) -> WorldModel:
                 f"no --model given and no active bundle at {model_dir}: install one with "
                 f"'syncedge bundle install BUNDLE', or pass --model DIR (a model folder with "
                 f"model.json, e.g. models/reference)")
+        if model_dir.is_file() or not model_dir.exists():
+            from edge.manifest import missing_manifest
+
+            raise RuntimeInputError(str(missing_manifest(model_dir / "model.json")))
         raise RuntimeInputError(f"{model_dir}: no model.json here; expected a model folder "
                                 f"(e.g. models/reference): pass --model DIR")
     workers = getattr(args, "candidate_workers", None)
