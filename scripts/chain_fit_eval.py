@@ -435,12 +435,19 @@ def main(argv: list[str] | None = None) -> int:
                         "under FITS/futures_light<SCALE>/; anchoring reads the lit start. "
                         "Needs --fits of its own (camera.json there records the setting; "
                         "copy the clean reads <cell>_dis.npz there to score them)")
+    p.add_argument("--light-only", type=int, default=None, metavar="I",
+                   help="with --light: scale only the cell's light I (0 or 1; the ambient "
+                        "stays): one lamp dimmed or off, unevenly across the picture")
     args = p.parse_args(argv)
+    if args.light_only is not None and args.light is None:
+        p.error("--light-only needs --light")
     camera = None
     if args.camera_noise is not None or args.camera_jpeg is not None or args.light is not None:
         camera = {"noise_levels": args.camera_noise or 0.0, "jpeg_quality": args.camera_jpeg}
         if args.light is not None:
             camera["light"] = args.light
+            if args.light_only is not None:
+                camera["light_only"] = args.light_only
         if not args.calibration_data:
             p.error("--camera-noise/--camera-jpeg/--light need --calibration-data")
         if not args.fits:
@@ -615,9 +622,11 @@ def main(argv: list[str] | None = None) -> int:
         hi_cache: dict = {}
 
         # the futures as rendered, or (--light) with the cell's lights scaled, cached apart
-        lit = params.with_light(args.light) if args.light is not None else None
-        fut_root = (Path(args.fits) / f"futures_light{args.light:g}" if lit is not None
-                    else args.data)
+        lit = (params.with_light(args.light, args.light_only) if args.light is not None
+               else None)
+        fut_root = (Path(args.fits) / (f"futures_light{args.light:g}" + (
+            f"_only{args.light_only}" if args.light_only is not None else ""))
+            if lit is not None else args.data)
 
         def futures_of(prof, cell=cell, view=lit or params, q0=q0, root=fut_root):
             return load_or_render_futures(root, args.split, cell.cell_id, lambda: gen, view,

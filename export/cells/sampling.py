@@ -188,20 +188,26 @@ class CellParams:
         kw["objects"] = tuple(kw["objects"])
         return cls(**kw)
 
-    def with_light(self, scale: float) -> CellParams:
+    def with_light(self, scale: float, only: int | None = None) -> CellParams:
         """The same cell with its ambient light and every light's diffuse colour scaled
-        by ``scale`` (clipped at 1.0 per channel, MuJoCo's range): the cell after a lamp
-        was dimmed or brightened, or daylight changed.
+        by ``scale`` (clipped at 1.0 per channel, MuJoCo's range): the cell after its
+        lights were dimmed or brightened, or daylight changed. With ``only``, that one light
+        alone (index into ``lights``; the ambient stays): one lamp dimmed or switched off,
+        a change that differs across the picture.
 
         Raises:
-            ValueError: a negative or non-finite ``scale``.
+            ValueError: a negative or non-finite ``scale``, an ``only`` out of range.
         """
         if not np.isfinite(scale) or scale < 0:
             raise ValueError(f"light scale: expected a finite value >= 0, found {scale}")
+        if only is not None and not 0 <= only < len(self.lights):
+            raise ValueError(f"light index: expected 0-{len(self.lights) - 1}, found {only}")
         return replace(
-            self, ambient_rgb=tuple(min(1.0, c * scale) for c in self.ambient_rgb),
+            self, ambient_rgb=(self.ambient_rgb if only is not None
+                               else tuple(min(1.0, c * scale) for c in self.ambient_rgb)),
             lights=tuple({**li, "diffuse": [min(1.0, c * scale) for c in li["diffuse"]]}
-                         for li in self.lights))
+                         if only is None or i == only else li
+                         for i, li in enumerate(self.lights)))
 
     def camera_json(self) -> dict[str, Any]:
         """The camera part, for ``metadata.camera``."""
