@@ -229,3 +229,15 @@ def test_record_through_a_trace_wrapper_reports_the_inner_streams_timing(tmp_pat
         run(["bridge", "record", f"trace+loop://?joints=2&trace_path={same}",
              "--seconds", "0.1", "--out", str(same)])
     assert not same.exists() and not (tmp_path / "same.jsonl.partial").exists()
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("sim://cell?split=nosuch", "unknown split 'nosuch'"),
+    ("sim://cell?seed=x", "option 'seed' expected a whole number, found 'x'"),
+])
+def test_a_virtual_cell_url_naming_no_cell_quotes_the_url_and_its_form(url, says):
+    from export.errors import CellError
+
+    with pytest.raises(CellError, match=re.escape(f"URL {url!r} (form: sim://cell?split=")
+                       + ".*" + re.escape(says)):
+        run(["bridge", "probe", url])

@@ -48,6 +48,7 @@ from edge.calibrate.spec import RobotSpec
 from export.cells.robots import robot_spec
 from export.cells.sampling import CellParams, sample_cell
 from export.cells.scene import CellScene, RenderSettings
+from export.errors import CellError
 from firmware_bridge.stream import CycleError, JointStream, Reading
 from firmware_bridge.url import Options, split_url
 
@@ -118,14 +119,27 @@ class VirtualCell:
         self._key: tuple[str, int, str | None] | None = None  # set by shared()
 
     @classmethod
-    def shared(cls, opts: dict[str, str]) -> VirtualCell:
-        """The cell named by ``split``/``seed``/``robot`` in ``opts`` (created on first use)."""
-        key = (opts.get("split", "test_all"), int(opts.get("seed", "0")), opts.get("robot"))
+    def shared(cls, opts: dict[str, str], where: str = "") -> VirtualCell:
+        """The cell named by ``split``/``seed``/``robot`` in ``opts`` (created on first use).
+
+        Raises:
+            CellError: an unknown split or robot, a seed that is no whole number; the
+                message begins with ``where`` (the URL and its form).
+        """
+        try:
+            key = (opts.get("split", "test_all"), int(opts.get("seed", "0")), opts.get("robot"))
+        except ValueError:
+            raise CellError(f"{where}option 'seed' expected a whole number, found "
+                            f"{opts.get('seed')!r}") from None
         with _LOCK:
             cell = _CELLS.get(key)
             if cell is None:
-                cell = _CELLS[key] = cls(*key, opts.get("freeze", ""), opts.get("clip", ""),
-                                         opts.get("occlude", ""))
+                try:
+                    cell = cls(*key, opts.get("freeze", ""), opts.get("clip", ""),
+                               opts.get("occlude", ""))
+                except CellError as exc:
+                    raise CellError(f"{where}{exc}") from None
+                _CELLS[key] = cell
             else:
                 cell.freeze = opts.get("freeze", cell.freeze)
                 cell.clip = opts.get("clip", cell.clip)
@@ -254,7 +268,7 @@ class SimCamera:
             raise CameraError(f"{url}: option 'point' expected 'robot' or 'away', found {point!r}")
         o.finish()
         self.url = url
-        self.cell = VirtualCell.shared(cell_opts)
+        self.cell = VirtualCell.shared(cell_opts, f"URL {url!r} (form: {self.FORM}): ")
         with self.cell.cond:
             self.cell.cameras += 1
         p = self.cell.params
@@ -373,7 +387,8 @@ class SimJointStream(JointStream):
         return [n for n in names if n != self.drop_dof]
 
     def _open(self) -> None:
-        self.cell = VirtualCell.shared(self.cell_opts)
+        self.cell = VirtualCell.shared(self.cell_opts,
+                                       f"URL {self.url!r} (form: {self.URL_FORM}): ")
         if self.drop_dof and self.drop_dof not in self.cell.names:
             raise CameraError(f"{self.url}: drop_dof={self.drop_dof!r}: expected one of "
                               f"{self.cell.names}")
