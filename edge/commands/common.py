@@ -779,6 +779,14 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     if given and getattr(args, "no_anchor", False):
         raise RuntimeInputError("--anchor and --no-anchor: give one of the two")
     before = start_agreement(chain, start, q0)
+    light = before.get("light") or {}
+    if light.get("applied"):
+        diff = light["background_difference_levels"]
+        print(f"note: the light changed since the calibration (the background differs from "
+              f"the start frame by {diff['before']:g} levels, {diff['after']:g} once matched; "
+              f"gain {'/'.join(f'{g:.2f}' for g in light['gain'])}): the calibration's "
+              "background and arm are drawn in the start frame's light", file=sys.stderr,
+              flush=True)
     share = before["arm_on_arm"]
     decided: dict[str, Any] = {"before": before, "anchored": False, "why": None,
                                "after": None, "warning": None}
