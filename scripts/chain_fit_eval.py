@@ -438,12 +438,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--light-only", type=int, default=None, metavar="I",
                    help="with --light: scale only the cell's light I (0 or 1; the ambient "
                         "stays): one lamp dimmed or off, unevenly across the picture")
+    p.add_argument("--lens-k1", type=float, default=None, metavar="K1",
+                   help="every frame as a lens with radial distortion K1 shows it "
+                        "(export.evaluation.frames.lens_distort, the cell's own field of view; "
+                        "barrel below 0): the 256x256 calibration before it is reduced to "
+                        "the grid, the futures' start frame, truth and robot mask at the "
+                        "grid; the chain is read and rolled out as a pinhole. Needs --fits of "
+                        "its own (camera.json)")
     args = p.parse_args(argv)
     if args.light_only is not None and args.light is None:
         p.error("--light-only needs --light")
     camera = None
-    if args.camera_noise is not None or args.camera_jpeg is not None or args.light is not None:
+    if (args.camera_noise is not None or args.camera_jpeg is not None or args.light is not None
+            or args.lens_k1 is not None):
         camera = {"noise_levels": args.camera_noise or 0.0, "jpeg_quality": args.camera_jpeg}
+        if args.lens_k1 is not None:
+            camera["lens_k1"] = args.lens_k1
         if args.light is not None:
             camera["light"] = args.light
             if args.light_only is not None:
@@ -460,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                 p.error(f"{kept} records {kept.read_text().strip()}, not {camera}: "
                         "use another --fits folder for another camera setting")
         elif (Path(args.fits).is_dir() and any(Path(args.fits).glob("*.npz"))
-              and args.light is None):
+              and args.light is None and args.lens_k1 is None):
             p.error(f"--fits {args.fits} holds reads without camera.json (clean reads?): "
                     "use another folder for degraded calibrations")
         else:
@@ -629,9 +639,21 @@ def main(argv: list[str] | None = None) -> int:
             if lit is not None else args.data)
 
         def futures_of(prof, cell=cell, view=lit or params, q0=q0, root=fut_root):
-            return load_or_render_futures(root, args.split, cell.cell_id, lambda: gen, view,
-                                          q0, args.candidates, args.horizon, prof, args.seed)
-        if camera is not None and (camera["noise_levels"] or camera["jpeg_quality"]):
+            fut = load_or_render_futures(root, args.split, cell.cell_id, lambda: gen, view,
+                                         q0, args.candidates, args.horizon, prof, args.seed)
+            if args.lens_k1 is not None:  # as the lens shows them
+                from dataclasses import replace as _replace
+
+                from export.evaluation.frames import lens_distort
+
+                fovy = view.fovy_deg
+                mask = lens_distort(np.repeat(fut.robot_mask[..., None].astype(np.uint8)
+                                              * 255, 3, -1), fovy, args.lens_k1)[..., 0]
+                fut = _replace(fut, frames=lens_distort(fut.frames, fovy, args.lens_k1),
+                               robot_mask=mask >= 128)
+            return fut
+        if camera is not None and (camera["noise_levels"] or camera["jpeg_quality"]
+                                   or args.lens_k1 is not None):
             # the calibration as the cell's camera and its transport deliver it (a seed
             # per cell)
             from dataclasses import replace as _replace
@@ -640,8 +662,13 @@ def main(argv: list[str] | None = None) -> int:
             from export.models.chain_fit import on_grid
 
             hi0 = high_calibration({}, hi_dir, cal)
+            seen = hi0.frames
+            if args.lens_k1 is not None:
+                from export.evaluation.frames import lens_distort
+
+                seen = lens_distort(seen, params.fovy_deg, args.lens_k1)
             hi_cache["cal"] = _replace(hi0, frames=camera_degrade(
-                hi0.frames, camera["noise_levels"], camera["jpeg_quality"],
+                seen, camera["noise_levels"], camera["jpeg_quality"],
                 zlib.crc32(cell.cell_id.encode())))
             # the model's grid from the same recording, as a device reduces it
             cal = _replace(cal, frames=on_grid(hi_cache["cal"].frames, cal.frames.shape[1:3]))
@@ -749,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
         anchored: dict[str, object] = {}
         # the futures' start frame, read once for every anchored read
         start0 = load_episode(mo.path).frames[0] if args.anchor else None
-        if lit is not None and args.anchor:
+        if (lit is not None or args.lens_k1 is not None) and args.anchor:
             start0 = futures_of("all_joints").frames[0, 0]
         anchor_frame, anchor_q, anchor_tag = start0, q0, ""
         if args.anchor and args.anchor_at == "other":

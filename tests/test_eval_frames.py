@@ -146,3 +146,34 @@ def test_calibration_flow_moves_what_the_calibration_moved() -> None:
     arrived = (slice(24, 40), slice(27, 34))
     assert start[arrived].mean() < 110 and pred[0, 0][arrived].mean() > 150
     assert frame_psnr(pred[0, 0], frames[3]) > frame_psnr(start, frames[3]) + 1.0
+
+
+def test_lens_distort_moves_points_along_the_radius_as_browns_model_says():
+    import math
+
+    from export.evaluation.frames import lens_distort
+
+    h = w = 64
+    fovy, k1 = 45.0, -0.2
+    f = (h / 2) / math.tan(math.radians(fovy) / 2)
+    img = np.zeros((h, w, 3), np.uint8)
+    y0, x0 = 6, 8  # a bright pixel near a corner, at the pinhole's (x0 + 0.5, y0 + 0.5)
+    img[y0, x0] = 255
+    out = lens_distort(img, fovy, k1)
+    # where Brown's model puts it: the normalised point scaled by 1 + k1 r^2 (barrel: inward)
+    xn, yn = (x0 + 0.5 - w / 2) / f, (y0 + 0.5 - h / 2) / f
+    s = 1 + k1 * (xn * xn + yn * yn)
+    want = np.array([xn * s * f + w / 2 - 0.5, yn * s * f + h / 2 - 0.5])
+    wy, wx = np.mgrid[0:h, 0:w]
+    m = out[..., 0].astype(float)
+    got = np.array([(m * wx).sum() / m.sum(), (m * wy).sum() / m.sum()])
+    assert np.abs(got - want).max() < 0.35, (got, want)
+    assert np.hypot(*(got - [x0, y0])) > 0.8  # it moved, toward the centre
+    assert np.hypot(*(got - [w / 2, h / 2])) < np.hypot(x0 - w / 2, y0 - h / 2)
+    # no distortion: the frame itself; the centre pixel stays where it is
+    assert np.array_equal(lens_distort(img, fovy, 0.0), img)
+    centre = np.zeros((h, w, 3), np.uint8)
+    centre[32, 32] = 200
+    assert lens_distort(centre, fovy, k1)[32, 32, 0] > 150
+    with pytest.raises(ValueError, match="lens_distort: expected 0 < fovy_deg < 180"):
+        lens_distort(img, 0.0, k1)

@@ -153,6 +153,56 @@ def camera_degrade(frames: np.ndarray, noise_levels: float = 0.0,
     return flat.reshape(frames.shape)
 
 
+
+def lens_distort(frames: np.ndarray, fovy_deg: float, k1: float, k2: float = 0.0
+                 ) -> np.ndarray:
+    """Frames as a lens with radial distortion shows them (rendered frames are a pinhole's).
+
+    Brown's radial model as OpenCV uses it (``cv2.undistortPoints``; Brown 1966): a point
+    at normalised pinhole coordinates ``(x, y)`` appears at ``(x, y) (1 + k1 r^2 + k2 r^4)``,
+    ``r^2 = x^2 + y^2``, the principal point at the image centre and the focal length from
+    ``fovy_deg`` and the frame's height. ``k1 < 0`` is barrel distortion (wide lenses;
+    industrial 4-6 mm lenses around -0.1 to -0.3). Each output pixel samples the pinhole
+    frame bilinearly at its undistorted position; where that lies outside the frame (the
+    corners, for barrel distortion) the border is repeated.
+
+    Args:
+        frames: uint8 ``[..., H, W, 3]``.
+        fovy_deg: the pinhole's vertical field of view, degrees (0-180).
+        k1, k2: the radial coefficients.
+
+    Returns:
+        uint8, the shape of ``frames`` (a copy).
+
+    Raises:
+        ValueError: frames that are not uint8 ``[..., H, W, 3]``, a field of view outside
+            (0, 180), non-finite coefficients.
+    """
+    import cv2
+
+    frames = np.asarray(frames)
+    if frames.dtype != np.uint8 or frames.ndim < 3 or frames.shape[-1] != 3:
+        raise ValueError(f"lens_distort: expected uint8 [..., H, W, 3] frames, found "
+                         f"{frames.dtype} {list(frames.shape)}")
+    if not 0 < fovy_deg < 180 or not (math.isfinite(k1) and math.isfinite(k2)):
+        raise ValueError(f"lens_distort: expected 0 < fovy_deg < 180 and finite k1, k2, "
+                         f"found {fovy_deg}, {k1}, {k2}")
+    h, w = frames.shape[-3:-1]
+    f = (h / 2) / math.tan(math.radians(fovy_deg) / 2)
+    cam = np.array([[f, 0, w / 2], [0, f, h / 2], [0, 0, 1]], np.float64)
+    gx, gy = np.meshgrid(np.arange(w) + 0.5, np.arange(h) + 0.5)
+    pts = np.stack([gx, gy], -1).reshape(-1, 1, 2)
+    und = cv2.undistortPoints(pts, cam, np.array([k1, k2, 0.0, 0.0]),
+                              criteria=(cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40,
+                                        1e-9)).reshape(h, w, 2)
+    mx = (und[..., 0] * f + w / 2 - 0.5).astype(np.float32)
+    my = (und[..., 1] * f + h / 2 - 0.5).astype(np.float32)
+    flat = frames.reshape(-1, h, w, 3)
+    out = np.stack([cv2.remap(fr, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+                    for fr in flat])
+    return out.reshape(frames.shape)
+
+
 def static_mask(truth: np.ndarray, start: np.ndarray) -> np.ndarray:
     """bool ``[H, W]``: pixels whose truth equals the start frame at every step
     (``truth [T, H, W, 3]``, ``start [H, W, 3]``)."""
