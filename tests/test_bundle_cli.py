@@ -4,6 +4,7 @@ the four-command OEM flow of docs/bundles.md."""
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 from tiny_model import make_tiny_model
@@ -148,3 +149,26 @@ def test_rollback_under_a_mistyped_root_creates_nothing(tmp_path):
                                           "roll back"):
         _run("bundle", "rollback", "--root", str(typo))
     assert not typo.exists()
+
+
+def test_list_marks_a_slot_whose_key_was_retired(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SYNCEDGE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SYNCEDGE_TARGET", "cpu")
+    model = make_tiny_model(tmp_path / "model")
+    for name in ("old", "new"):
+        _run("bundle", "keygen", "--out", str(tmp_path / name))
+        _run("bundle", "build", str(model), "--target", "cpu", "--key",
+             str(tmp_path / name / "oem.key.pem"), "--out", str(tmp_path / f"{name}.bundle"))
+        _run("bundle", "keys", "add", str(tmp_path / name / "oem.pub.pem"))
+        _run("bundle", "install", str(tmp_path / f"{name}.bundle"))
+    capsys.readouterr()
+    _run("bundle", "list")
+    listed = capsys.readouterr().out
+    assert "no longer trusted" not in listed
+    old_id = re.search(r"\n? +a  tiny fp32 target=cpu model=\w+ key=(\w+)", listed).group(1)
+    _run("bundle", "keys", "remove", old_id)
+    capsys.readouterr()
+    _run("bundle", "list")
+    listed = capsys.readouterr().out.splitlines()
+    assert "(key no longer trusted: rollback refuses this slot)" in listed[0]  # slot a
+    assert "no longer trusted" not in listed[1]  # the active slot b, the new key

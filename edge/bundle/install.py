@@ -281,6 +281,12 @@ def _verify_slot_trust(d: Path, manifest: BundleManifest, trusted: Mapping[str, 
         signature = BundleSignature.from_bytes((d / SIGNATURE_NAME).read_bytes(), where)
     except FileNotFoundError:
         raise BundleError(f"{where}: missing; the slot is incomplete") from None
+    if signature.key_id not in trusted:  # retired since (or never added on this device)
+        raise BundleError(f"{where}: slot {d.name} is signed by key {signature.key_id}, which "
+                          f"this device no longer trusts (trusted: "
+                          f"{', '.join(sorted(trusted)) or 'none'}); refusing to roll back to "
+                          f"it: a retired key's model does not come back (install a bundle "
+                          f"signed with a trusted key)")
     try:
         verify_signature((d / MANIFEST_NAME).read_bytes(), signature, trusted, where)
     except BundleError as exc:

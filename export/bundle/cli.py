@@ -120,17 +120,25 @@ def _run_install(args: argparse.Namespace) -> int:
 
 
 def _run_list(args: argparse.Namespace) -> int:
+    from edge.bundle.format import BundleError
     from edge.bundle.install import list_slots
+    from edge.bundle.keys import trusted_keys
 
+    try:
+        trusted = set(trusted_keys(_keys_dir(args)))
+    except BundleError:  # a damaged keys folder: list the slots without the trust column
+        trusted = None
     for s in list_slots(_root(args)):
         mark = "*" if s.active else " "
         if s.manifest is None:
             print(f"{mark} {s.slot}  {s.state}")
         else:
             m = s.manifest
+            retired = (" (key no longer trusted: rollback refuses this slot)"
+                       if trusted is not None and m.key_id not in trusted else "")
             print(f"{mark} {s.slot}  {m.model_name} {m.model_variant} target={m.target} "
-                  f"model={m.model_sha256[:12]} key={m.key_id} installed={s.installed_utc} "
-                  f"parity={_parity_state(m)}")
+                  f"model={m.model_sha256[:12]} key={m.key_id}{retired} "
+                  f"installed={s.installed_utc} parity={_parity_state(m)}")
     return 0
 
 
