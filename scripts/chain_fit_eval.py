@@ -445,15 +445,22 @@ def main(argv: list[str] | None = None) -> int:
                         "the grid, the futures' start frame, truth and robot mask at the "
                         "grid; the chain is read and rolled out as a pinhole. Needs --fits of "
                         "its own (camera.json)")
+    p.add_argument("--light-ramp", type=float, default=None, metavar="LOW",
+                   help="light that changed unevenly since the calibration: the futures' "
+                        "start frame and truth multiplied by a ramp from LOW at the left edge "
+                        "to 1 at the right (the calibration as recorded); needs --fits of its "
+                        "own (camera.json)")
     args = p.parse_args(argv)
     if args.light_only is not None and args.light is None:
         p.error("--light-only needs --light")
     camera = None
     if (args.camera_noise is not None or args.camera_jpeg is not None or args.light is not None
-            or args.lens_k1 is not None):
+            or args.lens_k1 is not None or args.light_ramp is not None):
         camera = {"noise_levels": args.camera_noise or 0.0, "jpeg_quality": args.camera_jpeg}
         if args.lens_k1 is not None:
             camera["lens_k1"] = args.lens_k1
+        if args.light_ramp is not None:
+            camera["light_ramp"] = args.light_ramp
         if args.light is not None:
             camera["light"] = args.light
             if args.light_only is not None:
@@ -470,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 p.error(f"{kept} records {kept.read_text().strip()}, not {camera}: "
                         "use another --fits folder for another camera setting")
         elif (Path(args.fits).is_dir() and any(Path(args.fits).glob("*.npz"))
-              and args.light is None and args.lens_k1 is None):
+              and args.light is None and args.lens_k1 is None and args.light_ramp is None):
             p.error(f"--fits {args.fits} holds reads without camera.json (clean reads?): "
                     "use another folder for degraded calibrations")
         else:
@@ -651,6 +658,12 @@ def main(argv: list[str] | None = None) -> int:
                                               * 255, 3, -1), fovy, args.lens_k1)[..., 0]
                 fut = _replace(fut, frames=lens_distort(fut.frames, fovy, args.lens_k1),
                                robot_mask=mask >= 128)
+            if args.light_ramp is not None:  # dimmer towards the left edge
+                from dataclasses import replace as _replace
+
+                ramp = np.linspace(args.light_ramp, 1.0, fut.frames.shape[-2])[:, None]
+                fut = _replace(fut, frames=np.clip(np.rint(fut.frames * ramp), 0, 255)
+                               .astype(np.uint8))
             return fut
         if camera is not None and (camera["noise_levels"] or camera["jpeg_quality"]
                                    or args.lens_k1 is not None):
@@ -776,7 +789,8 @@ def main(argv: list[str] | None = None) -> int:
         anchored: dict[str, object] = {}
         # the futures' start frame, read once for every anchored read
         start0 = load_episode(mo.path).frames[0] if args.anchor else None
-        if (lit is not None or args.lens_k1 is not None) and args.anchor:
+        if (lit is not None or args.lens_k1 is not None
+                or args.light_ramp is not None) and args.anchor:
             start0 = futures_of("all_joints").frames[0, 0]
         anchor_frame, anchor_q, anchor_tag = start0, q0, ""
         if args.anchor and args.anchor_at == "other":
