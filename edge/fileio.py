@@ -140,7 +140,10 @@ def staged_folder(out: str | os.PathLike[str], marker: str) -> Iterator[Path]:
     out = Path(out)
     check_folder_target(out, marker)
     out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    except OSError as exc:  # a read-only or full parent: name the folder asked for
+        raise type(exc)(exc.errno, exc.strerror, str(out)) from None
     os.chmod(stage, 0o777 & ~_umask())  # a folder's usual mode, not mkdtemp's 0700
     try:
         yield stage

@@ -107,6 +107,22 @@ def test_staged_folder_refuses_a_file_and_a_foreign_folder(tmp_path) -> None:
     assert (tmp_path / "empty" / "model.json").is_file()
 
 
+def test_staged_folder_names_the_folder_asked_for_when_staging_fails(tmp_path,
+                                                                     monkeypatch) -> None:
+    import errno
+    import tempfile
+
+    def full(**kw):  # the parent is read-only or full: mkdtemp names its own temporary
+        raise PermissionError(errno.EACCES, "Permission denied",
+                              str(Path(kw["dir"]) / ".model.staging-x1y2"))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    with pytest.raises(PermissionError) as e:
+        with staged_folder(tmp_path / "model", "model.json"):
+            pass
+    assert e.value.filename == str(tmp_path / "model")
+
+
 def test_atomic_write_to_a_folder_names_the_folder(tmp_path) -> None:
     with pytest.raises(IsADirectoryError) as e:
         atomic_write(tmp_path, lambda f: f.write(b"x"))
