@@ -376,10 +376,15 @@ def run_validate_chain(args: argparse.Namespace) -> int:
         _key,
         commissioning_calibration,
     )
-    from edge.commands.common import StagedOutput, chain_store_hint, check_out_dir
+    from edge.commands.common import (
+        StagedOutput,
+        chain_store_hint,
+        check_out_dir,
+        say_light_change,
+    )
     from edge.episode import load_episode
     from edge.fileio import write_json_atomic
-    from edge.runtime.chain import CHAIN_MODEL_SHA256, chain_rollout
+    from edge.runtime.chain import CHAIN_MODEL_SHA256, chain_rollout, start_agreement
     from edge.visual import contact_sheet, write_png
 
     if args.model:
@@ -411,6 +416,10 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     start, truth = frames[0], frames[1:]
     acts = ep.actions[:-1].astype(np.float64)[:, :chain.num_dof]
     q0 = np.asarray(ep.joint_positions[0, :chain.num_dof], np.float64)
+    # as simulate says and records it: the start's agreement with the chain, and a light
+    # changed since the calibration (matched by the rollout)
+    agreement = start_agreement(chain, start, q0)
+    say_light_change(agreement["light"])
     t0 = time.perf_counter()
     pred = {"calibrated": chain_rollout(chain, start, q0, acts),
             "copy_last": np.repeat(start[None], len(acts), 0)}
@@ -427,6 +436,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
         "validation_episode": {"source": str(args.episode), "frames": ep.num_frames,
                                "kind": ep.metadata.kind, "fps": ep.metadata.fps},
         "fidelity": {**fid, "gain_over_copy_last": gain},
+        "start_agreement": agreement,
         "control_probe": {"available": False,
                           "reason": "the chain model places the arm itself; no probe"},
         **commissioning_calibration(entry, ep),

@@ -42,7 +42,7 @@ from edge.runtime.model import WorldModel, load_model
 from edge.state import state_root
 
 __all__ = ["ANCHOR_FROM_CACHE", "CHAIN_FROM_CACHE", "StagedOutput", "add_anchor_arg",
-           "anchor_chain", "active_bundle_dir", "add_chain_arg",
+           "anchor_chain", "active_bundle_dir", "add_chain_arg", "say_light_change",
            "add_context_args", "add_model_args", "cached_chain_key", "chain_mode",
            "chain_model_identity",
            "chain_store_hint",
@@ -748,6 +748,19 @@ def _anchor_episode(args: argparse.Namespace, anchor: str) -> tuple[Episode, str
     return episode, str(anchor)
 
 
+def say_light_change(light: dict[str, Any] | None) -> None:
+    """Say on stderr that the chain's drawing was matched to a light changed since the
+    calibration (``light``: :meth:`edge.runtime.chain.LightMatch.summary`, as
+    ``start_agreement`` returns it); nothing when no match was applied."""
+    if not light or not light.get("applied"):
+        return
+    diff = light["background_difference_levels"]
+    print(f"note: the light changed since the calibration (the background differs from the "
+          f"start frame by {diff['before']:g} levels, {diff['after']:g} once matched; gain "
+          f"{'/'.join(f'{g:.2f}' for g in light['gain'])}): the calibration's background and "
+          "arm are drawn in the start frame's light", file=sys.stderr, flush=True)
+
+
 def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, q0: Any
                  ) -> tuple[Any, str, dict[str, Any]]:
     """``(chain, source, decision)``: the chain refined at the start frame (the reader
@@ -779,14 +792,7 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     if given and getattr(args, "no_anchor", False):
         raise RuntimeInputError("--anchor and --no-anchor: give one of the two")
     before = start_agreement(chain, start, q0)
-    light = before.get("light") or {}
-    if light.get("applied"):
-        diff = light["background_difference_levels"]
-        print(f"note: the light changed since the calibration (the background differs from "
-              f"the start frame by {diff['before']:g} levels, {diff['after']:g} once matched; "
-              f"gain {'/'.join(f'{g:.2f}' for g in light['gain'])}): the calibration's "
-              "background and arm are drawn in the start frame's light", file=sys.stderr,
-              flush=True)
+    say_light_change(before.get("light"))
     share = before["arm_on_arm"]
     decided: dict[str, Any] = {"before": before, "anchored": False, "why": None,
                                "after": None, "warning": None}
