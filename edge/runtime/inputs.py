@@ -76,10 +76,14 @@ def start_resize_warnings(episode: Episode | None, where: str) -> list[str]:
     """The line ``simulate`` and ``precheck`` warn with (stderr and the report's
     ``warnings``) when :func:`load_start` resized the start episode ``episode`` (read from
     ``where``) to the model's resolution: the prediction and every figure are at that
-    resolution, not the recording's. ``[]`` otherwise."""
+    resolution, not the recording's. ``[]`` otherwise, and for a recording at a whole
+    multiple of the model's grid (the 256x256 the chain model is recorded at for a 64x64
+    grid: reduced by area, nothing cropped; the documented input is no warning)."""
     if episode is None or RESIZED_FROM not in episode.metadata.extra:
         return []
     (w0, h0), (h, w) = episode.metadata.extra[RESIZED_FROM], episode.frames.shape[1:3]
+    if w0 % w == 0 and h0 % h == 0 and w0 // w == h0 // h:
+        return []
     return [f"{where}: frames of {w0}x{h0} px centre-cropped and resized to the model's "
             f"{w}x{h}, as a recording is: the prediction and its figures (PSNR, SSIM) are "
             f"at {w}x{h}, not at the recorded size"]
