@@ -280,8 +280,15 @@ def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:
     capsys.readouterr()
     assert cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
                "--out", str(d / "cut.npz"), "--cell", "cell-3") == 0
-    assert f"removed {d / 'cut.partial.npz'}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"removed {d / 'cut.partial.npz'}" in err
+    assert "enlarges" not in err  # 64x64 from the camera's 128x96: reduced, not enlarged
     assert (d / "cut.npz").is_file() and not (d / "cut.partial.npz").exists()
+    # more pixels than the camera has: recorded, and said (it was silent)
+    assert cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
+               "--out", str(d / "big.npz"), "--cell", "cell-3", "--size", "192x192") == 0
+    assert ("warning: the camera delivers 128x96 px; --size 192x192 enlarges its centre crop "
+            "2.0x, which adds no detail") in capsys.readouterr().err
     # --size with --model: the model's resolution decides; refused before recording
     assert cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
                "--out", str(d / "sized.npz"), "--cell", "cell-3", "--model",

@@ -251,6 +251,14 @@ def run_record(args: argparse.Namespace) -> int:
           f"{len(rec['gaps'])} gap(s); joint clock {rec['joint_clock']} "
           f"(drift {rec['joint_drift_ppm']} ppm); max pairing error "
           f"{max(rec['pair_error_s']) * 1e3:.1f} ms")
+    fh, fw = raw.frames[0].shape[:2]
+    th, tw = aopts.size_hw
+    enlarged = 1.0 / min(fh / th, fw / tw)  # fit_frame's centre crop, resized to --size
+    if enlarged > 1.05:
+        print(f"warning: the camera delivers {fw}x{fh} px; --size {tw}x{th} enlarges its "
+              f"centre crop {enlarged:.1f}x, which adds no detail (a chain is read best from "
+              "a camera that has the pixels): record at most at the crop's size, or with a "
+              "camera of higher resolution", file=sys.stderr)
     if rec.get("joint_clock_jumps"):
         big = max(rec["joint_clock_jumps"], key=lambda j: abs(j["device_step_ms"]))
         print(f"note: the controller's clock jumped {len(rec['joint_clock_jumps'])} time(s) "
