@@ -260,6 +260,16 @@ def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys,
                  "--out", str(tmp_path / "cached")]) == 0
     assert main(["simulate", "--chain", str(CHAIN), *start,
                  "--out", str(tmp_path / "file")]) == 0
+    # another cell's id with this cell's start: the miss says where the start was recorded
+    # and what the cache holds (it only said to store a calibration)
+    capsys.readouterr()
+    assert main(["simulate", "--cell", "cell-8", "--chain", "--cache-dir", cache, *start,
+                 "--out", str(tmp_path / "miss")]) == 2
+    miss = capsys.readouterr().err
+    assert "was recorded in cell 'sample-cell', its metadata says, not in --cell 'cell-8'" \
+        in miss
+    assert "the cache holds chain calibrations for sample-cell/sample-cell-cam/" in miss
+    assert not (tmp_path / "miss").exists()
     a = np.load(tmp_path / "cached" / "prediction.npz")["frames"]
     b = np.load(tmp_path / "file" / "prediction.npz")["frames"]
     assert np.array_equal(a, b)

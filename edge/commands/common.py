@@ -715,8 +715,36 @@ def _cached_chain(args: argparse.Namespace):
     if chain is None:
         raise RuntimeInputError(f"calibration cache: no chain calibration for cell "
                                 f"{key.cell_id!r}, camera {key.camera_id!r}, robot "
-                                f"{key.robot_id!r}; {chain_store_hint(key.cell_id, args.cache_dir)}")
+                                f"{key.robot_id!r}{_chain_miss_why(args, key)}; "
+                                f"{chain_store_hint(key.cell_id, args.cache_dir)}")
     return chain, f"cache:{key.cell_id}/{key.camera_id}/{key.robot_id}"
+
+
+def _chain_miss_why(args: argparse.Namespace, key: Any) -> str:
+    """What a chain lookup that missed may have got wrong: a start episode recorded in
+    another cell than ``--cell``, and the chain calibrations the local cache does hold."""
+    from edge.cache.store import CalibrationCache, default_root
+    from edge.runtime.chain import CHAIN_MODEL_SHA256
+
+    why = ""
+    if str(args.start).lower().endswith(".npz"):
+        recorded = load_episode(args.start).metadata.cell_id
+        if recorded and recorded != key.cell_id:
+            why += (f" (the start episode {args.start} was recorded in cell {recorded!r}, "
+                    f"its metadata says, not in --cell {key.cell_id!r})")
+    root = Path(args.cache_dir or default_root())
+    if (root / "index.sqlite3").is_file():  # never create a cache to say it is empty
+        try:
+            with CalibrationCache(root) as cache:
+                held = [e.key for e in cache.list(model_prefix=CHAIN_MODEL_SHA256)]
+        except Exception:  # noqa: BLE001 - a hint only: the miss is reported regardless
+            held = None
+        if held is not None:
+            why += ("; the cache holds chain calibrations for " + ", ".join(
+                f"{k.cell_id}/{k.camera_id}/{k.robot_id}" for k in held[:8])
+                + (f" and {len(held) - 8} more" if len(held) > 8 else "")
+                if held else "; the cache holds no chain calibration")
+    return why
 
 
 def _anchor_episode(args: argparse.Namespace, anchor: str) -> tuple[Episode, str]:
