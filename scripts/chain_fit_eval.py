@@ -586,7 +586,20 @@ def main(argv: list[str] | None = None) -> int:
 
         warp = load_model(args.warp_model, intra_op_num_threads=2)
         preds_names.append("warp")
-    from export.evaluation.frames import blur_control, oracle_flow_warp
+    from dataclasses import replace as _replace
+
+    from export.evaluation.frames import (
+        blur_control,
+        camera_degrade,
+        lens_distort,
+        oracle_flow_warp,
+    )
+    from export.models.chain_fit import on_grid
+
+    # the futures' start frame and truth are not the rendered episode's (anchoring reads
+    # the start from them)
+    futures_altered = (args.light is not None or args.lens_k1 is not None
+                       or args.light_ramp is not None)
 
     t0 = time.perf_counter()
     cells = load_cells(args.data, [args.split], 7, 8,
@@ -645,40 +658,33 @@ def main(argv: list[str] | None = None) -> int:
             f"_only{args.light_only}" if args.light_only is not None else ""))
             if lit is not None else args.data)
 
-        def futures_of(prof, cell=cell, view=lit or params, q0=q0, root=fut_root):
+        fut_of_cell: dict[str, object] = {}  # profile -> this cell's futures, read once
+
+        def futures_of(prof, cell=cell, view=lit or params, q0=q0, root=fut_root,
+                       done=fut_of_cell):
+            if prof in done:
+                return done[prof]
             fut = load_or_render_futures(root, args.split, cell.cell_id, lambda: gen, view,
                                          q0, args.candidates, args.horizon, prof, args.seed)
             if args.lens_k1 is not None:  # as the lens shows them
-                from dataclasses import replace as _replace
-
-                from export.evaluation.frames import lens_distort
-
                 fovy = view.fovy_deg
                 mask = lens_distort(np.repeat(fut.robot_mask[..., None].astype(np.uint8)
                                               * 255, 3, -1), fovy, args.lens_k1)[..., 0]
                 fut = _replace(fut, frames=lens_distort(fut.frames, fovy, args.lens_k1),
                                robot_mask=mask >= 128)
             if args.light_ramp is not None:  # dimmer towards the left edge
-                from dataclasses import replace as _replace
-
                 ramp = np.linspace(args.light_ramp, 1.0, fut.frames.shape[-2])[:, None]
                 fut = _replace(fut, frames=np.clip(np.rint(fut.frames * ramp), 0, 255)
                                .astype(np.uint8))
+            done[prof] = fut
             return fut
         if camera is not None and (camera["noise_levels"] or camera["jpeg_quality"]
                                    or args.lens_k1 is not None):
             # the calibration as the cell's camera and its transport deliver it (a seed
             # per cell)
-            from dataclasses import replace as _replace
-
-            from export.evaluation.frames import camera_degrade
-            from export.models.chain_fit import on_grid
-
             hi0 = high_calibration({}, hi_dir, cal)
             seen = hi0.frames
             if args.lens_k1 is not None:
-                from export.evaluation.frames import lens_distort
-
                 seen = lens_distort(seen, params.fovy_deg, args.lens_k1)
             hi_cache["cal"] = _replace(hi0, frames=camera_degrade(
                 seen, camera["noise_levels"], camera["jpeg_quality"],
@@ -789,8 +795,7 @@ def main(argv: list[str] | None = None) -> int:
         anchored: dict[str, object] = {}
         # the futures' start frame, read once for every anchored read
         start0 = load_episode(mo.path).frames[0] if args.anchor else None
-        if (lit is not None or args.lens_k1 is not None
-                or args.light_ramp is not None) and args.anchor:
+        if futures_altered and args.anchor:
             start0 = futures_of("all_joints").frames[0, 0]
         anchor_frame, anchor_q, anchor_tag = start0, q0, ""
         if args.anchor and args.anchor_at == "other":
