@@ -12,7 +12,7 @@ import pytest
 from edge.cli import main
 from edge.episode import load_episode
 from export.cells.generate import CellGenerator, GenerateOptions, generate_chunk
-from export.cells.sampling import chunk_seed, sample_cell
+from export.cells.sampling import CellParams, chunk_seed, sample_cell
 from export.errors import CellError, RendererUnavailableError
 
 SMALL = GenerateOptions(cells_per_chunk=1, motion_episodes=1, motion_frames=8)
@@ -45,6 +45,42 @@ def test_chunk_regenerates_identically_and_is_skipped_when_complete(chunk: Path,
     again.write_text(json.dumps(old))
     generate_chunk("test_convention", 0, tmp_path, SMALL)
     assert json.loads(again.read_text()) == old
+
+
+def test_lit_cells_are_lit_by_their_lights_and_ambient_cells_stay_as_rendered(
+        chunk: Path, tmp_path: Path) -> None:
+    manifest = json.loads(chunk.read_text())
+    cell = CellParams.from_json_dict(manifest["cells"][0])
+    assert cell.lighting == "ambient" and "lighting" not in manifest["cells"][0]
+    lit = dataclasses.replace(cell, lighting="lit")
+    assert CellParams.from_json_dict(lit.to_json_dict()) == lit
+    with CellGenerator(SMALL) as gen:
+        lit_eps = gen.cell_episodes(lit)
+        # the same scene object afterwards: an ambient cell is not lit by stale lights
+        amb_eps = gen.cell_episodes(cell)
+    for name, ep in amb_eps.items():
+        stored = load_episode(chunk.parent / f"{cell.cell_id}/{name}.npz")
+        assert np.array_equal(ep.frames, stored.frames), name
+        lit_ep = lit_eps[name]
+        assert np.array_equal(lit_ep.joint_positions, stored.joint_positions)
+        assert np.array_equal(lit_ep.robot_mask, stored.robot_mask)
+        # the two lights add diffuse light: every frame is brighter, on the arm too
+        assert (lit_ep.frames.astype(float).mean(axis=(1, 2, 3))
+                > stored.frames.astype(float).mean(axis=(1, 2, 3)) + 5).all()
+        arm = stored.robot_mask
+        assert lit_ep.frames[arm].astype(float).mean() > stored.frames[arm].mean() + 5
+    # a lit chunk records it, per cell and in its options, and is not mixed with ambient
+    lit_manifest = json.loads(generate_chunk(
+        "test_convention", 0, tmp_path, dataclasses.replace(SMALL, lighting="lit"),
+        command="test").read_text())
+    assert lit_manifest["cells"][0]["lighting"] == "lit"
+    assert lit_manifest["options"]["lighting"] == "lit"
+    with pytest.raises(CellError, match=r"lighting: 'lit' there, 'ambient' asked"):
+        generate_chunk("test_convention", 0, tmp_path, SMALL)
+    with pytest.raises(CellError, match=r"lighting 'sun': expected one of"):
+        GenerateOptions(lighting="sun")
+    with pytest.raises(ValueError, match=r"lighting 'sun': expected one of"):
+        dataclasses.replace(cell, lighting="sun")
 
 
 def test_calibration_episode_sweeps_each_channel_alone_with_visible_motion(chunk: Path) -> None:

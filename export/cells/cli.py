@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from export.cells.sampling import LIGHTINGS
 from export.cells.trajectories import MOTION_PROFILES
 
 __all__ = ["register", "parse_chunks", "write_sample_cell"]
@@ -92,7 +93,8 @@ def _run_generate(args: argparse.Namespace) -> int:
                            face_budget=None if args.no_decimate else args.face_budget,
                            segmentation=not args.no_segmentation, motion=args.motion,
                            sweep_amplitude_rad=_parse_range(args.sweep_amplitude,
-                                                            "--sweep-amplitude"))
+                                                            "--sweep-amplitude"),
+                           lighting=args.lighting)
     chunks = parse_chunks(args.chunks)
     cmd = _command_line()
     _each_chunk(chunks, generate_chunk, lambda c: (args.split, c, args.out, opts, cmd),
@@ -282,6 +284,11 @@ def register(subparsers: Any) -> None:
     g.add_argument("--no-decimate", action="store_true", help="render the original meshes")
     g.add_argument("--no-segmentation", action="store_true",
                    help="skip the robot mask (evaluation-only data)")
+    g.add_argument("--lighting", choices=LIGHTINGS, default="ambient",
+                   help="ambient (default; the ambient light alone, flat shading: how every "
+                        "shipped chunk and model was made) or lit (each cell's two lights "
+                        "too: links shade as they turn, as under a real cell's lamps); the "
+                        "same cells are drawn either way")
     g.add_argument("--workers", type=positive_int, default=1, help="processes (default 1)")
     g.set_defaults(func=_run_generate)
 

@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ import numpy as np
 from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, save_episode
 from edge.fileio import sha256_file, write_json_atomic
 from export.cells.robots import robot_spec
-from export.cells.sampling import CellParams, chunk_seed, sample_cell
+from export.cells.sampling import LIGHTINGS, CellParams, chunk_seed, sample_cell
 from export.cells.scene import CellScene, RenderSettings
 from export.cells.trajectories import (
     MOTION_PROFILES,
@@ -61,9 +61,13 @@ class GenerateOptions:
             :func:`~export.cells.trajectories.motion_trajectory`.
         sweep_amplitude_rad: (low, high) magnitude of each DoF's calibration sweep, rad
             (:data:`~export.cells.trajectories.SWEEP_AMPLITUDE_RAD` by default).
+        lighting: how each drawn cell is lit (:attr:`~export.cells.sampling.CellParams.
+            lighting`): ``"ambient"`` (default; the ambient term alone, as every shipped
+            chunk and model was made) or ``"lit"`` (its two lights too); the cells drawn
+            are the same either way.
 
     Raises:
-        CellError: an unknown motion profile.
+        CellError: an unknown motion profile or lighting.
     """
 
     cells_per_chunk: int = 16
@@ -76,8 +80,11 @@ class GenerateOptions:
     segmentation: bool = True
     motion: str = "all_joints"
     sweep_amplitude_rad: tuple[float, float] = SWEEP_AMPLITUDE_RAD
+    lighting: str = "ambient"
 
     def __post_init__(self) -> None:
+        if self.lighting not in LIGHTINGS:
+            raise CellError(f"lighting {self.lighting!r}: expected one of {list(LIGHTINGS)}")
         if self.motion not in MOTION_PROFILES:
             raise CellError(f"motion profile {self.motion!r}: expected one of "
                             f"{list(MOTION_PROFILES)}")
@@ -193,7 +200,8 @@ def _check_same_options(manifest_path: Path, options: GenerateOptions) -> None:
         raise CellError(f"{manifest_path}: unreadable chunk manifest ({exc}); remove the "
                         "chunk folder to regenerate it") from None
     # chunks made before an option existed
-    found = {"motion": "all_joints", "sweep_amplitude_rad": list(SWEEP_AMPLITUDE_RAD), **found}
+    found = {"motion": "all_joints", "sweep_amplitude_rad": list(SWEEP_AMPLITUDE_RAD),
+             "lighting": "ambient", **found}
     wanted = json.loads(json.dumps(asdict(options)))
     diff = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
     if diff:
@@ -228,6 +236,8 @@ def generate_chunk(split: str, chunk: int, out_dir: str | os.PathLike[str],
     with CellGenerator(options) as gen:
         for i in range(options.cells_per_chunk):
             cell = sample_cell(rng, split, f"{split}-{chunk:04d}-{i:03d}")
+            if options.lighting != cell.lighting:
+                cell = replace(cell, lighting=options.lighting)
             cells.append(cell.to_json_dict())
             for name, ep in gen.cell_episodes(cell).items():
                 rel = f"{cell.cell_id}/{name}.npz"

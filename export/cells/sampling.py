@@ -43,6 +43,7 @@ __all__ = [
     "SPLITS",
     "TRAIN_AZIMUTH_DEG",
     "HELD_OUT_AZIMUTH_DEG",
+    "LIGHTINGS",
     "CellParams",
     "Convention",
     "chunk_seed",
@@ -134,12 +135,20 @@ def sample_convention(rng: np.random.Generator, num_dof: int, held_out: bool) ->
     raise CellError(f"could not draw a {'held-out' if held_out else 'training'} convention")
 
 
+#: How the renderer may light a cell (:attr:`CellParams.lighting`).
+LIGHTINGS = ("ambient", "lit")
+
+
 @dataclass(frozen=True)
 class CellParams:
     """Everything that defines one cell's appearance and controller convention.
 
     Angles in degrees (MuJoCo free-camera conventions), positions in metres, colours as
-    linear RGB in [0, 1].
+    linear RGB in [0, 1]. ``lighting`` says how the renderer lights the cell (one of
+    :data:`LIGHTINGS`): ``"ambient"``, the renderer before its lights were placed (the
+    ambient term alone, flat shading; every chunk rendered before the field existed), or
+    ``"lit"``, the ambient term and both ``lights`` (diffuse shading that changes as a link
+    turns, as a real cell's lamps give it).
     """
 
     cell_id: str
@@ -158,6 +167,12 @@ class CellParams:
     objects: tuple[dict[str, Any], ...]
     convention: Convention
     seed: int
+    lighting: str = "ambient"
+
+    def __post_init__(self) -> None:
+        if self.lighting not in LIGHTINGS:
+            raise ValueError(f"cell {self.cell_id}: lighting {self.lighting!r}: expected one "
+                             f"of {list(LIGHTINGS)}")
 
     @property
     def camera_id(self) -> str:
@@ -174,6 +189,8 @@ class CellParams:
         d = asdict(self)
         d["convention"] = {"perm": list(self.convention.perm),
                            "signs": list(self.convention.signs)}
+        if self.lighting == "ambient":  # chunks from before the field stay byte-identical
+            del d["lighting"]
         return d
 
     @classmethod

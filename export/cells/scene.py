@@ -3,7 +3,10 @@
 One :class:`CellScene` compiles one robot's scene once (visual meshes only, decimated for
 CPU rendering) and then renders any number of cells by changing the camera, lights and
 colours in place, without recompiling. Rendering is kinematic replay: joint positions are
-set and ``mj_kinematics`` places the bodies; there is no physics.
+set and ``mj_kinematics`` places the bodies; there is no physics. A cell whose
+``lighting`` is ``"lit"`` also gets its lights placed (``mj_camlight``, which
+``mj_kinematics`` does not run); an ``"ambient"`` cell is drawn by the ambient term alone,
+as every cell was before the lights were placed.
 
 Throughput settings (measured in ``bench/bench_cells.py``): collision geoms removed,
 visual meshes welded and decimated with quadric edge collapse (``fast_simplification``),
@@ -205,6 +208,9 @@ class CellScene:
         frame.attach_body(robot_mjcf.worldbody.first_body(), "robot/", "")
         self.model = world.compile()
         self.data = mujoco.MjData(self.model)
+        self._light_xpos0 = self.data.light_xpos.copy()  # as MjData starts them
+        self._light_xdir0 = self.data.light_xdir.copy()
+        self._lit = False
         m = self.model
         self._qadr = np.array([
             m.jnt_qposadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, f"robot/{j}")]
@@ -258,6 +264,7 @@ class CellScene:
         m.vis.headlight.ambient[:] = cell.ambient_rgb
         m.vis.headlight.diffuse[:] = 0.0
         m.vis.headlight.active = 1  # ambient only
+        self._lit = getattr(cell, "lighting", "ambient") == "lit"
         for i, light in enumerate(cell.lights):
             m.light_pos[i] = light["pos"]
             direction = -np.asarray(light["pos"]) + np.array([0.4, 0.0, 0.5])
@@ -280,6 +287,19 @@ class CellScene:
             m.geom_pos[gid] = [obj["xy"][0], obj["xy"][1], z]
 
     # -- rendering ---------------------------------------------------------------------
+    def _place(self, q_rad: np.ndarray) -> None:
+        """Set joint positions ``q_rad`` (canonical order, rad) and place the bodies, and
+        for a lit cell the lights; an ambient cell's lights stay where ``MjData`` starts
+        them (at the origin, pointing nowhere: they light nothing), even after a lit cell
+        was rendered in this scene."""
+        self.data.qpos[self._qadr] = q_rad
+        self._mj.mj_kinematics(self.model, self.data)
+        if self._lit:
+            self._mj.mj_camlight(self.model, self.data)
+        else:
+            self.data.light_xpos[:] = self._light_xpos0
+            self.data.light_xdir[:] = self._light_xdir0
+
     def render(self, q_rad: np.ndarray, segmentation: bool = True
                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """Render one frame at joint positions ``q_rad`` (canonical joint order, rad).
@@ -290,8 +310,7 @@ class CellScene:
             NaN when behind the camera.
         """
         mujoco = self._mj
-        self.data.qpos[self._qadr] = q_rad
-        mujoco.mj_kinematics(self.model, self.data)
+        self._place(q_rad)
         r = self._renderer
         r.update_scene(self.data, camera=self._camera)
         rgb = r.render().copy()
@@ -319,8 +338,7 @@ class CellScene:
             ``[13]`` the camera (:meth:`camera_vector`).
         """
         mujoco = self._mj
-        self.data.qpos[self._qadr] = q_rad
-        mujoco.mj_kinematics(self.model, self.data)
+        self._place(q_rad)
         r = self._renderer
         r.update_scene(self.data, camera=self._camera)
         r.enable_segmentation_rendering()
