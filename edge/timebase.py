@@ -35,6 +35,7 @@ latency of their receipt stamps estimated from the stream itself:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -312,19 +313,61 @@ def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
     answered ping, through the stamps' lower envelope; else receipt stamps (see the module
     docstring for what each can and cannot know).
 
+    ``STALE`` samples (the device sent the same frame again: no new capture) are left out
+    of the estimate: they would read as clock jumps and deliveries out of order. Each keeps
+    the capture time of the sample it repeats (the last one before it that is not
+    ``STALE``; the first one after it where none came before), so ``stamps_ns`` still has
+    one entry per sample, and :class:`ClockJump` indices count every sample.
+
     Args:
-        samples: ``N >= 2`` joint samples of one stream, in order.
+        samples: ``N`` joint samples of one stream, in order, at least 2 of them not
+            ``STALE``.
 
     Returns:
-        :class:`CaptureStamps`; ``describe()`` prints the method and its figures (for a ping
-        round trip: pings answered, min RTT, RTT p50/p99, error bound = min RTT / 2, drift,
-        and how far the lower envelope alone would have placed the samples).
+        :class:`CaptureStamps` (``stamps_ns`` int64 ``(N,)``, ns); ``describe()`` prints the
+        method and its figures (for a ping round trip: pings answered, min RTT, RTT p50/p99,
+        error bound = min RTT / 2, drift, and how far the lower envelope alone would have
+        placed the samples).
 
     Raises:
-        TimebaseError: fewer than 2 samples.
+        TimebaseError: fewer than 2 samples that are not ``STALE``.
     """
-    if len(samples) < 2:
-        raise TimebaseError(f"capture_stamps: expected at least 2 samples, found {len(samples)}")
+    fresh = np.array([not (s.status & Status.STALE) for s in samples], dtype=bool)  # (N,)
+    if int(fresh.sum()) < 2:
+        raise TimebaseError(f"capture_stamps: expected at least 2 samples that are not STALE, "
+                            f"found {int(fresh.sum())} of {len(samples)}; record longer")
+    if fresh.all():
+        return _capture_stamps(samples)
+    kept = np.flatnonzero(fresh)  # (K,) indices of the samples the estimate uses
+    est = _capture_stamps(_without_stale(samples, fresh))
+    # a STALE sample takes the stamp of the last fresh sample before it (else the first after)
+    src = np.maximum(np.searchsorted(kept, np.arange(len(samples)), side="right") - 1, 0)
+    jumps = tuple(ClockJump(int(kept[j.sample]), j.device_step_ns) for j in est.jumps)
+    rx = np.array([s.receipt_ns for s in samples], dtype=np.int64)
+    stamps = est.stamps_ns[src]
+    latency = None if est.latency_s is None else float(np.mean(rx[kept] - est.stamps_ns)) / 1e9
+    return CaptureStamps(stamps, est.method, latency, est.detail, jumps, est.receipt_reason)
+
+
+def _without_stale(samples: Sequence[JointSample], fresh: np.ndarray) -> list[JointSample]:
+    """The samples where ``fresh`` (bool ``(N,)``) is True; the pings a ``STALE`` sample
+    carries move to the fresh sample before it (the first fresh one where none came
+    before), so that no ping is lost with it."""
+    out: list[JointSample] = []
+    early: tuple[Ping, ...] = ()  # pings of STALE samples before the first fresh one
+    for s, ok in zip(samples, fresh, strict=True):
+        if ok:
+            out.append(dataclasses.replace(s, pings=early + s.pings) if early else s)
+            early = ()
+        elif s.pings and out:
+            out[-1] = dataclasses.replace(out[-1], pings=out[-1].pings + s.pings)
+        else:
+            early += s.pings
+    return out
+
+
+def _capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
+    """:func:`capture_stamps` of ``N >= 2`` samples none of which is ``STALE``."""
     rx = np.array([s.receipt_ns for s in samples], dtype=np.int64)  # (N,)
     req = np.array([s.request_ns for s in samples], dtype=np.int64)
     dev = np.array([s.device_stamp_ns for s in samples], dtype=np.int64)
@@ -499,7 +542,8 @@ def pair_samples(frame_stamps_ns: ArrayLike, samples: Sequence[JointSample], *,
 
     The default way to pair: :func:`capture_stamps` estimates each sample's capture time
     (and the receipt latency, to print), then :func:`pair_frames` interpolates positions at
-    each latency-corrected frame stamp. ``STALE`` samples are left out.
+    each latency-corrected frame stamp. ``STALE`` samples are left out of both (they carry
+    no new capture).
 
     Args:
         frame_stamps_ns: int ``(F,)`` frame stamps, ns; samples: ``N >= 2`` joint samples
@@ -509,7 +553,7 @@ def pair_samples(frame_stamps_ns: ArrayLike, samples: Sequence[JointSample], *,
         ``(pairing, estimate)``; ``pairing.positions`` is float64 ``(F, J)``.
 
     Raises:
-        TimebaseError: fewer than 2 samples, or stamps that step back.
+        TimebaseError: fewer than 2 samples that are not ``STALE``, or stamps that step back.
     """
     est = capture_stamps(samples)
     _, pos, valid = samples_to_arrays(samples)

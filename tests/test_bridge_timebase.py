@@ -379,3 +379,32 @@ def test_a_clock_step_placed_a_few_samples_off_is_moved_to_its_sample(step_ns, p
     r[::8] += 16e6
     r[700:] += step_ns
     assert _jump_sample(r, 700 + placed, 25, 100, step_ns) == 700
+
+
+def test_bridge_timebase_stale_samples_are_left_out_of_the_estimate_and_the_pairing():
+    """A device that sends every 50th frame twice (delivered STALE, with the device stamp of
+    the frame it repeats) over a bursty link: the duplicates are no clock jumps and no step
+    back; the estimate is the one of the same stream without them."""
+    from edge.joints import Status
+    from edge.timebase import capture_stamps, pair_samples
+
+    f = FramedFaults(duplicate_every=50, burst_period_s=0.016)
+    with FakeFramedDevice(6, 500.0, faults=f) as dev, \
+            stream_for_url(f"frame://{dev.path}?joints=6") as s:
+        samples: list = []
+        s.run(samples.append, seconds=2.0)
+    stale = [i for i, x in enumerate(samples) if x.status & Status.STALE]
+    assert len(stale) >= 10
+    fresh = [x for x in samples if not x.status & Status.STALE]
+    est, alone = capture_stamps(samples), capture_stamps(fresh)
+    assert est.jumps == () and est.method == alone.method == "ping round trip"
+    assert est.detail["drift ppm"] == pytest.approx(alone.detail["drift ppm"])
+    keep = np.array([not x.status & Status.STALE for x in samples])
+    np.testing.assert_array_equal(est.stamps_ns[keep], alone.stamps_ns)
+    # a STALE sample is placed where the sample it repeats was captured
+    for i in stale:
+        assert est.stamps_ns[i] == est.stamps_ns[i - 1]
+    rx = np.array([x.receipt_ns for x in samples], dtype=np.int64)
+    pairing, _ = pair_samples(np.linspace(rx[20], rx[-20], 300).astype(np.int64), samples,
+                              tolerance_s=0.05)
+    assert pairing.paired.all()
