@@ -52,8 +52,13 @@ PING_WRITE_TIMEOUT_S = 0.002
 #: The shortest ``frame_timeout_s`` a URL may ask for, s.
 MIN_FRAME_TIMEOUT_S = 0.001
 #: How far behind the last delivered frame (in sequence numbers) a frame may be numbered and
-#: still be taken as late (dropped) rather than as the device starting again.
+#: be taken as late (dropped) at once, its device time permitting.
 REORDER_WINDOW = 8
+#: How far behind the last delivered frame a frame may be numbered and still be late: one
+#: numbered more than :data:`REORDER_WINDOW` and at most this far behind, with a device time
+#: that fits its number, is late if the frames after it go on from the last delivered one,
+#: else the device started again (docs/bridge-frame-protocol.md, "Receiver rules").
+LATE_WINDOW = 256
 #: The frame period assumed until two frames in a row have measured it, us (100 Hz).
 DEFAULT_PERIOD_US = 10_000
 
@@ -280,10 +285,20 @@ class FramedStream(JointStream):
                                  f"{f.position_rad.shape[0]}: set joints= to the device's "
                                  "count")
             order, skipped = self._order(f)
+            if order == "suspect":  # the frames after it tell a late frame from a restart
+                verdict = self._judge(ser, deadline)
+                if verdict is None:  # none came in time: judge it again next cycle
+                    self._frames.appendleft((receipt_ns, f))
+                    raise CycleError("timeout", f"{self.port}: expected a frame after frame "
+                                     f"{f.sequence} (numbered behind the last one delivered, "
+                                     f"{self._last_seq}) within {self.frame_timeout_s} s, "
+                                     f"found none")
+                order = verdict
             if order != "late":
                 break
             self.stats.late_frames += 1  # older than one delivered: dropped, wait for the next
         self._rejected_at_valid = dict(self._decoder.rejected)
+        sequenced = self._last_seq is not None  # skipped counts frames lost since the last
         if order != "duplicate":  # a repeated frame moves neither the numbering nor the clock
             if order == "next" and self._last_seq is not None:
                 dt = f.device_time_us - self._last_time_us
@@ -294,15 +309,45 @@ class FramedStream(JointStream):
         return Reading(f.position_rad, f.velocity_rad_s, f.effort_nm, receipt_ns,
                        device_counter=f.sequence, device_stamp_ns=f.device_time_us * 1000,
                        fault="device fault flag" if f.fault else "", skipped=skipped,
-                       pings=pings, restart=order == "restart")
+                       pings=pings, restart=order == "restart",
+                       sequenced=order in ("next", "duplicate") and sequenced)
+
+    def _judge(self, ser: SerialPort, deadline: float) -> str | None:
+        """Whether the frame just taken (numbered more than :data:`REORDER_WINDOW` behind
+        the last one delivered, its clock consistent with that) came late or the device
+        started again, as the frames queued after it say: ``"late"`` if one goes on from
+        the last delivered one (the same number again, or ahead of it by at most
+        :data:`LATE_WINDOW`) after fewer than :data:`REORDER_WINDOW` frames that are behind
+        it too (more late frames); ``"restart"`` after :data:`REORDER_WINDOW` such frames
+        (the device numbers on from its new start) or at any other frame; ``None`` if
+        neither came before ``deadline`` (monotonic s)."""
+        seen = behind = 0
+        while True:
+            for _, g in list(self._frames)[seen:]:
+                seen += 1
+                order, skipped = self._order(g)
+                if order in ("late", "suspect"):  # behind the last delivered one too
+                    behind += 1
+                    if behind >= REORDER_WINDOW:
+                        return "restart"
+                    continue
+                go_on = order == "duplicate" or (order == "next" and skipped < LATE_WINDOW)
+                return "late" if go_on else "restart"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._pump(ser, min(remaining, self._until_ping_s()))
+            self._service_pings(ser)
 
     def _order(self, f: BridgeFrame) -> tuple[str, int]:
         """Where frame ``f`` stands against the last one delivered: ``("next", n)`` (n frames
         skipped before it), ``("duplicate", 0)`` (the same number again: delivered, the
         stream flags it ``STALE``), ``("late", 0)`` (numbered k <= :data:`REORDER_WINDOW`
-        behind it with a device time at most 2 (k + 1) frame periods behind: dropped) or
-        ``("restart", 0)`` (any other step back, or forward by 2^31 or more: the device
-        started again). docs/bridge-frame-protocol.md, "Receiver rules".
+        behind it with a device time at most 2 (k + 1) frame periods behind: dropped),
+        ``("suspect", 0)`` (the same, but :data:`REORDER_WINDOW` < k <= :data:`LATE_WINDOW`:
+        late or a restart, as the frames after it say, :meth:`_judge`) or ``("restart", 0)``
+        (any other step back, or forward by 2^31 or more: the device started again).
+        docs/bridge-frame-protocol.md, "Receiver rules".
         """
         if self._last_seq is None:
             return "next", 0
@@ -313,8 +358,8 @@ class FramedStream(JointStream):
         if behind == 0:
             return "duplicate", 0
         lag_us = self._last_time_us - f.device_time_us
-        if behind <= REORDER_WINDOW and 0 <= lag_us <= 2 * (behind + 1) * self._period_us:
-            return "late", 0
+        if behind <= LATE_WINDOW and 0 <= lag_us <= 2 * (behind + 1) * self._period_us:
+            return ("late" if behind <= REORDER_WINDOW else "suspect"), 0
         return "restart", 0
 
     def _reconnect(self, deadline_ns: int, cause: Exception) -> None:

@@ -60,6 +60,10 @@ class Reading:
     request_ns: int = -1  # host stamp just before the request was sent (-1: device paced)
     pings: tuple[Ping, ...] = ()  # pings answered or given up since the previous reading
     restart: bool = False  # the device started again before this reading (Status.RESTART)
+    # skipped is the device's own count (its sequence numbers) of the frames lost since the
+    # previous reading: the lost cycles are that many, whatever cycles failed (timeouts
+    # while the device paused lose nothing)
+    sequenced: bool = False
 
 
 class JointStream(abc.ABC):
@@ -200,6 +204,7 @@ class JointStream(abc.ABC):
             raise BridgeError(f"{self.url}: stream is closed; call open() first")
         deadline_ns = time.monotonic_ns() + int(self.read_timeout_s * 1e9)
         missed = timeouts = stale = 0
+        reconnected = False
         last_error: Exception | None = None
         while True:
             self._pace()
@@ -223,6 +228,7 @@ class JointStream(abc.ABC):
                 missed += 1
                 self.stats.lost_cycles += 1
                 self._reconnect(deadline_ns, exc)
+                reconnected = True
             if time.monotonic_ns() > deadline_ns:
                 raise BridgeTimeoutError(
                     f"{self.url}: expected a valid sample within {self.read_timeout_s} s, "
@@ -233,7 +239,9 @@ class JointStream(abc.ABC):
             self.stats.timeouts -= timeouts
             self.stats.stale_replies -= stale
             missed = 0
-        if r.skipped > missed:  # the device's counter shows cycles the bridge never saw
+        if r.skipped > missed or (r.sequenced and not reconnected):
+            # the device's counter shows cycles the bridge never saw; where it numbers its
+            # frames, the lost cycles are what its numbering says
             self.stats.lost_cycles += r.skipped - missed
             missed = r.skipped
         status = Status.OK

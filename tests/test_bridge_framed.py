@@ -396,3 +396,75 @@ def test_bridge_framed_another_joint_count_is_its_own_rejection_not_a_crc_error(
         assert s.stats.crc_errors == 0
         assert s.stats.extra["rejected_frames"].get("joints", 0) >= 1
         assert "crc" not in s.stats.extra["rejected_frames"]
+
+
+def test_bridge_framed_a_pause_without_lost_frames_counts_no_lost_cycles():
+    # the device stops sending for 0.6 s (30 frame timeouts of 0.02 s) and goes on numbered
+    # without a gap: nothing was lost, whatever the timeouts
+    with FakeFramedDevice(3, 500.0, faults=FramedFaults(pause_at=100, pause_s=0.6)) as dev, \
+            open_framed(dev) as s:
+        samples = [s.read() for _ in range(200)]
+    seqs = [x.device_counter for x in samples]
+    assert seqs == list(range(seqs[0], seqs[0] + 200))
+    assert s.stats.timeouts >= 10  # the pause was seen
+    assert s.stats.lost_cycles == 0 and s.stats.gaps == 0
+    assert all(x.missed == 0 and x.status == Status.OK for x in samples)
+
+
+def test_bridge_framed_a_frame_20_behind_then_the_stream_going_on_is_late_not_a_restart():
+    # frame 100 comes after frame 120 (20 behind, outside the reorder window of 8): frame 101
+    # showed it missed; frame 100 is dropped as late, frame 121 follows with no gap
+    with FakeFramedDevice(3, 500.0, faults=FramedFaults(late_frame_at=100, late_by=20)) as dev, \
+            open_framed(dev) as s:
+        samples = [s.read() for _ in range(160)]
+    seqs = [x.device_counter for x in samples]
+    assert [x.device_counter for x in samples if x.status & Status.RESTART] == []
+    assert all(b == a + 1 for a, b in zip(seqs, seqs[1:], strict=False) if b != 101)
+    assert 100 not in seqs and 121 in seqs and s.stats.restarts == 0
+    gaps = [x for x in samples if x.status & Status.GAP]
+    assert [(x.device_counter, x.missed) for x in gaps] == [(101, 1)]
+    assert s.stats.late_frames == 1 and s.stats.lost_cycles == 1
+
+
+def _loop_stream():
+    """A framed stream on pyserial's loop:// port (what is written to it is read back), no
+    pings: the test writes the frames."""
+    s = stream_for_url("frame://loop://?joints=1&ping_s=0&frame_timeout_s=0.02&read_timeout_s=0.2")
+    return s
+
+
+def _period_us(k):
+    return 1000 + 2000 * k  # frame k's device time at 500 Hz, us
+
+
+@pytest.mark.parametrize(("then", "expected", "late", "restarts"), [
+    # frame 10 (its own clock), then the stream goes on from frame 30: frame 10 came late
+    ([(10, 10), (31, 31), (32, 32)], [(31, 0, Status.OK), (32, 0, Status.OK)], 1, 0),
+    # frames 10 and 11 both late, then 31
+    ([(10, 10), (11, 11), (31, 31)], [(31, 0, Status.OK)], 2, 0),
+    # the numbering starts again at 10 and goes on from there, the clock running on
+    ([(10, 31), (11, 32), (12, 33)],
+     [(10, 0, Status.RESTART), (11, 0, Status.OK), (12, 0, Status.OK)], 0, 1),
+    # numbering and clock both start again as at frame 10, and go on from there: late
+    # frames or a restart, until 8 frames have gone on from it
+    ([(k, k) for k in range(10, 20)],
+     [(10, 0, Status.RESTART), (11, 0, Status.OK), (12, 0, Status.OK)], 0, 1),
+])
+def test_bridge_framed_a_step_back_outside_the_window_is_judged_by_the_frames_after_it(
+        then, expected, late, restarts):
+    # frames 0..30 every 2 ms, then a step back of 20 (outside the reorder window of 8) and
+    # what follows it: (sequence number, device time of frame k)
+    def wire(seq, k):
+        return encode_frame(seq, _period_us(k), [float(seq)], [0.0], [0.0])
+
+    with _loop_stream() as s:
+        for k in range(31):  # one frame a write: loop:// models a write's line time
+            s._ser.write(wire(k, k))
+        first = [s.read() for _ in range(31)]
+        for seq, k in then:
+            s._ser.write(wire(seq, k))
+        got = [s.read() for _ in expected]
+    assert [x.device_counter for x in first] == list(range(31))
+    assert [(x.device_counter, x.missed, x.status) for x in got] == expected
+    assert (s.stats.late_frames, s.stats.restarts) == (late, restarts)
+    assert s.stats.lost_cycles == 0

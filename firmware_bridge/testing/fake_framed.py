@@ -63,6 +63,10 @@ class FramedFaults:
     duplicate_every: int = 0  # send every N-th frame twice in a row
     swap_every: int = 0  # every N-th frame is held back and sent after the next one
     restart_at: int = 0  # at frame N the device starts again: numbering and clock from 0
+    pause_at: int = 0  # before frame N the device stops sending for pause_s, then goes on
+    pause_s: float = 0.0  # numbered without a gap (no frame is lost; its clock runs on)
+    late_frame_at: int = 0  # frame N is held back and sent right after frame N + late_by
+    late_by: int = 0
     seed: int = 0
 
 
@@ -129,6 +133,7 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
     step_us = [0]  # the clock's step so far (clock_jump_s once frame clock_jump_at is due)
     seq_base = [0]  # the frame whose sequence number is 0 (restart_at moves it)
     held: list[bytes] = []  # a frame held back by swap_every, sent after the next one
+    held_late: list[bytes] = []  # the frame held back by late_frame_at
 
     def device_us(t: float) -> int:
         return int((t - t0) * 1e6 * (1 + f.clock_ppm * 1e-6)) + step_us[0]
@@ -151,6 +156,11 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
         if data_out:
             send(data_out)
         due = t0 + k * period
+        if now >= due and f.pause_at and k == f.pause_at and f.pause_s > 0:
+            time.sleep(f.pause_s)  # the device's loop stalls; its clock runs on
+            t0 += f.pause_s
+            f.pause_at = 0
+            continue
         if now >= due:
             if f.clock_jump_at and k == f.clock_jump_at:
                 step_us[0] = int(round(f.clock_jump_s * 1e6))
@@ -195,7 +205,13 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
                 held.append(bytes(data))
                 k += 1
                 continue
+            if f.late_frame_at and k == f.late_frame_at:
+                held_late.append(bytes(data))
+                k += 1
+                continue
             link.push(now, bytes(data))
+            if f.late_frame_at and k == f.late_frame_at + f.late_by:
+                link.push(now, held_late.pop())
             if f.duplicate_every and k % f.duplicate_every == f.duplicate_every - 1:
                 link.push(now, bytes(data))
             while held:
