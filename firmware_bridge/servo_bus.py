@@ -187,9 +187,20 @@ class ServoBusStream(JointStream):
 
         Raises:
             LinkLostError: the stream is not open.
+            DeviceGoneError: the device vanished during the pings (naming the URL and the
+                id being pinged).
         """
+        from .errors import DeviceGoneError
+
+        if self._ph is None or self._port is None:
+            self._ping(self.ids[0])  # raises: not open
         found = {}
         for sid in self.ids:
-            model, _ = self._ping(sid)
+            try:
+                model, _ = self._ping(sid)
+            except LinkLostError as exc:
+                raise DeviceGoneError(f"{self.url}: device vanished while pinging id {sid} "
+                                      f"({exc}); check the cable or the path, then probe "
+                                      f"again") from exc
             found[sid] = model
         return {"url": self.url, "joints": self.joint_names, "models": found}

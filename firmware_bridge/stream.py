@@ -128,7 +128,9 @@ class JointStream(abc.ABC):
         """Run one bus cycle; raise :class:`CycleError` or :class:`LinkLostError`."""
 
     def _recover(self, error: CycleError) -> None:  # noqa: B027 - optional hook
-        """Bring the link back to a clean state after a failed cycle (flush, drain)."""
+        """Bring the link back to a clean state after a failed cycle (flush, drain); may
+        raise :class:`LinkLostError` (the device vanished meanwhile: :meth:`read`
+        reconnects as for a vanished device)."""
 
     def describe(self) -> dict:
         """What is on the bus (for ``syncedge bridge probe``); override to add detail."""
@@ -223,7 +225,11 @@ class JointStream(abc.ABC):
                 elif exc.kind == "stale":
                     self.stats.stale_replies += 1
                     stale += 1
-                self._recover(exc)
+                try:
+                    self._recover(exc)
+                except LinkLostError as lost:  # vanished while the link was cleaned up
+                    self._reconnect(deadline_ns, lost)
+                    reconnected = True
             except LinkLostError as exc:
                 missed += 1
                 self.stats.lost_cycles += 1

@@ -302,3 +302,30 @@ def test_bridge_servo_reply_complete_is_the_first_read_that_saw_every_byte():
     assert reply_complete_ns(SimpleNamespace(rx_bytes=0, rx_log=[])) == -1
     assert line_time_ns(100, 1_000_000) == 1_000_000  # 10 bits a byte
     assert line_time_ns(27, 57600) == 4_687_500
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_device_vanishing_while_the_line_drains_reconnects(proto):
+    # sync read 10 gets half a reply, then noise keeps the host draining the line after the
+    # failed cycle, and the bus vanishes mid-drain: the same reconnect as any other unplug
+    faults = Faults(vanish_in_drain_at=10, noise_s=0.2, unplug_s=0.3)
+    with FakeServoBus(proto, range(1, 7), faults) as bus, \
+            stream_for_url(f"{proto}://{bus.path}?ids=1-6&timeout_s=0.05",
+                           read_timeout_s=2.0) as s:
+        samples = [s.read() for _ in range(20)]
+        assert s.stats.reconnects == 1
+        assert [x.missed > 0 for x in samples].count(True) == 1
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_bridge_servo_describe_names_the_url_when_the_bus_vanishes_during_the_pings(proto):
+    from firmware_bridge.errors import DeviceGoneError
+
+    with FakeServoBus(proto, range(1, 4), Faults(unplug_at_ping=2, unplug_s=5.0)) as bus:
+        url = f"{proto}://{bus.path}?ids=1-3"
+        with stream_for_url(url) as s:
+            with pytest.raises(DeviceGoneError) as info:
+                s.describe()
+    msg = str(info.value)
+    assert msg.startswith(f"{url}: device vanished while pinging id 2 ("), msg
+    assert msg.endswith("check the cable or the path, then probe again"), msg

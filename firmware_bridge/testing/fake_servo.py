@@ -49,6 +49,11 @@ class Faults:
     delay_s: float = 0.0  # every reply waits this long (a loop slower than nominal)
     unplug_at: int = 0  # at sync read N: vanish for unplug_s, then come back on a new pty
     unplug_s: float = 0.3
+    # at sync read N: half a reply, then a noise byte every 10 ms for noise_s (the host
+    # drains the line after the failed cycle), then vanish for unplug_s (mid-drain)
+    vanish_in_drain_at: int = 0
+    noise_s: float = 0.2
+    unplug_at_ping: int = 0  # at the N-th ping: vanish for unplug_s, then come back
     alert_ids: tuple = ()  # ids whose status packets carry the hardware alert / error bit
     wire_baud: int = 0  # pace replies at this line rate (10 bits per byte); 0: no pacing
     seed: int = 0
@@ -101,6 +106,7 @@ class _Bus:
         self.ready = ready
         self.rng = random.Random(faults.seed)
         self.n_sync = 0
+        self.n_ping = 0
         self.n_packets = 0
         self.t0 = time.monotonic()
         self.garbage_sent = False
@@ -202,6 +208,13 @@ class _Bus:
             if not self.garbage_sent and self.f.garbage_prefix:
                 reply = self.f.garbage_prefix + reply
                 self.garbage_sent = True
+            if self.f.vanish_in_drain_at and n == self.f.vanish_in_drain_at:
+                self.send(reply[:len(reply) // 2])
+                end = time.monotonic() + self.f.noise_s
+                while time.monotonic() < end:
+                    time.sleep(0.01)
+                    self.send(b"\x55")
+                return False
             if self.f.partial_at and n == self.f.partial_at:
                 self.send(reply[:len(reply) // 2])
                 time.sleep(self.f.silence_s)
@@ -214,6 +227,9 @@ class _Bus:
             self.send(reply)
         elif sid in self.ids:
             if inst == 0x01:  # ping
+                self.n_ping += 1
+                if self.f.unplug_at_ping and self.n_ping == self.f.unplug_at_ping:
+                    return False
                 body = struct.pack("<HB", DXL_MODEL, 46) if dxl else b""
                 self.send(self.status(sid, body))
             elif inst == 0x02:  # read
