@@ -95,7 +95,7 @@ class EthercatStream(JointStream):
     """EtherCAT master over one network interface; one joint per CiA 402 slave."""
 
     URL_FORM = ("ethercat://eth0?cycle_us=1000&timeout_us=2000&state_timeout_s=3"
-                "&encoder_increments=0&rt_priority=0")
+                "&encoder_increments=0&rt_priority=0&read_timeout_s=1.0")
 
     def __init__(self, url: str, iface: str, *, cycle_us: int = 1000, timeout_us: int = 2000,
                  state_timeout_s: float = 3.0, encoder_increments: int = 0,

@@ -91,7 +91,7 @@ class FramedStream(JointStream):
     """
 
     URL_FORM = ("frame:///dev/ttyACM0?baud=921600&joints=6&frame_timeout_s=0.05&ping_s=0.02"
-                "&ping_timeout_s=0.5")
+                "&ping_timeout_s=0.5&read_timeout_s=1.0")
 
     def __init__(self, url: str, port: str, *, joints: int, baud: int = 921600,
                  frame_timeout_s: float = 0.05, ping_s: float = 0.02,

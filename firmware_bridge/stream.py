@@ -186,9 +186,18 @@ class JointStream(abc.ABC):
             if time.monotonic_ns() + self.reconnect_period_s * 1e9 > deadline_ns:
                 raise DeviceGoneError(
                     f"{self.url}: device vanished ({cause}) and did not come back within "
-                    f"{self.read_timeout_s} s; check the cable or the path"
+                    f"{self.read_timeout_s} s ({self._deadline_hint()}); check the cable or "
+                    f"the path"
                 ) from cause
             time.sleep(self.reconnect_period_s)
+
+    def _deadline_hint(self) -> str:
+        """``read_timeout_s=V in the URL; raise ...`` where the URL takes the option (its
+        :attr:`URL_FORM` names it), else ``read_timeout_s=V``."""
+        if "read_timeout_s=" in self.URL_FORM:
+            return (f"read_timeout_s={self.read_timeout_s} in the URL; raise read_timeout_s "
+                    f"for a device that stalls longer")
+        return f"read_timeout_s={self.read_timeout_s}"
 
     def read(self) -> JointSample:
         """Return the next valid sample.
@@ -237,8 +246,9 @@ class JointStream(abc.ABC):
                 reconnected = True
             if time.monotonic_ns() > deadline_ns:
                 raise BridgeTimeoutError(
-                    f"{self.url}: expected a valid sample within {self.read_timeout_s} s, "
-                    f"found {missed} failed cycles (last: {last_error})"
+                    f"{self.url}: expected a valid sample within {self.read_timeout_s} s "
+                    f"({self._deadline_hint()}), found {missed} failed cycles (last: "
+                    f"{last_error})"
                 )
         if self.stats.samples == 0:  # waiting for the first sample is start-up, not a gap
             self.stats.lost_cycles -= missed

@@ -241,3 +241,29 @@ def test_a_virtual_cell_url_naming_no_cell_quotes_the_url_and_its_form(url, says
     with pytest.raises(CellError, match=re.escape(f"URL {url!r} (form: sim://cell?split=")
                        + ".*" + re.escape(says)):
         run(["bridge", "probe", url])
+
+
+@pytest.mark.parametrize("url", ["frame:///dev/x?joints=6&bogus=1",
+                                 "dxl:///dev/x?ids=1&bogus=1", "sts:///dev/x?ids=1&bogus=1",
+                                 "ethercat://eth0?bogus=1"])
+def test_an_option_error_quotes_a_form_that_names_read_timeout_s(url: str) -> None:
+    from firmware_bridge.errors import UrlError
+
+    with pytest.raises(UrlError) as info:
+        stream_for_url(url, do_not_open=True)
+    assert "'bogus' expected a known option" in str(info.value)
+    assert "&read_timeout_s=1" in str(info.value).split("form: ", 1)[1], str(info.value)
+
+
+def test_a_stall_past_the_read_deadline_names_read_timeout_s_and_its_value():
+    from firmware_bridge.errors import BridgeTimeoutError
+    from firmware_bridge.testing.fake_framed import FakeFramedDevice, FramedFaults
+
+    with FakeFramedDevice(3, 500.0, faults=FramedFaults(pause_at=20, pause_s=1.0)) as dev, \
+            stream_for_url(f"frame://{dev.path}?joints=3&read_timeout_s=0.3") as s:
+        with pytest.raises(BridgeTimeoutError) as info:
+            for _ in range(100):
+                s.read()
+    msg = str(info.value)
+    assert "expected a valid sample within 0.3 s (read_timeout_s=0.3 in the URL" in msg, msg
+    assert "raise read_timeout_s for a device that stalls longer" in msg, msg
