@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rec.add_argument("url", help="the controller's transport URL (as for probe)")
     rec.add_argument("--seconds", type=float, required=True,
                      help=f"how long to record (> 0, at most {MAX_RECORD_S:g} s); Ctrl-C "
-                          f"stops earlier and keeps the log")
+                          f"stops earlier and keeps the log (nothing before the first sample)")
     rec.add_argument("--out", default="joints.jsonl",
                      help="log path, must not exist (default joints.jsonl); written as "
                           "OUT.partial and renamed once the log is complete (a failed "
@@ -121,7 +121,8 @@ def _record(args: argparse.Namespace) -> int:
     renamed to ``OUT`` once whole. A recording that fails (the device gone, a timeout)
     keeps what came as ``OUT.partial``, closed with its statistics, and the error says so
     and how much of ``--seconds`` it holds (nothing is kept before the first sample); Ctrl-C
-    stops the recording, closes the log with the statistics so far and returns 130."""
+    stops the recording, closes the log with the statistics so far and returns 130 (before
+    the first sample: keeps nothing, says so in one line on stderr, returns 130)."""
     import math
     import os
     import time
@@ -174,6 +175,11 @@ def _record(args: argparse.Namespace) -> int:
         except EndOfLogError as exc:  # a replayed log shorter than --seconds: stop there
             stats, ended, how = s.stats, f" ({exc})", "end of the replayed log"
         except KeyboardInterrupt:  # stop recording: the log keeps what came
+            if not samples:  # nothing worth keeping, as for a failure before the first one
+                w.discard()
+                print(f"syncedge bridge: interrupted by Ctrl-C before the first sample: "
+                      f"nothing kept ({args.out} was not written)", file=sys.stderr)
+                return 130
             stats, ended, interrupted = s.stats, " (interrupted by Ctrl-C)", True
             how = "interrupted by Ctrl-C"
         except BridgeError as exc:
@@ -199,6 +205,8 @@ def _record(args: argparse.Namespace) -> int:
               else ", 0 FAULT samples")
     print(f"wrote {d['samples']} samples to {args.out}: {d['rate_hz']:.1f} Hz, "
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
+          f"{d['stale_samples']} STALE samples (frames sent again), {d['restarts']} restarts, "
+          f"{d['late_frames']} late frames (dropped), "
           f"{d['reconnects']} reconnects{faults}{ended}", file=sys.stdout)
     print(latency)
     if d["slots"] and s.rate_hz > 0:  # paced: scheduled slots, empty slots, cycle jitter

@@ -2,7 +2,9 @@
 
 URL form: ``replay:///path/log.jsonl?speed=1.0&loop=0``. ``speed=0`` delivers samples as fast as
 they are read; otherwise the original receipt spacing is reproduced (divided by ``speed``).
-Receipt stamps are re-based on the host clock; device counters and stamps are kept. The
+Receipt stamps are re-based on the host clock, and the host stamps of each sample's request
+and pings move with its receipt stamp (so a replayed log gets the latency method its
+recording had); device counters and stamps are kept. The
 whole log is read and checked when the stream opens (:func:`~.jointlog.read_joint_log`): a
 damaged or malformed line is refused there, naming the file, the line and the field, before
 any sample is replayed.
@@ -14,7 +16,7 @@ import os
 import time
 from typing import Any
 
-from edge.joints import Status
+from edge.joints import Ping, Status
 
 from .errors import BridgeError, EndOfLogError
 from .jointlog import JointLog, read_joint_log
@@ -72,8 +74,15 @@ class ReplayStream(JointStream):
             delay = due - time.monotonic_ns()
             if delay > 0:
                 time.sleep(delay / 1e9)
-        # a recorded gap replays as a gap: the cycles missed before this sample
-        return Reading(s.position_rad, s.velocity_rad_s, s.effort_nm, time.monotonic_ns(),
+        # a recorded gap replays as a gap: the cycles missed before this sample; the host
+        # stamps of its request and pings move with its receipt stamp
+        receipt_ns = time.monotonic_ns()
+        shift = receipt_ns - s.receipt_ns
+        pings = tuple(Ping(p.send_ns + shift, p.device_rx_ns, p.device_tx_ns,
+                           p.receipt_ns + shift if p.answered else -1) for p in s.pings)
+        return Reading(s.position_rad, s.velocity_rad_s, s.effort_nm, receipt_ns,
                        s.device_counter, s.device_stamp_ns, s.fault,
                        skipped=s.missed if s.status & Status.GAP else 0,
-                       restart=bool(s.status & Status.RESTART))
+                       request_ns=s.request_ns + shift if s.request_ns >= 0 else -1,
+                       pings=pings, restart=bool(s.status & Status.RESTART),
+                       sequenced=True)

@@ -147,3 +147,58 @@ def test_a_second_reader_of_a_serial_port_is_refused(tmp_path):
             stream_for_url(f"dxl://{bus.path}?ids=1&timeout_s=0.01"), \
             pytest.raises(PortBusyError, match="is in use by another process"):
         stream_for_url(f"dxl://{bus.path}?ids=1&timeout_s=0.01")
+
+
+def test_record_summary_counts_stale_samples_restarts_and_late_frames(tmp_path, capsys):
+    log = tmp_path / "j.jsonl"
+    f = FramedFaults(duplicate_every=10, swap_every=25)
+    with FakeFramedDevice(3, 500.0, faults=f) as dev:
+        assert run(["bridge", "record", f"frame://{dev.path}?joints=3", "--seconds", "0.5",
+                    "--out", str(log)]) == 0
+    out = capsys.readouterr().out
+    st = read_joint_log(log).stats
+    assert st["stale_samples"] >= 10 and st["late_frames"] >= 5
+    assert (f"CRC errors, {st['stale_samples']} STALE samples (frames sent again), "
+            f"{st['restarts']} restarts, {st['late_frames']} late frames (dropped), "
+            f"{st['reconnects']} reconnects, 0 FAULT samples") in out, out
+
+
+def test_ctrl_c_before_the_first_sample_keeps_nothing_and_says_so(tmp_path, capsys,
+                                                                   monkeypatch):
+    from firmware_bridge.stream import JointStream
+
+    def interrupted(self, callback, **kw):  # Ctrl-C while waiting for the first sample
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(JointStream, "run", interrupted)
+    log = tmp_path / "j.jsonl"
+    assert run(["bridge", "record", "loop://?joints=2", "--seconds", "5",
+                "--out", str(log)]) == 130
+    assert list(tmp_path.iterdir()) == []  # neither OUT nor OUT.partial
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err == (f"syncedge bridge: interrupted by Ctrl-C before the first sample: "
+                       f"nothing kept ({log} was not written)\n")
+
+
+def test_a_replayed_framed_log_keeps_its_pings_and_its_latency_method(tmp_path, capsys):
+    from edge.timebase import capture_stamps
+
+    first, again = tmp_path / "first.jsonl", tmp_path / "again.jsonl"
+    with FakeFramedDevice(3, 500.0) as dev:
+        assert run(["bridge", "record", f"frame://{dev.path}?joints=3", "--seconds", "1",
+                    "--out", str(first)]) == 0
+    assert run(["bridge", "record", f"replay://{first}?speed=1", "--seconds", "5",
+                "--out", str(again)]) == 0
+    a, b = read_joint_log(first), read_joint_log(again)
+    pings_a = [len(x.pings) for x in a.samples]
+    assert sum(pings_a) >= 20
+    assert [len(x.pings) for x in b.samples] == pings_a
+    assert capture_stamps(b.samples).method == capture_stamps(a.samples).method \
+        == "ping round trip"
+    # the host stamps of the pings move with the receipt stamps they ride on
+    for x, y in zip(a.samples, b.samples, strict=True):
+        for p, q in zip(x.pings, y.pings, strict=True):
+            shift = y.receipt_ns - x.receipt_ns
+            assert (q.send_ns - p.send_ns, q.receipt_ns - p.receipt_ns) == (shift, shift)
+            assert (q.device_rx_ns, q.device_tx_ns) == (p.device_rx_ns, p.device_tx_ns)
