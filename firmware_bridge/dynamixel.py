@@ -66,7 +66,7 @@ class DynamixelStream(ServoBusStream):
     """
 
     URL_FORM = ("dxl:///dev/ttyUSB0?baud=1000000&ids=1-6&timeout_s=0.02&zero_tick=2048"
-                "&torque_constant_nm_per_a=1.78&rate_hz=0&read_timeout_s=1.0")
+                "&torque_constant_nm_per_a=1.78&rate_hz=0&read_timeout_s=1.0&max_position_rad=1e6")
     SDK_MODULE = "dynamixel_sdk"
     SDK_LIBRARY = "dynamixel-sdk"
     READ_LENGTH = READ_LENGTH

@@ -72,10 +72,11 @@ from .ecat_checks import (
     wkc_share,
 )
 from .ecat_tables import AL, CIA402, al_state_text, al_status_text, sdo_abort_text
+from .encoder import TurnCounter
 from .errors import BridgeError, ProtocolError, require
 from .realtime import RealtimePriority
 from .sdk_types import EcatMaster, EcatSlave, Pysoem
-from .stream import CycleError, JointStream, LinkLostError, Reading
+from .stream import MAX_POSITION_RAD, CycleError, JointStream, LinkLostError, Reading
 from .url import Options
 
 #: lost-frame receive waits kept for inspection (``EthercatStream.lost_waits_us``)
@@ -95,7 +96,8 @@ class EthercatStream(JointStream):
     """EtherCAT master over one network interface; one joint per CiA 402 slave."""
 
     URL_FORM = ("ethercat://eth0?cycle_us=1000&timeout_us=2000&state_timeout_s=3"
-                "&encoder_increments=0&rt_priority=0&read_timeout_s=1.0")
+                "&encoder_increments=0&rt_priority=0&read_timeout_s=1.0"
+                "&max_position_rad=1e6")
 
     def __init__(self, url: str, iface: str, *, cycle_us: int = 1000, timeout_us: int = 2000,
                  state_timeout_s: float = 3.0, encoder_increments: int = 0,
@@ -115,6 +117,8 @@ class EthercatStream(JointStream):
         self._bounded = False
         self._fd_flags: list[int] = []
         self._last_fresh: tuple[int, int, int] | None = None  # dc, send, receipt of last OK
+        #: the slaves' int32 position counts, unwrapped across the int32 wrap
+        self._counts = TurnCounter(1 << 32)
         #: the bridge's own wait (send to giving up, us) for each of the last lost frames
         self.lost_waits_us: collections.deque[float] = collections.deque(maxlen=LOST_WAITS_KEPT)
         #: SCHED_FIFO for the thread that runs the cycles (``rt_priority``; 0: off): applied
@@ -129,7 +133,8 @@ class EthercatStream(JointStream):
                     state_timeout_s=opts.float("state_timeout_s", 3.0, 0.0),
                     encoder_increments=opts.int("encoder_increments", 0, 0),
                     rt_priority=opts.int("rt_priority", 0, 0, 99),
-                    read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
+                    read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0),
+                    max_position_rad=opts.float("max_position_rad", MAX_POSITION_RAD, 1.0))
 
     @property
     def joint_names(self) -> list[str]:
@@ -250,6 +255,7 @@ class EthercatStream(JointStream):
         self.has_dc = bool(m.config_dc())
         self._last_fresh = None
         self.layout = [self._map_slave(k, s) for k, s in enumerate(m.slaves)]
+        self._counts.reset()  # a slave may have been power-cycled: count from its value
         m.send_processdata()
         m.receive_processdata(self.timeout_us)
         m.state = AL["OP"]
@@ -423,12 +429,17 @@ class EthercatStream(JointStream):
                                  f"accepted one, found {(dc_ns - last[0]) / 1e3:+.0f} us: a "
                                  f"late, replayed or duplicated frame")
             self._last_fresh = (dc_ns, send_ns, receipt_ns)
-        pos, vel, eff = (np.empty(len(self.layout)) for _ in range(3))
+        raw, vel, eff = (np.empty(len(self.layout)) for _ in range(3))
         for k, (d, s) in enumerate(zip(self.layout, m.slaves, strict=True)):
             inp, o = bytes(s.input), d["offsets"]
-            pos[k] = struct.unpack_from("<i", inp, o[0x6064])[0] * d["rad_per_inc"]
+            raw[k] = struct.unpack_from("<i", inp, o[0x6064])[0]
             vel[k] = struct.unpack_from("<i", inp, o[0x606C])[0] * d["rad_per_inc"]
             eff[k] = struct.unpack_from("<h", inp, o[0x6077])[0] * d["nm_per_permille"]
+        # the int32 position counter wraps from 2^31 - 1 to -2^31: unwrapped, as the servo
+        # buses unwrap their encoders' turns (a slave without fresh inputs repeats its old
+        # count, which moves nothing)
+        pos = self._counts.update(raw.astype(np.int64)) * np.array(
+            [d["rad_per_inc"] for d in self.layout])
         pos[no_inputs] = vel[no_inputs] = eff[no_inputs] = np.nan  # their buffers are old
         # no device sequence number: the host's cycle count would say nothing about freshness
         return Reading(pos, vel, eff, receipt_ns, device_stamp_ns=dc_ns, fault=fault,

@@ -69,7 +69,7 @@ class FeetechStream(ServoBusStream):
     N*m as load fraction times ``stall_torque_nm``. No device clock (stamps are -1)."""
 
     URL_FORM = ("sts:///dev/ttyUSB0?baud=1000000&ids=1-6&timeout_s=0.02&zero_tick=2048"
-                "&stall_torque_nm=1.91&rate_hz=0&read_timeout_s=1.0")
+                "&stall_torque_nm=1.91&rate_hz=0&read_timeout_s=1.0&max_position_rad=1e6")
     SDK_MODULE = "scservo_sdk"
     SDK_LIBRARY = "feetech-servo-sdk"
     READ_LENGTH = READ_LENGTH

@@ -38,7 +38,7 @@ from .frame_format import (
 )
 from .sdk_types import SerialPort
 from .serial_io import open_serial, read_some
-from .stream import CycleError, JointStream, LinkLostError, Reading
+from .stream import MAX_POSITION_RAD, CycleError, JointStream, LinkLostError, Reading
 from .url import Options
 
 __all__ = ["FramedStream"]
@@ -91,7 +91,7 @@ class FramedStream(JointStream):
     """
 
     URL_FORM = ("frame:///dev/ttyACM0?baud=921600&joints=6&frame_timeout_s=0.05&ping_s=0.02"
-                "&ping_timeout_s=0.5&read_timeout_s=1.0")
+                "&ping_timeout_s=0.5&read_timeout_s=1.0&max_position_rad=1e6")
 
     def __init__(self, url: str, port: str, *, joints: int, baud: int = 921600,
                  frame_timeout_s: float = 0.05, ping_s: float = 0.02,
@@ -126,6 +126,7 @@ class FramedStream(JointStream):
                     baud=opts.int("baud", 921600, 1200),
                     frame_timeout_s=opts.float("frame_timeout_s", 0.05, MIN_FRAME_TIMEOUT_S),
                     read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0),
+                    max_position_rad=opts.float("max_position_rad", MAX_POSITION_RAD, 1.0),
                     ping_s=opts.float("ping_s", 0.02, 0.0),
                     ping_timeout_s=opts.float("ping_timeout_s", 0.5, 0.001))
 

@@ -17,7 +17,7 @@ import numpy as np
 from .encoder import TurnCounter
 from .sdk_types import ServoPacketHandler, ServoPortHandler
 from .serial_io import drain_until_quiet
-from .stream import CycleError, JointStream, LinkLostError, Reading
+from .stream import MAX_POSITION_RAD, CycleError, JointStream, LinkLostError, Reading
 from .url import Options
 
 __all__ = ["ServoBusStream"]
@@ -64,7 +64,8 @@ class ServoBusStream(JointStream):
                     zero_tick=opts.int("zero_tick", 2048),
                     **cls._bus_options(opts),
                     rate_hz=opts.float("rate_hz", 0.0, 0.0),
-                    read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0))
+                    read_timeout_s=opts.float("read_timeout_s", 1.0, 0.0),
+                    max_position_rad=opts.float("max_position_rad", MAX_POSITION_RAD, 1.0))
 
     @classmethod
     def _bus_options(cls, opts: Options) -> dict[str, Any]:

@@ -25,7 +25,17 @@ from .sample import StreamStats
 if TYPE_CHECKING:
     from .url import Options
 
-__all__ = ["CycleError", "JointStream", "LinkLostError", "Reading"]
+__all__ = ["MAX_EFFORT_NM", "MAX_POSITION_RAD", "MAX_VELOCITY_RAD_S", "CycleError",
+           "JointStream", "LinkLostError", "Reading"]
+
+#: The largest |position| a joint can have, rad (m for a prismatic joint): about 159 000
+#: turns, beyond any arm joint and beyond what a float32 position resolves to 0.1 rad. The
+#: default of ``max_position_rad``; a joint that turns further (a wheel) raises it.
+MAX_POSITION_RAD = 1e6
+#: The largest |velocity| any joint or motor shaft turns at, rad/s (about 95 000 rpm).
+MAX_VELOCITY_RAD_S = 1e4
+#: The largest |effort| a joint can exert, N*m.
+MAX_EFFORT_NM = 1e6
 
 
 class CycleError(BridgeError):
@@ -74,6 +84,9 @@ class JointStream(abc.ABC):
         rate_hz: cycle rate to pace at; 0 runs cycles back to back (the device paces).
         read_timeout_s: a :meth:`read` that gets no valid sample within this deadline raises.
         reconnect_period_s: how often to try reopening a vanished device.
+        max_position_rad: a finite position of larger magnitude (rad) is a device error: the
+            sample is ``FAULT`` naming the joint, the value NaN (velocities above
+            :data:`MAX_VELOCITY_RAD_S` and efforts above :data:`MAX_EFFORT_NM` likewise).
 
     Use as a context manager, or call :meth:`open` / :meth:`close`. The constructor only stores
     arguments; nothing touches the device before :meth:`open`.
@@ -83,8 +96,9 @@ class JointStream(abc.ABC):
     URL_FORM = ""
 
     def __init__(self, url: str, *, rate_hz: float = 0.0, read_timeout_s: float = 1.0,
-                 reconnect_period_s: float = 0.1):
+                 reconnect_period_s: float = 0.1, max_position_rad: float = MAX_POSITION_RAD):
         self.url = url
+        self.max_position_rad = float(max_position_rad)
         self.rate_hz = float(rate_hz)
         self.read_timeout_s = float(read_timeout_s)
         self.reconnect_period_s = float(reconnect_period_s)
@@ -267,6 +281,9 @@ class JointStream(abc.ABC):
         bad = _non_finite(r, self.joint_names)
         if bad:  # an infinite value or an unknown position is a device error, never OK
             r.fault = f"{r.fault}; {bad}" if r.fault else bad
+        bad = _implausible(r, self.joint_names, self.max_position_rad)
+        if bad:  # so is a finite value no joint can have
+            r.fault = f"{r.fault}; {bad}" if r.fault else bad
         if r.fault:
             status |= Status.FAULT
             self.stats.faults += 1
@@ -343,3 +360,30 @@ def _non_finite(r: Reading, names: list[str]) -> str:
         if inf.any():
             setattr(r, name, np.where(inf, np.nan, a))
     return "non-finite value: " + "; ".join(parts) if parts else ""
+
+
+def _implausible(r: Reading, names: list[str], max_position_rad: float) -> str:
+    """Why a reading's finite values cannot be a joint's, or ``""``.
+
+    A finite position above ``max_position_rad`` in magnitude, a velocity above
+    :data:`MAX_VELOCITY_RAD_S` or an effort above :data:`MAX_EFFORT_NM` is a device error
+    (a garbled float, a counter that wrapped): named as :func:`_non_finite` names values
+    (the first such joint of each field, and how many there are), with the bound, and
+    replaced by NaN (unknown).
+    """
+    parts = []
+    for name, bound, option in (("position_rad", max_position_rad, ", max_position_rad"),
+                                ("velocity_rad_s", MAX_VELOCITY_RAD_S, ""),
+                                ("effort_nm", MAX_EFFORT_NM, "")):
+        a = getattr(r, name)
+        with np.errstate(invalid="ignore"):
+            bad = np.abs(a) > bound  # NaN compares False
+        if not bad.any():
+            continue
+        k = np.flatnonzero(bad)
+        more = f" (and {k.size - 1} more)" if k.size > 1 else ""
+        joint = names[k[0]] if k[0] < len(names) else f"joint {k[0]}"
+        parts.append(f"{joint} {name} {a[k[0]]:g} from the device{more} (expected "
+                     f"|{name}| <= {bound:g}{option})")
+        setattr(r, name, np.where(bad, np.nan, a))
+    return "implausible value: " + "; ".join(parts) if parts else ""

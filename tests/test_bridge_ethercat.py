@@ -196,3 +196,14 @@ def test_bridge_ethercat_clean_run_keeps_every_slaves_health_from_the_start():
     for health in (r["health_at_open"], r["stats"]["extra"]["slaves"]):
         assert [(h["position"], h["state"], h["al_status"], h["wkc_share"], h["lost_cycles"])
                 for h in health] == want
+
+
+def test_bridge_ethercat_int32_position_counts_are_unwrapped_across_the_wrap():
+    # the drive's position counter starts 100 frames below 2^31 and wraps to -2^31: the
+    # joint keeps turning the same way, never jumping by 2^32 increments
+    r = scenario("--cycles", "300", "--position-start", str(2**31 - 100_000), *CLEAN_LINK)
+    inc = r["describe"]["slaves"][0]["rad_per_inc"]
+    steps = np.diff(r["positions"]) / inc
+    np.testing.assert_allclose(steps, 1000)
+    assert r["positions"][-1] > r["positions"][0] > 100_000
+    assert r["faults"] == [] and r["stats"]["faults"] == 0

@@ -89,3 +89,37 @@ def test_a_nan_position_the_transport_explained_keeps_its_reason() -> None:
         first, second = s.read(), s.read()
     assert first.status == Status.FAULT and first.fault == reason
     assert second.fault == f"{reason}; non-finite value: elbow effort_nm inf from the device"
+
+
+def test_physically_impossible_values_are_faults_naming_joint_and_field() -> None:
+    """A finite value no joint can have (|position| above max_position_rad, default 1e6 rad;
+    |velocity| above 1e4 rad/s; |effort| above 1e6 N*m) is a FAULT sample naming the joint
+    and the field, delivered as NaN (unknown), as an infinite one is."""
+    from firmware_bridge.stream import MAX_POSITION_RAD
+
+    assert MAX_POSITION_RAD == 1e6
+    with Valued([(3e38, 0.0, 0.0), (-2e6, 0.0, 0.0), (0.1, 2e4, -3e6), (9e5, -9e3, 9e5)]) as s:
+        got = [s.read() for _ in range(4)]
+    assert [x.status for x in got] == [Status.FAULT] * 3 + [Status.OK]
+    assert got[0].fault == ("implausible value: elbow position_rad 3e+38 from the device "
+                            "(expected |position_rad| <= 1e+06, max_position_rad)")
+    assert np.isnan(got[0].position_rad[1]) and got[0].position_rad[0] == 0.5
+    assert got[1].fault == ("implausible value: elbow position_rad -2e+06 from the device "
+                            "(expected |position_rad| <= 1e+06, max_position_rad)")
+    assert got[2].fault == ("implausible value: elbow velocity_rad_s 20000 from the device "
+                            "(expected |velocity_rad_s| <= 10000); elbow effort_nm -3e+06 "
+                            "from the device (expected |effort_nm| <= 1e+06)")
+    assert s.stats.faults == 3
+    with Valued([(2e6, 0.0, 0.0)]) as s:
+        s.max_position_rad = 1e7  # a joint that turns further: its own bound
+        assert s.read().status == Status.OK
+
+
+def test_max_position_rad_is_a_url_option_of_the_device_transports() -> None:
+    from firmware_bridge.url import stream_for_url
+
+    for url in ("frame:///dev/x?joints=6", "dxl:///dev/x?ids=1", "sts:///dev/x?ids=1",
+                "ethercat://eth0?cycle_us=1000"):
+        s = stream_for_url(f"{url}&max_position_rad=5e6", do_not_open=True)
+        assert s.max_position_rad == 5e6
+        assert "max_position_rad=1e6" in s.URL_FORM

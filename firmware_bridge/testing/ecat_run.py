@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay-every", type=int, default=0)
     p.add_argument("--late-every", type=int, default=0)
     p.add_argument("--timeout-us", type=int, default=2000)
+    p.add_argument("--position-start", type=int, default=0,
+                   help="the position counter's value at frame 0 (it wraps as an int32)")
     p.add_argument("--slaves", type=int, default=1, help="identical slaves on the line")
     p.add_argument("--last-preop-at", type=int, default=0,
                    help="the last slave (the only one with --slaves 1) falls to PRE-OP with "
@@ -70,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = mp.get_context("fork")
     ready, stop = ctx.Event(), ctx.Event()
     faults = SlaveFaults(drop_every=a.drop_every, safeop_at=a.safeop_at, no_lrw=a.no_lrw,
-                         dc=not a.no_dc, replay_every=a.replay_every, late_every=a.late_every)
+                         dc=not a.no_dc, replay_every=a.replay_every, late_every=a.late_every,
+                         position_start=a.position_start)
     counts = ctx.Array("l", 3)
     more = tuple(SlaveFaults(dc=not a.no_dc, no_lrw=a.no_lrw,
                              preop_at=a.last_preop_at if k == a.slaves - 2 else 0)

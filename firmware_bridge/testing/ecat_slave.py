@@ -63,6 +63,9 @@ class SlaveFaults:
     # the reply to every N-th process-data frame is held back and sent, byte-identical, in
     # place of the reply to the next frame with the same frame index (one wrap later)
     late_every: int = 0
+    # the position input (0x6064, int32) is position_start + 1000 per process-data frame,
+    # wrapping from 2^31 - 1 to -2^31 as a drive's counter does
+    position_start: int = 0
 
 
 def _sii(no_lrw: bool) -> bytes:
@@ -178,7 +181,8 @@ class Slave:
         phys = struct.unpack_from("<H", self.mem, ESC["sm0"][0] + 3 * SM_SIZE)[0]
         if phys:
             c = self.cycles
-            struct.pack_into("<Hiih", self.mem, phys, 0x0237, 1000 * c, 50 * c % 7000 - 3500,
+            pos = (self.f.position_start + 1000 * c + 2**31) % 2**32 - 2**31  # int32 wrap
+            struct.pack_into("<Hiih", self.mem, phys, 0x0237, pos, 50 * c % 7000 - 3500,
                              (c % 200) - 100)
 
     def logical(self, cmd: int, addr: int, data: bytearray) -> int:
