@@ -201,12 +201,14 @@ def _record(args: argparse.Namespace) -> int:
         latency = _latency(s, samples)
         w.close(stats)
     d = stats.as_dict()
+    jumps = (f"{d['clock_jumps']} device clock jumps (re-anchored), " if d["clock_jumps"]
+             else "")
     faults = (f", {d['faults']} FAULT samples (first: {first_fault[0]})" if d["faults"]
               else ", 0 FAULT samples")
     print(f"wrote {d['samples']} samples to {args.out}: {d['rate_hz']:.1f} Hz, "
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
           f"{d['stale_samples']} STALE samples (frames sent again), {d['restarts']} restarts, "
-          f"{d['late_frames']} late frames (dropped), "
+          f"{d['late_frames']} late frames (dropped), {jumps}"
           f"{d['reconnects']} reconnects{faults}{ended}", file=sys.stdout)
     print(latency)
     if d["slots"] and s.rate_hz > 0:  # paced: scheduled slots, empty slots, cycle jitter

@@ -1,7 +1,8 @@
 """Per-cycle checks of the EtherCAT master (:mod:`.ethercat`), kept apart from the stream.
 
 * :func:`dc_reply_is_current`: a reply's distributed-clock system time against the host's
-  send and receipt stamps (a late, replayed or duplicated frame fails);
+  send and receipt stamps (a late, replayed or duplicated frame fails); :class:`DcAnchor`:
+  the last accepted reply it is checked against, re-anchored when the DC time jumps;
 * :func:`wkc_share`, :func:`slave_label`: each slave's share of the working counter in its
   AL state, and how a slave is named in messages (chain position, name, AL state and status
   code, raw and decoded with the ETG.1000.6 tables of :mod:`.ecat_tables`);
@@ -17,8 +18,8 @@ import socket
 from .ecat_tables import AL, al_state_text, al_status_text
 from .sdk_types import EcatSlave
 
-__all__ = ["ABSENT_OBJECT_ABORTS", "CLOCK_RATE_TOLERANCE_PPM", "RECEIVE_ALLOWANCE_US",
-           "dc_reply_is_current", "slave_label", "socket_fds", "soem_raw_sockets",
+__all__ = ["ABSENT_OBJECT_ABORTS", "CLOCK_RATE_TOLERANCE_PPM", "DC_JUMP_CONFIRM",
+           "RECEIVE_ALLOWANCE_US", "DcAnchor", "dc_reply_is_current", "slave_label", "socket_fds", "soem_raw_sockets",
            "wkc_share"]
 
 #: SDO abort codes that mean "this object or subindex is not there" (ETG.1000.6).
@@ -30,6 +31,12 @@ RECEIVE_ALLOWANCE_US = 100
 #: Tolerance for the rates of the DC and host clocks, parts per million (ESC and host
 #: crystals are specified to well under 100 ppm each).
 CLOCK_RATE_TOLERANCE_PPM = 200.0
+
+
+#: Replies in a row, each a plausible cycle after the one before it, that make a DC time
+#: that fails against the last accepted reply a jump of the clock (re-anchored) rather than
+#: late, replayed or duplicated frames.
+DC_JUMP_CONFIRM = 3
 
 
 def socket_fds() -> set[int]:
@@ -112,3 +119,55 @@ def dc_reply_is_current(dc_ns: int, send_ns: int, receipt_ns: int, last: tuple[i
     lo, hi = send_ns - last_rx, receipt_ns - last_send
     slack = tolerance_ppm * 1e-6 * hi
     return lo - slack < delta < hi + slack
+
+
+class DcAnchor:
+    """The reply each DC system time is checked against (:func:`dc_reply_is_current`).
+
+    A reply that is current against the last accepted one is accepted and becomes it. One
+    that is not is rejected (a late, replayed or duplicated frame), unless it is the
+    ``confirm``-th of a run of rejected replies in a row each current against the one
+    before it: then the DC time jumped (stepped back, or a 32-bit system time wrapped during
+    an outage longer than 4.3 s) and the stream re-anchors on it. A single late or copied
+    reply starts such a run but the next current reply ends it.
+
+    Args:
+        confirm: replies in a row that make a jump (>= 2; :data:`DC_JUMP_CONFIRM`).
+    """
+
+    def __init__(self, confirm: int = DC_JUMP_CONFIRM):
+        if confirm < 2:
+            raise ValueError(f"DcAnchor confirm: expected >= 2, found {confirm}")
+        self.confirm = confirm
+        self.last: tuple[int, int, int] | None = None  # (dc, send, receipt) of the last accepted
+        self._run: list[tuple[int, int, int]] = []  # rejected replies in a row that agree
+
+    def reset(self) -> None:
+        """Forget the anchor (the link was reopened): the next reply is accepted."""
+        self.last, self._run = None, []
+
+    @property
+    def pending(self) -> int:
+        """Rejected replies in a row, each current against the one before (0..confirm-1)."""
+        return len(self._run)
+
+    def check(self, dc_ns: int, send_ns: int, receipt_ns: int) -> str:
+        """Judge one reply: ``"current"`` (accepted), ``"jump"`` (accepted: the DC time
+        jumped and this reply completes the run that shows it) or ``"stale"`` (rejected).
+
+        Args:
+            dc_ns: the reply's DC system time, ns; send_ns, receipt_ns: host
+                ``time.monotonic_ns()`` around its cycle.
+        """
+        now = (dc_ns, send_ns, receipt_ns)
+        if self.last is None or dc_reply_is_current(dc_ns, send_ns, receipt_ns, self.last):
+            self.last, self._run = now, []
+            return "current"
+        if self._run and dc_reply_is_current(dc_ns, send_ns, receipt_ns, self._run[-1]):
+            self._run.append(now)
+        else:
+            self._run = [now]
+        if len(self._run) >= self.confirm:
+            self.last, self._run = now, []
+            return "jump"
+        return "stale"

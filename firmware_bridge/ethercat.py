@@ -32,7 +32,9 @@ datagram that reads the reference slave's DC system time (register 0x0910, ETG.1
 every process-data frame; the reply is accepted only if that time advanced since the last
 accepted reply by an amount the host's own send and receipt stamps allow (see
 :func:`dc_reply_is_current`). A reply that fails is a lost cycle (``stats.stale_replies``),
-never a sample. Without DC the bridge has no per-cycle value and says so in
+never a sample, unless it completes a run of replies that agree with each other: then the
+DC time jumped and the stream re-anchors on it (:class:`~.ecat_checks.DcAnchor`,
+``stats.clock_jumps``). Without DC the bridge has no per-cycle value and says so in
 :meth:`EthercatStream.describe` (``freshness``).
 
 Receive wait: SOEM (as built into pysoem) opens its raw socket with ``SO_RCVTIMEO`` = 1 us
@@ -65,6 +67,7 @@ import numpy as np
 from .ecat_checks import (
     ABSENT_OBJECT_ABORTS,
     RECEIVE_ALLOWANCE_US,
+    DcAnchor,
     dc_reply_is_current,
     slave_label,
     socket_fds,
@@ -116,7 +119,7 @@ class EthercatStream(JointStream):
         self._raw_fds: list[int] = []
         self._bounded = False
         self._fd_flags: list[int] = []
-        self._last_fresh: tuple[int, int, int] | None = None  # dc, send, receipt of last OK
+        self._dc = DcAnchor()  # the DC time of the last accepted reply, re-anchored on jumps
         #: the slaves' int32 position counts, unwrapped across the int32 wrap
         self._counts = TurnCounter(1 << 32)
         #: the bridge's own wait (send to giving up, us) for each of the last lost frames
@@ -253,7 +256,7 @@ class EthercatStream(JointStream):
                                 f"found {found}")
         # SOEM then reads the reference clock's system time in every process-data frame
         self.has_dc = bool(m.config_dc())
-        self._last_fresh = None
+        self._dc.reset()
         self.layout = [self._map_slave(k, s) for k, s in enumerate(m.slaves)]
         self._counts.reset()  # a slave may have been power-cycled: count from its value
         m.send_processdata()
@@ -421,14 +424,23 @@ class EthercatStream(JointStream):
         dc_ns = -1
         if self.has_dc:
             dc_ns = int(m.dc_time)
-            last = self._last_fresh
-            if last is not None and not dc_reply_is_current(dc_ns, send_ns, receipt_ns, last):
+            last = self._dc.last
+            verdict = self._dc.check(dc_ns, send_ns, receipt_ns)
+            if verdict == "stale":
+                assert last is not None  # the first reply is always accepted
                 raise CycleError("stale", f"{self.iface}: cycle {self.cycles}: expected a reply "
                                  f"with a DC system time {(send_ns - last[2]) / 1e3:.0f}.."
                                  f"{(receipt_ns - last[1]) / 1e3:.0f} us after the last "
                                  f"accepted one, found {(dc_ns - last[0]) / 1e3:+.0f} us: a "
-                                 f"late, replayed or duplicated frame")
-            self._last_fresh = (dc_ns, send_ns, receipt_ns)
+                                 f"late, replayed or duplicated frame, or the DC time jumped "
+                                 f"(taken as a jump once {self._dc.confirm} replies in a row "
+                                 f"agree with each other; {self._dc.pending} so far)")
+            if verdict == "jump":  # the DC time stepped: re-anchored on the replies since
+                assert last is not None
+                self.stats.clock_jumps += 1
+                self.stats.extra["dc_jumps"] = self.stats.extra.get("dc_jumps", []) + [
+                    {"cycle": self.cycles, "dc_step_us": round(
+                        ((dc_ns - last[0]) - (receipt_ns - last[2])) / 1e3)}][-10:]
         raw, vel, eff = (np.empty(len(self.layout)) for _ in range(3))
         for k, (d, s) in enumerate(zip(self.layout, m.slaves, strict=True)):
             inp, o = bytes(s.input), d["offsets"]

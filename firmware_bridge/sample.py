@@ -30,6 +30,10 @@ class StreamStats:
             cycle (the cycle they belong to was counted missed when the next one came).
         restarts: times the device's numbering started again (samples delivered with the
             ``RESTART`` flag).
+        clock_jumps: times the device's clock jumped while the stream ran and the stream
+            re-anchored on it (EtherCAT: the DC system time, once replies in a row agree with
+            each other; a framed device's clock jumps are found by the time alignment,
+            :func:`edge.timebase.capture_stamps`).
         first_ns, last_ns: receipt stamps of the first and last valid samples.
         slots: for a stream paced at ``rate_hz``, the slots of that grid from the first
             sample to the last (``round((last_ns - first_ns) * rate_hz) + 1``); 0 unpaced.
@@ -50,6 +54,7 @@ class StreamStats:
     stale_samples: int = 0
     late_frames: int = 0
     restarts: int = 0
+    clock_jumps: int = 0
     first_ns: int = -1
     last_ns: int = -1
     slots: int = 0

@@ -207,3 +207,22 @@ def test_bridge_ethercat_int32_position_counts_are_unwrapped_across_the_wrap():
     np.testing.assert_allclose(steps, 1000)
     assert r["positions"][-1] > r["positions"][0] > 100_000
     assert r["faults"] == [] and r["stats"]["faults"] == 0
+
+
+@pytest.mark.parametrize("step", [("--dc-step-s", "-5"), ("--dc32", "--dc-step-s", "5")],
+                         ids=["back-5s", "32bit-wrap"])
+def test_bridge_ethercat_a_dc_time_jump_is_re_anchored_once_replies_agree(step):
+    """From frame 100 on the DC system time is 5 s off: stepped back, or (a 32-bit system
+    time, which wraps every 4.3 s) moved on as after an outage longer than a wrap. The
+    replies after it agree with each other: after 3 of them the stream re-anchors, counts a
+    clock jump and goes on; only the 2 before are lost."""
+    r = scenario("--cycles", "300", "--dc-step-at", "100", *step, *CLEAN_LINK)
+    assert "error" not in r, r["error"]
+    st = r["stats"]
+    assert (st["samples"], st["clock_jumps"], st["stale_replies"]) == (300, 1, 2)
+    assert st["gaps"] == 1 and st["lost_cycles"] == 2
+    (jump,) = st["extra"]["dc_jumps"]
+    assert abs(abs(jump["dc_step_us"]) - (5e6 if step[0] != "--dc32" else 5e6 - 2**32 / 1e3)) \
+        < 5e3, jump
+    counts = _emulator_cycles(r)
+    assert np.all(np.diff(counts) > 0)  # never an older input

@@ -282,3 +282,32 @@ def test_no_frame_at_all_is_a_lost_frame_and_an_unprocessed_one_in_op_says_so():
                                          r"expected 3\), with every slave reporting slave0 AL "
                                          r"0x08 code 0x0000 \('drive': OP, No error\)"):
         stream._cycle()
+
+
+def test_dc_anchor_rejects_a_single_old_reply_and_re_anchors_on_a_run_that_agrees():
+    from firmware_bridge.ecat_checks import DcAnchor
+
+    ms = 1_000_000
+    a = DcAnchor()
+    cycle = 0
+
+    def reply(dc_ms: float) -> str:
+        nonlocal cycle
+        cycle += 1
+        t = cycle * ms  # the host sends every 1 ms, the reply back 0.1 ms later
+        return a.check(int(dc_ms * ms), t, t + ms // 10)
+
+    assert [reply(5_000 + k) for k in range(1, 6)] == ["current"] * 5  # DC 5001..5005 ms
+    assert reply(4_990) == "stale"  # a copy 16 cycles old
+    assert reply(5_007) == "current"  # the next one is current again: the run is over
+    # the DC time steps back 5 s: two replies lost, the third agreeing one re-anchors
+    assert [reply(8 + k) for k in range(3)] == ["stale", "stale", "jump"]
+    assert a.last is not None and a.last[0] == 10 * ms
+    assert reply(11) == "current"
+    # a 32-bit system time: an outage longer than a wrap (4.3 s) moves the anchor
+    b = DcAnchor()
+    assert b.check(2**32 - ms, 0, ms // 10) == "current"
+    gone = 5_000 * ms  # 5 s without a reply
+    got = [b.check((2**32 - ms + gone + k * ms) % 2**32, gone + k * ms, gone + k * ms + ms // 10)
+           for k in range(4)]
+    assert got == ["stale", "stale", "jump", "current"]

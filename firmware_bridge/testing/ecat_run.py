@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay-every", type=int, default=0)
     p.add_argument("--late-every", type=int, default=0)
     p.add_argument("--timeout-us", type=int, default=2000)
+    p.add_argument("--dc-step-at", type=int, default=0,
+                   help="from process-data frame N on, the DC time is --dc-step-s off")
+    p.add_argument("--dc-step-s", type=float, default=0.0)
+    p.add_argument("--dc32", action="store_true", help="a 32-bit DC system time")
     p.add_argument("--position-start", type=int, default=0,
                    help="the position counter's value at frame 0 (it wraps as an int32)")
     p.add_argument("--slaves", type=int, default=1, help="identical slaves on the line")
@@ -73,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ready, stop = ctx.Event(), ctx.Event()
     faults = SlaveFaults(drop_every=a.drop_every, safeop_at=a.safeop_at, no_lrw=a.no_lrw,
                          dc=not a.no_dc, replay_every=a.replay_every, late_every=a.late_every,
-                         position_start=a.position_start)
+                         position_start=a.position_start, dc_step_at=a.dc_step_at,
+                         dc_step_ns=int(a.dc_step_s * 1e9), dc32=a.dc32)
     counts = ctx.Array("l", 3)
     more = tuple(SlaveFaults(dc=not a.no_dc, no_lrw=a.no_lrw,
                              preop_at=a.last_preop_at if k == a.slaves - 2 else 0)

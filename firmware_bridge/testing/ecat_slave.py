@@ -66,6 +66,11 @@ class SlaveFaults:
     # the position input (0x6064, int32) is position_start + 1000 per process-data frame,
     # wrapping from 2^31 - 1 to -2^31 as a drive's counter does
     position_start: int = 0
+    # from process-data frame N on, the DC system time is dc_step_ns off (a step of the
+    # clock); with dc32 the system time is 32 bits wide (it wraps every 4.3 s)
+    dc_step_at: int = 0
+    dc_step_ns: int = 0
+    dc32: bool = False
 
 
 def _sii(no_lrw: bool) -> bytes:
@@ -150,8 +155,11 @@ class Slave:
         """Set the DC system time (local time + the master's offset) as a frame passes."""
         if self.f.dc:
             offset = struct.unpack_from("<q", self.mem, ESC["dc_system_time_offset"][0])[0]
+            t = time.monotonic_ns() + offset
+            if self.f.dc_step_at and self.cycles >= self.f.dc_step_at:
+                t += self.f.dc_step_ns
             struct.pack_into("<q", self.mem, ESC["dc_system_time"][0],
-                             time.monotonic_ns() + offset)
+                             t & 0xFFFFFFFF if self.f.dc32 else t)
 
     def on_read(self, ado: int, n: int) -> None:
         if ado <= MBX_IN < ado + n:
