@@ -47,7 +47,7 @@ from numpy.typing import ArrayLike
 from edge.errors import TimebaseError
 from edge.joints import JointSample, Ping, Status
 
-__all__ = ["CaptureStamps", "ClockEstimator", "ClockJump", "Pairing", "capture_stamps", "pair_frames",
+__all__ = ["BOUND_NOT_MEASURED", "CaptureStamps", "ClockEstimator", "ClockJump", "Pairing", "capture_stamps", "pair_frames",
            "pair_samples", "samples_to_arrays"]
 
 
@@ -231,7 +231,8 @@ class CaptureStamps:
             method of the longest stretch between them.
         latency_s: mean receipt stamp - capture estimate, s (what to enter as
             ``joint_latency_s`` when pairing on receipt stamps); None for ``"receipt"``.
-        detail: the figures behind the estimate (ms, ppm), for printing.
+        detail: the figures behind the estimate (ms, ppm, or a note such as
+            ``"error bound": BOUND_NOT_MEASURED``), for printing.
         jumps: the device clock's discontinuities (:class:`ClockJump`); each stretch
             between them was placed on the host clock on its own.
         receipt_reason: why receipt stamps were used (``method == "receipt"``), for printing.
@@ -249,7 +250,7 @@ class CaptureStamps:
         device clock's jumps if it jumped."""
         if self.latency_s is None:
             return f"latency: unknown (receipt stamps; {self.receipt_reason}): enter joint_latency_s"
-        figures = ", ".join(f"{k} {v}" if isinstance(v, int) else f"{k} {v:.3f}"
+        figures = ", ".join(f"{k} {v}" if isinstance(v, int | str) else f"{k} {v:.3f}"
                             for k, v in self.detail.items())
         line = f"latency: {self.latency_s * 1e3:.3f} ms by {self.method} ({figures})"
         if self.jumps:
@@ -295,13 +296,24 @@ def _ping_arrays(pings: Sequence[Ping]) -> tuple[np.ndarray, np.ndarray, np.ndar
     return rtt, t1 + (t4 - t1) / 2.0, t2 + (t3 - t2) / 2.0
 
 
-def _rtt_figures(rtt: np.ndarray, best: int) -> dict[str, float]:
+#: What an estimate says for its error bound when the round trip it went by is 0 or less
+#: (a reply stamped no later than its request: a link without wire time, such as a pty).
+BOUND_NOT_MEASURED = "not measured (min RTT 0: no wire time)"
+
+
+def _rtt_figures(rtt: np.ndarray, best: int) -> dict[str, float | str]:
     """The round-trip figures every round-trip estimate prints: the round trip it went by
-    (``rtt[best]``, ns), p50/p99 over all, and the error bound (half the one it went by)."""
-    return {"min RTT ms": float(rtt[best]) / 1e6,
-            "RTT p50 ms": float(np.percentile(rtt, 50)) / 1e6,
-            "RTT p99 ms": float(np.percentile(rtt, 99)) / 1e6,
-            "error bound ms": float(rtt[best] // 2) / 1e6}
+    (``rtt[best]``, ns), p50/p99 over all, and the error bound (half the one it went by;
+    ``"error bound": BOUND_NOT_MEASURED`` instead where that round trip is 0 or less)."""
+    figures: dict[str, float | str] = {
+        "min RTT ms": float(rtt[best]) / 1e6,
+        "RTT p50 ms": float(np.percentile(rtt, 50)) / 1e6,
+        "RTT p99 ms": float(np.percentile(rtt, 99)) / 1e6}
+    if rtt[best] <= 0:
+        figures["error bound"] = BOUND_NOT_MEASURED
+    else:
+        figures["error bound ms"] = float(rtt[best] // 2) / 1e6
+    return figures
 
 
 def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:

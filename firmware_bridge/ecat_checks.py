@@ -12,14 +12,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import struct
 
 from .ecat_tables import AL, al_state_text, al_status_text
 from .sdk_types import EcatSlave
 
-__all__ = ["ABSENT_OBJECT_ABORTS", "CLOCK_RATE_TOLERANCE_PPM", "DC_JUMP_CONFIRM",
-           "RECEIVE_ALLOWANCE_US", "DcAnchor", "dc_reply_is_current", "slave_label", "socket_fds", "soem_raw_sockets",
+__all__ = ["ABSENT_OBJECT_ABORTS", "CLOCK_RATE_TOLERANCE_PPM", "DC_JUMP_CONFIRM", "IFACE_GONE",
+           "RECEIVE_ALLOWANCE_US", "DcAnchor", "dc_reply_is_current", "dc_step_ns", "iface_trouble", "slave_label", "socket_fds", "soem_raw_sockets",
            "wkc_share"]
 
 #: SDO abort codes that mean "this object or subindex is not there" (ETG.1000.6).
@@ -32,6 +34,12 @@ RECEIVE_ALLOWANCE_US = 100
 #: crystals are specified to well under 100 ppm each).
 CLOCK_RATE_TOLERANCE_PPM = 200.0
 
+
+#: ``ioctl`` request and interface flags (Linux ``<linux/sockios.h>``, ``<net/if.h>``).
+SIOCGIFFLAGS = 0x8913
+IFF_UP, IFF_RUNNING = 0x1, 0x40
+#: How :func:`iface_trouble` says that no interface has the name any more.
+IFACE_GONE = "is gone (see 'ip link'; unplugged or removed)"
 
 #: Replies in a row, each a plausible cycle after the one before it, that make a DC time
 #: that fails against the last accepted reply a jump of the clock (re-anchored) rather than
@@ -74,6 +82,38 @@ def soem_raw_sockets(before: set[int], iface: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def iface_trouble(iface: str) -> str:
+    """Why no frame can pass ``iface``, as the kernel sees it in this network namespace, or
+    ``""`` where it is up with a link: ``network interface IFACE is gone (...)`` when no
+    interface has that name any more, ``... is down (...)`` when it is administratively
+    down, ``... has no link (...)`` when it is up without a carrier."""
+    try:
+        socket.if_nametoindex(iface)
+    except OSError:
+        return f"network interface {iface} {IFACE_GONE}"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sk:
+            req = struct.pack("16sH", iface.encode()[:15], 0)
+            flags = struct.unpack("16sH", fcntl.ioctl(sk.fileno(), SIOCGIFFLAGS, req))[1]
+    except OSError:
+        return ""
+    if not flags & IFF_UP:
+        return f"network interface {iface} is down (set it up: ip link set {iface} up)"
+    if not flags & IFF_RUNNING:
+        return f"network interface {iface} has no link (no carrier: check the cable)"
+    return ""
+
+
+def dc_step_ns(dc_ns: int, receipt_ns: int, last: tuple[int, int, int]) -> int:
+    """How far the DC time moved beyond the host's elapsed time since ``last`` (``(dc,
+    send, receipt)`` of an earlier reply), ns: positive ahead, negative back. A 32-bit
+    system time is taken modulo 2**32, into [-2**31, 2**31) ns."""
+    step = (dc_ns - last[0]) - (receipt_ns - last[2])
+    if dc_ns < 1 << 32 and last[0] < 1 << 32:
+        step = (step + (1 << 31)) % (1 << 32) - (1 << 31)
+    return step
 
 
 def wkc_share(state: int) -> int:

@@ -66,9 +66,12 @@ import numpy as np
 
 from .ecat_checks import (
     ABSENT_OBJECT_ABORTS,
+    IFACE_GONE,
     RECEIVE_ALLOWANCE_US,
     DcAnchor,
     dc_reply_is_current,
+    dc_step_ns,
+    iface_trouble,
     slave_label,
     socket_fds,
     soem_raw_sockets,
@@ -120,6 +123,7 @@ class EthercatStream(JointStream):
         self._bounded = False
         self._fd_flags: list[int] = []
         self._dc = DcAnchor()  # the DC time of the last accepted reply, re-anchored on jumps
+        self._iface_known = False
         #: the slaves' int32 position counts, unwrapped across the int32 wrap
         self._counts = TurnCounter(1 << 32)
         #: the bridge's own wait (send to giving up, us) for each of the last lost frames
@@ -236,14 +240,17 @@ class EthercatStream(JointStream):
         try:
             m.open(self.iface)
         except Exception as exc:  # pysoem raises ConnectionError or a generic error
-            if not os.path.exists(f"/sys/class/net/{self.iface}"):
-                why = "no such network interface (see 'ip link')"
+            trouble = iface_trouble(self.iface)
+            if trouble:
+                why = trouble
             elif os.geteuid() != 0:
                 why = "raw sockets need root or CAP_NET_RAW"
             else:
                 why = str(exc)
             raise LinkLostError(f"{self.iface}: cannot open: {why}") from exc
         self._master = m
+        # the kernel knows the interface: a lost frame can ask it whether it went down or away
+        self._iface_known = IFACE_GONE not in iface_trouble(self.iface)
         self._raw_fds = soem_raw_sockets(fds_before, self.iface)
         if m.config_init() <= 0:
             self._close()
@@ -383,9 +390,13 @@ class EthercatStream(JointStream):
                 for h in self._health(m.slaves):
                     h["lost_cycles"] += 1
                 self._note_lost_wait((receipt_ns - send_ns) / 1e3)
-                raise CycleError("lost", f"{self.iface}: cycle {self.cycles}: no frame came back "
-                                 f"within {self.timeout_us} us (wkc {wkc}, expected "
-                                 f"{expected})")
+                why = f"no frame came back within {self.timeout_us} us (wkc {wkc}, expected " \
+                      f"{expected})"
+                trouble = iface_trouble(self.iface) if self._iface_known else ""
+                if IFACE_GONE in trouble:
+                    raise LinkLostError(f"{self.iface}: cycle {self.cycles}: {why}: {trouble}")
+                raise CycleError("lost", f"{self.iface}: cycle {self.cycles}: {why}"
+                                 f"{': ' + trouble if trouble else ''}")
             # a frame came back (wkc 0: no slave processed it): the slaves' states say why
             m.read_state()
             health = self._note_states(m.slaves)
@@ -439,8 +450,8 @@ class EthercatStream(JointStream):
                 assert last is not None
                 self.stats.clock_jumps += 1
                 self.stats.extra["dc_jumps"] = self.stats.extra.get("dc_jumps", []) + [
-                    {"cycle": self.cycles, "dc_step_us": round(
-                        ((dc_ns - last[0]) - (receipt_ns - last[2])) / 1e3)}][-10:]
+                    {"cycle": self.cycles,
+                     "dc_step_us": round(dc_step_ns(dc_ns, receipt_ns, last) / 1e3)}][-10:]
         raw, vel, eff = (np.empty(len(self.layout)) for _ in range(3))
         for k, (d, s) in enumerate(zip(self.layout, m.slaves, strict=True)):
             inp, o = bytes(s.input), d["offsets"]

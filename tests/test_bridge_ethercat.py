@@ -226,3 +226,10 @@ def test_bridge_ethercat_a_dc_time_jump_is_re_anchored_once_replies_agree(step):
         < 5e3, jump
     counts = _emulator_cycles(r)
     assert np.all(np.diff(counts) > 0)  # never an older input
+
+
+def test_bridge_ethercat_an_interface_deleted_mid_stream_is_named_as_gone():
+    r = scenario("--cycles", "300", "--delete-iface-at", "50", *CLEAN_LINK)
+    assert r["stats"]["samples"] == 50
+    assert "network interface ecm0 is gone" in r["error"], r["error"]
+    assert r["error"].startswith("ethercat://ecm0?"), r["error"]

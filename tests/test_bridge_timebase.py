@@ -408,3 +408,20 @@ def test_bridge_timebase_stale_samples_are_left_out_of_the_estimate_and_the_pair
     pairing, _ = pair_samples(np.linspace(rx[20], rx[-20], 300).astype(np.int64), samples,
                               tolerance_s=0.05)
     assert pairing.paired.all()
+
+
+def test_bridge_timebase_a_round_trip_of_zero_says_its_error_bound_was_not_measured():
+    """A reply stamped no later than its request (a pty: no wire time, the line's own time
+    taken out clamps the round trip to 0) cannot bound the error: the estimate says so
+    instead of a perfect-looking 0."""
+    from edge.joints import JointSample
+    from edge.timebase import capture_stamps
+
+    z = np.zeros(1)
+    samples = [JointSample(z, z, z, 1_000_000 * k + 5_000_000, request_ns=1_000_000 * k
+                           + (5_000_000 if k % 3 == 0 else 4_000_000)) for k in range(30)]
+    est = capture_stamps(samples)
+    assert est.method == "round trip" and est.detail["min RTT ms"] == 0.0
+    assert "error bound ms" not in est.detail
+    assert est.detail["error bound"] == "not measured (min RTT 0: no wire time)"
+    assert "error bound not measured (min RTT 0: no wire time)" in est.describe()

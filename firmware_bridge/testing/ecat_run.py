@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="from process-data frame N on, the DC time is --dc-step-s off")
     p.add_argument("--dc-step-s", type=float, default=0.0)
     p.add_argument("--dc32", action="store_true", help="a 32-bit DC system time")
+    p.add_argument("--delete-iface-at", type=int, default=0,
+                   help="delete the master's interface after N samples (unplugged NIC)")
     p.add_argument("--position-start", type=int, default=0,
                    help="the position counter's value at frame 0 (it wraps as an int32)")
     p.add_argument("--slaves", type=int, default=1, help="identical slaves on the line")
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             samples = []
             try:
                 for _ in range(a.cycles):
+                    if a.delete_iface_at and len(samples) == a.delete_iface_at:
+                        _ip("link", "del", "ecm0")
                     samples.append(s.read())
             except BridgeError as exc:  # a fault the scenario injected: report it
                 out["error"] = str(exc)
