@@ -88,6 +88,33 @@ def test_simulate_chain_from_a_start_under_another_light(tmp_path, capsys):
     assert m["summary"]["psnr_db"] > copy_last + 6.0, (m["summary"], copy_last)
 
 
+def test_simulate_chain_from_a_camera_that_moved_says_so(tmp_path, capsys):
+    # every frame of the test episode shifted by 2 px, as after a knock to the camera
+    import dataclasses
+
+    import cv2
+
+    from edge.episode import save_episode
+
+    test = load_episode(SAMPLE / "test.npz")
+    m2 = np.float32([[1, 0, 2.0], [0, 1, 0.0]])
+    moved = np.stack([cv2.warpAffine(f, m2, (64, 64), borderMode=cv2.BORDER_REPLICATE)
+                      for f in test.frames])
+    save_episode(dataclasses.replace(test, frames=moved), tmp_path / "moved.npz")
+    out = tmp_path / "sim"
+    assert main(["simulate", "--chain", str(CHAIN), "--start", str(tmp_path / "moved.npz"),
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the start frame's scene is shifted 2.0 px from the calibration's" in err
+    assert "syncedge calibrate verify" in err
+    cam = json.loads((out / "metrics.json").read_text())["start_agreement"]["before"]["camera"]
+    assert cam["moved"] and cam["shift_px"][0] == pytest.approx(2.0, abs=0.3)
+    # the unmoved camera is not warned about
+    assert main(["simulate", "--chain", str(CHAIN), "--start", str(SAMPLE / "test.npz"),
+                 "--out", str(tmp_path / "sim2")]) == 0
+    assert "shifted" not in capsys.readouterr().err
+
+
 def test_simulate_chain_zero_actions_from_a_frame_give_the_frame(tmp_path):
     test = load_episode(SAMPLE / "test.npz")
     start = tmp_path / "start.npy"

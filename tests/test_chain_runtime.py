@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -393,3 +394,66 @@ def test_a_light_changed_since_the_calibration_is_matched_from_the_start_frame()
     ramp = np.linspace(0.55, 1.0, SIZE)[None, :, None]
     uneven = match_light(chain, relit(start, ramp), q)
     assert uneven.applied and uneven.field is not None and uneven.after < uneven.before / 4
+
+
+def test_a_light_mapping_that_falls_below_zero_keeps_a_finite_field():
+    """More contrast and a negative offset (gain 1.6, offset -60) map the scene's dark
+    parts below 0: the uneven field's block ratios must stay positive (its log finite)."""
+    from edge.runtime.chain import match_light
+
+    chain = textured_chain()
+    dark = np.zeros(chain.robot.shape, bool)
+    dark[:8, :8] = True  # a dark corner of the scene (no arm there)
+    assert not (dark & chain.robot).any()
+    home = chain.home_frame.copy()
+    home[dark] = 36  # mapped to 1.6 * 36 - 60 = -2.4: within 3 levels of the start's 0
+    bg = chain.background.copy()
+    bg[dark] = 36.0
+    chain = dataclasses.replace(chain, home_frame=home, background=bg)
+    q = np.array([0.5, 0.8])
+    start = relit(start_frame(chain, q), 1.6, -60.0)
+    m = match_light(chain, start, q)
+    assert m.applied and m.field is not None
+    assert np.isfinite(m.field).all() and (m.field > 0).all()
+    out = chain_rollout(chain, start, q, np.tile(np.array([[-0.08, 0.06]]), (4, 1)))
+    assert np.isfinite(m.apply(chain.background)).all()
+    # the rollout draws the uncovered background near the start's light, not garbage
+    want = relit(chain_rollout(chain, start_frame(chain, q), q,
+                               np.tile(np.array([[-0.08, 0.06]]), (4, 1))), 1.6, -60.0)
+    assert np.abs(out.astype(int) - want).mean() < 2.0
+
+
+def test_a_camera_moved_since_the_calibration_is_told_from_a_moved_arm_and_a_light():
+    """On the sample cell's rendered frames: starts with the arm anywhere, dimmed or not,
+    read no shift; the same starts moved by 1.5 px (a camera knocked), dimmed or not, do."""
+    import cv2
+
+    from edge.episode import load_episode
+    from edge.runtime.chain import (
+        CAMERA_SHIFT_WARN_PX,
+        camera_shift,
+        load_chain_calibration,
+        start_agreement,
+    )
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "cell_sample"
+    chain = load_chain_calibration(sample / "chain.npz")
+    ep = load_episode(sample / "test.npz")
+    k = chain.num_dof
+
+    def shifted(img, dx, dy):
+        m = np.float32([[1, 0, dx], [0, 1, dy]])
+        return cv2.warpAffine(img, m, img.shape[1::-1], borderMode=cv2.BORDER_REPLICATE)
+
+    for t in (0, 12, 25, 38):  # the arm anywhere along the test episode
+        start, q = ep.frames[t], ep.joint_positions[t, :k]
+        for frame in (start, relit(start, 0.6, 8.0)):
+            cam = start_agreement(chain, frame, q)["camera"]
+            assert not cam["moved"] and cam["shift"] < 0.5, (t, cam)
+        for frame in (shifted(start, 1.5, -0.8), relit(shifted(start, 1.5, -0.8), 0.6, 8.0)):
+            cam = start_agreement(chain, frame, q)["camera"]
+            assert cam["moved"] and cam["shift"] >= CAMERA_SHIFT_WARN_PX, (t, cam)
+            assert cam["shift_px"] == pytest.approx([1.5, -0.8], abs=0.4)
+    # without the chain's cover (the home arm and the differences still left out)
+    assert not camera_shift(chain, ep.frames[0])["moved"]
+    assert camera_shift(chain, shifted(ep.frames[0], 2.0, 0.0))["moved"]

@@ -380,6 +380,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
         StagedOutput,
         chain_store_hint,
         check_out_dir,
+        say_camera_moved,
         say_light_change,
     )
     from edge.episode import load_episode
@@ -420,6 +421,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     # changed since the calibration (matched by the rollout)
     agreement = start_agreement(chain, start, q0)
     say_light_change(agreement["light"])
+    say_camera_moved(agreement["camera"])
     t0 = time.perf_counter()
     pred = {"calibrated": chain_rollout(chain, start, q0, acts),
             "copy_last": np.repeat(start[None], len(acts), 0)}

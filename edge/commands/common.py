@@ -43,6 +43,7 @@ from edge.state import state_root
 
 __all__ = ["ANCHOR_FROM_CACHE", "CHAIN_FROM_CACHE", "StagedOutput", "add_anchor_arg",
            "anchor_chain", "active_bundle_dir", "add_chain_arg", "say_light_change",
+           "say_camera_moved",
            "add_context_args", "add_model_args", "cached_chain_key", "chain_mode",
            "chain_model_identity",
            "chain_store_hint",
@@ -789,6 +790,21 @@ def say_light_change(light: dict[str, Any] | None) -> None:
           "arm are drawn in the start frame's light", file=sys.stderr, flush=True)
 
 
+def say_camera_moved(camera: dict[str, Any] | None) -> None:
+    """Say on stderr that the start frame's scene is shifted from the calibration's
+    (``camera``: :func:`edge.runtime.chain.camera_shift`, as ``start_agreement`` returns
+    it): the camera may have moved, and the rollout draws the calibration's background
+    and arm off by the shift; nothing when it is not."""
+    if not camera or not camera.get("moved"):
+        return
+    dx, dy = camera["shift_px"]
+    print(f"warning: the start frame's scene is shifted {camera['shift']:.1f} px from the "
+          f"calibration's ({dx:+.1f}, {dy:+.1f} px on the chain's grid): the camera may have "
+          "moved since the calibration, and the prediction draws the calibration's "
+          "background and arm off by that much; check with `syncedge calibrate verify` and "
+          "record the calibration again if it says STALE", file=sys.stderr, flush=True)
+
+
 def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, q0: Any
                  ) -> tuple[Any, str, dict[str, Any]]:
     """``(chain, source, decision)``: the chain refined at the start frame (the reader
@@ -821,6 +837,7 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
         raise RuntimeInputError("--anchor and --no-anchor: give one of the two")
     before = start_agreement(chain, start, q0)
     say_light_change(before.get("light"))
+    say_camera_moved(before.get("camera"))
     share = before["arm_on_arm"]
     decided: dict[str, Any] = {"before": before, "anchored": False, "why": None,
                                "after": None, "warning": None}

@@ -49,6 +49,7 @@ __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
            "home_differences",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
            "AUTO_ANCHOR_BELOW", "LOW_START_AGREEMENT", "START_AGREEMENT_CHANGE",
+           "CAMERA_SHIFT_WARN_PX", "camera_shift",
            "arm_cover", "checked_start", "chain_positions", "start_agreement", "sweep_check",
            "sweep_segments", "fit_sheet",
            "chain_rollout", "close_gaps", "compose_chain",
@@ -923,8 +924,10 @@ def match_light(chain: ChainCalibration, start: np.ndarray, start_joint_position
             sl = (slice(by * bs, (by + 1) * bs), slice(bx * bs, (bx + 1) * bs))
             m = inl[sl]
             if m.sum() >= LIGHT_FIELD_MIN_PX:
-                ratio[by, bx] = (np.median(img[sl][m], 0) + 1.0) / (np.median(mapped[sl][m], 0)
-                                                                    + 1.0)
+                # the mapped background can fall below 0 (a negative offset): its level
+                # is at least 0, so the ratio (and its log) stays positive
+                ratio[by, bx] = ((np.median(img[sl][m], 0) + 1.0)
+                                 / (np.maximum(np.median(mapped[sl][m], 0), 0.0) + 1.0))
                 weight[by, bx] = 1.0
     uneven = None
     if weight.any():
@@ -951,6 +954,77 @@ def match_light(chain: ChainCalibration, start: np.ndarray, start_joint_position
     after = float(np.median(np.abs(y - lm.apply(bg)[ok]).mean(-1)))
     applied = before - after >= LIGHT_MATCH_MIN_GAIN
     return LightMatch(gain, offset, uneven, before, after, n, applied)
+
+
+#: :func:`camera_shift` says the camera moved where the start frame's background is
+#: shifted from the calibration's home frame by at least this many px on the chain's grid.
+#: Measured through :func:`start_agreement` with the kept chain reads of 256 held-out cells
+#: (64 each of held-out robot, conventions, all held out and stress; 64x64; 3 starts per
+#: cell, the arm anywhere): an unmoved camera read 1.0 px or more on 1 of 768 starts
+#: (99th percentile 0.30 px); a start shifted by 1.8 px read it on 99.2% (also dimmed to
+#: 0.6: 98.4%), by 1 px on 31%.
+CAMERA_SHIFT_WARN_PX = 1.0
+
+
+def camera_shift(chain: ChainCalibration, start: np.ndarray,
+                 light: LightMatch | None = None,
+                 cover: np.ndarray | None = None) -> dict[str, Any]:
+    """Has the camera moved since the calibration? The shift of the start frame's static
+    scene from the calibration's home frame.
+
+    Phase correlation of the two frames' gradient magnitudes (Sobel, Hanning window;
+    as ``calibrate verify``'s fallback measure, ``edge.calibrate.verify``), with the arm
+    left out of both (one mask, grown by 3 px): the home frame's arm, where the chain puts
+    it at the start (``cover``), and whatever in the start frame lies outside the range
+    the calibration's background (in the start's light, ``light``) takes over 5x5 px (so
+    a scene shifted by 1-2 px is not taken for arm) in blobs wider than a thin line (a
+    morphological opening). A light change leaves the gradients' phase as it is. A
+    rollout from a moved camera draws the calibration's background and home arm off by
+    the shift: such starts are said (:data:`CAMERA_SHIFT_WARN_PX`), and ``calibrate
+    verify`` measures it properly. Where the arm and a dense texture leave little of a
+    small frame, the common mask pulls the peak towards no shift (a 32x32 test scene
+    shifted by 2 px read 0.2-0.5 px): a moved camera may then go unsaid.
+
+    Args:
+        chain: :class:`ChainCalibration`.
+        start: uint8 ``[H, W, 3]`` on the chain's grid.
+        light: the start's :class:`LightMatch` (None: unchanged).
+        cover: bool ``[H, W]``, where the chain puts the arm at the start (None: only the
+            home frame's arm and the differences are left out).
+
+    Returns:
+        ``{"shift_px": [dx, dy], "shift": float (px), "response": float (the
+        correlation's peak, about 1 for the same scene), "moved": bool (shift >=
+        CAMERA_SHIFT_WARN_PX)}``.
+    """
+    import cv2
+
+    img = np.asarray(start)
+    bg = (light or LightMatch.unchanged()).apply(chain.background)
+    # outside the background's range over 5x5 px: the arm, not a scene shifted by 1-2 px
+    box = np.ones((5, 5), np.uint8)
+    above = img.astype(np.float32) - cv2.dilate(bg, box)
+    below = cv2.erode(bg, box) - img.astype(np.float32)
+    outside = (np.maximum(above, 0) + np.maximum(below, 0)).sum(-1)
+    differs = ((outside > START_AGREEMENT_CHANGE)
+               | ~np.asarray(chain.background_seen, bool)).astype(np.uint8)
+    differs = cv2.morphologyEx(differs, cv2.MORPH_OPEN, np.ones((3, 3), np.uint8))
+    arm = (differs > 0) | np.asarray(chain.robot, bool)
+    if cover is not None:
+        arm |= np.asarray(cover, bool)
+    keep = (cv2.dilate(arm.astype(np.uint8), np.ones((7, 7), np.uint8)) == 0
+            ).astype(np.float32)
+
+    def grad(rgb: np.ndarray) -> np.ndarray:
+        g = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2GRAY).astype(np.float32)
+        return cv2.magnitude(cv2.Sobel(g, cv2.CV_32F, 1, 0, ksize=3),
+                             cv2.Sobel(g, cv2.CV_32F, 0, 1, ksize=3)) * keep
+
+    win = cv2.createHanningWindow(img.shape[1::-1], cv2.CV_32F)
+    (dx, dy), response = cv2.phaseCorrelate(grad(chain.home_frame), grad(img), win)
+    shift = float(np.hypot(dx, dy))
+    return {"shift_px": [round(float(dx), 3), round(float(dy), 3)], "shift": round(shift, 3),
+            "response": round(float(response), 3), "moved": shift >= CAMERA_SHIFT_WARN_PX}
 
 
 def start_agreement(chain: ChainCalibration, start: np.ndarray,
@@ -984,9 +1058,10 @@ def start_agreement(chain: ChainCalibration, start: np.ndarray,
 
     Returns:
         ``{"arm_on_arm": float or None, "arm_drawn": float or None, "judged_px": int,
-        "differs_px": int, "light": LightMatch.summary()}``; a share is None where no
-        pixel decides it (the chain's arm lies wholly where the background was never seen,
-        or nothing differs).
+        "differs_px": int, "light": LightMatch.summary(), "camera": camera_shift(...)}``
+        (:func:`camera_shift`: has the camera moved); a share is None where no pixel
+        decides it (the chain's arm lies wholly where the background was never seen, or
+        nothing differs).
 
     Raises:
         RuntimeInputError: a start of another size, readings of another width.
@@ -1004,7 +1079,8 @@ def start_agreement(chain: ChainCalibration, start: np.ndarray,
             if n_judged else None,
             "arm_drawn": round(float((cover & differs).sum() / n_differs), 4)
             if n_differs else None,
-            "judged_px": n_judged, "differs_px": n_differs, "light": light.summary()}
+            "judged_px": n_judged, "differs_px": n_differs, "light": light.summary(),
+            "camera": camera_shift(chain, start, light, cover)}
 
 
 # -- the rollout ---------------------------------------------------------------------------
