@@ -45,8 +45,8 @@ __all__ = ["ANCHOR_FROM_CACHE", "CHAIN_FROM_CACHE", "StagedOutput", "add_anchor_
            "anchor_chain", "active_bundle_dir", "add_chain_arg", "say_light_change",
            "say_camera_moved",
            "add_context_args", "add_model_args", "cached_chain_key", "chain_mode",
-           "chain_model_identity",
-           "chain_store_hint",
+           "chain_model_identity", "chain_rollout_rate",
+           "chain_store_hint", "DEFAULT_CHAIN_RATE_HZ",
            "default_context_source", "describe_identity", "describe_model", "get_context",
            "model_dir_of",
            "model_identity", "non_negative_float", "open_chain", "open_model", "positive_int",
@@ -446,10 +446,34 @@ def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode 
                                   chain.rad_per_unit)
     # the actions are per frame of the start episode where one is given (any rate), else of
     # the calibration
-    fps = float(episode.metadata.fps) if episode is not None else chain.frame_rate_hz
+    fps, _ = chain_rollout_rate(chain, episode, str(args.start))
     lines += action_speed_warnings(actions, fps, chain.dof_names, actions_from,
                                    chain.rad_per_unit, chain.prismatic)
     return say_warnings(lines)
+
+
+#: The rollout rate of the chain model (Hz) where neither the start nor the chain's
+#: calibration records one.
+DEFAULT_CHAIN_RATE_HZ = 10.0
+
+
+def chain_rollout_rate(chain: Any, episode: Episode | None, start: str) -> tuple[float, str]:
+    """The frame rate of a chain rollout and where it comes from: ``(fps Hz, text)``.
+
+    The actions are per frame of the start episode, so its ``metadata.fps`` where the start
+    is an episode (``start`` names it); the chain calibration's episode's rate
+    (:attr:`edge.runtime.chain.ChainCalibration.frame_rate_hz`) only where the start is a
+    bare frame; else :data:`DEFAULT_CHAIN_RATE_HZ`. ``simulate --chain`` writes its
+    ``prediction.mp4`` and ``step_times_s`` at it, ``precheck --chain`` its
+    ``step_times_s``, and the speed warnings judge the actions per frame of it.
+    """
+    if episode is not None:
+        return float(episode.metadata.fps), f"the start episode's, {start} metadata.fps"
+    if chain.frame_rate_hz:
+        return float(chain.frame_rate_hz), ("the chain's calibration episode's, "
+                                            "info.calibration.fps: the start is a frame")
+    return DEFAULT_CHAIN_RATE_HZ, ("assumed: the start is a frame and the chain records no "
+                                   "calibration rate")
 
 
 #: The record :class:`StagedOutput` keeps in an output folder: which command wrote it and

@@ -29,6 +29,7 @@ from edge.commands.common import (
     chain_input_warnings,
     chain_mode,
     chain_model_identity,
+    chain_rollout_rate,
     check_out_dir,
     describe_identity,
     get_context,
@@ -276,11 +277,13 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                         frames: np.ndarray, names: list[str] | None,
                         reference: np.ndarray | None, robot_counts: np.ndarray | None,
                         ident: dict, context: str, stale: str | None, fps: float,
-                        warnings: list[str], start_agreement: dict | None = None):
+                        warnings: list[str], start_agreement: dict | None = None,
+                        extra: dict | None = None):
     """The verdicts (:func:`edge.precheck.evaluate.evaluate`) and the output folder
     (``report.json``, ``report.png``, ``prediction.npz``, all at once); returns
     ``(result, paths)``. ``start_agreement``: the chain model's (:func:`edge.commands.
-    common.anchor_chain`), recorded as it is."""
+    common.anchor_chain`), recorded as it is; ``extra``: more keys of ``report.json`` (the
+    chain model's ``frame_rate_hz`` and ``frame_rate_from``)."""
     result = evaluate(rules, start, q0, actions, frames, names, goal,
                       reference_frames=reference, robot_counts=robot_counts)
     report = {
@@ -291,6 +294,7 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
         "horizon": int(actions.shape[1]), "calibration_warning": stale,
         "warnings": [*getattr(args, "setup_warnings", []), *warnings],
         **({"start_agreement": start_agreement} if start_agreement is not None else {}),
+        **(extra or {}),
         "chosen": None if result.chosen is None else result.verdicts[result.chosen].name,
         "chosen_index": result.chosen,
         "keepout_basis": result.keepout_basis,
@@ -393,10 +397,11 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         inside = keep_out_mask(ko, *chain.resolution) > 0
         robot_counts = (cover & inside).sum((-1, -2)).astype(np.int32)
     ident = chain_model_identity(args, chain, source)
-    fps = chain.frame_rate_hz or 10.0
+    fps, fps_from = chain_rollout_rate(chain, episode, str(args.start))
     result, paths = _evaluate_and_write(
         args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,
-        f"chain calibration {source}", stale, fps, warnings, agreement)
+        f"chain calibration {source}", stale, fps, warnings, agreement,
+        {"frame_rate_hz": fps, "frame_rate_from": fps_from})
     return _print_result(ident, result, paths)
 
 

@@ -38,6 +38,7 @@ from edge.commands.common import (
     chain_input_warnings,
     chain_mode,
     chain_model_identity,
+    chain_rollout_rate,
     check_out_dir,
     describe_identity,
     get_context,
@@ -257,6 +258,8 @@ def _print_summary(report: dict, paths: list[Path]) -> None:
     print(describe_identity(report["model_id"]))
     for p in paths:
         print(p)
+    if report.get("frame_rate_from"):  # the chain model's: which rate the outputs are at
+        print(f"frames at {report['frame_rate_hz']:g} Hz ({report['frame_rate_from']})")
     if report["summary"]:
         s = report["summary"]
         print(f"mean PSNR {s['psnr_db']} dB, SSIM {s['ssim']}, motion PSNR "
@@ -296,7 +299,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     pred = chain_rollout(chain, start, q0, actions)
     rollout_s = time.perf_counter() - t0
     truth = episode.frames[1:1 + horizon] if truth_given and episode is not None else None
-    fps = chain.frame_rate_hz or (episode.metadata.fps if episode is not None else 10.0)
+    fps, fps_from = chain_rollout_rate(chain, episode, str(args.start))
     report = {
         "model": "chain", "model_sha256": chain.sha256(),
         "model_id": chain_model_identity(args, chain, source),
@@ -306,6 +309,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
         "start": str(args.start), "start_joint_positions": [round(float(x), 6) for x in q0],
         "actions": str(args.actions) if args.actions else "start episode",
         "candidates": n, "horizon": horizon, "names": names,
+        "frame_rate_hz": fps, "frame_rate_from": fps_from,
         "timings_s": {"rollout": round(rollout_s, 6),
                       "frames_per_s": round(n * horizon / rollout_s, 2) if rollout_s > 0
                       else None, "total": None},
