@@ -284,7 +284,12 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     from edge.commands.common import motion_twins
     from edge.episode import load_episode
     from edge.fileio import sha256_file, write_json_atomic
-    from edge.runtime.chain import fit_sheet, save_chain_calibration
+    from edge.runtime.chain import (
+        fit_sheet,
+        save_chain_calibration,
+        unmodelled_channels,
+        unmodelled_note,
+    )
     from edge.visual import write_png
     from export.errors import ExportError
     from export.models.chain_fit import (
@@ -357,6 +362,10 @@ def _run_read_chain(args: argparse.Namespace) -> int:
         raise ExportError(f"{args.calibration}: {exc}") from None
     chain.info["calibration"]["file"] = str(args.calibration)
     chain.info["calibration"]["sha256"] = sha256_file(args.calibration)
+    unmodelled = unmodelled_channels(chain)
+    if unmodelled:
+        print(f"warning: {unmodelled_note(unmodelled, str(out))}", file=sys.stderr,
+              flush=True)
     # the fit redrawn at each channel's sweep peak, beside the recording (at the sweep's
     # poses, as it was read: a recording of another timing names no segments of its own)
     sheet, rows = fit_sheet(chain, ep, f"{args.calibration}: fit residual "
@@ -365,7 +374,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
               "info": chain.info, "residual_px": dict(zip(chain.dof_names,
                                                           np.round(chain.residual_px, 4).tolist(),
                                                           strict=True)),
-              "sweep_peaks": rows}
+              "sweep_peaks": rows, "unmodelled_channels": unmodelled}
     sheet_path, json_path = out.with_suffix(".png"), out.with_suffix(".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -90,3 +90,91 @@ def test_a_chain_read_at_30_hz_rolls_out_at_the_start_episode_s_rate(tmp_path, c
         t = z["step_times_s"]
     np.testing.assert_allclose(t, np.arange(1, len(t) + 1) / 10.0)
     assert rep["frame_rate_hz"] == 10.0 and "the start episode" in rep["frame_rate_from"]
+
+
+def _three_channel_calibration(tmp_path: Path) -> tuple[Path, float]:
+    """The two-link sweep of tests/test_chain_fit.py (128x128 for a 32x32 grid) with a
+    third channel, ``wrist``, whose sweep moves nothing the camera sees."""
+    from edge.episode import CalibrationSegment, Episode, EpisodeMetadata, save_episode
+    from tests.test_chain_fit import SIZE, F, TwoLinkArm, _render_sweep
+
+    arm = TwoLinkArm()
+    q2, _ = arm.sweep()
+    frames2 = _render_sweep(arm, q2, 4)
+    q = np.concatenate([np.concatenate([q2, np.zeros((8, 2))]), np.zeros((25, 1))], 1)
+    q[17:25, 2] = [0.1, 0.3, 0.4, 0.4, 0.3, 0.1, 0.0, 0.0]
+    frames = np.concatenate([frames2, np.repeat(frames2[:1], 8, 0)])
+    fovy = float(np.degrees(2 * np.arctan(0.5 * SIZE / F)))
+    meta = EpisodeMetadata(
+        cell_id="three-ch", camera_id="cam", robot_id="arm", robot="two-link",
+        dof_names=("shoulder", "elbow", "wrist"), dof_units=("rad", "rad", "rad"), fps=10.0,
+        kind="calibration", camera={"fovy_deg": fovy},
+        segments=(CalibrationSegment("shoulder", 0, 8, 0.4),
+                  CalibrationSegment("elbow", 8, 16, 0.4),
+                  CalibrationSegment("wrist", 16, 24, 0.4)))
+    acts = np.zeros((len(q), 3), np.float32)
+    acts[:-1] = np.diff(q, axis=0)
+    ep = Episode(frames, acts, np.arange(len(q)) / 10.0, meta, joint_positions=q)
+    return save_episode(ep, tmp_path / "cal3.npz"), fovy
+
+
+def test_a_channel_the_chain_does_not_model_is_named_everywhere(tmp_path, capsys):
+    """A channel whose sweep moves no arm pixel gets a zero axis and carries nothing: it
+    was left out silently ("(1 of 2 channels)" in the log, ok elsewhere) and turning it
+    alone predicted no change. read-chain, chain.json, calibrate store --chain and
+    simulate / precheck with actions on it now name it and say why."""
+    from tests.test_chain_fit import SIZE
+
+    cal, _ = _three_channel_calibration(tmp_path)
+    out = tmp_path / "chain.npz"
+    assert main(["model", "read-chain", "--calibration", str(cal), "--out", str(out),
+                 "--grid", str(SIZE), "--photometric", "0", "--threads", "1"]) == 0
+    cap = capsys.readouterr()
+    log = cap.out + cap.err
+    chain = load_chain_calibration(out)
+    assert not chain.axes[2].any() and not chain.carried[2].any()
+    assert re.search(r"warning: .*wrist.*not modelled", log), log
+    assert "moved 0 arm pixels" in log
+    report = json.loads(out.with_suffix(".json").read_text())
+    (row,) = report["unmodelled_channels"]
+    assert row["channel"] == "wrist" and row["index"] == 2 and "moved 0 arm pixels" in \
+        row["why"]
+    assert chain.info["unmodelled_channels"] == report["unmodelled_channels"]
+    # stored in the cache: said on store
+    cache = str(tmp_path / "cache")
+    assert main(["calibrate", "store", str(cal), "--chain", str(out), "--cache-dir", cache,
+                 "--force", "synthetic sweep"]) == 0
+    cap = capsys.readouterr()
+    assert re.search(r"warning: .*wrist.*not modelled", cap.out + cap.err)
+    # a start held at home, actions turning the wrist only: said once, naming it
+    from edge.episode import save_episode
+
+    ep = load_episode(cal)
+    small = ep.frames.reshape(len(ep.frames), SIZE, 4, SIZE, 4, 3).mean((2, 4)).round() \
+        .astype(np.uint8)
+    still = dataclasses.replace(ep, frames=np.repeat(small[:1], 5, 0),
+                                actions=np.zeros((5, 3), np.float32),
+                                timestamps=np.arange(5) / 10.0,
+                                joint_positions=np.repeat(ep.joint_positions[:1], 5, 0),
+                                metadata=dataclasses.replace(ep.metadata, kind="motion",
+                                                             segments=()),
+                                robot_mask=None, ee_px=None)
+    start = save_episode(still, tmp_path / "still.npz")
+    acts = np.zeros((2, 4, 3), np.float32)
+    acts[0, :, 2] = 0.1
+    np.save(tmp_path / "acts.npy", acts)
+    assert main(["simulate", "--chain", str(out), "--start", str(start), "--actions",
+                 str(tmp_path / "acts.npy"), "--out", str(tmp_path / "sim")]) == 0
+    err = capsys.readouterr().err
+    said = [ln for ln in err.splitlines() if "not predicted" in ln]
+    assert len(said) == 1 and "wrist" in said[0] and "shoulder" not in said[0], err
+    m = json.loads((tmp_path / "sim" / "metrics.json").read_text())
+    assert any("wrist" in w and "not predicted" in w for w in m["warnings"])
+    # actions that leave it still: nothing said
+    acts[0, :, 2] = 0.0
+    acts[0, :, 0] = 0.05
+    np.save(tmp_path / "acts.npy", acts)
+    assert main(["simulate", "--chain", str(out), "--start", str(start), "--actions",
+                 str(tmp_path / "acts.npy"), "--out", str(tmp_path / "sim2")]) == 0
+    assert "not predicted" not in capsys.readouterr().err
+

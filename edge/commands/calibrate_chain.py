@@ -160,7 +160,7 @@ def run_store_chain(args: argparse.Namespace) -> int:
     """``calibrate store ... --chain [FILE]`` (see the module docstring)."""
     from edge.cache.store import CalibrationCache, check_writable, default_root
     from edge.cache.values import CacheKey
-    from edge.runtime.chain import CHAIN_MODEL_SHA256
+    from edge.runtime.chain import CHAIN_MODEL_SHA256, unmodelled_channels, unmodelled_note
 
     if args.model:
         raise CalibrateError("--model: not with --chain (the chain calibration is the chain "
@@ -207,6 +207,10 @@ def run_store_chain(args: argparse.Namespace) -> int:
     with CalibrationCache(root) as cache:
         replaced = cache.info(key) is not None
         cache.put(key, episode, chain, report, reference, forced=forced, forced_reason=reason)
+    unmodelled = unmodelled_channels(chain)
+    if unmodelled:
+        print(f"warning: {unmodelled_note(unmodelled, f'chain calibration ({source})')}",
+              file=sys.stderr, flush=True)
     fit = chain.residual_px
     print(f"stored {key.cell_id}/{key.camera_id}/{key.robot_id}/{key.model_sha256[:12]} "
           f"(chain calibration: {int(chain.robot.sum())} arm pixels, {chain.num_dof} channels, "
@@ -232,7 +236,7 @@ def _write_fit_sheet(chain: Any, episode: Any, args: argparse.Namespace, key: An
     id>`` for ``--cell``), where ``calibrate check`` writes its sheets; None (said on stderr)
     where the sweep cannot be drawn. The entry is stored either way."""
     from edge.fileio import write_json_atomic
-    from edge.runtime.chain import fit_sheet
+    from edge.runtime.chain import fit_sheet, unmodelled_channels
     from edge.state import check_dir, claim_check_dir
     from edge.visual import write_png
 
@@ -247,7 +251,8 @@ def _write_fit_sheet(chain: Any, episode: Any, args: argparse.Namespace, key: An
     write_json_atomic(folder / "chain.json", {
         "cell": [key.cell_id, key.camera_id, key.robot_id], "chain_sha256": chain.sha256(),
         "residual_px": dict(zip(chain.dof_names, np.round(chain.residual_px, 4).tolist(),
-                                strict=True)), "sweep_peaks": rows})
+                                strict=True)), "sweep_peaks": rows,
+        "unmodelled_channels": unmodelled_channels(chain)})
     path = write_png(folder / "chain.png", sheet)
     claim_check_dir(folder, args.episode or key.cell_id)
     return path

@@ -449,7 +449,33 @@ def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode 
     fps, _ = chain_rollout_rate(chain, episode, str(args.start))
     lines += action_speed_warnings(actions, fps, chain.dof_names, actions_from,
                                    chain.rad_per_unit, chain.prismatic)
+    moving = unmoved_channel_warning(chain, actions, actions_from)
+    if moving:
+        lines.append(moving)
     return say_warnings(lines)
+
+
+def unmoved_channel_warning(chain: Any, actions: Any, actions_from: str) -> str | None:
+    """One line naming the channels the chain does not model
+    (:func:`edge.runtime.chain.unmodelled_channels`) that the actions ``[N, T, K]`` (from
+    ``actions_from``) move: their motion is not predicted; None where they move none."""
+    import numpy as np
+
+    from edge.runtime.chain import unmodelled_channels
+
+    a = np.asarray(actions)
+    if a.ndim != 3 or not a.size:
+        return None
+    rows = [r for r in unmodelled_channels(chain)
+            if r["index"] < a.shape[2] and np.any(a[:, :, r["index"]] != 0)]
+    if not rows:
+        return None
+    named = ", ".join(f"{r['channel']} [{r['index']}]" for r in rows)
+    whys = "; ".join(f"{r['channel']}: {r['why']}" for r in rows)
+    return (f"{actions_from}: the actions move {named}, which the chain calibration does "
+            f"not model ({whys}): that motion is not predicted (the arm is drawn as if "
+            "those channels stood still, and keep-out rules cannot fire for them); sweep "
+            "them over a wider range and read the chain again")
 
 
 #: The rollout rate of the chain model (Hz) where neither the start nor the chain's

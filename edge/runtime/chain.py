@@ -46,7 +46,7 @@ __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
            "HOME_JOINTS_TOLERANCE_RAD", "JOINT_SCALE_HELP", "JOINT_SCALE_MODES",
            "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
            "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
-           "home_differences",
+           "home_differences", "unmodelled_channels", "unmodelled_note",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
            "AUTO_ANCHOR_BELOW", "LOW_START_AGREEMENT", "START_AGREEMENT_CHANGE",
            "CAMERA_SHIFT_WARN_PX", "camera_shift",
@@ -287,6 +287,49 @@ class ChainCalibration:
         h.update(repr(float(self.focal_px)).encode())
         h.update(json.dumps(self.dof_names).encode())
         return h.hexdigest()
+
+
+def unmodelled_channels(chain: ChainCalibration, why: dict[int, str] | None = None
+                        ) -> list[dict[str, Any]]:
+    """The channels the chain does not model: no axis (or no slide) and no arm pixel
+    carried, so turning them alone predicts no change.
+
+    Args:
+        chain: the chain calibration.
+        why: ``{channel index: reason}`` from the read (``ChainFit.left_out``); None: the
+            reasons recorded in ``chain.info["unmodelled_channels"]``, else a general one.
+
+    Returns:
+        ``[{"channel": name, "index": k, "why": text}]`` in channel order; empty when every
+        channel is modelled.
+    """
+    recorded = {int(r["index"]): str(r["why"])
+                for r in chain.info.get("unmodelled_channels") or ()
+                if isinstance(r, dict) and "index" in r and "why" in r}
+    reasons = recorded if why is None else {int(c): str(w) for c, w in why.items()}
+    axes = np.asarray(chain.axes, np.float64)
+    carried = np.asarray(chain.carried)
+    out = []
+    for c, name in enumerate(chain.dof_names):
+        if np.any(axes[c]) and np.any(carried[c] > 0):
+            continue
+        out.append({"channel": name, "index": c,
+                    "why": reasons.get(c, "the calibration showed no motion of it: no axis, "
+                                          "no arm pixel carried")})
+    return out
+
+
+def unmodelled_note(rows: list[dict[str, Any]], where: str) -> str:
+    """One line naming the channels of :func:`unmodelled_channels` (``rows``) and why, for
+    ``where`` (the chain's name): what ``model read-chain`` and ``calibrate store --chain``
+    warn about."""
+    named = ", ".join(f"{r['channel']} [{r['index']}]" for r in rows)
+    whys = "; ".join(f"{r['channel']}: {r['why']}" for r in rows)
+    one = len(rows) == 1
+    return (f"{where}: {named} {'is' if one else 'are'} not modelled ({whys}): the chain "
+            f"predicts no motion of {'it' if one else 'them'}, so keep-out rules never fire "
+            f"for {'it' if one else 'them'}; sweep {'it' if one else 'each'} over a range that "
+            "moves the arm in view, then read the chain again")
 
 
 def chain_bytes(chain: ChainCalibration, where: str = "chain calibration") -> bytes:

@@ -55,7 +55,7 @@ __all__ = ["MotionEpisodeError", "ChainFit", "sweep_tracks", "sweep_robot_mask",
            "NOMINAL_SWEEP_RAD", "SCALE_STARTS", "anchor_chain_to_start", "ANCHOR_COPIES",
            "twin_candidates", "choose_twins", "TWIN_MIN_GAIN", "TWIN_BLUR_PX",
            "TWIN_CONFIRM_BLUR_PX", "motion_frames_to_use", "frame_noise_levels",
-           "TRACK_STILL_NOISE"]
+           "TRACK_STILL_NOISE", "MIN_CARRIED_PX"]
 
 #: A channel whose turn per unit of reading is fitted (``fit_chain(scale_free=...)``)
 #: starts from a sweep of this many rad (the planner sweeps 0.3-0.5 rad; 0.2-0.8 were
@@ -75,6 +75,11 @@ MAX_SWEEP_RAD = float(np.pi)
 #: 0.81 read in rad; README, "Readings in degrees, counts or a normalised range"). Encoder
 #: counts (4096 a turn: 0.2 rad is 130) and tenths of a degree (0.2 rad is 115) lie above.
 DEGREES_MAX_SWEEP_RAD = 1.0
+#: A channel whose sweep moves fewer arm pixels than this (at its far end, or explained by
+#: its turn once fitted) gets no axis: the chain does not model it (zero axis, carries
+#: nothing; ``ChainFit.left_out`` and the calibration's ``info["unmodelled_channels"]``
+#: say why).
+MIN_CARRIED_PX = 3
 
 
 @dataclass
@@ -97,6 +102,9 @@ class ChainFit:
         residual_px: float64 ``[K]``, each channel's RMS track residual after the fit, px.
         travel_per_unit: float64 ``[K]``, a prismatic channel's slide (depth unit) per unit
             of its reading (m); 0 for a revolute channel. None: every channel revolute.
+        left_out: ``{channel index: why}``, the channels :func:`fit_chain` gave no axis
+            (fewer than :data:`MIN_CARRIED_PX` arm pixels moved with them); None where not
+            recorded (a fit rebuilt from a calibration).
     """
 
     robot: np.ndarray
@@ -109,6 +117,7 @@ class ChainFit:
     centre_px: np.ndarray
     residual_px: np.ndarray
     travel_per_unit: np.ndarray | None = None
+    left_out: dict[int, str] | None = None
 
     def __post_init__(self) -> None:
         if self.travel_per_unit is None:
@@ -503,6 +512,9 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         peak = far >= 0.75 * far.max() if far.max() > 0 else np.zeros(b - a, bool)
         if n and peak.any():
             moves[c] = mag[a:b][peak][:, ys, xs].mean(0) > moving_px
+    moved_px = moves.sum(1)  # (K,) arm pixels each sweep moved at its far end
+    swept = np.array([np.abs(q[a:b, c] - q[0, c]).max() > 0
+                      for c, (a, b) in enumerate(segments)])
     carried = _carried_from_tracks(moves)
     pairs = torch.from_numpy(_neighbour_pairs(robot))
     dt = torch.float64
@@ -566,7 +578,7 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
     known = np.zeros(n, bool)
     logz_known = np.zeros(n)
     order = [int(c) for c in np.argsort(-carried.sum(1), kind="stable")
-             if carried[c].sum() >= 3]
+             if carried[c].sum() >= MIN_CARRIED_PX]
     for done, c in enumerate(order):
         t_channel = time.perf_counter()
         sel_np = np.nonzero(carried[c])[0]
@@ -621,7 +633,8 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
     logz_t = torch.tensor(np.where(known, logz_known, logz_known[known].mean()
                                    if known.any() else 0.0), dtype=dt, requires_grad=True)
     ls_t = torch.tensor(log_scale, dtype=dt, requires_grad=bool(free.any()))
-    active = [c for c in range(k) if carried[c].sum() >= 3]
+    active = [c for c in range(k) if carried[c].sum() >= MIN_CARRIED_PX]
+    first_active = set(active)
 
     def refine(nsteps):
         opt = torch.optim.Adam([axis_t, pivot_t, logz_t] + ([ls_t] if free.any() else []),
@@ -649,8 +662,22 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
             moves[c] = (r_rot < r_static).numpy()
     carried = _carried_from_tracks(moves)
     set_carried(carried)
-    active = [c for c in range(k) if carried[c].sum() >= 3]
+    active = [c for c in range(k) if carried[c].sum() >= MIN_CARRIED_PX]
     refine(refine_steps // 2)
+    left_out = {}
+    for c in range(k):
+        if c in active:
+            continue
+        if not swept[c]:
+            why = "its joint reading did not change in its sweep segment"
+        elif c not in first_active:
+            why = (f"its sweep moved {int(moved_px[c])} arm pixels of {n}, fewer than the "
+                   f"{MIN_CARRIED_PX} an axis is read from")
+        else:
+            why = (f"its sweep moved {int(moved_px[c])} arm pixels, but its fitted turn "
+                   f"explained the tracks of fewer than {MIN_CARRIED_PX} of them")
+        left_out[c] = why
+        say(f"channel {c}: not modelled: {why}")
     with torch.no_grad():
         logz = logz_t - logz_t.median()  # gauge: median depth 1
         scale = float(torch.exp(-logz_t.median()))
@@ -677,7 +704,7 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         rad_per_unit = np.where(slide, 0.0, np.where(free, np.exp(ls_t.detach().numpy()), 1.0))
     return ChainFit(robot, logz.exp().numpy(), axes, pivots, carried.astype(np.float64),
                     rad_per_unit, f, np.asarray(centre_px, np.float64), res,
-                    travel_per_unit=travel)
+                    travel_per_unit=travel, left_out=left_out)
 
 
 def chain_positions(fit: ChainFit, offsets: np.ndarray, upsample: int = 1
@@ -1331,8 +1358,10 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     if photometric_size:
         small = np.stack([cv2.resize(f, (photometric_size, photometric_size),
                                      interpolation=cv2.INTER_AREA) for f in frames])
+        left_out = fit.left_out
         fit, _ = refine_photometric(fit, small, joint_positions, log=log,
                                     scale_free=scale_free, **(refine_options or {}))
+        fit = replace(fit, left_out=left_out)
     return fit
 
 
@@ -1879,6 +1908,11 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                                             if m]} if as_degrees.any() else {})},
             "arm_pixels": int(fit.robot.sum()), "seconds": round(time.perf_counter() - t0, 1)}
     chain = as_calibration(fit, grid[0], q[0], background, names, info)
+    from edge.runtime.chain import unmodelled_channels
+
+    # the channels it gives no axis, and why (read-chain, calibrate store and the rollouts
+    # name them)
+    chain.info["unmodelled_channels"] = unmodelled_channels(chain, fit.left_out)
     if motions:
         chain = refine_chain_with_motion(chain, episode, motions, photometric_size or 128,
                                          log=log, twins=motion_twins)
