@@ -281,3 +281,60 @@ def test_a_chain_from_the_cache_is_anchored_when_it_misplaces_the_arm_at_the_sta
                  "--no-anchor", "--out", str(tmp_path / "onnx")]) == 2
     assert "--no-anchor: only with --chain" in capsys.readouterr().err
     assert not (tmp_path / "both").exists() and not (tmp_path / "onnx").exists()
+
+
+def test_calibrate_validate_scores_the_chain_simulate_runs(tilted, tmp_path, capsys,
+                                                           monkeypatch):
+    """``calibrate validate --chain`` follows the runtime's anchoring default: a start
+    agreement below AUTO_ANCHOR_BELOW anchors the cached chain with the cached calibration
+    episode first, as ``simulate --cell ID --chain`` does, so both score the same rollout
+    and record the same decision (validate never anchored and reported the unanchored
+    score without a word); ``--no-anchor`` keeps the chain as read, and without torch it
+    says so. The agreement is set, to test the decision (as above)."""
+    import importlib.util
+
+    import edge.runtime.chain as runtime_chain
+    import export.models.chain_fit as chain_fit
+    from edge.cli import main
+
+    monkeypatch.setattr(chain_fit, "MOTION_REFINE_STEPS", (20,))
+    monkeypatch.setattr(chain_fit, "MOTION_REFINE_BLUR_PX", (1.0,))
+
+    def agreement(chain, start, q0, change=30.0):
+        return {"arm_on_arm": 0.9 if "anchor" in chain.info else 0.3, "arm_drawn": 0.5,
+                "judged_px": 100, "differs_px": 120, "light": None, "camera": None}
+
+    monkeypatch.setattr(runtime_chain, "start_agreement", agreement)
+    cache, start_path = _cached_cell(tilted, tmp_path)
+    common = ["--cell", "two-link", "--chain", "--cache-dir", str(cache)]
+    assert main(["simulate", *common, "--start", str(start_path),
+                 "--out", str(tmp_path / "sim")]) == 0
+    sim = json.loads((tmp_path / "sim" / "metrics.json").read_text())
+    assert sim["start_agreement"]["anchored"] is True
+    capsys.readouterr()
+    validate = ["calibrate", "validate", *common, "--episode", str(start_path)]
+    assert main([*validate, "--out", str(tmp_path / "val")]) == 0
+    err = capsys.readouterr().err
+    assert "anchoring the chain at the start frame with cache:two-link/cam/arm" in err
+    val = json.loads((tmp_path / "val" / "report.json").read_text())
+    got, want = val["start_agreement"], sim["start_agreement"]
+    assert got["anchored"] is True and got["why"] == want["why"]
+    assert got["after"]["arm_on_arm"] == 0.9 and got["before"]["arm_on_arm"] == 0.3
+    assert val["fidelity"]["calibrated"]["psnr_db"] == pytest.approx(
+        sim["summary"]["psnr_db"], abs=0.05)
+    assert val["model"]["chain"].endswith("anchored at the start frame")
+
+    assert main([*validate, "--no-anchor", "--out", str(tmp_path / "no")]) == 0
+    no = json.loads((tmp_path / "no" / "report.json").read_text())
+    assert no["start_agreement"]["anchored"] is False
+    assert no["start_agreement"]["why"] == "--no-anchor: not anchored"
+    assert "anchoring the chain" not in capsys.readouterr().err
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    assert main([*validate, "--out", str(tmp_path / "notorch")]) == 0
+    assert "anchoring it there needs torch" in capsys.readouterr().err
+    nt = json.loads((tmp_path / "notorch" / "report.json").read_text())
+    assert nt["start_agreement"]["anchored"] is False
+    assert "needs torch" in nt["start_agreement"]["why"]

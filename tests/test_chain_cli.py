@@ -318,7 +318,7 @@ def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys,
     assert fid["calibrated"]["psnr_db"] == m["summary"]["psnr_db"]
     assert fid["gain_over_copy_last"]["psnr_db"] > 5.0
     assert (tmp_path / "val" / "report.png").is_file()
-    assert val["start_agreement"]["light"]["applied"] is False
+    assert val["start_agreement"]["before"]["light"]["applied"] is False
     # commissioned under another light: said and recorded as simulate does (it was matched
     # silently)
     import dataclasses
@@ -334,7 +334,7 @@ def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys,
                  "--out", str(tmp_path / "val_dim")]) == 0
     assert "note: the light changed since the calibration" in capsys.readouterr().err
     dim = json.loads((tmp_path / "val_dim" / "report.json").read_text())
-    assert dim["start_agreement"]["light"]["applied"] is True
+    assert dim["start_agreement"]["before"]["light"]["applied"] is True
     assert dim["fidelity"]["gain_over_copy_last"]["psnr_db"] > 5.0
     capsys.readouterr()
     assert main(["calibrate", "validate", "--cell", "sample-cell", "--chain", "--episode",

@@ -18,6 +18,7 @@ from edge.calibrate.errors import CalibrateError
 from edge.commands.common import (
     StagedOutput,
     active_bundle_dir,
+    add_anchor_arg,
     add_model_args,
     check_out_dir,
     describe_model,
@@ -599,6 +600,7 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
                    help="validate the cell's cached chain calibration ('calibrate store "
                         "--chain') on --episode, beside copying the start frame (implied "
                         "when the model in use is the chain model)")
+    add_anchor_arg(a)
     add_model_args(a)
     a.add_argument("--out", default="commissioning", metavar="DIR")
     a.set_defaults(func=run_validate)

@@ -383,14 +383,14 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     )
     from edge.commands.common import (
         StagedOutput,
+        anchor_chain,
         chain_store_hint,
         check_out_dir,
-        say_camera_moved,
-        say_light_change,
     )
     from edge.episode import load_episode
     from edge.fileio import write_json_atomic
-    from edge.runtime.chain import CHAIN_MODEL_SHA256, chain_rollout, start_agreement
+    from edge.runtime.chain import CHAIN_MODEL_SHA256, chain_rollout
+    from edge.runtime.errors import RuntimeInputError
     from edge.visual import contact_sheet, write_png
 
     if args.model:
@@ -399,6 +399,8 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     if not args.episode:
         raise CalibrateError("validate --chain: pass --episode FILE (a recorded validation "
                              "episode with joint readings)")
+    if getattr(args, "anchor", None) and getattr(args, "no_anchor", False):
+        raise CalibrateError("--anchor and --no-anchor: give one of the two")
     check_out_dir(args.out, "syncedge calibrate validate")  # before any work
     ep = load_episode(args.episode)
     with _cache(args) as cache:
@@ -422,11 +424,15 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     start, truth = frames[0], frames[1:]
     acts = ep.actions[:-1].astype(np.float64)[:, :chain.num_dof]
     q0 = np.asarray(ep.joint_positions[0, :chain.num_dof], np.float64)
-    # as simulate says and records it: the start's agreement with the chain, and a light
-    # changed since the calibration (matched by the rollout)
-    agreement = start_agreement(chain, start, q0)
-    say_light_change(agreement["light"])
-    say_camera_moved(agreement["camera"])
+    # as simulate decides, says and records it: the start's agreement with the chain (a
+    # light changed since the calibration, a camera moved), anchored at the start frame
+    # with the cached calibration episode where it is low (--anchor / --no-anchor decide)
+    where = f"cache:{key.cell_id}/{key.camera_id}/{key.robot_id}"
+    try:
+        chain, source, agreement = anchor_chain(args, chain, where, start, q0,
+                                                calibration=(entry.episode, where))
+    except RuntimeInputError as exc:
+        raise CalibrateError(str(exc)) from None
     t0 = time.perf_counter()
     pred = {"calibrated": chain_rollout(chain, start, q0, acts),
             "copy_last": np.repeat(start[None], len(acts), 0)}
@@ -439,11 +445,12 @@ def run_validate_chain(args: argparse.Namespace) -> int:
         "cell": {"cell_id": key.cell_id, "camera_id": key.camera_id,
                  "robot_id": key.robot_id, "robot": entry.episode.metadata.robot},
         "model": {"dir": None, "family": "chain", "sha256": chain.sha256(),
-                  "backend": "numpy"},
+                  "backend": "numpy", "chain": source},
         "validation_episode": {"source": str(args.episode), "frames": ep.num_frames,
                                "kind": ep.metadata.kind, "fps": ep.metadata.fps},
         "fidelity": {**fid, "gain_over_copy_last": gain},
         "start_agreement": agreement,
+        "warnings": [agreement["warning"]] if agreement["warning"] else [],
         "control_probe": {"available": False,
                           "reason": "the chain model places the arm itself; no probe"},
         **commissioning_calibration(entry, ep),
@@ -496,4 +503,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
     if use_chain_model(args, True):
         return run_validate_chain(args)
+    for flag, given in (("--anchor", getattr(args, "anchor", None)),
+                        ("--no-anchor", getattr(args, "no_anchor", False))):
+        if given:
+            raise CalibrateError(f"{flag}: only with --chain (anchoring refines the chain "
+                                 "model's calibration at the start frame)")
     return calibrate_cell.run_validate(args)

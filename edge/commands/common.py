@@ -798,10 +798,13 @@ def _chain_miss_why(args: argparse.Namespace, key: Any) -> str:
     return why
 
 
-def _anchor_episode(args: argparse.Namespace, anchor: str) -> tuple[Episode, str]:
+def _anchor_episode(args: argparse.Namespace, anchor: str,
+                    calibration: tuple[Episode, str] | None = None) -> tuple[Episode, str]:
     """The calibration episode to anchor with: ``anchor`` is :data:`ANCHOR_FROM_CACHE`
-    (the cache's, with the cached chain) or a file (the refinement checks that the chain
-    was read from it)."""
+    (``calibration`` where the caller holds it, else the cache's, with the cached chain)
+    or a file (the refinement checks that the chain was read from it)."""
+    if anchor == ANCHOR_FROM_CACHE and calibration is not None:
+        return calibration
     if anchor == ANCHOR_FROM_CACHE:
         if args.chain != CHAIN_FROM_CACHE:
             raise RuntimeInputError(f"--anchor: with --chain {args.chain}, give the "
@@ -855,7 +858,8 @@ def say_camera_moved(camera: dict[str, Any] | None) -> None:
           "record the calibration again if it says STALE", file=sys.stderr, flush=True)
 
 
-def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, q0: Any
+def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, q0: Any,
+                 calibration: tuple[Episode, str] | None = None
                  ) -> tuple[Any, str, dict[str, Any]]:
     """``(chain, source, decision)``: the chain refined at the start frame (the reader
     plug-in ``syncedge.chain_readers`` ``anchor``,
@@ -868,8 +872,10 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     start agreement (:func:`edge.runtime.chain.start_agreement`: the share of the arm it
     draws at the start that lies where the start frame shows something in front of the
     calibration's background) is below :data:`edge.runtime.chain.AUTO_ANCHOR_BELOW` and
-    the calibration episode is at hand (a chain from the cache); with a chain file, said
-    with the option that would anchor. A start agreement below
+    the calibration episode is at hand (a chain from the cache, or ``calibration``:
+    ``(episode, where)``, the cached episode ``calibrate validate --chain`` holds); with a
+    chain file, said with the option that would anchor. ``simulate``, ``precheck`` and
+    ``calibrate validate`` with the chain model all decide here. A start agreement below
     :data:`edge.runtime.chain.LOW_START_AGREEMENT` after that is warned about
     (``decision["warning"]``): measured on 64 held-out robot cells, such starts kept little
     over copying the start frame.
@@ -908,7 +914,7 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
         decided["why"] = f"{said}, but anchoring needs torch: not anchored"
         print(f"note: {said}; anchoring it there needs torch (pip install '.[train]'), not "
               "installed", file=sys.stderr, flush=True)
-    elif args.chain == CHAIN_FROM_CACHE:
+    elif calibration is not None or args.chain == CHAIN_FROM_CACHE:
         episode = ANCHOR_FROM_CACHE
         decided["why"] = f"{said}: anchored (--no-anchor skips it)"
         print(f"{said}: anchoring it at the start frame first (--no-anchor skips this)",
@@ -918,7 +924,7 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
         print(f"note: {said}; --anchor EPISODE (the calibration episode the chain was read "
               "from) refines it at the start frame first", file=sys.stderr, flush=True)
     if episode:
-        chain, source = _anchored(args, episode, chain, source, start, q0)
+        chain, source = _anchored(args, episode, chain, source, start, q0, calibration)
         decided["anchored"] = True
         decided["after"] = start_agreement(chain, start, q0)
     final = (decided["after"] or before)["arm_on_arm"]
@@ -933,16 +939,17 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
 
 
 def _anchored(args: argparse.Namespace, anchor: str, chain: Any, source: str, start: Any,
-              q0: Any) -> tuple[Any, str]:
+              q0: Any, calibration: tuple[Episode, str] | None = None) -> tuple[Any, str]:
     """The chain refined at the start frame with the episode ``anchor`` names (a file, or
-    :data:`ANCHOR_FROM_CACHE`), and the source text saying so (:func:`anchor_chain`)."""
+    :data:`ANCHOR_FROM_CACHE`: ``calibration`` where given), and the source text saying so
+    (:func:`anchor_chain`)."""
     import time
 
     from edge.plugins import load
 
     t0 = time.perf_counter()
 
-    episode, where = _anchor_episode(args, anchor)
+    episode, where = _anchor_episode(args, anchor, calibration)
     try:
         import torch
 
