@@ -178,3 +178,31 @@ def test_a_channel_the_chain_does_not_model_is_named_everywhere(tmp_path, capsys
                  str(tmp_path / "acts.npy"), "--out", str(tmp_path / "sim2")]) == 0
     assert "not predicted" not in capsys.readouterr().err
 
+
+def test_a_chain_stored_with_the_sweep_at_another_resolution_says_so(tmp_path, capsys):
+    """The sample chain was read from the 256x256 recording of the sweep; storing it with a
+    64x64 recording of the same sweep whose render differs by more than 2 levels (a lit
+    cell's shaded edges: 3.3 on the virtual cell) was refused as "read from another
+    calibration episode". The refusal now names both resolutions and the episode to
+    store."""
+    import cv2
+
+    from edge.episode import save_episode
+
+    chain = load_chain_calibration(CHAIN)
+    assert chain.info["calibration"]["resolution"] == [256, 256]
+    ep = load_episode(SAMPLE / "calibration_256.npz")
+    small = np.stack([cv2.resize(f, (64, 64), interpolation=cv2.INTER_AREA)
+                      for f in ep.frames]).astype(np.int16)
+    small = np.clip(small + 4, 0, 255).astype(np.uint8)  # rendered a little brighter
+    cal64 = save_episode(dataclasses.replace(ep, frames=small, robot_mask=None, ee_px=None),
+                         tmp_path / "cal64.npz")
+    assert main(["calibrate", "store", str(cal64), "--chain", str(CHAIN), "--cache-dir",
+                 str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "256x256" in err and "64x64" in err, err
+    assert "samples/cell_sample/calibration_256.npz" in err, err
+    assert "another calibration episode" not in err, err
+    # the same sweep recorded at the chain's own resolution, unchanged, is still stored
+    assert main(["calibrate", "store", str(SAMPLE / "calibration_256.npz"), "--chain",
+                 str(CHAIN), "--cache-dir", str(tmp_path / "cache")]) == 0

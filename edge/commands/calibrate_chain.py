@@ -50,7 +50,9 @@ def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str
             order; home joint readings more than :data:`HOME_JOINTS_TOLERANCE_RAD` from
             the first of the episode at its sweep poses (:func:`edge.calibrate.ingest.at_sweep_poses`, what the chain is read
             from); a home frame that differs from that first frame (reduced by area to the
-            chain's grid) by more than 2 levels on average.
+            chain's grid) by more than 2 levels on average (said as a resolution other
+            than the one the chain was read from, ``info.calibration.resolution``, where it
+            is one: naming both and the episode to store).
     """
     from edge.calibrate.ingest import IngestError, at_sweep_poses
 
@@ -74,6 +76,18 @@ def check_chain_matches(chain: Any, episode: Any, where: str, episode_where: str
                              f"{None if q0 is None else np.round(q0, 4).tolist()}; it was "
                              "read from another calibration episode")
     if diff > HOME_FRAME_TOLERANCE:
+        cal = chain.info.get("calibration") or {}
+        read_hw = tuple(int(x) for x in cal.get("resolution") or ())
+        here_hw = tuple(int(x) for x in episode.frames.shape[1:3])
+        if len(read_hw) == 2 and read_hw != here_hw:  # the same sweep at another resolution
+            rh, rw = read_hw
+            raise CalibrateError(
+                f"{where}: read from a {rw}x{rh} calibration ({cal.get('file') or 'its info'}"
+                f"), but {episode_where} is {here_hw[1]}x{here_hw[0]}: its first frame "
+                f"differs from the chain's home_frame by {diff:.1f} levels on average "
+                f"(expected at most {HOME_FRAME_TOLERANCE:g}; a sweep rendered at another "
+                f"resolution differs on shaded edges); store the episode the chain was read "
+                f"from (the {rw}x{rh} one), or read the chain from this one")
         raise CalibrateError(f"{where}: home_frame differs from the first frame of "
                              f"{episode_where} by {diff:.1f} levels on average (expected at "
                              f"most {HOME_FRAME_TOLERANCE:g}): it was read from another "
