@@ -27,3 +27,24 @@ def make_episode(t: int = 6, a: int = 3, h: int = 8, w: int = 10, seed: int = 0,
         joint_positions=q if with_extras else None,
         ee_px=rng.uniform(0, w, size=(t, 2)).astype(np.float32) if with_extras else None,
         robot_mask=rng.random((t, h, w)) > 0.5 if with_extras else None)
+
+
+def precheck_kit_argv(out, chain) -> list[str]:
+    """The README's `syncedge precheck` command on the shipped kit, as arguments for
+    ``edge.cli.main``, run with the chain model ``chain`` (a path) instead of the warp
+    model, writing to ``out``."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    m = re.search(r"^(syncedge precheck --model models/reference .*?)(?<!\\)$", text,
+                  re.M | re.S)
+    assert m
+    argv = shlex.split(m.group(1).replace("\\\n", " "))[1:]
+    for flag in ("--model", "--calibration"):
+        i = argv.index(flag)
+        del argv[i:i + 2]
+    argv[argv.index("--out") + 1] = str(out)
+    return [*argv, "--chain", str(chain)]
+

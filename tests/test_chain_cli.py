@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from edge.cli import main
 from edge.episode import load_episode
 from edge.metrics import psnr
 from edge.runtime.chain import load_chain_calibration
+from tests.helpers import precheck_kit_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "cell_sample"
@@ -172,26 +172,13 @@ def test_simulate_chain_refuses_a_start_recorded_with_other_channels(tmp_path, c
     assert "metadata.dof_names" in capsys.readouterr().err
 
 
-def _kit_argv(out: Path) -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"^(syncedge precheck --model models/reference .*?)(?<!\\)$", text,
-                  re.M | re.S)
-    assert m
-    argv = shlex.split(m.group(1).replace("\\\n", " "))[1:]
-    for flag in ("--model", "--calibration"):
-        i = argv.index(flag)
-        del argv[i:i + 2]
-    argv[argv.index("--out") + 1] = str(out)
-    return [*argv, "--chain", str(CHAIN)]
-
-
 def test_precheck_chain_on_the_kit_agrees_with_the_truth(tmp_path, monkeypatch):
     """The kit's candidates and rules with the chain model: every verdict is the truth's
     (the kit records when each candidate truly breaks a rule, rendered by MuJoCo)."""
     man = json.loads((KIT / "manifest.json").read_text())
     truth = {c["name"]: c for c in man["candidates"]}
     monkeypatch.chdir(ROOT)
-    assert main(_kit_argv(tmp_path / "pc")) == 0
+    assert main(precheck_kit_argv(tmp_path / "pc", CHAIN)) == 0
     rep = json.loads((tmp_path / "pc" / "report.json").read_text())
     assert rep["model_id"]["name"] == "syncedge-chain"
     for v in rep["verdicts"]:
@@ -208,7 +195,7 @@ def test_precheck_chain_decides_keep_out_on_where_it_puts_the_arm(tmp_path, monk
     rules = rules.replace("image: goal.png", f"image: {KIT / 'goal.png'}")
     (tmp_path / "rules.yaml").write_text(rules)
     monkeypatch.chdir(ROOT)
-    argv = _kit_argv(tmp_path / "pc")
+    argv = precheck_kit_argv(tmp_path / "pc", CHAIN)
     argv[argv.index("--rules") + 1] = str(tmp_path / "rules.yaml")
     assert main(argv) == 0
     rep = json.loads((tmp_path / "pc" / "report.json").read_text())
@@ -304,7 +291,7 @@ def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys,
     assert m["model_id"]["folder"] == "cache:sample-cell/sample-cell-cam/sample-cell-kinova3"
     assert m["model_sha256"] == load_chain_calibration(CHAIN).sha256()
     monkeypatch.chdir(ROOT)
-    argv = _kit_argv(tmp_path / "pc")
+    argv = precheck_kit_argv(tmp_path / "pc", CHAIN)
     argv[argv.index("--chain") + 1:] = ["--cell", "sample-cell", "--cache-dir", cache]
     assert main(argv) == 0
     rep = json.loads((tmp_path / "pc" / "report.json").read_text())
@@ -363,7 +350,7 @@ def test_precheck_with_the_cached_chain_checks_the_camera_did_not_move(tmp_path,
     monkeypatch.chdir(ROOT)
 
     def run(live: str, stale: str, out: str) -> int:
-        argv = _kit_argv(tmp_path / out)
+        argv = precheck_kit_argv(tmp_path / out, CHAIN)
         argv[argv.index("--chain") + 1:] = ["--cell", "sample-cell", "--cache-dir", cache,
                                             "--verify-camera", str(tmp_path / live),
                                             "--stale", stale]
@@ -380,7 +367,8 @@ def test_precheck_with_the_cached_chain_checks_the_camera_did_not_move(tmp_path,
     rep = json.loads((tmp_path / "warned" / "report.json").read_text())
     assert "the camera moved" in rep["calibration_warning"]
     # a chain file has no cached reference: said, with the way that works
-    argv = _kit_argv(tmp_path / "file") + ["--verify-camera", str(tmp_path / "same.png")]
+    argv = precheck_kit_argv(tmp_path / "file", CHAIN) + ["--verify-camera",
+                                                          str(tmp_path / "same.png")]
     assert main(argv) == 2
     assert "--verify-camera: needs --chain with --cell" in capsys.readouterr().err
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shlex
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import numpy as np
 from edge.cli import main
 from edge.episode import load_episode
 from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+from tests.helpers import precheck_kit_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "cell_sample"
@@ -27,19 +27,6 @@ def _chain_with_info(tmp_path: Path, name: str, **calibration) -> Path:
     chain = load_chain_calibration(CHAIN)
     info = {**chain.info, "calibration": {**chain.info["calibration"], **calibration}}
     return save_chain_calibration(tmp_path / name, dataclasses.replace(chain, info=info))
-
-
-def _kit_argv(out: Path, chain: Path) -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"^(syncedge precheck --model models/reference .*?)(?<!\\)$", text,
-                  re.M | re.S)
-    assert m
-    argv = shlex.split(m.group(1).replace("\\\n", " "))[1:]
-    for flag in ("--model", "--calibration"):
-        i = argv.index(flag)
-        del argv[i:i + 2]
-    argv[argv.index("--out") + 1] = str(out)
-    return [*argv, "--chain", str(chain)]
 
 
 def test_a_chain_read_at_30_hz_rolls_out_at_the_start_episode_s_rate(tmp_path, capsys,
@@ -84,7 +71,7 @@ def test_a_chain_read_at_30_hz_rolls_out_at_the_start_episode_s_rate(tmp_path, c
 
     # precheck from the same 10 Hz start
     monkeypatch.chdir(ROOT)
-    assert main(_kit_argv(tmp_path / "pc", chain30)) == 0
+    assert main(precheck_kit_argv(tmp_path / "pc", chain30)) == 0
     rep = json.loads((tmp_path / "pc" / "report.json").read_text())
     with np.load(tmp_path / "pc" / "prediction.npz") as z:
         t = z["step_times_s"]
