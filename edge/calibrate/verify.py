@@ -24,7 +24,7 @@ import numpy as np
 from edge.calibrate.camera import fit_frame
 from edge.calibrate.errors import CalibrateError
 
-__all__ = ["VerifyOptions", "compare_frames"]
+__all__ = ["VerifyOptions", "compare_frames", "gradient_phase_shift"]
 
 
 @dataclass(frozen=True)
@@ -81,13 +81,28 @@ def _orb(ref: np.ndarray, live: np.ndarray) -> dict[str, Any] | None:
             "scale": float(math.hypot(m[0, 0], m[1, 0]))}
 
 
-def _phase(ref: np.ndarray, live: np.ndarray) -> dict[str, Any]:
+def gradient_phase_shift(ref: np.ndarray, live: np.ndarray,
+                         weight: np.ndarray | None = None) -> dict[str, Any]:
+    """The shift of ``live`` from ``ref`` (greyscale ``[H, W]``, any numeric dtype) by
+    phase correlation of their gradient magnitudes (Sobel, Hanning window), which works on
+    low-texture pictures and under a lighting change.
+
+    Args:
+        ref, live: the two frames, same size.
+        weight: float ``[H, W]`` multiplying both gradient images (0 leaves a pixel out,
+            e.g. a moving arm), or None.
+
+    Returns:
+        ``{"shift_px": [dx, dy] (px), "response": float (the correlation's peak, about 1
+        for the same scene)}``.
+    """
     import cv2
 
     def grad(g: np.ndarray) -> np.ndarray:
         f = g.astype(np.float32)
-        return cv2.magnitude(cv2.Sobel(f, cv2.CV_32F, 1, 0, ksize=3),
-                             cv2.Sobel(f, cv2.CV_32F, 0, 1, ksize=3))
+        m = cv2.magnitude(cv2.Sobel(f, cv2.CV_32F, 1, 0, ksize=3),
+                          cv2.Sobel(f, cv2.CV_32F, 0, 1, ksize=3))
+        return m if weight is None else m * weight.astype(np.float32)
 
     win = cv2.createHanningWindow(ref.shape[::-1], cv2.CV_32F)
     (dx, dy), response = cv2.phaseCorrelate(grad(ref), grad(live), win)
@@ -125,7 +140,7 @@ def compare_frames(reference: np.ndarray, live: np.ndarray,
     live = fit_frame(live, reference.shape[:2])
     g_ref, g_live = _grey(reference), _grey(live)
     orb = _orb(g_ref, g_live)
-    phase = _phase(g_ref, g_live)
+    phase = gradient_phase_shift(g_ref, g_live)
     use_orb = orb is not None and orb["inliers"] >= opts.min_inliers
     if use_orb:
         assert orb is not None

@@ -1015,8 +1015,9 @@ def camera_shift(chain: ChainCalibration, start: np.ndarray,
     """Has the camera moved since the calibration? The shift of the start frame's static
     scene from the calibration's home frame.
 
-    Phase correlation of the two frames' gradient magnitudes (Sobel, Hanning window;
-    as ``calibrate verify``'s fallback measure, ``edge.calibrate.verify``), with the arm
+    Phase correlation of the two frames' gradient magnitudes
+    (:func:`edge.calibrate.verify.gradient_phase_shift`, ``calibrate verify``'s fallback
+    measure), with the arm
     left out of both (one mask, grown by 3 px): the home frame's arm, where the chain puts
     it at the start (``cover``), and whatever in the start frame lies outside the range
     the calibration's background (in the start's light, ``light``) takes over 5x5 px (so
@@ -1042,6 +1043,8 @@ def camera_shift(chain: ChainCalibration, start: np.ndarray,
     """
     import cv2
 
+    from edge.calibrate.verify import gradient_phase_shift
+
     img = np.asarray(start)
     bg = (light or LightMatch.unchanged()).apply(chain.background)
     # outside the background's range over 5x5 px: the arm, not a scene shifted by 1-2 px
@@ -1055,19 +1058,16 @@ def camera_shift(chain: ChainCalibration, start: np.ndarray,
     arm = (differs > 0) | np.asarray(chain.robot, bool)
     if cover is not None:
         arm |= np.asarray(cover, bool)
-    keep = (cv2.dilate(arm.astype(np.uint8), np.ones((7, 7), np.uint8)) == 0
-            ).astype(np.float32)
+    keep = cv2.dilate(arm.astype(np.uint8), np.ones((7, 7), np.uint8)) == 0
 
-    def grad(rgb: np.ndarray) -> np.ndarray:
-        g = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2GRAY).astype(np.float32)
-        return cv2.magnitude(cv2.Sobel(g, cv2.CV_32F, 1, 0, ksize=3),
-                             cv2.Sobel(g, cv2.CV_32F, 0, 1, ksize=3)) * keep
+    def grey(rgb: np.ndarray) -> np.ndarray:
+        return cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2GRAY)
 
-    win = cv2.createHanningWindow(img.shape[1::-1], cv2.CV_32F)
-    (dx, dy), response = cv2.phaseCorrelate(grad(chain.home_frame), grad(img), win)
+    phase = gradient_phase_shift(grey(chain.home_frame), grey(img), keep)
+    dx, dy = phase["shift_px"]
     shift = float(np.hypot(dx, dy))
-    return {"shift_px": [round(float(dx), 3), round(float(dy), 3)], "shift": round(shift, 3),
-            "response": round(float(response), 3), "moved": shift >= CAMERA_SHIFT_WARN_PX}
+    return {"shift_px": [round(dx, 3), round(dy, 3)], "shift": round(shift, 3),
+            "response": round(phase["response"], 3), "moved": shift >= CAMERA_SHIFT_WARN_PX}
 
 
 def start_agreement(chain: ChainCalibration, start: np.ndarray,
