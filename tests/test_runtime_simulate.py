@@ -220,3 +220,25 @@ def test_a_start_episode_at_the_camera_s_size_is_fitted_as_a_recording_is(files,
     start, ep = load_start(tmp_path / "big.npz", (16, 16))
     assert np.array_equal(start, fit_frame(big.frames[0], (16, 16)))
     assert ep.frames.shape == (big.num_frames, 16, 16, 3) and ep.robot_mask is None
+
+
+def test_a_start_image_at_a_whole_multiple_of_the_model_s_size_is_reduced_by_area(
+        tmp_path: Path) -> None:
+    """A frame saved from the camera of a model run on a reduced grid (a chain read from a
+    256x256 recording runs at 64x64) is taken as the episode's frames are: reduced by area,
+    nothing cropped, no warning. Another factor per axis or a smaller image stays refused."""
+    import cv2
+
+    from edge.runtime.errors import RuntimeInputError
+    from edge.runtime.inputs import load_start
+
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (64, 64, 3), np.uint8)
+    cv2.imwrite(str(tmp_path / "cam.png"), img[..., ::-1])
+    start, ep = load_start(tmp_path / "cam.png", (16, 16))
+    assert ep is None and start.shape == (16, 16, 3)
+    assert np.array_equal(start, cv2.resize(img, (16, 16), interpolation=cv2.INTER_AREA))
+    for shape in ((64, 32, 3), (48, 64, 3), (8, 8, 3), (24, 24, 3)):
+        np.save(tmp_path / "other.npy", np.zeros(shape, np.uint8))
+        with pytest.raises(RuntimeInputError, match="expected a start frame 16 px wide"):
+            load_start(tmp_path / "other.npy", (16, 16))

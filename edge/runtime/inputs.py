@@ -22,7 +22,7 @@ from edge.runtime.errors import RuntimeInputError
 
 __all__ = ["PLAUSIBLE_SLIDE_M_S", "PLAUSIBLE_START_TURN_RAD", "PLAUSIBLE_TURN_RAD_S",
            "action_speed_warnings", "episode_mismatch_warning", "load_actions", "load_image",
-           "load_joint_state", "load_start", "start_joint_warnings"]
+           "load_joint_state", "load_start", "start_joint_warnings", "whole_multiple"]
 
 #: A joint speed (rad/s) above every serial arm's rating (the fastest common arms turn a
 #: joint at about pi rad/s): a step faster than this reads as actions in another unit.
@@ -72,6 +72,14 @@ def load_image(path: str | os.PathLike[str]) -> np.ndarray:
 RESIZED_FROM = "start_resized_from_wh"
 
 
+def whole_multiple(size_hw: tuple[int, ...], resolution: tuple[int, ...]) -> bool:
+    """True when a frame of ``size_hw`` ``(H, W)`` px is the model's ``resolution``
+    ``(h, w)`` times one whole factor >= 2 in both directions (reduced by area, nothing
+    cropped)."""
+    (h0, w0), (h, w) = size_hw[:2], resolution[:2]
+    return h0 % h == 0 and w0 % w == 0 and h0 // h == w0 // w >= 2
+
+
 def start_resize_warnings(episode: Episode | None, where: str) -> list[str]:
     """The line ``simulate`` and ``precheck`` warn with (stderr and the report's
     ``warnings``) when :func:`load_start` resized the start episode ``episode`` (read from
@@ -82,7 +90,7 @@ def start_resize_warnings(episode: Episode | None, where: str) -> list[str]:
     if episode is None or RESIZED_FROM not in episode.metadata.extra:
         return []
     (w0, h0), (h, w) = episode.metadata.extra[RESIZED_FROM], episode.frames.shape[1:3]
-    if w0 % w == 0 and h0 % h == 0 and w0 // w == h0 // h:
+    if whole_multiple((h0, w0), (h, w)):
         return []
     return [f"{where}: frames of {w0}x{h0} px centre-cropped and resized to the model's "
             f"{w}x{h}, as a recording is: the prediction and its figures (PSNR, SSIM) are "
@@ -104,7 +112,9 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
         ``(frame, episode)``; ``episode`` is None for an image.
 
     Raises:
-        RuntimeInputError: unreadable, or an image that is not the model's ``resolution``.
+        RuntimeInputError: unreadable, or an image that is neither the model's
+            ``resolution`` nor a whole multiple of it (:func:`whole_multiple`, reduced by
+            area as a recording is).
         EpisodeError: a malformed episode file.
     """
     path = Path(path)
@@ -120,6 +130,13 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
             episode, frames=np.stack([fit_frame(f, (h, w)) for f in episode.frames]),
             robot_mask=None, ee_px=None, metadata=meta).validate(path)
     frame = episode.frames[0] if episode is not None else load_image(path)
+    if episode is None and whole_multiple(frame.shape[:2], resolution):
+        # the camera's own frame of a model that runs on a reduced grid (a chain read from
+        # a 256x256 recording runs at 64x64): reduced by area as a recording is, nothing
+        # cropped, so a frame saved from the camera is taken as it is
+        from edge.calibrate.camera import fit_frame
+
+        frame = fit_frame(frame, tuple(resolution))
     if frame.shape[:2] != tuple(resolution):
         h, w = resolution
         fh, fw = frame.shape[:2]
