@@ -65,6 +65,19 @@ def test_per_step_action_bound_and_rule_order() -> None:
     assert (res.verdicts[1].first_fail_step, res.verdicts[1].first_fail_rule) == \
         (1, "max_step_action")
     assert res.chosen is None
+    assert "|action[1]| = 0.2 > 0.1 at step 3" in res.verdicts[0].detail
+    # with the channels' names, each detail names the channel beside its index
+    named = evaluate(rules, start, np.zeros(2), actions, frames,
+                     dof_names=["shoulder", "elbow"])
+    assert "|action[1 (elbow)]| = 0.2 > 0.1 at step 3" in named.verdicts[0].detail
+    limits_only = Rules(Path("r.yaml"), joint_limits=rules.joint_limits)
+    named = evaluate(limits_only, start, np.zeros(2), actions, frames,
+                     dof_names=["shoulder", "elbow"])
+    assert named.verdicts[1].first_fail_rule == "joint_limits"
+    assert named.verdicts[1].detail.startswith("joint 0 (shoulder) at 0.51 outside")
+    # names of another count than the channels: the index alone
+    other = evaluate(limits_only, start, np.zeros(2), actions, frames, dof_names=["a"])
+    assert other.verdicts[1].detail.startswith("joint 0 at 0.51 outside")
     with pytest.raises(RuntimeInputError, match="expected 1 or 2 values"):
         evaluate(Rules(Path("r.yaml"), max_step_action=(0.1, 0.1, 0.1)), start, None, actions,
                  frames)

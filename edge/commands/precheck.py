@@ -233,10 +233,13 @@ def run(args: argparse.Namespace, context_source=None) -> int:
             actions = actions[..., ctrl]
             if q0 is not None and len(q0) == len(ctrl):
                 q0 = np.asarray(q0)[ctrl]
+            if len(dof_names) == len(ctrl):
+                dof_names = [d for d, on in zip(dof_names, ctrl, strict=True) if on]
         ident = model_identity(model)
         result, paths = _evaluate_and_write(
             args, rules, start, goal, q0, actions, frames, names, reference, robot_counts,
-            ident, ctx.source, stale, model.contract.frame_rate_hz, warnings)
+            ident, ctx.source, stale, model.contract.frame_rate_hz, warnings,
+            dof_names=dof_names or None)
     finally:
         model.deactivate()
     return _print_result(ident, result, paths)
@@ -278,14 +281,16 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                         reference: np.ndarray | None, robot_counts: np.ndarray | None,
                         ident: dict, context: str, stale: str | None, fps: float,
                         warnings: list[str], start_agreement: dict | None = None,
-                        extra: dict | None = None):
+                        extra: dict | None = None, dof_names: list[str] | None = None):
     """The verdicts (:func:`edge.precheck.evaluate.evaluate`) and the output folder
     (``report.json``, ``report.png``, ``prediction.npz``, all at once); returns
     ``(result, paths)``. ``start_agreement``: the chain model's (:func:`edge.commands.
     common.anchor_chain`), recorded as it is; ``extra``: more keys of ``report.json`` (the
-    chain model's ``frame_rate_hz`` and ``frame_rate_from``)."""
+    chain model's ``frame_rate_hz`` and ``frame_rate_from``); ``dof_names``: the actions'
+    channels, named in the verdicts' details."""
     result = evaluate(rules, start, q0, actions, frames, names, goal,
-                      reference_frames=reference, robot_counts=robot_counts)
+                      reference_frames=reference, robot_counts=robot_counts,
+                      dof_names=dof_names)
     report = {
         "rules": str(args.rules), "model": ident["folder"],
         "model_sha256": ident["sha256"], "model_id": ident, "context": context,
@@ -401,7 +406,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     result, paths = _evaluate_and_write(
         args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,
         f"chain calibration {source}", stale, fps, warnings, agreement,
-        {"frame_rate_hz": fps, "frame_rate_from": fps_from})
+        {"frame_rate_hz": fps, "frame_rate_from": fps_from}, list(chain.dof_names))
     return _print_result(ident, result, paths)
 
 

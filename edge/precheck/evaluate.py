@@ -23,6 +23,7 @@ candidate is the best-ranked one that passes (None if none does).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,7 +96,8 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
              actions: np.ndarray, frames: np.ndarray, names: list[str] | None = None,
              goal: np.ndarray | None = None, robot_masks: np.ndarray | None = None,
              reference_frames: np.ndarray | None = None,
-             robot_counts: np.ndarray | None = None) -> PrecheckResult:
+             robot_counts: np.ndarray | None = None,
+             dof_names: Sequence[str] | None = None) -> PrecheckResult:
     """Apply the rules to every candidate.
 
     Args:
@@ -114,6 +116,9 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
             keep-out mask (``Rollout.robot_keepout_counts`` with the keep-out mask,
             :func:`edge.precheck.rules.keep_out_mask` at the frames' size), in place of ``robot_masks``: the same verdicts
             without the masks (what the device rollout gives).
+        dof_names: the ``A'`` channels' names, said beside their index in the
+            ``max_step_action`` and ``joint_limits`` details (None, or another count: the
+            index alone).
 
     Raises:
         RuntimeInputError: widths or shapes that do not match the rules or each other,
@@ -125,6 +130,8 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
     if frames.shape[:2] != (n, t):
         raise RuntimeInputError(f"frames: expected [{n}, {t}, ...] to match the actions, found "
                                 f"{list(frames.shape)}")
+    label = ([f"{j} ({dof_names[j]})" for j in range(a)] if dof_names is not None
+             and len(dof_names) == a else [str(j) for j in range(a)])
     verdicts = [CandidateVerdict(i, (names or [])[i] if names and i < len(names)
                                  else f"candidate-{i}") for i in range(n)]
     if rules.max_step_action is not None:
@@ -137,7 +144,7 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
             hits = np.argwhere(over[v.index])
             if len(hits):
                 s, j = (int(x) for x in hits[0])
-                v._fail(s, "max_step_action", f"|action[{j}]| = "
+                v._fail(s, "max_step_action", f"|action[{label[j]}]| = "
                         f"{abs(float(actions[v.index, s, j])):.4g} > {bound[j]:.4g} at step {s}")
     if rules.joint_limits is not None:
         if joint_state is None:
@@ -155,7 +162,7 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
             hits = np.argwhere(bad[v.index])
             if len(hits):
                 s, j = (int(x) for x in hits[0])
-                v._fail(s, "joint_limits", f"joint {j} at {q[v.index, s, j]:.4g} outside "
+                v._fail(s, "joint_limits", f"joint {label[j]} at {q[v.index, s, j]:.4g} outside "
                         f"[{lo[j]:.4g}, {hi[j]:.4g}] after step {s}")
     mask = None
     basis = None
