@@ -304,6 +304,7 @@ def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys,
     fid = val["fidelity"]
     assert fid["calibrated"]["psnr_db"] == m["summary"]["psnr_db"]
     assert fid["gain_over_copy_last"]["psnr_db"] > 5.0
+    assert val["verdict"] == "pass" and not val["warnings"]
     assert (tmp_path / "val" / "report.png").is_file()
     assert val["start_agreement"]["before"]["light"]["applied"] is False
     # commissioned under another light: said and recorded as simulate does (it was matched
@@ -323,6 +324,21 @@ def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys,
     dim = json.loads((tmp_path / "val_dim" / "report.json").read_text())
     assert dim["start_agreement"]["before"]["light"]["applied"] is True
     assert dim["fidelity"]["gain_over_copy_last"]["psnr_db"] > 5.0
+    # actions that say nothing moved while the arm did (a stream that lost the controller):
+    # the chain holds the start frame, gains nothing over it and the commissioning fails
+    # (exit 1), said and recorded
+    save_episode(dataclasses.replace(test, actions=np.zeros_like(test.actions)),
+                 tmp_path / "wrong.npz")
+    capsys.readouterr()
+    assert main(["calibrate", "validate", "--cell", "sample-cell", "--chain", "--episode",
+                 str(tmp_path / "wrong.npz"), "--cache-dir", cache,
+                 "--out", str(tmp_path / "val_wrong")]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL: " in err and "+0.00 dB over copying the start frame" in err
+    wrong = json.loads((tmp_path / "val_wrong" / "report.json").read_text())
+    assert wrong["verdict"] == "fail"
+    assert wrong["fidelity"]["gain_over_copy_last"]["psnr_db"] == 0.0
+    assert any("whole-frame PSNR" in w for w in wrong["warnings"])
     capsys.readouterr()
     assert main(["calibrate", "validate", "--cell", "sample-cell", "--chain", "--episode",
                  cal, "--cache-dir", cache, "--out", str(tmp_path / "val2")]) == 2
@@ -760,3 +776,21 @@ def test_motion_twins_reads_the_three_state_flag():
     for flag, name in ((True, "--twins"), (False, "--no-twins")):
         with pytest.raises(ValueError, match=f"^{name}: only with --motion"):
             motion_twins(flag, False)
+
+
+def test_commissioning_verdict_fails_a_chain_no_better_than_the_still_start_frame():
+    from edge.commands.calibrate_chain import commissioning_verdict
+
+    assert commissioning_verdict({"psnr_db": 0.4, "ssim": 0.01, "motion_psnr_db": 1.2},
+                                 "v.npz") == ("pass", [])
+    verdict, why = commissioning_verdict({"psnr_db": 0.0, "ssim": 0.0,
+                                          "motion_psnr_db": 0.5}, "v.npz")
+    assert verdict == "fail" and len(why) == 1  # a tie is no gain
+    assert why[0].startswith("v.npz: the chain's whole-frame PSNR is +0.00 dB over copying "
+                             "the start frame")
+    verdict, why = commissioning_verdict({"psnr_db": -0.3, "ssim": -0.01,
+                                          "motion_psnr_db": -0.7}, "v.npz")
+    assert verdict == "fail" and "motion-region PSNR is -0.70 dB over" in why[1]
+    # nothing measured in the moving region (no pixel moved): the whole frame decides
+    assert commissioning_verdict({"psnr_db": 0.2, "ssim": 0.0, "motion_psnr_db": None},
+                                 "v.npz")[0] == "pass"

@@ -30,7 +30,7 @@ import numpy as np
 from edge.calibrate.errors import CalibrateError
 from edge.runtime.chain import HOME_FRAME_TOLERANCE, home_differences
 
-__all__ = ["CHAIN_READ", "check_chain_matches", "fitted_for_chain", "on_grid", "run_store", "run_store_chain", "run_validate",
+__all__ = ["CHAIN_READ", "check_chain_matches", "commissioning_verdict", "fitted_for_chain", "on_grid", "run_store", "run_store_chain", "run_validate",
            "run_validate_chain"]
 
 #: ``calibrate store --chain`` without a FILE: read the chain from the episode now.
@@ -454,7 +454,10 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     fid = {k: fidelity(v, truth, start) for k, v in pred.items()}
     gain = {m: (None if fid["calibrated"][m] is None or fid["copy_last"][m] is None
                 else round(fid["calibrated"][m] - fid["copy_last"][m], 4))
-            for m in ("psnr_db", "ssim")}
+            for m in ("psnr_db", "ssim", "motion_psnr_db")}
+    verdict, failing = commissioning_verdict(gain, str(args.episode))
+    warnings = [agreement["warning"]] if agreement["warning"] else []
+    warnings += failing
     report = {
         "cell": {"cell_id": key.cell_id, "camera_id": key.camera_id,
                  "robot_id": key.robot_id, "robot": entry.episode.metadata.robot},
@@ -463,8 +466,9 @@ def run_validate_chain(args: argparse.Namespace) -> int:
         "validation_episode": {"source": str(args.episode), "frames": ep.num_frames,
                                "kind": ep.metadata.kind, "fps": ep.metadata.fps},
         "fidelity": {**fid, "gain_over_copy_last": gain},
+        "verdict": verdict,
         "start_agreement": agreement,
-        "warnings": [agreement["warning"]] if agreement["warning"] else [],
+        "warnings": warnings,
         "control_probe": {"available": False,
                           "reason": "the chain model places the arm itself; no probe"},
         **commissioning_calibration(entry, ep),
@@ -484,9 +488,33 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     print(f"chain: PSNR {c['psnr_db']} dB, motion PSNR {c['motion_psnr_db']} dB, SSIM "
           f"{c['ssim']}; copy-last: PSNR {z['psnr_db']} dB, motion PSNR "
           f"{z['motion_psnr_db']} dB over {c['steps']} steps")
+    for line in failing:
+        print(f"FAIL: {line}", file=sys.stderr)
     for p in paths:
         print(p)
-    return 0
+    return 0 if verdict == "pass" else 1
+
+
+def commissioning_verdict(gain: dict[str, float | None], where: str
+                          ) -> tuple[str, list[str]]:
+    """The chain's commissioning verdict from its gains over copying the start frame
+    (``gain``: ``psnr_db``, ``ssim``, ``motion_psnr_db``, chain minus copy-last, None where
+    not measured): ``("pass", [])`` when the chain predicts the validation episode
+    (``where``) better than holding its start frame, whole frame (PSNR) and in the moving
+    region; else ``("fail", [why])``: a model that loses to a still picture should not be
+    trusted with the cell's pre-checks."""
+    why = []
+    for key, what in (("psnr_db", "whole-frame PSNR"), ("motion_psnr_db",
+                                                        "motion-region PSNR")):
+        g = gain.get(key)
+        if g is not None and g <= 0:
+            why.append(f"{where}: the chain's {what} is {g:+.2f} dB over copying the start "
+                       "frame (no gain): it does not predict this cell's motion; look at "
+                       "report.png and the chain's sweep sheet (chain.png) for channels "
+                       "read wrong or not at all, record the calibration again (or refine "
+                       "it with a motion episode: calibrate store --chain --motion), then "
+                       "validate again")
+    return ("fail" if why else "pass"), why
 
 
 def run_store(args: argparse.Namespace) -> int:
