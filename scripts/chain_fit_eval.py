@@ -312,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--track-noise", type=float, default=0.0,
                    help="add spatially smooth noise of this RMS (px, per axis) to the true "
                         "tracks (how exact a tracker must be)")
+    p.add_argument("--colour-tracks", choices=("on", "off"), default="on",
+                   help="DIS on the grey frames and the colour-opponent channels, the best "
+                        "colour match kept per pixel, as read_chain does (default), or on "
+                        "grey alone (every read kept before this option)")
     p.add_argument("--dis-robot", choices=("cut", "moved", "true"), default="cut",
                    help="which home pixels the DIS fit reads: the arm cut from the home "
                         "frame by sweep_robot_mask (default), those DIS moves by more than "
@@ -724,7 +728,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    args.seed + i)
             else:
                 hi = high_calibration(hi_cache, hi_dir, cal)
-                tracks, valid = sweep_tracks(hi.frames, size=cal.frames.shape[1:3])
+                tracks, valid = sweep_tracks(hi.frames, size=cal.frames.shape[1:3],
+                                             colour=args.colour_tracks == "on")
                 tt, _, rb = truth_tracks
                 if args.dis_robot == "true":
                     robot = rb & (np.linalg.norm(tt, axis=-1).max(0) > 0.5)

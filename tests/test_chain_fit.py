@@ -218,6 +218,34 @@ def test_sweep_tracks_follows_a_plain_block_swept_far_from_home():
     assert valid[10][inner].mean() > 0.9
 
 
+def test_sweep_tracks_with_colour_follows_a_link_of_the_background_s_brightness():
+    # a block of varied colour but the brightness of the plain background behind it (a
+    # green link before a grey wall of its luminance) moved 3 px a frame at 4x the model's
+    # resolution: the grey frames never change, so grey flow sees nothing; the
+    # colour-opponent channels follow it
+    rng = np.random.default_rng(5)
+    chroma = 25 + 20 * rng.random((24, 24))  # the block's own colour texture
+    # R up, G down by the share that keeps 0.299 R + 0.587 G + 0.114 B at 110
+    block = np.stack([110 + chroma, 110 - chroma * 0.299 / 0.587, np.full_like(chroma, 110)],
+                     -1)
+    frames = np.full((6, 128, 128, 3), 110, np.uint8)
+    for t in range(6):
+        frames[t, 52:76, 30 + 3 * t:54 + 3 * t] = block.round().astype(np.uint8)
+    inner = (slice(14, 18), slice(9, 12))  # the block's middle at home, model px
+    plain, _ = sweep_tracks(frames, size=(32, 32))
+    colour, valid = sweep_tracks(frames, size=(32, 32), colour=True)
+    assert np.abs(np.median(plain[5][inner][..., 0])) < 0.5  # grey: nothing moved
+    for t in (2, 5):
+        assert np.median(colour[t][inner][..., 0]) == pytest.approx(3 * t / 4, abs=0.3)
+        assert np.abs(np.median(colour[t][inner][..., 1])) < 0.3
+    assert valid[5][inner].mean() > 0.9
+    # where the colour flows match no better, the grey flow is kept: on a grey scene the
+    # two ways give the same tracks
+    g3 = np.repeat(frames[..., :1], 3, -1)
+    assert np.array_equal(sweep_tracks(g3, size=(32, 32))[0],
+                          sweep_tracks(g3, size=(32, 32), colour=True)[0])
+
+
 def test_chain_fit_points_unproject_through_the_pinhole():
     robot = np.zeros((4, 4), bool)
     robot[1, 2] = True

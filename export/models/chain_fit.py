@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -157,7 +158,8 @@ def _neighbour_pairs(robot: np.ndarray) -> np.ndarray:
 
 
 def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsample: int = 1,
-                 preset: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 preset: int | None = None, colour: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Where every pixel of the home frame (frame 0) is in each calibration frame.
 
     Dense optical flow from frame 0 to every frame (OpenCV DIS on the grey frames,
@@ -181,6 +183,10 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
             multiples of it.
         upsample: the flow is computed on frames this many times larger.
         preset: a ``cv2.DISOPTICAL_FLOW_PRESET_*``; None: MEDIUM.
+        colour: also flow on the two colour-opponent channels (CIELAB a* and b*) and keep,
+            pixel by pixel, the flow whose colour match is clearly better
+            (:func:`_colour_flow`): a saturated link over a background of the same
+            brightness has no edge in grey.
 
     Returns:
         ``(tracks, valid)``: float32 ``[T, H, W, 2]`` forward displacement (model px) of each
@@ -201,6 +207,14 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
         grey = [cv2.resize(g, big, interpolation=cv2.INTER_CUBIC) for g in grey]
     make = cv2.DISOpticalFlow_create  # type: ignore[attr-defined]
     dis = make(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM if preset is None else preset)
+    if colour:
+        lab = [cv2.cvtColor(f if upsample == 1 else cv2.resize(f, big,
+                                                               interpolation=cv2.INTER_CUBIC),
+                            cv2.COLOR_RGB2LAB) for f in frames]
+        flow = _colour_flow(dis, grey, lab, (2 * upsample * ratio - 1,) * 2)
+    else:
+        def flow(i: int, j: int, init: np.ndarray | None) -> np.ndarray:
+            return dis.calc(grey[i], grey[j], init)
     tracks = np.zeros((t, h, w, 2), np.float32)
     valid = np.ones((t, h, w), bool)
     gx, gy = np.meshgrid(np.arange(big[0], dtype=np.float32),
@@ -226,16 +240,16 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
         # each home pixel, starts the flow from the home frame (DIS refines it coarse to
         # fine): a far-swept link is found where the small steps lead, not searched for
         at_home = still(grey[i])
-        step = dis.calc(grey[i - 1], grey[i], None)
+        step = flow(i - 1, i, None)
         fwd = fwd + cv2.remap(step, gx + fwd[..., 0], gy + fwd[..., 1], cv2.INTER_LINEAR,
                               borderMode=cv2.BORDER_REPLICATE)
-        fwd = np.where(at_home, 0.0, dis.calc(grey[0], grey[i], np.ascontiguousarray(
+        fwd = np.where(at_home, 0.0, flow(0, i, np.ascontiguousarray(
             np.where(at_home, 0.0, fwd)))).astype(np.float32)
         # and the flow back to the home frame, started the same way from frame i's side
-        step = dis.calc(grey[i], grey[i - 1], None)
+        step = flow(i, i - 1, None)
         bwd = step + cv2.remap(bwd, gx + step[..., 0], gy + step[..., 1], cv2.INTER_LINEAR,
                                borderMode=cv2.BORDER_REPLICATE)
-        bwd = np.where(at_home, 0.0, dis.calc(grey[i], grey[0], np.ascontiguousarray(
+        bwd = np.where(at_home, 0.0, flow(i, 0, np.ascontiguousarray(
             np.where(at_home, 0.0, bwd)))).astype(np.float32)
         back = cv2.remap(bwd, gx + fwd[..., 0], gy + fwd[..., 1], cv2.INTER_LINEAR,
                          borderMode=cv2.BORDER_REPLICATE)
@@ -243,6 +257,55 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
         tracks[i] = cv2.resize(fwd, (w, h), interpolation=cv2.INTER_AREA) / per_model_px
         valid[i] = cv2.resize(err, (w, h), interpolation=cv2.INTER_AREA) < 0.5
     return tracks, valid
+
+
+#: :func:`_colour_flow`: a colour channel's flow replaces the grey one where its colour
+#: match (mean CIELAB L1 over a patch, levels) is below this share of the grey flow's...
+COLOUR_FLOW_BETTER = 0.8
+#: ...and at least this many levels lower (flat regions tie; the grey flow stays there).
+COLOUR_FLOW_MARGIN = 2.0
+#: The colour-opponent channels' contrast is stretched this many times about their
+#: neutral 128 before DIS (their range on ordinary scenes is a few tens of levels).
+COLOUR_FLOW_GAIN = 3.0
+
+
+def _colour_flow(dis: Any, grey: list[np.ndarray], lab: list[np.ndarray],
+                 patch: tuple[int, int]):
+    """``flow(i, j, init) -> float32 [H, W, 2]``: DIS from frame i to frame j on the grey
+    frames and on the stretched CIELAB a* and b* channels (each from ``init`` where given),
+    kept per pixel where its colour match is clearly the best (:data:`COLOUR_FLOW_BETTER`,
+    :data:`COLOUR_FLOW_MARGIN`): brightness alone misses a saturated link over a
+    background of the same brightness (a green forearm before a grey wall), where the
+    colour channels see it. ``grey`` uint8 ``[H, W]`` and ``lab`` uint8 ``[H, W, 3]`` per
+    frame; ``patch`` the match's window, px."""
+    import cv2
+
+    def opponent(img: np.ndarray, c: int) -> np.ndarray:
+        v = (img[..., c].astype(np.float32) - 128.0) * COLOUR_FLOW_GAIN + 128.0
+        return np.clip(v, 0, 255).astype(np.uint8)
+
+    chans = [(g, opponent(f, 1), opponent(f, 2)) for g, f in zip(grey, lab, strict=True)]
+    labf = [f.astype(np.float32) for f in lab]
+    h, w = grey[0].shape
+    gx, gy = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+
+    def mismatch(i: int, j: int, f: np.ndarray) -> np.ndarray:
+        warped = cv2.remap(labf[j], gx + f[..., 0], gy + f[..., 1], cv2.INTER_LINEAR,
+                           borderMode=cv2.BORDER_REPLICATE)
+        return cv2.blur(np.abs(warped - labf[i]).sum(-1), patch)
+
+    def flow(i: int, j: int, init: np.ndarray | None) -> np.ndarray:
+        best = dis.calc(chans[i][0], chans[j][0], None if init is None else init.copy())
+        err = mismatch(i, j, best)
+        for c in (1, 2):
+            f = dis.calc(chans[i][c], chans[j][c], None if init is None else init.copy())
+            e = mismatch(i, j, f)
+            take = (e < COLOUR_FLOW_BETTER * err) & (e < err - COLOUR_FLOW_MARGIN)
+            best = np.where(take[..., None], f, best)
+            err = np.where(take, e, err)
+        return best.astype(np.float32)
+
+    return flow
 
 
 #: :func:`sweep_tracks` holds a pixel's flow at zero (not moved from home) in frames where
@@ -1316,7 +1379,7 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
                scale_free: np.ndarray | None = None) -> ChainFit:
     """A cell's chain read from its calibration episode alone, as a device would: the arm
     cut from the home frame (:func:`sweep_robot_mask`), its pixels tracked through the
-    sweep (:func:`sweep_tracks`), the chain fitted to the tracks (:func:`fit_chain`) and
+    sweep (:func:`sweep_tracks`, on grey and colour-opponent flows), the chain fitted to the tracks (:func:`fit_chain`) and
     refined against the frames (:func:`refine_photometric`).
 
     Args:
@@ -1347,7 +1410,7 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     robot = sweep_robot_mask(frames, size=size)
     say(f"arm: {int(robot.sum())} of {size[0] * size[1]} model pixels")
     t_track = time.perf_counter()
-    tracks, valid = sweep_tracks(frames, size=size)
+    tracks, valid = sweep_tracks(frames, size=size, colour=True)
     say(f"arm tracked through the {len(frames)} frames in {time.perf_counter() - t_track:.0f} s")
     fit = fit_chain(tracks, valid, joint_positions, segments, focal_px, centre_px,
                     robot=robot, prismatic=prismatic, scale_free=scale_free,
