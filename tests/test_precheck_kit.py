@@ -115,3 +115,28 @@ def test_the_kit_regenerates_identically(tmp_path: Path) -> None:
     man = json.loads((KIT / "manifest.json").read_text())
     for name, entry in man["files"].items():
         assert sha256_file(tmp_path / "kit" / name) == entry["sha256"], name
+
+
+def test_a_keep_out_region_over_the_arm_s_start_pose_is_said(tmp_path: Path, capsys,
+                                                             monkeypatch) -> None:
+    """A region drawn over where the arm stands fails every candidate at step 0, the one
+    that holds still included: precheck says why (it said only 'N px of the predicted
+    robot inside at step 0' per candidate), in the report's warnings too."""
+    from tests.helpers import precheck_kit_argv
+
+    monkeypatch.chdir(ROOT)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("keep_out:\n  basis: robot_mask\n  regions:\n    - name: all\n"
+                     "      polygon: [[0, 0], [1, 0], [1, 1], [0, 1]]\n")
+    argv = precheck_kit_argv(tmp_path / "pc", ROOT / "samples" / "cell_sample" / "chain.npz")
+    argv[argv.index("--rules") + 1] = str(rules)
+    assert main(argv) == 1  # no candidate passes
+    err = capsys.readouterr().err
+    assert "every candidate fails keep_out at step 0" in err
+    rep = json.loads((tmp_path / "pc" / "report.json").read_text())
+    assert any("the arm stands inside a keep-out region at the start" in w
+               for w in rep["warnings"])
+    # the kit's own rules: the arm starts clear of its region, nothing said
+    argv = precheck_kit_argv(tmp_path / "ok", ROOT / "samples" / "cell_sample" / "chain.npz")
+    assert main(argv) == 0
+    assert "every candidate fails keep_out" not in capsys.readouterr().err

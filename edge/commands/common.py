@@ -931,10 +931,11 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     if final is not None and final < LOW_START_AGREEMENT:
         decided["warning"] = say_warnings([
             f"the chain puts only {final:.0%} of the arm it draws at the start where the "
-            "start frame shows the arm: its axes or links are read wrong for this pose, so "
-            "the prediction may gain little over the start frame itself (check the "
-            "calibration's fit sheet; a motion episode, calibrate store --chain --motion, "
-            "refines it)"])[0]
+            "start frame shows the arm: either the start joint readings are not the pose "
+            "the start frame shows (another time, another unit or channel order; check "
+            "them) or its axes or links are read wrong for this pose, so the prediction "
+            "may gain little over the start frame itself (check the calibration's fit "
+            "sheet; a motion episode, calibrate store --chain --motion, refines it)"])[0]
     return chain, source, decided
 
 

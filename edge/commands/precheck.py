@@ -60,7 +60,7 @@ from edge.runtime.inputs import (
 from edge.runtime.rollout import Rollout
 from edge.visual import contact_sheet, write_png
 
-__all__ = ["fail_columns", "main", "register", "report_image", "run"]
+__all__ = ["fail_columns", "keep_out_at_start", "main", "register", "report_image", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -291,6 +291,7 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
     result = evaluate(rules, start, q0, actions, frames, names, goal,
                       reference_frames=reference, robot_counts=robot_counts,
                       dof_names=dof_names)
+    warnings = [*warnings, *say_warnings(keep_out_at_start(result, str(args.rules)))]
     report = {
         "rules": str(args.rules), "model": ident["folder"],
         "model_sha256": ident["sha256"], "model_id": ident, "context": context,
@@ -318,6 +319,22 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                              [v.name for v in result.verdicts])
         paths = out.commit()
     return result, paths
+
+
+def keep_out_at_start(result, rules_path: str) -> list[str]:
+    """The warning when every candidate (two or more) fails ``keep_out`` at step 0 (the
+    first predicted frame): the arm stands in a keep-out region before anything moves,
+    which the regions were surely not meant to say; ``[]`` otherwise. ``result`` is
+    :func:`edge.precheck.evaluate.evaluate`'s."""
+    v = result.verdicts
+    if len(v) < 2 or not all(x.first_fail_rule == "keep_out" and x.first_fail_step == 0
+                             for x in v):
+        return []
+    return [f"{rules_path}: every candidate fails keep_out at step 0, before the arm has "
+            "moved far: the arm stands inside a keep-out region at the start (report.png "
+            "draws the regions over the start frame); draw the regions clear of the arm's "
+            "start pose (coordinates are of the model's frame, 0..1), or allow a few "
+            "pixels with keep_out.max_robot_pixels / max_moved_pixels"]
 
 
 def _print_result(ident: dict, result, paths) -> int:
