@@ -518,3 +518,33 @@ def test_two_episodes_of_one_file_name_keep_their_own_check_sheets(tmp_path, mon
     assert second != first and second.name.startswith("cal-") and len(rep_b["dofs"]) == 2
     assert len(json.loads((first / "report.json").read_text())["dofs"]) == 3  # kept
     assert check(paths[0])[0] == first  # the same file finds its own folder again
+
+
+def test_check_notes_a_metadata_fps_the_timestamps_do_not_keep(tmp_path, capsys):
+    """metadata.fps says 60 Hz, the stamps step 1/30 s: the check reads the timing from the
+    stamps (same verdict as with the right fps) and says the two disagree."""
+    from dataclasses import replace
+
+    from edge.calibrate.check import EpisodeArrays, check_arrays, frame_rate_note
+    from edge.commands import calibrate
+    from edge.commands.common import run_command
+    from edge.episode import save_episode
+
+    t, q = sweep_positions(np.array([0.4, -0.5, 0.3]), [2, 0, 1], 30.0, 1.0, 0.5)
+    ep = drawn_episode(q, t)
+    ep = replace(ep, metadata=replace(ep.metadata, fps=30.0))  # as an import records it
+    right = check_arrays(EpisodeArrays.from_episode(ep))
+    assert right["notes"] == []
+    wrong = replace(ep, metadata=replace(ep.metadata, fps=60.0))
+    report = check_arrays(EpisodeArrays.from_episode(wrong))
+    assert report["verdict"] == right["verdict"] == "pass"
+    assert len(report["notes"]) == 1
+    assert report["notes"][0].startswith("metadata.fps is 60 Hz but the timestamps step "
+                                         "33.3 ms (30 Hz, median)")
+    save_episode(wrong, tmp_path / "wrong_fps.npz")
+    assert run_command("calibrate", calibrate.register, [
+        "check", str(tmp_path / "wrong_fps.npz"), "--out", str(tmp_path / "chk")]) == 0
+    assert "note: " in capsys.readouterr().err
+    # within 10% (a camera's jitter, 29.97 Hz against 30) is no note
+    assert frame_rate_note(30.0, np.arange(50) / 29.97) is None
+    assert frame_rate_note(None, np.arange(50) / 15.0) is None

@@ -62,9 +62,9 @@ from edge.calibrate.plan import DEFAULT_MIN_FRACTION, SEGMENT_FRAMES, SWEEP_PROF
 from edge.episode import Episode, EpisodeMetadata, check_npz_signature, load_episode
 from edge.errors import EpisodeError
 
-__all__ = ["CheckOptions", "EpisodeArrays", "LAG_SEARCH_FRAMES", "check_arrays", "check_episode",
-           "coverage_sheets", "estimate_camera_lag", "load_for_check", "positions_seen_late",
-           "tile_names"]
+__all__ = ["CheckOptions", "EpisodeArrays", "FPS_MISMATCH", "LAG_SEARCH_FRAMES", "check_arrays",
+           "check_episode", "coverage_sheets", "estimate_camera_lag", "frame_rate_note",
+           "load_for_check", "positions_seen_late", "tile_names"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
@@ -445,7 +445,7 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
                 "ingest": {"normalised": False, "refused": exc.code,
                            "frames": list(exc.frames) if exc.frames else None}}, arr
     checked = EpisodeArrays.from_episode(ep)
-    report, _ = check_episode(checked, opts)
+    report, _ = _check_episode(checked, opts)
     report["ingest"] = ingest
     _lag_of_the_recording(report, arr, float(checked.meta.get("fps") or 10.0), opts)
     return report, checked
@@ -462,6 +462,8 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
     in seconds as for an episode in the model's timing and judged in the model's frames.
     """
     fps = float(arr.meta.get("fps") or 0.0)
+    if frame_rate_note(fps, arr.timestamps):  # the rate the frames were taken at
+        fps = 1.0 / float(np.median(np.diff(np.asarray(arr.timestamps, np.float64))))
     q = arr.joint_positions
     if q is None or fps <= 0 or model_fps <= 0:
         return
@@ -480,10 +482,45 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
     report["verdict"] = "fail" if report["reasons"] else "pass"
 
 
+#: :func:`frame_rate_note`: the timestamps' rate and ``metadata.fps`` disagree when they
+#: differ by more than this share.
+FPS_MISMATCH = 0.1
+
+
+def frame_rate_note(fps: float | None, timestamps: np.ndarray) -> str | None:
+    """The note ``calibrate check`` prints when an episode's ``metadata.fps`` (Hz) is not
+    the rate its timestamps (s, ``[T]``) were taken at (median step, more than
+    :data:`FPS_MISMATCH` apart): the timestamps are what the check reads the timing from,
+    and a wrong ``fps`` misleads every tool that trusts it. None when they agree, or
+    either is missing."""
+    ts = np.asarray(timestamps, np.float64)
+    if not fps or fps <= 0 or ts.ndim != 1 or len(ts) < 3:
+        return None
+    step = float(np.median(np.diff(ts)))
+    if not np.isfinite(step) or step <= 0:
+        return None
+    measured = 1.0 / step
+    if abs(measured / float(fps) - 1.0) <= FPS_MISMATCH:
+        return None
+    return (f"metadata.fps is {float(fps):g} Hz but the timestamps step {step * 1e3:.1f} ms "
+            f"({measured:.3g} Hz, median): the check reads the timing from the timestamps; "
+            f"correct metadata.fps where it was written (the recorder or the import)")
+
+
 def check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
                   ) -> tuple[dict[str, Any], EpisodeArrays]:
     """:func:`check_arrays`, also returning the arrays the report's frame indices refer to
-    (the normalised episode where one was made; draw the coverage sheets from those)."""
+    (the normalised episode where one was made; draw the coverage sheets from those).
+    ``notes`` in the report: :func:`frame_rate_note` of the episode as given."""
+    report, checked = _check_episode(arr, opts)
+    note = frame_rate_note(arr.meta.get("fps"), arr.timestamps)
+    report["notes"] = [note] if note else []
+    return report, checked
+
+
+def _check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
+                   ) -> tuple[dict[str, Any], EpisodeArrays]:
+    """:func:`check_episode` without its notes."""
     opts = opts or CheckOptions()
     t0, n0 = len(arr.frames), arr.actions.shape[1]
     partial = not ((arr.meta.get("extra") or {}).get("recording") or {}).get("complete", True)

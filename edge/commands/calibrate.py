@@ -382,6 +382,8 @@ def run_check(args: argparse.Namespace) -> int:
               f"{'ok' if d['passed'] else 'FAIL'}")
     for r in report["reasons"]:
         print(f"FAIL {r['code']}: {r['message']}", file=sys.stderr)
+    for note in report.get("notes") or ():
+        print(f"note: {args.episode}: {note}", file=sys.stderr)
     say_turns_unwrapped((arr.meta.get("extra") or {}).get("joint_turns_unwrapped"), "frame",
                          "extra.joint_turns_unwrapped")
     say_if_degrees(arr.joint_positions, list(arr.meta.get("dof_names") or []),
