@@ -548,3 +548,30 @@ def test_check_notes_a_metadata_fps_the_timestamps_do_not_keep(tmp_path, capsys)
     # within 10% (a camera's jitter, 29.97 Hz against 30) is no note
     assert frame_rate_note(30.0, np.arange(50) / 29.97) is None
     assert frame_rate_note(None, np.arange(50) / 15.0) is None
+
+
+def test_check_notes_motion_between_the_sweeps_that_no_reading_explains():
+    """A channel the program swept but the joint stream left out moves the picture where
+    every reading stands at home: the check notes the frames (the verdict stays the
+    recorded channels')."""
+    from dataclasses import replace
+
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+
+    t, q = sweep_positions(np.array([0.4, -0.5, 0.3]), [2, 0, 1], 30.0, 1.0, 0.5)
+    ep = drawn_episode(q, t)
+    ep = replace(ep, metadata=replace(ep.metadata, fps=30.0))  # as an import records it
+    clean = check_arrays(EpisodeArrays.from_episode(ep))
+    assert clean["verdict"] == "pass" and clean["notes"] == []
+    spans = [sw["frames"] for sw in clean["ingest"]["sweeps"]]
+    gap = range(max(b for _a, b in spans[:1]) + 1, min(a for a, _b in spans[1:]))
+    assert len(gap) >= 2  # the pause between the first two sweeps
+    frames = ep.frames.copy()
+    for i in gap:  # a fourth link, unreported, moving in its own column
+        frames[i, 20:24, 24:28] = 230
+    report = check_arrays(EpisodeArrays.from_episode(replace(ep, frames=frames)))
+    assert report["verdict"] == "pass"
+    assert len(report["notes"]) == 1
+    assert report["notes"][0].startswith(f"the picture changed in {len(gap)} recorded "
+                                         f"frame(s) between the sweeps")
+    assert f"frames {gap[0]}..{gap[-1]}" in report["notes"][0]

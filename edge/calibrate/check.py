@@ -64,7 +64,7 @@ from edge.errors import EpisodeError
 
 __all__ = ["CheckOptions", "EpisodeArrays", "FPS_MISMATCH", "LAG_SEARCH_FRAMES", "check_arrays",
            "check_episode", "coverage_sheets", "estimate_camera_lag", "frame_rate_note",
-           "load_for_check", "positions_seen_late", "tile_names"]
+           "load_for_check", "motion_between_sweeps", "positions_seen_late", "tile_names"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
@@ -447,6 +447,9 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
     checked = EpisodeArrays.from_episode(ep)
     report, _ = _check_episode(checked, opts)
     report["ingest"] = ingest
+    still = motion_between_sweeps(arr.frames, [tuple(sw["frames"]) for sw in ingest["sweeps"]],
+                                  np.asarray(arr.timestamps, np.float64))
+    report["notes"] = [still] if still else []
     _lag_of_the_recording(report, arr, float(checked.meta.get("fps") or 10.0), opts)
     return report, checked
 
@@ -482,6 +485,54 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
     report["verdict"] = "fail" if report["reasons"] else "pass"
 
 
+#: :func:`motion_between_sweeps`: a grey level change above this (levels, 0..255) is a
+#: changed pixel...
+STILL_CHANGE_LEVELS = 25
+#: ...and this share of the frame's pixels changed is motion no channel's reading explains.
+STILL_CHANGED_SHARE = 0.002
+
+
+def motion_between_sweeps(frames: np.ndarray, sweeps: list[tuple[int, int]],
+                          timestamps: np.ndarray) -> str | None:
+    """The note when the picture changes between the sweeps of a calibration recorded at
+    another timing, where every channel's reading stands at home: a channel missing from
+    the joint stream (swept by the program but not reported), or something else moving
+    in view. Each frame outside the sweeps' recorded spans is compared with the home frame
+    (the first sweep's first frame) in grey; None when none changes more than
+    :data:`STILL_CHANGED_SHARE` of its pixels by :data:`STILL_CHANGE_LEVELS`.
+
+    Args:
+        frames: uint8 ``[T, H, W, 3]`` as recorded.
+        sweeps: each channel's ``(start, stop)`` recorded frames (ingest's).
+        timestamps: float ``[T]`` s.
+    """
+    import cv2
+
+    if not sweeps or len(frames) < 2:
+        return None
+    inside = np.zeros(len(frames), bool)
+    for a, b in sweeps:
+        inside[max(a, 0):b + 1] = True
+    outside = np.flatnonzero(~inside)
+    if not len(outside):
+        return None
+    home = cv2.cvtColor(frames[sweeps[0][0]], cv2.COLOR_RGB2GRAY).astype(np.int16)
+    share = np.array([float((np.abs(cv2.cvtColor(frames[i], cv2.COLOR_RGB2GRAY)
+                                    .astype(np.int16) - home) > STILL_CHANGE_LEVELS).mean())
+                      for i in outside])
+    moved = outside[share > STILL_CHANGED_SHARE]
+    if not len(moved):
+        return None
+    worst = int(outside[np.argmax(share)])
+    t0 = float(timestamps[0])
+    return (f"the picture changed in {len(moved)} recorded frame(s) between the sweeps, "
+            f"where every channel's reading stands at home (frames {int(moved[0])}.."
+            f"{int(moved[-1])}, {timestamps[moved[0]] - t0:.2f}-{timestamps[moved[-1]] - t0:.2f}"
+            f" s; most at frame {worst}, {share.max():.1%} of the pixels): a channel the "
+            f"program sweeps but the joint stream does not report, or something moving in "
+            f"view; record with every channel in the stream and the view clear")
+
+
 #: :func:`frame_rate_note`: the timestamps' rate and ``metadata.fps`` disagree when they
 #: differ by more than this share.
 FPS_MISMATCH = 0.1
@@ -514,7 +565,7 @@ def check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
     ``notes`` in the report: :func:`frame_rate_note` of the episode as given."""
     report, checked = _check_episode(arr, opts)
     note = frame_rate_note(arr.meta.get("fps"), arr.timestamps)
-    report["notes"] = [note] if note else []
+    report["notes"] = [*([note] if note else []), *report.get("notes", [])]
     return report, checked
 
 
