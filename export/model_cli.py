@@ -355,7 +355,8 @@ def _run_read_chain(args: argparse.Namespace) -> int:
         chain = read_chain_calibration(ep, (args.grid, args.grid), args.fovy_deg,
                                        args.photometric or None, log=say, motions=motions,
                                        joint_scale=args.joint_scale,
-                                       motion_twins=twins)
+                                       motion_twins=twins,
+                                       colour_tracks=args.tracks == "colour")
     except MotionEpisodeError as exc:
         raise ExportError(f"--motion {exc}") from None
     except ValueError as exc:
@@ -567,6 +568,12 @@ def register(subparsers: Any) -> None:
                          "where it then lowers the photometric loss by 1%% at 4 px blur and "
                          "at 2 and 1 px (choose_twins; most of the 2-5 min); "
                          "--no-twins keeps the sweep's choice")
+    rc.add_argument("--tracks", choices=("colour", "grey"), default="colour",
+                    help="how the sweep is tracked: on the grey frames and the colour-opponent channels "
+                         "CIELAB a*, b* with the best colour match kept per pixel (colour, "
+                         "the default: a saturated link before a background of its own "
+                         "brightness has no edge in grey), or on grey alone (grey: every "
+                         "chain read before colour, e.g. the shipped sample's)")
     rc.add_argument("--joint-scale", choices=JOINT_SCALE_MODES, default="auto",
                     help=JOINT_SCALE_HELP)
     rc.add_argument("--threads", type=positive_int, default=2, metavar="N",

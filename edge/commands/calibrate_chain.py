@@ -139,6 +139,7 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
             log=lambda line: print(f"  [{time.perf_counter() - t0:6.1f} s] {line}",
                                    file=sys.stderr, flush=True),
             joint_scale=getattr(args, "joint_scale", "auto"),
+            colour_tracks=getattr(args, "tracks", "colour") == "colour",
             **({"motions": motions,
                  "motion_twins": motion_twins(getattr(args, "twins", None), True)}
                if motions else {}))

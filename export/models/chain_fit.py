@@ -1376,7 +1376,7 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
                size: tuple[int, int], photometric_size: int | None = 128,
                fit_options: dict | None = None, refine_options: dict | None = None,
                log=None, prismatic: np.ndarray | None = None,
-               scale_free: np.ndarray | None = None) -> ChainFit:
+               scale_free: np.ndarray | None = None, colour_tracks: bool = True) -> ChainFit:
     """A cell's chain read from its calibration episode alone, as a device would: the arm
     cut from the home frame (:func:`sweep_robot_mask`), its pixels tracked through the
     sweep (:func:`sweep_tracks`, on grey and colour-opponent flows), the chain fitted to the tracks (:func:`fit_chain`) and
@@ -1397,6 +1397,7 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
         prismatic: bool ``[K]``, the channels that slide (:func:`fit_chain`); None: none.
         scale_free: bool ``[K]``, revolute channels whose turn per unit of reading is
             fitted and refined (:func:`fit_chain`); None: the readings are rad.
+        colour_tracks: :func:`sweep_tracks` ``colour`` (default True).
 
     Returns:
         :class:`ChainFit` on the model's grid.
@@ -1410,7 +1411,7 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     robot = sweep_robot_mask(frames, size=size)
     say(f"arm: {int(robot.sum())} of {size[0] * size[1]} model pixels")
     t_track = time.perf_counter()
-    tracks, valid = sweep_tracks(frames, size=size, colour=True)
+    tracks, valid = sweep_tracks(frames, size=size, colour=colour_tracks)
     say(f"arm tracked through the {len(frames)} frames in {time.perf_counter() - t_track:.0f} s")
     fit = fit_chain(tracks, valid, joint_positions, segments, focal_px, centre_px,
                     robot=robot, prismatic=prismatic, scale_free=scale_free,
@@ -1858,7 +1859,7 @@ def anchor_chain_to_start(chain, episode, start: np.ndarray,
 def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                            fovy_deg: float | None = None, photometric_size: int | None = 128,
                            log=None, motions=None, joint_scale: str = "auto",
-                           motion_twins: bool = True):
+                           motion_twins: bool = True, colour_tracks: bool = True):
     """Read a calibration episode into the chain model's encoded calibration.
 
     Brings the episode into the planner's timing (:func:`sweep_timing`), runs
@@ -1880,6 +1881,9 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
             ``photometric_size`` or 128; checked before the read), or None.
         motion_twins: with ``motions``, choose each channel's depth-mirrored twin first
             (``refine_chain_with_motion(twins=...)``; on by default).
+        colour_tracks: track the sweep on the grey frames and the colour-opponent
+            channels (:func:`sweep_tracks` ``colour``; the default); False: on grey alone,
+            as every chain read before it (``info["tracks"]`` records which).
         joint_scale: one of :data:`JOINT_SCALE_MODES`: ``rad`` (the revolute readings are
             rad), ``fit`` (fit every revolute channel's turn per unit of reading: a
             controller reporting degrees, encoder counts or a normalised range, e.g.
@@ -1950,7 +1954,8 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
     per_unit = np.where(as_degrees, np.pi / 180.0, 1.0)
     fit = read_chain(frames, q * per_unit[None], segments, focal, centre, size,
                      photometric_size=photometric_size, log=log, prismatic=prismatic,
-                     scale_free=fitted if fitted.any() else None)
+                     scale_free=fitted if fitted.any() else None,
+                     colour_tracks=colour_tracks)
     if as_degrees.any():
         fit = replace(fit, rad_per_unit=fit.rad_per_unit * per_unit)
     h, w = size
@@ -1964,6 +1969,7 @@ def read_chain_calibration(episode, size: tuple[int, int] = (64, 64),
                             "fps": float(meta.fps), "recorded_frames": int(recorded),
                             "normalised": bool(ingest["normalised"])},
             "pinhole_from": where, "photometric_size": photometric_size,
+            "tracks": "colour" if colour_tracks else "grey",
             "prismatic": [n for n, m in zip(names, prismatic, strict=True) if m],
             "joint_scale": {"mode": joint_scale, "widest_sweep": round(widest, 6),
                             "fitted": [n for n, m in zip(names, fitted, strict=True) if m],
