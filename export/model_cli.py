@@ -401,7 +401,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add ``model`` and its subcommands to the ``syncedge`` parser."""
     from edge.commands.common import positive_int
-    from edge.runtime.chain import JOINT_SCALE_HELP, JOINT_SCALE_MODES
+    from edge.runtime.chain import JOINT_SCALE_HELP, JOINT_SCALE_MODES, TRACK_MODES, TRACKS_HELP
     from export.train.options import add_train_arguments
 
     p = subparsers.add_parser("model", help="train and evaluate the reference world model",
@@ -568,12 +568,7 @@ def register(subparsers: Any) -> None:
                          "where it then lowers the photometric loss by 1%% at 4 px blur and "
                          "at 2 and 1 px (choose_twins; most of the 2-5 min); "
                          "--no-twins keeps the sweep's choice")
-    rc.add_argument("--tracks", choices=("colour", "grey"), default="colour",
-                    help="how the sweep is tracked: on the grey frames and the colour-opponent channels "
-                         "CIELAB a*, b* with the best colour match kept per pixel (colour, "
-                         "the default: a saturated link before a background of its own "
-                         "brightness has no edge in grey), or on grey alone (grey: every "
-                         "chain read before colour, e.g. the shipped sample's)")
+    rc.add_argument("--tracks", choices=TRACK_MODES, default="colour", help=TRACKS_HELP)
     rc.add_argument("--joint-scale", choices=JOINT_SCALE_MODES, default="auto",
                     help=JOINT_SCALE_HELP)
     rc.add_argument("--threads", type=positive_int, default=2, metavar="N",

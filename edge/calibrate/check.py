@@ -466,7 +466,7 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
     """
     fps = float(arr.meta.get("fps") or 0.0)
     if frame_rate_note(fps, arr.timestamps):  # the rate the frames were taken at
-        fps = 1.0 / float(np.median(np.diff(np.asarray(arr.timestamps, np.float64))))
+        fps = _stamp_rate(arr.timestamps) or fps
     q = arr.joint_positions
     if q is None or fps <= 0 or model_fps <= 0:
         return
@@ -538,21 +538,27 @@ def motion_between_sweeps(frames: np.ndarray, sweeps: list[tuple[int, int]],
 FPS_MISMATCH = 0.1
 
 
+def _stamp_rate(timestamps: np.ndarray) -> float | None:
+    """The rate (Hz) timestamps (s, ``[T]``) step at: one over their median step; None for
+    fewer than 3 or a step that is not positive."""
+    ts = np.asarray(timestamps, np.float64)
+    if ts.ndim != 1 or len(ts) < 3:
+        return None
+    step = float(np.median(np.diff(ts)))
+    return 1.0 / step if np.isfinite(step) and step > 0 else None
+
+
 def frame_rate_note(fps: float | None, timestamps: np.ndarray) -> str | None:
     """The note ``calibrate check`` prints when an episode's ``metadata.fps`` (Hz) is not
     the rate its timestamps (s, ``[T]``) were taken at (median step, more than
     :data:`FPS_MISMATCH` apart): the timestamps are what the check reads the timing from,
     and a wrong ``fps`` misleads every tool that trusts it. None when they agree, or
     either is missing."""
-    ts = np.asarray(timestamps, np.float64)
-    if not fps or fps <= 0 or ts.ndim != 1 or len(ts) < 3:
+    measured = _stamp_rate(timestamps)
+    if not fps or fps <= 0 or measured is None \
+            or abs(measured / float(fps) - 1.0) <= FPS_MISMATCH:
         return None
-    step = float(np.median(np.diff(ts)))
-    if not np.isfinite(step) or step <= 0:
-        return None
-    measured = 1.0 / step
-    if abs(measured / float(fps) - 1.0) <= FPS_MISMATCH:
-        return None
+    step = 1.0 / measured
     return (f"metadata.fps is {float(fps):g} Hz but the timestamps step {step * 1e3:.1f} ms "
             f"({measured:.3g} Hz, median): the check reads the timing from the timestamps; "
             f"correct metadata.fps where it was written (the recorder or the import)")

@@ -27,7 +27,7 @@ from edge.commands.common import (
     store_command,
 )
 from edge.fileio import write_json_atomic
-from edge.runtime.chain import JOINT_SCALE_HELP, JOINT_SCALE_MODES
+from edge.runtime.chain import JOINT_SCALE_HELP, JOINT_SCALE_MODES, TRACK_MODES, TRACKS_HELP
 
 __all__ = ["checked_episode", "commissioning_calibration", "register_steps", "run_store",
            "run_validate", "run_verify"]
@@ -553,12 +553,8 @@ def register_steps(sub: argparse._SubParsersAction) -> dict[str, argparse.Argume
                    help="with --motion (on by default there): first choose each channel's "
                         "depth-mirrored twin by the motion's frames, as model read-chain "
                         "--twins; --no-twins keeps the sweep's choice")
-    s.add_argument("--tracks", choices=("colour", "grey"), default="colour",
-                   help="with --chain (read now): " + "how the sweep is tracked: on the grey frames and the colour-opponent channels "
-                        "CIELAB a*, b* with the best colour match kept per pixel (colour, "
-                        "the default: a saturated link before a background of its own "
-                        "brightness has no edge in grey), or on grey alone (grey: every "
-                        "chain read before colour, e.g. the shipped sample's)")
+    s.add_argument("--tracks", choices=TRACK_MODES, default="colour",
+                   help="with --chain (read now): " + TRACKS_HELP)
     add_model_args(s)
     s.set_defaults(func=run_store)
 

@@ -44,6 +44,7 @@ from edge.runtime.errors import RuntimeInputError
 
 __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
            "HOME_JOINTS_TOLERANCE_RAD", "JOINT_SCALE_HELP", "JOINT_SCALE_MODES",
+           "TRACKS_HELP", "TRACK_MODES",
            "CHAIN_SCHEMA_VERSION", "CHAIN_SCHEMA_VERSIONS",
            "ChainCalibration", "ChainFileError", "MotionEpisodeError", "frames_sha256",
            "home_differences", "unmodelled_channels", "unmodelled_note",
@@ -86,6 +87,17 @@ JOINT_SCALE_HELP = ("how the joint readings map to turns: auto (default: rad, un
                     "degrees, 57.3 units, else fitted), rad, deg (1 unit = pi/180 rad), or fit "
                     "(each revolute channel's turn per unit fitted from the frames: encoder "
                     "counts or a normalised range such as LeRobot's -100..100)")
+
+#: How a chain read tracks the calibration sweep
+#: (``export.models.chain_fit.read_chain_calibration(colour_tracks=...)``, ``--tracks``):
+#: ``colour`` (grey and colour-opponent flows, the default) or ``grey`` (grey alone).
+TRACK_MODES = ("colour", "grey")
+#: The ``--tracks`` option's help (``model read-chain``, ``calibrate store --chain``).
+TRACKS_HELP = ("how the sweep is tracked: on the grey frames and the colour-opponent channels "
+               "CIELAB a*, b* with the best colour match kept per pixel (colour, the default: "
+               "a saturated link before a background of its own brightness has no edge in "
+               "grey), or on grey alone (grey: every chain read before colour, e.g. the "
+               "shipped sample's)")
 
 #: Mean absolute difference (uint8 levels) allowed between a chain calibration's home frame
 #: and the first frame of the calibration episode it was read from, reduced to its grid.

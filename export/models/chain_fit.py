@@ -1379,8 +1379,9 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
                scale_free: np.ndarray | None = None, colour_tracks: bool = True) -> ChainFit:
     """A cell's chain read from its calibration episode alone, as a device would: the arm
     cut from the home frame (:func:`sweep_robot_mask`), its pixels tracked through the
-    sweep (:func:`sweep_tracks`, on grey and colour-opponent flows), the chain fitted to the tracks (:func:`fit_chain`) and
-    refined against the frames (:func:`refine_photometric`).
+    sweep (:func:`sweep_tracks`, on grey and colour-opponent flows), the chain fitted to
+    the tracks (:func:`fit_chain`) and refined against the frames
+    (:func:`refine_photometric`).
 
     Args:
         frames: uint8 ``[T, h, w, 3]``, the calibration episode (home frame first), at a
