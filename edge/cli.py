@@ -105,7 +105,8 @@ def run_parsed(args: argparse.Namespace) -> int:
 
     Project errors (:class:`edge.errors.EdgeError`), file errors and a missing optional
     library (named with its extra, :func:`edge.errors.missing_dependency`) print one line on
-    stderr and give exit code 2; Ctrl-C prints one line and gives 130; a closed stdout (the
+    stderr and give exit code 2 (an error class's own ``exit_code`` where it has one:
+    75 for a held bundle lock, :class:`edge.bundle.format.BundleBusyError`); Ctrl-C prints one line and gives 130; a closed stdout (the
     output piped into ``head``) ends quietly with 141; anything else is a bug: its traceback
     is printed and the exit code is :data:`EXIT_INTERNAL_ERROR` (70), never 1, which
     commands use for a result (``precheck``: no candidate passes; ``calibrate check``: the
@@ -130,7 +131,7 @@ def run_parsed(args: argparse.Namespace) -> int:
             # one without a file is not expected here
             return _internal_error(args)
         print(f"syncedge {args.command}: error: {_file_error(exc)}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_code", 2))
     except ImportError as exc:
         hint = missing_dependency(exc, _command_line(args))
         if hint is None:

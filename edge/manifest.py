@@ -293,10 +293,21 @@ class ModelManifest:
             raise ManifestError(f"{where}:schema_version: {version} is newer than this syncedge "
                                 f"reads ({MANIFEST_SCHEMA_VERSION}); upgrade syncedge")
         if version < MANIFEST_SCHEMA_VERSION:
+            folder = _folder_of(where)
+            if folder != "MODEL_DIR" and (Path(folder) / "bundle.json").is_file():
+                # an installed bundle slot: its files are signed, never edited on the device
+                raise OldModelSchemaError(
+                    f"{where}:schema_version: {version} is an older model schema than this "
+                    f"syncedge reads ({MANIFEST_SCHEMA_VERSION}); the folder is an installed "
+                    f"bundle slot, whose signed files are not edited on the device: on the "
+                    f"build machine upgrade the model folder the bundle was built from "
+                    f"('{UPGRADE_COMMAND}'), then build, sign and install a new bundle "
+                    f"(or 'syncedge bundle rollback' where the other slot holds a model of "
+                    f"this schema)", version)
             raise OldModelSchemaError(
                 f"{where}:schema_version: {version} is an older model schema than this "
                 f"syncedge reads ({MANIFEST_SCHEMA_VERSION}); upgrade the model folder with "
-                f"'{UPGRADE_COMMAND.replace('MODEL_DIR', _folder_of(where))}' (its graphs "
+                f"'{UPGRADE_COMMAND.replace('MODEL_DIR', folder)}' (its graphs "
                 f"stay as they are), then rebuild any bundle made from it", version)
         w = Where(where, error=ManifestError)
         manifest = read_config(cls, d, w)

@@ -61,6 +61,11 @@ def _run_upgrade(args: argparse.Namespace) -> int:
     )
 
     path = Path(args.model_dir) / "model.json"
+    if (Path(args.model_dir) / "bundle.json").is_file():
+        raise ManifestError(f"{args.model_dir}: an installed bundle slot (bundle.json beside "
+                            f"model.json); its signed files are not edited: upgrade the model "
+                            f"folder the bundle was built from on the build machine, then "
+                            f"build, sign and install a new bundle")
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, NotADirectoryError):

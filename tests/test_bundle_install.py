@@ -85,8 +85,8 @@ def test_rollback_refuses_a_retired_key_and_another_target(tmp_path):
     remove_key(env.key_id, keys)  # the old key is retired (say, compromised)
     with pytest.raises(BundleError, match=rf"a/bundle\.sig: slot a is signed by key "
                                           rf"{env.key_id}, which this device no longer "
-                                          r"trusts .*refusing to roll back to it: a retired "
-                                          r"key's model does not come back"):
+                                          r"trusts .*: a retired key's model does not come "
+                                          r"back .*refusing to roll back to slot a"):
         rollback(env.root, target="cpu")
     assert active_slot(env.root) == "b"
     # a slot built for another target does not come back either
@@ -95,7 +95,7 @@ def test_rollback_refuses_a_retired_key_and_another_target(tmp_path):
     install_bundle(orin, target="jetson-orin-sm87", root=env.root)  # into slot a
     install_bundle(env.bundle(3, key=new_priv), target="cpu", root=env.root)  # slot b
     with pytest.raises(BundleError, match="built for target 'jetson-orin-sm87', but this "
-                                          "device is 'cpu'; refusing to roll back"):
+                                          "device is 'cpu'.*refusing to roll back"):
         rollback(env.root, target="cpu")
     assert active_slot(env.root) == "b"
     assert rollback(env.root, target="jetson-orin-sm87").slot == "a"

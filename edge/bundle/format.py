@@ -83,6 +83,14 @@ class BundleError(ConfigError):
     """
 
 
+class BundleBusyError(BundleError):
+    """Another install, rollback or activate holds the device's bundle lock: try again
+    later (exit code :attr:`exit_code`, EX_TEMPFAIL of BSD's sysexits.h, apart from the 2
+    of a refusal, so a fleet script can tell "retry" from "reject")."""
+
+    exit_code = 75
+
+
 def check_target(target: str, where: str = "target") -> str:
     """Return ``target`` if it is one of :data:`TARGETS`; raise :class:`BundleError` otherwise."""
     if target not in TARGETS:
@@ -335,6 +343,10 @@ def load_public_key(path: str | os.PathLike[str]) -> Any:
         data = path.read_bytes()
     except FileNotFoundError:
         raise BundleError(f"{path}: public key file not found") from None
+    if b"PRIVATE KEY-----" in data:
+        raise BundleError(f"{path}: a private key; a device trusts the public key only (the "
+                          f"NAME.pub.pem beside it from 'syncedge bundle keygen'); keep the "
+                          f"private key off devices")
     try:
         key = load_pem_public_key(data)
     except ValueError as exc:

@@ -35,6 +35,7 @@ from edge.bundle.format import (
     INSTALL_RECORD_NAME,
     MANIFEST_NAME,
     SIGNATURE_NAME,
+    BundleBusyError,
     BundleError,
     BundleManifest,
     BundleSignature,
@@ -48,10 +49,14 @@ from edge.state import state_root
 __all__ = [
     "INSTALL_STEPS",
     "SlotInfo",
+    "activate",
     "active_model_dir",
     "active_slot",
     "bundles_dir",
+    "check_slot",
+    "check_slot_identity",
     "install_bundle",
+    "leftovers",
     "list_slots",
     "rollback",
 ]
@@ -84,8 +89,9 @@ def _locked(root: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise BundleError(f"{root}: another install or rollback is running "
-                              f"(lock {root / '.lock'} is held)") from None
+            raise BundleBusyError(f"{root}: another install, rollback or activate is running "
+                                  f"(lock {root / '.lock'} is held); try again when it "
+                                  f"has finished") from None
         yield
     finally:
         os.close(fd)
@@ -134,6 +140,12 @@ class SlotInfo:
         installed_utc: install time (ISO-8601) when complete.
         unchanged: from :func:`install_bundle`: the bundle was already the active one, so
             nothing was replaced (the other slot keeps its model for rollback).
+        problem: from :func:`list_slots` with ``verify``: why a complete slot cannot run
+            (a file missing or altered, a model schema this syncedge does not read), ``""``
+            when its files match its signed manifest.
+        repaired: from :func:`install_bundle`: the damage found in the slot that was
+            active before (:func:`check_slot`), which the install replaced; ``""`` when
+            it was sound.
     """
 
     slot: str
@@ -142,6 +154,8 @@ class SlotInfo:
     manifest: BundleManifest | None = None
     installed_utc: str = ""
     unchanged: bool = False
+    problem: str = ""
+    repaired: str = ""
 
 
 def _slot_info(root: Path, slot: str, active: str | None) -> SlotInfo:
@@ -157,11 +171,33 @@ def _slot_info(root: Path, slot: str, active: str | None) -> SlotInfo:
     return SlotInfo(slot, "complete", slot == active, manifest, str(record.get("utc", "")))
 
 
-def list_slots(root: str | os.PathLike[str] | None = None) -> tuple[SlotInfo, ...]:
-    """State of slots ``a`` and ``b``."""
+def list_slots(root: str | os.PathLike[str] | None = None, *, verify: bool = False
+               ) -> tuple[SlotInfo, ...]:
+    """State of slots ``a`` and ``b``; with ``verify``, each complete slot is also checked
+    as the runtime needs it (:func:`check_slot` without trust or target: every file's
+    sha256 and ``model.json``), the result in :attr:`SlotInfo.problem` (reads every file:
+    about a second for a few hundred MB)."""
     r = Path(root if root is not None else bundles_dir())
     active = active_slot(r)
-    return tuple(_slot_info(r, s, active) for s in SLOTS)
+    infos = [_slot_info(r, s, active) for s in SLOTS]
+    if verify:
+        for i, info in enumerate(infos):
+            if info.manifest is not None:
+                try:
+                    check_slot(r / info.slot, info.manifest)
+                except BundleError as exc:
+                    infos[i] = dataclasses.replace(info, problem=str(exc))
+    return tuple(infos)
+
+
+def leftovers(root: str | os.PathLike[str] | None = None) -> tuple[Path, ...]:
+    """Folders an interrupted install left (``a.partial``, ``b.old``, ...); the next
+    install, rollback or activate removes them."""
+    r = Path(root if root is not None else bundles_dir())
+    if not r.is_dir():
+        return ()
+    return tuple(sorted(p for p in r.iterdir() if p.name.endswith((".partial", ".old"))
+                        and p.is_dir() and not p.is_symlink()))
 
 
 def _verify_slot_files(d: Path, manifest: BundleManifest) -> None:
@@ -169,12 +205,65 @@ def _verify_slot_files(d: Path, manifest: BundleManifest) -> None:
         p = d / f.name
         try:
             digest = sha256_file(p)
-        except FileNotFoundError:
-            raise BundleError(f"{p}: missing from slot {d.name}") from None
+        except (FileNotFoundError, IsADirectoryError):
+            raise BundleError(f"{p}: missing from slot {d.name}; the slot is damaged: install "
+                              f"its bundle again (the install replaces a damaged slot)") from None
         if digest != f.sha256:
             raise BundleError(f"{p}: sha256 does not match the slot's {MANIFEST_NAME}; the "
-                              f"slot is corrupt: install a bundle again (it replaces this "
-                              f"slot) instead of rolling back")
+                              f"slot is damaged: install its bundle again (the install "
+                              f"replaces a damaged slot)")
+
+
+def check_slot_identity(model_dir: str | os.PathLike[str]) -> None:
+    """When ``model_dir`` is an installed bundle slot (``bundle.json`` beside
+    ``model.json``, e.g. ``STATE_ROOT/bundles/active``): its ``model.json`` must still be
+    the one the signed manifest names (one hash of a small file; the graphs' own sha256
+    are checked against ``model.json`` when the model loads). Nothing for another folder.
+
+    Raises:
+        BundleError: ``model.json`` changed after the bundle was signed, naming the slot
+            and what to do.
+    """
+    d = Path(model_dir)
+    if not (d / MANIFEST_NAME).is_file():
+        return
+    manifest = BundleManifest.from_bytes((d / MANIFEST_NAME).read_bytes(),
+                                         str(d / MANIFEST_NAME))
+    try:
+        digest = sha256_file(d / "model.json")
+    except FileNotFoundError:
+        raise BundleError(f"{d / 'model.json'}: missing from the installed bundle slot; the "
+                          f"slot is damaged: install its bundle again") from None
+    if digest != manifest.model_sha256:
+        raise BundleError(f"{d / 'model.json'}: sha256 {digest[:12]}... is not the model the "
+                          f"slot's signed {MANIFEST_NAME} names ({manifest.model_sha256[:12]}"
+                          f"...): the slot was changed after it was installed; install its "
+                          f"bundle again ('syncedge bundle list' shows each slot's state)")
+
+
+def check_slot(d: str | os.PathLike[str], manifest: BundleManifest, *,
+               trusted: Mapping[str, Any] | None = None, target: str | None = None) -> None:
+    """Check an installed slot as an install checks a bundle: every payload file's sha256
+    against the slot's signed manifest, and ``model.json`` as the runtime reads it (a model
+    schema this syncedge does not read is refused here, not when ``simulate`` loads it);
+    with ``trusted``, the signature against the keys trusted now and (with ``target``)
+    the target.
+
+    Args:
+        d: the slot folder (``ROOT/a`` or ``ROOT/b``).
+        manifest: its parsed ``bundle.json``.
+        trusted: key id -> public key (None: neither signature nor target is checked).
+        target: the device's target (None: not checked).
+    Raises:
+        BundleError: naming the slot, the file and what to do.
+    """
+    from edge.bundle.reader import check_model_json
+
+    d = Path(d)
+    if trusted is not None:
+        _verify_slot_trust(d, manifest, trusted, target)
+    _verify_slot_files(d, manifest)
+    check_model_json(d, manifest, f"slot {d.name} ({d})")
 
 
 def _switch(root: Path, slot: str) -> None:
@@ -224,6 +313,22 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         _cleanup(r)
         step("cleaned")
         active = active_slot(r)
+        damage = _damage(r, active)
+        if damage:
+            # the active slot cannot run (a file lost or altered): the install replaces it,
+            # not the other slot's sound previous model. That model serves meanwhile (a
+            # complete slot, so a power cut still leaves a runnable device)
+            other = "b" if active == "a" else "a"
+            info = _slot_info(r, other, active)
+            try:
+                if info.manifest is None:
+                    raise BundleError(f"slot {other} is {info.state}")
+                check_slot(r / other, info.manifest, trusted=trusted, target=target)
+            except BundleError:
+                pass  # nothing sound to keep: the install goes into the other slot
+            else:
+                _switch(r, other)
+                active = other
         slot = "b" if active == "a" else "a"
         staging = r / f"{slot}.partial"
         staging.mkdir()
@@ -243,7 +348,7 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        if active is not None and _same_manifest(r / active, staging):
+        if active is not None and not damage and _same_manifest(r / active, staging):
             # installing the active bundle again would replace the other slot, the only
             # model left to roll back to, with a second copy of this one
             shutil.rmtree(staging, ignore_errors=True)
@@ -260,7 +365,22 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         _switch(r, slot)
         step("switched")
         shutil.rmtree(r / f"{slot}.old", ignore_errors=True)
-        return _slot_info(r, slot, slot)
+        return dataclasses.replace(_slot_info(r, slot, slot), repaired=damage)
+
+
+def _damage(root: Path, slot: str | None) -> str:
+    """Why the installed ``slot`` cannot run (:func:`check_slot` without trust: a slot
+    whose key was retired since still runs), ``""`` when it can or is None."""
+    if slot is None:
+        return ""
+    info = _slot_info(root, slot, slot)
+    if info.manifest is None:
+        return f"slot {slot} is {info.state}"
+    try:
+        check_slot(root / slot, info.manifest)
+    except BundleError as exc:
+        return str(exc)
+    return ""
 
 
 def _same_manifest(a: Path, b: Path) -> bool:
@@ -275,7 +395,8 @@ def _same_manifest(a: Path, b: Path) -> bool:
 def _verify_slot_trust(d: Path, manifest: BundleManifest, trusted: Mapping[str, Any],
                        target: str | None) -> None:
     """The slot's signature against the keys trusted now, and its target against the device's,
-    so a retired key or another target's bundle cannot come back through a rollback."""
+    so a retired key or another target's bundle cannot come back through a rollback or an
+    activate."""
     where = str(d / SIGNATURE_NAME)
     try:
         signature = BundleSignature.from_bytes((d / SIGNATURE_NAME).read_bytes(), where)
@@ -284,24 +405,20 @@ def _verify_slot_trust(d: Path, manifest: BundleManifest, trusted: Mapping[str, 
     if signature.key_id not in trusted:  # retired since (or never added on this device)
         raise BundleError(f"{where}: slot {d.name} is signed by key {signature.key_id}, which "
                           f"this device no longer trusts (trusted: "
-                          f"{', '.join(sorted(trusted)) or 'none'}); refusing to roll back to "
-                          f"it: a retired key's model does not come back (install a bundle "
-                          f"signed with a trusted key)")
-    try:
-        verify_signature((d / MANIFEST_NAME).read_bytes(), signature, trusted, where)
-    except BundleError as exc:
-        raise BundleError(f"{exc}; refusing to roll back to slot {d.name}") from None
+                          f"{', '.join(sorted(trusted)) or 'none'}): a retired key's model "
+                          f"does not come back (install a bundle signed with a trusted key)")
+    verify_signature((d / MANIFEST_NAME).read_bytes(), signature, trusted, where)
     if target is not None and manifest.target != target:
         raise BundleError(f"{d / MANIFEST_NAME}: slot {d.name} holds a bundle built for target "
-                          f"{manifest.target!r}, but this device is {target!r}; refusing to "
-                          f"roll back to it (override the device target with "
-                          f"--target/SYNCEDGE_TARGET)")
+                          f"{manifest.target!r}, but this device is {target!r} (override the "
+                          f"device target with --target/SYNCEDGE_TARGET)")
 
 
 def rollback(root: str | os.PathLike[str] | None = None, *, target: str | None = None,
              keys_dir: str | os.PathLike[str] | None = None) -> SlotInfo:
     """Make the other slot (the previous model) active again, after re-verifying it as an
-    install would: every file's sha256, the signature with the keys trusted now, the target.
+    install would: every file's sha256, ``model.json`` as the runtime reads it (its
+    schema), the signature with the keys trusted now, the target.
 
     Args:
         root: the bundles folder (default ``state_root()/bundles``).
@@ -311,9 +428,10 @@ def rollback(root: str | os.PathLike[str] | None = None, *, target: str | None =
     Returns:
         The new active slot's :class:`SlotInfo`.
     Raises:
-        BundleError: nothing installed; the other slot is empty, incomplete or corrupt; its
-            signing key is no longer trusted; it was built for another target. The active
-            slot is then unchanged.
+        BundleError: nothing active (naming :func:`activate` when a slot is complete); the
+            other slot is empty, incomplete or damaged, holds a model schema this syncedge
+            does not read, its signing key is no longer trusted, or it was built for
+            another target. The active slot is then unchanged.
     """
     r = Path(root if root is not None else bundles_dir())
     if not r.is_dir():  # a mistyped --root: nothing is created for it
@@ -322,13 +440,61 @@ def rollback(root: str | os.PathLike[str] | None = None, *, target: str | None =
     with _locked(r):
         active = active_slot(r)
         if active is None:
-            raise BundleError(f"{r}: no bundle installed; nothing to roll back")
-        other = "b" if active == "a" else "a"
-        info = _slot_info(r, other, active)
-        if info.state != "complete" or info.manifest is None:
-            raise BundleError(f"{r / other}: slot is {info.state}; there is no previous model "
-                              f"to roll back to")
-        _verify_slot_trust(r / other, info.manifest, trusted, target)
-        _verify_slot_files(r / other, info.manifest)
-        _switch(r, other)
-        return _slot_info(r, other, other)
+            complete = [i.slot for i in list_slots(r) if i.state == "complete"]
+            raise BundleError(
+                f"{r}: no slot is active, so there is nothing to roll back from"
+                + (f"; slot{'s' if len(complete) > 1 else ''} {' and '.join(complete)} "
+                   f"{'are' if len(complete) > 1 else 'is'} installed: make one active with "
+                   f"'syncedge bundle activate SLOT' (checked as an install would be)"
+                   if complete else "; install a bundle with 'syncedge bundle install BUNDLE'"))
+        return _activate_locked(r, "b" if active == "a" else "a", trusted, target,
+                                "roll back to")
+
+
+def activate(slot: str, root: str | os.PathLike[str] | None = None, *,
+             target: str | None = None, keys_dir: str | os.PathLike[str] | None = None
+             ) -> SlotInfo:
+    """Make installed ``slot`` active, after checking it as an install would
+    (:func:`check_slot` with the keys trusted now and the target): a device whose
+    ``active`` link was lost, or a factory image that filled both slots, chooses its slot
+    this way. :func:`rollback` is ``activate`` of the other slot.
+
+    Args:
+        slot: ``"a"`` or ``"b"``.
+        root: the bundles folder (default ``state_root()/bundles``).
+        target: the device's target (None: not checked).
+        keys_dir: trusted keys folder (default ``root/keys``).
+    Returns:
+        The slot's :class:`SlotInfo` (active).
+    Raises:
+        BundleError: another slot name; the slot is empty, incomplete or fails
+            :func:`check_slot`; the active slot is then unchanged.
+    """
+    if slot not in SLOTS:
+        raise BundleError(f"slot {slot!r}: expected one of {', '.join(SLOTS)}")
+    r = Path(root if root is not None else bundles_dir())
+    if not r.is_dir():
+        raise BundleError(f"{r}: no bundle installed (no such folder)")
+    trusted = trusted_keys(keys_dir if keys_dir is not None else r / "keys")
+    with _locked(r):
+        return _activate_locked(r, slot, trusted, target, "activate")
+
+
+def _activate_locked(r: Path, slot: str, trusted: Mapping[str, Any], target: str | None,
+                     verb: str) -> SlotInfo:
+    """:func:`activate` with the lock held (``verb`` names the action in messages)."""
+    _cleanup(r)
+    active = active_slot(r)
+    info = _slot_info(r, slot, active)
+    if info.state != "complete" or info.manifest is None:
+        raise BundleError(f"{r / slot}: slot is {info.state}; there is no "
+                          f"{'previous ' if verb == 'roll back to' else ''}model to {verb}"
+                          + ("" if info.state == "empty" else
+                             ": install a bundle (it replaces this slot)"))
+    try:
+        check_slot(r / slot, info.manifest, trusted=trusted, target=target)
+    except BundleError as exc:
+        raise BundleError(f"{exc}; refusing to {verb} slot {slot}") from None
+    if active != slot:
+        _switch(r, slot)
+    return _slot_info(r, slot, slot)

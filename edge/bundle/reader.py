@@ -40,7 +40,7 @@ from edge.bundle.format import (
 )
 from edge.manifest import ManifestError, load_any_model_dir
 
-__all__ = ["VerifiedBundle", "read_bundle"]
+__all__ = ["VerifiedBundle", "check_model_json", "read_bundle"]
 
 _CHUNK = 1 << 20
 _ARCHIVE_ERRORS = (tarfile.TarError, EOFError, zlib.error)
@@ -258,8 +258,29 @@ def read_bundle(path: str | os.PathLike[str], trusted: Mapping[str, Any],
     return VerifiedBundle(manifest, manifest_bytes, sig_bytes, kid)
 
 
+def check_model_json(slot: Path, manifest: BundleManifest, where: str) -> None:
+    """An installed slot's ``model.json`` against its signed manifest and as the runtime
+    reads it (graphs present with the sha256 both record; a model schema this syncedge
+    reads).
+
+    Args:
+        slot: the slot folder.
+        manifest: the slot's parsed ``bundle.json``.
+        where: how messages name the slot.
+    Raises:
+        BundleError: ``model.json`` missing, altered, of an older or newer schema (saying
+            what to do on the build machine), or naming another model than the manifest.
+    """
+    try:
+        model_json = (Path(slot) / "model.json").read_bytes()
+    except (FileNotFoundError, IsADirectoryError):
+        raise BundleError(f"{where}: model.json is missing; the slot is damaged: install its "
+                          f"bundle again") from None
+    _check_model(model_json, manifest, where, Path(slot), strip=False)
+
+
 def _check_model(model_json: bytes, manifest: BundleManifest, where: str,
-                 dest: Path | None) -> None:
+                 dest: Path | None, strip: bool = True) -> None:
     import json
 
     from edge.manifest import (
@@ -272,7 +293,9 @@ def _check_model(model_json: bytes, manifest: BundleManifest, where: str,
     )
 
     if hashlib.sha256(model_json).hexdigest() != manifest.model_sha256:
-        raise BundleError(f"{where}: model.json sha256 differs from {MANIFEST_NAME}.model")
+        raise BundleError(f"{where}: model.json sha256 differs from {MANIFEST_NAME}.model "
+                          f"(changed after the bundle was signed; a bundle's files are "
+                          f"never edited: build, sign and install a new one)")
     try:
         if dest is not None:
             model = load_any_model_dir(dest, verify=True)
@@ -289,7 +312,8 @@ def _check_model(model_json: bytes, manifest: BundleManifest, where: str,
             f"('{UPGRADE_COMMAND}'), then build, sign and install a new bundle") from None
     except (ManifestError, ValueError) as exc:
         # the folder unpacked into is a temporary one: name the member, not that folder
-        text = str(exc).replace(f"{dest}{os.sep}", "") if dest is not None else str(exc)
+        text = str(exc).replace(f"{dest}{os.sep}", "") if dest is not None and strip \
+            else str(exc)
         raise BundleError(f"{where}: model.json refused: {text}") from None
     if (model.name, model.variant) != (manifest.model_name, manifest.model_variant):
         raise BundleError(f"{where}: model.json names {model.name!r} {model.variant}, "

@@ -192,6 +192,9 @@ def open_model(args: argparse.Namespace) -> WorldModel:
             raise RuntimeInputError(str(missing_manifest(model_dir / "model.json")))
         raise RuntimeInputError(f"{model_dir}: no model.json here; expected a model folder "
                                 f"(e.g. models/reference): pass --model DIR")
+    from edge.bundle.install import check_slot_identity
+
+    check_slot_identity(model_dir)
     workers = getattr(args, "candidate_workers", None)
     args.setup_warnings = say_warnings(thread_warnings(args))
     return load_model(model_dir, backend=args.backend, intra_op_num_threads=args.threads,
@@ -695,6 +698,9 @@ def use_chain_model(args: argparse.Namespace, default: Any) -> bool:
     d = model_dir_of(args)
     if not is_chain_model_dir(d):
         return bool(getattr(args, "chain", None))
+    from edge.bundle.install import check_slot_identity
+
+    check_slot_identity(d)
     manifest = load_chain_model_dir(d)
     args.chain_model = {"name": manifest.name, "variant": manifest.variant,
                         "sha256": model_sha256(d), "bundle_slot": _bundle_slot(d),

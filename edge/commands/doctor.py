@@ -1,4 +1,5 @@
-"""``syncedge doctor``: what can run here: backends, CUDA driver, kernels (nvcc, fatbin)."""
+"""``syncedge doctor``: what can run here: backends, CUDA driver, kernels (nvcc, fatbin),
+the installed model bundle (the active slot's files checked against its signed manifest)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from edge.runtime.backends import BACKEND_NAMES, backend_availability, resolve_b
 from edge.runtime.backends.probe import Availability, cuda_driver_status, kernels_status
 from edge.runtime.errors import BackendUnavailableError
 
-__all__ = ["collect", "main", "register", "run"]
+__all__ = ["bundle_status", "collect", "main", "register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -36,6 +37,7 @@ def collect() -> dict:
     except BackendUnavailableError as exc:
         auto = f"none ({exc})"
     items.append(engine_cache_status())
+    items.append(bundle_status())
     items.append(Availability(
         "rollout", True,
         f"auto -> {auto}: " + ("device path (TensorRT engines as device executors, rollout "
@@ -47,6 +49,44 @@ def collect() -> dict:
         + "; simulate's metrics.json records rollout_path and host_copies_steps_2_to_T"))
     return {"items": [{"name": a.name, "available": a.available, "reason": a.reason}
                       for a in items], "auto": auto}
+
+
+def bundle_status() -> Availability:
+    """The installed bundles under the state root: which slot is active, whether its files
+    and ``model.json`` are as signed (:func:`edge.bundle.install.list_slots` with
+    ``verify``), the other slot, leftovers of an interrupted install. Available when the
+    active slot can run."""
+    from edge.bundle.format import BundleError
+    from edge.bundle.install import bundles_dir, leftovers, list_slots
+
+    root = bundles_dir()
+    try:
+        slots = list_slots(root, verify=True)
+    except BundleError as exc:
+        return Availability("bundle", False, str(exc))
+    parts = []
+    for s in slots:
+        if s.manifest is None:
+            parts.append(f"slot {s.slot} {s.state}")
+            continue
+        m = s.manifest
+        state = f"DAMAGED ({s.problem})" if s.problem else "files verified"
+        parts.append(f"slot {s.slot}{' (active)' if s.active else ''} {m.model_name} "
+                     f"{m.model_variant} {m.model_sha256[:12]} for {m.target}, {state}")
+    active = [s for s in slots if s.active]
+    if not active:
+        parts.insert(0, "no active slot" + ("; make one active with 'syncedge bundle "
+                                            "activate SLOT'" if any(s.manifest for s in slots)
+                                            else "; install one with 'syncedge bundle install "
+                                                 "BUNDLE'"))
+    elif active[0].problem:
+        parts.append("repair: install the active slot's bundle again")
+    left = leftovers(root)
+    if left:
+        parts.append(f"{len(left)} leftover(s) of an interrupted install "
+                     f"({', '.join(p.name for p in left)})")
+    ok = bool(active) and not active[0].problem
+    return Availability("bundle", ok, f"{root}: " + "; ".join(parts))
 
 
 def engine_cache_status() -> Availability:

@@ -109,36 +109,62 @@ def _run_install(args: argparse.Namespace) -> int:
                           keys_dir=_keys_dir(args))
     m = info.manifest
     assert m is not None
+    if info.repaired:
+        print(f"the slot active before could not run: {info.repaired}", file=sys.stderr)
     if info.unchanged:
         print(f"{args.bundle}: {m.model_name} {m.model_variant} ({m.model_sha256[:12]}) is "
               f"already installed and active in slot {info.slot}; nothing changed (the "
               f"other slot keeps its model for 'syncedge bundle rollback')")
         return 0
     print(f"installed {m.model_name} {m.model_variant} ({m.model_sha256[:12]}) into slot "
-          f"{info.slot}; now active{_parity_warning(m)}")
+          f"{info.slot}{' (replacing the damaged slot)' if info.repaired else ''}; now "
+          f"active{_parity_warning(m)}")
     return 0
 
 
 def _run_list(args: argparse.Namespace) -> int:
     from edge.bundle.format import BundleError
-    from edge.bundle.install import list_slots
+    from edge.bundle.install import leftovers, list_slots
     from edge.bundle.keys import trusted_keys
 
     try:
         trusted = set(trusted_keys(_keys_dir(args)))
     except BundleError:  # a damaged keys folder: list the slots without the trust column
         trusted = None
-    for s in list_slots(_root(args)):
+    slots = list_slots(_root(args), verify=not args.quick)
+    for s in slots:
         mark = "*" if s.active else " "
         if s.manifest is None:
             print(f"{mark} {s.slot}  {s.state}")
         else:
             m = s.manifest
-            retired = (" (key no longer trusted: rollback refuses this slot)"
-                       if trusted is not None and m.key_id not in trusted else "")
+            retired = ""
+            if trusted is not None and m.key_id not in trusted:
+                retired = (" (key no longer trusted: it runs until the next install; "
+                           "activating it again is refused)" if s.active else
+                           " (key no longer trusted: rollback refuses this slot)")
+            health = ("" if args.quick else
+                      f" DAMAGED: {s.problem}" if s.problem else " files=verified")
             print(f"{mark} {s.slot}  {m.model_name} {m.model_variant} target={m.target} "
                   f"model={m.model_sha256[:12]} key={m.key_id}{retired} "
-                  f"installed={s.installed_utc} parity={_parity_state(m)}")
+                  f"installed={s.installed_utc} parity={_parity_state(m)}{health}")
+    if not any(s.active for s in slots) and any(s.manifest for s in slots):
+        print("no slot is active: make one active with 'syncedge bundle activate SLOT'")
+    for p in leftovers(_root(args)):
+        print(f"leftover of an interrupted install: {p} (the next install, rollback or "
+              f"activate removes it)")
+    return 1 if any(s.active and s.problem for s in slots) else 0
+
+
+def _run_activate(args: argparse.Namespace) -> int:
+    from edge.bundle.device_target import device_target
+    from edge.bundle.install import activate
+
+    info = activate(args.slot, _root(args), target=device_target(args.target),
+                    keys_dir=_keys_dir(args))
+    m = info.manifest
+    assert m is not None
+    print(f"slot {info.slot} active: {m.model_name} {m.model_variant} ({m.model_sha256[:12]})")
     return 0
 
 
@@ -211,22 +237,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     v.set_defaults(func=_run_verify)
 
     i = sub.add_parser("install", help="verify and install into the inactive slot, then "
-                                       "switch to it")
+                                       "switch to it",
+                       description="Verify the bundle (signature, every file, model.json, "
+                                   "target) while unpacking it into the inactive slot, then "
+                                   "switch to it atomically. The bundle already active is not "
+                                   "installed twice (the other slot keeps the previous model), "
+                                   "unless the active slot is damaged (a file lost or altered): "
+                                   "then the install replaces the damaged slot and the "
+                                   "previous model stays for rollback. Exit 75 when another "
+                                   "install, rollback or activate holds the lock (retry), 2 "
+                                   "for a refusal.")
     i.add_argument("bundle")
     i.add_argument("--target", help="the device's target (default: $SYNCEDGE_TARGET or "
                                     "detected)")
     _common(i)
     i.set_defaults(func=_run_install)
 
-    ls = sub.add_parser("list", help="show slots a and b (* = active)")
+    ls = sub.add_parser("list", help="show slots a and b (* = active)",
+                        description="Show slots a and b (* = active), each checked as the "
+                                    "runtime needs it: every file's sha256 against the slot's "
+                                    "signed bundle.json and model.json's schema (files=verified, "
+                                    "or DAMAGED and why; a damaged slot is repaired by "
+                                    "installing its bundle again). Exit 1 when the active slot "
+                                    "is damaged.")
+    ls.add_argument("--quick", action="store_true",
+                    help="read the manifests only; do not hash the files")
     _common(ls)
     ls.set_defaults(func=_run_list)
+
+    a = sub.add_parser("activate", help="make slot a or b active (after checking it)",
+                       description="Make an installed slot active, checked as an install "
+                                   "would be: files, model.json, signature with the keys "
+                                   "trusted now, target. For a device whose 'active' link was "
+                                   "lost, or to choose between two installed models.")
+    a.add_argument("slot", choices=("a", "b"))
+    a.add_argument("--target", help="the device's target (default: $SYNCEDGE_TARGET or "
+                                    "detected)")
+    _common(a)
+    a.set_defaults(func=_run_activate)
 
     r = sub.add_parser("rollback", help="switch back to the previous slot",
                        description="Make the other slot active again (rolling back twice "
                                    "returns to the newer model). The slot is checked as an "
-                                   "install would be: files, signature with the keys trusted "
-                                   "now, target.")
+                                   "install would be: files, model.json (a model schema this "
+                                   "syncedge does not read is refused), signature with the "
+                                   "keys trusted now, target.")
     _common(r)
     r.add_argument("--target", help="the device's target (default: $SYNCEDGE_TARGET or "
                                     "detected)")
