@@ -226,6 +226,34 @@ def test_a_lag_under_the_limit_is_named_beside_a_faint_dof() -> None:
     assert "camera_lag" not in {x["code"] for x in report["reasons"]}
 
 
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_noisy_camera_passes_the_sweeps_it_shows_and_still_fails_an_occluded_dof(
+        every: int) -> None:
+    """Camera noise of 1.5 levels on every frame (every=1), or on every other frame as a
+    video codec's alternating frames carry it (every=2): the image motion is measured above
+    the noise, so every DoF the picture shows passes and the lag is still read (with the
+    noise in the mean frame difference every DoF failed no_image_motion); an occluded DoF
+    still fails."""
+    import dataclasses
+
+    from tests.calib_cell_helpers import record_sim
+
+    def noisy(camera: str) -> dict:
+        _, ep, _, _ = record_sim(camera)
+        rng = np.random.default_rng(0)
+        f = ep.frames.astype(np.float32)
+        f[::every] += rng.normal(0.0, 1.5, f[::every].shape)
+        ep = dataclasses.replace(ep, frames=np.clip(np.round(f), 0, 255).astype(np.uint8))
+        return check_arrays(EpisodeArrays.from_episode(ep))
+
+    report = noisy("")
+    assert report["verdict"] == "pass", report["reasons"]
+    assert report["camera_lag"]["r2"] > 0.9 and abs(report["camera_lag"]["frames"]) < 0.1
+    occluded = noisy("&occlude=Actuator4")
+    assert ("no_image_motion", "Actuator4") in {(r["code"], r["dof"])
+                                                for r in occluded["reasons"]}
+
+
 def test_the_right_camera_latency_measures_no_lag() -> None:
     report = codes()  # corrected by the simulated camera's own 35 ms
     assert abs(report["camera_lag"]["frames"]) < 0.1 and report["verdict"] == "pass"

@@ -35,8 +35,9 @@ code                              failure
 ================================  =========================================================
 
 Image motion of a segment: mean absolute frame difference (0..255, averaged over pixels and
-channels) over its six moving transitions; it must exceed ``motion_energy_min`` and
-``motion_noise_ratio`` times the median of the pause transitions (the noise floor).
+channels, each pixel's less the camera's noise level, :func:`noise_level`) over its six
+moving transitions; it must exceed ``motion_energy_min`` and ``motion_noise_ratio`` times
+the median of the pause transitions (the noise floor).
 
 Camera lag: the image motion of each transition is fitted as a non-negative sum of the
 DoFs' speeds at a time shifted by the lag (one weight per DoF: each moves its own share of
@@ -197,10 +198,48 @@ def _stamp_reasons(ts: np.ndarray, rec: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
+#: :func:`_energy`: the camera's noise level is the 95th percentile of a transition's
+#: per-pixel differences...
+NOISE_PIXEL_PERCENTILE = 95.0
+#: ...in the quietest transitions: this percentile over the episode's transitions (a
+#: sweep pauses in a quarter of them, and a moving link changes few of a frame's pixels).
+NOISE_TRANSITION_PERCENTILE = 20.0
+#: ...or this many times a transition's median pixel difference, where that is more.
+NOISE_MEDIAN_GAIN = 3.0
+
+
 def _energy(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Image motion of each transition: the mean absolute difference (0..255, averaged
+    over the colour channels) of consecutive frames, each pixel's difference less the
+    camera's noise level (:func:`noise_level`). A camera's noise and a video codec's
+    flicker (a few levels on every pixel, keyframes) would otherwise add a floor that a
+    small link's motion cannot rise above three times (a LeRobot H.264 episode with noise
+    of 1.5 levels: floor 0.89, a shoulder's sweep 2.10, every joint failed); rendered frames
+    (no noise: level 0) are measured as before.
+
+    Returns:
+        ``(energy, per_pixel)``: float32 ``[T-1]`` and ``[T-1, H, W]``.
+    """
     f = frames.astype(np.float32)
-    d = np.abs(np.diff(f, axis=0))  # (T-1, H, W, 3)
-    return d.mean(axis=(1, 2, 3)), d.mean(axis=3)  # (T-1,), (T-1, H, W)
+    d = np.abs(np.diff(f, axis=0)).mean(axis=3)  # (T-1, H, W)
+    d = np.maximum(d - noise_level(d)[:, None, None], 0.0)
+    return d.mean(axis=(1, 2)), d
+
+
+def noise_level(diffs: np.ndarray) -> np.ndarray:
+    """The camera's noise in per-pixel frame differences ``diffs`` float32 ``[T-1, H, W]``
+    (levels, 0..255), per transition ``[T-1]``: :data:`NOISE_PIXEL_PERCENTILE` of each
+    transition's pixels at :data:`NOISE_TRANSITION_PERCENTILE` over the transitions (the
+    episode's steady noise), or :data:`NOISE_MEDIAN_GAIN` times the transition's own median
+    pixel where that is more (a codec's frames alternate: every other transition of a 30 Hz
+    H.264 episode carried noise of 1 level at its median, the others none; a moving link
+    changes far fewer than half a frame's pixels). 0 for noiseless frames."""
+    flat = diffs.reshape(len(diffs), -1)
+    if len(diffs) < 2:
+        return np.zeros(len(diffs), np.float32)
+    steady = np.percentile(np.percentile(flat, NOISE_PIXEL_PERCENTILE, axis=1),
+                           NOISE_TRANSITION_PERCENTILE)
+    return np.maximum(steady, NOISE_MEDIAN_GAIN * np.median(flat, axis=1)).astype(np.float32)
 
 
 def positions_seen_late(q: np.ndarray, lag: float) -> np.ndarray:
@@ -232,7 +271,8 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
                         search_frames: float = LAG_SEARCH_FRAMES) -> dict[str, Any] | None:
     """How late the frames show the joints against their readings, from the episode itself.
 
-    The image motion of each transition (mean absolute frame difference) is fitted as a
+    The image motion of each transition (mean absolute frame difference less the camera's
+    noise, :func:`_energy`) is fitted as a
     constant plus a non-negative weight per DoF times that DoF's speed at ``t - lag``; the
     lag with the best fit (R^2) is searched on a 0.05-frame grid over ``+-search_frames``,
     then refined by a parabola through the best point and its neighbours. A calibration
@@ -255,7 +295,7 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
     q = np.asarray(q, np.float64)
     if len(frames) < 9 or q.ndim != 2 or len(q) != len(frames) or not np.ptp(q, axis=0).any():
         return None
-    energy = np.abs(np.diff(frames.astype(np.float32), axis=0)).mean(axis=(1, 2, 3))
+    energy = _energy(frames)[0]
     grid = np.round(np.arange(-search_frames, search_frames + 1e-9, 0.05), 4)
     r2 = np.array([_speed_fit(energy, q, float(g))[0] for g in grid])
     k = int(np.argmax(r2))
