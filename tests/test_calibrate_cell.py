@@ -464,12 +464,42 @@ def test_store_refuses_a_failed_check_unless_forced(cell, tmp_path: Path, capsys
     assert cli("store", str(path), *common) == 2
     assert "sweep_clipped" in capsys.readouterr().err
     assert cli("store", str(path), *common, "--force", "joint 1 limit stop, to be moved") == 0
+    # the clipped sweep is also under the model's range: said, not passed unseen
+    assert "amplitude range too: " in capsys.readouterr().err
     from edge.cache.store import CalibrationCache
 
     with CalibrationCache(tmp_path / "cache") as cache:
         (info,) = cache.list()
         assert info.forced and info.forced_reason == "joint 1 limit stop, to be moved"
         assert cache.get(info.key).report["verdict"] == "fail"
+        assert "DoF 'Actuator1' swept 0.1" in \
+            cache.get(info.key).report["stored"]["amplitude_outside_range"]
+
+
+def test_a_store_forced_for_one_reason_says_the_sweeps_are_outside_the_model_s_range(
+        cell, tmp_path: Path, capsys) -> None:
+    """--force given for a failed check also passes the model's calibration amplitude range
+    (the technician's choice), but not unseen: a warning names the DoF and the range, and
+    the entry's report records it."""
+    import dataclasses
+
+    from edge.cache.store import CalibrationCache
+
+    ep = load_episode(cell["episode"])
+    # readings 3x the motion the frames show: swept past the range the model accepts
+    wide = dataclasses.replace(ep, actions=ep.actions * 3.0,
+                               joint_positions=ep.joint_positions * 3.0)
+    path = save_episode(wide, tmp_path / "wide.npz")
+    common = ["--model", str(cell["model"]), "--cache-dir", str(tmp_path / "cache"),
+              "--threads", "1"]
+    assert cli("store", str(path), *common) == 2
+    capsys.readouterr()
+    assert cli("store", str(path), *common, "--force", "faint wrist") == 0
+    err = capsys.readouterr().err
+    assert "warning: --force stores past the model's calibration amplitude range too" in err
+    with CalibrationCache(tmp_path / "cache") as cache:
+        (info,) = cache.list()
+        assert "rad" in cache.get(info.key).report["stored"]["amplitude_outside_range"]
 
 
 def test_cache_entry_for_another_model_and_mismatched_episodes(cell, tmp_path: Path,

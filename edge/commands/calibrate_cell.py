@@ -192,6 +192,27 @@ def checked_episode(args: argparse.Namespace) -> tuple[Any, dict, np.ndarray, Pa
     return ep, report, reference, ref_path
 
 
+def _forced_past_amplitude(model: Any, ep: Any, args: argparse.Namespace) -> str:
+    """With ``--force``: the refusal the model's calibration amplitude range would have
+    given the episode (``ep``, already in the model's timing), printed as a warning so a
+    force given for another reason (a faint joint) does not pass it unseen; ``""`` when
+    the sweeps are within the range."""
+    from edge.runtime.calibration_input import CalibrationInputError
+    from edge.runtime.context import pad_calibration
+
+    try:
+        pad_calibration(model, ep, where=str(args.episode), check_amplitude=True)
+    except CalibrationInputError as exc:  # IngestError included
+        print(f"warning: --force stores past the model's calibration amplitude range too: "
+              f"{exc}. The model was not trained on such a sweep: its predictions from this "
+              f"entry may be worse than copying the start frame ('syncedge calibrate "
+              f"validate' measures it); record the sweep within the range, or give that "
+              f"joint's readings in rad (calibrate import --joints to leave a channel out)",
+              file=sys.stderr)
+        return str(exc)
+    return ""
+
+
 def run_store(args: argparse.Namespace) -> int:
     """Check, encode and cache a calibration episode (refused on a failed check unless
     ``--force REASON``); with ``--cell`` instead of an episode, encode the cell's cached
@@ -224,12 +245,14 @@ def run_store(args: argparse.Namespace) -> int:
         ctx = encode_calibration(model, ep, where=str(args.episode),
                                  check_amplitude=not args.force)
         encode_s = time.perf_counter() - t0
+        outside = _forced_past_amplitude(model, ep, args) if args.force else ""
         key = CacheKey(ep.metadata.cell_id, ep.metadata.camera_id, ep.metadata.robot_id,
                        model.sha256)
         report["stored"] = {"model": str(model.model_dir), "model_sha256": model.sha256,
                             "encode_s": round(encode_s, 4), "forced": bool(args.force),
                             "forced_reason": args.force or "",
                             "amplitude_range_checked": not args.force,
+                            "amplitude_outside_range": outside,
                             "reference": str(ref_path) if ref_path.is_file() else "frame 0",
                             "stored_at_s": round(time.time(), 3)}
         with _cache(args) as cache:
