@@ -52,7 +52,8 @@ from edge.lerobot_stats import (
     stats_to_json,
 )
 
-__all__ = ["CODEBASE_VERSION", "read_lerobot", "write_lerobot"]
+__all__ = ["CODEBASE_VERSION", "READ_VERSIONS", "lerobot_episode_indices", "read_lerobot",
+           "write_lerobot"]
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -252,14 +253,25 @@ def _stat_columns(feature: str, ep_stats: Sequence[dict[str, dict[str, np.ndarra
     return {f"stats/{feature}/{k}": [p[k] for p in per] for k in STAT_KEYS}
 
 
-def _decode_all(path: Path) -> np.ndarray:
+def _decode_range(path: Path, start: int, length: int) -> np.ndarray:
+    """Frames ``start .. start + length - 1`` of a video, uint8 ``[<=length, H, W, 3]``
+    (fewer where the video ends first); the frames before are decoded and dropped, the
+    decoding stops after the last."""
     import av
 
+    frames = []
     try:
         with av.open(str(path)) as container:
-            return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+            for i, f in enumerate(container.decode(video=0)):
+                if i >= start + length:
+                    break
+                if i >= start:
+                    frames.append(f.to_ndarray(format="rgb24"))
     except (av.error.FFmpegError, ValueError) as exc:
         raise EpisodeError(f"cannot decode video: {exc}", path=path) from None
+    if not frames:
+        return np.zeros((0, 1, 1, 3), np.uint8)
+    return np.stack(frames)
 
 
 def _read_parquet(pq: Any, path: Path) -> Any:
@@ -282,107 +294,221 @@ def _require_columns(table: Any, columns: Sequence[str], path: Path) -> None:
             raise EpisodeError(f"missing column {col!r}", path=path, field=col)
 
 
-def read_lerobot(root: str | os.PathLike[str], camera_key: str | None = None) -> list[Episode]:
-    """Read a LeRobot v3.0 dataset into episodes (absolute targets converted to deltas).
+#: LeRobot layouts :func:`read_lerobot` reads: v3.0 (episodes packed into shared data and
+#: video files, ``meta/episodes/*.parquet``) and v2.0/v2.1 (one data and one video file per
+#: episode, ``meta/episodes.jsonl``); :func:`write_lerobot` writes v3.0.
+READ_VERSIONS = ("v3.0", "v2.1", "v2.0")
+
+
+def read_lerobot(root: str | os.PathLike[str], camera_key: str | None = None,
+                 episodes: Sequence[int] | None = None) -> list[Episode]:
+    """Read a LeRobot dataset's episodes (absolute targets converted to deltas).
+
+    Only the episodes asked for are read and decoded (a v3.0 video file holds many
+    episodes: the frames before an episode's are decoded and dropped, none kept), so
+    importing one episode of a large dataset takes the memory of that episode.
 
     Args:
-        root: dataset folder.
+        root: dataset folder (layout v3.0, v2.1 or v2.0: :data:`READ_VERSIONS`).
         camera_key: which video feature to use (default: the only or first one).
+        episodes: which episode indices, in this order (default: every one).
 
     Raises:
-        EpisodeError: naming the file and field when the layout is not v3.0 or is malformed.
+        EpisodeError: naming the file, the episode and the field when the layout is another
+            version or is malformed (a missing column or file, a non-finite
+            ``observation.state``, frames and states of different counts), or an episode
+            index the dataset does not have.
     """
-    import pyarrow.parquet as pq
+    ds = _Dataset(Path(root), camera_key)
+    wanted = ds.indices() if episodes is None else list(episodes)
+    return [ds.episode(e) for e in wanted]
 
-    root = Path(root)
-    info_path = root / "meta" / "info.json"
-    try:
-        info = json.loads(info_path.read_text())
-    except FileNotFoundError:
-        raise EpisodeError("missing: not a LeRobot dataset", path=info_path) from None
-    except json.JSONDecodeError as exc:
-        raise EpisodeError(f"invalid JSON: {exc}", path=info_path) from None
-    version = info.get("codebase_version")
-    if version != CODEBASE_VERSION:
-        raise EpisodeError(f"expected codebase_version {CODEBASE_VERSION!r}, found {version!r}",
-                           path=info_path, field="codebase_version")
-    feats = info.get("features", {})
-    videos = [k for k, v in feats.items() if v.get("dtype") == "video"]
-    if camera_key is None:
-        if not videos:
-            raise EpisodeError("no video feature", path=info_path, field="features")
-        camera_key = videos[0]
-    elif camera_key not in videos:
-        raise EpisodeError(f"no video feature {camera_key!r}; found {videos}", path=info_path,
-                           field="features")
-    for key in ("observation.state",):
-        if key not in feats:
-            raise EpisodeError(f"missing feature {key!r}", path=info_path, field="features")
-    names = feats["observation.state"].get("names") or [
-        f"dof{i}" for i in range(feats["observation.state"]["shape"][0])]
-    if isinstance(names, dict):  # older layouts: {"motors": [...]}
-        names = next(iter(names.values()))
-    fps = float(info["fps"])
-    sidecar_path = root / SIDECAR
-    try:
-        sidecar = json.loads(sidecar_path.read_text()) if sidecar_path.is_file() else None
-    except json.JSONDecodeError as exc:
-        raise EpisodeError(f"invalid JSON: {exc}", path=sidecar_path) from None
-    episodes_dir = root / "meta" / "episodes"
-    ep_files = sorted(episodes_dir.glob("chunk-*/file-*.parquet"))
-    if not ep_files:
-        raise EpisodeError("no episode metadata files", path=episodes_dir)
-    ep_rows = []
-    for f in ep_files:
-        table = _read_parquet(pq, f)
-        _require_columns(table, ("episode_index", "length", "data/chunk_index",
-                                 "data/file_index"), f)
-        ep_rows += table.to_pylist()
-    data_cache: dict[Path, dict[str, Any]] = {}
-    video_cache: dict[Path, np.ndarray] = {}
-    out = []
-    for row in sorted(ep_rows, key=lambda r: r["episode_index"]):
-        e = int(row["episode_index"])
-        dpath = root / info["data_path"].format(chunk_index=row["data/chunk_index"],
-                                                file_index=row["data/file_index"])
-        if dpath not in data_cache:
-            if not dpath.is_file():
-                raise EpisodeError("missing data file", path=dpath)
-            table = _read_parquet(pq, dpath)
+
+def lerobot_episode_indices(root: str | os.PathLike[str]) -> list[int]:
+    """The episode indices a LeRobot dataset holds (from its metadata; nothing decoded).
+
+    Raises:
+        EpisodeError: as :func:`read_lerobot`.
+    """
+    return _Dataset(Path(root), None).indices()
+
+
+class _Dataset:
+    """A LeRobot dataset's metadata (``meta/info.json``, the episode table) and the reading
+    of one episode from it."""
+
+    def __init__(self, root: Path, camera_key: str | None) -> None:
+        self.root = root
+        info_path = root / "meta" / "info.json"
+        try:
+            info = json.loads(info_path.read_text())
+        except (FileNotFoundError, NotADirectoryError):
+            raise EpisodeError("missing: not a LeRobot dataset", path=info_path) from None
+        except json.JSONDecodeError as exc:
+            raise EpisodeError(f"invalid JSON: {exc}", path=info_path) from None
+        version = info.get("codebase_version")
+        if version not in READ_VERSIONS:
+            raise EpisodeError(f"expected one of {list(READ_VERSIONS)} (the LeRobot layouts "
+                               f"this syncedge reads), found {version!r}: convert the dataset "
+                               f"with LeRobot's own conversion script to v3.0",
+                               path=info_path, field="codebase_version")
+        self.version = version
+        feats = info.get("features", {})
+        videos = [k for k, v in feats.items() if v.get("dtype") == "video"]
+        if camera_key is None:
+            if not videos:
+                raise EpisodeError("no video feature", path=info_path, field="features")
+            camera_key = videos[0]
+        elif camera_key not in videos:
+            raise EpisodeError(f"no video feature {camera_key!r}; found {videos}",
+                               path=info_path, field="features")
+        self.camera_key = camera_key
+        if "observation.state" not in feats:
+            raise EpisodeError("missing feature 'observation.state'", path=info_path,
+                               field="features")
+        names = feats["observation.state"].get("names") or [
+            f"dof{i}" for i in range(feats["observation.state"]["shape"][0])]
+        if isinstance(names, dict):  # older layouts: {"motors": [...]}
+            names = next(iter(names.values()))
+        self.names = [str(n) for n in names]
+        for key in ("fps", "data_path", "video_path"):
+            if key not in info:
+                raise EpisodeError(f"missing key {key!r}", path=info_path, field=key)
+        self.info = info
+        self.fps = float(info["fps"])
+        sidecar_path = root / SIDECAR
+        try:
+            self.sidecar = json.loads(sidecar_path.read_text()) if sidecar_path.is_file() \
+                else None
+        except json.JSONDecodeError as exc:
+            raise EpisodeError(f"invalid JSON: {exc}", path=sidecar_path) from None
+        self.rows = self._v3_rows() if version == "v3.0" else self._v2_rows()
+        self._tables: dict[Path, dict[str, Any]] = {}
+
+    def _v3_rows(self) -> dict[int, dict[str, Any]]:
+        import pyarrow.parquet as pq
+
+        episodes_dir = self.root / "meta" / "episodes"
+        ep_files = sorted(episodes_dir.glob("chunk-*/file-*.parquet"))
+        if not ep_files:
+            raise EpisodeError("no episode metadata files", path=episodes_dir)
+        k = self.camera_key
+        rows = {}
+        for f in ep_files:
+            table = _read_parquet(pq, f)
+            _require_columns(table, ("episode_index", "length", "data/chunk_index",
+                                     "data/file_index", f"videos/{k}/chunk_index",
+                                     f"videos/{k}/file_index", f"videos/{k}/from_timestamp"),
+                             f)
+            for r in table.to_pylist():
+                rows[int(r["episode_index"])] = {
+                    "length": int(r["length"]), "meta": f,
+                    "data": self.info["data_path"].format(
+                        chunk_index=r["data/chunk_index"], file_index=r["data/file_index"]),
+                    "video": self.info["video_path"].format(
+                        video_key=k, chunk_index=r[f"videos/{k}/chunk_index"],
+                        file_index=r[f"videos/{k}/file_index"]),
+                    "video_start": int(round(float(r[f"videos/{k}/from_timestamp"])
+                                             * self.fps))}
+        return rows
+
+    def _v2_rows(self) -> dict[int, dict[str, Any]]:
+        path = self.root / "meta" / "episodes.jsonl"
+        try:
+            lines = path.read_text().splitlines()
+        except (FileNotFoundError, NotADirectoryError):
+            raise EpisodeError("missing: the episode table of a LeRobot "
+                               f"{self.version} dataset", path=path) from None
+        chunk = int(self.info.get("chunks_size") or 1000)
+        rows = {}
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                e, length = int(r["episode_index"]), int(r["length"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise EpisodeError(f"line {n}: expected a JSON object with episode_index "
+                                   f"and length ({exc})", path=path) from None
+            rows[e] = {"length": length, "meta": path, "video_start": 0,
+                       "data": self.info["data_path"].format(episode_chunk=e // chunk,
+                                                             episode_index=e),
+                       "video": self.info["video_path"].format(
+                           episode_chunk=e // chunk, episode_index=e,
+                           video_key=self.camera_key)}
+        if not rows:
+            raise EpisodeError("no episodes listed", path=path)
+        return rows
+
+    def indices(self) -> list[int]:
+        return sorted(self.rows)
+
+    def _table(self, path: Path) -> dict[str, Any]:
+        import pyarrow.parquet as pq
+
+        if path not in self._tables:
+            if not path.is_file():
+                raise EpisodeError("missing data file", path=path)
+            table = _read_parquet(pq, path)
             _require_columns(table, ("episode_index", "frame_index", "observation.state"),
-                             dpath)
-            data_cache[dpath] = table.to_pydict()
-        d = data_cache[dpath]
+                             path)
+            self._tables = {path: table.select(["episode_index", "frame_index",
+                                                "observation.state"]).to_pydict()}
+        return self._tables[path]
+
+    def episode(self, e: int) -> Episode:
+        if e not in self.rows:
+            raise EpisodeError(f"no episode {e}; the dataset has episodes "
+                               f"{_ranges(self.indices())}", path=self.root)
+        row = self.rows[e]
+        dpath = self.root / row["data"]
+        d = self._table(dpath)
         sel = np.asarray(d["episode_index"]) == e
         state = np.asarray(d["observation.state"], dtype=np.float64)[sel]
         order = np.argsort(np.asarray(d["frame_index"])[sel])
         state = state[order]
-        vpath = root / info["video_path"].format(
-            video_key=camera_key, chunk_index=row[f"videos/{camera_key}/chunk_index"],
-            file_index=row[f"videos/{camera_key}/file_index"])
-        if vpath not in video_cache:
-            if not vpath.is_file():
-                raise EpisodeError("missing video file", path=vpath)
-            video_cache[vpath] = _decode_all(vpath)
-        start = int(round(float(row[f"videos/{camera_key}/from_timestamp"]) * fps))
-        length = int(row["length"])
-        frames = video_cache[vpath][start:start + length]
+        bad = ~np.isfinite(state)
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            name = self.names[c] if c < len(self.names) else f"channel {c}"
+            raise EpisodeError(f"episode {e}: column 'observation.state' has a non-finite "
+                               f"value ({state[r, c]}) at frame {r}, joint {name} "
+                               f"({int(bad.any(axis=1).sum())} frame(s) in all); the "
+                               f"recording of that episode is damaged: import another "
+                               f"episode, or repair the dataset", path=dpath)
+        length = row["length"]
+        vpath = self.root / row["video"]
+        if not vpath.is_file():
+            raise EpisodeError(f"episode {e}: missing video file", path=vpath)
+        frames = _decode_range(vpath, row["video_start"], length)
         if len(frames) != length or len(state) != length:
-            raise EpisodeError(f"episode {e}: expected {length} frames and states, found "
-                               f"{len(frames)} frames and {len(state)} states", path=vpath)
+            raise EpisodeError(f"episode {e}: expected {length} frames and states (the "
+                               f"episode table {row['meta'].name}), found {len(frames)} "
+                               f"frames in the video and {len(state)} states in "
+                               f"{dpath.name}", path=vpath)
         actions = np.zeros(state.shape, np.float32)
         actions[:-1] = np.diff(state, axis=0)
-        if sidecar is not None and e < len(sidecar):
-            meta = EpisodeMetadata.from_json_dict(sidecar[e], path=sidecar_path)
+        if self.sidecar is not None and e < len(self.sidecar):
+            meta = EpisodeMetadata.from_json_dict(self.sidecar[e], path=self.root / SIDECAR)
         else:
+            robot = str(self.info.get("robot_type") or "unknown")
             meta = EpisodeMetadata(
-                cell_id=root.name, camera_id=camera_key,
-                robot_id=str(info.get("robot_type") or "unknown"),
-                robot=str(info.get("robot_type") or "unknown"), dof_names=tuple(names),
-                dof_units=("rad",) * len(names), fps=fps, kind="motion",
-                source=f"lerobot:{root}")
-        ts = np.arange(length, dtype=np.float64) / fps
-        out.append(continuous_joints(Episode(
+                cell_id=self.root.name, camera_id=self.camera_key, robot_id=robot,
+                robot=robot, dof_names=tuple(self.names),
+                dof_units=("rad",) * len(self.names), fps=self.fps, kind="motion",
+                source=f"lerobot:{self.root}")
+        ts = np.arange(length, dtype=np.float64) / self.fps
+        return continuous_joints(Episode(
             frames=np.ascontiguousarray(frames), actions=actions, timestamps=ts, metadata=meta,
-            joint_positions=state).validate(root)))
-    return out
+            joint_positions=state).validate(self.root))
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """``0-3, 7`` for ``[0, 1, 2, 3, 7]``."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

@@ -94,13 +94,90 @@ def test_bad_datasets_are_refused_by_file(tmp_path: Path, dataset) -> None:
     _, root = dataset
     info_path = root / "meta/info.json"
     info = json.loads(info_path.read_text())
-    info["codebase_version"] = "v2.1"
+    info["codebase_version"] = "v1.6"
     info_path.write_text(json.dumps(info))
-    with pytest.raises(EpisodeError, match=r"expected codebase_version 'v3.0', found 'v2.1'"):
+    with pytest.raises(EpisodeError, match=r"field 'codebase_version': expected one of "
+                                           r"\['v3.0', 'v2.1', 'v2.0'\] .*found 'v1.6'"):
         read_lerobot(root)
     with pytest.raises(EpisodeError, match="differs from episode 0"):
         write_lerobot([make_episode(h=8), make_episode(h=10)], tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def _v21_dataset(root: Path, episodes, nan_at: tuple[int, int] | None = None) -> Path:
+    """``episodes`` in LeRobot's v2.1 layout (one data and one video file per episode,
+    meta/episodes.jsonl), with columns a real dataset has beside the state; NaN in
+    ``observation.state`` at (episode, frame) ``nan_at``."""
+    import av
+    import pyarrow as pa
+
+    key = "observation.images.front"
+    h, w = episodes[0].frames.shape[1:3]
+    n = episodes[0].num_dof
+    info = {"codebase_version": "v2.1", "robot_type": "so100", "fps": 10, "chunks_size": 1000,
+            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+            "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/"
+                          "episode_{episode_index:06d}.mp4",
+            "features": {key: {"dtype": "video", "shape": [h, w, 3]},
+                         "observation.state": {"dtype": "float32", "shape": [n],
+                                               "names": {"motors": ["a", "b", "c"]}},
+                         "observation.effort": {"dtype": "float32", "shape": [n]}}}
+    (root / "meta").mkdir(parents=True)
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    lines = []
+    for e, ep in enumerate(episodes):
+        q = ep.joint_positions.astype(np.float32).copy()
+        if nan_at is not None and nan_at[0] == e:
+            q[nan_at[1], 1] = np.nan
+        data = root / f"data/chunk-000/episode_{e:06d}.parquet"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"observation.state": list(q), "observation.effort": list(q),
+                                 "frame_index": np.arange(len(q)),
+                                 "episode_index": np.full(len(q), e)}), data)
+        video = root / f"videos/chunk-000/{key}/episode_{e:06d}.mp4"
+        video.parent.mkdir(parents=True, exist_ok=True)
+        with av.open(str(video), mode="w", format="mp4") as container:
+            stream = container.add_stream("libx264", rate=10)
+            stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+            stream.options = {"crf": "8", "g": "1"}
+            for frame in ep.frames:
+                container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+            container.mux(stream.encode(None))
+        lines.append(json.dumps({"episode_index": e, "length": len(q), "tasks": ["t"]}))
+    (root / "meta" / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_a_v21_dataset_is_read_episode_by_episode(tmp_path: Path) -> None:
+    """LeRobot v2.1 (per-episode files; many published datasets): read as v3.0 is, only
+    the episodes asked for; a non-finite state names the episode, the column, the frame and
+    the joint."""
+    from edge.lerobot import lerobot_episode_indices
+
+    eps = test_episodes()
+    root = _v21_dataset(tmp_path / "v21", eps)
+    assert lerobot_episode_indices(root) == [0, 1]
+    (one,) = read_lerobot(root, episodes=[1])
+    assert one.num_frames == eps[1].num_frames and one.metadata.dof_names == ("a", "b", "c")
+    np.testing.assert_allclose(one.joint_positions, eps[1].joint_positions, atol=1e-5)
+    assert np.abs(one.frames.astype(int) - eps[1].frames.astype(int)).mean() < 2.0
+    with pytest.raises(EpisodeError, match=r"no episode 5; the dataset has episodes 0-1"):
+        read_lerobot(root, episodes=[5])
+    bad = _v21_dataset(tmp_path / "nan", eps, nan_at=(1, 3))
+    assert read_lerobot(bad, episodes=[0])[0].num_frames == eps[0].num_frames  # not read
+    with pytest.raises(EpisodeError, match=r"episode 1: column 'observation.state' has a "
+                                           r"non-finite value \(nan\) at frame 3, joint b"):
+        read_lerobot(bad, episodes=[1])
+
+
+def test_a_v30_episode_table_without_the_camera_s_columns_is_named(dataset) -> None:
+    _, root = dataset
+    (f,) = (root / "meta" / "episodes").glob("chunk-*/file-*.parquet")
+    table = pq.read_table(f)
+    pq.write_table(table.drop([c for c in table.column_names if c.startswith("videos/")]), f)
+    with pytest.raises(EpisodeError, match=r"file-000.parquet.*videos/observation.images.main"
+                                           r"/chunk_index"):
+        read_lerobot(root)
 
 
 # -- against what LeRobot 0.4.4's writer writes (tests/fixtures/lerobot_0_4_4) -------------

@@ -248,7 +248,8 @@ def _select(names: list[str], options: ImportOptions, where: str) -> list[int]:
 
 def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
                    episode_index: int | None = None, camera_key: str | None = None) -> Episode:
-    """One episode of a LeRobot v3.0 dataset as a calibration or validation episode.
+    """One episode of a LeRobot dataset (v3.0, v2.1 or v2.0) as a calibration or validation
+    episode (only that episode is read and decoded).
 
     Frames keep the dataset's size and rate; ``observation.state`` gives the joint
     positions (one row per frame, so pairing is the dataset's own); ``action`` (LeRobot's
@@ -260,19 +261,19 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
             joint.
         EpisodeError: the dataset is malformed (from :func:`edge.lerobot.read_lerobot`).
     """
-    from edge.lerobot import read_lerobot
+    from edge.lerobot import lerobot_episode_indices, read_lerobot
 
     where = str(root)
-    episodes = read_lerobot(root, camera_key=camera_key)
+    have = lerobot_episode_indices(root)  # from the metadata: nothing decoded
     if episode_index is None:
-        if len(episodes) != 1:
-            raise RecordingImportError(f"{where}: {len(episodes)} episodes; pass "
-                                       f"--episode-index N (0..{len(episodes) - 1})")
-        episode_index = 0
-    if not 0 <= episode_index < len(episodes):
+        if len(have) != 1:
+            raise RecordingImportError(f"{where}: {len(have)} episodes; pass "
+                                       f"--episode-index N ({have[0]}..{have[-1]})")
+        episode_index = have[0]
+    if episode_index not in have:
         raise RecordingImportError(f"{where}: episode index {episode_index}: expected "
-                                   f"0..{len(episodes) - 1}")
-    ep = episodes[episode_index]
+                                   f"{have[0]}..{have[-1]}")
+    (ep,) = read_lerobot(root, camera_key=camera_key, episodes=[episode_index])
     assert ep.joint_positions is not None  # read_lerobot pairs observation.state
     names = list(ep.metadata.dof_names)
     cols = _select(names, options, where)

@@ -3,7 +3,7 @@ LeRobot dataset.
 
 SOURCE is a rosbag2 recording (a folder with metadata.yaml and its .mcap or .db3 file, or
 that file; needs pip install 'syncedge[ros]') with a sensor_msgs/JointState topic and a
-sensor_msgs/Image or CompressedImage topic, or a LeRobot v3.0 dataset folder
+sensor_msgs/Image or CompressedImage topic, or a LeRobot dataset folder (v3.0, v2.1, v2.0)
 (meta/info.json). Frames keep the camera's own size and rate; each frame gets the joint
 positions at its header stamp (interpolated between the joint samples around it); frames
 are put in stamp order. Writes EPISODE (.npz, the episode format 'calibrate record'
