@@ -268,6 +268,44 @@ def test_lerobot_episode_imports_as_calibration_or_validation(tmp_path: Path) ->
         import_recording(root, OPTS, episode_index=1)
 
 
+def test_a_dataset_episode_is_resampled_to_the_model_s_rate_and_simulates_only_at_it(
+        tmp_path: Path, capsys) -> None:
+    """A 30 Hz dataset's validation episode: simulate refuses to roll its own actions out at
+    the model's 10 Hz (a third of the motion per step, truth compared at the wrong steps);
+    import --fps 10 keeps the frame nearest each 0.1 s tick with its positions; a higher
+    rate than the recording's is refused. Without a sidecar each camera key gets its own
+    camera id."""
+    from edge.cli import main
+    from edge.lerobot import write_lerobot
+
+    val = sweep_episode("validation")
+    fast = dataclasses.replace(val, metadata=dataclasses.replace(val.metadata, fps=30.0),
+                               timestamps=np.arange(val.num_frames) / 30.0).validate()
+    root = write_lerobot([fast], tmp_path / "ds")
+    (root / "meta" / "syncedge_episodes.json").unlink()  # as a dataset from elsewhere
+    opts = dataclasses.replace(OPTS, kind="validation")
+    ep30 = import_recording(root, opts)
+    assert ep30.metadata.fps == 30.0 and ep30.num_frames == 24
+    assert ep30.metadata.camera_id == "cell-1-main"  # observation.images.main
+    ep10 = import_recording(root, dataclasses.replace(opts, fps=10.0))
+    assert ep10.metadata.fps == 10.0 and ep10.num_frames == 8  # 0 .. 0.7 s of 23/30 s
+    np.testing.assert_allclose(ep10.joint_positions, fast.joint_positions[::3], atol=1e-6)
+    np.testing.assert_allclose(ep10.timestamps, np.arange(8) / 10.0, atol=1e-6)
+    assert ep10.metadata.extra["import"]["resampled_from_hz"] == pytest.approx(30.0)
+    with pytest.raises(RecordingImportError, match=r"--fps 60: the recording runs at 30 Hz; "
+                                                   r"resampling only lowers the rate"):
+        import_recording(root, dataclasses.replace(opts, fps=60.0))
+    from edge.episode import save_episode
+
+    path = save_episode(ep30, tmp_path / "val30.npz")
+    model = Path(__file__).resolve().parent.parent / "models" / "reference"
+    assert main(["simulate", "--model", str(model), "--start", str(path), "--out",
+                 str(tmp_path / "sim")]) == 2
+    err = capsys.readouterr().err
+    assert "metadata.fps 30 Hz, but the model steps at 10 Hz" in err and "--fps 10" in err
+    assert not (tmp_path / "sim").exists()
+
+
 def _in_degrees(ep):
     q = np.degrees(ep.joint_positions)
     return dataclasses.replace(ep, joint_positions=q, actions=actions_from_positions(q)

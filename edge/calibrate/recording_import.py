@@ -20,6 +20,7 @@ goes through ``calibrate check`` / ``store`` / ``validate`` like a recorded epis
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,6 +72,11 @@ class ImportOptions:
         stamps: rosbag2 only: ``"header"`` (the messages' ``header.stamp``, the default) or
             ``"bag"`` (when the messages were written), for drivers that leave the header
             stamp at zero.
+        fps: resample to this rate, Hz (None: the recording's own): on a grid of this
+            period from the first frame, the frame nearest each tick is kept with its joint
+            positions (a validation episode for a model that steps at 10 Hz from a 30 Hz
+            dataset). Only a lower rate than the recording's; ticks without a frame within
+            half the recording's period are refused.
     """
 
     cell_id: str
@@ -84,6 +90,7 @@ class ImportOptions:
     tolerance_s: float = 0.02
     max_joint_gap_s: float = 0.25
     stamps: str = "header"
+    fps: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.cell_id, str) or not self.cell_id:
@@ -99,6 +106,9 @@ class ImportOptions:
             if not self.joint_names or dup:
                 raise RecordingImportError(f"import: joint names: expected distinct names, "
                                            f"found {list(self.joint_names)}")
+        if self.fps is not None and not (math.isfinite(self.fps) and self.fps > 0):
+            raise RecordingImportError(f"import: fps: expected a rate > 0 Hz, found "
+                                       f"{self.fps!r}")
         if not (self.tolerance_s > 0 and self.max_joint_gap_s > 0):
             raise RecordingImportError(f"import: expected positive tolerance_s and "
                                        f"max_joint_gap_s, found {self.tolerance_s}, "
@@ -200,6 +210,13 @@ def episode_from_samples(frames: np.ndarray, stamps_s: np.ndarray, positions: np
                                    f"positions, found {t}")
     ts = np.asarray(stamps_s, np.float64)
     fps = float(1.0 / np.median(np.diff(ts)))
+    if options.fps is not None:
+        keep = _resample_rows(ts, fps, options.fps, where)
+        frames, ts, positions = frames[keep], ts[keep], np.asarray(positions)[keep]
+        extra = {**extra, "import": {**dict(extra.get("import") or {}),
+                                     "resampled_from_hz": round(fps, 6),
+                                     "resampled_rows": len(keep)}}
+        fps = float(options.fps)
     robot_name = options.robot or robot or "robot"
     meta = EpisodeMetadata(
         cell_id=options.cell_id, camera_id=options.camera_id or f"{options.cell_id}-cam",
@@ -217,6 +234,35 @@ def episode_from_samples(frames: np.ndarray, stamps_s: np.ndarray, positions: np
                  actions=actions_from_positions(q), timestamps=ts - ts[0], metadata=meta,
                  joint_positions=q)
     return continuous_joints(ep.validate(where))
+
+
+def _resample_rows(ts: np.ndarray, have_hz: float, want_hz: float, where: str) -> np.ndarray:
+    """Rows of a recording stamped ``ts`` (s, increasing, ``have_hz``) nearest each tick of
+    a ``want_hz`` grid from the first stamp, int64 ``[N]``.
+
+    Raises:
+        RecordingImportError: ``want_hz`` above the recording's rate (more than 1% over), a
+            tick without a frame within half the recording's period, fewer than 2 ticks.
+    """
+    if want_hz > have_hz * 1.01:
+        raise RecordingImportError(f"{where}: --fps {want_hz:g}: the recording runs at "
+                                   f"{have_hz:.3g} Hz; resampling only lowers the rate (a "
+                                   f"higher one would repeat frames)")
+    ticks = ts[0] + np.arange(int(np.floor((ts[-1] - ts[0]) * want_hz + 1e-6)) + 1) / want_hz
+    if len(ticks) < 2:
+        raise RecordingImportError(f"{where}: --fps {want_hz:g}: the recording's "
+                                   f"{ts[-1] - ts[0]:.3f} s hold fewer than 2 frames at "
+                                   f"that rate")
+    i = np.clip(np.searchsorted(ts, ticks), 1, len(ts) - 1)
+    rows = np.where(np.abs(ts[i - 1] - ticks) <= np.abs(ts[i] - ticks), i - 1, i)
+    off = np.abs(ts[rows] - ticks)
+    if off.max() > 0.5 / have_hz + 1e-9:
+        k = int(np.argmax(off))
+        raise RecordingImportError(f"{where}: --fps {want_hz:g}: no frame within half a "
+                                   f"frame of {ticks[k] - ts[0]:.3f} s (nearest "
+                                   f"{off[k] * 1e3:.0f} ms off): the recording has a gap "
+                                   f"there; import the parts either side of it apart")
+    return rows.astype(np.int64)
 
 
 def _degrees(names: Sequence[str], units: Sequence[str], options: ImportOptions,
@@ -284,9 +330,12 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
         raise RecordingImportError(f"{where}: episode {episode_index} is a {m.kind!r} episode "
                                    f"in the dataset, expected {options.kind!r}: pass --kind "
                                    f"{m.kind} to import it as one, or another --episode-index")
+    # a dataset of several cameras: each key its own camera id, so that storing one
+    # camera's calibration does not replace another's entry
+    key_id = f"{options.cell_id}-{m.camera_id.rsplit('.', 1)[-1]}"  # the reader's key
     opts = dataclasses.replace(
         options,
-        camera_id=options.camera_id or (None if defaults else m.camera_id),
+        camera_id=options.camera_id or (key_id if defaults else m.camera_id),
         robot_id=options.robot_id or (None if defaults else m.robot_id),
         prismatic=options.prismatic or tuple(n for n, u in zip(m.dof_names, m.dof_units,
                                                                 strict=True)

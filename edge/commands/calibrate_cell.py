@@ -446,7 +446,9 @@ def _validation_frames(ep: Any, model: Any, where: str) -> tuple[np.ndarray, lis
         raise CalibrateError(f"{where}: recorded at {fps:g} Hz, but the model steps at "
                              f"{model_fps:g} Hz (each action is one step's change): record the "
                              f"validation episode with 'syncedge calibrate record', which "
-                             f"samples it at the model's rate")
+                             f"samples it at the model's rate, or import a dataset's episode "
+                             f"at that rate ('syncedge calibrate import ... --kind validation "
+                             f"--fps {model_fps:g}')")
     h, w = model.contract.resolution
     if ep.frames.shape[1:3] == (h, w):
         return ep.frames, None

@@ -58,7 +58,7 @@ def run_import(args: argparse.Namespace) -> int:
                          prismatic=_names(args.prismatic, "--prismatic") or (),
                          degrees=_names(args.degrees, "--degrees") or (),
                          tolerance_s=args.tolerance_s, max_joint_gap_s=args.max_joint_gap_s,
-                         stamps=args.stamps)
+                         stamps=args.stamps, fps=args.fps)
     ep = import_recording(args.source, opts, image_topic=args.image_topic,
                           joint_topic=args.joint_topic, episode_index=args.episode_index,
                           camera_key=args.camera_key)
@@ -111,7 +111,9 @@ def register_import(sub: argparse._SubParsersAction) -> None:
                    help="episode file to write (.npz); EPISODE.reference.png beside it")
     p.add_argument("--cell", required=True, metavar="ID", help="cell id")
     p.add_argument("--camera-id", help="camera id (default: the one a dataset written by "
-                                       "syncedge records, else CELL-cam)")
+                                       "syncedge records; else CELL-KEY for a LeRobot "
+                                       "--camera-key such as observation.images.front "
+                                       "(CELL-front), else CELL-cam)")
     p.add_argument("--robot-id", help="robot unit id (default: the one a dataset written by "
                                       "syncedge records, else CELL-ROBOT)")
     p.add_argument("--robot", metavar="NAME",
@@ -124,6 +126,13 @@ def register_import(sub: argparse._SubParsersAction) -> None:
                         "(default: every joint, in the order the recording first names them)")
     p.add_argument("--prismatic", metavar="NAMES",
                    help="comma-separated joints measured in m (default: all in rad)")
+    p.add_argument("--fps", type=float, metavar="HZ",
+                   help="resample to this rate (the frame nearest each tick of a grid from "
+                        "the first frame, with its joint positions; only lower than the "
+                        "recording's): a validation episode for a model that steps at 10 Hz "
+                        "(simulate, calibrate validate) from a 30 Hz dataset. A calibration "
+                        "episode needs none (check and store bring any rate into the model's "
+                        "timing)")
     p.add_argument("--degrees", metavar="NAMES",
                    help="comma-separated revolute joints whose readings are in degrees, or "
                         "'all' (converted to rad; e.g. a LeRobot SO-100 dataset; default: "

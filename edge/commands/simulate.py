@@ -57,6 +57,7 @@ from edge.runtime.device_copies import copy_counts
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import (
     action_speed_warnings,
+    check_episode_rate,
     load_actions,
     load_start,
     start_resize_warnings,
@@ -142,6 +143,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         check_rollout_size(n, horizon, str(args.actions or args.start))
         names = names or [f"candidate-{i}" for i in range(n)]
         truth_given = episode is not None and not args.actions
+        if truth_given:
+            check_episode_rate(episode, model.contract.frame_rate_hz, str(args.start))
         layout = video_layout(names, model.contract.resolution, truth_given)  # before work
         ctx = get_context(args, model, episode, context_source)
         rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)

@@ -21,7 +21,8 @@ from edge.fileio import not_utf8
 from edge.runtime.errors import RuntimeInputError
 
 __all__ = ["PLAUSIBLE_SLIDE_M_S", "PLAUSIBLE_START_TURN_RAD", "PLAUSIBLE_TURN_RAD_S",
-           "action_speed_warnings", "episode_mismatch_warning", "load_actions", "load_image",
+           "action_speed_warnings", "check_episode_rate", "episode_mismatch_warning",
+           "load_actions", "load_image",
            "load_joint_state", "load_start", "start_joint_warnings", "whole_multiple"]
 
 #: A joint speed (rad/s) above every serial arm's rating (the fastest common arms turn a
@@ -95,6 +96,25 @@ def start_resize_warnings(episode: Episode | None, where: str) -> list[str]:
     return [f"{where}: frames of {w0}x{h0} px centre-cropped and resized to the model's "
             f"{w}x{h}, as a recording is: the prediction and its figures (PSNR, SSIM) are "
             f"at {w}x{h}, not at the recorded size"]
+
+
+def check_episode_rate(episode: Episode, model_hz: float, where: str) -> None:
+    """An episode whose own actions are rolled out must be at the model's frame rate: each
+    action is one step's change, so a 30 Hz episode's actions run at 10 Hz would be a third
+    of the motion per step and its frames would be compared with the wrong steps.
+
+    Raises:
+        RuntimeInputError: ``metadata.fps`` more than 1% from ``model_hz``, naming the field
+            and the import that resamples it.
+    """
+    fps = float(episode.metadata.fps or 0.0)
+    if fps and abs(fps - model_hz) > 0.01 * model_hz:
+        raise RuntimeInputError(
+            f"{where}: metadata.fps {fps:g} Hz, but the model steps at {model_hz:g} Hz: the "
+            f"episode's own actions (each one step's change) cannot be rolled out at another "
+            f"rate. Resample it: 'syncedge calibrate import DATASET --kind validation --fps "
+            f"{model_hz:g} ...' (a dataset), or record at the model's rate; or give --actions "
+            f"at {model_hz:g} Hz with this start")
 
 
 def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
