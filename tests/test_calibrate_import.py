@@ -306,6 +306,35 @@ def test_a_dataset_episode_is_resampled_to_the_model_s_rate_and_simulates_only_a
     assert not (tmp_path / "sim").exists()
 
 
+def test_a_gripper_read_in_mm_is_named_and_imported_with_millimetres(tmp_path: Path,
+                                                                      capsys) -> None:
+    """A sliding channel whose readings are mm (a 25 mm opening read as a 25 m slide) is
+    named at import with the fix; --millimetres converts it to m; --millimetres on a
+    revolute channel is refused."""
+    from edge.cli import main
+    from edge.lerobot import write_lerobot
+
+    val = sweep_episode("validation")
+    q = val.joint_positions.copy()
+    q[:, -1] = 10.0 + 25.0 * np.abs(np.sin(np.arange(len(q)) / 3.0))  # mm
+    root = write_lerobot([dataclasses.replace(val, joint_positions=q,
+                                              actions=actions_from_positions(q))],
+                         tmp_path / "ds")
+    names = val.metadata.dof_names
+    common = ["calibrate", "import", str(root), "--cell", "c", "--kind", "validation",
+              "--prismatic", names[-1]]
+    assert main([*common, "--out", str(tmp_path / "a.npz")]) == 0
+    err = capsys.readouterr().err
+    assert f"the readings of {names[-1]} (reads 10.0 to 3" in err and "--millimetres" in err
+    assert main([*common, "--millimetres", names[-1], "--out", str(tmp_path / "b.npz")]) == 0
+    out, err = capsys.readouterr()
+    assert "converted from mm to m" in out and "--millimetres" not in err
+    ep = load_episode(tmp_path / "b.npz")
+    np.testing.assert_allclose(ep.joint_positions[:, -1], q[:, -1] / 1000.0, atol=1e-6)
+    assert main([*common, "--millimetres", names[0], "--out", str(tmp_path / "c.npz")]) == 2
+    assert "are revolute (rad); name them in --prismatic too" in capsys.readouterr().err
+
+
 def _in_degrees(ep):
     q = np.degrees(ep.joint_positions)
     return dataclasses.replace(ep, joint_positions=q, actions=actions_from_positions(q)

@@ -136,6 +136,12 @@ def test_a_keep_out_region_over_the_arm_s_start_pose_is_said(tmp_path: Path, cap
     rep = json.loads((tmp_path / "pc" / "report.json").read_text())
     assert any("the arm stands inside a keep-out region at the start" in w
                for w in rep["warnings"])
+    # the same when another rule refuses some candidates first (a step too large at step
+    # 0): their keep-out still fails at step 0 with the rest
+    rules.write_text(rules.read_text() + "max_step_action: 0.001\n")
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "> 0.001 at step 0" in out and "every candidate fails keep_out at step 0" in err
     # the kit's own rules: the arm starts clear of its region, nothing said
     argv = precheck_kit_argv(tmp_path / "ok", ROOT / "samples" / "cell_sample" / "chain.npz")
     assert main(argv) == 0

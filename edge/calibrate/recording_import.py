@@ -65,6 +65,8 @@ class ImportOptions:
         degrees: revolute joints whose readings are in degrees (converted to rad, e.g. a
             LeRobot SO-100 dataset's ``observation.state``); ``("all",)``: every revolute
             joint.
+        millimetres: prismatic joints (``prismatic``) whose readings are in mm (converted
+            to m, e.g. a gripper's opening).
         tolerance_s: largest distance from a frame to its nearest joint sample that
             ``calibrate check`` accepts, s (recorded as ``recording.tolerance_s``).
         max_joint_gap_s: rosbag2 only: frames between two joint samples further apart than
@@ -87,6 +89,7 @@ class ImportOptions:
     joint_names: tuple[str, ...] | None = None
     prismatic: tuple[str, ...] = ()
     degrees: tuple[str, ...] = ()
+    millimetres: tuple[str, ...] = ()
     tolerance_s: float = 0.02
     max_joint_gap_s: float = 0.25
     stamps: str = "header"
@@ -226,6 +229,12 @@ def episode_from_samples(frames: np.ndarray, stamps_s: np.ndarray, positions: np
     q = np.array(positions, np.float64)
     deg = _degrees(names, meta.dof_units, options, where)
     q[:, deg] = np.radians(q[:, deg])
+    mm = _millimetres(names, meta.dof_units, options, where)
+    q[:, mm] = q[:, mm] / 1000.0
+    if mm:
+        meta = dataclasses.replace(meta, extra={**dict(meta.extra), "import": {
+            **dict(meta.extra.get("import") or {}),
+            "converted_from_mm": [names[c] for c in mm]}})
     if deg:
         meta = dataclasses.replace(meta, extra={**dict(meta.extra), "import": {
             **dict(meta.extra.get("import") or {}),
@@ -279,6 +288,21 @@ def _degrees(names: Sequence[str], units: Sequence[str], options: ImportOptions,
         raise RecordingImportError(f"{where}: --degrees joint(s) {slide} are prismatic (m); "
                                    f"only a revolute joint's readings can be in degrees")
     return [list(names).index(n) for n in options.degrees]
+
+
+def _millimetres(names: Sequence[str], units: Sequence[str], options: ImportOptions,
+                 where: str) -> list[int]:
+    """Columns whose readings ``options.millimetres`` says are in mm (prismatic only)."""
+    unknown = [n for n in options.millimetres if n not in names]
+    if unknown:
+        raise RecordingImportError(f"{where}: --millimetres joint(s) {unknown} are not among "
+                                   f"the imported joints {list(names)}")
+    turn = [n for n in options.millimetres if units[list(names).index(n)] != "m"]
+    if turn:
+        raise RecordingImportError(f"{where}: --millimetres joint(s) {turn} are revolute "
+                                   f"(rad); name them in --prismatic too (a gripper's "
+                                   f"opening or a linear axis)")
+    return [list(names).index(n) for n in options.millimetres]
 
 
 def _select(names: list[str], options: ImportOptions, where: str) -> list[int]:

@@ -57,6 +57,7 @@ def run_import(args: argparse.Namespace) -> int:
                          joint_names=_names(args.joints, "--joints"),
                          prismatic=_names(args.prismatic, "--prismatic") or (),
                          degrees=_names(args.degrees, "--degrees") or (),
+                         millimetres=_names(args.millimetres, "--millimetres") or (),
                          tolerance_s=args.tolerance_s, max_joint_gap_s=args.max_joint_gap_s,
                          stamps=args.stamps, fps=args.fps)
     ep = import_recording(args.source, opts, image_topic=args.image_topic,
@@ -87,10 +88,18 @@ def run_import(args: argparse.Namespace) -> int:
     if imp.get("converted_from_degrees"):
         print(f"readings converted from degrees to rad: "
               f"{', '.join(imp['converted_from_degrees'])}")
-    from edge.commands.joint_notes import say_if_degrees, say_turns_unwrapped
+    if imp.get("converted_from_mm"):
+        print(f"readings converted from mm to m: {', '.join(imp['converted_from_mm'])}")
+    from edge.commands.joint_notes import (
+        say_if_degrees,
+        say_if_millimetres,
+        say_turns_unwrapped,
+    )
 
     say_if_degrees(ep.joint_positions, ep.metadata.dof_names, ep.metadata.dof_units,
                    ep.metadata.kind, str(out))
+    say_if_millimetres(ep.joint_positions, ep.metadata.dof_names, ep.metadata.dof_units,
+                       str(out))
     say_turns_unwrapped(ep.metadata.extra.get("joint_turns_unwrapped"), "frame",
                         "extra.joint_turns_unwrapped")
     print(out)
@@ -126,6 +135,9 @@ def register_import(sub: argparse._SubParsersAction) -> None:
                         "(default: every joint, in the order the recording first names them)")
     p.add_argument("--prismatic", metavar="NAMES",
                    help="comma-separated joints measured in m (default: all in rad)")
+    p.add_argument("--millimetres", metavar="NAMES",
+                   help="comma-separated --prismatic joints whose readings are in mm "
+                        "(converted to m; e.g. a gripper's opening; default: all in m)")
     p.add_argument("--fps", type=float, metavar="HZ",
                    help="resample to this rate (the frame nearest each tick of a grid from "
                         "the first frame, with its joint positions; only lower than the "

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["say_if_degrees", "say_turns_unwrapped"]
+__all__ = ["PLAUSIBLE_SLIDE_SPAN_M", "say_if_degrees", "say_if_millimetres", "say_turns_unwrapped"]
 
 
 def say_turns_unwrapped(turns: list[dict[str, Any]] | None, where: str, field: str) -> None:
@@ -41,4 +41,30 @@ def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str
           f"{','.join(names[c] for c in cols)}' (exact, for every model); the chain model "
           f"reads a calibration sweep of at most 57.3 units as degrees by itself "
           f"(--joint-scale auto; deg says so), a wider one by a turn per unit fitted from "
-          f"the frames (less exact); the ONNX models refuse them", file=sys.stderr)
+          f"the frames (less exact); the ONNX models refuse them. A gripper or linear axis "
+          f"read in mm is not in degrees: 'calibrate import ... --prismatic NAME "
+          f"--millimetres NAME'", file=sys.stderr)
+
+
+#: :func:`say_if_millimetres`: a sliding channel (m) whose readings span more than this
+#: (grippers and the linear axes of a cell move well under it) reads as mm.
+PLAUSIBLE_SLIDE_SPAN_M = 2.0
+
+
+def say_if_millimetres(positions: Any, names: Any, units: Any, where: str) -> None:
+    """One note on stderr naming the sliding channels (unit m) whose readings span more
+    than :data:`PLAUSIBLE_SLIDE_SPAN_M` (mm read as m: a gripper's 25 mm opening read as a
+    25 m slide), with the import's fix; nothing where none does."""
+    if positions is None:
+        return
+    q = np.asarray(positions, np.float64)
+    cols = [c for c, u in enumerate(units) if u == "m"
+            and np.nanmax(q[:, c]) - np.nanmin(q[:, c]) > PLAUSIBLE_SLIDE_SPAN_M]
+    if not cols:
+        return
+    seen = ", ".join(f"{names[c]} (reads {np.nanmin(q[:, c]):.1f} to {np.nanmax(q[:, c]):.1f} m)"
+                     for c in cols)
+    print(f"note: {where}: the readings of {seen} span more than any gripper or linear axis "
+          f"slides ({PLAUSIBLE_SLIDE_SPAN_M:g} m): if they are in mm, import the recording "
+          f"again with 'syncedge calibrate import ... --millimetres "
+          f"{','.join(names[c] for c in cols)}'", file=sys.stderr)

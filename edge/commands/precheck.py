@@ -323,12 +323,13 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
 
 def keep_out_at_start(result, rules_path: str) -> list[str]:
     """The warning when every candidate (two or more) fails ``keep_out`` at step 0 (the
-    first predicted frame): the arm stands in a keep-out region before anything moves,
+    first predicted frame; whether or not another rule refused it first): the arm stands in a keep-out region before anything moves,
     which the regions were surely not meant to say; ``[]`` otherwise. ``result`` is
     :func:`edge.precheck.evaluate.evaluate`'s."""
     v = result.verdicts
-    if len(v) < 2 or not all(x.first_fail_rule == "keep_out" and x.first_fail_step == 0
-                             for x in v):
+    # keep-out's own first failing step: a candidate refused first by another rule (too
+    # fast at step 0) still stands in the region with the rest
+    if len(v) < 2 or not all(x.scores.get("keep_out_first_step") == 0 for x in v):
         return []
     return [f"{rules_path}: every candidate fails keep_out at step 0, before the arm has "
             "moved far: the arm stands inside a keep-out region at the start (report.png "

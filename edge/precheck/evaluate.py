@@ -53,7 +53,9 @@ class CandidateVerdict:
         detail: human-readable reason.
         rank: 1 = best.
         scores: ``keepout_moved_max`` (px), ``keepout_energy`` (sum over steps),
-            ``goal_ssim`` (final step, or None), ``action_l1`` (sum |a|, rad|m).
+            ``goal_ssim`` (final step, or None), ``action_l1`` (sum |a|, rad|m),
+            ``keep_out_first_step`` (the first step keep-out fails, whichever rule
+            failed first; None when it holds; absent without keep-out rules).
     """
 
     index: int
@@ -218,6 +220,7 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
         for v in verdicts:
             if on_mask:
                 over = np.flatnonzero(robot[v.index] > ko.max_robot_pixels)
+                v.scores["keep_out_first_step"] = int(over[0]) if len(over) else None
                 if len(over):
                     s = int(over[0])
                     v._fail(s, "keep_out", f"{int(robot[v.index, s])} px of the predicted "
@@ -225,6 +228,7 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
                             f"{ko.max_robot_pixels}) at step {s}")
                 continue
             over = np.flatnonzero(moved[v.index] > ko.max_moved_pixels)
+            v.scores["keep_out_first_step"] = int(over[0]) if len(over) else None
             if len(over):
                 s = int(over[0])
                 v._fail(s, "keep_out", f"{int(moved[v.index, s])} px moved inside {where} "
@@ -241,7 +245,7 @@ def evaluate(rules: Rules, start: np.ndarray, joint_state: np.ndarray | None,
                 v._fail(t - 1, "goal", f"final SSIM to the goal {g:.3f} < "
                         f"{rules.goal.min_ssim:.3f}")
     for v in verdicts:
-        v.scores = {"keepout_moved_max": int(moved[v.index].max()),
+        v.scores = {**v.scores, "keepout_moved_max": int(moved[v.index].max()),
                     "keepout_robot_max": int(robot[v.index].max()) if basis == "robot_mask"
                     else None,
                     "keepout_energy": float(energy[v.index].sum()),
