@@ -17,6 +17,7 @@ from edge.runtime.inputs import (
     PLAUSIBLE_TURN_RAD_S,
     action_speed_warnings,
     episode_mismatch_warning,
+    episode_sliding,
     start_joint_warnings,
 )
 
@@ -38,6 +39,21 @@ def test_action_speeds_past_any_arm_are_named_per_channel() -> None:
     # exactly at the bound is plausible
     b = np.full((1, 2, 1), PLAUSIBLE_TURN_RAD_S / 10.0, np.float64)
     assert action_speed_warnings(b, 10.0, ["j0"], "x") == []
+
+
+def test_the_start_episode_s_units_say_which_channels_slide() -> None:
+    """simulate and precheck pass the start episode's units: a gripper (m) stepping 0.5 m
+    in a frame is named in m/s, not as a turn in rad."""
+    from tests.helpers import make_episode
+
+    ep = make_episode(a=3)  # units rad, rad, m
+    assert episode_sliding(ep, 3).tolist() == [False, False, True]
+    assert episode_sliding(ep, 4) is None and episode_sliding(None, 3) is None
+    a = np.zeros((1, 2, 3), np.float32)
+    a[0, 0, 2] = 0.5
+    (line,) = action_speed_warnings(a, 10.0, ["j0", "j1", "j2"], "x",
+                                    sliding=episode_sliding(ep, 3))
+    assert "m/s" in line and "rad" not in line.split("j2")[1].split(";")[0]
 
 
 def test_action_speeds_read_the_controller_units_and_sliding_channels() -> None:

@@ -51,6 +51,7 @@ from edge.runtime.chain import CHAIN_MODEL_SHA256
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import (
     action_speed_warnings,
+    episode_sliding,
     load_actions,
     load_image,
     load_joint_state,
@@ -218,7 +219,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         warnings = say_warnings([*start_resize_warnings(episode, str(args.start)),
                                  *ctx.warnings, *action_speed_warnings(
             actions, model.contract.frame_rate_hz, dof_names,
-            f"{args.policy}'s actions" if args.policy else str(args.actions))])
+            f"{args.policy}'s actions" if args.policy else str(args.actions),
+            sliding=episode_sliding(episode, actions.shape[-1]))])
         robot_counts = rollout.robot_keepout_counts() if on_mask else None
         reference = None
         if rules.keep_out is not None and not on_mask:

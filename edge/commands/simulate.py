@@ -58,6 +58,7 @@ from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import (
     action_speed_warnings,
     check_episode_rate,
+    episode_sliding,
     load_actions,
     load_start,
     start_resize_warnings,
@@ -153,7 +154,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                                  *ctx.warnings, *action_speed_warnings(
             actions, model.contract.frame_rate_hz,
             list(episode.metadata.dof_names) if episode is not None else [],
-            str(args.actions or args.start))])
+            str(args.actions or args.start),
+            sliding=episode_sliding(episode, actions.shape[-1]))])
         t0 = time.perf_counter()
         rollout.reset(start, actions)
         rollout.step()  # the first step (cold: allocation, graph capture) timed apart

@@ -22,6 +22,7 @@ from edge.runtime.errors import RuntimeInputError
 
 __all__ = ["PLAUSIBLE_SLIDE_M_S", "PLAUSIBLE_START_TURN_RAD", "PLAUSIBLE_TURN_RAD_S",
            "action_speed_warnings", "check_episode_rate", "episode_mismatch_warning",
+           "episode_sliding",
            "load_actions", "load_image",
            "load_joint_state", "load_start", "start_joint_warnings", "whole_multiple"]
 
@@ -96,6 +97,15 @@ def start_resize_warnings(episode: Episode | None, where: str) -> list[str]:
     return [f"{where}: frames of {w0}x{h0} px centre-cropped and resized to the model's "
             f"{w}x{h}, as a recording is: the prediction and its figures (PSNR, SSIM) are "
             f"at {w}x{h}, not at the recorded size"]
+
+
+def episode_sliding(episode: Episode | None, channels: int) -> np.ndarray | None:
+    """bool ``[channels]``: which channels slide (unit m) by the episode's
+    ``metadata.dof_units`` (:func:`action_speed_warnings`' ``sliding``); None without an
+    episode or when its channel count is another."""
+    if episode is None or len(episode.metadata.dof_units) != channels:
+        return None
+    return np.array([u == "m" for u in episode.metadata.dof_units], bool)
 
 
 def check_episode_rate(episode: Episode, model_hz: float, where: str) -> None:
