@@ -167,15 +167,23 @@ def test_bad_action_shapes_say_what_is_missing(tmp_path: Path, capsys) -> None:
 
 
 def test_a_start_of_another_size_says_width_and_height(tmp_path: Path, capsys) -> None:
-    f = tmp_path / "wide.npy"
-    np.save(f, np.zeros((64, 96, 3), np.uint8))
-    code = main(["simulate", "--model", str(ROOT / "models" / "reference"), "--calibration",
-                 str(SAMPLE / "calibration.npz"), "--start", str(f), "--actions",
-                 str(ROOT / "samples" / "precheck" / "candidates.json"), "--out",
-                 str(tmp_path / "o")])
+    """A start image smaller than the model's frame is refused naming width and height; a
+    larger one of another shape (a camera's own frame) is cropped and resized as a
+    recording is, and said."""
+    def run(shape: tuple[int, int, int], out: str) -> int:
+        f = tmp_path / f"{out}.npy"
+        np.save(f, np.zeros(shape, np.uint8))
+        return main(["simulate", "--model", str(ROOT / "models" / "reference"),
+                     "--calibration", str(SAMPLE / "calibration.npz"), "--start", str(f),
+                     "--actions", str(ROOT / "samples" / "precheck" / "candidates.json"),
+                     "--out", str(tmp_path / out)])
+
+    assert run((48, 96, 3), "low") == 2
     err = capsys.readouterr().err
-    assert code == 2 and "64 px wide and 64 high" in err
-    assert "found an image 96 wide and 64 high" in err
+    assert "64 px wide and 64 high" in err and "found an image 96 wide and 48 high" in err
+    assert run((64, 96, 3), "wide") == 0
+    assert "an image of 96x64 px centre-cropped and resized to the model's 64x64" in \
+        capsys.readouterr().err
 
 
 def test_a_misnamed_or_mistaken_file_gets_a_hint(tmp_path: Path, capsys) -> None:

@@ -127,7 +127,7 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
             r"\[0, 2, 1\]"),
     ("inf", r"a.csv: expected finite actions, found inf"),
     ("frame", r"s.png: expected a start frame 16 px wide and 16 high .*found an image 8 "
-              r"wide and 8 high; crop it to the centre square"),
+              r"wide and 8 high; an image smaller than the model's frame is not enlarged"),
     ("empty_start", r"s.npy: an empty file; expected a uint8 \[H, W, 3\] RGB image"),
     ("no_actions", r"--actions: required"),
     ("missing_png", r"nowhere.png: no such image file"),
@@ -238,7 +238,19 @@ def test_a_start_image_at_a_whole_multiple_of_the_model_s_size_is_reduced_by_are
     start, ep = load_start(tmp_path / "cam.png", (16, 16))
     assert ep is None and start.shape == (16, 16, 3)
     assert np.array_equal(start, cv2.resize(img, (16, 16), interpolation=cv2.INTER_AREA))
-    for shape in ((64, 32, 3), (48, 64, 3), (8, 8, 3), (24, 24, 3)):
+    for shape in ((8, 8, 3), (8, 64, 3), (64, 12, 3)):  # smaller in a direction: refused
         np.save(tmp_path / "other.npy", np.zeros(shape, np.uint8))
         with pytest.raises(RuntimeInputError, match="expected a start frame 16 px wide"):
             load_start(tmp_path / "other.npy", (16, 16))
+    # larger, not a whole multiple (a camera's 424x240 frame): centre-cropped and resized
+    # as a recording is, and said
+    from edge.calibrate.camera import fit_frame
+
+    for shape in ((64, 32, 3), (48, 64, 3), (24, 24, 3)):
+        img = rng.integers(0, 256, shape, np.uint8)
+        np.save(tmp_path / "other.npy", img)
+        notes: list[str] = []
+        start, _ = load_start(tmp_path / "other.npy", (16, 16), notes)
+        assert np.array_equal(start, fit_frame(img, (16, 16)))
+        (note,) = notes
+        assert f"an image of {shape[1]}x{shape[0]} px centre-cropped and resized" in note

@@ -438,7 +438,8 @@ def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode 
     the value ``joints``, else the start episode's), and actions faster than any arm
     (:mod:`edge.runtime.inputs`). Printed on stderr; returned for the report."""
     cal = chain.info.get("calibration") or {}
-    lines = start_resize_warnings(episode, str(args.start))
+    lines = [*start_resize_warnings(episode, str(args.start)),
+             *getattr(args, "start_notes", [])]
     mismatch = episode_mismatch_warning(episode.metadata if episode is not None else None,
                                         cal, str(args.start),
                                         str(cal.get("file") or "of the chain"))
@@ -1026,7 +1027,8 @@ def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
                                     "read the cell's chain calibration from the cache")
         chain, source = load_chain_calibration(args.chain), str(args.chain)
     k = chain.num_dof
-    start, episode = load_start(args.start, chain.resolution)
+    args.start_notes = []
+    start, episode = load_start(args.start, chain.resolution, args.start_notes)
     if episode is not None:
         names_ep = list(episode.metadata.dof_names)
         if names_ep[:k] != chain.dof_names:

@@ -171,7 +171,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         check_horizon(args.horizon)
     model = open_model(args)
     try:
-        start, episode = load_start(args.start, model.contract.resolution)
+        start_notes: list[str] = []
+        start, episode = load_start(args.start, model.contract.resolution, start_notes)
         goal = _load_goal(rules, start)
         q0 = (load_joint_state(args.joint_state, "--joint-state") if args.joint_state
               else None)
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                               keepout=keepout)
             rollout.check_actions(actions, str(args.actions))
             frames = rollout.run(start, actions)
-        warnings = say_warnings([*start_resize_warnings(episode, str(args.start)),
+        warnings = say_warnings([*start_resize_warnings(episode, str(args.start)), *start_notes,
                                  *ctx.warnings, *action_speed_warnings(
             actions, model.contract.frame_rate_hz, dof_names,
             f"{args.policy}'s actions" if args.policy else str(args.actions),

@@ -138,7 +138,8 @@ def run(args: argparse.Namespace, context_source=None) -> int:
                                     "start frame alone)")
     model = open_model(args)
     try:
-        start, episode = load_start(args.start, model.contract.resolution)
+        start_notes: list[str] = []
+        start, episode = load_start(args.start, model.contract.resolution, start_notes)
         actions, names = _candidate_actions(args, episode)
         n, horizon = actions.shape[:2]
         check_rollout_size(n, horizon, str(args.actions or args.start))
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         ctx = get_context(args, model, episode, context_source)
         rollout = Rollout(model, ctx, max_horizon=horizon, max_candidates=n)
         rollout.check_actions(actions, str(args.actions or args.start))
-        warnings = say_warnings([*start_resize_warnings(episode, str(args.start)),
+        warnings = say_warnings([*start_resize_warnings(episode, str(args.start)), *start_notes,
                                  *ctx.warnings, *action_speed_warnings(
             actions, model.contract.frame_rate_hz,
             list(episode.metadata.dof_names) if episode is not None else [],

@@ -127,8 +127,8 @@ def check_episode_rate(episode: Episode, model_hz: float, where: str) -> None:
             f"at {model_hz:g} Hz with this start")
 
 
-def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
-               ) -> tuple[np.ndarray, Episode | None]:
+def load_start(path: str | os.PathLike[str], resolution: tuple[int, int],
+               notes: list[str] | None = None) -> tuple[np.ndarray, Episode | None]:
     """The start frame uint8 ``[H, W, 3]`` from an image or an episode (its first frame).
 
     An episode recorded at another frame size (an import keeps the camera's) has its
@@ -138,13 +138,17 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
     the first stay the ground truth; its evaluation-only ``robot_mask`` and ``ee_px``, drawn at
     the recorded size, are dropped.
 
+    An image at a whole multiple of ``resolution`` (:func:`whole_multiple`) is reduced by
+    area as a recording is; any other image at least as large in both directions (a
+    camera's 424x240 frame) is centre-cropped and area-resized as a recording is, with a
+    line appended to ``notes`` saying so (the episode's frames are, too).
+
     Returns:
         ``(frame, episode)``; ``episode`` is None for an image.
 
     Raises:
-        RuntimeInputError: unreadable, or an image that is neither the model's
-            ``resolution`` nor a whole multiple of it (:func:`whole_multiple`, reduced by
-            area as a recording is).
+        RuntimeInputError: unreadable, or an image smaller than ``resolution`` in either
+            direction (enlarging invents detail the camera did not see).
         EpisodeError: a malformed episode file.
     """
     path = Path(path)
@@ -167,6 +171,16 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
         from edge.calibrate.camera import fit_frame
 
         frame = fit_frame(frame, tuple(resolution))
+    elif episode is None and frame.shape[0] >= resolution[0] and \
+            frame.shape[1] >= resolution[1] and frame.shape[:2] != tuple(resolution):
+        from edge.calibrate.camera import fit_frame
+
+        fh, fw = frame.shape[:2]
+        frame = fit_frame(frame, tuple(resolution))
+        if notes is not None:
+            notes.append(f"{path}: an image of {fw}x{fh} px centre-cropped and resized to "
+                         f"the model's {resolution[1]}x{resolution[0]}, as a recording is "
+                         f"(what lies outside the centre square is not seen)")
     if frame.shape[:2] != tuple(resolution):
         h, w = resolution
         fh, fw = frame.shape[:2]
@@ -175,8 +189,8 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int]
                f"in Python cv2.resize(episode.frames[0], ({w}, {h}), "
                f"interpolation=cv2.INTER_AREA), saved as PNG (RGB)"
                if episode is not None else
-               f"crop it to the centre square and resize with area interpolation first, "
-               f"e.g. in Python: cv2.resize(img, ({w}, {h}), interpolation=cv2.INTER_AREA)")
+               "an image smaller than the model's frame is not enlarged (that invents "
+               "detail the camera did not see): give the camera's own frame")
         raise RuntimeInputError(
             f"{path}: expected a start frame {w} px wide and {h} high (the model's "
             f"resolution), found {what} {fw} wide and {fh} high; {fix}")
