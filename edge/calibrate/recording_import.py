@@ -279,30 +279,33 @@ def _degrees(names: Sequence[str], units: Sequence[str], options: ImportOptions,
     """Columns whose readings ``options.degrees`` says are in degrees."""
     if options.degrees == ("all",):
         return [c for c, u in enumerate(units) if u == "rad"]
-    unknown = [n for n in options.degrees if n not in names]
-    if unknown:
-        raise RecordingImportError(f"{where}: --degrees joint(s) {unknown} are not among the "
-                                   f"imported joints {list(names)} (or give 'all')")
-    slide = [n for n in options.degrees if units[list(names).index(n)] != "rad"]
-    if slide:
-        raise RecordingImportError(f"{where}: --degrees joint(s) {slide} are prismatic (m); "
-                                   f"only a revolute joint's readings can be in degrees")
-    return [list(names).index(n) for n in options.degrees]
+    return _unit_columns(names, units, options.degrees, "--degrees", "rad", where,
+                         " (or give 'all')", "are prismatic (m); only a revolute joint's "
+                                             "readings can be in degrees")
 
 
 def _millimetres(names: Sequence[str], units: Sequence[str], options: ImportOptions,
                  where: str) -> list[int]:
     """Columns whose readings ``options.millimetres`` says are in mm (prismatic only)."""
-    unknown = [n for n in options.millimetres if n not in names]
+    return _unit_columns(names, units, options.millimetres, "--millimetres", "m", where, "",
+                         "are revolute (rad); name them in --prismatic too (a gripper's "
+                         "opening or a linear axis)")
+
+
+def _unit_columns(names: Sequence[str], units: Sequence[str], chosen: Sequence[str],
+                  flag: str, unit: str, where: str, also: str, wrong: str) -> list[int]:
+    """Indices of the ``chosen`` joints in ``names``, each of ``unit``; a name not imported
+    or of another unit is refused naming ``flag`` (``also`` and ``wrong`` end those two
+    messages)."""
+    names = list(names)
+    unknown = [n for n in chosen if n not in names]
     if unknown:
-        raise RecordingImportError(f"{where}: --millimetres joint(s) {unknown} are not among "
-                                   f"the imported joints {list(names)}")
-    turn = [n for n in options.millimetres if units[list(names).index(n)] != "m"]
-    if turn:
-        raise RecordingImportError(f"{where}: --millimetres joint(s) {turn} are revolute "
-                                   f"(rad); name them in --prismatic too (a gripper's "
-                                   f"opening or a linear axis)")
-    return [list(names).index(n) for n in options.millimetres]
+        raise RecordingImportError(f"{where}: {flag} joint(s) {unknown} are not among the "
+                                   f"imported joints {names}{also}")
+    other = [n for n in chosen if units[names.index(n)] != unit]
+    if other:
+        raise RecordingImportError(f"{where}: {flag} joint(s) {other} {wrong}")
+    return [names.index(n) for n in chosen]
 
 
 def _select(names: list[str], options: ImportOptions, where: str) -> list[int]:
