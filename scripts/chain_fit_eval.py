@@ -312,10 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--track-noise", type=float, default=0.0,
                    help="add spatially smooth noise of this RMS (px, per axis) to the true "
                         "tracks (how exact a tracker must be)")
-    p.add_argument("--colour-tracks", choices=("on", "off"), default="on",
+    p.add_argument("--colour-tracks", choices=("on", "off", "fallback"), default="on",
                    help="DIS on the grey frames and the colour-opponent channels, the best "
                         "colour match kept per pixel, as read_chain does (default), or on "
-                        "grey alone (every read kept before this option)")
+                        "grey alone (every read kept before this option), or colour only "
+                        "where grey's tracks fail the forward-backward check (fallback)")
     p.add_argument("--dis-robot", choices=("cut", "moved", "true"), default="cut",
                    help="which home pixels the DIS fit reads: the arm cut from the home "
                         "frame by sweep_robot_mask (default), those DIS moves by more than "
@@ -729,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 hi = high_calibration(hi_cache, hi_dir, cal)
                 tracks, valid = sweep_tracks(hi.frames, size=cal.frames.shape[1:3],
-                                             colour=args.colour_tracks == "on")
+                                             colour={"on": True, "off": False}.get(args.colour_tracks, args.colour_tracks))
                 tt, _, rb = truth_tracks
                 if args.dis_robot == "true":
                     robot = rb & (np.linalg.norm(tt, axis=-1).max(0) > 0.5)

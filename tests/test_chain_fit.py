@@ -239,6 +239,10 @@ def test_sweep_tracks_with_colour_follows_a_link_of_the_background_s_brightness(
         assert np.median(colour[t][inner][..., 0]) == pytest.approx(3 * t / 4, abs=0.3)
         assert np.abs(np.median(colour[t][inner][..., 1])) < 0.3
     assert valid[5][inner].mean() > 0.9
+    # "fallback" takes colour only where grey's tracks fail the forward-backward check:
+    # grey's "nothing moved" here is consistent, so it stays (why colour is the default)
+    fb, _ = sweep_tracks(frames, size=(32, 32), colour="fallback")
+    assert np.array_equal(fb[5][inner], plain[5][inner])
     # where the colour flows match no better, the grey flow is kept: on a grey scene the
     # two ways give the same tracks
     g3 = np.repeat(frames[..., :1], 3, -1)

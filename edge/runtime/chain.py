@@ -91,7 +91,7 @@ JOINT_SCALE_HELP = ("how the joint readings map to turns: auto (default: rad, un
 #: How a chain read tracks the calibration sweep
 #: (``export.models.chain_fit.read_chain_calibration(colour_tracks=...)``, ``--tracks``):
 #: ``colour`` (grey and colour-opponent flows, the default) or ``grey`` (grey alone).
-TRACK_MODES = ("colour", "grey", "fallback")
+TRACK_MODES = ("colour", "grey")
 #: The ``--tracks`` option's help (``model read-chain``, ``calibrate store --chain``).
 TRACKS_HELP = ("how the sweep is tracked: on the grey frames and the colour-opponent channels "
                "CIELAB a*, b* with the best colour match kept per pixel (colour, the default: "

@@ -158,7 +158,7 @@ def _neighbour_pairs(robot: np.ndarray) -> np.ndarray:
 
 
 def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsample: int = 1,
-                 preset: int | None = None, colour: bool = False
+                 preset: int | None = None, colour: bool | str = False
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Where every pixel of the home frame (frame 0) is in each calibration frame.
 
@@ -186,7 +186,10 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
         colour: also flow on the two colour-opponent channels (CIELAB a* and b*) and keep,
             pixel by pixel, the flow whose colour match is clearly better
             (:func:`_colour_flow`): a saturated link over a background of the same
-            brightness has no edge in grey.
+            brightness has no edge in grey. ``"fallback"``: the grey tracks, and the
+            colour ones only where grey's fail the forward-backward check and colour's
+            pass it (measured, not the default: docs/eval/experiments.md, "Colour only
+            where grey fails").
 
     Returns:
         ``(tracks, valid)``: float32 ``[T, H, W, 2]`` forward displacement (model px) of each
@@ -198,6 +201,11 @@ def sweep_tracks(frames: np.ndarray, size: tuple[int, int] | None = None, upsamp
     """
     import cv2
 
+    if colour == "fallback":
+        tg, vg = sweep_tracks(frames, size, upsample, preset, colour=False)
+        tc, vc = sweep_tracks(frames, size, upsample, preset, colour=True)
+        use = ~vg & vc
+        return np.where(use[..., None], tc, tg).astype(np.float32), vg | vc
     t, fh, fw, _ = frames.shape
     h, w, ratio = _grid_ratio(frames, size, "sweep_tracks")
     big = (fw * upsample, fh * upsample)
