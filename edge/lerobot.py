@@ -209,7 +209,9 @@ def write_lerobot(episodes: Sequence[Episode], root: str | os.PathLike[str],
             "robot_type": robot_type or first.metadata.robot,
             "total_episodes": len(episodes), "total_frames": offset, "total_tasks": 1,
             "chunks_size": 1000, "data_files_size_in_mb": 100, "video_files_size_in_mb": 200,
-            "fps": fps, "splits": {"train": f"0:{len(episodes)}"},
+            # LeRobot writes an integer rate; a fractional one stays a number
+            "fps": int(fps) if fps.is_integer() else fps,
+            "splits": {"train": f"0:{len(episodes)}"},
             "data_path": DATA_PATH, "video_path": VIDEO_PATH,
             "features": {
                 camera_key: {"dtype": "video", "shape": [h, w, 3],

@@ -44,7 +44,8 @@ def test_layout_follows_lerobot_v3(dataset) -> None:
     assert info["data_path"] == "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
     assert info["video_path"] == ("videos/{video_key}/chunk-{chunk_index:03d}/"
                                   "file-{file_index:03d}.mp4")
-    assert info["total_episodes"] == 2 and info["total_frames"] == 12 and info["fps"] == 10.0
+    assert info["total_episodes"] == 2 and info["total_frames"] == 12 and info["fps"] == 10
+    assert isinstance(info["fps"], int)  # as LeRobot writes it
     feats = info["features"]
     cam = feats["observation.images.main"]
     assert cam["dtype"] == "video" and cam["shape"] == [32, 48, 3]
