@@ -712,7 +712,7 @@ def test_the_sample_chain_refined_with_motion_matches_its_episodes_and_predicts_
         tmp_path):
     """``chain_motion.npz``: the sample's sweep read and refined with its commissioning
     episode (not the test episode); on the held-out test episode it predicts at least as
-    well as the sweep alone (30.74 against 30.04 dB whole-frame when it was read)."""
+    well as the sweep alone (30.74 against 30.10 dB whole-frame when they were read)."""
     import hashlib
 
     man = json.loads((SAMPLE / "chain_motion.json").read_text())
@@ -735,7 +735,7 @@ def test_the_sample_chain_refined_with_motion_matches_its_episodes_and_predicts_
                      str(SAMPLE / "test.npz"), "--out", str(tmp_path / name)]) == 0
         summary[name] = json.loads((tmp_path / name / "metrics.json").read_text())["summary"]
     assert summary["chain_motion"]["psnr_db"] == pytest.approx(30.74, abs=0.01)
-    assert summary["chain"]["psnr_db"] == pytest.approx(30.04, abs=0.01)
+    assert summary["chain"]["psnr_db"] == pytest.approx(30.10, abs=0.01)
     assert summary["chain_motion"]["motion_psnr_db"] > summary["chain"]["motion_psnr_db"]
 
 
