@@ -84,6 +84,20 @@ def test_installing_the_active_bundle_again_repairs_its_damaged_slot_and_keeps_t
     assert rollback(env.root, target="cpu").slot == "a"
 
 
+def test_a_refused_repair_leaves_the_previous_model_active(tmp_path):
+    from export.bundle.build import generate_keypair
+
+    env = make_env(tmp_path)
+    install_bundle(env.bundle(0), target="cpu", root=env.root)  # a
+    install_bundle(env.bundle(1), target="cpu", root=env.root)  # b, active
+    (env.root / "b" / "step_b1.onnx").unlink()
+    stranger, _, _ = generate_keypair(tmp_path / "other-keys", "stranger")
+    with pytest.raises(BundleError):
+        install_bundle(env.bundle(2, key=stranger), target="cpu", root=env.root)
+    assert active_slot(env.root) == "a"  # sound, where b could not run
+    assert list_slots(env.root, verify=True)[0].problem == ""
+
+
 def test_a_damaged_slot_with_nothing_sound_beside_it_is_replaced_through_the_other_slot(
         tmp_path):
     env = make_env(tmp_path)
