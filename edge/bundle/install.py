@@ -180,14 +180,8 @@ def list_slots(root: str | os.PathLike[str] | None = None, *, verify: bool = Fal
     r = Path(root if root is not None else bundles_dir())
     active = active_slot(r)
     infos = [_slot_info(r, s, active) for s in SLOTS]
-    if verify:
-        for i, info in enumerate(infos):
-            if info.manifest is not None:
-                try:
-                    check_slot(r / info.slot, info.manifest)
-                except BundleError as exc:
-                    infos[i] = dataclasses.replace(info, problem=str(exc))
-    return tuple(infos)
+    return tuple(dataclasses.replace(i, problem=_damage(r, i.slot)) if verify and i.manifest
+                 else i for i in infos)
 
 
 def leftovers(root: str | os.PathLike[str] | None = None) -> tuple[Path, ...]:
@@ -314,21 +308,14 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         step("cleaned")
         active = active_slot(r)
         damage = _damage(r, active)
-        if damage:
+        other = "b" if active == "a" else "a"
+        if damage and not _damage(r, other, trusted, target):
             # the active slot cannot run (a file lost or altered): the install replaces it,
             # not the other slot's sound previous model. That model serves meanwhile (a
-            # complete slot, so a power cut still leaves a runnable device)
-            other = "b" if active == "a" else "a"
-            info = _slot_info(r, other, active)
-            try:
-                if info.manifest is None:
-                    raise BundleError(f"slot {other} is {info.state}")
-                check_slot(r / other, info.manifest, trusted=trusted, target=target)
-            except BundleError:
-                pass  # nothing sound to keep: the install goes into the other slot
-            else:
-                _switch(r, other)
-                active = other
+            # complete slot, so a power cut still leaves a runnable device); with nothing
+            # sound there, the install goes into the other slot as usual
+            _switch(r, other)
+            active = other
         slot = "b" if active == "a" else "a"
         staging = r / f"{slot}.partial"
         staging.mkdir()
@@ -368,16 +355,18 @@ def install_bundle(path: str | os.PathLike[str], *, target: str,
         return dataclasses.replace(_slot_info(r, slot, slot), repaired=damage)
 
 
-def _damage(root: Path, slot: str | None) -> str:
-    """Why the installed ``slot`` cannot run (:func:`check_slot` without trust: a slot
-    whose key was retired since still runs), ``""`` when it can or is None."""
+def _damage(root: Path, slot: str | None, trusted: Mapping[str, Any] | None = None,
+            target: str | None = None) -> str:
+    """Why the installed ``slot`` cannot run or be switched to (:func:`check_slot`; without
+    ``trusted``, files and ``model.json`` only: a slot whose key was retired since still
+    runs), ``""`` when it can or ``slot`` is None."""
     if slot is None:
         return ""
     info = _slot_info(root, slot, slot)
     if info.manifest is None:
         return f"slot {slot} is {info.state}"
     try:
-        check_slot(root / slot, info.manifest)
+        check_slot(root / slot, info.manifest, trusted=trusted, target=target)
     except BundleError as exc:
         return str(exc)
     return ""

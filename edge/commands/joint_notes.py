@@ -33,9 +33,7 @@ def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str
     cols = look_like_degrees(q, list(units), kind == "calibration")
     if not cols:
         return
-    seen = ", ".join(f"{names[c]} (reads {np.nanmin(q[:, c]):.1f} to {np.nanmax(q[:, c]):.1f})"
-                     for c in cols)
-    print(f"note: {where}: the readings of {seen} look like degrees, not rad (a calibration "
+    print(f"note: {where}: the readings of {_readings(q, names, cols)} look like degrees, not rad (a calibration "
           f"sweeps well under half a turn, a joint rarely reads beyond two turns): if they "
           f"are, import the recording again with 'syncedge calibrate import ... --degrees "
           f"{','.join(names[c] for c in cols)}' (exact, for every model); the chain model "
@@ -44,6 +42,12 @@ def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str
           f"the frames (less exact); the ONNX models refuse them. A gripper or linear axis "
           f"read in mm is not in degrees: 'calibrate import ... --prismatic NAME "
           f"--millimetres NAME'", file=sys.stderr)
+
+
+def _readings(q: np.ndarray, names: Any, cols: list[int], unit: str = "") -> str:
+    """``NAME (reads LO to HI[ unit]), ...`` for the columns ``cols`` of readings ``q``."""
+    return ", ".join(f"{names[c]} (reads {np.nanmin(q[:, c]):.1f} to "
+                     f"{np.nanmax(q[:, c]):.1f}{unit})" for c in cols)
 
 
 #: :func:`say_if_millimetres`: a sliding channel (m) whose readings span more than this
@@ -62,9 +66,7 @@ def say_if_millimetres(positions: Any, names: Any, units: Any, where: str) -> No
             and np.nanmax(q[:, c]) - np.nanmin(q[:, c]) > PLAUSIBLE_SLIDE_SPAN_M]
     if not cols:
         return
-    seen = ", ".join(f"{names[c]} (reads {np.nanmin(q[:, c]):.1f} to {np.nanmax(q[:, c]):.1f} m)"
-                     for c in cols)
-    print(f"note: {where}: the readings of {seen} span more than any gripper or linear axis "
+    print(f"note: {where}: the readings of {_readings(q, names, cols, ' m')} span more than any gripper or linear axis "
           f"slides ({PLAUSIBLE_SLIDE_SPAN_M:g} m): if they are in mm, import the recording "
           f"again with 'syncedge calibrate import ... --millimetres "
           f"{','.join(names[c] for c in cols)}'", file=sys.stderr)

@@ -164,20 +164,16 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int],
             episode, frames=np.stack([fit_frame(f, (h, w)) for f in episode.frames]),
             robot_mask=None, ee_px=None, metadata=meta).validate(path)
     frame = episode.frames[0] if episode is not None else load_image(path)
-    if episode is None and whole_multiple(frame.shape[:2], resolution):
-        # the camera's own frame of a model that runs on a reduced grid (a chain read from
-        # a 256x256 recording runs at 64x64): reduced by area as a recording is, nothing
-        # cropped, so a frame saved from the camera is taken as it is
+    fh, fw = frame.shape[:2]
+    if episode is None and fh >= resolution[0] and fw >= resolution[1] \
+            and (fh, fw) != tuple(resolution):
+        # the camera's own frame: at a whole multiple (a chain read from a 256x256
+        # recording runs at 64x64) reduced by area, nothing cropped; another shape is
+        # centre-cropped first, as a recording is, and said
         from edge.calibrate.camera import fit_frame
 
         frame = fit_frame(frame, tuple(resolution))
-    elif episode is None and frame.shape[0] >= resolution[0] and \
-            frame.shape[1] >= resolution[1] and frame.shape[:2] != tuple(resolution):
-        from edge.calibrate.camera import fit_frame
-
-        fh, fw = frame.shape[:2]
-        frame = fit_frame(frame, tuple(resolution))
-        if notes is not None:
+        if notes is not None and not whole_multiple((fh, fw), resolution):
             notes.append(f"{path}: an image of {fw}x{fh} px centre-cropped and resized to "
                          f"the model's {resolution[1]}x{resolution[0]}, as a recording is "
                          f"(what lies outside the centre square is not seen)")
