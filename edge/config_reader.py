@@ -43,7 +43,7 @@ from typing import Any, Literal, NoReturn, TypeVar, Union, get_args, get_origin,
 
 from edge.errors import ConfigError
 
-__all__ = ["Where", "optional_key", "read_config"]
+__all__ = ["Where", "load_yaml", "no_duplicate_keys", "optional_key", "read_config"]
 
 T = TypeVar("T")
 
@@ -83,6 +83,59 @@ class Where:
     def __str__(self) -> str:
         return ":".join(s for s in (None if self.file is None else str(self.file), self.path)
                         if s)
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads(..., object_pairs_hook=no_duplicate_keys)``: a JSON object that gives
+    the same key twice is refused (the standard library keeps the last silently).
+
+    Raises:
+        ValueError: naming the key given twice.
+    """
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"the key {k!r} is given twice in one object; expected each "
+                             "key once (the first would be ignored)")
+        out[k] = v
+    return out
+
+
+def load_yaml(text: str) -> Any:
+    """YAML (or JSON) text parsed as ``yaml.safe_load`` does, except that a mapping that
+    gives the same key twice is refused (PyYAML keeps the last one silently, so a rules file
+    with two ``max_step_action:`` lines would run with the second).
+
+    Raises:
+        yaml.YAMLError: bad syntax, or (``yaml.constructor.ConstructorError``) a key given
+            twice, its ``problem_mark`` at the second and its ``problem`` naming the line
+            of the first.
+    """
+    import yaml
+
+    class _Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:  # its own keys (a merged ``<<`` key may be overridden)
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: construct_mapping names it
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (first at line "
+                    f"{first.line + 1}); expected each key once", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        loader.flatten_mapping(node)
+        return loader.construct_mapping(node, deep=True)
+
+    _Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=_Strict)  # noqa: S506 - a SafeLoader subclass
 
 
 def optional_key() -> Any:

@@ -231,6 +231,16 @@ def test_robot_spec_unknown_and_missing_keys(tmp_path: Path) -> None:
         f"{p}:frame_rate_hz: missing key; expected a finite number"
 
 
+def test_robot_spec_refuses_a_key_given_twice(tmp_path) -> None:
+    p = tmp_path / "toy.yaml"
+    p.write_text("robot: toy\nframe_rate_hz: 10\nframe_rate_hz: 30\ndofs: []\n")
+    assert "the key 'frame_rate_hz' is given twice (first at line 2)" in \
+        _message(PlanError, load_robot_spec, p)
+    j = tmp_path / "toy.json"
+    j.write_text('{"robot": "toy", "robot": "other", "frame_rate_hz": 10, "dofs": []}')
+    assert "the key 'robot' is given twice" in _message(PlanError, load_robot_spec, j)
+
+
 def test_robot_spec_reads_its_numbers_as_floats() -> None:
     d = _spec(frame_rate_hz=10)
     d["dofs"][0]["home"] = 0

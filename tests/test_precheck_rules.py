@@ -71,6 +71,18 @@ def test_good_rules_parse(tmp_path: Path) -> None:
      r"keep_out.max_moved_pixels: expected a whole number of pixels, found 2.7"),
     ("keep_out:\n  motion_threshold: 5\n  regions: [{polygon: [[0,0],[0.5,0.5],[1,1]]}]\n",
      r"regions\[0\].polygon: encloses no area"),
+    # a bow-tie: its two loops cancel in the area formula (even) or leave a fold (uneven)
+    ("keep_out:\n  motion_threshold: 5\n  regions: [{polygon: [[0,0],[0.5,0.5],[0.5,0],"
+     "[0,0.5]]}]\n", r"regions\[0\].polygon: its edges cross \(edge 0 from point 0 to 1 and "
+     r"edge 2 from point 2 to 3\)"),
+    ("keep_out:\n  motion_threshold: 5\n  regions: [{polygon: [[0.1,0.1],[0.6,0.1],[0.1,0.5],"
+     "[0.7,0.6]]}]\n", r"regions\[0\].polygon: its edges cross"),
+    # the same key twice: the second would win silently
+    ("max_step_action: 0.1\nmax_step_action: 0.01\n",
+     r"not valid YAML at line 2, column 1: the key 'max_step_action' is given twice \(first "
+     r"at line 1\)"),
+    ('{"keep_out": {"motion_threshold": 5, "motion_threshold": 6, "regions": '
+     '[{"polygon": [[0,0],[1,0],[1,1]]}]}}', r"the key 'motion_threshold' is given twice"),
     ("goal:\n  image: nowhere.png\n  min_ssim: 0.5\n", r"goal.image: no such file"),
     ("goal:\n  image: goal.npy\n  min_ssim: 2\n", r"goal.min_ssim: expected a value in"),
 ])
@@ -79,6 +91,16 @@ def test_bad_rules_name_file_and_key(tmp_path: Path, text: str, match: str) -> N
     with pytest.raises(RulesError, match=match) as err:
         load_rules(p)
     assert str(p) in str(err.value)
+
+
+def test_concave_polygon_and_merge_keys_are_accepted(tmp_path: Path) -> None:
+    r = load_rules(_write(tmp_path, "keep_out:\n  motion_threshold: 5\n  regions: [{polygon: "
+                          "[[0,0],[1,0],[0.5,0.5],[1,1],[0,1]]}]\n"))
+    assert len(r.keep_out.regions[0].polygon) == 5
+    # a YAML anchor merged into a mapping is not a key given twice
+    r = load_rules(_write(tmp_path, "joint_limits:\n  <<: {lower: [0], upper: [2]}\n"
+                          "  upper: [1]\n"))
+    assert r.joint_limits.lower == (0.0,) and r.joint_limits.upper == (1.0,)
 
 
 def test_missing_rules_file(tmp_path: Path) -> None:

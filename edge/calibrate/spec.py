@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from edge.calibrate.errors import PlanError
-from edge.config_reader import Where, optional_key, read_config
+from edge.config_reader import Where, load_yaml, no_duplicate_keys, optional_key, read_config
 from edge.fileio import not_utf8
 
 __all__ = ["DofSpec", "RobotSpec", "load_robot_spec", "robot_spec_from_dict",
@@ -204,11 +204,9 @@ def load_robot_spec(path: str | os.PathLike[str]) -> RobotSpec:
         raise PlanError(not_utf8(path, exc, "a robot spec (.yaml, .yml or .json)")) from None
     try:
         if path.suffix.lower() == ".json":
-            d = json.loads(text)
+            d = json.loads(text, object_pairs_hook=no_duplicate_keys)
         else:
-            import yaml
-
-            d = yaml.safe_load(text)
+            d = load_yaml(text)
     except ValueError as exc:  # json.JSONDecodeError and yaml.YAMLError's common base here
         raise PlanError(f"{path}: expected a YAML or JSON robot spec, found a syntax error: "
                         f"{exc}") from None

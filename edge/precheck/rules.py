@@ -19,7 +19,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from edge.config_reader import Where, optional_key, read_config
+from edge.config_reader import Where, load_yaml, optional_key, read_config
 from edge.fileio import not_utf8
 from edge.runtime.errors import RulesError
 
@@ -169,6 +169,37 @@ def _whole(v: float, w: Where, what: str) -> int:
     return int(v)
 
 
+def _crossing_edges(poly: tuple[tuple[float, float], ...]) -> tuple[int, int] | None:
+    """The first two edges of the closed polygon ``poly`` (edge i from point i to i + 1)
+    that cross or touch other than at the corner they share, or None: a bow-tie's loops
+    cancel in the area and its inside is not what was drawn."""
+    pts = np.asarray(poly, np.float64)
+    n = len(pts)
+
+    def orient(a, b, c) -> float:
+        return float((b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0]))
+
+    def on(a, b, c) -> bool:  # c on segment ab, given the three are on one line
+        return (min(a[0], b[0]) - 1e-12 <= c[0] <= max(a[0], b[0]) + 1e-12
+                and min(a[1], b[1]) - 1e-12 <= c[1] <= max(a[1], b[1]) + 1e-12)
+
+    for i in range(n):
+        p1, p2 = pts[i], pts[(i + 1) % n]
+        for j in range(i + 1, n):
+            if j == i + 1 or (i == 0 and j == n - 1):
+                continue  # neighbours share a corner
+            q1, q2 = pts[j], pts[(j + 1) % n]
+            d1, d2 = orient(q1, q2, p1), orient(q1, q2, p2)
+            d3, d4 = orient(p1, p2, q1), orient(p1, p2, q2)
+            if ((d1 > 0) != (d2 > 0) and d1 != 0 and d2 != 0
+                    and (d3 > 0) != (d4 > 0) and d3 != 0 and d4 != 0):
+                return i, j
+            if ((d1 == 0 and on(q1, q2, p1)) or (d2 == 0 and on(q1, q2, p2))
+                    or (d3 == 0 and on(p1, p2, q1)) or (d4 == 0 and on(p1, p2, q2))):
+                return i, j
+    return None
+
+
 def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
     thr: float | None = None
     if k.motion_threshold is None:
@@ -197,6 +228,14 @@ def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
         poly = tuple((_num(x, rw.key("polygon").index(j).index(0), 0, 1),
                       _num(y, rw.key("polygon").index(j).index(1), 0, 1))
                      for j, (x, y) in enumerate(pts))
+        crossing = _crossing_edges(poly)
+        if crossing is not None:
+            a, b = crossing
+            rw.key("polygon").fail(
+                f"its edges cross (edge {a} from point {a} to {a + 1} and edge {b} from "
+                f"point {b} to {(b + 1) % len(poly)}): list the corners in order around the "
+                f"region, so that it does not fold over itself; found "
+                f"{[list(p) for p in pts]!r}")
         xs, ys = np.array(poly).T
         area = 0.5 * abs(float(np.dot(xs, np.roll(ys, 1)) - np.dot(ys, np.roll(xs, 1))))
         if area < 1e-6:
@@ -225,7 +264,7 @@ def load_rules(path: str | os.PathLike[str]) -> Rules:
     except UnicodeDecodeError as exc:
         raise RulesError(not_utf8(path, exc, "a rules YAML file")) from None
     try:
-        d = yaml.safe_load(text)
+        d = load_yaml(text)
     except yaml.YAMLError as exc:  # one line: the problem and where
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
