@@ -107,8 +107,11 @@ def test_simulate_chain_from_a_camera_that_moved_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "warning: the start frame's scene is shifted 2.0 px from the calibration's" in err
     assert "syncedge calibrate verify" in err
-    cam = json.loads((out / "metrics.json").read_text())["start_agreement"]["before"]["camera"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    cam = metrics["start_agreement"]["before"]["camera"]
     assert cam["moved"] and cam["shift_px"][0] == pytest.approx(2.0, abs=0.3)
+    # the outputs' warnings carry it too (a tool reading them must not miss it)
+    assert any("the start frame's scene is shifted 2.0 px" in w for w in metrics["warnings"])
     # the unmoved camera is not warned about
     assert main(["simulate", "--chain", str(CHAIN), "--start", str(SAMPLE / "test.npz"),
                  "--out", str(tmp_path / "sim2")]) == 0
@@ -127,6 +130,24 @@ def test_simulate_chain_zero_actions_from_a_frame_give_the_frame(tmp_path):
     with np.load(tmp_path / "o" / "prediction.npz") as z:
         np.testing.assert_array_equal(z["frames"],
                                       np.broadcast_to(test.frames[5], (2, 6, 64, 64, 3)))
+
+
+def test_simulate_chain_from_a_greyscale_start_says_so(tmp_path, capsys):
+    test = load_episode(SAMPLE / "test.npz")
+    grey = np.repeat(test.frames[5].mean(-1, keepdims=True).astype(np.uint8), 3, -1)
+    np.save(tmp_path / "grey.npy", grey)
+    np.save(tmp_path / "colour.npy", test.frames[5])
+    np.save(tmp_path / "zero.npy", np.zeros((1, 3, 7), np.float32))
+    q = ",".join(f"{x:.9f}" for x in test.joint_positions[5])
+    for name in ("grey", "colour"):
+        out = tmp_path / name
+        assert main(["simulate", "--chain", str(CHAIN), "--start", str(tmp_path / f"{name}.npy"),
+                     "--actions", str(tmp_path / "zero.npy"), f"--start-joints={q}",
+                     "--no-anchor", "--out", str(out)]) == 0
+        warned = [w for w in json.loads((out / "metrics.json").read_text())["warnings"]
+                  if "the start frame is greyscale" in w]
+        assert len(warned) == (name == "grey"), warned
+    assert "while the calibration's home frame is in colour" in capsys.readouterr().err
 
 
 def test_simulate_chain_refusals_name_the_input(tmp_path, capsys):
@@ -343,6 +364,22 @@ def test_the_chain_calibration_runs_from_the_calibration_cache(tmp_path, capsys,
     assert main(["calibrate", "validate", "--cell", "sample-cell", "--chain", "--episode",
                  cal, "--cache-dir", cache, "--out", str(tmp_path / "val2")]) == 2
     assert "in-sample" in capsys.readouterr().err
+    # the cached chain damaged: the first run sets it aside and says how to read it again;
+    # a second run says the entry lost its chain (it said the cache held the chain it missed)
+    from edge.cache.store import CalibrationCache
+
+    with CalibrationCache(cache) as c:
+        (sha,) = [e.context_sha256 for e in c.list()]
+    blob = Path(cache) / "blobs" / sha[:2] / sha[2:]
+    blob.write_bytes(blob.read_bytes()[:100])
+    sim = ["simulate", "--cell", "sample-cell", "--chain", "--cache-dir", cache, *start]
+    assert main([*sim, "--out", str(tmp_path / "damaged")]) == 2
+    assert "context blob failed verification" in capsys.readouterr().err
+    assert main([*sim, "--out", str(tmp_path / "damaged2")]) == 2
+    err = capsys.readouterr().err
+    assert "the cache's entry for it holds the calibration episode but no chain calibration" \
+        in err and "calibrate store --cell sample-cell --camera-id sample-cell-cam" in err
+    assert "the cache holds chain calibrations for" not in err
 
 
 def test_precheck_with_the_cached_chain_checks_the_camera_did_not_move(tmp_path, capsys,
@@ -794,3 +831,37 @@ def test_commissioning_verdict_fails_a_chain_no_better_than_the_still_start_fram
     # nothing measured in the moving region (no pixel moved): the whole frame decides
     assert commissioning_verdict({"psnr_db": 0.2, "ssim": 0.0, "motion_psnr_db": None},
                                  "v.npz")[0] == "pass"
+
+
+def test_precheck_refuses_a_start_of_another_cell_or_a_moved_camera(tmp_path, capsys,
+                                                                    monkeypatch):
+    """A start recorded in another cell (ids differ) or a scene shifted from the
+    calibration's (the camera moved) is refused before any rollout (exit 2, nothing
+    written); ``--mismatch warn`` decides anyway and records why in the warnings."""
+    import dataclasses
+
+    import cv2
+
+    from edge.episode import save_episode
+
+    monkeypatch.chdir(ROOT)
+    test = load_episode(SAMPLE / "test.npz")
+    other = dataclasses.replace(test, metadata=dataclasses.replace(test.metadata,
+                                                                  cell_id="cell-b"))
+    save_episode(other, tmp_path / "other.npz")
+    m2 = np.float32([[1, 0, 3.0], [0, 1, 0.0]])
+    save_episode(dataclasses.replace(test, frames=np.stack([
+        cv2.warpAffine(f, m2, (64, 64), borderMode=cv2.BORDER_REPLICATE)
+        for f in test.frames])), tmp_path / "moved.npz")
+    for name, said in (("other", "recorded with cell_id 'cell-b'"),
+                       ("moved", "the start frame's scene is shifted")):
+        argv = precheck_kit_argv(tmp_path / name, CHAIN)
+        argv[argv.index("--start") + 1] = str(tmp_path / f"{name}.npz")
+        capsys.readouterr()
+        assert main([*argv, "--no-anchor"]) == 2, name
+        err = capsys.readouterr().err
+        assert said in err and "--mismatch warn decides anyway" in err, err
+        assert not (tmp_path / name).exists()
+        assert main([*argv, "--no-anchor", "--mismatch", "warn"]) in (0, 1), name
+        rep = json.loads((tmp_path / name / "report.json").read_text())
+        assert any(said in w for w in rep["warnings"]), rep["warnings"]

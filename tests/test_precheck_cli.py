@@ -170,3 +170,71 @@ def test_rules_speak_of_the_cells_dofs_when_the_model_has_more(setup) -> None:
     assert rc == 0
     rep = json.loads((tmp / "out2" / "report.json").read_text())
     assert rep["verdicts"][0]["passed"]
+
+
+def test_goal_image_is_brought_to_the_grid_as_the_start_is(setup, capsys) -> None:
+    """A goal at the camera's resolution is reduced like the start frame (a whole multiple
+    by area, another size centre-cropped, said); smaller is refused; a greyscale goal
+    against a colour start is warned about in the report's warnings."""
+    from edge.episode import load_episode
+    from edge.visual import write_png
+
+    start = load_episode(setup["ep"]).frames[0]
+    write_png(setup["tmp"] / "goal4x.png", start.repeat(4, 0).repeat(4, 1))
+    setup["rules"].write_text("goal:\n  image: goal4x.png\n  min_ssim: 0.0\n")
+
+    def run(out: Path) -> int:
+        return run_command("precheck", precheck.register,
+                           _argv({**setup, "out": out}, "--actions", str(setup["acts"])))
+
+    assert run(setup["out"]) == 0
+    rep = json.loads((setup["out"] / "report.json").read_text())
+    assert not any("goal" in w for w in rep["warnings"])
+    # reduced by area, the 4x goal is the start frame itself
+    from edge.precheck.rules import load_rules
+
+    notes: list[str] = []
+    assert np.array_equal(precheck._load_goal(load_rules(setup["rules"]), start, notes), start)
+    assert notes == []
+    # another shape, larger: centre-cropped and resized, and said
+    write_png(setup["tmp"] / "goal_wide.png", np.repeat(start, 3, 1))  # 16 x 48
+    setup["rules"].write_text("goal:\n  image: goal_wide.png\n  min_ssim: 0.0\n")
+    out2 = setup["tmp"] / "out2"
+    assert run(out2) == 0
+    rep2 = json.loads((out2 / "report.json").read_text())
+    assert any("goal_wide.png: an image of 48x16 px centre-cropped" in w
+               for w in rep2["warnings"]), rep2["warnings"]
+    # smaller: refused before any work
+    write_png(setup["tmp"] / "goal_small.png", start[:8, :8])
+    setup["rules"].write_text("goal:\n  image: goal_small.png\n  min_ssim: 0.0\n")
+    out3 = setup["tmp"] / "out3"
+    assert run(out3) == 2
+    assert "goal_small.png: expected a goal image 16 px wide" in capsys.readouterr().err
+    assert not out3.exists()
+    # greyscale against a colour start
+    grey = np.repeat(start.mean(-1, keepdims=True).astype(np.uint8), 3, -1)
+    write_png(setup["tmp"] / "goal_grey.png", grey)
+    setup["rules"].write_text("goal:\n  image: goal_grey.png\n  min_ssim: 0.0\n")
+    out4 = setup["tmp"] / "out4"
+    assert run(out4) == 0
+    rep4 = json.loads((out4 / "report.json").read_text())
+    assert any("the goal image is greyscale" in w for w in rep4["warnings"]), rep4["warnings"]
+
+
+def test_start_of_another_cell_than_the_calibration_is_refused(setup, capsys) -> None:
+    import dataclasses
+
+    from edge.episode import load_episode
+
+    ep = load_episode(setup["ep"])
+    save_episode(dataclasses.replace(ep, metadata=dataclasses.replace(
+        ep.metadata, cell_id="elsewhere")), setup["tmp"] / "other.npz")
+    argv = _argv({**setup, "ep": setup["tmp"] / "other.npz"}, "--actions", str(setup["acts"]))
+    capsys.readouterr()
+    assert run_command("precheck", precheck.register, argv) == 2
+    err = capsys.readouterr().err
+    assert "recorded with cell_id 'elsewhere'" in err and "--mismatch warn" in err
+    assert not setup["out"].exists()
+    assert run_command("precheck", precheck.register, [*argv, "--mismatch", "warn"]) == 0
+    rep = json.loads((setup["out"] / "report.json").read_text())
+    assert any("recorded with cell_id 'elsewhere'" in w for w in rep["warnings"])

@@ -513,7 +513,8 @@ class CalibrationCache:
         if clash:
             raise CacheConflictError(
                 f"{path}: expected new entries, found {len(clash)} already cached ("
-                + ", ".join(k.short for k in clash) + "); replace them with replace=True ('syncedge cache import --replace')")
+                + ", ".join(k.short for k in clash) + "); import again with --replace to "
+                "replace them ('syncedge cache import --replace')")
         for it in items:
             self._put(it.key, it.episode, it.context, it.report, it.reference_frame,
                       it.forced, it.forced_reason, it.created_s)

@@ -398,6 +398,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
     )
     from edge.commands.common import (
         StagedOutput,
+        agreement_warnings,
         anchor_chain,
         chain_store_hint,
         check_out_dir,
@@ -457,7 +458,7 @@ def run_validate_chain(args: argparse.Namespace) -> int:
                 else round(fid["calibrated"][m] - fid["copy_last"][m], 4))
             for m in ("psnr_db", "ssim", "motion_psnr_db")}
     verdict, failing = commissioning_verdict(gain, str(args.episode))
-    warnings = [agreement["warning"]] if agreement["warning"] else []
+    warnings = agreement_warnings(agreement)
     warnings += failing
     report = {
         "cell": {"cell_id": key.cell_id, "camera_id": key.camera_id,

@@ -35,6 +35,7 @@ from edge.runtime.errors import ContextMismatchError, RuntimeInputError
 from edge.runtime.inputs import (
     action_speed_warnings,
     episode_mismatch_warning,
+    grey_image_note,
     start_joint_warnings,
     start_resize_warnings,
 )
@@ -43,7 +44,7 @@ from edge.state import state_root
 
 __all__ = ["ANCHOR_FROM_CACHE", "CHAIN_FROM_CACHE", "StagedOutput", "add_anchor_arg",
            "anchor_chain", "active_bundle_dir", "add_chain_arg", "say_light_change",
-           "say_camera_moved",
+           "say_camera_moved", "agreement_warnings",
            "add_context_args", "add_model_args", "cached_chain_key", "chain_mode",
            "chain_model_identity", "chain_rollout_rate",
            "chain_store_hint", "DEFAULT_CHAIN_RATE_HZ",
@@ -221,7 +222,7 @@ def _bundle_slot(model_dir: Path) -> str | None:
 
 def describe_identity(ident: dict) -> str:
     """One line for :func:`model_identity`'s result, e.g. ``model syncedge-warp fp32
-    385fc93cdc7b from bundle slot a (/var/lib/syncedge/bundles/active)``."""
+    2a89b44ab772 from bundle slot a (/var/lib/syncedge/bundles/active)``."""
     where = (f"from bundle slot {ident['bundle_slot']} ({ident['folder']})"
              if ident["bundle_slot"] else f"from {ident['folder']} (not an installed bundle)")
     chain = (f", chain calibration {ident['chain']} ({ident['chain_sha256'][:12]})"
@@ -771,11 +772,17 @@ def _cached_chain(args: argparse.Namespace):
     src = default_context_source(args.cache_dir)
     chain = src.get_context(key.cell_id, key.camera_id, key.robot_id, key.model_sha256)
     if chain is None:
+        why = _chain_miss_why(args, key)
         raise RuntimeInputError(f"calibration cache: no chain calibration for cell "
                                 f"{key.cell_id!r}, camera {key.camera_id!r}, robot "
-                                f"{key.robot_id!r}{_chain_miss_why(args, key)}; "
-                                f"{chain_store_hint(key.cell_id, args.cache_dir)}")
+                                f"{key.robot_id!r}{why}"
+                                + ("" if DROPPED_CHAIN in why else
+                                   f"; {chain_store_hint(key.cell_id, args.cache_dir)}"))
     return chain, f"cache:{key.cell_id}/{key.camera_id}/{key.robot_id}"
+
+
+#: What :func:`_chain_miss_why` says of an entry whose chain calibration was dropped.
+DROPPED_CHAIN = "the cache's entry for it holds the calibration episode but no chain calibration"
 
 
 def _chain_miss_why(args: argparse.Namespace, key: Any) -> str:
@@ -794,14 +801,24 @@ def _chain_miss_why(args: argparse.Namespace, key: Any) -> str:
     if (root / "index.sqlite3").is_file():  # never create a cache to say it is empty
         try:
             with CalibrationCache(root) as cache:
-                held = [e.key for e in cache.list(model_prefix=CHAIN_MODEL_SHA256)]
+                held = list(cache.list(model_prefix=CHAIN_MODEL_SHA256))
         except Exception:  # noqa: BLE001 - a hint only: the miss is reported regardless
             held = None
         if held is not None:
-            why += ("; the cache holds chain calibrations for " + ", ".join(
-                f"{k.cell_id}/{k.camera_id}/{k.robot_id}" for k in held[:8])
-                + (f" and {len(held) - 8} more" if len(held) > 8 else "")
-                if held else "; the cache holds no chain calibration")
+            mine = [e for e in held if (e.key.cell_id, e.key.camera_id, e.key.robot_id)
+                    == (key.cell_id, key.camera_id, key.robot_id)]
+            with_chain = [e.key for e in held if e.context_sha256 is not None]
+            if mine and mine[0].context_sha256 is None:
+                # the entry is there, its chain is not: dropped (damaged, or evicted)
+                why += (f"; {DROPPED_CHAIN} (dropped as damaged or evicted: 'syncedge cache "
+                        "list' shows it): read it again from the cached episode with "
+                        f"'syncedge calibrate store --cell {key.cell_id} --camera-id "
+                        f"{key.camera_id} --robot-id {key.robot_id} --chain'")
+            else:
+                why += ("; the cache holds chain calibrations for " + ", ".join(
+                    f"{k.cell_id}/{k.camera_id}/{k.robot_id}" for k in with_chain[:8])
+                    + (f" and {len(with_chain) - 8} more" if len(with_chain) > 8 else "")
+                    if with_chain else "; the cache holds no chain calibration")
     return why
 
 
@@ -850,19 +867,27 @@ def say_light_change(light: dict[str, Any] | None) -> None:
           "arm are drawn in the start frame's light", file=sys.stderr, flush=True)
 
 
-def say_camera_moved(camera: dict[str, Any] | None) -> None:
+def say_camera_moved(camera: dict[str, Any] | None) -> str | None:
     """Say on stderr that the start frame's scene is shifted from the calibration's
     (``camera``: :func:`edge.runtime.chain.camera_shift`, as ``start_agreement`` returns
     it): the camera may have moved, and the rollout draws the calibration's background
-    and arm off by the shift; nothing when it is not."""
+    and arm off by the shift; nothing when it is not. Returns the warning (for the
+    outputs' ``warnings``), or None."""
     if not camera or not camera.get("moved"):
-        return
+        return None
     dx, dy = camera["shift_px"]
-    print(f"warning: the start frame's scene is shifted {camera['shift']:.1f} px from the "
-          f"calibration's ({dx:+.1f}, {dy:+.1f} px on the chain's grid): the camera may have "
-          "moved since the calibration, and the prediction draws the calibration's "
-          "background and arm off by that much; check with `syncedge calibrate verify` and "
-          "record the calibration again if it says STALE", file=sys.stderr, flush=True)
+    return say_warnings([
+        f"the start frame's scene is shifted {camera['shift']:.1f} px from the "
+        f"calibration's ({dx:+.1f}, {dy:+.1f} px on the chain's grid): the camera may have "
+        "moved since the calibration, and the prediction draws the calibration's "
+        "background and arm off by that much; check with `syncedge calibrate verify` and "
+        "record the calibration again if it says STALE"])[0]
+
+
+def agreement_warnings(decided: dict[str, Any]) -> list[str]:
+    """The warnings of :func:`anchor_chain`'s decision for the outputs' ``warnings`` (a
+    moved camera, then a low start agreement), each already said on stderr."""
+    return [w for w in (decided.get("camera_warning"), decided.get("warning")) if w]
 
 
 def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, q0: Any,
@@ -900,10 +925,10 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
         raise RuntimeInputError("--anchor and --no-anchor: give one of the two")
     before = start_agreement(chain, start, q0)
     say_light_change(before.get("light"))
-    say_camera_moved(before.get("camera"))
+    moved = say_camera_moved(before.get("camera"))
     share = before["arm_on_arm"]
     decided: dict[str, Any] = {"before": before, "anchored": False, "why": None,
-                               "after": None, "warning": None}
+                               "after": None, "warning": None, "camera_warning": moved}
     episode = given  # the episode to anchor with, or None
     low = share is not None and share < AUTO_ANCHOR_BELOW
     said = (f"the chain puts {share:.0%} of the arm it draws at the start where the start "
@@ -1029,6 +1054,10 @@ def open_chain(args: argparse.Namespace, joints_flag: str, joints: str | None):
     k = chain.num_dof
     args.start_notes = []
     start, episode = load_start(args.start, chain.resolution, args.start_notes)
+    grey = grey_image_note(start, chain.home_frame, args.start, "the start frame",
+                           "the calibration's home frame")
+    if grey:
+        args.start_notes.append(grey)
     if episode is not None:
         names_ep = list(episode.metadata.dof_names)
         if names_ep[:k] != chain.dof_names:

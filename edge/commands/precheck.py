@@ -24,6 +24,7 @@ from edge.commands.common import (
     add_chain_arg,
     add_context_args,
     add_model_args,
+    agreement_warnings,
     anchor_chain,
     cached_chain_key,
     chain_input_warnings,
@@ -51,7 +52,10 @@ from edge.runtime.chain import CHAIN_MODEL_SHA256
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import (
     action_speed_warnings,
+    episode_mismatch_warning,
     episode_sliding,
+    fit_image,
+    grey_image_note,
     load_actions,
     load_image,
     load_joint_state,
@@ -61,7 +65,8 @@ from edge.runtime.inputs import (
 from edge.runtime.rollout import Rollout
 from edge.visual import contact_sheet, write_png
 
-__all__ = ["fail_columns", "keep_out_at_start", "main", "register", "report_image", "run"]
+__all__ = ["fail_columns", "keep_out_at_start", "main", "refuse_mismatch", "register",
+           "report_image", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -89,6 +94,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      "robot_mask or auto is decided on where the chain puts the arm")
     add_anchor_arg(p)
     add_stale_args(p)
+    p.add_argument("--mismatch", choices=("refuse", "warn"), default="refuse",
+                   help="when the start was recorded in another cell, camera or robot than "
+                        "the calibration (their ids differ), or, with the chain model, the "
+                        "start frame's scene is shifted from the calibration's (the camera "
+                        "moved): refuse before rolling out (default: exit 2, the verdicts "
+                        "would be about another cell), or warn and decide anyway")
     p.add_argument("--out", default="precheck-out", metavar="DIR",
                    help="output folder, written all at once (default: %(default)s in the "
                         "current folder)")
@@ -173,12 +184,14 @@ def run(args: argparse.Namespace, context_source=None) -> int:
     try:
         start_notes: list[str] = []
         start, episode = load_start(args.start, model.contract.resolution, start_notes)
-        goal = _load_goal(rules, start)
+        goal = _load_goal(rules, start, start_notes)
         q0 = (load_joint_state(args.joint_state, "--joint-state") if args.joint_state
               else None)
         if q0 is None and episode is not None and episode.joint_positions is not None:
             q0 = episode.joint_positions[0]
         ctx = get_context(args, model, episode, context_source)
+        if args.calibration:  # the only mismatch the context warns of (the cache refuses it)
+            refuse_mismatch(args, list(ctx.warnings))
         meta = episode.metadata if episode is not None else None
         dof_names = list(meta.dof_names) if meta is not None else []
         # (an EpisodeMetadata is always true, so this is what ``meta and meta.camera_id`` was)
@@ -263,18 +276,22 @@ def _file_actions(args: argparse.Namespace) -> tuple[np.ndarray, list[str] | Non
     return actions, names
 
 
-def _load_goal(rules, start: np.ndarray) -> np.ndarray | None:
-    """The rules' goal image (uint8, the start frame's size), or None without a goal rule.
+def _load_goal(rules, start: np.ndarray, notes: list[str]) -> np.ndarray | None:
+    """The rules' goal image on the start frame's grid (uint8; a camera frame at a whole
+    multiple reduced by area, another larger one centre-cropped and resized, as the start
+    frame is: :func:`edge.runtime.inputs.fit_image`), or None without a goal rule. What was
+    done to it, and a greyscale goal against a colour start, are appended to ``notes``.
 
     Raises:
-        RuntimeInputError: the image is unreadable or of another size than the start.
+        RuntimeInputError: the image is unreadable or smaller than the start frame.
     """
     if rules.goal is None:
         return None
-    goal = load_image(rules.goal.image)
-    if goal.shape != start.shape:
-        raise RuntimeInputError(f"{rules.goal.image}: expected a goal image of "
-                                f"{list(start.shape)}, found {list(goal.shape)}")
+    goal = fit_image(load_image(rules.goal.image), start.shape[:2], rules.goal.image, notes,
+                     "a goal image")
+    grey = grey_image_note(goal, start, rules.goal.image, "the goal image", "the start frame")
+    if grey:
+        notes.append(grey)
     return goal
 
 
@@ -361,6 +378,20 @@ def _print_result(ident: dict, result, paths) -> int:
     return 0
 
 
+def refuse_mismatch(args: argparse.Namespace, reasons: list[str]) -> None:
+    """With ``--mismatch refuse`` (the default), refuse a start that does not belong to the
+    calibration (``reasons``: the warnings saying so, already printed), before any rollout:
+    a verdict about another cell's camera or robot is not one to move an arm on.
+
+    Raises:
+        RuntimeInputError: ``reasons`` is not empty and ``--mismatch`` is ``refuse``.
+    """
+    if reasons and getattr(args, "mismatch", "refuse") == "refuse":
+        raise RuntimeInputError(
+            f"{reasons[0]}; precheck refuses a start that does not match its calibration "
+            "(its verdicts would be about another cell); --mismatch warn decides anyway")
+
+
 def _run_chain(args: argparse.Namespace, rules) -> int:
     """``precheck --chain``: the chain model (:mod:`edge.runtime.chain`); keep-out on where
     the chain puts the arm."""
@@ -374,6 +405,11 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         check_horizon(args.horizon)
     chain, start, episode, q0, source = open_chain(args, "--joint-state", args.joint_state)
     k = chain.num_dof
+    cal_ids = chain.info.get("calibration") or {}
+    mismatch = episode_mismatch_warning(episode.metadata if episode is not None else None,
+                                        cal_ids, str(args.start),
+                                        str(cal_ids.get("file") or "of the chain"))
+    refuse_mismatch(args, [mismatch] if mismatch else [])
     # the stale-calibration gate: the cell's chain entry holds the reference frame
     camera = robot = None
     if args.verify_camera and args.chain == CHAIN_FROM_CACHE:
@@ -387,12 +423,13 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     stale = stale_gate(args, CHAIN_MODEL_SHA256, camera, robot)
     if stale:
         print(f"warning: {stale}", file=sys.stderr)
-    goal = _load_goal(rules, start)
+    goal = _load_goal(rules, start, args.start_notes)
     names: list[str] | None
     if args.policy:
         if not args.horizon or args.horizon < 1:
             raise RuntimeInputError("--horizon: required (>= 1) with --policy")
         chain, source, agreement = anchor_chain(args, chain, source, start, q0)
+        refuse_mismatch(args, [w for w in [agreement["camera_warning"]] if w])
         with OnnxPolicy(args.policy) as policy:
             actions, frames, cover = rollout_chain_policy(chain, policy, start, q0,
                                                           args.horizon)
@@ -411,9 +448,9 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         warnings = chain_input_warnings(args, chain, episode, q0, actions, str(args.actions),
                                         "--joint-state", args.joint_state)
         chain, source, agreement = anchor_chain(args, chain, source, start, q0)
+        refuse_mismatch(args, [w for w in [agreement["camera_warning"]] if w])
         frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
-    if agreement["warning"]:
-        warnings.append(agreement["warning"])
+    warnings += agreement_warnings(agreement)
     ko = rules.keep_out
     robot_counts = reference = None
     if ko is not None and ko.basis == "motion":

@@ -34,6 +34,7 @@ from edge.commands.common import (
     add_chain_arg,
     add_context_args,
     add_model_args,
+    agreement_warnings,
     anchor_chain,
     chain_input_warnings,
     chain_mode,
@@ -299,8 +300,7 @@ def _run_chain(args: argparse.Namespace, t_start: float) -> int:
     warnings = chain_input_warnings(args, chain, episode, q0, actions, src, "--start-joints",
                                     args.start_joints)
     chain, source, agreement = anchor_chain(args, chain, source, start, q0)
-    if agreement["warning"]:
-        warnings.append(agreement["warning"])
+    warnings += agreement_warnings(agreement)
     t0 = time.perf_counter()
     pred = chain_rollout(chain, start, q0, actions)
     rollout_s = time.perf_counter() - t0

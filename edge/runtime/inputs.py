@@ -23,7 +23,7 @@ from edge.runtime.errors import RuntimeInputError
 __all__ = ["PLAUSIBLE_SLIDE_M_S", "PLAUSIBLE_START_TURN_RAD", "PLAUSIBLE_TURN_RAD_S",
            "action_speed_warnings", "check_episode_rate", "episode_mismatch_warning",
            "episode_sliding",
-           "load_actions", "load_image",
+           "fit_image", "grey_image_note", "load_actions", "load_image",
            "load_joint_state", "load_start", "start_joint_warnings", "whole_multiple"]
 
 #: A joint speed (rad/s) above every serial arm's rating (the fastest common arms turn a
@@ -163,34 +163,69 @@ def load_start(path: str | os.PathLike[str], resolution: tuple[int, int],
         episode = dataclasses.replace(
             episode, frames=np.stack([fit_frame(f, (h, w)) for f in episode.frames]),
             robot_mask=None, ee_px=None, metadata=meta).validate(path)
-    frame = episode.frames[0] if episode is not None else load_image(path)
-    fh, fw = frame.shape[:2]
-    if episode is None and fh >= resolution[0] and fw >= resolution[1] \
-            and (fh, fw) != tuple(resolution):
+    frame = (episode.frames[0] if episode is not None
+             else fit_image(load_image(path), resolution, path, notes, "a start frame"))
+    return frame, episode
+
+
+def fit_image(image: np.ndarray, resolution: tuple[int, int], path: str | os.PathLike[str],
+              notes: list[str] | None = None, role: str = "an image") -> np.ndarray:
+    """An image (a start frame, a goal) brought to the model's ``resolution`` as a recording
+    is: at a whole multiple (:func:`whole_multiple`) reduced by area; any other size at least
+    as large in both directions (a camera's 424x240 frame) centre-cropped and area-resized
+    (:func:`edge.calibrate.camera.fit_frame`), with a line appended to ``notes`` saying so.
+
+    Args:
+        image: uint8 ``[h, w, 3]``.
+        resolution: ``(H, W)``.
+        path: where it came from (named in notes and errors).
+        notes: where the crop is said, or None.
+        role: what the image is, for the error (``"a start frame"``, ``"a goal image"``).
+
+    Returns:
+        uint8 ``[H, W, 3]``.
+
+    Raises:
+        RuntimeInputError: an image smaller than ``resolution`` in either direction
+            (enlarging invents detail the camera did not see).
+    """
+    fh, fw = image.shape[:2]
+    h, w = resolution
+    if (fh, fw) == (h, w):
+        return image
+    if fh >= h and fw >= w:
         # the camera's own frame: at a whole multiple (a chain read from a 256x256
         # recording runs at 64x64) reduced by area, nothing cropped; another shape is
         # centre-cropped first, as a recording is, and said
         from edge.calibrate.camera import fit_frame
 
-        frame = fit_frame(frame, tuple(resolution))
         if notes is not None and not whole_multiple((fh, fw), resolution):
             notes.append(f"{path}: an image of {fw}x{fh} px centre-cropped and resized to "
-                         f"the model's {resolution[1]}x{resolution[0]}, as a recording is "
-                         f"(what lies outside the centre square is not seen)")
-    if frame.shape[:2] != tuple(resolution):
-        h, w = resolution
-        fh, fw = frame.shape[:2]
-        what = "an episode whose frames are" if episode is not None else "an image"
-        fix = (f"pass an episode recorded at {w}x{h}, or its first frame as an image: e.g. "
-               f"in Python cv2.resize(episode.frames[0], ({w}, {h}), "
-               f"interpolation=cv2.INTER_AREA), saved as PNG (RGB)"
-               if episode is not None else
-               "an image smaller than the model's frame is not enlarged (that invents "
-               "detail the camera did not see): give the camera's own frame")
-        raise RuntimeInputError(
-            f"{path}: expected a start frame {w} px wide and {h} high (the model's "
-            f"resolution), found {what} {fw} wide and {fh} high; {fix}")
-    return frame, episode
+                         f"the model's {w}x{h}, as a recording is (what lies outside the "
+                         "centre square is not seen)")
+        return fit_frame(image, (h, w))
+    raise RuntimeInputError(
+        f"{path}: expected {role} {w} px wide and {h} high (the model's resolution) or a "
+        f"camera frame at least that large, found an image {fw} wide and {fh} high; an image "
+        "smaller than the model's frame is not enlarged (that invents detail the camera did "
+        "not see): give the camera's own frame")
+
+
+def grey_image_note(image: np.ndarray, reference: np.ndarray, path: str | os.PathLike[str],
+                    role: str, against: str) -> str | None:
+    """A line saying that ``image`` (uint8 ``[H, W, 3]``) is greyscale (every pixel's R, G and
+    B equal, as a grey image read as RGB is) while ``reference`` is in colour, or None. A
+    grey start or goal against colour frames reads as a change of light or scene
+    everywhere: the prediction and the goal distance then compare colours they cannot
+    match."""
+    def grey(a: np.ndarray) -> bool:
+        return bool((a[..., 0] == a[..., 1]).all() and (a[..., 1] == a[..., 2]).all())
+
+    if not grey(image) or grey(reference):
+        return None
+    return (f"{path}: {role} is greyscale (R = G = B at every pixel) while {against} is in "
+            "colour: every pixel differs in colour, so the comparison says little; give the "
+            "camera's colour frame")
 
 
 def _from_json(path: Path) -> tuple[np.ndarray, list[str] | None]:
