@@ -865,3 +865,33 @@ def test_precheck_refuses_a_start_of_another_cell_or_a_moved_camera(tmp_path, ca
         assert main([*argv, "--no-anchor", "--mismatch", "warn"]) in (0, 1), name
         rep = json.loads((tmp_path / name / "report.json").read_text())
         assert any(said in w for w in rep["warnings"]), rep["warnings"]
+
+
+def test_precheck_warns_of_an_arm_already_in_keep_out_and_a_start_outside_the_limits(
+        tmp_path, capsys):
+    """A region over part of the arm's start pose: the candidate that holds still fails
+    at step 0, the one that swings away at once passes; said (it was said only when every
+    candidate failed there). A start already outside joint_limits is said naming the
+    channel."""
+    test = load_episode(SAMPLE / "test.npz")
+    acts = np.zeros((2, 3, 7), np.float32)
+    acts[1, 0, 0] = 0.6  # the base swings the arm out of the region at its first step
+    np.save(tmp_path / "acts.npy", acts)
+    q0 = test.joint_positions[0, :7]
+    upper = [3.0] * 7
+    upper[3] = float(q0[3]) - 0.1  # the start already past channel 3's upper limit
+    (tmp_path / "rules.yaml").write_text(
+        "keep_out:\n  regions:\n    - polygon: [[0.6875, 0.0625], [0.78125, 0.0625], "
+        "[0.78125, 0.15625], [0.6875, 0.15625]]\n"
+        f"joint_limits:\n  lower: {[-3.0] * 7}\n  upper: {upper}\n")
+    argv = ["precheck", "--chain", str(CHAIN), "--start", str(SAMPLE / "test.npz"),
+            "--actions", str(tmp_path / "acts.npy"), "--rules", str(tmp_path / "rules.yaml"),
+            "--no-anchor", "--out", str(tmp_path / "o")]
+    assert main(argv) == 1  # both refused: the start is past a limit
+    rep = json.loads((tmp_path / "o" / "report.json").read_text())
+    ko = [v["scores"]["keep_out_first_step"] for v in rep["verdicts"]]
+    assert ko[0] == 0 and ko[1] is None, ko
+    name = load_chain_calibration(CHAIN).dof_names[3]
+    assert any("the arm at the start already has" in w for w in rep["warnings"])
+    assert any("the start joint readings already lie outside joint_limits" in w
+               and f"{name} " in w for w in rep["warnings"]), rep["warnings"]

@@ -101,6 +101,9 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     if case == "inf":
         (tmp_path / "a.csv").write_text("j0,j1,j2\n0,0,0\n0,inf,0\n")
         return ["--start", start, "--actions", str(tmp_path / "a.csv")]
+    if case == "semicolons":
+        (tmp_path / "a.csv").write_text("j0;j1;j2\n0;0;0\n0;0.1;0\n")
+        return ["--start", start, "--actions", str(tmp_path / "a.csv")]
     if case == "frame":
         write_png(tmp_path / "s.png", np.zeros((8, 8, 3), np.uint8))
         np.save(tmp_path / "a.npy", np.zeros((4, 3), np.float32))
@@ -126,6 +129,8 @@ def _bad_case(files, tmp_path: Path, case: str) -> list[str]:
     ("nan", r"a.npy: expected finite actions, found nan at \[candidate, step, channel\] = "
             r"\[0, 2, 1\]"),
     ("inf", r"a.csv: expected finite actions, found inf"),
+    ("semicolons", r"a.csv: the values are separated by semicolons; expected "
+                   r"comma-separated values"),
     ("frame", r"s.png: expected a start frame 16 px wide and 16 high .*found an image 8 "
               r"wide and 8 high; an image smaller than the model's frame is not enlarged"),
     ("empty_start", r"s.npy: an empty file; expected a uint8 \[H, W, 3\] RGB image"),

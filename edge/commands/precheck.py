@@ -66,7 +66,7 @@ from edge.runtime.rollout import Rollout
 from edge.visual import contact_sheet, write_png
 
 __all__ = ["fail_columns", "keep_out_at_start", "main", "refuse_mismatch", "register",
-           "report_image", "run"]
+           "report_image", "run", "start_outside_limits"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -301,17 +301,23 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                         reference: np.ndarray | None, robot_counts: np.ndarray | None,
                         ident: dict, context: str, stale: str | None, fps: float,
                         warnings: list[str], start_agreement: dict | None = None,
-                        extra: dict | None = None, dof_names: list[str] | None = None):
+                        extra: dict | None = None, dof_names: list[str] | None = None,
+                        start_keepout: str | None = None):
     """The verdicts (:func:`edge.precheck.evaluate.evaluate`) and the output folder
     (``report.json``, ``report.png``, ``prediction.npz``, all at once); returns
     ``(result, paths)``. ``start_agreement``: the chain model's (:func:`edge.commands.
     common.anchor_chain`), recorded as it is; ``extra``: more keys of ``report.json`` (the
     chain model's ``frame_rate_hz`` and ``frame_rate_from``); ``dof_names``: the actions'
-    channels, named in the verdicts' details."""
+    channels, named in the verdicts' details; ``start_keepout``: the warning that the arm
+    at the start already lies in a keep-out region (said unless every candidate fails
+    there at step 0, which :func:`keep_out_at_start` says)."""
     result = evaluate(rules, start, q0, actions, frames, names, goal,
                       reference_frames=reference, robot_counts=robot_counts,
                       dof_names=dof_names)
-    warnings = [*warnings, *say_warnings(keep_out_at_start(result, str(args.rules)))]
+    everyone = keep_out_at_start(result, str(args.rules))
+    warnings = [*warnings, *say_warnings([
+        *start_outside_limits(rules, q0, dof_names, str(args.rules)),
+        *(everyone or ([start_keepout] if start_keepout else []))])]
     report = {
         "rules": str(args.rules), "model": ident["folder"],
         "model_sha256": ident["sha256"], "model_id": ident, "context": context,
@@ -339,6 +345,30 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                              [v.name for v in result.verdicts])
         paths = out.commit()
     return result, paths
+
+
+def start_outside_limits(rules, q0, dof_names: list[str] | None, rules_path: str
+                         ) -> list[str]:
+    """The warning when the start joint readings ``q0`` (float ``[K]``, or None) already lie
+    outside the rules' ``joint_limits``: every candidate that does not bring them back is
+    refused "after step 0", which reads as the candidates' fault when the limits' channel
+    order, signs or units are what is wrong; ``[]`` otherwise."""
+    lim = rules.joint_limits
+    if lim is None or q0 is None:
+        return []
+    q = np.asarray(q0, np.float64).reshape(-1)
+    if len(q) != len(lim.lower):
+        return []  # the verdicts name the width mismatch
+    names = dof_names if dof_names and len(dof_names) == len(q) else None
+    out = [f"{names[c] if names else f'channel {c}'} {q[c]:.4g} not in "
+           f"[{lim.lower[c]:g}, {lim.upper[c]:g}]" for c in range(len(q))
+           if not lim.lower[c] <= q[c] <= lim.upper[c]]
+    if not out:
+        return []
+    return [f"{rules_path}: the start joint readings already lie outside joint_limits "
+            f"({'; '.join(out)}): every candidate that does not bring them back is refused; "
+            "check the limits' channel order, signs and units (the controller's, as the "
+            "actions and --joint-state)"]
 
 
 def keep_out_at_start(result, rules_path: str) -> list[str]:
@@ -452,19 +482,28 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
     warnings += agreement_warnings(agreement)
     ko = rules.keep_out
-    robot_counts = reference = None
+    robot_counts = reference = start_keepout = None
     if ko is not None and ko.basis == "motion":
         # the chain's own zero-action rollout (the start frame itself)
         reference = chain_rollout(chain, start, q0, np.zeros((horizon, k)))
     elif ko is not None:
         inside = keep_out_mask(ko, *chain.resolution) > 0
         robot_counts = (cover & inside).sum((-1, -2)).astype(np.int32)
+        _, cover0 = chain_rollout(chain, start, q0, np.zeros((1, k)), with_cover=True)
+        at_start = int((cover0[0] & inside).sum())
+        if at_start > ko.max_robot_pixels:
+            start_keepout = (
+                f"{args.rules}: the arm at the start already has {at_start} px inside the "
+                f"keep-out regions (allowed {ko.max_robot_pixels}): a candidate that holds "
+                "still fails, one that leaves at its first step passes; draw the regions "
+                "clear of the arm's start pose (report.png draws them over the start frame)")
     ident = chain_model_identity(args, chain, source)
     fps, fps_from = chain_rollout_rate(chain, episode, str(args.start))
     result, paths = _evaluate_and_write(
         args, rules, start, goal, q0, actions, frames, names, reference, robot_counts, ident,
         f"chain calibration {source}", stale, fps, warnings, agreement,
-        {"frame_rate_hz": fps, "frame_rate_from": fps_from}, list(chain.dof_names))
+        {"frame_rate_hz": fps, "frame_rate_from": fps_from}, list(chain.dof_names),
+        start_keepout)
     return _print_result(ident, result, paths)
 
 

@@ -289,6 +289,11 @@ def _from_csv(path: Path) -> np.ndarray:
         raise RuntimeInputError(not_utf8(path, exc, "CSV rows of numbers")) from None
     except (OSError, csv.Error) as exc:
         raise RuntimeInputError(f"{path}: cannot read the CSV file: {exc}") from None
+    for sep, name in ((";", "semicolons"), ("\t", "tabs"), (" ", "spaces")):
+        if rows and all(len(r) == 1 for r in rows) and sep in rows[-1][0].strip():
+            raise RuntimeInputError(
+                f"{path}: the values are separated by {name}; expected comma-separated "
+                "values (one row per step, one column per channel, e.g. 0.01,0,0.02)")
     if rows and not _is_number(rows[0][0]):
         rows = rows[1:]  # header
     if not rows:
