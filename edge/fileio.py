@@ -49,11 +49,14 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], obje
         The final path.
     Raises:
         IsADirectoryError: ``path`` is a folder (``filename`` is ``path``), before writing.
+        FileExistsError: ``path`` exists and is not a regular file (a device, a pipe, a
+            socket: replacing it would destroy it), before writing.
         OSError: from the file system; nothing is left under ``path`` or as a temporary.
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+    _refuse_special(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -84,20 +87,32 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
 
 
 def check_file_target(path: str | os.PathLike[str], overwrite: bool = False) -> Path:
-    """Refuse, before any work, an output file path that is a folder (or, without
-    ``overwrite``, an existing file).
+    """Refuse, before any work, an output file path that is a folder, an existing file that
+    is not a regular file (a device, a pipe), or, without ``overwrite``, an existing file.
 
     Raises:
         IsADirectoryError: ``path`` is a folder; ``filename`` is ``path``.
+        FileExistsError: ``path`` exists and is not a regular file, whatever
+            ``overwrite``.
         FileExistsError: ``path`` exists and ``overwrite`` is False; ``filename`` is
             ``path``.
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+    _refuse_special(path)
     if path.exists() and not overwrite:
         raise FileExistsError(errno.EEXIST, "already exists", str(path))
     return path
+
+
+def _refuse_special(path: Path) -> None:
+    """Refuse an output path that exists and is not a regular file (``/dev/sda``, a pipe):
+    moving a file over it would replace the device node or pipe, not write into it."""
+    if path.exists() and not path.is_file():
+        raise FileExistsError(errno.EEXIST, "exists and is not a regular file (a device, a "
+                              "pipe or a socket; writing there would replace it): give the "
+                              "path of a file", str(path))
 
 
 def check_folder_target(out: str | os.PathLike[str], marker: str) -> Path:

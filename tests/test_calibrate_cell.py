@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -350,7 +352,7 @@ def test_record_refuses_a_joint_stream_of_another_channel_count_before_the_sweep
     assert not list(d.glob("six*"))
 
 
-@pytest.mark.parametrize("case", ["folder", "unwritable", "cell-id", "robot-id"])
+@pytest.mark.parametrize("case", ["folder", "fifo", "unwritable", "cell-id", "robot-id"])
 def test_record_refuses_its_output_and_ids_before_the_sweep(cell, capsys, monkeypatch,
                                                            case) -> None:
     # each was refused only after the whole sweep, and the recording was lost with it
@@ -361,6 +363,8 @@ def test_record_refuses_its_output_and_ids_before_the_sweep(cell, capsys, monkey
     out, extra = d / "cal.npz", []
     if case == "folder":
         out.mkdir()
+    elif case == "fifo":  # as /dev/sda: the recording was moved over it, replacing it
+        os.mkfifo(out)
     elif case == "unwritable":
         def no_write(*a, **k):
             raise PermissionError(13, "Permission denied")
@@ -376,10 +380,14 @@ def test_record_refuses_its_output_and_ids_before_the_sweep(cell, capsys, monkey
     assert rc == 2 and "Traceback" not in err
     assert stdout == ""  # no progress line: the recording never started
     said = {"folder": f"{out}: is a folder", "unwritable": f"{d}: permission denied",
+            "fifo": f"{out}: exists and is not a regular file",
             "cell-id": "--cell 'bad/id': expected at most 200 printable characters",
             "robot-id": "--robot-id 'xxx"}[case]
     assert said in err, err
-    assert [x.name for x in d.iterdir()] == (["cal.npz"] if case == "folder" else [])
+    assert [x.name for x in d.iterdir()] == (["cal.npz"] if case in ("folder", "fifo")
+                                             else [])
+    if case == "fifo":
+        assert stat.S_ISFIFO(out.stat().st_mode)  # still the pipe
 
 
 @pytest.mark.parametrize("rate_hz", [30, 20])
@@ -428,15 +436,17 @@ def test_a_recording_cut_before_pairing_checks_no_dof(cell, tmp_path: Path) -> N
            "samples, so no DoF is checked" in partial["message"]
 
 
-def test_record_says_when_the_joint_stream_lacks_a_planned_channel(cell, capsys) -> None:
+def test_record_refuses_a_joint_stream_that_lacks_a_planned_channel(cell, capsys) -> None:
+    # it swept the whole program, kept the episode and only then said check would refuse it
     d = cell["dir"]
+    capsys.readouterr()
     rc = cli("record", "--camera", CELL, "--joints", CELL + "&drop_dof=Actuator5", "--plan",
              str(cell["plan"]), "--out", str(d / "six.npz"), "--cell", "cell-3")
-    assert rc == 0  # the recording is kept (check and store refuse it)
-    err = capsys.readouterr().err
-    assert "warning: the joint stream sent no channel for Actuator5 (the plan sweeps 7 DoFs, " \
-           "the episode has 6)" in err
-    assert "'calibrate check' refuses this episode (dof_missing)" in err
+    out, err = capsys.readouterr()
+    assert rc == 2 and "lack the program's DoF(s) ['Actuator5']" in err, err
+    assert "dof_missing" in err
+    assert out == ""  # no progress line: the recording never started
+    assert not list(d.glob("six*"))
 
 
 def test_duplicated_dof_names_are_reported(cell, tmp_path: Path, monkeypatch) -> None:

@@ -131,6 +131,18 @@ def test_atomic_write_to_a_folder_names_the_folder(tmp_path) -> None:
     with pytest.raises(FileExistsError):
         check_file_target(__file__)
     assert check_file_target(__file__, overwrite=True) == Path(__file__)
+    # a device node or a pipe is never written over (os.replace would replace the node)
+    import os
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for call in (lambda: check_file_target(fifo, overwrite=True),
+                 lambda: atomic_write(fifo, lambda f: f.write(b"x"))):
+        with pytest.raises(FileExistsError, match="not a regular file") as e:
+            call()
+        assert e.value.filename == str(fifo)
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and sorted(tmp_path.iterdir()) == [fifo]
 
 
 def test_atomic_write_failures_name_the_file_asked_for_not_the_temporary(tmp_path,

@@ -105,10 +105,20 @@ def check_channels(program: JointProgram, names: list[str]) -> str:
             (``JointStream.joint_names``).
 
     Raises:
-        RecordingError: unnamed channels of another count than the program's DoFs, or named
-            channels sharing no name with them.
+        RecordingError: unnamed channels of another count than the program's DoFs, named
+            channels sharing no name with them, or named channels that lack some of them
+            (the episode would miss that DoF, which ``calibrate check`` refuses as
+            ``dof_missing``: said before the sweep rather than after it).
     """
-    return _channels(program, list(names))[2]
+    how = _channels(program, list(names))[2]
+    missing = [n for n in program.dof_names if n not in names]
+    if how == "by name" and missing:
+        raise RecordingError(
+            f"joint stream channels {list(names)} lack the program's DoF(s) {missing}: the "
+            f"calibration needs every DoF the program sweeps ('calibrate check' would refuse "
+            "the episode, dof_missing); check that the controller reports every joint, or "
+            "plan for the DoFs this stream has ('calibrate plan --robot SPEC' with only them)")
+    return how
 
 
 def _joint_host_stamps(samples: list[JointSample]
