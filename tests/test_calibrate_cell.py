@@ -575,3 +575,86 @@ def test_check_says_a_validation_episode_is_not_a_calibration(cell, tmp_path: Pa
     err = capsys.readouterr().err
     assert err.count("not an episode file: expected a NumPy .npz archive") == 1
     assert "allow_pickle" not in err
+
+
+def test_a_sweep_the_other_way_is_named_reversed_not_stuck(cell, tmp_path: Path) -> None:
+    """A controller that turns a joint opposite to the robot spec's direction: the
+    readings sweep the plan's amplitude the other way. It was reported as a joint that
+    did not move (dof_not_moving, 'stuck, disabled'); it is sweep_reversed, naming the
+    direction, and the other DoFs pass."""
+    import dataclasses
+
+    ep = load_episode(cell["episode"])
+    segs = list(ep.metadata.segments)
+    segs[2] = dataclasses.replace(segs[2], amplitude=-segs[2].amplitude)  # the plan's sign
+    save_episode(dataclasses.replace(ep, metadata=dataclasses.replace(ep.metadata,
+                                                                      segments=segs)),
+                 tmp_path / "reversed.npz")
+    report = check_arrays(load_for_check(tmp_path / "reversed.npz"))
+    got = [(r["code"], r.get("dof")) for r in report["reasons"]]
+    assert got == [("sweep_reversed", segs[2].dof)], got
+    msg = report["reasons"][0]["message"]
+    assert f"expected a sweep of {segs[2].amplitude:+.3f}" in msg
+    assert f"found it swept {'-' if segs[2].amplitude > 0 else '+'}0.3" in msg
+    assert "the other way" in msg and "robot spec's direction" in msg
+
+
+def test_a_recording_whose_joints_left_the_program_is_named_so(cell, tmp_path: Path) -> None:
+    """The arm paused mid-sweep (1.5 s in its third DoF on the virtual cell: the readings
+    0.1 rad RMS from the aligned program): the frames are taken at the program's times,
+    so the sweeps are read at the wrong moments. It was reported as DoFs that did not move;
+    program_not_followed now comes first and says why. The clean recording passes."""
+    import dataclasses
+
+    ep = load_episode(cell["episode"])
+    rec = ep.metadata.extra["recording"]
+    assert rec["fit_rms"] < 1e-3
+    assert check_arrays(load_for_check(cell["episode"]))["verdict"] == "pass"
+    extra = {**ep.metadata.extra, "recording": {**rec, "fit_rms": 0.0995}}
+    save_episode(dataclasses.replace(ep, metadata=dataclasses.replace(ep.metadata,
+                                                                      extra=extra)),
+                 tmp_path / "paused.npz")
+    report = check_arrays(load_for_check(tmp_path / "paused.npz"))
+    assert report["verdict"] == "fail"
+    first = report["reasons"][0]
+    assert first["code"] == "program_not_followed", report["reasons"]
+    assert "0.0995 RMS from the program" in first["message"]
+    assert "paused, lagged behind or ran another program" in first["message"]
+
+
+def test_a_recording_kept_elsewhere_keeps_its_reference_frame(cell, capsys, monkeypatch
+                                                               ) -> None:
+    """The episode cannot be written at --out (a disk filling during the sweep): it is kept
+    under the partial name with its reference frame beside it (the reference was lost, and
+    store then took the episode's 64x64 first frame, so every verify said the resolution
+    differed); store of an episode without its reference says what it falls back to."""
+    import errno
+
+    import edge.episode as episode_mod
+
+    d = cell["dir"] / "full"
+    d.mkdir()
+    out = d / "cal.npz"
+    real = episode_mod.save_episode
+
+    def full(ep, path):
+        if Path(path) == out:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(ep, path)
+
+    monkeypatch.setattr(episode_mod, "save_episode", full)
+    capsys.readouterr()
+    rc = cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
+             "--out", str(out), "--cell", "cell-3")
+    err = capsys.readouterr().err
+    assert rc == 2 and "No space left on device" in err, err
+    kept, ref = d / "cal.partial.npz", d / "cal.partial.reference.png"
+    assert kept.is_file() and ref.is_file() and f"with its reference frame {ref}" in err
+    monkeypatch.setattr(episode_mod, "save_episode", real)
+    from edge.runtime.inputs import load_image
+
+    assert load_image(ref).shape[:2] != load_episode(kept).frames.shape[1:3]  # the camera's
+    ref.unlink()
+    rc = cli("store", str(kept), "--cache-dir", str(d / "cache"), "--model", str(cell["model"]))
+    assert rc == 0
+    assert "the episode's first frame, 64x64 px, is the reference" in capsys.readouterr().err

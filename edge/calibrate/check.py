@@ -15,7 +15,12 @@ code                              failure
 ``partial_recording``             the recording ended before the program did (only the DoFs
                                   whose whole sweep was recorded are checked; the others are
                                   named in it)
+``program_not_followed``          the joint readings did not keep the program's timing
+                                  (paused, lagged, another program): the frames, taken at
+                                  the program's times, miss the sweeps
 ``dof_not_moving``                a DoF did not move in its segment (stuck, not executing)
+``sweep_reversed``                a DoF swept its amplitude the other way from the plan (the
+                                  controller's sign for it differs from the robot spec's)
 ``sweep_clipped``                 a DoF stopped while commanded to move (a joint limit or an
                                   obstacle) before the required share of its amplitude
 ``sweep_short``                   a DoF moved less than the required share in a direction
@@ -319,7 +324,8 @@ OVERSHOOT_RATIO = 2.0
 
 #: A DoF's own reasons that frames missing from its sweep make meaningless (its knots then
 #: show other moments of the recording): ``dropped_frames`` names the DoF instead.
-_SWEEP_CODES = ("dof_not_moving", "sweep_clipped", "sweep_short", "no_image_motion")
+_SWEEP_CODES = ("dof_not_moving", "sweep_reversed", "sweep_clipped", "sweep_short",
+                "no_image_motion")
 
 
 def _why_no_frame(rec: dict[str, Any], fps: float) -> str:
@@ -415,7 +421,16 @@ def _dof_report(arr: EpisodeArrays, c: int, name: str, frac: float, q: np.ndarra
            "fraction_back": round(back / amp, 4) if amp else None,
            "image_motion": round(move_e, 4), "noise_floor": round(noise, 4)}
     need = frac * amp
-    if amp and max(out, back) < 0.1 * amp:
+    away = float(np.max(-sign * rows)) if len(rows) else 0.0  # against the plan's direction
+    if amp and max(out, back) < 0.1 * amp and away >= frac * amp:
+        reasons.append(_reason("sweep_reversed", f"DoF {name!r}: expected a sweep of "
+                               f"{planned:+.3f} in frames {start}..{start + 8}, found it "
+                               f"swept {-sign * away:+.3f}, the other way: the controller "
+                               f"turns this joint opposite to the robot spec's direction (a "
+                               f"sign convention); give the spec the controller's direction "
+                               f"(or limits) and plan again, so that the program's sweep "
+                               f"stays inside the joint's limits", name))
+    elif amp and max(out, back) < 0.1 * amp:
         reasons.append(_reason("dof_not_moving", f"DoF {name!r}: expected a sweep of "
                                f"{planned:+.3f} in frames {start}..{start + 8}, found "
                                f"{out:.3f} (stuck, disabled, or not executing the program)",
@@ -437,7 +452,11 @@ def _dof_report(arr: EpisodeArrays, c: int, name: str, frac: float, q: np.ndarra
         else:
             reasons.append(_reason("sweep_short", f"DoF {name!r}: expected at least "
                                    f"{need:.3f} each way, found out {out:.3f}, back "
-                                   f"{back:.3f}", name))
+                                   f"{back:.3f}: the joint falls short of its commands; "
+                                   f"check the controller's tracking (gains, speed or "
+                                   f"acceleration limits) or a scale on its readings (every "
+                                   f"DoF short by the same share points to a scale), then "
+                                   f"record again", name))
     if amp and out > OVERSHOOT_RATIO * amp:
         ratio = out / amp
         why = ("the joint readings are in degrees, not rad (the plan's unit): convert them "
@@ -643,6 +662,31 @@ def check_arrays(arr: EpisodeArrays, opts: CheckOptions | None = None) -> dict[s
     return check_episode(arr, opts)[0]
 
 
+#: ``program_not_followed``: the joint readings' RMS distance from the program, after its
+#: start is aligned (``extra.recording.fit_rms``), above this share of the median planned
+#: sweep amplitude. A recording that kept the program is at 1e-4 rad on the virtual cell; one
+#: whose arm paused 1.5 s in its third sweep at 0.1 rad.
+PROGRAM_FIT_FRACTION = 0.1
+
+
+def _program_not_followed(rec: dict, program: dict) -> dict | None:
+    """The ``program_not_followed`` reason of a recording whose joints did not keep the
+    program's timing (paused, lagged, or ran another program), or None. Its frames are
+    taken at the program's times, so every sweep is then read at the wrong moments."""
+    rms = rec.get("fit_rms")
+    amps = [abs(float(s.get("amplitude", 0.0))) for s in program.get("sweeps") or ()]
+    amps = [a for a in amps if a > 0]
+    if rms is None or not amps or rms <= PROGRAM_FIT_FRACTION * float(np.median(amps)):
+        return None
+    return _reason("program_not_followed", f"the joint readings are {rms:.3g} RMS from the "
+                   f"program once its start is aligned (expected under "
+                   f"{PROGRAM_FIT_FRACTION * float(np.median(amps)):.3g}, a tenth of the "
+                   f"median sweep): the arm paused, lagged behind or ran another program, so "
+                   f"the episode's frames, taken at the program's times, miss its sweeps; "
+                   f"check that the controller runs the program without pauses or speed "
+                   f"limits below it, and record again")
+
+
 def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any]:
     """The check of an episode in the model's timing (or one that cannot be normalised)."""
     meta = arr.meta
@@ -754,6 +798,12 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         dofs.append(rep)
         reasons.extend(rs)
     reasons.extend(_distinct(arr, dofs, opts))
+    followed = _program_not_followed(rec, program)
+    if followed is not None:  # the sweeps' figures are read at the wrong moments
+        for r in reasons:
+            if r["code"] in _SWEEP_CODES:
+                r["message"] += "; read at the program's times, which the joints did not keep"
+        reasons.insert(0, followed)
     if lag_reasons:  # the lag may be the whole story of a faint DoF: fix it first
         for r in reasons:
             if r["code"] == "no_image_motion":

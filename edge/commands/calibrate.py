@@ -236,9 +236,13 @@ def run_record(args: argparse.Namespace) -> int:
     try:
         save_episode(ep, out)
     except OSError as exc:  # the folder went away or filled up during the sweep
-        kept = _keep_elsewhere(ep, out)
+        kept = _keep_elsewhere(ep, out, raw.frames[0])
+        ref = kept.with_name(kept.name.removesuffix(".npz") + ".reference.png")
         raise RecordingError(f"{out}: cannot write the recording ({exc.strerror or exc}); "
-                             f"the recording was kept at {kept}", kept) from None
+                             f"the recording was kept at {kept}"
+                             + (f" with its reference frame {ref}" if ref.is_file() else
+                                " (its reference frame could not be kept: calibrate store "
+                                "will take the episode's first frame)"), kept) from None
     stale = _partial_path(out)
     if stale.exists():  # an earlier failed try of this recording: this one replaces it
         stale.unlink()
@@ -267,6 +271,12 @@ def run_record(args: argparse.Namespace) -> int:
               f"its own (episode extra.recording.joint_clock_jumps)", file=sys.stderr)
     say_turns_unwrapped(rec.get("joint_turns_unwrapped"), "joint sample",
                          "extra.recording.joint_turns_unwrapped")
+    from edge.calibrate.check import _program_not_followed
+
+    followed = _program_not_followed(rec, ep.metadata.extra.get("program") or {})
+    if followed is not None:
+        print(f"warning: {followed['message']} ('calibrate check' refuses this episode, "
+              "program_not_followed)", file=sys.stderr)
     if rec.get("missing_dofs"):  # the program swept them; the joint stream never named them
         print(f"warning: the joint stream sent no channel for {', '.join(rec['missing_dofs'])} "
               f"(the plan sweeps {len(rec['missing_dofs']) + ep.num_dof} DoFs, the episode "
@@ -311,18 +321,28 @@ def _record_target(args, prog) -> Path:
     return out
 
 
-def _keep_elsewhere(ep, out: Path) -> Path:
+def _keep_elsewhere(ep, out: Path, reference: np.ndarray | None = None) -> Path:
     """Save a recording that could not be written at ``out``: beside it under the partial
-    name, else in the system's temporary folder."""
+    name, else in the system's temporary folder; with its ``reference`` frame (the camera's
+    first frame, uint8 ``[H, W, 3]``) beside it as ``*.reference.png`` where that can be
+    written."""
     import tempfile
 
     from edge.episode import save_episode
+    from edge.visual import write_png
 
     try:
-        return save_episode(ep, _partial_path(out))
+        kept = save_episode(ep, _partial_path(out))
     except OSError:
-        return save_episode(ep, Path(tempfile.mkdtemp(prefix="syncedge-recording-"))
+        kept = save_episode(ep, Path(tempfile.mkdtemp(prefix="syncedge-recording-"))
                             / out.name)
+    if reference is not None:  # calibrate verify compares the camera with it later
+        try:
+            write_png(kept.with_name(kept.name.removesuffix(".npz") + ".reference.png"),
+                      reference)
+        except OSError:
+            pass  # the episode is what must survive; store falls back to its frame 0, said
+    return kept
 
 
 def _record_ids(args, prog) -> tuple[str, str, str]:

@@ -188,7 +188,18 @@ def checked_episode(args: argparse.Namespace) -> tuple[Any, dict, np.ndarray, Pa
                              f"record it again, or store it anyway with --force REASON")
     ref_path = Path(args.reference) if args.reference else \
         Path(str(args.episode).removesuffix(".npz") + ".reference.png")
-    reference = load_image(ref_path) if ref_path.is_file() else ep.frames[0]
+    if ref_path.is_file():
+        reference = load_image(ref_path)
+    elif args.reference:
+        reference = load_image(ref_path)  # names the missing file
+    else:
+        reference = ep.frames[0]
+        fh, fw = reference.shape[:2]
+        print(f"warning: no {ref_path} beside the episode (the camera's first frame that "
+              f"'calibrate record' writes): the episode's first frame, {fw}x{fh} px, is the "
+              "reference 'calibrate verify' compares the camera with, so verify will say the "
+              "resolution differs unless the camera gives that size; give the recording's "
+              "reference with --reference PNG", file=sys.stderr)
     return ep, report, reference, ref_path
 
 
