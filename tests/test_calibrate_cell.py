@@ -658,3 +658,25 @@ def test_a_recording_kept_elsewhere_keeps_its_reference_frame(cell, capsys, monk
     rc = cli("store", str(kept), "--cache-dir", str(d / "cache"), "--model", str(cell["model"]))
     assert rc == 0
     assert "the episode's first frame, 64x64 px, is the reference" in capsys.readouterr().err
+
+
+def test_readings_in_degrees_are_said_when_the_stream_opens(cell) -> None:
+    """A controller reporting degrees: said from the first readings, while the technician
+    can still stop (it was noticed only by check, after the sweep)."""
+    from edge.calibrate.plan import load_program
+    from edge.calibrate.record import start_unit_warning
+
+    prog = load_program(cell["plan"])
+    home = np.asarray(prog.positions[0], np.float64)
+    names = list(prog.dof_names)
+    assert start_unit_warning(prog, names, home) is None
+    said = start_unit_warning(prog, names, np.degrees(home))
+    big = int(np.argmax(np.abs(home)))
+    assert said is not None and "look like degrees, not rad" in said
+    assert f"{names[big]} reads {np.degrees(home[big]):.4g}" in said
+    # by position (an unnamed stream) too; a near-zero home alone says nothing
+    from edge.joints import positional_names
+
+    assert start_unit_warning(prog, positional_names(len(names)),
+                              np.degrees(home)) is not None
+    assert start_unit_warning(prog, names, home * 0 + 0.01) is None

@@ -799,6 +799,9 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         reasons.extend(rs)
     reasons.extend(_distinct(arr, dofs, opts))
     followed = _program_not_followed(rec, program)
+    if followed is not None and any(r["code"] in ("sweep_reversed", "sweep_overshoot")
+                                    for r in reasons):
+        followed = None  # a joint the other way or in another unit explains the distance
     if followed is not None:  # the sweeps' figures are read at the wrong moments
         for r in reasons:
             if r["code"] in _SWEEP_CODES:

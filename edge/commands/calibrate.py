@@ -208,7 +208,9 @@ def run_record(args: argparse.Namespace) -> int:
         try:
             check_channels(prog, list(joints.joint_names))  # before the sweep, not after
             opts = RecordOptions(start_timeout_s=args.start_timeout_s,
-                                 progress=lambda line: print(line, flush=True))
+                                 progress=lambda line: print(line, flush=True),
+                                 warn=lambda line: print(f"warning: {line}", file=sys.stderr,
+                                                         flush=True))
             try:
                 raw = record(cam, joints, prog, opts)
             except RecordingError as exc:
@@ -271,12 +273,7 @@ def run_record(args: argparse.Namespace) -> int:
               f"its own (episode extra.recording.joint_clock_jumps)", file=sys.stderr)
     say_turns_unwrapped(rec.get("joint_turns_unwrapped"), "joint sample",
                          "extra.recording.joint_turns_unwrapped")
-    from edge.calibrate.check import _program_not_followed
-
-    followed = _program_not_followed(rec, ep.metadata.extra.get("program") or {})
-    if followed is not None:
-        print(f"warning: {followed['message']} ('calibrate check' refuses this episode, "
-              "program_not_followed)", file=sys.stderr)
+    _say_check(ep, out)
     if rec.get("missing_dofs"):  # the program swept them; the joint stream never named them
         print(f"warning: the joint stream sent no channel for {', '.join(rec['missing_dofs'])} "
               f"(the plan sweeps {len(rec['missing_dofs']) + ep.num_dof} DoFs, the episode "
@@ -286,6 +283,21 @@ def run_record(args: argparse.Namespace) -> int:
     print(out)
     print(ref)
     return 0
+
+
+def _say_check(ep, out: Path) -> None:
+    """Run ``calibrate check`` on a recording just written and, when it fails, say its
+    first reason on stderr (a pause, a joint the other way, degrees), while the technician
+    is still at the cell."""
+    from edge.calibrate.check import EpisodeArrays, check_arrays
+
+    report = check_arrays(EpisodeArrays.from_episode(ep))
+    if report["verdict"] == "pass":
+        return
+    first, more = report["reasons"][0], len(report["reasons"]) - 1
+    print(f"warning: this recording fails its check: {first['code']}: {first['message']}"
+          + (f" (and {more} more: 'syncedge calibrate check {out}' lists them)" if more
+             else ""), file=sys.stderr)
 
 
 def _record_target(args, prog) -> Path:
@@ -408,7 +420,8 @@ def run_check(args: argparse.Namespace) -> int:
                          "extra.joint_turns_unwrapped")
     say_if_degrees(arr.joint_positions, list(arr.meta.get("dof_names") or []),
                    list(arr.meta.get("dof_units") or []), str(arr.meta.get("kind")),
-                   str(args.episode))
+                   str(args.episode),
+                   recorded=str(arr.meta.get("source") or "").startswith("recorded:"))
     lag = report.get("camera_lag")
     if lag is not None:
         print(f"camera lag against the joint readings: {lag['frames']:+.2f} frames "

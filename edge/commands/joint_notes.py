@@ -21,10 +21,12 @@ def say_turns_unwrapped(turns: list[dict[str, Any]] | None, where: str, field: s
           f"one turn ({at}); read as the joint turning on (episode {field})", file=sys.stderr)
 
 
-def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str) -> None:
+def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str,
+                   recorded: bool = False) -> None:
     """One note on stderr naming the channels whose readings look like degrees
     (:func:`edge.joints.look_like_degrees`), the exact fix and what each model does with
-    them; nothing where none does."""
+    them; nothing where none does. ``recorded``: the episode came from ``calibrate
+    record`` (the fix is the controller's unit, not an import option)."""
     from edge.joints import look_like_degrees
 
     if positions is None:
@@ -33,10 +35,13 @@ def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str
     cols = look_like_degrees(q, list(units), kind == "calibration")
     if not cols:
         return
+    fix = ("set the controller's (or the bridge's) position unit to rad and record again "
+           "(exact, for every model)" if recorded else
+           f"import the recording again with 'syncedge calibrate import ... --degrees "
+           f"{','.join(names[c] for c in cols)}' (exact, for every model)")
     print(f"note: {where}: the readings of {_readings(q, names, cols)} look like degrees, not rad (a calibration "
           f"sweeps well under half a turn, a joint rarely reads beyond two turns): if they "
-          f"are, import the recording again with 'syncedge calibrate import ... --degrees "
-          f"{','.join(names[c] for c in cols)}' (exact, for every model); the chain model "
+          f"are, {fix}; the chain model "
           f"reads a calibration sweep of at most 57.3 units as degrees by itself "
           f"(--joint-scale auto; deg says so), a wider one by a turn per unit fitted from "
           f"the frames (less exact); the ONNX models refuse them. A gripper or linear axis "
