@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 from edge.joints import JointSample
 
@@ -31,6 +32,18 @@ class TraceStream(JointStream):
         self.inner, self.trace_path = inner, trace_path
         self.stats = inner.stats
         self._writer: JointLogWriter | None = None
+        self._writing = threading.Lock()  # a reader thread may still be in read() at close
+
+    #: The inner stream's optional methods the recorder calls (``calibrate record`` runs a
+    #: simulated controller's program and wakes a blocked read at the end), passed through.
+    PASSED_THROUGH = ("execute_program", "wake")
+
+    def __getattr__(self, name: str):
+        # only reached for what the class does not define; "inner" itself is set in
+        # __init__, so asking for it before then must not recurse
+        if name in TraceStream.PASSED_THROUGH and "inner" in self.__dict__:
+            return getattr(self.inner, name)
+        raise AttributeError(name)
 
     @property
     def joint_names(self) -> list[str]:
@@ -54,8 +67,10 @@ class TraceStream(JointStream):
                                   "(a log is never overwritten)") from exc
 
     def _close(self) -> None:
-        if self._writer:
-            self._writer.close(self.inner.stats)
+        with self._writing:
+            writer, self._writer = self._writer, None
+        if writer:
+            writer.close(self.inner.stats)
         self.inner.close()
 
     def _cycle(self) -> Reading:  # never called: read() is delegated
@@ -64,8 +79,9 @@ class TraceStream(JointStream):
     def read(self) -> JointSample:
         """Read from the inner stream and trace the sample (raises like the inner stream)."""
         s = self.inner.read()
-        if self._writer:
-            self._writer.write(s)
-        else:
-            log.debug("%s %s", self.inner.url, s.to_record())
+        with self._writing:  # a sample read after close began is not traced
+            if self._writer:
+                self._writer.write(s)
+            elif not self.trace_path:
+                log.debug("%s %s", self.inner.url, s.to_record())
         return s

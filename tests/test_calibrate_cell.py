@@ -680,3 +680,21 @@ def test_readings_in_degrees_are_said_when_the_stream_opens(cell) -> None:
     assert start_unit_warning(prog, positional_names(len(names)),
                               np.degrees(home)) is not None
     assert start_unit_warning(prog, names, home * 0 + 0.01) is None
+
+
+def test_record_through_a_traced_joint_stream(cell, capsys) -> None:
+    """``trace+sim://``: the recorder runs the simulated controller's program and wakes its
+    read through the trace wrapper (it never started, and the trace file was closed under
+    a blocked reader thread); the recording and the trace are both whole."""
+    from firmware_bridge.jointlog import read_joint_log
+
+    d = cell["dir"] / "traced"
+    d.mkdir()
+    trace = d / "joints.jsonl"
+    assert cli("record", "--camera", CELL, "--joints", f"trace+{CELL}&trace_path={trace}",
+               "--plan", str(cell["plan"]), "--out", str(d / "cal.npz"), "--cell",
+               "cell-3") == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert check_arrays(load_for_check(d / "cal.npz"))["verdict"] == "pass"
+    log = read_joint_log(trace)
+    assert len(log.samples) > 100
