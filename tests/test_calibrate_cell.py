@@ -698,3 +698,29 @@ def test_record_through_a_traced_joint_stream(cell, capsys) -> None:
     assert check_arrays(load_for_check(d / "cal.npz"))["verdict"] == "pass"
     log = read_joint_log(trace)
     assert len(log.samples) > 100
+
+
+def test_ctrl_c_during_the_sweep_keeps_what_was_recorded(cell, capsys, monkeypatch) -> None:
+    """Ctrl-C in the third DoF's sweep: exit 130 as for any interrupt, and the frames so far
+    are kept as a partial recording that check reads (they were all lost)."""
+    import edge.calibrate.record as record_mod
+
+    real = record_mod._say
+
+    def say(opts, text):
+        if text.startswith("DoF 3/"):
+            raise KeyboardInterrupt
+        real(opts, text)
+
+    monkeypatch.setattr(record_mod, "_say", say)
+    d = cell["dir"] / "ctrl-c"
+    d.mkdir()
+    capsys.readouterr()
+    rc = cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
+             "--out", str(d / "cal.npz"), "--cell", "cell-3")
+    err = capsys.readouterr().err
+    assert rc == 130 and "interrupted: the " in err and "cal.partial.npz" in err, err
+    assert not (d / "cal.npz").exists()
+    report = check_arrays(load_for_check(d / "cal.partial.npz"))
+    assert "partial_recording" in [r["code"] for r in report["reasons"]], report["reasons"]
+    assert len(report["dofs"]) == 2  # the two sweeps made before the interrupt

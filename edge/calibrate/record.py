@@ -29,7 +29,8 @@ from edge.calibrate.plan import SEGMENT_FRAMES, JointProgram
 from edge.errors import EdgeError
 from edge.joints import JointSample, JointSource
 
-__all__ = ["RawRecording", "RecordOptions", "record", "start_unit_warning"]
+__all__ = ["RawRecording", "RecordOptions", "RecordingInterrupted", "record",
+           "start_unit_warning"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,13 @@ def start_unit_warning(program: JointProgram, names: list[str], position: np.nda
             "the program and the models take rad; stop now (Ctrl-C) and set the "
             "controller's (or the bridge's) position unit to rad, then record again "
             "('calibrate check' fails a sweep in degrees as sweep_overshoot)")
+
+
+class RecordingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`record`; ``recording`` holds the :class:`RawRecording` so far
+    (a caller keeps it as a partial recording before the interrupt goes on)."""
+
+    recording: Any = None
 
 
 @dataclass
@@ -190,55 +198,60 @@ def record(camera: FrameSource, stream: JointSource, program: JointProgram,
     announced = -1
     unit_checked = False
     failure: RecordingError | None = None
+    interrupted = False
     try:
-        while True:
-            try:
-                frame, stamp = camera.read()
-            except CameraDisconnectedError as exc:
-                raw.disconnected = str(exc)
-                _say(opts, f"camera disconnected after {len(raw.frames)} frames: {exc}")
-                break
-            raw.frames.append(frame)
-            raw.frame_stamps_ns.append(int(stamp))
-            first = raw.frame_stamps_ns[0]
-            if not unit_checked and opts.warn is not None:
-                snap = reader.snapshot()
-                if snap:
-                    unit_checked = True
-                    said = start_unit_warning(program, raw.joint_names,
-                                              snap[0].position_rad)
-                    if said:
-                        opts.warn(said)
-            if raw.onset_ns is None:
-                raw.onset_ns = _onset(reader.snapshot(), opts.motion_threshold)
-                if raw.onset_ns is not None:
-                    end_ns = raw.onset_ns + int((motion_s + opts.tail_s) * 1e9)
-                    _say(opts, f"motion detected; recording {motion_s + opts.tail_s:.1f} s")
-                elif stamp - first > opts.start_timeout_s * 1e9:
-                    failure = RecordingError(
-                        f"joints {getattr(stream, 'url', '')!r}: expected the robot to start "
-                        f"the program within {opts.start_timeout_s} s, found no motion above "
-                        f"{opts.motion_threshold} (start the program on the controller)")
+        try:
+            while True:
+                try:
+                    frame, stamp = camera.read()
+                except CameraDisconnectedError as exc:
+                    raw.disconnected = str(exc)
+                    _say(opts, f"camera disconnected after {len(raw.frames)} frames: {exc}")
                     break
-            if raw.onset_ns is not None and program.kind == "calibration":
-                k = int((stamp - raw.onset_ns) / 1e9 * fps) // SEGMENT_FRAMES
-                if announced < k < len(program.sweeps):
-                    s = program.sweeps[k]
-                    _say(opts, f"DoF {k + 1}/{len(program.sweeps)} {s.dof}: sweeping "
-                               f"{s.amplitude:+.3f} and back")
-                    announced = k
-            if reader.error is not None:
-                raw.joint_error = reader.error
-                break
-            if end_ns is not None and stamp >= end_ns:
-                break
-        last = raw.frame_stamps_ns[-1] if raw.frame_stamps_ns else 0
-        deadline = time.monotonic() + opts.drain_timeout_s
-        while time.monotonic() < deadline and reader.error is None:
-            snap = reader.snapshot()
-            if snap and snap[-1].receipt_ns > last:
-                break
-            time.sleep(0.005)
+                raw.frames.append(frame)
+                raw.frame_stamps_ns.append(int(stamp))
+                first = raw.frame_stamps_ns[0]
+                if not unit_checked and opts.warn is not None:
+                    snap = reader.snapshot()
+                    if snap:
+                        unit_checked = True
+                        said = start_unit_warning(program, raw.joint_names,
+                                                  snap[0].position_rad)
+                        if said:
+                            opts.warn(said)
+                if raw.onset_ns is None:
+                    raw.onset_ns = _onset(reader.snapshot(), opts.motion_threshold)
+                    if raw.onset_ns is not None:
+                        end_ns = raw.onset_ns + int((motion_s + opts.tail_s) * 1e9)
+                        _say(opts, f"motion detected; recording {motion_s + opts.tail_s:.1f} s")
+                    elif stamp - first > opts.start_timeout_s * 1e9:
+                        failure = RecordingError(
+                            f"joints {getattr(stream, 'url', '')!r}: expected the robot to start "
+                            f"the program within {opts.start_timeout_s} s, found no motion above "
+                            f"{opts.motion_threshold} (start the program on the controller)")
+                        break
+                if raw.onset_ns is not None and program.kind == "calibration":
+                    k = int((stamp - raw.onset_ns) / 1e9 * fps) // SEGMENT_FRAMES
+                    if announced < k < len(program.sweeps):
+                        s = program.sweeps[k]
+                        _say(opts, f"DoF {k + 1}/{len(program.sweeps)} {s.dof}: sweeping "
+                                   f"{s.amplitude:+.3f} and back")
+                        announced = k
+                if reader.error is not None:
+                    raw.joint_error = reader.error
+                    break
+                if end_ns is not None and stamp >= end_ns:
+                    break
+        except KeyboardInterrupt:  # Ctrl-C: what was recorded goes with it (kept as partial)
+            interrupted = True
+        if not interrupted:
+            last = raw.frame_stamps_ns[-1] if raw.frame_stamps_ns else 0
+            deadline = time.monotonic() + opts.drain_timeout_s
+            while time.monotonic() < deadline and reader.error is None:
+                snap = reader.snapshot()
+                if snap and snap[-1].receipt_ns > last:
+                    break
+                time.sleep(0.005)
     finally:
         reader.stop_event.set()
         wake = getattr(stream, "wake", None)
@@ -248,6 +261,10 @@ def record(camera: FrameSource, stream: JointSource, program: JointProgram,
         raw.samples = reader.snapshot()
         raw.joint_error = raw.joint_error or reader.error
         raw.wall_s = time.perf_counter() - t_wall
+    if interrupted:
+        stop = RecordingInterrupted(f"interrupted after {len(raw.frames)} frames")
+        stop.recording = raw
+        raise stop
     if failure is not None:
         failure.recording = raw  # type: ignore[attr-defined]
         raise failure

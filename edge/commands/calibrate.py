@@ -194,7 +194,7 @@ def run_record(args: argparse.Namespace) -> int:
     from edge.calibrate.assemble import assemble_episode, check_channels
     from edge.calibrate.camera import open_camera
     from edge.calibrate.plan import load_program
-    from edge.calibrate.record import RecordOptions, record
+    from edge.calibrate.record import RecordingInterrupted, RecordOptions, record
     from edge.calibrate.sources import open_joints
     from edge.episode import save_episode
     from edge.visual import write_png
@@ -213,6 +213,15 @@ def run_record(args: argparse.Namespace) -> int:
                                                          flush=True))
             try:
                 raw = record(cam, joints, prog, opts)
+            except RecordingInterrupted as stop:  # Ctrl-C: keep the sweeps already made
+                got = stop.recording
+                if got is not None and got.frames:
+                    kept = _keep_partial(got, prog, _aopts(args, prog, size, cam, joints),
+                                         out)
+                    print(f"interrupted: the {len(got.frames)} frames recorded so far are "
+                          f"kept at {kept} (a partial recording: 'calibrate check' names what "
+                          f"it holds; record again for a calibration)", file=sys.stderr)
+                raise
             except RecordingError as exc:
                 partial = getattr(exc, "recording", None)
                 if partial is None or not partial.frames:
