@@ -352,7 +352,8 @@ def test_record_refuses_a_joint_stream_of_another_channel_count_before_the_sweep
     assert not list(d.glob("six*"))
 
 
-@pytest.mark.parametrize("case", ["folder", "fifo", "unwritable", "cell-id", "robot-id"])
+@pytest.mark.parametrize("case", ["folder", "fifo", "under-a-file", "unwritable", "cell-id",
+                                  "robot-id"])
 def test_record_refuses_its_output_and_ids_before_the_sweep(cell, capsys, monkeypatch,
                                                            case) -> None:
     # each was refused only after the whole sweep, and the recording was lost with it
@@ -365,6 +366,9 @@ def test_record_refuses_its_output_and_ids_before_the_sweep(cell, capsys, monkey
         out.mkdir()
     elif case == "fifo":  # as /dev/sda: the recording was moved over it, replacing it
         os.mkfifo(out)
+    elif case == "under-a-file":  # it said "plan.json: already exists"
+        (d / "plan.json").write_text("{}")
+        out = d / "plan.json" / "cal.npz"
     elif case == "unwritable":
         def no_write(*a, **k):
             raise PermissionError(13, "Permission denied")
@@ -381,10 +385,12 @@ def test_record_refuses_its_output_and_ids_before_the_sweep(cell, capsys, monkey
     assert stdout == ""  # no progress line: the recording never started
     said = {"folder": f"{out}: is a folder", "unwritable": f"{d}: permission denied",
             "fifo": f"{out}: exists and is not a regular file",
+            "under-a-file": f"{d / 'plan.json'} is a file, not a folder",
             "cell-id": "--cell 'bad/id': expected at most 200 printable characters",
             "robot-id": "--robot-id 'xxx"}[case]
     assert said in err, err
     assert [x.name for x in d.iterdir()] == (["cal.npz"] if case in ("folder", "fifo")
+                                             else ["plan.json"] if case == "under-a-file"
                                              else [])
     if case == "fifo":
         assert stat.S_ISFIFO(out.stat().st_mode)  # still the pipe

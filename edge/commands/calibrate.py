@@ -333,12 +333,22 @@ def _record_target(args, prog) -> Path:
                                  "characters without '/' (the calibration cache's key; "
                                  "'calibrate store' would refuse the recording)") from None
     out = check_file_target(args.out, overwrite=True)
+    for up in out.parents:  # a file where a folder of the path should be
+        if up.exists():
+            if not up.is_dir():
+                raise CalibrateError(f"--out {out}: {up} is a file, not a folder; give a "
+                                     "path in a folder")
+            break
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         with tempfile.TemporaryFile(dir=out.parent):
             pass
-    except OSError as exc:
+    except PermissionError as exc:
         raise OSError(exc.errno, exc.strerror, str(out.parent)) from None
+    except OSError as exc:  # /proc, a full or read-only file system: say it is the folder
+        raise CalibrateError(f"--out {out}: cannot write files in the folder {out.parent} "
+                             f"({exc.strerror or exc}); give a path in a folder this process "
+                             "can write") from None
     return out
 
 
