@@ -264,7 +264,7 @@ def test_the_right_camera_latency_measures_no_lag() -> None:
 
 @pytest.mark.parametrize("camera, joints, code, dof", [
     ("&occlude=Actuator4", "", "no_image_motion", "Actuator4"),
-    ("&point=away", "", "no_image_motion", "Actuator1"),
+    ("&point=away", "", "no_image_motion", None),  # every DoF: said once, of the camera
     ("", "&freeze=Actuator3", "dof_not_moving", "Actuator3"),
     ("", "&clip=Actuator1", "sweep_clipped", "Actuator1"),
     ("", "&drop_dof=Actuator5", "dof_missing", "Actuator5"),
@@ -276,6 +276,9 @@ def test_bad_input_gives_its_reason(camera: str, joints: str, code: str, dof) ->
     assert report["verdict"] == "fail"
     found = {(r["code"], r["dof"]) for r in report["reasons"]}
     assert (code, dof) in found, found
+    if camera == "&point=away":  # one reason, not one per DoF
+        blind = [r for r in report["reasons"] if r["code"] == "no_image_motion"]
+        assert len(blind) == 1 and "the camera does not see the arm" in blind[0]["message"]
 
 
 def test_disconnected_camera_keeps_the_partial_recording(cell, capsys) -> None:

@@ -797,6 +797,14 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
             rs = [r for r in rs if r["code"] not in _SWEEP_CODES]
         dofs.append(rep)
         reasons.extend(rs)
+    blind = [r for r in reasons if r["code"] == "no_image_motion"]
+    if len(dofs) >= 2 and len(blind) == len(dofs):
+        # not one sweep changed the picture: one cause, said once
+        reasons = [r for r in reasons if r["code"] != "no_image_motion"]
+        reasons.append(_reason("no_image_motion", f"none of the {len(dofs)} DoFs' sweeps "
+                               "changed the picture, though the joints moved: the camera "
+                               "does not see the arm (pointed elsewhere, covered, or a "
+                               "frozen image); aim it at the arm and record again"))
     reasons.extend(_distinct(arr, dofs, opts))
     followed = _program_not_followed(rec, program)
     if followed is not None and any(r["code"] in ("sweep_reversed", "sweep_overshoot")
