@@ -118,6 +118,7 @@ def load_yaml(text: str) -> Any:
 
     def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
         seen: dict[Any, Any] = {}
+        first_text: dict[Any, Any] = {}
         for key_node, _ in node.value:  # its own keys (a merged ``<<`` key may be overridden)
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
@@ -127,10 +128,14 @@ def load_yaml(text: str) -> Any:
             except TypeError:  # an unhashable key: construct_mapping names it
                 break
             if first is not None:
+                # "1" and "true", "~" and "null": other text, the same key once read
+                same = "" if first_text[key] == key_node.value else \
+                    f" as {first_text[key]!r}, equal as a value"
                 raise yaml.constructor.ConstructorError(
                     None, None, f"the key {key!r} is given twice (first at line "
-                    f"{first.line + 1}); expected each key once", key_node.start_mark)
+                    f"{first.line + 1}{same}); expected each key once", key_node.start_mark)
             seen[key] = key_node.start_mark
+            first_text[key] = key_node.value
         loader.flatten_mapping(node)
         return loader.construct_mapping(node, deep=True)
 

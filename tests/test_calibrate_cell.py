@@ -731,5 +731,40 @@ def test_ctrl_c_during_the_sweep_keeps_what_was_recorded(cell, capsys, monkeypat
     assert rc == 130 and "interrupted: the " in err and "cal.partial.npz" in err, err
     assert not (d / "cal.npz").exists()
     report = check_arrays(load_for_check(d / "cal.partial.npz"))
-    assert "partial_recording" in [r["code"] for r in report["reasons"]], report["reasons"]
+    partial = [r for r in report["reasons"] if r["code"] == "partial_recording"]
+    assert partial and "interrupted (Ctrl-C)" in partial[0]["message"], report["reasons"]
     assert len(report["dofs"]) == 2  # the two sweeps made before the interrupt
+
+
+def test_ctrl_c_again_while_the_reader_stops_still_keeps_the_recording(cell, capsys,
+                                                                       monkeypatch) -> None:
+    """A second Ctrl-C while the joint reader is being stopped (a stream without wake can
+    take a read timeout): the recording is still handed back, frames and stamps of equal
+    length (a frame appended without its stamp made the partial's save fail)."""
+    import threading
+
+    import edge.calibrate.record as record_mod
+
+    real_say, real_join = record_mod._say, threading.Thread.join
+    state = {"first": True}
+
+    def say(opts, text):
+        if text.startswith("DoF 2/"):
+            raise KeyboardInterrupt
+        real_say(opts, text)
+
+    def join(self, timeout=None):
+        if state["first"] and isinstance(self, record_mod._JointReader):
+            state["first"] = False
+            real_join(self, timeout)
+            raise KeyboardInterrupt
+        return real_join(self, timeout)
+
+    monkeypatch.setattr(record_mod, "_say", say)
+    monkeypatch.setattr(threading.Thread, "join", join)
+    d = cell["dir"] / "ctrl-c-twice"
+    d.mkdir()
+    rc = cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
+             "--out", str(d / "cal.npz"), "--cell", "cell-3")
+    assert rc == 130 and (d / "cal.partial.npz").is_file()
+    assert "Traceback" not in capsys.readouterr().err

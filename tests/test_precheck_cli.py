@@ -238,3 +238,37 @@ def test_start_of_another_cell_than_the_calibration_is_refused(setup, capsys) ->
     assert run_command("precheck", precheck.register, [*argv, "--mismatch", "warn"]) == 0
     rep = json.loads((setup["out"] / "report.json").read_text())
     assert any("recorded with cell_id 'elsewhere'" in w for w in rep["warnings"])
+
+
+def test_start_of_another_cell_than_the_cached_calibration_is_refused(setup, capsys) -> None:
+    """``--cell``: the start episode's cell id is compared with --cell (the camera and
+    robot ids come from the start itself); it ran silently."""
+    import dataclasses
+
+    from edge.episode import load_episode
+    from edge.runtime.context import encode_calibration
+    from edge.runtime.model import load_model
+    from tests.fixtures.runtime import MemoryContextSource
+
+    model = load_model(tiny_model_dir(), intra_op_num_threads=1)
+    ep = load_episode(setup["ep"])
+    src = MemoryContextSource()
+    ctx = encode_calibration(model, load_episode(setup["cal"]))
+    src.put("cell-1", ep.metadata.camera_id, ep.metadata.robot_id, model.sha256, ctx.values)
+    model.deactivate()
+    save_episode(dataclasses.replace(ep, metadata=dataclasses.replace(
+        ep.metadata, cell_id="elsewhere")), setup["tmp"] / "other.npz")
+    argv = ["--cell", "cell-1", "--start", str(setup["tmp"] / "other.npz"), "--rules",
+            str(setup["rules"]), "--model", str(tiny_model_dir()), "--threads", "1",
+            "--joint-state", "0,0,0.05", "--out", str(setup["out"]), "--actions",
+            str(setup["acts"])]
+    parser = argparse.ArgumentParser()
+    precheck.register(parser.add_subparsers())
+    args = parser.parse_args(["precheck", *argv])
+    with pytest.raises(Exception, match="recorded with cell_id 'elsewhere'.*--mismatch warn"):
+        precheck.run(args, context_source=src)
+    assert not setup["out"].exists()
+    args = parser.parse_args(["precheck", *argv, "--mismatch", "warn"])
+    assert precheck.run(args, context_source=src) == 0
+    rep = json.loads((setup["out"] / "report.json").read_text())
+    assert any("recorded with cell_id 'elsewhere'" in w for w in rep["warnings"])

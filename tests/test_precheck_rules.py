@@ -97,6 +97,12 @@ def test_concave_polygon_and_merge_keys_are_accepted(tmp_path: Path) -> None:
     r = load_rules(_write(tmp_path, "keep_out:\n  motion_threshold: 5\n  regions: [{polygon: "
                           "[[0,0],[1,0],[0.5,0.5],[1,1],[0,1]]}]\n"))
     assert len(r.keep_out.regions[0].polygon) == 5
+    # the ring closed by repeating its first point, and a point listed twice: no edge added
+    for ring in ("[[0.25,0],[0.6,0],[0.6,0.6],[0.25,0.6],[0.25,0]]",
+                 "[[0,0],[1,0],[1,0],[1,1],[0,1]]"):
+        r = load_rules(_write(tmp_path, "keep_out:\n  motion_threshold: 5\n  regions: "
+                              f"[{{polygon: {ring}}}]\n"))
+        assert len(r.keep_out.regions[0].polygon) == 4
     # a YAML anchor merged into a mapping is not a key given twice
     r = load_rules(_write(tmp_path, "joint_limits:\n  <<: {lower: [0], upper: [2]}\n"
                           "  upper: [1]\n"))

@@ -113,11 +113,14 @@ def check_channels(program: JointProgram, names: list[str]) -> str:
     how = _channels(program, list(names))[2]
     missing = [n for n in program.dof_names if n not in names]
     if how == "by name" and missing:
+        need = ("the calibration needs every DoF the program sweeps ('calibrate check' would "
+                "refuse the episode, dof_missing)" if program.kind == "calibration" else
+                "the recording needs every DoF the program moves (its joint readings and "
+                "actions are the model's input)")
         raise RecordingError(
-            f"joint stream channels {list(names)} lack the program's DoF(s) {missing}: the "
-            f"calibration needs every DoF the program sweeps ('calibrate check' would refuse "
-            "the episode, dof_missing); check that the controller reports every joint, or "
-            "plan for the DoFs this stream has ('calibrate plan --robot SPEC' with only them)")
+            f"joint stream channels {list(names)} lack the program's DoF(s) {missing}: "
+            f"{need}; check that the controller reports every joint, or plan for the DoFs "
+            "this stream has ('calibrate plan --robot SPEC' with only them)")
     return how
 
 

@@ -29,7 +29,7 @@ from edge.calibrate.plan import SEGMENT_FRAMES, JointProgram
 from edge.errors import EdgeError
 from edge.joints import JointSample, JointSource
 
-__all__ = ["RawRecording", "RecordOptions", "RecordingInterrupted", "record",
+__all__ = ["INTERRUPTED", "RawRecording", "RecordOptions", "RecordingInterrupted", "record",
            "start_unit_warning"]
 
 
@@ -91,6 +91,11 @@ def start_unit_warning(program: JointProgram, names: list[str], position: np.nda
             "the program and the models take rad; stop now (Ctrl-C) and set the "
             "controller's (or the bridge's) position unit to rad, then record again "
             "('calibrate check' fails a sweep in degrees as sweep_overshoot)")
+
+
+#: Why a recording stopped when Ctrl-C stopped it (``RawRecording.disconnected``, which
+#: ``calibrate check`` names in ``partial_recording``).
+INTERRUPTED = "interrupted (Ctrl-C)"
 
 
 class RecordingInterrupted(KeyboardInterrupt):
@@ -242,9 +247,6 @@ def record(camera: FrameSource, stream: JointSource, program: JointProgram,
                     break
                 if end_ns is not None and stamp >= end_ns:
                     break
-        except KeyboardInterrupt:  # Ctrl-C: what was recorded goes with it (kept as partial)
-            interrupted = True
-        if not interrupted:
             last = raw.frame_stamps_ns[-1] if raw.frame_stamps_ns else 0
             deadline = time.monotonic() + opts.drain_timeout_s
             while time.monotonic() < deadline and reader.error is None:
@@ -252,17 +254,26 @@ def record(camera: FrameSource, stream: JointSource, program: JointProgram,
                 if snap and snap[-1].receipt_ns > last:
                     break
                 time.sleep(0.005)
+        except KeyboardInterrupt:  # Ctrl-C: what was recorded goes with it (kept as partial)
+            interrupted = True
     finally:
         reader.stop_event.set()
-        wake = getattr(stream, "wake", None)
-        if callable(wake):
-            wake()
-        reader.join(timeout=2.0)
+        try:
+            wake = getattr(stream, "wake", None)
+            if callable(wake):
+                wake()
+            reader.join(timeout=2.0)
+        except KeyboardInterrupt:  # a second Ctrl-C while the reader stops
+            interrupted = True
         raw.samples = reader.snapshot()
         raw.joint_error = raw.joint_error or reader.error
         raw.wall_s = time.perf_counter() - t_wall
     if interrupted:
-        stop = RecordingInterrupted(f"interrupted after {len(raw.frames)} frames")
+        # a frame whose stamp was not yet appended when the interrupt came is dropped
+        n = min(len(raw.frames), len(raw.frame_stamps_ns))
+        del raw.frames[n:], raw.frame_stamps_ns[n:]
+        raw.disconnected = raw.disconnected or INTERRUPTED
+        stop = RecordingInterrupted(f"interrupted after {n} frames")
         stop.recording = raw
         raise stop
     if failure is not None:

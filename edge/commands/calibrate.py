@@ -282,7 +282,8 @@ def run_record(args: argparse.Namespace) -> int:
               f"its own (episode extra.recording.joint_clock_jumps)", file=sys.stderr)
     say_turns_unwrapped(rec.get("joint_turns_unwrapped"), "joint sample",
                          "extra.recording.joint_turns_unwrapped")
-    _say_check(ep, out)
+    if ep.metadata.kind == "calibration":  # a validation recording is not a sweep to check
+        _say_check(ep, out)
     if rec.get("missing_dofs"):  # the program swept them; the joint stream never named them
         print(f"warning: the joint stream sent no channel for {', '.join(rec['missing_dofs'])} "
               f"(the plan sweeps {len(rec['missing_dofs']) + ep.num_dof} DoFs, the episode "

@@ -305,7 +305,11 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
                                 f"{args.cell!r} (camera {camera!r}, robot {robot!r}) has "
                                 f"{cached} DoFs; drop --dof or pass --dof {cached}")
     num_dof = int(args.dof) if args.dof is not None else cached
-    return CalibrationContext(ctx.values, ctx.model_sha256, num_dof, ctx.source)
+    mismatch = episode_mismatch_warning(meta, {"cell_id": args.cell, "camera_id": camera,
+                                               "robot_id": robot}, str(args.start),
+                                        f"cached for --cell {args.cell}")
+    return CalibrationContext(ctx.values, ctx.model_sha256, num_dof, ctx.source,
+                              warnings=(mismatch,) if mismatch else ())
 
 
 def cached_camera_robot(source: Any, cell: str, camera: str | None, robot: str | None,
@@ -891,7 +895,8 @@ def agreement_warnings(decided: dict[str, Any]) -> list[str]:
 
 
 def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, q0: Any,
-                 calibration: tuple[Episode, str] | None = None
+                 calibration: tuple[Episode, str] | None = None,
+                 refuse_moved: Callable[[list[str]], None] | None = None
                  ) -> tuple[Any, str, dict[str, Any]]:
     """``(chain, source, decision)``: the chain refined at the start frame (the reader
     plug-in ``syncedge.chain_readers`` ``anchor``,
@@ -910,7 +915,8 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     ``calibrate validate`` with the chain model all decide here. A start agreement below
     :data:`edge.runtime.chain.LOW_START_AGREEMENT` after that is warned about
     (``decision["warning"]``): measured on 64 held-out robot cells, such starts kept little
-    over copying the start frame.
+    over copying the start frame. ``refuse_moved``: called with the moved-camera warning
+    before anything is anchored (``precheck`` refuses there); it raises to refuse.
 
     Raises:
         RuntimeInputError: ``--anchor`` with ``--no-anchor``; as :func:`_anchor_episode`;
@@ -926,6 +932,8 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     before = start_agreement(chain, start, q0)
     say_light_change(before.get("light"))
     moved = say_camera_moved(before.get("camera"))
+    if moved and refuse_moved is not None:  # before anchoring's 30 s, which cannot undo it
+        refuse_moved([moved])
     share = before["arm_on_arm"]
     decided: dict[str, Any] = {"before": before, "anchored": False, "why": None,
                                "after": None, "warning": None, "camera_warning": moved}

@@ -190,7 +190,7 @@ def run(args: argparse.Namespace, context_source=None) -> int:
         if q0 is None and episode is not None and episode.joint_positions is not None:
             q0 = episode.joint_positions[0]
         ctx = get_context(args, model, episode, context_source)
-        if args.calibration:  # the only mismatch the context warns of (the cache refuses it)
+        if args.calibration or args.cell:  # the only warnings a context carries
             refuse_mismatch(args, list(ctx.warnings))
         meta = episode.metadata if episode is not None else None
         dof_names = list(meta.dof_names) if meta is not None else []
@@ -360,8 +360,9 @@ def start_outside_limits(rules, q0, dof_names: list[str] | None, rules_path: str
     if len(q) != len(lim.lower):
         return []  # the verdicts name the width mismatch
     names = dof_names if dof_names and len(dof_names) == len(q) else None
-    out = [f"{names[c] if names else f'channel {c}'} {q[c]:.4g} not in "
-           f"[{lim.lower[c]:g}, {lim.upper[c]:g}]" for c in range(len(q))
+    out = [f"{names[c] if names else f'channel {c}'} "
+           + (f"{q[c]:.4g}" if np.isfinite(q[c]) else "is not a number,")
+           + f" not in [{lim.lower[c]:g}, {lim.upper[c]:g}]" for c in range(len(q))
            if not lim.lower[c] <= q[c] <= lim.upper[c]]
     if not out:
         return []
@@ -458,8 +459,9 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
     if args.policy:
         if not args.horizon or args.horizon < 1:
             raise RuntimeInputError("--horizon: required (>= 1) with --policy")
-        chain, source, agreement = anchor_chain(args, chain, source, start, q0)
-        refuse_mismatch(args, [w for w in [agreement["camera_warning"]] if w])
+        chain, source, agreement = anchor_chain(
+            args, chain, source, start, q0,
+            refuse_moved=lambda reasons: refuse_mismatch(args, reasons))
         with OnnxPolicy(args.policy) as policy:
             actions, frames, cover = rollout_chain_policy(chain, policy, start, q0,
                                                           args.horizon)
@@ -477,8 +479,9 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
                                     f"{list(actions.shape)}")
         warnings = chain_input_warnings(args, chain, episode, q0, actions, str(args.actions),
                                         "--joint-state", args.joint_state)
-        chain, source, agreement = anchor_chain(args, chain, source, start, q0)
-        refuse_mismatch(args, [w for w in [agreement["camera_warning"]] if w])
+        chain, source, agreement = anchor_chain(
+            args, chain, source, start, q0,
+            refuse_moved=lambda reasons: refuse_mismatch(args, reasons))
         frames, cover = chain_rollout(chain, start, q0, actions, with_cover=True)
     warnings += agreement_warnings(agreement)
     ko = rules.keep_out

@@ -228,7 +228,10 @@ def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
         poly = tuple((_num(x, rw.key("polygon").index(j).index(0), 0, 1),
                       _num(y, rw.key("polygon").index(j).index(1), 0, 1))
                      for j, (x, y) in enumerate(pts))
-        crossing = _crossing_edges(poly)
+        # a point repeated at once (the ring closed by repeating the first point, as GeoJSON
+        # writes it) adds no edge: dropped before the edges are tested
+        poly = tuple(p for j, p in enumerate(poly) if p != poly[j - 1]) or poly[:1]
+        crossing = _crossing_edges(poly) if len(poly) >= 3 else None
         if crossing is not None:
             a, b = crossing
             rw.key("polygon").fail(
