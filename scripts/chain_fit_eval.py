@@ -295,6 +295,29 @@ def units_chain(args, cell, hi, factors: np.ndarray, size: tuple[int, int]):
     return in_rad, ratio
 
 
+def fovy_chain(args, cell, hi, fovy_deg: float, factor: float, size: tuple[int, int]):
+    """The cell's chain read by :func:`read_chain_calibration` (as a device does, on the
+    model's grid ``size``) from its 256x256 calibration episode ``hi`` with the camera's
+    vertical field of view ``fovy_deg`` given wrong: ``tan(fovy/2)`` times ``factor``. Kept
+    in ``args.fits`` as ``<cell>_fovy_<factor>.npz``; rolled out with the focal length it
+    was read with, as a device given that field of view would."""
+    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+    from export.models.chain_fit import read_chain_calibration
+
+    saved = (Path(args.fits) / f"{cell.cell_id}_fovy_{factor:g}.npz" if args.fits else None)
+    if saved is not None and saved.is_file():
+        return load_chain_calibration(saved)
+    given = float(np.degrees(2.0 * np.arctan(np.tan(np.radians(fovy_deg) / 2.0) * factor)))
+    t0 = time.perf_counter()
+    chain = read_chain_calibration(hi, size=size, fovy_deg=given)
+    print(f"  {cell.cell_id}: read with fovy {given:.2f} deg (true {fovy_deg:.2f}) in "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    if saved is not None:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        save_chain_calibration(saved, chain)
+    return chain
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="cells folder")
@@ -362,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
                         "range); scored as units_<U> on the same rad futures, with each "
                         "channel's fitted turn per unit over the true one (kept in --fits as "
                         "<cell>_units_<U>.npz)")
+    p.add_argument("--fovy-error", type=float, action="append", metavar="FACTOR",
+                   help="also read each cell's chain, as a device does (read_chain_calibration), "
+                        "from its 256x256 calibration with a field of view given wrong: "
+                        "tan(fovy/2) times FACTOR (0.8: a focal length 25%% longer than the "
+                        "camera's); repeatable; scored as fovy_<FACTOR> (kept in --fits as "
+                        "<cell>_fovy_<FACTOR>.npz)")
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--horizon", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
@@ -561,8 +590,12 @@ def main(argv: list[str] | None = None) -> int:
                 "--calibration-timing (whose read is anchored at the start)")
     if args.controller_units and not args.calibration_data:
         p.error("--controller-units needs --calibration-data (the 256x256 calibrations)")
+    if args.fovy_error and not args.calibration_data:
+        p.error("--fovy-error needs --calibration-data (the 256x256 calibrations)")
+    if any(not 0.2 <= f <= 5.0 for f in args.fovy_error or ()):
+        p.error(f"--fovy-error {args.fovy_error}: expected factors in [0.2, 5]")
     if (variant is not None or args.motion_refine or args.controller_units
-            or args.anchor) and "dis" in kinds:
+            or args.anchor or args.fovy_error) and "dis" in kinds:
         # the runtime's rollout of the planner-timing read, beside the reads compared with it
         preds_names += ["chain_dis"]
     if variant is not None:
@@ -579,6 +612,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.controller_units:
         preds_names += [f"units_{args.controller_units}"]
         fit_stats_units: list[dict] = []
+    fit_stats_fovy: dict[str, list[dict]] = {}
+    for factor in args.fovy_error or ():
+        preds_names += [f"fovy_{factor:g}"]
+        fit_stats_fovy[f"fovy_{factor:g}"] = []
     if args.other_cell:
         if not args.fits:
             p.error("--other-cell needs --fits (every cell's fit, read first)")
@@ -863,6 +900,14 @@ def main(argv: list[str] | None = None) -> int:
                                     "axis_error_or_twin_deg": err_mirror.tolist(),
                                     "scale_over_truth": ratio.tolist(),
                                     "joint_scale": in_units.info.get("joint_scale")})
+        wrong_fovy = {}
+        for factor in args.fovy_error or ():
+            tag = f"fovy_{factor:g}"
+            wrong_fovy[tag] = fovy_chain(args, cell, high_calibration(hi_cache, hi_dir, cal),
+                                         params.fovy_deg, factor, cal.frames.shape[1:3])
+            err, err_mirror = axis_errors(wrong_fovy[tag], scene, params, qc[0])
+            fit_stats_fovy[tag].append({"cell": cell.cell_id, "axis_error_deg": err.tolist(),
+                                        "axis_error_or_twin_deg": err_mirror.tolist()})
         timed = timed_refined = timed_anchored = None
         if variant is not None:
             timed, timed_refined, timed_anchored = timed_chain(
@@ -909,8 +954,10 @@ def main(argv: list[str] | None = None) -> int:
             if in_units is not None:
                 preds[f"units_{args.controller_units}"] = chain_rollout(
                     in_units, start, q0, fut.actions[:, :, :n])
+            for tag, chain_f in wrong_fovy.items():
+                preds[tag] = chain_rollout(chain_f, start, q0, fut.actions[:, :, :n])
             if (refined is not None or timed is not None or in_units is not None
-                    or anchored) \
+                    or anchored or wrong_fovy) \
                     and "dis" in calibrations:
                 preds["chain_dis"] = chain_rollout(calibrations["dis"], start, q0,
                                                    fut.actions[:, :, :n])
@@ -1016,6 +1063,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{stats[f'units_{args.controller_units}']['scale_error_abs_median']:.3f} (p90 "
               f"{stats[f'units_{args.controller_units}']['scale_error_abs_p90']:.3f}); axis "
               f"error median {np.nanmedian(errs):.1f} deg")
+    for tag, rows in fit_stats_fovy.items():
+        errs = np.asarray([e for row in rows for e in row["axis_error_deg"]], float)
+        stats[tag] = {"axis_error_deg_median": float(np.nanmedian(errs)),
+                      "axis_error_deg_p90": float(np.nanpercentile(errs, 90)),
+                      "channels_over_90_deg_off": int((errs > 90).sum()), "cells": rows}
+        print(f"read with {tag}: axis error median {np.nanmedian(errs):.1f} deg (p90 "
+              f"{np.nanpercentile(errs, 90):.1f})")
     print(f"{args.split}, {len(cells)} cells, M = {args.candidates}")
     if track_err:
         print(f"dis tracks: median error {np.median(track_err):.2f} px on the moving robot "
