@@ -457,3 +457,10 @@ def test_a_camera_moved_since_the_calibration_is_told_from_a_moved_arm_and_a_lig
     # without the chain's cover (the home arm and the differences still left out)
     assert not camera_shift(chain, ep.frames[0])["moved"]
     assert camera_shift(chain, shifted(ep.frames[0], 2.0, 0.0))["moved"]
+    # a chain whose calibration saw no background leaves nothing static to compare: no
+    # shift is claimed (it read half the frame's shift, and precheck refused the start)
+    import dataclasses
+
+    blind = dataclasses.replace(chain, background_seen=np.zeros_like(chain.background_seen))
+    cam = camera_shift(blind, shifted(ep.frames[0], 2.0, 0.0))
+    assert not cam["moved"] and cam["judged_px"] < 0.1 * 64 * 64, cam

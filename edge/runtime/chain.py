@@ -1021,6 +1021,11 @@ def match_light(chain: ChainCalibration, start: np.ndarray, start_joint_position
 CAMERA_SHIFT_WARN_PX = 1.0
 
 
+#: :func:`camera_shift` judges a shift only where at least this share of the frame is
+#: known static scene left after the arm and what differs from the background are masked.
+CAMERA_SHIFT_MIN_SHARE = 0.1
+
+
 def camera_shift(chain: ChainCalibration, start: np.ndarray,
                  light: LightMatch | None = None,
                  cover: np.ndarray | None = None) -> dict[str, Any]:
@@ -1051,7 +1056,9 @@ def camera_shift(chain: ChainCalibration, start: np.ndarray,
     Returns:
         ``{"shift_px": [dx, dy], "shift": float (px), "response": float (the
         correlation's peak, about 1 for the same scene), "moved": bool (shift >=
-        CAMERA_SHIFT_WARN_PX)}``.
+        CAMERA_SHIFT_WARN_PX), "judged_px": int (the static pixels compared)}``; with
+        fewer than :data:`CAMERA_SHIFT_MIN_SHARE` of the frame left to compare, no shift
+        and ``moved`` False (nothing is known to have moved).
     """
     import cv2
 
@@ -1071,6 +1078,13 @@ def camera_shift(chain: ChainCalibration, start: np.ndarray,
     if cover is not None:
         arm |= np.asarray(cover, bool)
     keep = cv2.dilate(arm.astype(np.uint8), np.ones((7, 7), np.uint8)) == 0
+    judged = int(keep.sum())
+    if judged < CAMERA_SHIFT_MIN_SHARE * keep.size:
+        # too little known, static scene left to compare (a calibration that saw no
+        # background, an arm filling the view): nothing is said rather than a shift of
+        # noise (a chain without a background read half the frame's shift)
+        return {"shift_px": [0.0, 0.0], "shift": 0.0, "response": 0.0, "moved": False,
+                "judged_px": judged}
 
     def grey(rgb: np.ndarray) -> np.ndarray:
         return cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2GRAY)
@@ -1079,7 +1093,8 @@ def camera_shift(chain: ChainCalibration, start: np.ndarray,
     dx, dy = phase["shift_px"]
     shift = float(np.hypot(dx, dy))
     return {"shift_px": [round(dx, 3), round(dy, 3)], "shift": round(shift, 3),
-            "response": round(phase["response"], 3), "moved": shift >= CAMERA_SHIFT_WARN_PX}
+            "response": round(phase["response"], 3), "moved": shift >= CAMERA_SHIFT_WARN_PX,
+            "judged_px": judged}
 
 
 def start_agreement(chain: ChainCalibration, start: np.ndarray,
