@@ -865,6 +865,16 @@ def test_precheck_refuses_a_start_of_another_cell_or_a_moved_camera(tmp_path, ca
         assert main([*argv, "--no-anchor", "--mismatch", "warn"]) in (0, 1), name
         rep = json.loads((tmp_path / name / "report.json").read_text())
         assert any(said in w for w in rep["warnings"]), rep["warnings"]
+    # a shift of 1.5 px is warned of, not refused (refused from CAMERA_SHIFT_REFUSE_PX)
+    m15 = np.float32([[1, 0, 1.5], [0, 1, 0.0]])
+    save_episode(dataclasses.replace(test, frames=np.stack([
+        cv2.warpAffine(f, m15, (64, 64), borderMode=cv2.BORDER_REPLICATE)
+        for f in test.frames])), tmp_path / "nudged.npz")
+    argv = precheck_kit_argv(tmp_path / "nudged", CHAIN)
+    argv[argv.index("--start") + 1] = str(tmp_path / "nudged.npz")
+    assert main([*argv, "--no-anchor"]) in (0, 1)
+    rep = json.loads((tmp_path / "nudged" / "report.json").read_text())
+    assert any("the start frame's scene is shifted 1." in w for w in rep["warnings"])
 
 
 def test_precheck_warns_of_an_arm_already_in_keep_out_and_a_start_outside_the_limits(

@@ -916,7 +916,9 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     :data:`edge.runtime.chain.LOW_START_AGREEMENT` after that is warned about
     (``decision["warning"]``): measured on 64 held-out robot cells, such starts kept little
     over copying the start frame. ``refuse_moved``: called with the moved-camera warning
-    before anything is anchored (``precheck`` refuses there); it raises to refuse.
+    before anything is anchored where the shift is at least
+    :data:`edge.runtime.chain.CAMERA_SHIFT_REFUSE_PX` (``precheck`` refuses there); it
+    raises to refuse.
 
     Raises:
         RuntimeInputError: ``--anchor`` with ``--no-anchor``; as :func:`_anchor_episode`;
@@ -924,7 +926,12 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     """
     import importlib.util
 
-    from edge.runtime.chain import AUTO_ANCHOR_BELOW, LOW_START_AGREEMENT, start_agreement
+    from edge.runtime.chain import (
+        AUTO_ANCHOR_BELOW,
+        CAMERA_SHIFT_REFUSE_PX,
+        LOW_START_AGREEMENT,
+        start_agreement,
+    )
 
     given = getattr(args, "anchor", None)
     if given and getattr(args, "no_anchor", False):
@@ -932,8 +939,9 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     before = start_agreement(chain, start, q0)
     say_light_change(before.get("light"))
     moved = say_camera_moved(before.get("camera"))
-    if moved and refuse_moved is not None:  # before anchoring's 30 s, which cannot undo it
-        refuse_moved([moved])
+    if moved and refuse_moved is not None and \
+            before["camera"]["shift"] >= CAMERA_SHIFT_REFUSE_PX:
+        refuse_moved([moved])  # before anchoring's 30 s, which cannot undo it
     share = before["arm_on_arm"]
     decided: dict[str, Any] = {"before": before, "anchored": False, "why": None,
                                "after": None, "warning": None, "camera_warning": moved}

@@ -1019,6 +1019,10 @@ def match_light(chain: ChainCalibration, start: np.ndarray, start_joint_position
 #: (99th percentile 0.30 px); a start shifted by 1.8 px read it on 99.2% (also dimmed to
 #: 0.6: 98.4%), by 1 px on 31%.
 CAMERA_SHIFT_WARN_PX = 1.0
+#: ``precheck`` refuses a start (``--mismatch refuse``, its default) whose scene is shifted
+#: by at least this many px on the chain's grid: twice the warning's, so that the 1 in 768
+#: unmoved starts read at 1 px above is warned of, not refused.
+CAMERA_SHIFT_REFUSE_PX = 2.0
 
 
 #: :func:`camera_shift` judges a shift only where at least this share of the frame is
