@@ -672,8 +672,8 @@ def test_a_recording_kept_elsewhere_keeps_its_reference_frame(cell, capsys, monk
 def test_readings_in_degrees_are_said_when_the_stream_opens(cell) -> None:
     """A controller reporting degrees: said from the first readings, while the technician
     can still stop (it was noticed only by check, after the sweep)."""
+    from edge.calibrate.assemble import start_unit_warning
     from edge.calibrate.plan import load_program
-    from edge.calibrate.record import start_unit_warning
 
     prog = load_program(cell["plan"])
     home = np.asarray(prog.positions[0], np.float64)

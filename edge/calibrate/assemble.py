@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,7 @@ from edge.joints import JointSample, Status, continuous_positions, names_are_pos
 from edge.timebase import capture_stamps, pair_frames
 
 __all__ = ["DEFAULT_TOLERANCE_S", "AssembleOptions", "assemble_episode", "check_channels",
-           "fit_program_start", "pairing_tolerance"]
+           "fit_program_start", "pairing_tolerance", "start_unit_warning"]
 
 #: A knot whose nearest frame is further than this share of a frame period is a gap.
 GAP_FRACTION = 0.4
@@ -79,6 +80,41 @@ def _channels(program: JointProgram, names: list[str]) -> tuple[list[int], list[
     raise RecordingError(f"joint stream channels {names} share no name with the program's "
                          f"DoFs {want} (a program for robot {program.robot!r}): plan for the "
                          f"robot on this stream")
+
+
+def start_unit_warning(program: JointProgram, names: list[str], position: np.ndarray
+                       ) -> str | None:
+    """A warning when a joint stream's first readings look like degrees where ``program``
+    plans rad: a revolute channel reading more than two turns, or about 57.3 times the
+    program's home pose (where that is at least 0.05 rad from zero); None otherwise.
+
+    Args:
+        program: the joint program (its first row is the home pose, rad|m).
+        names: the stream's channel names (``JointStream.joint_names``).
+        position: float ``[J]``, the stream's first readings in its channel order.
+    """
+    try:
+        pc, sc, _ = _channels(program, list(names))
+    except RecordingError:
+        return None  # check_channels refuses it before the sweep
+    home = np.asarray(program.positions[0], np.float64)
+    q = np.asarray(position, np.float64)
+    deg = math.degrees(1.0)
+    said = []
+    for i, j in zip(pc, sc, strict=True):
+        if program.dof_units[i] != "rad" or j >= len(q) or not np.isfinite(q[j]):
+            continue
+        if abs(q[j]) > 4 * math.pi or (abs(home[i]) >= 0.05
+                                       and abs(q[j] / home[i] / deg - 1.0) < 0.05):
+            said.append(f"{program.dof_names[i]} reads {q[j]:.4g} where the plan's home is "
+                        f"{home[i]:+.3f} rad")
+    if not said:
+        return None
+    return (f"the joint readings at the start look like degrees, not rad ({'; '.join(said)}): "
+            "the program and the models take rad; stop now (Ctrl-C) and set the "
+            "controller's (or the bridge's) position unit to rad, then record again "
+            "('calibrate check' fails a sweep in degrees as sweep_overshoot)")
+
 
 
 #: The pairing tolerance of a joint stream of 50 Hz or faster, s.

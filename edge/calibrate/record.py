@@ -14,7 +14,6 @@ into an episode. A camera that disconnects ends the recording early with
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -29,8 +28,7 @@ from edge.calibrate.plan import SEGMENT_FRAMES, JointProgram
 from edge.errors import EdgeError
 from edge.joints import JointSample, JointSource
 
-__all__ = ["INTERRUPTED", "RawRecording", "RecordOptions", "RecordingInterrupted", "record",
-           "start_unit_warning"]
+__all__ = ["INTERRUPTED", "RawRecording", "RecordOptions", "RecordingInterrupted", "record"]
 
 
 @dataclass(frozen=True)
@@ -44,9 +42,10 @@ class RecordOptions:
         drain_timeout_s: how long to wait, after the last frame, for joint samples that
             cover it, s (wall clock).
         progress: called with one line per event (DoF started, DoF done); None: silent.
-        warn: called with a line when the joint readings at the start look wrong for the
-            program (degrees where it plans rad: :func:`start_unit_warning`), while there is
-            still time to stop; None: silent.
+        first_readings: called once with the joint stream's first readings (float
+            ``[J]``, the stream's channel order), while there is still time to stop (``calibrate
+            record`` says there when they look like degrees:
+            :func:`edge.calibrate.assemble.start_unit_warning`); None: not called.
     """
 
     start_timeout_s: float = 30.0
@@ -54,43 +53,7 @@ class RecordOptions:
     motion_threshold: float = 0.01
     drain_timeout_s: float = 1.0
     progress: Callable[[str], None] | None = None
-    warn: Callable[[str], None] | None = None
-
-
-def start_unit_warning(program: JointProgram, names: list[str], position: np.ndarray
-                       ) -> str | None:
-    """A warning when a joint stream's first readings look like degrees where ``program``
-    plans rad: a revolute channel reading more than two turns, or about 57.3 times the
-    program's home pose (where that is at least 0.05 rad from zero); None otherwise.
-
-    Args:
-        program: the joint program (its first row is the home pose, rad|m).
-        names: the stream's channel names (``JointStream.joint_names``).
-        position: float ``[J]``, the stream's first readings in its channel order.
-    """
-    from edge.calibrate.assemble import _channels
-
-    try:
-        pc, sc, _ = _channels(program, list(names))
-    except EdgeError:
-        return None  # check_channels refuses it before the sweep
-    home = np.asarray(program.positions[0], np.float64)
-    q = np.asarray(position, np.float64)
-    deg = math.degrees(1.0)
-    said = []
-    for i, j in zip(pc, sc, strict=True):
-        if program.dof_units[i] != "rad" or j >= len(q) or not np.isfinite(q[j]):
-            continue
-        if abs(q[j]) > 4 * math.pi or (abs(home[i]) >= 0.05
-                                       and abs(q[j] / home[i] / deg - 1.0) < 0.05):
-            said.append(f"{program.dof_names[i]} reads {q[j]:.4g} where the plan's home is "
-                        f"{home[i]:+.3f} rad")
-    if not said:
-        return None
-    return (f"the joint readings at the start look like degrees, not rad ({'; '.join(said)}): "
-            "the program and the models take rad; stop now (Ctrl-C) and set the "
-            "controller's (or the bridge's) position unit to rad, then record again "
-            "('calibrate check' fails a sweep in degrees as sweep_overshoot)")
+    first_readings: Callable[[np.ndarray], None] | None = None
 
 
 #: Why a recording stopped when Ctrl-C stopped it (``RawRecording.disconnected``, which
@@ -216,14 +179,11 @@ def record(camera: FrameSource, stream: JointSource, program: JointProgram,
                 raw.frames.append(frame)
                 raw.frame_stamps_ns.append(int(stamp))
                 first = raw.frame_stamps_ns[0]
-                if not unit_checked and opts.warn is not None:
+                if not unit_checked and opts.first_readings is not None:
                     snap = reader.snapshot()
                     if snap:
                         unit_checked = True
-                        said = start_unit_warning(program, raw.joint_names,
-                                                  snap[0].position_rad)
-                        if said:
-                            opts.warn(said)
+                        opts.first_readings(np.asarray(snap[0].position_rad, np.float64))
                 if raw.onset_ns is None:
                     raw.onset_ns = _onset(reader.snapshot(), opts.motion_threshold)
                     if raw.onset_ns is not None:

@@ -191,7 +191,7 @@ def _keep_partial(raw, prog, aopts, out: Path) -> Path:
 
 def run_record(args: argparse.Namespace) -> int:
     """``calibrate record``: write the episode (or the partial recording) and its reference."""
-    from edge.calibrate.assemble import assemble_episode, check_channels
+    from edge.calibrate.assemble import assemble_episode, check_channels, start_unit_warning
     from edge.calibrate.camera import open_camera
     from edge.calibrate.plan import load_program
     from edge.calibrate.record import RecordingInterrupted, RecordOptions, record
@@ -207,10 +207,16 @@ def run_record(args: argparse.Namespace) -> int:
         joints = open_joints(args.joints)
         try:
             check_channels(prog, list(joints.joint_names))  # before the sweep, not after
+            names = list(joints.joint_names)
+
+            def first_readings(q: np.ndarray) -> None:
+                said = start_unit_warning(prog, names, q)  # degrees, said before the sweep
+                if said:
+                    print(f"warning: {said}", file=sys.stderr, flush=True)
+
             opts = RecordOptions(start_timeout_s=args.start_timeout_s,
                                  progress=lambda line: print(line, flush=True),
-                                 warn=lambda line: print(f"warning: {line}", file=sys.stderr,
-                                                         flush=True))
+                                 first_readings=first_readings)
             try:
                 raw = record(cam, joints, prog, opts)
             except RecordingInterrupted as stop:  # Ctrl-C: keep the sweeps already made

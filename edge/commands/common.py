@@ -306,7 +306,8 @@ def get_context(args: argparse.Namespace, model: WorldModel, start_episode: Epis
                                 f"{cached} DoFs; drop --dof or pass --dof {cached}")
     num_dof = int(args.dof) if args.dof is not None else cached
     mismatch = episode_mismatch_warning(meta, {"cell_id": args.cell, "camera_id": camera,
-                                               "robot_id": robot}, str(args.start),
+                                               "robot_id": robot},
+                                        str(getattr(args, "start", None) or "the start"),
                                         f"cached for --cell {args.cell}")
     return CalibrationContext(ctx.values, ctx.model_sha256, num_dof, ctx.source,
                               warnings=(mismatch,) if mismatch else ())
