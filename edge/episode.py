@@ -53,6 +53,7 @@ __all__ = [
     "actions_from_positions",
     "continuous_joints",
     "load_episode",
+    "reference_path",
     "save_episode",
 ]
 
@@ -306,6 +307,14 @@ def _validate(ep: Episode, path: object) -> None:
         rm = _check_array(path, "robot_mask", ep.robot_mask, np.bool_, 3)
         if rm.shape != (t, h, w):
             _fail(path, "robot_mask", f"expected shape {(t, h, w)}, found {rm.shape}")
+
+
+def reference_path(episode_path: str | os.PathLike[str]) -> Path:
+    """Where a recorded episode's reference frame lies beside it: ``NAME.npz`` ->
+    ``NAME.reference.png`` (the camera's first frame at its own resolution, which
+    ``calibrate verify`` compares the camera with)."""
+    p = Path(episode_path)
+    return p.with_name(p.name.removesuffix(".npz") + ".reference.png")
 
 
 def save_episode(episode: Episode, path: str | os.PathLike[str]) -> Path:

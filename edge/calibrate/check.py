@@ -676,11 +676,12 @@ def _program_not_followed(rec: dict, program: dict) -> dict | None:
     rms = rec.get("fit_rms")
     amps = [abs(float(s.get("amplitude", 0.0))) for s in program.get("sweeps") or ()]
     amps = [a for a in amps if a > 0]
-    if rms is None or not amps or rms <= PROGRAM_FIT_FRACTION * float(np.median(amps)):
+    limit = PROGRAM_FIT_FRACTION * float(np.median(amps)) if amps else 0.0
+    if rms is None or not amps or rms <= limit:
         return None
     return _reason("program_not_followed", f"the joint readings are {rms:.3g} RMS from the "
-                   f"program once its start is aligned (expected under "
-                   f"{PROGRAM_FIT_FRACTION * float(np.median(amps)):.3g}, a tenth of the "
+                   f"program once its start is aligned (expected under {limit:.3g}, a "
+                   f"tenth of the "
                    f"median sweep): the arm paused, lagged behind or ran another program, so "
                    f"the episode's frames, taken at the program's times, miss its sweeps; "
                    f"check that the controller runs the program without pauses or speed "

@@ -196,7 +196,7 @@ def run_record(args: argparse.Namespace) -> int:
     from edge.calibrate.plan import load_program
     from edge.calibrate.record import RecordingInterrupted, RecordOptions, record
     from edge.calibrate.sources import open_joints
-    from edge.episode import save_episode
+    from edge.episode import reference_path, save_episode
     from edge.visual import write_png
 
     prog = load_program(args.plan)
@@ -254,7 +254,7 @@ def run_record(args: argparse.Namespace) -> int:
         save_episode(ep, out)
     except OSError as exc:  # the folder went away or filled up during the sweep
         kept = _keep_elsewhere(ep, out, raw.frames[0])
-        ref = kept.with_name(kept.name.removesuffix(".npz") + ".reference.png")
+        ref = reference_path(kept)
         raise RecordingError(f"{out}: cannot write the recording ({exc.strerror or exc}); "
                              f"the recording was kept at {kept}"
                              + (f" with its reference frame {ref}" if ref.is_file() else
@@ -265,7 +265,7 @@ def run_record(args: argparse.Namespace) -> int:
         stale.unlink()
         print(f"note: removed {stale}, the partial recording of an earlier try",
               file=sys.stderr)
-    ref = out.with_name(out.name.removesuffix(".npz") + ".reference.png")
+    ref = reference_path(out)
     write_png(ref, raw.frames[0])
     rec = ep.metadata.extra["recording"]
     print(f"{ep.num_frames} frames x {ep.num_dof} DoFs at {ep.metadata.fps:g} Hz; "
@@ -290,12 +290,6 @@ def run_record(args: argparse.Namespace) -> int:
                          "extra.recording.joint_turns_unwrapped")
     if ep.metadata.kind == "calibration":  # a validation recording is not a sweep to check
         _say_check(ep, out)
-    if rec.get("missing_dofs"):  # the program swept them; the joint stream never named them
-        print(f"warning: the joint stream sent no channel for {', '.join(rec['missing_dofs'])} "
-              f"(the plan sweeps {len(rec['missing_dofs']) + ep.num_dof} DoFs, the episode "
-              f"has {ep.num_dof}): check the controller's channel list (syncedge bridge probe "
-              f"URL) and record again; 'calibrate check' refuses this episode (dof_missing)",
-              file=sys.stderr)
     print(out)
     print(ref)
     return 0
@@ -366,7 +360,7 @@ def _keep_elsewhere(ep, out: Path, reference: np.ndarray | None = None) -> Path:
     written."""
     import tempfile
 
-    from edge.episode import save_episode
+    from edge.episode import reference_path, save_episode
     from edge.visual import write_png
 
     try:
@@ -376,8 +370,7 @@ def _keep_elsewhere(ep, out: Path, reference: np.ndarray | None = None) -> Path:
                             / out.name)
     if reference is not None:  # calibrate verify compares the camera with it later
         try:
-            write_png(kept.with_name(kept.name.removesuffix(".npz") + ".reference.png"),
-                      reference)
+            write_png(reference_path(kept), reference)
         except OSError:
             pass  # the episode is what must survive; store falls back to its frame 0, said
     return kept

@@ -176,7 +176,7 @@ def checked_episode(args: argparse.Namespace) -> tuple[Any, dict, np.ndarray, Pa
         CalibrateError: the check failed and ``--force`` was not given.
     """
     from edge.calibrate.check import EpisodeArrays, check_arrays
-    from edge.episode import load_episode
+    from edge.episode import load_episode, reference_path
     from edge.runtime.inputs import load_image
 
     ep = load_episode(args.episode)
@@ -187,11 +187,9 @@ def checked_episode(args: argparse.Namespace) -> tuple[Any, dict, np.ndarray, Pa
         raise CalibrateError(f"{args.episode}: the calibration failed its check ({codes}); "
                              f"record it again, or store it anyway with --force REASON")
     ref_path = Path(args.reference) if args.reference else \
-        Path(str(args.episode).removesuffix(".npz") + ".reference.png")
-    if ref_path.is_file():
+        reference_path(args.episode)
+    if ref_path.is_file() or args.reference:  # a --reference missing is named
         reference = load_image(ref_path)
-    elif args.reference:
-        reference = load_image(ref_path)  # names the missing file
     else:
         reference = ep.frames[0]
         fh, fw = reference.shape[:2]

@@ -42,7 +42,7 @@ def _names(text: str | None, flag: str) -> tuple[str, ...] | None:
 def run_import(args: argparse.Namespace) -> int:
     """Import the recording, write the episode and its reference frame, print a summary."""
     from edge.calibrate.recording_import import ImportOptions, import_recording
-    from edge.episode import save_episode
+    from edge.episode import reference_path, save_episode
     from edge.visual import write_png
 
     out = Path(args.out)
@@ -63,7 +63,7 @@ def run_import(args: argparse.Namespace) -> int:
     ep = import_recording(args.source, opts, image_topic=args.image_topic,
                           joint_topic=args.joint_topic, episode_index=args.episode_index,
                           camera_key=args.camera_key)
-    ref = out.with_name(out.name.removesuffix(".npz") + ".reference.png")
+    ref = reference_path(out)
     # both or neither: the reference frame is staged, the episode written, then the frame
     # moved under its name (an earlier pair is replaced, never half of it)
     staged = write_png(ref.with_name(f".{ref.name}.staged"), ep.frames[0])

@@ -44,7 +44,7 @@ from edge.state import state_root
 
 __all__ = ["ANCHOR_FROM_CACHE", "CHAIN_FROM_CACHE", "StagedOutput", "add_anchor_arg",
            "anchor_chain", "active_bundle_dir", "add_chain_arg", "say_light_change",
-           "say_camera_moved", "agreement_warnings",
+           "say_camera_moved", "agreement_warnings", "chain_start_mismatch",
            "add_context_args", "add_model_args", "cached_chain_key", "chain_mode",
            "chain_model_identity", "chain_rollout_rate",
            "chain_store_hint", "DEFAULT_CHAIN_RATE_HZ",
@@ -435,6 +435,16 @@ def say_warnings(lines: Sequence[str]) -> list[str]:
     return list(lines)
 
 
+def chain_start_mismatch(args: argparse.Namespace, chain: Any, episode: Episode | None
+                         ) -> str | None:
+    """The warning when the start episode was recorded in another cell, camera or robot
+    than the episode ``chain`` was read from
+    (:func:`edge.runtime.inputs.episode_mismatch_warning`), or None."""
+    cal = chain.info.get("calibration") or {}
+    return episode_mismatch_warning(episode.metadata if episode is not None else None, cal,
+                                    str(args.start), str(cal.get("file") or "of the chain"))
+
+
 def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode | None,
                          q0: Any, actions: Any, actions_from: str, joints_flag: str,
                          joints: str | None) -> list[str]:
@@ -443,12 +453,9 @@ def chain_input_warnings(args: argparse.Namespace, chain: Any, episode: Episode 
     more than a full turn from the calibration's home pose (given as ``joints_flag`` with
     the value ``joints``, else the start episode's), and actions faster than any arm
     (:mod:`edge.runtime.inputs`). Printed on stderr; returned for the report."""
-    cal = chain.info.get("calibration") or {}
     lines = [*start_resize_warnings(episode, str(args.start)),
              *getattr(args, "start_notes", [])]
-    mismatch = episode_mismatch_warning(episode.metadata if episode is not None else None,
-                                        cal, str(args.start),
-                                        str(cal.get("file") or "of the chain"))
+    mismatch = chain_start_mismatch(args, chain, episode)
     if mismatch:
         lines.append(mismatch)
     where = joints_flag if joints else f"{args.start} (first joint_positions)"

@@ -31,6 +31,7 @@ from edge.commands.common import (
     chain_mode,
     chain_model_identity,
     chain_rollout_rate,
+    chain_start_mismatch,
     check_out_dir,
     describe_identity,
     get_context,
@@ -52,7 +53,6 @@ from edge.runtime.chain import CHAIN_MODEL_SHA256
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import (
     action_speed_warnings,
-    episode_mismatch_warning,
     episode_sliding,
     fit_image,
     grey_image_note,
@@ -436,10 +436,7 @@ def _run_chain(args: argparse.Namespace, rules) -> int:
         check_horizon(args.horizon)
     chain, start, episode, q0, source = open_chain(args, "--joint-state", args.joint_state)
     k = chain.num_dof
-    cal_ids = chain.info.get("calibration") or {}
-    mismatch = episode_mismatch_warning(episode.metadata if episode is not None else None,
-                                        cal_ids, str(args.start),
-                                        str(cal_ids.get("file") or "of the chain"))
+    mismatch = chain_start_mismatch(args, chain, episode)
     refuse_mismatch(args, [mismatch] if mismatch else [])
     # the stale-calibration gate: the cell's chain entry holds the reference frame
     camera = robot = None
