@@ -236,6 +236,10 @@ class CaptureStamps:
         jumps: the device clock's discontinuities (:class:`ClockJump`); each stretch
             between them was placed on the host clock on its own.
         receipt_reason: why receipt stamps were used (``method == "receipt"``), for printing.
+        out_of_sequence: indices of samples that arrived after a later capture of the same
+            device clock (delivered out of order, or the same frame sent again without the
+            ``STALE`` flag): left out of the estimate and placed by their own device stamps,
+            so ``stamps_ns`` is not increasing there (see :func:`capture_stamps`).
     """
 
     stamps_ns: np.ndarray
@@ -244,6 +248,7 @@ class CaptureStamps:
     detail: dict[str, Any]
     jumps: tuple[ClockJump, ...] = ()
     receipt_reason: str = "the stream has neither request stamps nor device stamps"
+    out_of_sequence: tuple[int, ...] = ()
 
     def describe(self) -> str:
         """One line for a report: method, latency and the figures behind it, and the
@@ -258,6 +263,11 @@ class CaptureStamps:
             line += (f"; the device clock jumped {len(self.jumps)} time(s) (largest "
                      f"{big.device_step_ns / 1e6:+.3f} ms at sample {big.sample}): each stretch "
                      f"between jumps was placed on the host clock on its own")
+        if self.out_of_sequence:
+            line += (f"; {len(self.out_of_sequence)} sample(s) arrived after a later one "
+                     f"(out of order, or sent twice without the stale flag; first at sample "
+                     f"{self.out_of_sequence[0]}): left out of the estimate and placed by their "
+                     f"device stamps")
         return line
 
 
@@ -331,9 +341,19 @@ def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
     ``STALE``; the first one after it where none came before), so ``stamps_ns`` still has
     one entry per sample, and :class:`ClockJump` indices count every sample.
 
+    A device-stamped stream may also deliver a sample after a later one without flagging
+    it (a link that reorders, a device that sends a frame twice): a device stamp not above
+    every stamp before it. That is told from the device clock stepping back by the level
+    of ``receipt - device`` after it (:func:`_out_of_sequence`): a clock that stepped back
+    by ``D`` raises the level of every later sample by ``D``; a late delivery leaves the
+    later samples' level where it was. Such samples are left out of the estimate and
+    placed by their own device stamps on the clock of the sample before them
+    (:attr:`CaptureStamps.out_of_sequence`; sort by ``stamps_ns`` before pairing, as
+    :func:`pair_samples` does).
+
     Args:
-        samples: ``N`` joint samples of one stream, in order, at least 2 of them not
-            ``STALE``.
+        samples: ``N`` joint samples of one stream, in order of receipt, at least 2 of them
+            not ``STALE``.
 
     Returns:
         :class:`CaptureStamps` (``stamps_ns`` int64 ``(N,)``, ns); ``describe()`` prints the
@@ -348,26 +368,92 @@ def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
     if int(fresh.sum()) < 2:
         raise TimebaseError(f"capture_stamps: expected at least 2 samples that are not STALE, "
                             f"found {int(fresh.sum())} of {len(samples)}; record longer")
-    if fresh.all():
+    dev = np.array([s.device_stamp_ns for s in samples], dtype=np.int64)  # (N,)
+    rx = np.array([s.receipt_ns for s in samples], dtype=np.int64)
+    late = np.zeros(len(samples), dtype=bool)  # delivered after a later capture
+    if (dev[fresh] >= 0).all() and not all(samples[i].request_ns >= 0
+                                           for i in np.flatnonzero(fresh)):
+        late[fresh] = _out_of_sequence(dev[fresh], rx[fresh])
+    use = fresh & ~late
+    if use.all():
         return _capture_stamps(samples)
-    kept = np.flatnonzero(fresh)  # (K,) indices of the samples the estimate uses
-    est = _capture_stamps(_without_stale(samples, fresh))
-    # a STALE sample takes the stamp of the last fresh sample before it (else the first after)
+    kept = np.flatnonzero(use)  # (K,) indices of the samples the estimate uses
+    est = _capture_stamps(_kept_samples(samples, use))
+    # a STALE sample takes the stamp of the last kept sample before it (else the first after)
     src = np.maximum(np.searchsorted(kept, np.arange(len(samples)), side="right") - 1, 0)
     jumps = tuple(ClockJump(int(kept[j.sample]), j.device_step_ns) for j in est.jumps)
-    rx = np.array([s.receipt_ns for s in samples], dtype=np.int64)
     stamps = est.stamps_ns[src]
+    # a late sample: its own device stamp on the clock of the kept sample before it
+    stamps[late] = stamps[late] + (dev[late] - dev[kept[src[late]]])
     latency = None if est.latency_s is None else float(np.mean(rx[kept] - est.stamps_ns)) / 1e9
-    return CaptureStamps(stamps, est.method, latency, est.detail, jumps, est.receipt_reason)
+    return CaptureStamps(stamps, est.method, latency, est.detail, jumps, est.receipt_reason,
+                         tuple(int(i) for i in np.flatnonzero(late)))
 
 
-def _without_stale(samples: Sequence[JointSample], fresh: np.ndarray) -> list[JointSample]:
-    """The samples where ``fresh`` (bool ``(N,)``) is True; the pings a ``STALE`` sample
-    carries move to the fresh sample before it (the first fresh one where none came
-    before), so that no ping is lost with it."""
+def _out_of_sequence(dev: np.ndarray, rx: np.ndarray) -> np.ndarray:
+    """Which samples of a device-stamped stream arrived after a later capture of the same
+    clock: bool ``(N,)`` of ``dev``, ``rx`` (int64 ``(N,)`` device and receipt stamps, ns).
+
+    A run of samples whose device stamps are not above the highest before them (since the
+    clock last stepped back) is either a late delivery (reordered, or sent twice) or the
+    device clock stepping back by ``D = highest before - lowest in the run + one period``.
+    Delivery delay only adds, so the minimum of ``receipt - device`` over the samples after
+    the run tells them apart: the clock that stepped back raises it by ``D``; after a late
+    delivery it stays where it was before the run. The run is late where that minimum rose
+    by less than ``D / 2`` and less than 4 sigma of the scatter of such minima over the
+    stream (a step that small cannot be told from delivery jitter). A run that reaches the
+    end of the stream is late only where every stamp in it repeats one before it exactly.
+    After a step back, the clock's new stretch is searched the same way from its first
+    sample (a sample reordered inside it is found too)."""
+    n = dev.size
+    late = np.zeros(n, dtype=bool)
+    steps = np.diff(dev)
+    if n < 2 or (steps > 0).all():
+        return late
+    period = float(np.median(steps[steps > 0])) if (steps > 0).any() else 0.0
+    level = (rx - dev).astype(np.float64)  # (N,) host - device: delay plus the clock offset
+    w = int(np.clip(n // 20, 5, 20))
+    cand0 = np.concatenate([[False], dev[1:] <= np.maximum.accumulate(dev)[:-1]])
+    ok = level[~cand0]
+    nb = ok.size // w
+    sigma = 0.0
+    if nb >= 3:
+        d = np.diff(ok[:nb * w].reshape(nb, w).min(1))
+        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d))))
+    start, a = 0, 1  # the clock's latest stretch begins at start; search from a
+    while a < n:
+        top = np.maximum.accumulate(dev[start:])  # (n - start,) highest so far
+        cand = dev[start + 1:] <= top[:-1]  # cand[k]: sample start + 1 + k
+        idx = start + 1 + np.flatnonzero(cand[a - start - 1:]) + (a - start - 1)
+        if idx.size == 0:
+            break
+        jumped = False
+        for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+            r0, r1 = int(run[0]), int(run[-1]) + 1
+            high = int(top[r0 - 1 - start])  # highest stamp before the run
+            before = start + np.flatnonzero(~late[start:r0])[-w:]
+            after = r1 + np.flatnonzero(dev[r1:] > high)[:w]
+            if after.size == 0:
+                late[r0:r1] = bool(np.isin(dev[r0:r1], dev[start:r0]).all())
+            else:
+                step_back = float(high - dev[r0:r1].min()) + period
+                rise = float(level[after].min() - level[before].min())
+                late[r0:r1] = rise < max(step_back / 2, 4 * sigma)
+            if not late[r0]:  # the clock stepped back: a new stretch from r0
+                start, a, jumped = r0, r0 + 1, True
+                break
+        if not jumped:
+            break
+    return late
+
+
+def _kept_samples(samples: Sequence[JointSample], keep: np.ndarray) -> list[JointSample]:
+    """The samples where ``keep`` (bool ``(N,)``) is True; the pings a sample left out
+    carries move to the kept sample before it (the first kept one where none came before),
+    so that no ping is lost with it."""
     out: list[JointSample] = []
-    early: tuple[Ping, ...] = ()  # pings of STALE samples before the first fresh one
-    for s, ok in zip(samples, fresh, strict=True):
+    early: tuple[Ping, ...] = ()  # pings of samples left out before the first kept one
+    for s, ok in zip(samples, keep, strict=True):
         if ok:
             out.append(dataclasses.replace(s, pings=early + s.pings) if early else s)
             early = ()
@@ -555,7 +641,7 @@ def pair_samples(frame_stamps_ns: ArrayLike, samples: Sequence[JointSample], *,
     The default way to pair: :func:`capture_stamps` estimates each sample's capture time
     (and the receipt latency, to print), then :func:`pair_frames` interpolates positions at
     each latency-corrected frame stamp. ``STALE`` samples are left out of both (they carry
-    no new capture).
+    no new capture); samples that arrived out of order are paired at their capture.
 
     Args:
         frame_stamps_ns: int ``(F,)`` frame stamps, ns; samples: ``N >= 2`` joint samples
@@ -569,5 +655,7 @@ def pair_samples(frame_stamps_ns: ArrayLike, samples: Sequence[JointSample], *,
     """
     est = capture_stamps(samples)
     _, pos, valid = samples_to_arrays(samples)
-    return pair_frames(frame_stamps_ns, est.stamps_ns, pos, tolerance_s=tolerance_s,
-                       frame_latency_s=frame_latency_s, valid=valid), est
+    order = np.argsort(est.stamps_ns, kind="stable")  # samples that arrived late, in place
+    return pair_frames(frame_stamps_ns, est.stamps_ns[order], pos[order],
+                       tolerance_s=tolerance_s, frame_latency_s=frame_latency_s,
+                       valid=valid[order]), est

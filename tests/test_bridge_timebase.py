@@ -425,3 +425,101 @@ def test_bridge_timebase_a_round_trip_of_zero_says_its_error_bound_was_not_measu
     assert "error bound ms" not in est.detail
     assert est.detail["error bound"] == "not measured (min RTT 0: no wire time)"
     assert "error bound not measured (min RTT 0: no wire time)" in est.describe()
+
+
+def _deliver_out_of_sequence(samples, cap, every: int, kind: str):
+    """``samples`` as a link without sequence numbers might deliver them: every ``every``-th
+    one sent twice (``kind="twice"``, the copy 1 us after the original and unflagged), or
+    held back and handed over 1 us after the next one (``"swap"``).
+    Returns ``(samples, capture ns of each, indices of the ones that arrived late)``."""
+    from dataclasses import replace
+
+    out, when, late = [], [], []
+    if kind == "twice":
+        for k, x in enumerate(samples):
+            out.append(x)
+            when.append(cap[k])
+            if k % every == every // 2:
+                late.append(len(out))
+                out.append(replace(x, receipt_ns=x.receipt_ns + 1000, pings=()))
+                when.append(cap[k])
+        return out, np.array(when), late
+    out, when = list(samples), list(cap)
+    for k in range(every // 2, len(samples) - 1, every):
+        a, b = out[k], out[k + 1]
+        out[k], out[k + 1] = b, replace(a, receipt_ns=b.receipt_ns + 1000)
+        when[k], when[k + 1] = when[k + 1], when[k]
+        late.append(k + 1)
+    return out, np.array(when), late
+
+
+@pytest.mark.parametrize("kind", ["twice", "swap"])
+@pytest.mark.parametrize("pinged", [True, False])
+def test_samples_delivered_out_of_sequence_unflagged_are_no_clock_jumps(kind, pinged):
+    """A stream without sequence numbers that delivers a sample twice or after the next one
+    (nothing flags it STALE): before, every such sample read as a device clock jump, the
+    estimate was cut into ~30 stretches and placed samples 6-10 ms off (drift 183 ppm
+    instead of 50). Now the late samples are named, left out of the estimate and placed
+    by their own device stamps: the estimate is the clean stream's."""
+    from dataclasses import replace
+
+    from edge.timebase import capture_stamps, pair_samples
+
+    rng = np.random.default_rng(11)
+    cap, samples = _device_link(rng, 1500, 150, link_ns=9_000_000)
+    if not pinged:
+        samples = [replace(x, pings=()) for x in samples]
+    clean = capture_stamps(samples)
+    bad, when, late = _deliver_out_of_sequence(samples, cap, 50, kind)
+    est = capture_stamps(bad)
+    assert est.jumps == () and list(est.out_of_sequence) == late
+    assert est.method == clean.method
+    assert est.detail["drift ppm"] == pytest.approx(clean.detail["drift ppm"], abs=1.0)
+    offset = np.median(clean.stamps_ns - cap)  # the envelope's link delay, without pings
+    assert np.abs(est.stamps_ns - when - offset).max() < 600_000
+    assert f"{len(late)} sample(s) arrived after a later one" in est.describe()
+    # paired at their capture: joint 0 reads the capture time, so the pairing shows it
+    frames = np.linspace(cap[20], cap[-20], 400).astype(np.int64)
+    p, _ = pair_samples(frames + int(offset), bad, tolerance_s=0.02)
+    assert p.paired.all()
+    assert np.abs(p.positions[:, 0] - frames).max() < 600_000
+
+
+@pytest.mark.parametrize("step_ms", [-6, -25, -100, -3000])
+def test_a_clock_that_steps_back_is_still_a_jump_with_late_samples_around_it(step_ms):
+    """The device clock stepping back (by 3 to 1500 sample periods) raises the level of
+    receipt - device for every later sample, a late delivery does not: the step stays a
+    jump, found at its sample, and samples swapped before and inside the step's stretch
+    (its stamps below the old clock's highest) are still found late."""
+    from edge.timebase import capture_stamps
+
+    rng = np.random.default_rng(12)
+    cap, samples = _device_link(rng, 1500, 150, link_ns=9_000_000)
+    step = step_ms * 1_000_000
+    jumped = _jump_device_clock(samples, 600, step, int(cap[600]) - 9_000_000)
+    bad, when, late = _deliver_out_of_sequence(jumped, cap, 60, "swap")
+    est = capture_stamps(bad)
+    assert [j.sample for j in est.jumps] == [600], est.describe()
+    assert est.jumps[0].device_step_ns == pytest.approx(step, abs=3_000_000)
+    assert list(est.out_of_sequence) == late
+    assert np.abs(est.stamps_ns - when).max() < 600_000
+
+
+def test_a_sample_repeated_at_the_end_is_late_a_step_back_there_is_a_jump():
+    """With nothing after it to compare the level with, a last sample below the highest
+    stamp is late only where it repeats an earlier stamp exactly."""
+    from dataclasses import replace
+
+    from edge.timebase import capture_stamps
+
+    rng = np.random.default_rng(13)
+    cap, samples = _device_link(rng, 400, 40, link_ns=9_000_000)
+    again = [*samples, replace(samples[-1], receipt_ns=samples[-1].receipt_ns + 5000, pings=())]
+    est = capture_stamps(again)
+    assert est.jumps == () and est.out_of_sequence == (400,)
+    assert est.stamps_ns[400] == est.stamps_ns[399]
+    back = [*samples, replace(samples[-1], receipt_ns=samples[-1].receipt_ns + 2_000_000,
+                              device_stamp_ns=samples[-1].device_stamp_ns - 50_000_000,
+                              pings=())]
+    est = capture_stamps(back)
+    assert [j.sample for j in est.jumps] == [400] and est.out_of_sequence == ()

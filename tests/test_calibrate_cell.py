@@ -119,6 +119,29 @@ def test_a_controller_clock_that_jumps_mid_recording_still_pairs(step_ms: int) -
     assert check_arrays(EpisodeArrays.from_episode(ep))["verdict"] == "pass"
 
 
+def test_joint_samples_delivered_late_or_twice_unflagged_still_pair() -> None:
+    """The controller's link hands every 40th sample over after the next one and sends
+    every 70th again after the next one, flagging neither (the device counter does not
+    repeat back to back): before, each read as a clock jump (60 "jumps", stretches
+    placed apart); now the recording names them, places each at its own device stamp, and
+    every frame pairs with the joints' true positions as on a clean link."""
+    raw, ep, complete, truth = record_sim("", "&late_every=40&again_every=70")
+    rec = ep.metadata.extra["recording"]
+    counters = [s.device_counter for s in raw.samples]
+    behind = sum(c <= max(counters[:i]) for i, c in enumerate(counters) if i)
+    assert behind >= 40
+    assert complete and rec["joint_clock_jumps"] == [] and rec["joint_clock"] == "device clock"
+    assert rec["joint_samples_out_of_sequence"] == behind
+    assert rec["joint_drift_ppm"] == pytest.approx(-150, abs=2)
+    assert check_arrays(EpisodeArrays.from_episode(ep))["verdict"] == "pass"
+    from edge.timebase import pair_samples
+
+    p, _ = pair_samples(np.array(raw.frame_stamps_ns), raw.samples, tolerance_s=0.05,
+                        frame_latency_s=0.035)
+    true_q = np.stack([t[1] for t in truth])
+    assert p.paired.all() and np.abs(p.positions - true_q).max() < 0.01
+
+
 def test_a_joint_the_controller_reports_within_one_turn_reads_on_through_the_wrap() -> None:
     """The controller reports one DoF within one turn, its zero placed 3 deg below the wrap,
     and the plan sweeps it up by more than that: its readings jump by a turn out and back.

@@ -161,9 +161,11 @@ def check_channels(program: JointProgram, names: list[str]) -> str:
 
 
 def _joint_host_stamps(samples: list[JointSample]
-                       ) -> tuple[np.ndarray, str, float | None, list[dict[str, float]]]:
+                       ) -> tuple[np.ndarray, str, float | None, list[dict[str, float]], int]:
     """Joint sample stamps on the host clock: ``(stamps ns, how, drift ppm or None, the
-    device clock's jumps as ``{"sample", "device_step_ms"}``)``.
+    device clock's jumps as ``{"sample", "device_step_ms"}``, how many samples arrived
+    after a later one: out of order, or sent twice without the stale flag)``. The stamps
+    are in the samples' order, so they step back where a sample arrived late.
 
     ``edge.timebase.capture_stamps``: by round trip where every sample carries
     its request stamp (the servo buses, EtherCAT: the capture time itself), by the device
@@ -181,10 +183,11 @@ def _joint_host_stamps(samples: list[JointSample]
         jumps = [{"sample": j.sample, "device_step_ms": round(j.device_step_ns / 1e6, 3)}
                  for j in est.jumps]
         if est.method in ("ping round trip", "device clock", "device clock (no pong)"):
-            return est.stamps_ns, est.method, est.detail.get("drift ppm"), jumps
+            return (est.stamps_ns, est.method, est.detail.get("drift ppm"), jumps,
+                    len(est.out_of_sequence))
         if est.method == "round trip":
-            return est.stamps_ns, "round trip", None, []
-    return np.array([s.receipt_ns for s in samples], np.int64), "receipt", None, []
+            return est.stamps_ns, "round trip", None, [], 0
+    return np.array([s.receipt_ns for s in samples], np.int64), "receipt", None, [], 0
 
 
 def fit_program_start(ts_s: np.ndarray, dq: np.ndarray, knots_s: np.ndarray,
@@ -235,10 +238,12 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
     order_ok = np.concatenate([[True], np.diff(fs) > 0])
     non_monotonic = int((~order_ok).sum())
     keep = np.flatnonzero(order_ok)
-    js, clock, drift, clock_jumps = _joint_host_stamps(samples)
+    js, clock, drift, clock_jumps, late = _joint_host_stamps(samples)
     # a round-trip stamp is already the capture time: no latency is subtracted again
     joint_latency_s = 0.0 if clock == "round trip" else opts.joint_latency_s
     q = np.stack([s.position_rad for s in samples])[:, sc]  # (N, m)
+    order = np.argsort(js, kind="stable")  # a sample that arrived late goes to its capture
+    js, q = js[order], q[order]
     inc = np.concatenate([[True], np.diff(js) > 0])
     js, q = js[inc], q[inc]
     # a joint reported within one turn reads on through the controller's wrap
@@ -305,7 +310,7 @@ def assemble_episode(raw: RawRecording, program: JointProgram, opts: AssembleOpt
             "joint_samples": len(raw.samples), "channels_matched": matched,
             "missing_dofs": missing, "joint_clock": clock,
             "joint_drift_ppm": None if drift is None else round(drift, 3),
-            "joint_clock_jumps": clock_jumps,
+            "joint_clock_jumps": clock_jumps, "joint_samples_out_of_sequence": late,
             "joint_turns_unwrapped": [{"dof": program.dof_names[pc[w["channel"]]],
                                        "sample": w["sample"], "turns": w["turns"]}
                                       for w in turns],

@@ -286,6 +286,11 @@ def run_record(args: argparse.Namespace) -> int:
               f"during the recording (largest {big['device_step_ms']:+.3f} ms at joint sample "
               f"{big['sample']}); each stretch between jumps was placed on the host clock on "
               f"its own (episode extra.recording.joint_clock_jumps)", file=sys.stderr)
+    if rec.get("joint_samples_out_of_sequence"):
+        print(f"note: {rec['joint_samples_out_of_sequence']} joint sample(s) arrived after a "
+              "later one (the link reordered them, or the controller sent a frame twice "
+              "without flagging it); each was placed at its own device stamp "
+              "(episode extra.recording.joint_samples_out_of_sequence)", file=sys.stderr)
     say_turns_unwrapped(rec.get("joint_turns_unwrapped"), "joint sample",
                          "extra.recording.joint_turns_unwrapped")
     if ep.metadata.kind == "calibration":  # a validation recording is not a sweep to check

@@ -27,6 +27,9 @@ Options (query string; both URLs accept the cell's ``split``, ``seed``, ``robot`
     joints: rate_hz=200 latency_ms=3 drift_ppm=-150 jitter_ms=0.2 drop=0.01 start_s=0.5
             drop_dof=NAME clock_jump_ms=0 clock_jump_at=0 (the controller's clock steps
             by clock_jump_ms from its sample clock_jump_at on: a reset or a time server's step)
+            late_every=0 (every N-th sample is held back and delivered right after the next
+            one: a link that reorders) again_every=0 (every N-th sample is delivered again
+            right after the next one, unflagged: a controller that resends)
             wrap_dof=NAME wrap_margin_deg=3 (the controller reports NAME within one turn,
             [-180, 180) deg, its zero placed so that the joint starts wrap_margin_deg below
             the wrap point: a move up by more than that reads as a jump of a turn)
@@ -39,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -342,13 +346,14 @@ class SimJointStream(JointStream):
 
     URL_FORM = ("sim://cell?split=test_all&seed=0&rate_hz=200&latency_ms=3&drift_ppm=-150"
                 "&drop=0.01&start_s=0.5&drop_dof=NAME&clock_jump_ms=0&clock_jump_at=0"
-                "&wrap_dof=NAME&wrap_margin_deg=3")
+                "&wrap_dof=NAME&wrap_margin_deg=3&late_every=0&again_every=0")
 
     def __init__(self, url: str, cell_opts: dict[str, str], *, device_rate_hz: float = 200.0,
                  latency_s: float = 0.003, drift: float = -150e-6, jitter_s: float = 0.0002,
                  drop: float = 0.01, start_s: float = 0.5, drop_dof: str = "",
                  clock_jump_ms: float = 0.0, clock_jump_at: int = 0, wrap_dof: str = "",
-                 wrap_margin_deg: float = 3.0, **kw):
+                 wrap_margin_deg: float = 3.0, late_every: int = 0, again_every: int = 0,
+                 **kw):
         kw.setdefault("read_timeout_s", 5.0)
         super().__init__(url, **kw)
         self.cell_opts, self.device_rate_hz = cell_opts, device_rate_hz
@@ -360,6 +365,10 @@ class SimJointStream(JointStream):
         # wrap_dof is reported within one turn, starting wrap_margin_deg below the wrap point
         self.wrap_dof, self.wrap_margin = wrap_dof, float(np.radians(wrap_margin_deg))
         self._wrap: tuple[int, float] | None = None  # (column, shift to the reported zero)
+        # delivery faults: sample N held back (late_every) or sent again (again_every),
+        # handed over right after sample N + 1
+        self.late_every, self.again_every = late_every, again_every
+        self._queued: deque[Reading] = deque()  # readings to hand over before a new one
         self.cell: VirtualCell | None = None
 
     @classmethod
@@ -376,7 +385,8 @@ class SimJointStream(JointStream):
             clock_jump_ms=opts.float("clock_jump_ms", 0.0, -1e9),
             clock_jump_at=opts.int("clock_jump_at", 0, 0),
             wrap_dof=opts.str("wrap_dof", "") or "",
-            wrap_margin_deg=opts.float("wrap_margin_deg", 3.0, 0.0))
+            wrap_margin_deg=opts.float("wrap_margin_deg", 3.0, 0.0),
+            late_every=opts.int("late_every", 0, 0), again_every=opts.int("again_every", 0, 0))
         opts.finish()
         args.update(kw)
         return cls(url, cell_opts, **args)
@@ -393,6 +403,7 @@ class SimJointStream(JointStream):
             raise CameraError(f"{self.url}: drop_dof={self.drop_dof!r}: expected one of "
                               f"{self.cell.names}")
         self._i = 0
+        self._queued.clear()
         self._t0 = self.cell.now_ns
         self._wall0 = time.monotonic_ns()
         self.cell.controller_rate = 1.0 / (1.0 + self.drift)
@@ -423,6 +434,27 @@ class SimJointStream(JointStream):
             self.cell.release()
 
     def _cycle(self) -> Reading:
+        if self._queued:  # delivered after a later sample (late_every, again_every)
+            return self._queued.popleft()
+        r = self._reading()
+        late = bool(self.late_every) and self._i % self.late_every == 0
+        again = bool(self.again_every) and self._i % self.again_every == 0
+        if not (late or again):
+            return r
+        try:
+            after = self._reading()
+        except CycleError:  # the next one was lost: nothing to deliver this one after
+            return r
+        behind = dataclasses.replace(r, position_rad=r.position_rad.copy(),
+                                     receipt_ns=after.receipt_ns + 1000)
+        if late:
+            self._queued.append(behind)
+            return after
+        self._queued.extend([after, behind])
+        return r
+
+    def _reading(self) -> Reading:
+        """The controller's next sample as it leaves the device (see ``_cycle``)."""
         cell = self.cell
         assert cell is not None
         self._i += 1
