@@ -14,6 +14,7 @@ import argparse
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -22,7 +23,7 @@ from edge.commands.helptext import STATE_ROOT_HELP
 from edge.errors import EdgeError, missing_dependency
 from edge.plugins import entries, load
 
-__all__ = ["build_parser", "join_negative_values", "main", "run_parsed"]
+__all__ = ["Terminated", "build_parser", "join_negative_values", "main", "run_parsed"]
 
 ENTRY_POINT_GROUP = "syncedge.commands"  # read through edge.plugins
 
@@ -81,23 +82,56 @@ def _describe_from_help(parser: argparse.ArgumentParser) -> None:
             _describe_from_help(child)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager stopping the command, ``kill``), raised in the main
+    thread as Ctrl-C is, so that whatever a command keeps on Ctrl-C (``calibrate record``'s
+    partial recording, ``bridge record``'s log) it keeps on SIGTERM too; the exit code is
+    then 143 (128 + SIGTERM) instead of 130."""
+
+
+#: Set when SIGTERM arrived (the exception a command re-raises may be its own).
+_TERMINATED = {"signal": False}
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    _TERMINATED["signal"] = True
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code.
 
-    See :func:`run_parsed` for exit codes.
+    SIGTERM is handled as Ctrl-C is (:class:`Terminated`) while the command runs, and the
+    handler before it is put back on return. Ctrl-C while the command line is read (the
+    plug-ins load) prints one line and gives 130. See :func:`run_parsed` for exit codes.
     """
-    parser = build_parser()
-    args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:  # PyOpenGL (MuJoCo rendering) logs optional accelerators at INFO
-        logging.getLogger("OpenGL").setLevel(logging.WARNING)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return run_parsed(args)
+    _TERMINATED["signal"] = False
+    try:
+        before = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave signals alone
+        before = None
+    try:
+        parser = build_parser()
+        args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.INFO,
+            format="%(levelname)s %(name)s: %(message)s",
+        )
+        if not args.verbose:  # PyOpenGL (MuJoCo rendering) logs optional accelerators at INFO
+            logging.getLogger("OpenGL").setLevel(logging.WARNING)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+    except KeyboardInterrupt:
+        term = _TERMINATED["signal"]
+        print(f"syncedge: {'terminated' if term else 'interrupted'} before the command "
+              f"started; nothing was written", file=sys.stderr)
+        return 143 if term else 130
+    try:
+        return run_parsed(args)
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def run_parsed(args: argparse.Namespace) -> int:
@@ -106,18 +140,22 @@ def run_parsed(args: argparse.Namespace) -> int:
     Project errors (:class:`edge.errors.EdgeError`), file errors and a missing optional
     library (named with its extra, :func:`edge.errors.missing_dependency`) print one line on
     stderr and give exit code 2 (an error class's own ``exit_code`` where it has one:
-    75 for a held bundle lock, :class:`edge.bundle.format.BundleBusyError`); Ctrl-C prints one line and gives 130; a closed stdout (the
+    75 for a held bundle lock, :class:`edge.bundle.format.BundleBusyError`); Ctrl-C prints one line and gives 130, SIGTERM
+    (:class:`Terminated`, through :func:`main`) 143; a closed stdout (the
     output piped into ``head``) ends quietly with 141; anything else is a bug: its traceback
     is printed and the exit code is :data:`EXIT_INTERNAL_ERROR` (70), never 1, which
     commands use for a result (``precheck``: no candidate passes; ``calibrate check``: the
     coverage failed).
     """
+    _TERMINATED["signal"] = False
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"syncedge {args.command}: interrupted (outputs are written all at once, so "
-              f"none was left half-written)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        term = isinstance(exc, Terminated) or _TERMINATED["signal"]
+        print(f"syncedge {args.command}: {'terminated (SIGTERM)' if term else 'interrupted'} "
+              f"(outputs are written all at once, so none was left half-written)",
+              file=sys.stderr)
+        return 143 if term else 130
     except BrokenPipeError:  # the reader went away (``syncedge ... | head``): stop quietly
         try:  # the interpreter's last flush of stdout then has nowhere to fail
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -759,6 +759,53 @@ def test_ctrl_c_during_the_sweep_keeps_what_was_recorded(cell, capsys, monkeypat
     assert len(report["dofs"]) == 2  # the two sweeps made before the interrupt
 
 
+@pytest.mark.parametrize("where", ["assembly", "reference"])
+def test_ctrl_c_after_the_sweep_keeps_the_recording(cell, capsys, monkeypatch, where) -> None:
+    """Ctrl-C once the sweep is over, while the recording is assembled (it was lost: the
+    interrupt went straight to the one-line exit) or while its reference frame is written
+    (the episode was on disk without it): exit 130, and the recording is kept, as a
+    partial one or completed with its reference frame."""
+    import edge.calibrate.assemble as assemble_mod
+    import edge.visual as visual_mod
+
+    d = cell["dir"] / f"ctrl-c-{where}"
+    d.mkdir()
+    real_assemble, real_png = assemble_mod.assemble_episode, visual_mod.write_png
+    state = {"first": True}
+
+    def assemble(*a, **k):
+        if state["first"]:
+            state["first"] = False
+            raise KeyboardInterrupt
+        return real_assemble(*a, **k)
+
+    def png(path, image):
+        if state["first"] and str(path).startswith(str(d)):
+            state["first"] = False
+            raise KeyboardInterrupt
+        return real_png(path, image)
+
+    if where == "assembly":
+        monkeypatch.setattr(assemble_mod, "assemble_episode", assemble)
+    else:
+        monkeypatch.setattr(visual_mod, "write_png", png)
+    capsys.readouterr()
+    rc = cli("record", "--camera", CELL, "--joints", CELL, "--plan", str(cell["plan"]),
+             "--out", str(d / "cal.npz"), "--cell", "cell-3")
+    err = capsys.readouterr().err
+    assert rc == 130 and "keeping the recording" in err and "Traceback" not in err, err
+    if where == "assembly":
+        assert not (d / "cal.npz").exists() and "cal.partial.npz" in err
+        # the whole sweep is in it: check passes it as it would the episode
+        assert check_arrays(load_for_check(d / "cal.partial.npz"))["verdict"] == "pass"
+    else:
+        assert f"written to {d / 'cal.npz'}" in err
+        from edge.episode import reference_path
+
+        assert reference_path(d / "cal.npz").is_file()
+        assert check_arrays(load_for_check(d / "cal.npz"))["verdict"] == "pass"
+
+
 def test_ctrl_c_again_while_the_reader_stops_still_keeps_the_recording(cell, capsys,
                                                                        monkeypatch) -> None:
     """A second Ctrl-C while the joint reader is being stopped (a stream without wake can

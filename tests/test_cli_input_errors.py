@@ -52,6 +52,42 @@ def test_ctrl_c_is_one_line_and_exit_130(capsys) -> None:
     assert code == 130 and "interrupted" in capsys.readouterr().err
 
 
+def test_sigterm_is_handled_as_ctrl_c_with_exit_143(monkeypatch, capsys) -> None:
+    """SIGTERM (a service manager stopping a recording) was the default: the process died
+    and kept nothing. It now raises in the main thread as Ctrl-C does (what a command keeps
+    on Ctrl-C it keeps), exits 143, and the handler before it is put back."""
+    import os
+    import signal
+    import time
+
+    import edge.cli as cli_mod
+
+    seen = {}
+
+    def register(sub):
+        p = sub.add_parser("wait")
+
+        def func(_):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except KeyboardInterrupt as exc:  # what record catches to keep its partial
+                seen["caught"] = type(exc).__name__
+                raise
+            return 0
+
+        p.set_defaults(func=func)
+
+    monkeypatch.setattr(cli_mod, "entries", lambda group: ["wait"])
+    monkeypatch.setattr(cli_mod, "load", lambda group, name: register)
+    before = signal.getsignal(signal.SIGTERM)
+    t0 = time.monotonic()
+    code = main(["wait"])
+    assert code == 143 and time.monotonic() - t0 < 4 and seen["caught"] == "Terminated"
+    assert "terminated (SIGTERM)" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_a_folder_where_a_file_is_expected_is_named(tmp_path: Path, capsys) -> None:
     import argparse
 

@@ -189,6 +189,27 @@ def _keep_partial(raw, prog, aopts, out: Path) -> Path:
     return save_episode(ep, path)
 
 
+def _keep_interrupted(raw, prog, aopts, out: Path, done: dict) -> None:
+    """Keep a recording whose assembly or writing was interrupted (Ctrl-C, SIGTERM) after
+    the sweep ended: the episode written to ``out`` gets its reference frame; one not yet
+    written is kept under the partial name (assembled again where it was not yet). Says
+    where on stderr; a second interrupt while it is kept abandons it."""
+    from edge.episode import reference_path, save_episode
+    from edge.visual import write_png
+
+    print("interrupted after the sweep: keeping the recording (Ctrl-C again abandons it)",
+          file=sys.stderr, flush=True)
+    if done.get("saved"):
+        write_png(reference_path(out), raw.frames[0])
+        print(f"the recording was written to {out}", file=sys.stderr)
+        return
+    ep = done.get("episode")
+    kept = save_episode(ep, _partial_path(out)) if ep is not None else \
+        _keep_partial(raw, prog, aopts, out)
+    print(f"the {len(raw.frames)} frames recorded are kept at {kept} (a partial recording: "
+          "'calibrate check' names what it holds)", file=sys.stderr)
+
+
 def run_record(args: argparse.Namespace) -> int:
     """``calibrate record``: write the episode (or the partial recording) and its reference."""
     from edge.calibrate.assemble import assemble_episode, check_channels, start_unit_warning
@@ -240,33 +261,40 @@ def run_record(args: argparse.Namespace) -> int:
         aopts = _aopts(args, prog, size, cam, joints)
     finally:
         cam.close()
-    if raw.disconnected or raw.joint_error:
-        kept = _keep_partial(raw, prog, aopts, out)
-        raise RecordingError(f"recording stopped early ({raw.disconnected or raw.joint_error}); "
-                             f"partial recording kept at {kept} (record again)"
-                             f"{_earlier(out)}", kept)
-    ep, complete = assemble_episode(raw, prog, aopts)
-    if not complete:
-        kept = save_episode(ep, _partial_path(out))
-        raise RecordingError(f"recording ended before the program did; partial recording "
-                             f"kept at {kept} (record again){_earlier(out)}", kept)
+    done: dict = {}  # what of the recording is already on disk, should Ctrl-C come now
     try:
-        save_episode(ep, out)
-    except OSError as exc:  # the folder went away or filled up during the sweep
-        kept = _keep_elsewhere(ep, out, raw.frames[0])
-        ref = reference_path(kept)
-        raise RecordingError(f"{out}: cannot write the recording ({exc.strerror or exc}); "
-                             f"the recording was kept at {kept}"
-                             + (f" with its reference frame {ref}" if ref.is_file() else
-                                " (its reference frame could not be kept: calibrate store "
-                                "will take the episode's first frame)"), kept) from None
-    stale = _partial_path(out)
-    if stale.exists():  # an earlier failed try of this recording: this one replaces it
-        stale.unlink()
-        print(f"note: removed {stale}, the partial recording of an earlier try",
-              file=sys.stderr)
-    ref = reference_path(out)
-    write_png(ref, raw.frames[0])
+        if raw.disconnected or raw.joint_error:
+            kept = _keep_partial(raw, prog, aopts, out)
+            raise RecordingError(f"recording stopped early ({raw.disconnected or raw.joint_error}); "
+                                 f"partial recording kept at {kept} (record again)"
+                                 f"{_earlier(out)}", kept)
+        ep, complete = assemble_episode(raw, prog, aopts)
+        done["episode"] = ep
+        if not complete:
+            kept = save_episode(ep, _partial_path(out))
+            raise RecordingError(f"recording ended before the program did; partial recording "
+                                 f"kept at {kept} (record again){_earlier(out)}", kept)
+        try:
+            save_episode(ep, out)
+            done["saved"] = True
+        except OSError as exc:  # the folder went away or filled up during the sweep
+            kept = _keep_elsewhere(ep, out, raw.frames[0])
+            ref = reference_path(kept)
+            raise RecordingError(f"{out}: cannot write the recording ({exc.strerror or exc}); "
+                                 f"the recording was kept at {kept}"
+                                 + (f" with its reference frame {ref}" if ref.is_file() else
+                                    " (its reference frame could not be kept: calibrate store "
+                                    "will take the episode's first frame)"), kept) from None
+        stale = _partial_path(out)
+        if stale.exists():  # an earlier failed try of this recording: this one replaces it
+            stale.unlink()
+            print(f"note: removed {stale}, the partial recording of an earlier try",
+                  file=sys.stderr)
+        ref = reference_path(out)
+        write_png(ref, raw.frames[0])
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while assembling or writing: keep it
+        _keep_interrupted(raw, prog, aopts, out, done)
+        raise
     rec = ep.metadata.extra["recording"]
     print(f"{ep.num_frames} frames x {ep.num_dof} DoFs at {ep.metadata.fps:g} Hz; "
           f"{len(rec['gaps'])} gap(s); joint clock {rec['joint_clock']} "
