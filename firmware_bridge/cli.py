@@ -122,7 +122,8 @@ def _record(args: argparse.Namespace) -> int:
     keeps what came as ``OUT.partial``, closed with its statistics, and the error says so
     and how much of ``--seconds`` it holds (nothing is kept before the first sample); Ctrl-C
     stops the recording, closes the log with the statistics so far and returns 130 (before
-    the first sample: keeps nothing, says so in one line on stderr, returns 130)."""
+    the first sample: keeps nothing, says so in one line on stderr, returns 130); SIGTERM,
+    through ``syncedge`` (``edge.cli.Terminated``), does the same and returns 143."""
     import math
     import os
     import time
@@ -141,7 +142,7 @@ def _record(args: argparse.Namespace) -> int:
                               f"or move that file away (a log is never overwritten)")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # as every command
     ended = ""
-    interrupted = False
+    interrupted = 0  # the exit code of an interrupted recording
     samples: list[JointSample] = []
     first_fault: list[str] = []
 
@@ -174,14 +175,16 @@ def _record(args: argparse.Namespace) -> int:
             how = "complete"
         except EndOfLogError as exc:  # a replayed log shorter than --seconds: stop there
             stats, ended, how = s.stats, f" ({exc})", "end of the replayed log"
-        except KeyboardInterrupt:  # stop recording: the log keeps what came
+        except KeyboardInterrupt as exc:  # stop recording: the log keeps what came
+            by = "SIGTERM" if type(exc).__name__ == "Terminated" else "Ctrl-C"
+            code = 143 if by == "SIGTERM" else 130
             if not samples:  # nothing worth keeping, as for a failure before the first one
                 w.discard()
-                print(f"syncedge bridge: interrupted by Ctrl-C before the first sample: "
+                print(f"syncedge bridge: interrupted by {by} before the first sample: "
                       f"nothing kept ({args.out} was not written)", file=sys.stderr)
-                return 130
-            stats, ended, interrupted = s.stats, " (interrupted by Ctrl-C)", True
-            how = "interrupted by Ctrl-C"
+                return code
+            stats, ended, interrupted = s.stats, f" (interrupted by {by})", code
+            how = f"interrupted by {by}"
         except BridgeError as exc:
             if not samples:  # nothing worth keeping
                 w.discard()
@@ -217,7 +220,7 @@ def _record(args: argparse.Namespace) -> int:
         print(f"slave{h['position']} {h['name']!r}: {h['state']}, AL status "
               f"{h['al_status']}, working-counter share {h['wkc_share']}, "
               f"{h['lost_cycles']} lost cycles")
-    return 130 if interrupted else 0
+    return int(interrupted)  # 130 after Ctrl-C, 143 after SIGTERM, else 0
 
 
 def _span_s(samples: list[JointSample]) -> float:

@@ -142,6 +142,34 @@ def test_ctrl_c_stops_a_recording_and_keeps_a_closed_log(tmp_path, capsys, monke
     assert not (tmp_path / "j.jsonl.partial").exists()
 
 
+def test_sigterm_stops_a_recording_like_ctrl_c_with_exit_143(tmp_path, capsys, monkeypatch):
+    """SIGTERM (a service manager stopping ``bridge record``) killed the process and left
+    only ``OUT.partial``; through ``syncedge`` it now closes the log as Ctrl-C does and
+    exits 143, saying which signal stopped it."""
+    import os
+    import signal
+
+    from edge.cli import main
+    from firmware_bridge.stream import JointStream
+
+    real_run = JointStream.run
+
+    def terminated(self, callback, **kw):  # SIGTERM after 20 samples
+        real_run(self, callback, max_samples=20)
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the recording")
+
+    monkeypatch.setattr(JointStream, "run", terminated)
+    log = tmp_path / "j.jsonl"
+    assert main(["bridge", "record", "loop://?joints=2&rate_hz=0", "--seconds", "30",
+                 "--out", str(log)]) == 143
+    assert "wrote 20 samples" in capsys.readouterr().out
+    jl = read_joint_log(log)
+    assert len(jl.samples) == 20
+    assert jl.stats["extra"]["recording"]["ended"] == "interrupted by SIGTERM"
+    assert not (tmp_path / "j.jsonl.partial").exists()
+
+
 def test_a_recording_is_written_beside_the_log_until_it_is_closed(tmp_path, monkeypatch):
     from firmware_bridge.stream import JointStream
 
