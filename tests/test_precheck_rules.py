@@ -57,8 +57,11 @@ def test_good_rules_parse(tmp_path: Path) -> None:
      r"motion_threshold: expected a value in \[0, 255\]"),
     ("keep_out:\n  motion_threshold: 5\n  regions: [{polygon: [[0,0],[1,0]]}]\n",
      r"regions\[0\].polygon: expected at least 3"),
-    ("keep_out:\n  motion_threshold: 5\n  regions: [{polygon: [[0,0],[1,0],[1,1.5]]}]\n",
-     r"regions\[0\].polygon\[2\]\[1\]: expected a value in \[0, 1\]"),
+    ("keep_out:\n  motion_threshold: 5\n  regions: [{polygon: [[0,0],[1,0],[1,40]]}]\n",
+     r"regions\[0\].polygon\[2\]\[1\]: expected a fraction of the frame in \[-1, 2\].*found "
+     r"40; a pixel coordinate\?"),
+    ("keep_out:\n  motion_threshold: 5\n  regions: [{polygon: [[1.2,0],[1.8,0],[1.5,0.5]]}]\n",
+     r"regions\[0\].polygon: lies wholly outside the frame"),
     ("keep_out:\n  motion_threshold: 5\n  regions: [{shape: x, polygon: [[0,0],[1,0],[1,1]]}]\n",
      r"regions\[0\].shape: unknown key"),
     ("joint_limits:\n  lower: [0, 0]\n  upper: [1]\n", "same length"),
@@ -91,6 +94,38 @@ def test_bad_rules_name_file_and_key(tmp_path: Path, text: str, match: str) -> N
     with pytest.raises(RulesError, match=match) as err:
         load_rules(p)
     assert str(p) in str(err.value)
+
+
+def test_a_region_drawn_past_the_frame_is_clipped_and_said(tmp_path: Path) -> None:
+    """A keep-out zone drawn past the frame's edge (the right half and beyond, as a cell's
+    safety zone often is) was refused ("expected a value in [0, 1]"): it is accepted, its
+    mask is its part inside the frame, and the pre-check says it was clipped."""
+    from edge.precheck.rules import regions_past_the_frame
+
+    r = load_rules(_write(tmp_path, "keep_out:\n  motion_threshold: 5\n  regions: [{name: belt, "
+                          "polygon: [[0.5,-0.5],[1.5,-0.5],[1.5,0.5],[0.5,0.5]]}]\n"))
+    inside = KeepOutRegion("in", ((0.5, 0.0), (1.0, 0.0), (1.0, 0.5), (0.5, 0.5)))
+    np.testing.assert_array_equal(rasterise(r.keep_out.regions, 64, 64),
+                                  rasterise((inside,), 64, 64))
+    assert rasterise(r.keep_out.regions, 64, 64).sum() == 32 * 32
+    (said,) = regions_past_the_frame(r)
+    assert "'belt' reaches past the frame (x from 0.5 to 1.5, y from -0.5 to 0.5" in said
+    ok = load_rules(_write(tmp_path, GOOD))
+    assert regions_past_the_frame(ok) == []
+
+
+def test_area_in_frame_clips_to_the_unit_square() -> None:
+    from edge.precheck.rules import _area_in_frame
+
+    assert _area_in_frame(((0.5, -0.5), (1.5, -0.5), (1.5, 0.5), (0.5, 0.5))) == \
+        pytest.approx(0.25)
+    assert _area_in_frame(((-1, -1), (2, -1), (2, 2), (-1, 2))) == pytest.approx(1.0)
+    assert _area_in_frame(((0.2, 0.2), (0.4, 0.2), (0.4, 0.4))) == pytest.approx(0.02)
+    assert _area_in_frame(((1.2, 0), (1.8, 0), (1.5, 0.5))) == 0.0
+    # a concave "U" reaching past the top edge: the part inside the frame
+    u = ((0, -0.5), (1, -0.5), (1, 0.5), (0.75, 0.5), (0.75, 0), (0.25, 0), (0.25, 0.5),
+         (0, 0.5))
+    assert _area_in_frame(u) == pytest.approx(0.125 + 0.125)  # its two legs
 
 
 def test_concave_polygon_and_merge_keys_are_accepted(tmp_path: Path) -> None:

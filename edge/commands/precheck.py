@@ -48,7 +48,7 @@ from edge.commands.simulate import MAX_SHEET_ROWS, sheet_columns, write_predicti
 from edge.fileio import write_json_atomic
 from edge.precheck.evaluate import PrecheckResult, evaluate
 from edge.precheck.policy import OnnxPolicy, rollout_chain_policy, rollout_policy
-from edge.precheck.rules import keep_out_mask, load_rules
+from edge.precheck.rules import keep_out_mask, load_rules, regions_past_the_frame
 from edge.runtime.chain import CHAIN_MODEL_SHA256
 from edge.runtime.errors import RuntimeInputError
 from edge.runtime.inputs import (
@@ -316,6 +316,7 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                       dof_names=dof_names)
     everyone = keep_out_at_start(result, str(args.rules))
     warnings = [*warnings, *say_warnings([
+        *regions_past_the_frame(rules),
         *start_outside_limits(rules, q0, dof_names, str(args.rules)),
         *(everyone or ([start_keepout] if start_keepout else []))])]
     report = {

@@ -25,14 +25,16 @@ from edge.runtime.errors import RulesError
 
 __all__ = ["DEFAULT_MARGIN_PX", "KEEP_OUT_BASES", "MAX_MARGIN_PX", "GoalRule", "JointLimits",
            "KeepOutBasis", "KeepOutRegion", "KeepOutRule", "Rules", "keep_out_mask",
-           "load_rules", "rasterise"]
+           "load_rules", "rasterise", "regions_past_the_frame"]
 
 RULE_ORDER = ("max_step_action", "joint_limits", "keep_out", "goal")
 
 
 @dataclass(frozen=True)
 class KeepOutRegion:
-    """A named polygon, points ``[(x, y), ...]`` in normalised image coordinates (0..1)."""
+    """A named polygon, points ``[(x, y), ...]`` in normalised image coordinates (0..1
+    across the frame; from -1 to 2 for a region that reaches past an edge, which is clipped
+    to the frame: :func:`rasterise` counts pixel centres only)."""
 
     name: str
     polygon: tuple[tuple[float, float], ...]
@@ -48,6 +50,10 @@ KEEP_OUT_BASES = get_args(KeepOutBasis)
 DEFAULT_MARGIN_PX = 0.0
 #: The largest margin accepted (pixels of the predicted frames).
 MAX_MARGIN_PX = 32.0
+#: How far a keep-out polygon's points may lie outside the frame, in frame widths /
+#: heights: a region may be drawn past an edge (the part outside is not seen, so not
+#: checked); beyond this a coordinate is taken for a mistake (pixels instead of fractions).
+POLYGON_RANGE = (-1.0, 2.0)
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,58 @@ def _num_list(v: tuple[float, ...], w: Where, lo: float | None = None) -> tuple[
     return tuple(_num(x, w.index(i), lo=lo) for i, x in enumerate(v))
 
 
+def _fraction(v: float, w: Where) -> float:
+    """A polygon coordinate: a fraction of the frame within :data:`POLYGON_RANGE`."""
+    lo, hi = POLYGON_RANGE
+    if not lo <= v <= hi:
+        w.fail(f"expected a fraction of the frame in [{lo:g}, {hi:g}] (0..1 inside it; a "
+               f"region may reach past an edge and is clipped to the frame), found {v!r}; "
+               f"a pixel coordinate? divide it by the frame's width or height")
+    return float(v)
+
+
+def _area_in_frame(poly: tuple[tuple[float, float], ...]) -> float:
+    """Area of the polygon ``poly`` (normalised points, edges not crossing) inside the unit
+    square: the polygon clipped to each of the square's four edges in turn
+    (Sutherland-Hodgman, exact for a convex clip window)."""
+    pts = [tuple(map(float, p)) for p in poly]
+    for axis, bound, keep_below in ((0, 0.0, False), (0, 1.0, True), (1, 0.0, False),
+                                    (1, 1.0, True)):
+        def inside(p, axis=axis, bound=bound, keep_below=keep_below) -> bool:
+            return p[axis] <= bound if keep_below else p[axis] >= bound
+
+        out: list[tuple[float, float]] = []
+        for i, cur in enumerate(pts):
+            prev = pts[i - 1]
+            if inside(cur) != inside(prev):  # the edge crosses the bound: add the crossing
+                t = (bound - prev[axis]) / (cur[axis] - prev[axis])
+                out.append((prev[0] + t * (cur[0] - prev[0]), prev[1] + t * (cur[1] - prev[1])))
+            if inside(cur):
+                out.append(cur)
+        pts = out
+        if not pts:
+            return 0.0
+    xs, ys = np.array(pts).T
+    return 0.5 * abs(float(np.dot(xs, np.roll(ys, 1)) - np.dot(ys, np.roll(xs, 1))))
+
+
+def regions_past_the_frame(rules: Rules) -> list[str]:
+    """One warning per keep-out region drawn past the frame's edge: ``'NAME' reaches past
+    the frame (x from A to B, y from C to D): only its part inside the frame is checked``;
+    ``[]`` where every region lies within 0..1."""
+    if rules.keep_out is None:
+        return []
+    out = []
+    for r in rules.keep_out.regions:
+        xs, ys = np.array(r.polygon, np.float64).T
+        if xs.min() < 0 or ys.min() < 0 or xs.max() > 1 or ys.max() > 1:
+            out.append(f"{rules.path}: keep_out region {r.name!r} reaches past the frame "
+                       f"(x from {xs.min():g} to {xs.max():g}, y from {ys.min():g} to "
+                       f"{ys.max():g}; the frame is 0..1): only its part inside the frame "
+                       "is checked (the camera sees nothing beyond)")
+    return out
+
+
 def _whole(v: float, w: Where, what: str) -> int:
     if v != int(v):
         w.fail(f"expected {what}, found {v:g}")
@@ -225,8 +283,8 @@ def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
         if len(pts) < 3:
             rw.key("polygon").fail(f"expected at least 3 [x, y] points, found "
                                    f"{[list(p) for p in pts]!r}")
-        poly = tuple((_num(x, rw.key("polygon").index(j).index(0), 0, 1),
-                      _num(y, rw.key("polygon").index(j).index(1), 0, 1))
+        poly = tuple((_fraction(x, rw.key("polygon").index(j).index(0)),
+                      _fraction(y, rw.key("polygon").index(j).index(1)))
                      for j, (x, y) in enumerate(pts))
         # a point repeated at once (the ring closed by repeating the first point, as GeoJSON
         # writes it) adds no edge: dropped before the edges are tested
@@ -244,6 +302,10 @@ def _parse_keep_out(k: _KeepOutFile, w: Where) -> KeepOutRule:
         if area < 1e-6:
             rw.key("polygon").fail(f"encloses no area (its points are on one line), so it "
                                    f"could never see motion; found {[list(p) for p in pts]!r}")
+        if _area_in_frame(poly) < 1e-6:
+            rw.key("polygon").fail(f"lies wholly outside the frame (0..1 across its width and "
+                                   f"height), so no pixel of it is ever checked; found "
+                                   f"{[list(p) for p in pts]!r}")
         out.append(KeepOutRegion(r.name if r.name is not None else f"region-{i}", poly))
     return KeepOutRule(tuple(out), None if thr is None else int(thr), allowed, k.basis,
                        robot, margin)
