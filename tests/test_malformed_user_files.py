@@ -104,6 +104,37 @@ def test_precheck_still_reads_one_candidate_as_a_list_of_steps(tmp_path):
     assert main(PRECHECK + ["--actions", str(f), "--out", str(tmp_path / "out")]) == 0
 
 
+def test_precheck_reads_candidates_and_names_saved_by_numpy_savez(tmp_path):
+    """``numpy.savez(path, actions=..., names=...)`` is how a policy team saves candidates
+    with their names; an ``.npz`` was read as an episode only ("not a syncedge episode
+    file"). The names reach the report."""
+    f = tmp_path / "cands.npz"
+    acts = np.zeros((2, 3, 7), np.float32)
+    acts[1, :, 0] = 0.01
+    np.savez(f, actions=acts, names=np.array(["still", "nudge"]))
+    out = tmp_path / "out"
+    assert main(PRECHECK + ["--actions", str(f), "--out", str(out)]) in (0, 1)
+    report = json.loads((out / "report.json").read_text())
+    assert [v["name"] for v in report["verdicts"]] == ["still", "nudge"]
+
+
+@pytest.mark.parametrize(("arrays", "said"), [
+    ({"arr_0": np.zeros((2, 3, 7))}, "expected an episode or the arrays 'actions'"),
+    ({"actions": np.zeros((2, 3, 7)), "extra": np.zeros(1)}, "unknown arrays ['extra']"),
+    ({"actions": np.zeros((2, 3, 7)), "names": np.arange(2)},
+     "names: expected a 1-D array of strings"),
+    ({"actions": np.zeros((2, 3, 7)), "names": np.array(["a"])}, "names: expected 2 names"),
+], ids=["unnamed", "extra", "numeric-names", "too-few-names"])
+def test_precheck_names_what_is_wrong_with_a_candidates_npz(tmp_path, capsys, arrays, said):
+    f = tmp_path / "cands.npz"
+    np.savez(f, **arrays)
+    out = tmp_path / "out"
+    assert main(PRECHECK + ["--actions", str(f), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and str(f) in err and "Traceback" not in err and "cannot read" not in err
+    assert not out.exists()
+
+
 PNG_BYTES = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
 
 

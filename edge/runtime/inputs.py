@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -316,12 +317,44 @@ def _is_number(s: str) -> bool:
     return True
 
 
+def _from_npz(path: Path) -> tuple[np.ndarray, list[str] | None]:
+    """Actions and names of an ``.npz``: an episode's actions, or the arrays ``actions``
+    and optional ``names`` (see :func:`load_actions`)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files if k != "metadata_json"} \
+                if "metadata_json" not in z.files else None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise RuntimeInputError(f"{path}: cannot read: {exc}") from None
+    if arrays is None:
+        return load_episode(path).actions, None
+    if "actions" not in arrays:
+        raise RuntimeInputError(f"{path}: expected an episode or the arrays 'actions' [N, T, A] "
+                                f"(and optionally 'names' [N]), found the arrays "
+                                f"{sorted(arrays)}; write it with numpy.savez(path, "
+                                f"actions=..., names=...)")
+    unknown = sorted(set(arrays) - {"actions", "names"})
+    if unknown:
+        raise RuntimeInputError(f"{path}: unknown arrays {unknown}; expected 'actions' and "
+                                "optionally 'names'")
+    names = None
+    if "names" in arrays:
+        raw = arrays["names"]
+        if raw.dtype.kind not in "US" or raw.ndim != 1:
+            raise RuntimeInputError(f"{path}: names: expected a 1-D array of strings, found "
+                                    f"dtype {raw.dtype} shape {list(raw.shape)}")
+        names = [str(x) for x in raw.tolist()]
+    return arrays["actions"], names
+
+
 def load_actions(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str] | None]:
     """Candidate actions float32 ``[N, T, A']`` (rad|m per step) and optional names.
 
     Formats: ``.npy`` (``[T, A']`` or ``[N, T, A']``), ``.csv`` (one candidate, one row per
     step, optional header), ``.json`` (a ``[T][A]`` / ``[N][T][A]`` list, or
-    ``{"candidates": ..., "names": [...]}``), ``.npz`` (an episode: its actions).
+    ``{"candidates": ..., "names": [...]}``), ``.npz`` (an episode: its actions; or the
+    arrays ``actions`` ``[N, T, A']`` / ``[T, A']`` and optional ``names`` ``[N]`` strings,
+    as ``numpy.savez(path, actions=..., names=...)`` writes them).
 
     Raises:
         RuntimeInputError: unreadable, wrong rank, empty, or non-finite values (the first
@@ -348,7 +381,7 @@ def load_actions(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str] | 
     elif ext == ".json":
         arr, names = _from_json(path)
     elif ext == ".npz":
-        arr = load_episode(path).actions
+        arr, names = _from_npz(path)
     else:
         raise RuntimeInputError(f"{path}: expected .npy, .csv, .json or an episode .npz, "
                                 f"found '{ext}'")
