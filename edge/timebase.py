@@ -274,17 +274,30 @@ class CaptureStamps:
 def _lower_envelope(x: np.ndarray, y: np.ndarray
                     ) -> tuple[float, float, float, float, np.ndarray]:
     """Lines through ``y`` (host - device, ns) against ``x`` (device time, ns): the lower
-    envelope's ``(slope, intercept)`` (a line through the fastest delivery of each of K
-    stretches, lowered to the fastest delivery overall: a delivery is never faster than the
-    link allows, so minima are robust where means are not), the least-squares line's, and
-    the indices of the K fastest deliveries (int64)."""
+    envelope's ``(slope, intercept)``, the least-squares line's, and the indices of the K
+    fastest deliveries (int64; one per stretch of the stream).
+
+    The envelope: the median slope (:func:`_median_slope`) between the fastest delivery of
+    each of K stretches, fitted again without the stretches whose fastest delivery lies
+    far above that line (more than 3 scaled MADs), then lowered to the fastest delivery
+    overall. A delivery is never faster than the link allows, so minima are robust where
+    means are not; the median and the second fit keep a host stall (every delivery of the
+    stretches it covers held back: a line through them tilts by thousands of ppm) from
+    tilting the line."""
     slope, icept = np.polyfit(x, y, 1)  # least squares: through the mean delay
     resid = y - (slope * x + icept)
     chunks = np.array_split(np.arange(len(x)), int(np.clip(len(x) // 50, 2, 50)))
     low = np.array([c[np.argmin(resid[c])] for c in chunks if c.size], dtype=np.int64)
-    e_slope, e_icept = np.polyfit(x[low], y[low], 1) if low.size >= 2 else (slope, icept)
-    e_icept += float(np.min(y - (e_slope * x + e_icept)))
-    return float(e_slope), float(e_icept), float(slope), float(icept), low
+    e_slope = float(slope)
+    if low.size >= 2:
+        e_slope = _median_slope(x[low], y[low])
+        r = y[low] - e_slope * x[low]
+        mad = 1.4826 * float(np.median(np.abs(r - np.median(r))))
+        fast = r <= np.median(r) + 3 * mad
+        if 2 <= fast.sum() < low.size:
+            e_slope = _median_slope(x[low][fast], y[low][fast])
+    e_icept = float(np.min(y - e_slope * x))
+    return float(e_slope), e_icept, float(slope), float(icept), low
 
 
 def _median_slope(x: np.ndarray, y: np.ndarray) -> float:

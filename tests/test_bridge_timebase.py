@@ -341,6 +341,30 @@ def test_bridge_timebase_a_host_stall_is_not_a_clock_jump():
     assert np.abs(est.stamps_ns - cap).max() < 500_000
 
 
+@pytest.mark.parametrize("held", [(300, 370), (550, 1000)])
+def test_a_host_stall_does_not_tilt_the_device_clock_without_pings(held):
+    """A device that answers no pings and a recorder stalled (SIGSTOP, a swapping host) for
+    70 samples or for 30% of the recording, every sample of the stall delivered at its end:
+    the envelope was a least-squares line through each stretch's fastest delivery, and
+    the stalled stretches tilted it (a 1.5 s stall in 5 s: -45 512 ppm instead of 0,
+    frames paired 139 ms off). The median slope, fitted again without stretches far above
+    it, keeps the device's drift."""
+    from dataclasses import replace
+
+    from edge.timebase import capture_stamps
+
+    rng = np.random.default_rng(8)
+    cap, samples = _device_link(rng, 1500, 0, link_ns=9_000_000)
+    a, b = held
+    end = samples[b].receipt_ns
+    stalled = [replace(x, receipt_ns=max(x.receipt_ns, end)) if a <= k < b else x
+               for k, x in enumerate(samples)]
+    clean, est = capture_stamps(samples), capture_stamps(stalled)
+    assert est.method == "device clock" and est.jumps == ()
+    assert est.detail["drift ppm"] == pytest.approx(50, abs=5)
+    assert np.abs(est.stamps_ns - clean.stamps_ns).max() < 300_000
+
+
 def test_bridge_timebase_framed_device_clock_step_mid_stream_pairs_within_1ms():
     """A framed device whose clock steps +2 s at frame 700 (of 3 s at 500 Hz, 16 ms bursts,
     6 ms link): the step is found at that frame, and both stretches pair 600 camera frames
