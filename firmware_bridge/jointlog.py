@@ -120,6 +120,9 @@ class JointLog:
     joints: list[str]
     samples: list[JointSample] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    #: the last line, cut short (no newline, not a whole JSON object: the recorder lost
+    #: power or the file was truncated) and left out: ``"<path>:<line>: ..."``; else None
+    cut_last_line: str | None = None
 
 
 def read_joint_log(path: str | os.PathLike) -> JointLog:
@@ -128,6 +131,10 @@ def read_joint_log(path: str | os.PathLike) -> JointLog:
     Each sample must have ``receipt_ns`` (an integer >= 0, never below the previous
     sample's) and ``position_rad``, ``velocity_rad_s``, ``effort_nm``: ``J`` finite numbers
     or ``null`` each, ``J`` the number of joints in the header.
+
+    A last line cut short (without its newline, and not a whole JSON object: a recorder
+    that lost power mid-line, a log truncated by a copy) is left out and said in
+    :attr:`JointLog.cut_last_line`; the whole lines before it are the log.
 
     Raises:
         BridgeError: naming the file and line (and the field, what was expected and what was
@@ -138,25 +145,36 @@ def read_joint_log(path: str | os.PathLike) -> JointLog:
     """
     log: JointLog | None = None
     last_receipt = -1
+    cut: str | None = None
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             where = f"{os.fspath(path)}:{lineno}"
+            whole = raw.endswith(b"\n")  # only the last line can lack it
             try:
                 line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise BridgeError(f"{where}: expected UTF-8 text, found byte "
-                                  f"0x{raw[exc.start]:02x} at column {exc.start + 1} (the log is "
-                                  f"damaged; record it again or cut the log before this "
-                                  f"line)") from None
-            try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as exc:
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                if not whole and log is not None:
+                    cut = (f"{where}: the last line is cut short ({len(raw)} bytes, no "
+                           f"newline: the log was truncated or its recorder stopped "
+                           f"mid-line); the {len(log.samples)} samples before it are read")
+                    break
+                if isinstance(exc, UnicodeDecodeError):
+                    raise BridgeError(f"{where}: expected UTF-8 text, found byte "
+                                      f"0x{raw[exc.start]:02x} at column {exc.start + 1} (the "
+                                      f"log is damaged; record it again or cut the log before "
+                                      f"this line)") from None
                 raise BridgeError(f"{where}: expected a JSON object, found {exc}") from None
             if not isinstance(obj, dict):
                 raise BridgeError(f"{where}: expected a JSON object, found "
                                   f"{type(obj).__name__}")
             kind = obj.get("kind")
             if log is None:
+                schema = obj.get("schema")
+                if kind == "header" and isinstance(schema, int) and schema > SCHEMA:
+                    raise BridgeError(f"{where}: a joint log of schema {schema}, written by a "
+                                      f"newer syncedge; this one reads schema {SCHEMA}: "
+                                      f"upgrade syncedge to read it")
                 if kind != "header" or obj.get("schema") != SCHEMA:
                     raise BridgeError(f"{where}: expected a header with schema {SCHEMA}, "
                                       f"found kind={kind!r} schema={obj.get('schema')!r}")
@@ -177,6 +195,7 @@ def read_joint_log(path: str | os.PathLike) -> JointLog:
                                   f"found {kind!r}")
     if log is None:
         raise BridgeError(f"{path}: expected a joint log header, found an empty file")
+    log.cut_last_line = cut
     return log
 
 

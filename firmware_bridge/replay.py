@@ -2,16 +2,23 @@
 
 URL form: ``replay:///path/log.jsonl?speed=1.0&loop=0``. ``speed=0`` delivers samples as fast as
 they are read; otherwise the original receipt spacing is reproduced (divided by ``speed``).
-Receipt stamps are re-based on the host clock, and the host stamps of each sample's request
-and pings move with its receipt stamp (so a replayed log gets the latency method its
-recording had); device counters and stamps are kept. The
+Receipt stamps are re-based on the host clock: each sample is stamped with the moment it
+was due (its original spacing), not the moment the replay's sleep happened to end, unless
+the replay fell more than :data:`BEHIND_NS` behind (a stalled host: then when it came), so
+a replay at ``speed=1`` gives the timing figures its recording gave. The host stamps of
+each sample's request and pings move with its receipt stamp (so a replayed log gets the
+latency method its recording had); device counters are kept, and device stamps (of
+samples and pings) are kept at ``speed=1`` and run ``speed`` times faster otherwise, so
+that a replay at another speed reads the device clock's own drift, not the speed. The
 whole log is read and checked when the stream opens (:func:`~.jointlog.read_joint_log`): a
 damaged or malformed line is refused there, naming the file, the line and the field, before
-any sample is replayed.
+any sample is replayed; a last line cut short is left out and said (a warning on the
+``firmware_bridge.replay`` logger).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -23,7 +30,13 @@ from .jointlog import JointLog, read_joint_log
 from .stream import JointStream, LinkLostError, Reading
 from .url import Options
 
-__all__ = ["ReplayStream"]
+__all__ = ["BEHIND_NS", "ReplayStream"]
+
+log = logging.getLogger("firmware_bridge.replay")
+
+#: How late a replayed sample may be handed over and still be stamped with the moment it
+#: was due, ns; later (a stalled host), it is stamped when it came.
+BEHIND_NS = 5_000_000
 
 
 class ReplayStream(JointStream):
@@ -48,11 +61,17 @@ class ReplayStream(JointStream):
     def _open(self) -> None:
         if not os.path.exists(self.path):
             raise LinkLostError(f"no joint log at {self.path}")
-        self._log = log = read_joint_log(self.path)
-        if not log.samples:
+        self._log = jl = read_joint_log(self.path)
+        if not jl.samples:
             raise BridgeError(f"{self.path}: expected at least one sample, found none")
+        if jl.cut_last_line and not getattr(self, "_said_cut", False):
+            log.warning(jl.cut_last_line)
+            self._said_cut = True  # once, not again at each reconnect
         self._i = 0
-        self._start_ns = time.monotonic_ns()
+        self._start_ns = self._last_receipt_ns = time.monotonic_ns()
+        # the device clock's first stamp: device stamps run ``speed`` times faster from it
+        self._device0_ns = next((x.device_stamp_ns for x in jl.samples
+                                 if x.device_stamp_ns >= 0), 0)
 
     def _close(self) -> None:
         pass
@@ -66,22 +85,31 @@ class ReplayStream(JointStream):
                 raise EndOfLogError(f"{self.url}: end of the log after {len(samples)} "
                                     f"samples")
             self._i = 0
-            self._start_ns = time.monotonic_ns()
+            self._start_ns = self._last_receipt_ns = time.monotonic_ns()
         s = samples[self._i]
         self._i += 1
+        receipt_ns = time.monotonic_ns()
         if self.speed > 0:
             due = self._start_ns + int((s.receipt_ns - samples[0].receipt_ns) / self.speed)
-            delay = due - time.monotonic_ns()
-            if delay > 0:
-                time.sleep(delay / 1e9)
+            if due > receipt_ns:
+                time.sleep((due - receipt_ns) / 1e9)
+                receipt_ns = time.monotonic_ns()
+            if receipt_ns - due <= BEHIND_NS:  # on time: stamped when it was due
+                receipt_ns = max(due, self._last_receipt_ns)  # never before the last one
+        self._last_receipt_ns = receipt_ns
         # a recorded gap replays as a gap: the cycles missed before this sample; the host
-        # stamps of its request and pings move with its receipt stamp
-        receipt_ns = time.monotonic_ns()
+        # stamps of its request and pings move with its receipt stamp, the device's run
+        # ``speed`` times faster
         shift = receipt_ns - s.receipt_ns
-        pings = tuple(Ping(p.send_ns + shift, p.device_rx_ns, p.device_tx_ns,
+        d0 = self._device0_ns
+
+        def device(d: int) -> int:
+            return d if self.speed in (0, 1) or d < 0 else d0 + int((d - d0) / self.speed)
+
+        pings = tuple(Ping(p.send_ns + shift, device(p.device_rx_ns), device(p.device_tx_ns),
                            p.receipt_ns + shift if p.answered else -1) for p in s.pings)
         return Reading(s.position_rad, s.velocity_rad_s, s.effort_nm, receipt_ns,
-                       s.device_counter, s.device_stamp_ns, s.fault,
+                       s.device_counter, device(s.device_stamp_ns), s.fault,
                        skipped=s.missed if s.status & Status.GAP else 0,
                        request_ns=s.request_ns + shift if s.request_ns >= 0 else -1,
                        pings=pings, restart=bool(s.status & Status.RESTART),

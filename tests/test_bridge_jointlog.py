@@ -54,6 +54,37 @@ def test_a_byte_that_is_not_utf8_is_refused_naming_file_line_and_column(tmp_path
         run(["bridge", "probe", f"replay://{log}?speed=0"])
 
 
+def test_a_last_line_cut_short_is_left_out_and_said(tmp_path, caplog):
+    """A log whose last line was cut (a copy truncated, power lost mid-write) could not be
+    replayed at all ("expected a JSON object, found Expecting ',' delimiter"): its whole
+    lines are read, and the cut is said; a damaged line with its newline is still refused."""
+    import logging
+
+    log = recorded(tmp_path)
+    data = log.read_bytes()
+    cut = data[:data.rindex(b"\n", 0, len(data) - 1) + 40]  # 39 bytes of the last line
+    log.write_bytes(cut)
+    whole = cut.count(b"\n")
+    jl = read_joint_log(log)
+    assert len(jl.samples) == whole - 1  # the header is a line too
+    assert jl.cut_last_line.startswith(f"{log}:{whole + 1}: the last line is cut short (39 bytes")
+    with caplog.at_level(logging.WARNING, logger="firmware_bridge.replay"):
+        with stream_for_url(f"replay://{log}?speed=0") as s:
+            assert s.read() is not None
+    assert "the last line is cut short" in caplog.text
+    log.write_bytes(cut + b"\n")  # the same line ended: damaged, not cut
+    with pytest.raises(BridgeError, match="expected a JSON object"):
+        read_joint_log(log)
+
+
+def test_a_log_of_a_newer_schema_says_to_upgrade(tmp_path):
+    log = recorded(tmp_path)
+    rewrite_line(log, 1, lambda o: {**o, "schema": 2})
+    with pytest.raises(BridgeError, match="written by a newer syncedge; this one reads schema 1: "
+                                          "upgrade syncedge"):
+        read_joint_log(log)
+
+
 @pytest.mark.parametrize(("field", "edit", "says"), [
     ("position_rad", lambda o: {**o, "position_rad": o["position_rad"][:3]},
      re.escape("field 'position_rad': expected 6 values (one per joint of the header), "

@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 
+import numpy as np
 import pytest
 
 from firmware_bridge.cli import MAX_RECORD_S, register
@@ -202,3 +203,30 @@ def test_a_replayed_framed_log_keeps_its_pings_and_its_latency_method(tmp_path, 
             shift = y.receipt_ns - x.receipt_ns
             assert (q.send_ns - p.send_ns, q.receipt_ns - p.receipt_ns) == (shift, shift)
             assert (q.device_rx_ns, q.device_tx_ns) == (p.device_rx_ns, p.device_tx_ns)
+    # stamped when each sample was due: the recording's receipt spacing and its figures,
+    # not the replay's sleeps (the figures differed: 12.0 ms and -308 ppm replayed as
+    # 12.8 ms and -420 ppm)
+    rx_a = np.array([x.receipt_ns for x in a.samples])
+    rx_b = np.array([x.receipt_ns for x in b.samples])
+    same = np.diff(rx_b) == np.diff(rx_a)
+    assert same.mean() > 0.95, same.mean()
+    est_a, est_b = capture_stamps(a.samples), capture_stamps(b.samples)
+    assert est_b.detail["drift ppm"] == pytest.approx(est_a.detail["drift ppm"], abs=2)
+
+
+def test_a_replay_at_another_speed_reads_the_device_clocks_own_drift(tmp_path):
+    """At speed 2 the receipts come twice as fast; the device stamps (of samples and pings)
+    run twice as fast with them, so the drift read is the device's, not -500 000 ppm."""
+    from edge.timebase import capture_stamps
+
+    first, fast = tmp_path / "first.jsonl", tmp_path / "fast.jsonl"
+    with FakeFramedDevice(3, 500.0) as dev:
+        assert run(["bridge", "record", f"frame://{dev.path}?joints=3", "--seconds", "1",
+                    "--out", str(first)]) == 0
+    assert run(["bridge", "record", f"replay://{first}?speed=2", "--seconds", "5",
+                "--out", str(fast)]) == 0
+    a, b = read_joint_log(first), read_joint_log(fast)
+    span = lambda log: log.samples[-1].receipt_ns - log.samples[0].receipt_ns  # noqa: E731
+    assert span(b) == pytest.approx(span(a) / 2, rel=0.05)
+    assert abs(capture_stamps(b.samples).detail["drift ppm"]
+               - capture_stamps(a.samples).detail["drift ppm"]) < 50
