@@ -273,7 +273,8 @@ class FramedStream(JointStream):
                     rejected = self._rejected_since_valid()
                     raise CycleError("timeout", f"{self.port}: expected a valid frame within "
                                      f"{self.frame_timeout_s} s, found none"
-                                     f"{'; ' + rejected if rejected else ''}")
+                                     f"{'; ' + rejected if rejected else ''}",
+                                     cause=bool(rejected))
                 self._pump(ser, min(remaining, self._until_ping_s()))
                 self._service_pings(ser)
             receipt_ns, f = self._frames.popleft()

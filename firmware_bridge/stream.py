@@ -46,9 +46,12 @@ class CycleError(BridgeError):
             ``"lost"`` (which counter to bump besides ``lost_cycles``).
     """
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, *, cause: bool | None = None):
         super().__init__(message)
         self.kind = kind
+        #: the message names why the cycle failed beyond "nothing came" (a frame refused
+        #: for its joint count, version, CRC): a read that runs out of time leads with it
+        self.cause = kind != "timeout" if cause is None else cause
 
 
 class LinkLostError(BridgeError):
@@ -259,6 +262,11 @@ class JointStream(abc.ABC):
                 self._reconnect(deadline_ns, exc)
                 reconnected = True
             if time.monotonic_ns() > deadline_ns:
+                if getattr(last_error, "cause", False):  # refused, not silent: say why first
+                    raise BridgeTimeoutError(
+                        f"{last_error} ({self.url}: no valid sample within "
+                        f"{self.read_timeout_s} s, {missed} failed cycles; the last one's "
+                        f"reason is the one above)")
                 raise BridgeTimeoutError(
                     f"{self.url}: expected a valid sample within {self.read_timeout_s} s "
                     f"({self._deadline_hint()}), found {missed} failed cycles (last: "

@@ -223,6 +223,25 @@ def test_bridge_framed_clean_link():
                                atol=1e-6)
 
 
+@pytest.mark.parametrize(("joints", "faults", "cause"), [
+    (7, FramedFaults(), "expected 6 joints per frame (joints=6 in the URL), found 7"),
+    (6, FramedFaults(version_from=1), "of an unsupported protocol version"),
+])
+def test_a_read_refused_by_configuration_leads_with_the_cause(joints, faults, cause):
+    """Every frame refused (the URL's joint count, another protocol version): the error led
+    with "expected a valid sample within 1.0 s (... raise read_timeout_s for a device that
+    stalls longer)" and named the cause only at its end; it now leads with the cause."""
+    with FakeFramedDevice(joints, 500.0, faults=faults) as dev, \
+            stream_for_url(f"frame://{dev.path}?joints=6&frame_timeout_s=0.02",
+                           read_timeout_s=0.3) as s:
+        with pytest.raises(BridgeTimeoutError) as err:
+            for _ in range(5):
+                s.read()
+    msg = str(err.value)
+    assert msg.startswith(f"{dev.path}: ") and cause in msg.split(" (frame://")[0], msg
+    assert "no valid sample within 0.3 s" in msg and "raise read_timeout_s" not in msg
+
+
 def test_bridge_framed_partial_frame_then_silence_returns_within_deadline():
     with FakeFramedDevice(3, 500.0, faults=FramedFaults(partial_at=5, silence_s=1.5)) as dev, \
             open_framed(dev, read_timeout_s=0.25) as s:
