@@ -104,6 +104,8 @@ class FramedStream(JointStream):
         self._decoder = FrameDecoder()
         self._rejected_at_valid: dict[str, int] = {}  # decoder.rejected at the last valid frame
         self._frames: deque[tuple[int, BridgeFrame]] = deque()  # (receipt ns, frame)
+        # the last frame delivered before the latest reconnect: (number, device time us)
+        self._before_reconnect: tuple[int, int] | None = None
         self._last_seq: int | None = None  # the last frame delivered: its number,
         self._last_time_us = 0  # its device time,
         self._period_us = DEFAULT_PERIOD_US  # and the device's frame period measured so far
@@ -301,6 +303,11 @@ class FramedStream(JointStream):
             self.stats.late_frames += 1  # older than one delivered: dropped, wait for the next
         self._rejected_at_valid = dict(self._decoder.rejected)
         sequenced = self._last_seq is not None  # skipped counts frames lost since the last
+        if not sequenced and self._before_reconnect is not None:
+            skipped = self._numbered_on(f)
+            sequenced = skipped is not None
+            skipped = skipped or 0
+        self._before_reconnect = None
         if order != "duplicate":  # a repeated frame moves neither the numbering nor the clock
             if order == "next" and self._last_seq is not None:
                 dt = f.device_time_us - self._last_time_us
@@ -364,6 +371,23 @@ class FramedStream(JointStream):
             return ("late" if behind <= REORDER_WINDOW else "suspect"), 0
         return "restart", 0
 
+    def _numbered_on(self, f: BridgeFrame) -> int | None:
+        """After a reconnect: how many frames the device numbered while it was away (lost),
+        where frame ``f`` goes on from the last one before it (its number ahead by ``n``,
+        1 <= n < 2^31, and its clock ahead by about ``n`` frame periods: within a quarter
+        and 2 periods); None where it does not (the device started again, or its clock
+        says otherwise): then the numbering starts afresh."""
+        assert self._before_reconnect is not None
+        seq, t_us = self._before_reconnect
+        ahead = (f.sequence - seq) & 0xFFFFFFFF
+        dt = f.device_time_us - t_us
+        if not 1 <= ahead < 0x80000000 or dt <= 0:
+            return None
+        want = ahead * self._period_us
+        return ahead - 1 if abs(dt - want) <= 0.25 * want + 2 * self._period_us else None
+
     def _reconnect(self, deadline_ns: int, cause: Exception) -> None:
+        if self._last_seq is not None:
+            self._before_reconnect = (self._last_seq, self._last_time_us)
         self._last_seq = None
         super()._reconnect(deadline_ns, cause)

@@ -51,6 +51,8 @@ class FramedFaults:
     silence_s: float = 1.0
     unplug_at: int = 0  # at frame N: vanish for unplug_s, then return on a new pty
     unplug_s: float = 0.3
+    unplug_running: bool = False  # the device runs on while unplugged: frames numbered
+    # meanwhile are lost (False: it waits, then sends them in a burst)
     clock_ppm: float = 0.0  # device clock rate error
     clock_jump_at: int = 0  # at frame N: the device clock steps by clock_jump_s (a reset, a
     clock_jump_s: float = 0.0  # time server's step; negative: back), frames and pongs alike
@@ -196,6 +198,11 @@ def _run(joints: int, rate_hz: float, count: int, f: FramedFaults, link_path: st
                 arriving.clear()
                 decoder.reset()
                 time.sleep(0.05)
+                if f.unplug_running:  # the frames numbered while unplugged never came
+                    k = max(k, int((time.monotonic() - t0) / period))
+                    t_us = device_us(time.monotonic())
+                    data = bytearray(encode_frame(k - seq_base[0], t_us, 0.001 * k + j,
+                                                  -0.5 * j, 0.25 * j))
             if f.partial_at and k == f.partial_at:
                 send(link.pop_due(math.inf) + bytes(data[: len(data) // 2]))
                 time.sleep(f.silence_s)
