@@ -79,6 +79,11 @@ def _latency(stream: JointStream, samples: list[JointSample]) -> str:
     return est.describe()
 
 
+#: The shortest time without a sample that ``bridge record``'s summary names (besides ten
+#: sample periods), ns.
+SILENCE_NOTE_NS = 100_000_000
+
+
 def _timing(rate_hz: float, samples: list, stats: dict) -> str:
     """One line: slots scheduled at ``rate_hz``, empty slots, |spacing - period| p50/p99, worst
     gap."""
@@ -208,6 +213,10 @@ def _record(args: argparse.Namespace) -> int:
              else "")
     faults = (f", {d['faults']} FAULT samples (first: {first_fault[0]})" if d["faults"]
               else ", 0 FAULT samples")
+    # a silence the counts above do not show (a device that paused and numbered on)
+    typical_ns = 1e9 / d["rate_hz"] if d["rate_hz"] > 0 else 0.0
+    if d["worst_gap_ns"] > max(SILENCE_NOTE_NS, 10 * typical_ns) and not d["slots"]:
+        faults += f", longest silence {d['worst_gap_ns'] / 1e9:.3f} s"
     print(f"wrote {d['samples']} samples to {args.out}: {d['rate_hz']:.1f} Hz, "
           f"{d['gaps']} gaps, {d['lost_cycles']} lost cycles, {d['crc_errors']} CRC errors, "
           f"{d['stale_samples']} STALE samples (frames sent again), {d['restarts']} restarts, "

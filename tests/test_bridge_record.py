@@ -230,3 +230,22 @@ def test_a_replay_at_another_speed_reads_the_device_clocks_own_drift(tmp_path):
     assert span(b) == pytest.approx(span(a) / 2, rel=0.05)
     assert abs(capture_stamps(b.samples).detail["drift ppm"]
                - capture_stamps(a.samples).detail["drift ppm"]) < 50
+
+
+def test_a_device_that_pauses_is_named_in_the_summary(tmp_path, capsys):
+    """A device that stops sending for 0.4 s and numbers on (nothing lost, so no gap and
+    no lost cycle) read "0 gaps, 0 lost cycles" and nothing else; the summary names the
+    longest silence."""
+    log = tmp_path / "p.jsonl"
+    f = FramedFaults(pause_at=300, pause_s=0.4)
+    with FakeFramedDevice(3, 500.0, faults=f) as dev:
+        assert run(["bridge", "record", f"frame://{dev.path}?joints=3&read_timeout_s=2",
+                    "--seconds", "1.2", "--out", str(log)]) == 0
+    out = capsys.readouterr().out
+    said = re.search(r"0 gaps, 0 lost cycles, .*, longest silence ([0-9.]+) s", out)
+    assert said and float(said.group(1)) == pytest.approx(0.4, abs=0.05), out
+    clean = tmp_path / "c.jsonl"
+    with FakeFramedDevice(3, 500.0) as dev:
+        assert run(["bridge", "record", f"frame://{dev.path}?joints=3", "--seconds", "0.5",
+                    "--out", str(clean)]) == 0
+    assert "longest silence" not in capsys.readouterr().out
