@@ -298,8 +298,9 @@ def run_record(args: argparse.Namespace) -> int:
     rec = ep.metadata.extra["recording"]
     print(f"{ep.num_frames} frames x {ep.num_dof} DoFs at {ep.metadata.fps:g} Hz; "
           f"{len(rec['gaps'])} gap(s); joint clock {rec['joint_clock']} "
-          f"(drift {rec['joint_drift_ppm']} ppm); max pairing error "
-          f"{max(rec['pair_error_s']) * 1e3:.1f} ms")
+          f"(drift {rec['joint_drift_ppm']} ppm); farthest joint sample from a frame "
+          f"{max(rec['pair_error_s']) * 1e3:.1f} ms (interpolated across; not a timing "
+          f"error)")
     fh, fw = raw.frames[0].shape[:2]
     th, tw = aopts.size_hw
     enlarged = 1.0 / min(fh / th, fw / tw)  # fit_frame's centre crop, resized to --size
