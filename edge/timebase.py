@@ -258,6 +258,9 @@ class CaptureStamps:
         figures = ", ".join(f"{k} {v}" if isinstance(v, int | str) else f"{k} {v:.3f}"
                             for k, v in self.detail.items())
         line = f"latency: {self.latency_s * 1e3:.3f} ms by {self.method} ({figures})"
+        if self.method.startswith("device clock"):
+            line += ("; without answered pings the link's own delay is not seen (a device "
+                     "that answers pings measures it; else enter joint_latency_s)")
         if self.jumps:
             big = max(self.jumps, key=lambda j: abs(j.device_step_ns))
             line += (f"; the device clock jumped {len(self.jumps)} time(s) (largest "

@@ -112,7 +112,8 @@ def start_unit_warning(program: JointProgram, names: list[str], position: np.nda
         return None
     return (f"the joint readings at the start look like degrees, not rad ({'; '.join(said)}): "
             "the program and the models take rad; stop now (Ctrl-C) and set the "
-            "controller's (or the bridge's) position unit to rad, then record again "
+            "controller's position unit to rad (framed firmware sends rad: "
+            "docs/bridge-frame-protocol.md), then record again "
             "('calibrate check' fails a sweep in degrees as sweep_overshoot)")
 
 

@@ -35,7 +35,8 @@ def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str
     cols = look_like_degrees(q, list(units), kind == "calibration")
     if not cols:
         return
-    fix = ("set the controller's (or the bridge's) position unit to rad and record again "
+    fix = ("set the controller's position unit to rad (framed firmware sends rad: "
+           "docs/bridge-frame-protocol.md) and record again "
            "(exact, for every model)" if recorded else
            f"import the recording again with 'syncedge calibrate import ... --degrees "
            f"{','.join(names[c] for c in cols)}' (exact, for every model)")
