@@ -123,29 +123,13 @@ def test_record_makes_the_logs_folder_as_every_command_does(tmp_path):
     assert log.is_file() and not (log.parent / "j.jsonl.partial").exists()
 
 
-def test_ctrl_c_stops_a_recording_and_keeps_a_closed_log(tmp_path, capsys, monkeypatch):
-    from firmware_bridge.stream import JointStream
-
-    real_run = JointStream.run
-
-    def interrupted(self, callback, **kw):  # Ctrl-C after 20 samples
-        real_run(self, callback, max_samples=20)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(JointStream, "run", interrupted)
-    log = tmp_path / "j.jsonl"
-    assert run(["bridge", "record", "loop://?joints=2&rate_hz=0", "--seconds", "30",
-                "--out", str(log)]) == 130
-    assert "wrote 20 samples" in capsys.readouterr().out
-    jl = read_joint_log(log)
-    assert len(jl.samples) == 20 and jl.stats["samples"] == 20  # closed with its statistics
-    assert not (tmp_path / "j.jsonl.partial").exists()
-
-
-def test_sigterm_stops_a_recording_like_ctrl_c_with_exit_143(tmp_path, capsys, monkeypatch):
-    """SIGTERM (a service manager stopping ``bridge record``) killed the process and left
-    only ``OUT.partial``; through ``syncedge`` it now closes the log as Ctrl-C does and
-    exits 143, saying which signal stopped it."""
+@pytest.mark.parametrize(("how", "code"), [("Ctrl-C", 130), ("SIGTERM", 143)])
+def test_ctrl_c_or_sigterm_stops_a_recording_and_keeps_a_closed_log(tmp_path, capsys,
+                                                                    monkeypatch, how, code):
+    """Ctrl-C stops a recording, and the log is closed with its statistics. SIGTERM (a
+    service manager stopping ``bridge record``) killed the process and left only
+    ``OUT.partial``; through ``syncedge`` it now does what Ctrl-C does, exits 143 and says
+    which stopped it."""
     import os
     import signal
 
@@ -154,19 +138,21 @@ def test_sigterm_stops_a_recording_like_ctrl_c_with_exit_143(tmp_path, capsys, m
 
     real_run = JointStream.run
 
-    def terminated(self, callback, **kw):  # SIGTERM after 20 samples
+    def stopped(self, callback, **kw):  # stopped after 20 samples
         real_run(self, callback, max_samples=20)
+        if how == "Ctrl-C":
+            raise KeyboardInterrupt
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("SIGTERM did not stop the recording")
 
-    monkeypatch.setattr(JointStream, "run", terminated)
+    monkeypatch.setattr(JointStream, "run", stopped)
     log = tmp_path / "j.jsonl"
     assert main(["bridge", "record", "loop://?joints=2&rate_hz=0", "--seconds", "30",
-                 "--out", str(log)]) == 143
+                 "--out", str(log)]) == code
     assert "wrote 20 samples" in capsys.readouterr().out
     jl = read_joint_log(log)
-    assert len(jl.samples) == 20
-    assert jl.stats["extra"]["recording"]["ended"] == "interrupted by SIGTERM"
+    assert len(jl.samples) == 20 and jl.stats["samples"] == 20  # closed with its statistics
+    assert jl.stats["extra"]["recording"]["ended"] == f"interrupted by {how}"
     assert not (tmp_path / "j.jsonl.partial").exists()
 
 

@@ -182,16 +182,22 @@ def test_ctrl_c_before_the_first_sample_keeps_nothing_and_says_so(tmp_path, caps
                        f"nothing kept ({log} was not written)\n")
 
 
-def test_a_replayed_framed_log_keeps_its_pings_and_its_latency_method(tmp_path, capsys):
-    from edge.timebase import capture_stamps
-
+def _recorded_and_replayed(tmp_path, speed: float):
+    """A 1 s recording of the fake framed device at 500 Hz, and that log replayed at
+    ``speed`` and recorded again: the two logs read back."""
     first, again = tmp_path / "first.jsonl", tmp_path / "again.jsonl"
     with FakeFramedDevice(3, 500.0) as dev:
         assert run(["bridge", "record", f"frame://{dev.path}?joints=3", "--seconds", "1",
                     "--out", str(first)]) == 0
-    assert run(["bridge", "record", f"replay://{first}?speed=1", "--seconds", "5",
+    assert run(["bridge", "record", f"replay://{first}?speed={speed:g}", "--seconds", "5",
                 "--out", str(again)]) == 0
-    a, b = read_joint_log(first), read_joint_log(again)
+    return read_joint_log(first), read_joint_log(again)
+
+
+def test_a_replayed_framed_log_keeps_its_pings_and_its_latency_method(tmp_path, capsys):
+    from edge.timebase import capture_stamps
+
+    a, b = _recorded_and_replayed(tmp_path, speed=1)
     pings_a = [len(x.pings) for x in a.samples]
     assert sum(pings_a) >= 20
     assert [len(x.pings) for x in b.samples] == pings_a
@@ -219,13 +225,7 @@ def test_a_replay_at_another_speed_reads_the_device_clocks_own_drift(tmp_path):
     run twice as fast with them, so the drift read is the device's, not -500 000 ppm."""
     from edge.timebase import capture_stamps
 
-    first, fast = tmp_path / "first.jsonl", tmp_path / "fast.jsonl"
-    with FakeFramedDevice(3, 500.0) as dev:
-        assert run(["bridge", "record", f"frame://{dev.path}?joints=3", "--seconds", "1",
-                    "--out", str(first)]) == 0
-    assert run(["bridge", "record", f"replay://{first}?speed=2", "--seconds", "5",
-                "--out", str(fast)]) == 0
-    a, b = read_joint_log(first), read_joint_log(fast)
+    a, b = _recorded_and_replayed(tmp_path, speed=2)
     span = lambda log: log.samples[-1].receipt_ns - log.samples[0].receipt_ns  # noqa: E731
     assert span(b) == pytest.approx(span(a) / 2, rel=0.05)
     assert abs(capture_stamps(b.samples).detail["drift ppm"]
