@@ -110,24 +110,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         before = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread: leave signals alone
         before = None
-    try:
-        parser = build_parser()
-        args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
-        logging.basicConfig(
-            level=logging.DEBUG if args.verbose else logging.INFO,
-            format="%(levelname)s %(name)s: %(message)s",
-        )
-        if not args.verbose:  # PyOpenGL (MuJoCo rendering) logs optional accelerators at INFO
-            logging.getLogger("OpenGL").setLevel(logging.WARNING)
-        if not getattr(args, "func", None):
-            parser.print_help()
-            return 2
-    except KeyboardInterrupt:
-        term = _TERMINATED["signal"]
-        print(f"syncedge: {'terminated' if term else 'interrupted'} before the command "
-              f"started; nothing was written", file=sys.stderr)
-        return 143 if term else 130
-    try:
+    try:  # every way out (a return, --help's SystemExit, an error) puts the handler back
+        try:
+            parser = build_parser()
+            args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None
+                                                          else argv))
+            logging.basicConfig(
+                level=logging.DEBUG if args.verbose else logging.INFO,
+                format="%(levelname)s %(name)s: %(message)s",
+            )
+            if not args.verbose:  # PyOpenGL (MuJoCo rendering) logs accelerators at INFO
+                logging.getLogger("OpenGL").setLevel(logging.WARNING)
+            if not getattr(args, "func", None):
+                parser.print_help()
+                return 2
+        except KeyboardInterrupt:
+            term = _TERMINATED["signal"]
+            print(f"syncedge: {'terminated' if term else 'interrupted'} before the command "
+                  f"started; nothing was written", file=sys.stderr)
+            return 143 if term else 130
         return run_parsed(args)
     finally:
         if before is not None:

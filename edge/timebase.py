@@ -389,7 +389,11 @@ def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
     late = np.zeros(len(samples), dtype=bool)  # delivered after a later capture
     if (dev[fresh] >= 0).all() and not all(samples[i].request_ns >= 0
                                            for i in np.flatnonzero(fresh)):
-        late[fresh] = _out_of_sequence(dev[fresh], rx[fresh])
+        restart = np.array([bool(samples[i].status & Status.RESTART)
+                            for i in np.flatnonzero(fresh)], dtype=bool)
+        late[fresh] = _out_of_sequence(dev[fresh], rx[fresh], restart)
+        if int((fresh & ~late).sum()) < 2:  # too few left to place a clock: as before
+            late[:] = False
     use = fresh & ~late
     if use.all():
         return _capture_stamps(samples)
@@ -406,21 +410,37 @@ def capture_stamps(samples: Sequence[JointSample]) -> CaptureStamps:
                          tuple(int(i) for i in np.flatnonzero(late)))
 
 
-def _out_of_sequence(dev: np.ndarray, rx: np.ndarray) -> np.ndarray:
+#: How many steps back of a device clock :func:`_out_of_sequence` follows before it stops
+#: looking for late samples (stamps that never advance would step back at every sample;
+#: each step costs a pass over the stream).
+MAX_STEPS_BACK = 64
+
+
+def _out_of_sequence(dev: np.ndarray, rx: np.ndarray,
+                     restart: np.ndarray | None = None) -> np.ndarray:
     """Which samples of a device-stamped stream arrived after a later capture of the same
-    clock: bool ``(N,)`` of ``dev``, ``rx`` (int64 ``(N,)`` device and receipt stamps, ns).
+    clock: bool ``(N,)`` of ``dev``, ``rx`` (int64 ``(N,)`` device and receipt stamps, ns);
+    ``restart``: bool ``(N,)``, the samples the stream flagged ``RESTART`` (the device
+    started again there: never a late delivery).
 
     A run of samples whose device stamps are not above the highest before them (since the
     clock last stepped back) is either a late delivery (reordered, or sent twice) or the
     device clock stepping back by ``D = highest before - lowest in the run + one period``.
-    Delivery delay only adds, so the minimum of ``receipt - device`` over the samples after
-    the run tells them apart: the clock that stepped back raises it by ``D``; after a late
-    delivery it stays where it was before the run. The run is late where that minimum rose
-    by less than ``D / 2`` and less than 4 sigma of the scatter of such minima over the
-    stream (a step that small cannot be told from delivery jitter). A run that reaches the
-    end of the stream is late only where every stamp in it repeats one before it exactly.
-    After a step back, the clock's new stretch is searched the same way from its first
-    sample (a sample reordered inside it is found too)."""
+    Delivery delay only adds, so the minimum of ``receipt - device`` over up to ``w``
+    samples after the run tells them apart: the clock that stepped back raises it by
+    ``D``; after a late delivery it stays where it was before the run. The run is late
+    where that minimum rose by less than the larger of ``D / 2`` and 4 sigma of the scatter
+    of such minima over the stream (a step that small cannot be told from delivery
+    jitter). A run that reaches the end of the stream (nothing after it to compare) is late
+    only where it is at most ``w`` samples long and every stamp in it repeats one before it
+    exactly (a device clock on a grid of ticks that steps back by whole ticks repeats
+    earlier stamps too, but for as long as the stream goes on). After a step back, the
+    clock's new stretch is searched the same way from its first sample (a sample reordered
+    inside it is found too). ``w = clip(N // 20, 5, 20)``.
+
+    Known limit: a sample reordered across the step itself (the new clock's first sample
+    delivered before the old clock's last) is taken for late, and the step is found one
+    sample later."""
     n = dev.size
     late = np.zeros(n, dtype=bool)
     steps = np.diff(dev)
@@ -436,8 +456,25 @@ def _out_of_sequence(dev: np.ndarray, rx: np.ndarray) -> np.ndarray:
     if nb >= 3:
         d = np.diff(ok[:nb * w].reshape(nb, w).min(1))
         sigma = 1.4826 * float(np.median(np.abs(d - np.median(d))))
+
+    def before_run(start: int, r0: int) -> np.ndarray:
+        """Up to ``w`` samples before ``r0`` in the stretch from ``start``, not late."""
+        lo = max(start, r0 - 4 * w)
+        got = lo + np.flatnonzero(~late[lo:r0])
+        return got[-w:] if got.size >= w or lo == start else \
+            (start + np.flatnonzero(~late[start:r0]))[-w:]
+
+    def after_run(r1: int, high: int) -> np.ndarray:
+        """Up to ``w`` samples from ``r1`` on whose stamps are above ``high``."""
+        hi = min(n, r1 + 4 * w)
+        got = r1 + np.flatnonzero(dev[r1:hi] > high)
+        return got[:w] if got.size >= w or hi == n else \
+            (r1 + np.flatnonzero(dev[r1:] > high))[:w]
+
     start, a = 0, 1  # the clock's latest stretch begins at start; search from a
-    while a < n:
+    for _ in range(MAX_STEPS_BACK):  # a clock that steps back at every sample: not late
+        if a >= n:
+            break
         top = np.maximum.accumulate(dev[start:])  # (n - start,) highest so far
         cand = dev[start + 1:] <= top[:-1]  # cand[k]: sample start + 1 + k
         idx = start + 1 + np.flatnonzero(cand[a - start - 1:]) + (a - start - 1)
@@ -447,13 +484,14 @@ def _out_of_sequence(dev: np.ndarray, rx: np.ndarray) -> np.ndarray:
         for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
             r0, r1 = int(run[0]), int(run[-1]) + 1
             high = int(top[r0 - 1 - start])  # highest stamp before the run
-            before = start + np.flatnonzero(~late[start:r0])[-w:]
-            after = r1 + np.flatnonzero(dev[r1:] > high)[:w]
-            if after.size == 0:
-                late[r0:r1] = bool(np.isin(dev[r0:r1], dev[start:r0]).all())
+            after = after_run(r1, high)
+            if restart is not None and restart[r0]:
+                late[r0:r1] = False  # the device said it started again
+            elif after.size == 0:
+                late[r0:r1] = r1 - r0 <= w and bool(np.isin(dev[r0:r1], dev[start:r0]).all())
             else:
                 step_back = float(high - dev[r0:r1].min()) + period
-                rise = float(level[after].min() - level[before].min())
+                rise = float(level[after].min() - level[before_run(start, r0)].min())
                 late[r0:r1] = rise < max(step_back / 2, 4 * sigma)
             if not late[r0]:  # the clock stepped back: a new stretch from r0
                 start, a, jumped = r0, r0 + 1, True

@@ -43,6 +43,11 @@ from .url import Options
 
 __all__ = ["FramedStream"]
 
+#: How far (besides a quarter of it) the device clock's advance across a reconnect may
+#: differ from the host's time between the receipts around it, s, for the frame after it
+#: to go on from the numbering before it (delivery delay and bursts on both sides).
+RECONNECT_CLOCK_SLACK_S = 0.1
+
 #: Pings in flight at most (unanswered, not yet given up); before the device's first answer
 #: also the number of pings after which a silent device is taken to predate pings.
 MAX_PINGS_IN_FLIGHT = 8
@@ -104,8 +109,10 @@ class FramedStream(JointStream):
         self._decoder = FrameDecoder()
         self._rejected_at_valid: dict[str, int] = {}  # decoder.rejected at the last valid frame
         self._frames: deque[tuple[int, BridgeFrame]] = deque()  # (receipt ns, frame)
-        # the last frame delivered before the latest reconnect: (number, device time us)
-        self._before_reconnect: tuple[int, int] | None = None
+        # the last frame delivered before the latest reconnect: (number, device time us,
+        # receipt ns)
+        self._before_reconnect: tuple[int, int, int] | None = None
+        self._last_receipt_ns = 0  # of the last frame delivered
         self._last_seq: int | None = None  # the last frame delivered: its number,
         self._last_time_us = 0  # its device time,
         self._period_us = DEFAULT_PERIOD_US  # and the device's frame period measured so far
@@ -304,7 +311,7 @@ class FramedStream(JointStream):
         self._rejected_at_valid = dict(self._decoder.rejected)
         sequenced = self._last_seq is not None  # skipped counts frames lost since the last
         if not sequenced and self._before_reconnect is not None:
-            skipped = self._numbered_on(f)
+            skipped = self._numbered_on(f, receipt_ns)
             sequenced = skipped is not None
             skipped = skipped or 0
         self._before_reconnect = None
@@ -314,6 +321,7 @@ class FramedStream(JointStream):
                 if dt > 0:
                     self._period_us = dt / (skipped + 1)
             self._last_seq, self._last_time_us = f.sequence, f.device_time_us
+            self._last_receipt_ns = receipt_ns
         pings, self._evidence = tuple(self._evidence), []
         return Reading(f.position_rad, f.velocity_rad_s, f.effort_nm, receipt_ns,
                        device_counter=f.sequence, device_stamp_ns=f.device_time_us * 1000,
@@ -371,23 +379,30 @@ class FramedStream(JointStream):
             return ("late" if behind <= REORDER_WINDOW else "suspect"), 0
         return "restart", 0
 
-    def _numbered_on(self, f: BridgeFrame) -> int | None:
+    def _numbered_on(self, f: BridgeFrame, receipt_ns: int) -> int | None:
         """After a reconnect: how many frames the device numbered while it was away (lost),
-        where frame ``f`` goes on from the last one before it (its number ahead by ``n``,
-        1 <= n < 2^31, and its clock ahead by about ``n`` frame periods: within a quarter
-        and 2 periods); None where it does not (the device started again, or its clock
-        says otherwise): then the numbering starts afresh."""
+        where frame ``f`` (received at ``receipt_ns``) goes on from the last one before it:
+        its number ahead by ``n`` (1 <= n < 2^31), its clock ahead by about ``n`` frame
+        periods (within a quarter and 2 periods) and by about the host's time between the
+        two receipts (within a quarter and :data:`RECONNECT_CLOCK_SLACK_S`: a device that
+        restarted while away and has since run longer than before numbers and clocks on
+        too, but from another moment). None where it does not: the numbering then starts
+        afresh."""
         assert self._before_reconnect is not None
-        seq, t_us = self._before_reconnect
+        seq, t_us, rx_ns = self._before_reconnect
         ahead = (f.sequence - seq) & 0xFFFFFFFF
         dt = f.device_time_us - t_us
         if not 1 <= ahead < 0x80000000 or dt <= 0:
             return None
         want = ahead * self._period_us
+        host_us = (receipt_ns - rx_ns) / 1e3
+        if abs(dt - host_us) > 0.25 * host_us + RECONNECT_CLOCK_SLACK_S * 1e6:
+            return None
         return ahead - 1 if abs(dt - want) <= 0.25 * want + 2 * self._period_us else None
 
     def _reconnect(self, deadline_ns: int, cause: Exception) -> None:
         if self._last_seq is not None:
-            self._before_reconnect = (self._last_seq, self._last_time_us)
+            self._before_reconnect = (self._last_seq, self._last_time_us,
+                                      self._last_receipt_ns)
         self._last_seq = None
         super()._reconnect(deadline_ns, cause)

@@ -69,9 +69,17 @@ class ReplayStream(JointStream):
             self._said_cut = True  # once, not again at each reconnect
         self._i = 0
         self._start_ns = self._last_receipt_ns = time.monotonic_ns()
-        # the device clock's first stamp: device stamps run ``speed`` times faster from it
-        self._device0_ns = next((x.device_stamp_ns for x in jl.samples
-                                 if x.device_stamp_ns >= 0), 0)
+        # each sample's device clock origin: its stamps run ``speed`` times faster from it;
+        # a device that started again (RESTART, or a stamp below the origin: a late sample
+        # of the same clock lies above it) begins a new origin, so a replay slower than the
+        # recording never stamps below 0
+        origins, origin = [], -1
+        for x in jl.samples:
+            d = x.device_stamp_ns
+            if d >= 0 and (origin < 0 or d < origin or x.status & Status.RESTART):
+                origin = d
+            origins.append(origin)
+        self._origins_ns = origins
 
     def _close(self) -> None:
         pass
@@ -101,10 +109,12 @@ class ReplayStream(JointStream):
         # stamps of its request and pings move with its receipt stamp, the device's run
         # ``speed`` times faster
         shift = receipt_ns - s.receipt_ns
-        d0 = self._device0_ns
+        d0 = self._origins_ns[self._i - 1]
 
         def device(d: int) -> int:
-            return d if self.speed in (0, 1) or d < 0 else d0 + int((d - d0) / self.speed)
+            if self.speed in (0, 1) or d < 0:
+                return d
+            return max(0, d0 + int((d - d0) / self.speed))
 
         pings = tuple(Ping(p.send_ns + shift, device(p.device_rx_ns), device(p.device_tx_ns),
                            p.receipt_ns + shift if p.answered else -1) for p in s.pings)

@@ -503,3 +503,23 @@ def test_bridge_framed_a_step_back_outside_the_window_is_judged_by_the_frames_af
     assert [(x.device_counter, x.missed, x.status) for x in got] == expected
     assert (s.stats.late_frames, s.stats.restarts) == (late, restarts)
     assert s.stats.lost_cycles == 0
+
+
+def test_a_device_that_restarted_while_unplugged_is_not_taken_to_have_numbered_on():
+    """The device rebooted during a 6 s outage and has since been up longer than before
+    it: its number and clock are both ahead of the last frame's, by the same number of
+    periods, and its frames were counted as lost (274, no RESTART). Its clock's advance
+    (0.5 s) does not match the host's time between the receipts (6 s): the numbering
+    starts afresh."""
+    from firmware_bridge.frame_format import BridgeFrame
+    from firmware_bridge.framed import FramedStream
+
+    period_us = 1818  # 550 Hz
+    s = FramedStream("frame:///dev/null?joints=1", "/dev/null", joints=1)
+    s._period_us = period_us
+    z = np.zeros(1)
+    s._before_reconnect = (1100, 1100 * period_us, 10**12)
+    frame = BridgeFrame(1375, 1375 * period_us, z, z, z)
+    assert s._numbered_on(frame, 10**12 + 6 * 10**9) is None
+    # the same frame 0.5 s after the last one (the device ran on through a cable pull)
+    assert s._numbered_on(frame, 10**12 + int(0.5 * 10**9)) == 274

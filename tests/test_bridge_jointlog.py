@@ -148,3 +148,31 @@ def test_a_well_formed_log_with_unknown_values_still_reads(tmp_path):
     rewrite_line(log, 3, lambda o: {**o, "effort_nm": [None, 0.5]})
     jl = read_joint_log(log)
     assert len(jl.samples) == 40 and jl.samples[1].effort_nm[1] == 0.5
+
+
+def test_a_slow_replay_of_a_device_that_restarted_keeps_its_stamps_valid(tmp_path):
+    """At speed 0.5 the device stamps run half as fast from the clock's origin; the
+    origin was the log's first stamp, so after the device restarted (its clock from 1 ms
+    again) the stamps went below 0 (read as "no device stamp", or a ping refused). Each
+    restart is an origin of its own: the replay reads one clock jump, as the log does."""
+    import numpy as np
+
+    from edge.joints import JointSample, Status
+    from edge.timebase import capture_stamps
+    from firmware_bridge.jointlog import JointLogWriter
+
+    log = tmp_path / "restart.jsonl"
+    z = np.zeros(1)
+    with JointLogWriter(str(log), "test://", ["j0"]) as w:
+        for k in range(60):
+            dev = (10_000 + 5 * k) * 1_000_000 if k < 30 else (1 + 5 * (k - 30)) * 1_000_000
+            w.write(JointSample(z + k, z, z, 10**12 + k * 5_000_000, device_counter=k,
+                                device_stamp_ns=dev,
+                                status=Status.RESTART if k == 30 else Status.OK))
+    with stream_for_url(f"replay://{log}?speed=0.5") as s:
+        got = [s.read() for _ in range(60)]
+    stamps = [x.device_stamp_ns for x in got]
+    assert min(stamps) >= 0 and stamps[30] == 1_000_000
+    assert stamps[31] - stamps[30] == 10_000_000  # 5 ms of the device's, replayed at half speed
+    est = capture_stamps(got)
+    assert est.method == "device clock" and [j.sample for j in est.jumps] == [30]

@@ -547,3 +547,59 @@ def test_a_sample_repeated_at_the_end_is_late_a_step_back_there_is_a_jump():
                               pings=())]
     est = capture_stamps(back)
     assert [j.sample for j in est.jumps] == [400] and est.out_of_sequence == ()
+
+
+def _grid_stream(n: int, period_ns: int, tick_ns: int, seed: int):
+    """Samples every ``period_ns`` over a 3 ms link with 0.3 ms of jitter, their device
+    stamps on a grid of ``tick_ns`` (a tick counter): ``(capture ns, receipt ns, device)``."""
+    rng = np.random.default_rng(seed)
+    cap = 10**12 + np.arange(n, dtype=np.int64) * period_ns
+    rx = np.maximum.accumulate(cap + 3_000_000 + rng.integers(0, 300_000, n))
+    dev = (cap - (10**12 - 5 * 10**9)) // tick_ns * tick_ns
+    return cap, rx, dev
+
+
+def _stamped(cap, rx, dev, restart_at: int = -1):
+    from edge.joints import JointSample, Status
+
+    return [JointSample(np.array([float(cap[k])]), np.zeros(1), np.zeros(1), int(rx[k]),
+                        device_counter=k, device_stamp_ns=int(dev[k]),
+                        status=Status.RESTART if k == restart_at else Status.OK)
+            for k in range(len(cap))]
+
+
+@pytest.mark.parametrize("case", ["step back near the end", "restart flagged", "wrap"])
+def test_a_clock_on_a_grid_of_ticks_that_steps_back_is_not_taken_for_late_samples(case):
+    """Device stamps on a grid (ms ticks) repeat earlier values after any step back of a
+    whole number of ticks: a step back 200 samples before the end, a restart flagged
+    RESTART, a 16-bit ms counter that wraps. Each was taken for late samples at first
+    (placed on the old clock, 0.5 s, 2 s, 131 s off); each stays a clock jump."""
+    from edge.timebase import capture_stamps
+
+    if case == "wrap":
+        cap, rx, _ = _grid_stream(70_000, 1_000_000, 1_000_000, 3)
+        dev = (np.arange(70_000, dtype=np.int64) % 65536) * 1_000_000
+        samples, first = _stamped(cap, rx, dev), 65536
+    else:
+        cap, rx, dev = _grid_stream(3000, 1_000_000, 1_000_000, 4)
+        first = 2800 if case == "step back near the end" else 1000
+        step = -500_000_000 if first == 2800 else -int(dev[first]) + 1_000_000
+        dev = dev + np.where(np.arange(3000) >= first, step, 0)
+        samples = _stamped(cap, rx, dev, restart_at=first if case == "restart flagged" else -1)
+    est = capture_stamps(samples)
+    assert [j.sample for j in est.jumps] == [first] and est.out_of_sequence == ()
+    off = est.stamps_ns - cap
+    assert np.abs(off - np.median(off)).max() < 1_000_000  # within the 1 ms tick
+
+
+@pytest.mark.parametrize("n", [2, 100])
+def test_device_stamps_that_never_advance_fall_back_to_receipt_stamps(n):
+    """Firmware that leaves the time field at 0: every sample but one was taken for late
+    and the clock fit of one sample raised LinAlgError (a probe exited 70, a recording's
+    partial was lost); the estimate falls back to receipt stamps and says why."""
+    from edge.timebase import capture_stamps
+
+    cap, rx, _ = _grid_stream(n, 2_000_000, 1, 5)
+    est = capture_stamps(_stamped(cap, rx, np.zeros(n, np.int64)))
+    assert est.method == "receipt" and est.out_of_sequence == ()
+    np.testing.assert_array_equal(est.stamps_ns, rx)

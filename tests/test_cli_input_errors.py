@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from edge.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +88,12 @@ def test_sigterm_is_handled_as_ctrl_c_with_exit_143(monkeypatch, capsys) -> None
     assert code == 143 and time.monotonic() - t0 < 4 and seen["caught"] == "Terminated"
     assert "terminated (SIGTERM)" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
+    # every other way out of main puts it back too (it stayed after --help's SystemExit)
+    assert main([]) == 2
+    for argv in (["--version"], ["wait", "--no-such-option"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_a_folder_where_a_file_is_expected_is_named(tmp_path: Path, capsys) -> None:

@@ -111,11 +111,12 @@ def test_precheck_reads_candidates_and_names_saved_by_numpy_savez(tmp_path):
     f = tmp_path / "cands.npz"
     acts = np.zeros((2, 3, 7), np.float32)
     acts[1, :, 0] = 0.01
-    np.savez(f, actions=acts, names=np.array(["still", "nudge"]))
-    out = tmp_path / "out"
-    assert main(PRECHECK + ["--actions", str(f), "--out", str(out)]) in (0, 1)
-    report = json.loads((out / "report.json").read_text())
-    assert [v["name"] for v in report["verdicts"]] == ["still", "nudge"]
+    for k, names in enumerate((np.array(["still", "nudge"]), np.array([b"still", b"nudge"]))):
+        np.savez(f, actions=acts, names=names)  # str or bytes (dtype S) names
+        out = tmp_path / f"out{k}"
+        assert main(PRECHECK + ["--actions", str(f), "--out", str(out)]) in (0, 1)
+        report = json.loads((out / "report.json").read_text())
+        assert [v["name"] for v in report["verdicts"]] == ["still", "nudge"]
 
 
 @pytest.mark.parametrize(("arrays", "said"), [

@@ -111,7 +111,13 @@ def test_a_region_drawn_past_the_frame_is_clipped_and_said(tmp_path: Path) -> No
     (said,) = regions_past_the_frame(r)
     assert "'belt' reaches past the frame (x from 0.5 to 1.5, y from -0.5 to 0.5" in said
     ok = load_rules(_write(tmp_path, GOOD))
-    assert regions_past_the_frame(ok) == []
+    assert regions_past_the_frame(ok) == [] == regions_past_the_frame(ok, 64, 64)
+    # a sliver inside the frame (0.005 of its width) covers no pixel centre at 64 px: said
+    strip = load_rules(_write(tmp_path, "keep_out:\n  regions: [{name: edge, polygon: "
+                              "[[-0.5,0.2],[0.005,0.2],[0.005,0.8],[-0.5,0.8]]}]\n"))
+    (said,) = regions_past_the_frame(strip, 64, 64)
+    assert "'edge' covers no pixel of the 64x64 frame" in said
+    assert "reaches past the frame" in regions_past_the_frame(strip)[0]  # no size given
 
 
 def test_area_in_frame_clips_to_the_unit_square() -> None:

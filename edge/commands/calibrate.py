@@ -171,7 +171,8 @@ def _keep_partial(raw, prog, aopts, out: Path) -> Path:
     path = _partial_path(out)
     try:
         ep, _ = assemble_episode(raw, prog, aopts)
-    except EdgeError:  # not enough to pair: keep the frames at the camera's rate
+    except Exception:  # noqa: BLE001 (not enough to pair, or any failure of the pairing: the
+        # frames are kept at the camera's rate all the same; a recording is never lost)
         fs = np.asarray(raw.frame_stamps_ns, np.int64)
         keep = np.concatenate([[True], np.diff(fs) > 0])
         frames = np.stack([fit_frame(f, aopts.size_hw) for f, k in zip(raw.frames, keep,

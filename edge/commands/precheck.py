@@ -316,7 +316,7 @@ def _evaluate_and_write(args: argparse.Namespace, rules, start: np.ndarray,
                       dof_names=dof_names)
     everyone = keep_out_at_start(result, str(args.rules))
     warnings = [*warnings, *say_warnings([
-        *regions_past_the_frame(rules),
+        *regions_past_the_frame(rules, *start.shape[:2]),
         *start_outside_limits(rules, q0, dof_names, str(args.rules)),
         *(everyone or ([start_keepout] if start_keepout else []))])]
     report = {

@@ -204,16 +204,23 @@ def _area_in_frame(poly: tuple[tuple[float, float], ...]) -> float:
     return 0.5 * abs(float(np.dot(xs, np.roll(ys, 1)) - np.dot(ys, np.roll(xs, 1))))
 
 
-def regions_past_the_frame(rules: Rules) -> list[str]:
-    """One warning per keep-out region drawn past the frame's edge: ``'NAME' reaches past
-    the frame (x from A to B, y from C to D): only its part inside the frame is checked``;
-    ``[]`` where every region lies within 0..1."""
+def regions_past_the_frame(rules: Rules, height: int | None = None,
+                           width: int | None = None) -> list[str]:
+    """One warning per keep-out region drawn past the frame's edge (``'NAME' reaches past
+    the frame (x from A to B, y from C to D): only its part inside the frame is checked``)
+    and, given the frame's ``height`` and ``width`` (pixels), per region that covers no
+    pixel centre of it (a sliver inside the frame, or one too small for the resolution: it
+    can never be entered); ``[]`` where every region lies within 0..1 and covers a pixel."""
     if rules.keep_out is None:
         return []
     out = []
     for r in rules.keep_out.regions:
         xs, ys = np.array(r.polygon, np.float64).T
-        if xs.min() < 0 or ys.min() < 0 or xs.max() > 1 or ys.max() > 1:
+        if height and width and not rasterise((r,), height, width).any():
+            out.append(f"{rules.path}: keep_out region {r.name!r} covers no pixel of the "
+                       f"{width}x{height} frame the rollout predicts (a pixel counts when "
+                       "its centre is inside): it can never be entered; draw it larger")
+        elif xs.min() < 0 or ys.min() < 0 or xs.max() > 1 or ys.max() > 1:
             out.append(f"{rules.path}: keep_out region {r.name!r} reaches past the frame "
                        f"(x from {xs.min():g} to {xs.max():g}, y from {ys.min():g} to "
                        f"{ys.max():g}; the frame is 0..1): only its part inside the frame "

@@ -343,7 +343,8 @@ def _from_npz(path: Path) -> tuple[np.ndarray, list[str] | None]:
         if raw.dtype.kind not in "US" or raw.ndim != 1:
             raise RuntimeInputError(f"{path}: names: expected a 1-D array of strings, found "
                                     f"dtype {raw.dtype} shape {list(raw.shape)}")
-        names = [str(x) for x in raw.tolist()]
+        names = [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x)
+                 for x in raw.tolist()]
     return arrays["actions"], names
 
 
