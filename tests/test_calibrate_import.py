@@ -187,6 +187,29 @@ def test_pairing_interpolates_each_joint_on_its_own_samples() -> None:
         pair_positions(frames, joints, ["a", "b"], 0.2, "x")
 
 
+@pytest.mark.parametrize("low", [-np.pi, 0.0])
+def test_a_joint_wrapping_between_two_samples_is_interpolated_across_the_wrap(low):
+    """A joint reported within one turn ((-pi, pi] or [0, 2 pi)) turns through the wrap
+    point between two samples (125 Hz joints, 30 Hz frames): the straight line between
+    3.12 and -3.12 gave a made-up 2.09 at the frame between them (6.28 rad off after the
+    episode's unwrap, then "looks like degrees" and a failed check). It is interpolated
+    on the continuous readings and reported within its turn, so the episode's unwrap
+    finds the wrap at its frame."""
+    from edge.joints import continuous_positions
+
+    s = np.arange(0.0, 2.0, 1 / 125)  # joint samples, s
+    true = 2.5 + 1.5 * s  # rad, through pi at s = 0.43 (and 2 pi at 2.52: not reached)
+    reported = np.mod(true - low, 2 * np.pi) + low
+    frames = np.arange(0.028, 1.95, 1 / 30)  # 0.428 s lies between the samples around pi
+    keep, q, _ = pair_positions(frames, {"a": (s, reported)}, ["a"], 0.1, "x")
+    assert keep.all()
+    want = np.mod(2.5 + 1.5 * frames - low, 2 * np.pi) + low
+    np.testing.assert_allclose(q[:, 0], want, atol=1e-9)
+    cont, wraps = continuous_positions(q, ["rad"])
+    np.testing.assert_allclose(cont[:, 0] - cont[0, 0], 1.5 * (frames - frames[0]), atol=1e-9)
+    assert len(wraps) == (1 if low < 0 else 0)  # [0, 2 pi) wraps at 2 pi, not reached
+
+
 @pytest.mark.parametrize("storage,image", [("mcap", "png"), ("sqlite3", "rgb8")])
 def test_imported_bag_goes_through_check_store_and_validate(tmp_path: Path, storage: str,
                                                             image: str, monkeypatch,

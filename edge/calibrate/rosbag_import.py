@@ -34,6 +34,7 @@ from edge.calibrate.errors import RecordingImportError
 from edge.calibrate.recording_import import ImportOptions, episode_from_samples
 from edge.episode import Episode
 from edge.errors import MissingDependencyError
+from edge.joints import TURNS, continuous_positions
 
 __all__ = ["IMAGE_ENCODINGS", "IMAGE_TYPES", "JOINT_TYPE", "decode_image", "import_rosbag2",
            "pair_positions"]
@@ -143,7 +144,18 @@ def pair_positions(frame_s: np.ndarray, joints: dict[str, tuple[np.ndarray, np.n
                 f"the joint stream has a gap there (record again, or raise "
                 f"--max-joint-gap-s)")
         w = np.where(gap > 0, (t - s0) / np.where(gap > 0, gap, 1.0), 0.0)
-        q[:, c] = v[j - 1] + w * (v[j] - v[j - 1])
+        # a joint reported within one turn that turns through the wrap between two samples:
+        # interpolated on its continuous readings (across the wrap the straight line gave a
+        # made-up angle, 2.09 between 3.12 and -3.12), then reported within its turn again,
+        # so the episode's own unwrap finds and records the wrap at its frame
+        u, wraps = continuous_positions(v[:, None], ["rad"])
+        u = u[:, 0]
+        qc = u[j - 1] + w * (u[j] - u[j - 1])
+        if wraps:
+            turn = min(TURNS, key=lambda x: abs(x - wraps[0]["turn"]))  # exact, not rounded
+            base = 0.0 if float(np.nanmin(v)) >= 0 else -turn / 2
+            qc = np.mod(qc - base, turn) + base
+        q[:, c] = qc
         err = np.maximum(err, np.minimum(np.abs(t - s0), np.abs(s1 - t)))
     return keep, q, err
 
