@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from edge import __version__
 from edge.commands.helptext import STATE_ROOT_HELP
-from edge.errors import EdgeError, missing_dependency
+from edge.errors import EdgeError, Terminated, missing_dependency
 from edge.plugins import entries, load
 
 __all__ = ["Terminated", "build_parser", "join_negative_values", "main", "run_parsed"]
@@ -80,13 +80,6 @@ def _describe_from_help(parser: argparse.ArgumentParser) -> None:
                 child.description = text[:1].upper() + text[1:] + (
                     "" if text.endswith(".") else ".")
             _describe_from_help(child)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a service manager stopping the command, ``kill``), raised in the main
-    thread as Ctrl-C is, so that whatever a command keeps on Ctrl-C (``calibrate record``'s
-    partial recording, ``bridge record``'s log) it keeps on SIGTERM too; the exit code is
-    then 143 (128 + SIGTERM) instead of 130."""
 
 
 #: Set when SIGTERM arrived (the exception a command re-raises may be its own).

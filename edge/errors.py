@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-__all__ = ["OPTIONAL_LIBRARIES", "ConfigError", "EdgeError", "EpisodeError",
+__all__ = ["OPTIONAL_LIBRARIES", "ConfigError", "EdgeError", "EpisodeError", "Terminated",
            "MissingDependencyError", "TimebaseError", "missing_dependency"]
 
 _E = TypeVar("_E", bound="ConfigError")
@@ -178,3 +178,10 @@ def missing_dependency(exc: ImportError, purpose: str) -> ImportError | None:
         return None
     distribution, extra = OPTIONAL_LIBRARIES[top]
     return MissingDependencyError(distribution, extra, purpose)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager stopping the command, ``kill``), raised in the main
+    thread as Ctrl-C is, so that whatever a command keeps on Ctrl-C (``calibrate record``'s
+    partial recording, ``bridge record``'s log) it keeps on SIGTERM too; the exit code is
+    then 143 (128 + SIGTERM) instead of 130. Raised by ``edge.cli.main``'s handler."""

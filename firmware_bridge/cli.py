@@ -11,6 +11,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from edge.errors import Terminated
 from edge.joints import JointSample
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def _record(args: argparse.Namespace) -> int:
     and how much of ``--seconds`` it holds (nothing is kept before the first sample); Ctrl-C
     stops the recording, closes the log with the statistics so far and returns 130 (before
     the first sample: keeps nothing, says so in one line on stderr, returns 130); SIGTERM,
-    through ``syncedge`` (``edge.cli.Terminated``), does the same and returns 143."""
+    through ``syncedge`` (``edge.errors.Terminated``), does the same and returns 143."""
     import math
     import os
     import time
@@ -181,7 +182,7 @@ def _record(args: argparse.Namespace) -> int:
         except EndOfLogError as exc:  # a replayed log shorter than --seconds: stop there
             stats, ended, how = s.stats, f" ({exc})", "end of the replayed log"
         except KeyboardInterrupt as exc:  # stop recording: the log keeps what came
-            by = "SIGTERM" if type(exc).__name__ == "Terminated" else "Ctrl-C"
+            by = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
             code = 143 if by == "SIGTERM" else 130
             if not samples:  # nothing worth keeping, as for a failure before the first one
                 w.discard()
