@@ -100,3 +100,31 @@ def sweep_episode(kind: str = "calibration") -> Episode:
                            ("rad",) * n, 10.0, kind=kind, source="test")
     return Episode(frames, actions_from_positions(q), np.arange(len(q)) / 10.0, meta,
                    joint_positions=q)
+
+
+def camera_rate_sweep_episode(fps: float = 30.0, extra_still: int = 0) -> Episode:
+    """A calibration at a camera's rate (not the model's): cell ``cell-1``, 7 DoFs, 64x64,
+    each swept out over 1 s (smooth), held 0.3 s, back over 1 s, held 0.4 s, one after
+    another (0.5 s still before them, 1.5 s after), each brightening its own band of the picture (as :func:`sweep_episode`);
+    ``extra_still`` more joints that never move (gripper fingers), with no band."""
+    n = 7
+    out_s, hold_s, back_s, rest_s = 1.0, 0.3, 1.0, 0.4
+    period = out_s + hold_s + back_s + rest_s
+    t = np.arange(int(round((n * period + 2.0) * fps)) + 1) / fps  # 0.5 s before, 1.5 after
+    rng = np.random.default_rng(3)
+    amps = rng.uniform(0.3, 0.5, n) * rng.choice([-1, 1], n)
+    q = np.zeros((len(t), n + extra_still))
+    for k in range(n):
+        u = t - 0.5 - k * period  # time into DoF k's sweep
+        up = np.clip(u / out_s, 0, 1)
+        down = np.clip((u - out_s - hold_s) / back_s, 0, 1)
+        q[:, k] = amps[k] * (0.5 - 0.5 * np.cos(np.pi * up) - (0.5 - 0.5 * np.cos(np.pi * down)))
+    q[:, n:] = 0.02
+    frames = np.full((len(q), 64, 64, 3), 40, np.uint8)
+    for k in range(n):
+        frames[:, :, 9 * k:9 * k + 8, :] = (120 + 200 * q[:, k])[:, None, None, None] \
+            .clip(0, 255).astype(np.uint8)
+    names = tuple(f"j{i}" for i in range(n)) + tuple(f"finger{i}" for i in range(extra_still))
+    meta = EpisodeMetadata("cell-1", "cam-1", "robot-1", "toy", names, ("rad",) * len(names),
+                           fps, kind="calibration", source="test")
+    return Episode(frames, actions_from_positions(q), t, meta, joint_positions=q)

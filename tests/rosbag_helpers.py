@@ -150,7 +150,10 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
 
 
 def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "png",
-                      joint_per_frame: int = 5, t0: float = T0) -> Path:
+                      joint_per_frame: int = 5, t0: float = T0, image_offset_s: float = 0.0,
+                      drop_frames: tuple[int, int] | None = None,
+                      camera_info_fy: float | None = None, prefix: str = "",
+                      unstamped_gripper: bool = False) -> Path:
     """Write an episode (frames, joint positions) as a bag: frames at the episode's own
     stamps, joint states ``joint_per_frame`` times per frame period (the positions between
     frames on the straight line between them, so pairing at the frame stamps is exact).
@@ -158,6 +161,13 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
     Args:
         ep: an :class:`edge.episode.Episode` with ``joint_positions``.
         image: ``png`` (lossless CompressedImage) or ``rgb8`` (Image).
+        image_offset_s: added to the image header stamps only (a camera stamping on a
+            clock that far ahead of the joints'; the bag's arrival times stay true).
+        drop_frames: ``(first, stop)``: those frames are not written (lost on the way).
+        camera_info_fy: write ``/cam/camera_info`` (CameraInfo) with this focal length, px.
+        prefix: put before every joint name (a launch file's ``ur5e_``).
+        unstamped_gripper: a second publisher on ``/joint_states`` with two constant
+            finger joints whose header stamps are zero.
     """
     import cv2
     from rosbags.rosbag2 import StoragePlugin, Writer
@@ -173,8 +183,33 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
             "sensor_msgs/msg/Image"
         ci = w.add_connection("/cam/image", img_type, typestore=ts)
         cj = w.add_connection("/joint_states", "sensor_msgs/msg/JointState", typestore=ts)
+        h, wd = ep.frames.shape[1:3]
+        if camera_info_fy is not None:
+            cc = w.add_connection("/cam/camera_info", "sensor_msgs/msg/CameraInfo",
+                                  typestore=ts)
+            header = ts.types["std_msgs/msg/Header"](stamp=_stamp(ts, float(stamps[0])),
+                                                     frame_id="cam")
+            k9 = np.array([camera_info_fy, 0, wd / 2, 0, camera_info_fy, h / 2, 0, 0, 1],
+                          np.float64)
+            roi = ts.types["sensor_msgs/msg/RegionOfInterest"](
+                x_offset=0, y_offset=0, height=0, width=0, do_rectify=False)
+            info = ts.types["sensor_msgs/msg/CameraInfo"](
+                header=header, height=h, width=wd, distortion_model="plumb_bob",
+                d=np.zeros(5, np.float64), k=k9, r=np.eye(3).reshape(-1),
+                p=np.zeros(12, np.float64), binning_x=0, binning_y=0, roi=roi)
+            w.write(cc, int(stamps[0] * 1e9),
+                    bytes(ts.serialize_cdr(info, "sensor_msgs/msg/CameraInfo")))
         for k, (t, frame) in enumerate(zip(stamps, ep.frames, strict=True)):
-            header = ts.types["std_msgs/msg/Header"](stamp=_stamp(ts, float(t)), frame_id="cam")
+            if unstamped_gripper:
+                hg = ts.types["std_msgs/msg/Header"](stamp=_stamp(ts, 0.0), frame_id="")
+                js = ts.types["sensor_msgs/msg/JointState"](
+                    header=hg, name=["finger_left", "finger_right"],
+                    position=np.array([0.02, 0.02]), velocity=np.zeros(0, np.float64),
+                    effort=np.zeros(0, np.float64))
+                w.write(cj, int(t * 1e9) + 500_000,
+                        bytes(ts.serialize_cdr(js, "sensor_msgs/msg/JointState")))
+            header = ts.types["std_msgs/msg/Header"](stamp=_stamp(ts, float(t) + image_offset_s),
+                                                     frame_id="cam")
             h, wd = frame.shape[:2]
             if image == "png":
                 ok, buf = cv2.imencode(".png", np.ascontiguousarray(frame[..., ::-1]))
@@ -185,7 +220,8 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
                 msg = ts.types[img_type](header=header, height=h, width=wd, encoding="rgb8",
                                          is_bigendian=0, step=3 * wd,
                                          data=np.ascontiguousarray(frame).reshape(-1))
-            w.write(ci, int(t * 1e9) + 2_000_000, bytes(ts.serialize_cdr(msg, img_type)))
+            if not (drop_frames and drop_frames[0] <= k < drop_frames[1]):
+                w.write(ci, int(t * 1e9) + 2_000_000, bytes(ts.serialize_cdr(msg, img_type)))
             subs = 1 if k == len(stamps) - 1 else joint_per_frame
             for s in range(subs):
                 a = s / joint_per_frame
@@ -193,7 +229,8 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
                 qj = q[k] if s == 0 else (1 - a) * q[k] + a * q[k + 1]
                 hj = ts.types["std_msgs/msg/Header"](stamp=_stamp(ts, tj), frame_id="")
                 js = ts.types["sensor_msgs/msg/JointState"](
-                    header=hj, name=names, position=np.asarray(qj, np.float64),
+                    header=hj, name=[prefix + n for n in names],
+                    position=np.asarray(qj, np.float64),
                     velocity=np.zeros(0, np.float64), effort=np.zeros(0, np.float64))
                 w.write(cj, int(tj * 1e9) + 1_000_000,
                         bytes(ts.serialize_cdr(js, "sensor_msgs/msg/JointState")))

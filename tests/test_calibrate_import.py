@@ -17,7 +17,11 @@ from edge.calibrate.errors import RecordingImportError  # noqa: E402
 from edge.calibrate.recording_import import ImportOptions, import_recording  # noqa: E402
 from edge.calibrate.rosbag_import import pair_positions  # noqa: E402
 from edge.episode import actions_from_positions, load_episode  # noqa: E402
-from tests.calib_cell_helpers import cli, sweep_episode  # noqa: E402
+from tests.calib_cell_helpers import (  # noqa: E402
+    camera_rate_sweep_episode,
+    cli,
+    sweep_episode,
+)
 from tests.rosbag_helpers import (  # noqa: E402
     NAMES,
     T0,
@@ -284,6 +288,14 @@ def test_lerobot_episode_imports_as_calibration_or_validation(tmp_path: Path) ->
     assert v.num_frames == 24 and v.metadata.extra["import"]["episode_index"] == 1
     with pytest.raises(RecordingImportError, match="episode index 5: expected 0..1"):
         import_recording(root, OPTS, episode_index=5)
+    # the dataset's joint names are not the controller's: renamed, segments with them
+    r = import_recording(root, dataclasses.replace(OPTS, rename=(("j0", "base"),)),
+                         episode_index=0)
+    assert r.metadata.dof_names[:2] == ("base", "j1")
+    assert r.metadata.extra["import"]["renamed"] == {"j0": "base"}
+    with pytest.raises(RecordingImportError, match="--image-offset-s and --stamps are for "
+                                                   "rosbag2"):
+        import_recording(root, dataclasses.replace(OPTS, image_offset_s=0.1), episode_index=0)
     # the dataset says episode 1 is a validation episode: not imported as a calibration
     with pytest.raises(RecordingImportError, match=r"episode 1 is a 'validation' episode in the "
                                                    r"dataset, expected 'calibration': pass "
@@ -462,3 +474,156 @@ def test_an_import_in_degrees_with_a_wrapped_wrist_is_named_and_reads_on(tmp_pat
     assert "look like degrees" not in capsys.readouterr().err
     np.testing.assert_allclose(load_episode(tmp_path / "rad.npz").joint_positions, q,
                                atol=1e-6)
+
+
+def _check(tmp_path: Path, ep_path: Path, name: str) -> dict:
+    cli("check", str(ep_path), "--out", str(tmp_path / name))
+    return json.loads((tmp_path / name / "report.json").read_text())
+
+
+@pytest.mark.parametrize("offset_s", [-1.0, 0.2, 0.03])
+def test_a_camera_stamped_on_another_clock_is_noted_measured_and_moved_back(
+        tmp_path: Path, offset_s: float, capsys) -> None:
+    """Camera header stamps ``offset_s`` off the joints' (another computer's clock): import
+    notes the stamps' arrival delays 0.1 s or more apart with the offset that moves them
+    back; check measures the lag from the frames at the camera's rate, judges it in the
+    model's frames (0.03 s is 0.3 of a 10 Hz frame: passes) and names the same offset; the
+    bag imported again with it passes."""
+    src = camera_rate_sweep_episode()
+    bag = write_episode_bag(src, tmp_path / "bag", image_offset_s=offset_s)
+    ep_path = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(ep_path), "--cell", "c") == 0
+    err = capsys.readouterr().err
+    imp = load_episode(ep_path).metadata.extra["import"]
+    assert imp["receive_delay_s"]["joints"] == pytest.approx(0.001, abs=1e-4)
+    assert imp["receive_delay_s"]["image"] == pytest.approx(0.002 - offset_s, abs=1e-4)
+    if abs(offset_s) > 0.1:
+        assert f"--image-offset-s={-offset_s + 0.001:.3f}" in err
+    else:
+        assert "different clocks" not in err
+    report = _check(tmp_path, ep_path, "chk")
+    lag = report["camera_lag"]
+    assert lag["s"] == pytest.approx(offset_s, abs=0.01) and lag["measured_at_hz"] == \
+        pytest.approx(30.0)
+    assert lag["frames"] == pytest.approx(offset_s * 10.0, abs=0.1)  # the model's frames
+    if abs(offset_s) * 10.0 < 0.5:
+        assert report["verdict"] == "pass", report["reasons"]
+        return
+    (reason,) = [r for r in report["reasons"] if r["code"] == "camera_lag"]
+    assert "--image-offset-s=" in reason["message"] and "--camera-latency-s" not in \
+        reason["message"]
+    fix = float(reason["message"].split("--image-offset-s=")[1].split(",")[0])
+    assert fix == pytest.approx(-offset_s, abs=0.01)
+    again = tmp_path / "again.npz"
+    assert cli("import", str(bag), "--out", str(again), "--cell", "c",
+               f"--image-offset-s={fix}") == 0
+    assert "different clocks" not in capsys.readouterr().err
+    report = _check(tmp_path, again, "chk2")
+    assert report["verdict"] == "pass", report["reasons"]
+    assert abs(report["camera_lag"]["s"]) < 0.01
+
+
+def test_lost_camera_frames_are_noted_at_import_and_named_by_check(tmp_path: Path,
+                                                                   capsys) -> None:
+    """A second of frames lost in the middle of a sweep: import says where (the episode's
+    recording.gaps), and check names the gap rather than the sweep's speed."""
+    src = camera_rate_sweep_episode()
+    bag = write_episode_bag(src, tmp_path / "bag", drop_frames=(150, 180))
+    ep_path = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(ep_path), "--cell", "c") == 0
+    err = capsys.readouterr().err
+    assert "the camera's frames stop for 1.033 s before frame 150 (6.00 s in)" in err
+    ep = load_episode(ep_path)
+    assert ep.metadata.extra["recording"]["gaps"] == [150]
+    assert ep.metadata.extra["import"]["frame_gaps"] == [{"frame": 150, "missing_s": 1.033333}]
+    report = _check(tmp_path, ep_path, "chk")
+    said = " ".join([r["message"] for r in report["reasons"]] + report["notes"])
+    assert "the camera sent no frame for 1.033 s before frame 150" in said
+
+
+def test_an_unstamped_publisher_of_joints_left_out_does_not_block_the_import(
+        tmp_path: Path) -> None:
+    bag = write_episode_bag(sweep_episode(), tmp_path / "bag", unstamped_gripper=True)
+    with pytest.raises(RecordingImportError, match=r"joint\(s\) \['finger_left', "
+                       r"'finger_right'\]: header stamps are zero .* or leave them out "
+                       r"with --joints j0,j1,j2,j3,j4,j5,j6"):
+        import_recording(bag, OPTS)
+    ep = import_recording(bag, dataclasses.replace(OPTS, joint_names=tuple(
+        f"j{i}" for i in range(7))))
+    np.testing.assert_allclose(ep.joint_positions, sweep_episode().joint_positions, atol=1e-9)
+
+
+def test_joint_names_with_a_prefix_are_stripped_and_renamed(tmp_path: Path, capsys) -> None:
+    bag = write_episode_bag(sweep_episode(), tmp_path / "bag", prefix="ur5e_")
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c", "--strip-prefix",
+               "ur5e_", "--rename", "j0=base", "--joints", "base,j1") == 0
+    assert "joints renamed: ur5e_j0 -> base, ur5e_j1 -> j1" in capsys.readouterr().out
+    ep = load_episode(out)
+    assert ep.metadata.dof_names == ("base", "j1")
+    assert ep.metadata.extra["import"]["joints_in_bag"][:2] == ["ur5e_j0", "ur5e_j1"]
+    with pytest.raises(RecordingImportError, match=r"--rename \['x'\]: not among the "
+                                                   r"recording's joints"):
+        import_recording(bag, dataclasses.replace(OPTS, strip_prefix="ur5e_",
+                                                  rename=(("x", "y"),)))
+    with pytest.raises(RecordingImportError, match=r"joint name\(s\) \['j1'\] stand for more "
+                                                   r"than one"):
+        import_recording(bag, dataclasses.replace(OPTS, strip_prefix="ur5e_",
+                                                  rename=(("j0", "j1"),)))
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c", "--rename", "a") == 2
+    assert "expected comma-separated OLD=NEW pairs" in capsys.readouterr().err
+
+
+def test_joints_that_never_move_in_a_calibration_are_named_with_the_joints_to_keep(
+        tmp_path: Path, capsys) -> None:
+    src = camera_rate_sweep_episode(extra_still=2)
+    bag = write_episode_bag(src, tmp_path / "bag")
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c") == 0
+    keep = ",".join(f"j{i}" for i in range(7))
+    assert ("joint(s) ['finger0', 'finger1'] hardly move in this recording" in
+            capsys.readouterr().err)
+    report = _check(tmp_path, out, "chk")
+    (reason,) = report["reasons"]
+    assert reason["code"] == "never_swept" and f"--joints {keep}" in reason["message"]
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c", "--joints", keep) == 0
+    assert _check(tmp_path, out, "chk2")["verdict"] == "pass"
+
+
+def test_camera_info_gives_the_field_of_view_and_store_chain_asks_for_it_first(
+        tmp_path: Path, capsys) -> None:
+    fy = 40.0
+    bag = write_episode_bag(sweep_episode(), tmp_path / "bag", camera_info_fy=fy)
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c") == 0
+    want = float(np.degrees(2 * np.arctan(64 / (2 * fy))))
+    assert f"camera field of view {want:.2f} deg (vertical) from /cam/camera_info" in \
+        capsys.readouterr().out
+    cam = load_episode(out).metadata.camera
+    assert cam["fovy_deg"] == pytest.approx(want, abs=1e-5)
+    assert cam["intrinsics"]["fy"] == fy and cam["intrinsics"]["cx"] == 32.0
+    plain = write_episode_bag(sweep_episode(), tmp_path / "plain")
+    assert cli("import", str(plain), "--out", str(tmp_path / "plain.npz"), "--cell", "c") == 0
+    capsys.readouterr()
+    # no field of view: refused before the check and the chain's minutes
+    assert cli("store", str(tmp_path / "plain.npz"), "--chain", "--cache-dir",
+               str(tmp_path / "cache")) == 2
+    cap = capsys.readouterr()
+    assert "metadata.camera has no 'fovy_deg'" in cap.err and "pass --fovy-deg" in cap.err
+    assert "reading the chain from" not in cap.err and not (tmp_path / "cache").exists()
+
+
+def test_a_bag_without_metadata_or_cut_short_names_the_repair(tmp_path: Path) -> None:
+    bag = write_episode_bag(sweep_episode(), tmp_path / "bag")
+    (bag / "metadata.yaml").unlink()
+    with pytest.raises(RecordingImportError, match=r"no metadata.yaml .* 'ros2 bag reindex "):
+        import_recording(bag, OPTS)
+    (storage,) = bag.glob("*.mcap")
+    with pytest.raises(RecordingImportError, match=r"no metadata.yaml"):
+        import_recording(storage, OPTS)
+    cut = write_episode_bag(sweep_episode(), tmp_path / "cut")
+    (storage,) = cut.glob("*.mcap")
+    data = storage.read_bytes()
+    storage.write_bytes(data[:len(data) // 2])
+    with pytest.raises(RecordingImportError, match=r"cut short or damaged .* 'mcap recover "):
+        import_recording(cut, OPTS)

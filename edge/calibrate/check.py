@@ -68,12 +68,32 @@ from edge.calibrate.plan import DEFAULT_MIN_FRACTION, SEGMENT_FRAMES, SWEEP_PROF
 from edge.episode import Episode, EpisodeMetadata, check_npz_signature, load_episode
 from edge.errors import EpisodeError
 
-__all__ = ["CheckOptions", "EpisodeArrays", "FPS_MISMATCH", "LAG_SEARCH_FRAMES", "check_arrays",
-           "check_episode", "coverage_sheets", "estimate_camera_lag", "frame_rate_note",
-           "load_for_check", "motion_between_sweeps", "positions_seen_late", "tile_names"]
+__all__ = ["DEFAULT_MODEL_FPS", "CheckOptions", "EpisodeArrays", "FPS_MISMATCH", "GAP_PERIODS",
+           "LAG_SEARCH_FRAMES", "check_arrays", "check_episode", "coverage_sheets",
+           "estimate_camera_lag", "frame_gaps", "frame_rate_note", "load_for_check",
+           "motion_between_sweeps", "positions_seen_late", "tile_names"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
+#: An episode of another timing (an import, a recording at the camera's rate) is searched
+#: over up to +- this many seconds (and at most half its sweep period, within which a lag
+#: is not mistaken for one a sweep longer): a camera stamped on another clock than the joints'
+#: is seconds off.
+LAG_WIDE_SEARCH_S = 2.0
+#: The model's frame rate the check judges the camera lag in, Hz, unless told (the shipped
+#: models' ``contract.frame_rate_hz``; ``calibrate check --model`` reads it).
+DEFAULT_MODEL_FPS = 10.0
+
+
+def _widest_lag(frames: int, fps: float, sweep_starts: list[int]) -> float:
+    """The widest lag searched in an episode of another timing, frames: up to
+    :data:`LAG_WIDE_SEARCH_S`, half the median period of its sweeps (recorded frame
+    indices of their starts; none or one: not bounded by it) and a third of the episode."""
+    widest = min(LAG_WIDE_SEARCH_S * fps, max(frames - 1, 0) / 3.0)
+    if len(sweep_starts) >= 2:
+        widest = min(widest, float(np.median(np.diff(sorted(sweep_starts)))) / 2.0)
+    return float(widest)
+
 
 _MOVE_ROWS = (0, 1, 2, 4, 5, 6)
 _PAUSE_ROWS = (3, 7)
@@ -94,6 +114,8 @@ class CheckOptions:
             frames (0.5: each frame within half a knot of the pose its readings give).
         lag_min_r2: the lag is judged only when the image motion fits the DoFs' speeds at
             least this well (R^2 at the measured lag), and better than at no lag.
+        model_fps: the model's frame rate, Hz: an episode of another timing is brought
+            into it (``edge.calibrate.ingest``) and its camera lag judged in its frames.
     """
 
     min_fraction: float | None = None
@@ -103,6 +125,7 @@ class CheckOptions:
     tolerance_s: float = 0.02
     max_lag_frames: float = 0.5
     lag_min_r2: float = 0.6
+    model_fps: float = DEFAULT_MODEL_FPS
 
 
 @dataclass
@@ -279,10 +302,12 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
     The image motion of each transition (mean absolute frame difference less the camera's
     noise, :func:`_energy`) is fitted as a
     constant plus a non-negative weight per DoF times that DoF's speed at ``t - lag``; the
-    lag with the best fit (R^2) is searched on a 0.05-frame grid over ``+-search_frames``,
-    then refined by a parabola through the best point and its neighbours. A calibration
-    sweep moves one DoF at a time, so the hand-over between DoFs fixes the lag even where
-    one sweep's speed repeats (every 4 frames).
+    lag with the best fit (R^2) is searched on a 0.05-frame grid over ``+-search_frames``
+    (a range over 8 frames first in half-frame steps, then on the fine grid around the
+    best), then refined by a parabola through the best point and its neighbours. A
+    calibration sweep moves one DoF at a time, so the hand-over between DoFs fixes the lag
+    even where one sweep's speed repeats (every 4 frames); sweeps that all last alike fit
+    again at a lag of one sweep, so the range searched should stay within half a sweep.
 
     Args:
         frames: uint8 ``[T, H, W, 3]``.
@@ -292,26 +317,37 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
         search_frames: largest lag searched, frames.
 
     Returns:
-        ``{"frames", "s", "r2", "r2_at_zero", "search_frames"}``: the lag (> 0: the frames
-        are late, each showing the pose read ``frames`` knots earlier), in frames and
-        seconds, the fit at that lag and at none; None when fewer than 8 transitions or
-        nothing moved.
+        ``{"frames", "s", "r2", "r2_at_zero", "search_frames", "at_search_end"}``: the lag
+        (> 0: the frames are late, each showing the pose read ``frames`` knots earlier), in
+        frames and seconds, the fit at that lag and at none, the range searched, and
+        whether the best fit lies at its end (the lag may be larger still); None when
+        fewer than 8 transitions or nothing moved.
     """
     q = np.asarray(q, np.float64)
     if len(frames) < 9 or q.ndim != 2 or len(q) != len(frames) or not np.ptp(q, axis=0).any():
         return None
     energy = _energy(frames)[0]
-    grid = np.round(np.arange(-search_frames, search_frames + 1e-9, 0.05), 4)
-    r2 = np.array([_speed_fit(energy, q, float(g))[0] for g in grid])
+
+    def fits(grid: np.ndarray) -> np.ndarray:
+        return np.array([_speed_fit(energy, q, float(g))[0] for g in grid])
+
+    r2_zero = fits(np.zeros(1))[0]
+    lo, hi = -search_frames, search_frames
+    if search_frames > 8.0:  # half-frame steps first: the fit is smooth at that scale
+        coarse = np.round(np.arange(lo, hi + 1e-9, 0.5), 4)
+        c = float(coarse[int(np.argmax(fits(coarse)))])
+        lo, hi = max(c - 1.0, lo), min(c + 1.0, hi)
+    grid = np.round(np.arange(lo, hi + 1e-9, 0.05), 4)
+    r2 = fits(grid)
     k = int(np.argmax(r2))
     lag = float(grid[k])
     if 0 < k < len(grid) - 1:
         den = r2[k - 1] - 2 * r2[k] + r2[k + 1]
         if den < 0:
             lag += float(0.05 * 0.5 * (r2[k - 1] - r2[k + 1]) / den)
-    zero = int(np.argmin(np.abs(grid)))
     return {"frames": round(lag, 3), "s": round(lag / fps, 4), "r2": round(float(r2[k]), 4),
-            "r2_at_zero": round(float(r2[zero]), 4), "search_frames": search_frames}
+            "r2_at_zero": round(float(r2_zero), 4), "search_frames": search_frames,
+            "at_search_end": bool(abs(lag) >= search_frames - 0.05)}
 
 
 #: Tallest tile of a coverage sheet, px: frames taller (an import at the camera's size)
@@ -351,36 +387,66 @@ def _why_no_frame(rec: dict[str, Any], fps: float) -> str:
 
 
 def _lag_reason(lag: dict[str, Any] | None, rec: dict[str, Any], fps: float,
-                opts: CheckOptions) -> list[dict[str, Any]]:
-    """``camera_lag`` when the measured lag is trustworthy and beyond the limit; the
-    advice names the recorder's latency option that removes it."""
-    if lag is None or lag["r2"] < opts.lag_min_r2 or lag["r2"] <= lag["r2_at_zero"] \
-            or abs(lag["frames"]) < opts.max_lag_frames:
+                opts: CheckOptions, imported: dict[str, Any] | None = None
+                ) -> list[dict[str, Any]]:
+    """``camera_lag`` when the measured lag is trustworthy and beyond the limit, or when the
+    best fit lies at the end of the widest search (the lag may be larger still); the advice
+    names what removes it: the recorder's latency option, or for an import the importer's
+    image stamp offset (rosbag2) or ``calibrate retime``."""
+    if lag is None:
+        return []
+    edge = bool(lag.get("at_search_end")) and lag["r2"] > lag["r2_at_zero"]
+    if not edge and (lag["r2"] < opts.lag_min_r2 or lag["r2"] <= lag["r2_at_zero"]
+                     or abs(lag["frames"]) < opts.max_lag_frames):
         return []
     late = lag["frames"] > 0
     ms = abs(lag["s"]) * 1e3
-    cam = float(rec.get("camera_latency_s") or 0.0)
-    joint = float(rec.get("joint_latency_s") or 0.0)
-    fixed = cam + lag["s"]
-    # below 0: the joint readings are the late ones (the recorder subtracts the camera's
-    # latency from the frame stamps, so a negative one moves them later)
-    # a round-trip joint stamp is the capture time itself: the recorder ignores
-    # --joint-latency-s there, so only the camera's latency can say the joints are late
-    same = ("" if rec.get("joint_clock") == "round trip" else
-            f"; the same as --joint-latency-s {joint - lag['s']:.3f} with --camera-latency-s "
-            f"{cam:g}, as only their difference pairs")
-    fix = (f"--camera-latency-s {fixed:.3f}" if fixed >= 0 else
-           f"--camera-latency-s={fixed:.3f} (negative: the joint readings are the late "
-           f"ones{same})")
-    how = (f"record it again with {fix}" + (f" (recorded with --camera-latency-s {cam:g}, "
-                                           f"--joint-latency-s {joint:g})" if rec else "")
-           + "; an episode that cannot be recorded again: syncedge calibrate retime")
-    return [_reason("camera_lag", f"the frames are {ms:.0f} ms ({abs(lag['frames']):.2f} "
+    if imported:
+        how = _lag_fix_of_an_import(lag, imported)
+    else:
+        cam = float(rec.get("camera_latency_s") or 0.0)
+        joint = float(rec.get("joint_latency_s") or 0.0)
+        fixed = cam + lag["s"]
+        # below 0: the joint readings are the late ones (the recorder subtracts the
+        # camera's latency from the frame stamps, so a negative one moves them later)
+        # a round-trip joint stamp is the capture time itself: the recorder ignores
+        # --joint-latency-s there, so only the camera's latency can say the joints are late
+        same = ("" if rec.get("joint_clock") == "round trip" else
+                f"; the same as --joint-latency-s {joint - lag['s']:.3f} with "
+                f"--camera-latency-s {cam:g}, as only their difference pairs")
+        fix = (f"--camera-latency-s {fixed:.3f}" if fixed >= 0 else
+               f"--camera-latency-s={fixed:.3f} (negative: the joint readings are the late "
+               f"ones{same})")
+        how = (f"record it again with {fix}" + (f" (recorded with --camera-latency-s {cam:g}, "
+                                               f"--joint-latency-s {joint:g})" if rec else "")
+               + "; an episode that cannot be recorded again: syncedge calibrate retime")
+    size = (f"at least {ms:.0f} ms (the end of the {lag['search_frames'] / fps:.1f} s searched, "
+            f"where the fit is still best: the frames' and the joints' stamps are on "
+            f"different clocks, or a latency is seconds off)" if edge else f"{ms:.0f} ms")
+    return [_reason("camera_lag", f"the frames are {size} ({abs(lag['frames']):.2f} "
                     f"frames) {'late' if late else 'early'} against the joint readings: each "
                     f"shows the pose read {ms:.0f} ms {'earlier' if late else 'later'} (the "
                     f"image motion fits the joints' speeds with R^2 {lag['r2']:.2f} at that "
                     f"lag, {lag['r2_at_zero']:.2f} at none; expected within "
                     f"{opts.max_lag_frames:g} frames); {how}")]
+
+
+def _lag_fix_of_an_import(lag: dict[str, Any], imported: dict[str, Any]) -> str:
+    """What removes a camera lag measured on an imported episode (``imported``:
+    ``metadata.extra["import"]``)."""
+    if imported.get("format") == "rosbag2":
+        offset = float(imported.get("image_offset_s") or 0.0) - lag["s"]
+        delays = imported.get("receive_delay_s") or {}
+        seen = ""
+        if delays.get("image") is not None and delays.get("joints") is not None:
+            seen = (f" (in the bag the camera's header stamps lag its messages' arrival by "
+                    f"{delays['image'] * 1e3:.0f} ms, the joints' by "
+                    f"{delays['joints'] * 1e3:.0f} ms)")
+        return (f"import the bag again with --image-offset-s={offset:.3f}, which moves "
+                f"every image stamp by that much before pairing{seen}; or syncedge "
+                f"calibrate retime on this episode")
+    return ("its frames and joint readings were paired by the dataset; syncedge calibrate "
+            "retime moves the frames by the lag")
 
 
 def _segment_of(arr: EpisodeArrays, c: int, name: str) -> tuple[int, float | None]:
@@ -492,12 +558,29 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
     try:
         ep, ingest = normalise_calibration(Episode(
             arr.frames, arr.actions, arr.timestamps, EpisodeMetadata.from_json_dict(arr.meta),
-            arr.joint_positions), None, fps=float(arr.meta.get("fps") or 10.0))
+            arr.joint_positions), None, fps=opts.model_fps)
     except IngestError as exc:
         # what the recording itself says is wrong stays beside ingest's one reason
-        rec = (arr.meta.get("extra") or {}).get("recording") or {}
-        pre = _stamp_reasons(np.asarray(arr.timestamps, np.float64), rec)
-        return {"verdict": "fail", "reasons": [*pre, _reason(exc.code, str(exc), exc.dof)],
+        extra = arr.meta.get("extra") or {}
+        rec = extra.get("recording") or {}
+        ts = np.asarray(arr.timestamps, np.float64)
+        pre = _stamp_reasons(ts, rec)
+        message = str(exc)
+        gaps = [g for g in frame_gaps(ts) if exc.frames and exc.frames[0] < g[0] <= exc.frames[1]]
+        if gaps:
+            i, d = max(gaps, key=lambda g: g[1])
+            message += (f"; but the camera sent no frame for {d:.3f} s before frame {i} "
+                        f"({ts[i] - ts[0]:.2f} s in), within those frames: frames were lost "
+                        f"on the way (camera link, recorder falling behind), not too few "
+                        f"taken; record again")
+        if exc.code == "never_swept" and extra.get("import") and exc.dofs:
+            names = list(arr.meta.get("dof_names") or [])
+            moving = [n for n in names if n not in exc.dofs]
+            if moving:
+                message += (f"; if {', '.join(map(repr, exc.dofs))} are not joints this "
+                            f"calibration drives (gripper fingers, a passive joint), import "
+                            f"the recording again without them: --joints {','.join(moving)}")
+        return {"verdict": "fail", "reasons": [*pre, _reason(exc.code, message, exc.dof)],
                 "dofs": [], "frames": len(arr.frames),
                 "dof_names": list(arr.meta.get("dof_names") or []),
                 "fps": arr.meta.get("fps"), "validation_error": None,
@@ -509,7 +592,16 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
     still = motion_between_sweeps(arr.frames, [tuple(sw["frames"]) for sw in ingest["sweeps"]],
                                   np.asarray(arr.timestamps, np.float64))
     report["notes"] = [still] if still else []
-    _lag_of_the_recording(report, arr, float(checked.meta.get("fps") or 10.0), opts)
+    ts = np.asarray(arr.timestamps, np.float64)
+    lost = [(i, d, sw["dof"]) for i, d in frame_gaps(ts) for sw in ingest["sweeps"]
+            if sw["frames"][0] < i <= sw["frames"][1]]
+    if lost:
+        report["notes"].append(
+            "the camera sent no frame for " + ", ".join(
+                f"{d:.3f} s before frame {i} (in the sweep of {dof})" for i, d, dof in lost[:5])
+            + ": those sweeps are seen only either side of the gap; record again if a "
+              "DoF's figures look short")
+    _lag_of_the_recording(report, arr, opts.model_fps, opts)
     return report, checked
 
 
@@ -520,8 +612,10 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
 
     The normalised episode keeps one recorded frame per knot of the model's timing, so its
     frames are not evenly spaced in time and a lag read from them comes out short (about
-    half of it for sweeps slower than the model's). The lag is searched over the same span
-    in seconds as for an episode in the model's timing and judged in the model's frames.
+    half of it for sweeps slower than the model's). The lag is searched over at least the
+    span in seconds searched in an episode of the model's timing, and up to
+    :data:`LAG_WIDE_SEARCH_S` within half the recorded sweeps' period (an import whose
+    camera stamps are on another clock), and judged in the model's frames.
     """
     fps = float(arr.meta.get("fps") or 0.0)
     if frame_rate_note(fps, arr.timestamps):  # the rate the frames were taken at
@@ -530,16 +624,19 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
     if q is None or fps <= 0 or model_fps <= 0:
         return
     per = fps / model_fps  # recorded frames per model frame
+    starts = [int(sw["frames"][0]) for sw in (report.get("ingest") or {}).get("sweeps") or ()]
     raw = estimate_camera_lag(arr.frames, np.asarray(q, np.float64), fps,
-                              search_frames=LAG_SEARCH_FRAMES * per)
+                              search_frames=max(LAG_SEARCH_FRAMES * per,
+                                                _widest_lag(len(arr.frames), fps, starts)))
     if raw is None:
         return
-    lag = {**raw, "frames": raw["s"] * model_fps, "search_frames": LAG_SEARCH_FRAMES,
+    lag = {**raw, "frames": raw["s"] * model_fps, "search_frames": raw["search_frames"] / per,
            "measured_at_hz": fps}
-    rec = (arr.meta.get("extra") or {}).get("recording") or {}
+    extra = arr.meta.get("extra") or {}
+    rec = extra.get("recording") or {}
     shifted = (report.get("camera_lag") or {}).get("image_motion_shifted_frames", 0)
     report["reasons"] = [r for r in report["reasons"] if r["code"] != "camera_lag"] + \
-        _lag_reason(lag, rec, model_fps, opts)
+        _lag_reason(lag, rec, model_fps, opts, extra.get("import"))
     report["camera_lag"] = {**lag, "image_motion_shifted_frames": shifted}
     report["verdict"] = "fail" if report["reasons"] else "pass"
 
@@ -595,6 +692,21 @@ def motion_between_sweeps(frames: np.ndarray, sweeps: list[tuple[int, int]],
 #: :func:`frame_rate_note`: the timestamps' rate and ``metadata.fps`` disagree when they
 #: differ by more than this share.
 FPS_MISMATCH = 0.1
+
+
+#: A step between frame stamps over this many median steps is a gap in the camera's frames.
+GAP_PERIODS = 2.5
+
+
+def frame_gaps(timestamps: np.ndarray) -> list[tuple[int, float]]:
+    """``(frame index, seconds since the frame before)`` of each gap in the frames'
+    stamps (s, ``[T]``, increasing): a step over :data:`GAP_PERIODS` median steps."""
+    ts = np.asarray(timestamps, np.float64)
+    if ts.ndim != 1 or len(ts) < 3:
+        return []
+    d = np.diff(ts)
+    med = float(np.median(d))
+    return [(int(i) + 1, float(d[i])) for i in np.flatnonzero(d > GAP_PERIODS * med)]
 
 
 def _stamp_rate(timestamps: np.ndarray) -> float | None:
@@ -776,7 +888,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     upto = max((starts.get(names[c], c * SEGMENT_FRAMES) + SEGMENT_FRAMES + 1 for c in cols),
                default=0) if partial else t
     lag = estimate_camera_lag(arr.frames[:upto], q[:upto, cols], fps) if cols else None
-    lag_reasons = _lag_reason(lag, rec, fps, opts)
+    lag_reasons = _lag_reason(lag, rec, fps, opts, extra.get("import"))
     shift = int(round(lag["frames"])) if lag_reasons and lag is not None else 0
     if lag is not None and lag["r2"] >= opts.lag_min_r2:
         # the noise floor: what the pause transitions show beyond the joints' motion at

@@ -77,14 +77,16 @@ class IngestError(CalibrationInputError):
         code: the reason code (module docstring table).
         dof: the DoF concerned, or None.
         frames: the recorded frame indices concerned (first, last), or None.
+        dofs: every DoF concerned where there are several (``never_swept``), else empty.
     """
 
     def __init__(self, code: str, message: str, dof: str | None = None,
-                 frames: tuple[int, int] | None = None) -> None:
+                 frames: tuple[int, int] | None = None, dofs: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.code = code
         self.dof = dof
         self.frames = frames
+        self.dofs = dofs
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,8 @@ def segment_sweeps(positions: np.ndarray, dof_names: tuple[str, ...] | list[str]
             "never_swept", f"DoF {', '.join(repr(names[c]) for c in never)} never left home "
             f"by more than {' / '.join(floors)} (largest excursion "
             f"{', '.join(f'{peak[c]:.4f}' for c in never)}): every DoF needs a sweep of its "
-            f"own; record the episode again sweeping it", dof=names[never[0]])
+            f"own; record the episode again sweeping it", dof=names[never[0]],
+            dofs=tuple(names[c] for c in never))
     thr = np.maximum(floor, opts.away_fraction * peak)  # (n,)
     away = np.abs(d) > thr  # (T, n)
     sweeps: list[Sweep] = []

@@ -79,6 +79,13 @@ class ImportOptions:
             positions (a validation episode for a model that steps at 10 Hz from a 30 Hz
             dataset). Only a lower rate than the recording's; ticks without a frame within
             half the recording's period are refused.
+        image_offset_s: rosbag2 only: seconds added to every image stamp before pairing
+            (a camera whose clock runs behind the joints' by that much; negative: ahead, or
+            the camera's transport delay with ``stamps="bag"``).
+        rename: ``(name in the recording, name in the episode)`` pairs: joints named
+            otherwise by the recording than by the controller (after ``strip_prefix``).
+        strip_prefix: removed from the start of every joint name that has it (a
+            ``ur5e_`` prefix a launch file adds), before ``rename``.
     """
 
     cell_id: str
@@ -94,6 +101,9 @@ class ImportOptions:
     max_joint_gap_s: float = 0.25
     stamps: str = "header"
     fps: float | None = None
+    image_offset_s: float = 0.0
+    rename: tuple[tuple[str, str], ...] = ()
+    strip_prefix: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.cell_id, str) or not self.cell_id:
@@ -112,10 +122,54 @@ class ImportOptions:
         if self.fps is not None and not (math.isfinite(self.fps) and self.fps > 0):
             raise RecordingImportError(f"import: fps: expected a rate > 0 Hz, found "
                                        f"{self.fps!r}")
+        if not math.isfinite(self.image_offset_s):
+            raise RecordingImportError(f"import: image offset: expected seconds, found "
+                                       f"{self.image_offset_s!r}")
+        olds = [a for a, _ in self.rename]
+        news = [b for _, b in self.rename]
+        if not all(olds) or not all(news) or len(set(olds)) != len(olds) \
+                or len(set(news)) != len(news):
+            raise RecordingImportError(f"import: rename: expected distinct OLD=NEW pairs of "
+                                       f"non-empty names, found "
+                                       f"{', '.join(f'{a}={b}' for a, b in self.rename)}")
         if not (self.tolerance_s > 0 and self.max_joint_gap_s > 0):
             raise RecordingImportError(f"import: expected positive tolerance_s and "
                                        f"max_joint_gap_s, found {self.tolerance_s}, "
                                        f"{self.max_joint_gap_s}")
+
+
+    def joint_name(self, recorded: str) -> str:
+        """The episode's name for a joint the recording calls ``recorded``: the prefix
+        stripped, then renamed."""
+        name = recorded
+        if self.strip_prefix and name.startswith(self.strip_prefix) \
+                and len(name) > len(self.strip_prefix):
+            name = name[len(self.strip_prefix):]
+        return dict(self.rename).get(name, name)
+
+    def renamed(self, recorded: Sequence[str], where: str) -> list[str]:
+        """The episode's names of the recording's joints ``recorded``, in order.
+
+        Raises:
+            RecordingImportError: a ``rename`` source not among them (after the prefix),
+                or two joints given one name.
+        """
+        stripped = [n[len(self.strip_prefix):] if self.strip_prefix and
+                    n.startswith(self.strip_prefix) and len(n) > len(self.strip_prefix)
+                    else n for n in recorded]
+        unknown = [a for a, _ in self.rename if a not in stripped]
+        if unknown:
+            raise RecordingImportError(f"{where}: --rename {unknown}: not among the "
+                                       f"recording's joints {stripped}"
+                                       + (f" (after --strip-prefix {self.strip_prefix!r})"
+                                          if self.strip_prefix else ""))
+        out = [self.joint_name(n) for n in recorded]
+        dup = sorted({n for n in out if out.count(n) > 1})
+        if dup:
+            raise RecordingImportError(f"{where}: after renaming, joint name(s) {dup} stand "
+                                       f"for more than one of the recording's joints "
+                                       f"{list(recorded)}; expected one name per joint")
+        return out
 
 
 def detect_format(source: str | os.PathLike[str]) -> str:
@@ -131,6 +185,8 @@ def detect_format(source: str | os.PathLike[str]) -> str:
         return "rosbag2"
     if p.is_file() and p.suffix in (".mcap", ".db3"):
         return "rosbag2"
+    if p.is_dir() and (any(p.glob("*.mcap")) or any(p.glob("*.db3"))):
+        return "rosbag2"  # its metadata.yaml missing: the reader says how to write it
     what = "no such file or folder" if not p.exists() else "neither layout"
     raise RecordingImportError(
         f"{p}: {what}; expected a rosbag2 recording (a folder with metadata.yaml and its "
@@ -140,8 +196,8 @@ def detect_format(source: str | os.PathLike[str]) -> str:
 
 def import_recording(source: str | os.PathLike[str], options: ImportOptions, *,
                      image_topic: str | None = None, joint_topic: str | None = None,
-                     episode_index: int | None = None, camera_key: str | None = None
-                     ) -> Episode:
+                     episode_index: int | None = None, camera_key: str | None = None,
+                     camera_info_topic: str | None = None) -> Episode:
     """Import one episode from a rosbag2 recording or a LeRobot dataset (see the module
     docstring).
 
@@ -150,6 +206,8 @@ def import_recording(source: str | os.PathLike[str], options: ImportOptions, *,
         options: ids, kind, joints and pairing options.
         image_topic, joint_topic: rosbag2: the topics (default: the bag's only Image or
             CompressedImage topic, its only JointState topic).
+        camera_info_topic: rosbag2: the CameraInfo topic (default: the bag's only one, or
+            the one beside the image topic).
         episode_index, camera_key: LeRobot: which episode (default: the only one) and
             which video feature (default: the first).
 
@@ -164,9 +222,15 @@ def import_recording(source: str | os.PathLike[str], options: ImportOptions, *,
     """
     fmt = detect_format(source)
     if fmt == "lerobot":
-        if image_topic or joint_topic:
+        if image_topic or joint_topic or camera_info_topic:
             raise RecordingImportError(f"{source}: a LeRobot dataset has no topics; drop "
-                                       f"--image-topic/--joint-topic (use --camera-key)")
+                                       f"--image-topic/--joint-topic/--camera-info-topic "
+                                       f"(use --camera-key)")
+        if options.image_offset_s or options.stamps != "header":
+            raise RecordingImportError(f"{source}: a LeRobot dataset pairs its frames and "
+                                       f"states by row; --image-offset-s and --stamps are for "
+                                       f"rosbag2 recordings (a late camera in a dataset: "
+                                       f"syncedge calibrate retime)")
         return import_lerobot(source, options, episode_index=episode_index,
                               camera_key=camera_key)
     if episode_index is not None or camera_key is not None:
@@ -175,7 +239,8 @@ def import_recording(source: str | os.PathLike[str], options: ImportOptions, *,
                                    f"--image-topic/--joint-topic)")
     from edge.calibrate.rosbag_import import import_rosbag2
 
-    return import_rosbag2(source, options, image_topic=image_topic, joint_topic=joint_topic)
+    return import_rosbag2(source, options, image_topic=image_topic, joint_topic=joint_topic,
+                          camera_info_topic=camera_info_topic)
 
 
 def _units(names: Sequence[str], options: ImportOptions, where: str) -> tuple[str, ...]:
@@ -348,10 +413,11 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
                                    f"{have[0]}..{have[-1]}")
     (ep,) = read_lerobot(root, camera_key=camera_key, episodes=[episode_index])
     assert ep.joint_positions is not None  # read_lerobot pairs observation.state
-    names = list(ep.metadata.dof_names)
+    m = ep.metadata
+    names = options.renamed(list(m.dof_names), where)
+    ren = dict(zip(m.dof_names, names, strict=True))  # the dataset's name -> the episode's
     cols = _select(names, options, where)
     kept = [names[c] for c in cols]
-    m = ep.metadata
     defaults = m.source.startswith("lerobot:")  # no syncedge metadata in the dataset
     if not defaults and m.kind in IMPORT_KINDS and m.kind != options.kind:
         raise RecordingImportError(f"{where}: episode {episode_index} is a {m.kind!r} episode "
@@ -364,13 +430,15 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
         options,
         camera_id=options.camera_id or (key_id if defaults else m.camera_id),
         robot_id=options.robot_id or (None if defaults else m.robot_id),
-        prismatic=options.prismatic or tuple(n for n, u in zip(m.dof_names, m.dof_units,
-                                                                strict=True)
-                                             if u == "m" and n in kept))
+        prismatic=options.prismatic or tuple(ren[n] for n, u in zip(m.dof_names, m.dof_units,
+                                                                     strict=True)
+                                             if u == "m" and ren[n] in kept))
     extra = {**dict(m.extra), "import": {
         "format": "lerobot", "source": where, "episode_index": episode_index,
         "camera_key": camera_key or "first video feature", "frames": ep.num_frames,
         "joints": kept,
+        **({"renamed": {a: b for a, b in ren.items() if a != b}}
+           if any(a != b for a, b in ren.items()) else {}),
         # a dataset without syncedge's sidecar names no kind (the reader's "motion" is its
         # placeholder, not the dataset's word)
         "kind_in_dataset": None if defaults else m.kind}}
@@ -378,7 +446,7 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
                                opts, source=f"lerobot:{where}#episode={episode_index}",
                                robot=m.robot if m.robot != "unknown" else None,
                                camera=dict(m.camera), extra=extra, where=where)
-    segs = tuple(s for s in m.segments if s.dof in kept) if options.kind == "calibration" \
-        else ()
+    segs = tuple(dataclasses.replace(s, dof=ren[s.dof]) for s in m.segments
+                 if ren.get(s.dof) in kept) if options.kind == "calibration" else ()
     return dataclasses.replace(out, metadata=dataclasses.replace(out.metadata, segments=segs)
                                ).validate(where)

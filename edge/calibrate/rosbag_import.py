@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from edge.calibrate.check import GAP_PERIODS, frame_gaps
 from edge.calibrate.errors import RecordingImportError
 from edge.calibrate.recording_import import ImportOptions, episode_from_samples
 from edge.episode import Episode
@@ -40,6 +41,7 @@ __all__ = ["IMAGE_ENCODINGS", "IMAGE_TYPES", "JOINT_TYPE", "decode_image", "impo
            "pair_positions"]
 
 JOINT_TYPE = "sensor_msgs/msg/JointState"
+CAMERA_INFO_TYPE = "sensor_msgs/msg/CameraInfo"
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 #: ``sensor_msgs/msg/Image`` encodings read (REP 104 names): channels and channel order.
 IMAGE_ENCODINGS = {"rgb8": (3, "rgb"), "bgr8": (3, "bgr"), "rgba8": (4, "rgb"),
@@ -207,10 +209,16 @@ def _messages(reader: Any, typestore: Any, topic: str, where: str
         yield k, int(bag_ns), msg, conn.msgtype
 
 
-def _read_joints(reader: Any, typestore: Any, topic: str, stamps: str, where: str
-                 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str], int]:
+def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions, where: str
+                 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str], int,
+                            dict[str, list[float]], dict[str, str]]:
+    """The joint stream: per joint (the episode's name) its stamps and positions, the
+    names in first-seen order, the message count, per joint its ``receipt - header`` delays
+    (s; ``stamps="header"`` only) and the episode's name -> the recording's."""
     series: dict[str, list[tuple[float, float]]] = {}
+    delays: dict[str, list[float]] = {}
     order: list[str] = []
+    recorded: dict[str, str] = {}
     count = 0
     for k, bag_ns, msg, _ in _messages(reader, typestore, topic, where):
         names = list(msg.name)
@@ -221,72 +229,171 @@ def _read_joints(reader: Any, typestore: Any, topic: str, stamps: str, where: st
             raise RecordingImportError(f"{where}: topic {topic!r} message {k}: {len(names)} "
                                        f"names but {len(pos)} positions; expected one "
                                        f"position per name")
-        t = _stamp_s(msg, bag_ns, stamps)
+        t = _stamp_s(msg, bag_ns, options.stamps)
         count += 1
         for n, v in zip(names, pos, strict=True):
             if n not in series:
                 series[n] = []
+                delays[n] = []
                 order.append(n)
             series[n].append((t, float(v)))
+            if options.stamps == "header":
+                delays[n].append(bag_ns / 1e9 - t)
     if not count:
         raise RecordingImportError(f"{where}: topic {topic!r} has no JointState message with "
                                    f"positions; expected the controller's joint states")
+    episode_names = options.renamed(order, where)
+    wanted = set(episode_names if options.joint_names is None else options.joint_names)
     out = {}
-    for n, rows in series.items():
-        a = np.asarray(rows, np.float64)  # (N, 2): stamp s, position
+    unstamped = []
+    for n, name in zip(order, episode_names, strict=True):
+        recorded[name] = n
+        a = np.asarray(series[n], np.float64)  # (N, 2): stamp s, position
         a = a[np.argsort(a[:, 0], kind="stable")]
-        if stamps == "header" and a[-1, 0] == 0.0:
-            raise RecordingImportError(f"{where}: topic {topic!r}: header stamps are zero; "
-                                       f"the driver does not stamp its messages: pass "
-                                       f"--stamps bag to use the recording times")
+        if options.stamps == "header" and a[-1, 0] == 0.0:
+            if name in wanted:
+                unstamped.append(n)
+            continue
         keep = np.concatenate([np.diff(a[:, 0]) > 0, [True]])  # equal stamps: last wins
         a = a[keep]
-        if len(a) < 2:
+        if len(a) < 2 and name in wanted:
             raise RecordingImportError(f"{where}: topic {topic!r}: joint {n!r} has "
                                        f"{len(a)} sample(s); expected at least 2 to pair "
                                        f"frames with")
-        out[n] = (a[:, 0], a[:, 1])
-    return out, order, count
+        out[name] = (a[:, 0], a[:, 1])
+    if unstamped:
+        others = [x for x, n in zip(episode_names, order, strict=True)
+                  if n not in unstamped and x in out]
+        leave = (f", or leave them out with --joints {','.join(others)}" if others and
+                 options.joint_names is None else "")
+        raise RecordingImportError(f"{where}: topic {topic!r}: joint(s) {unstamped}: "
+                                   f"header stamps are zero (their driver does not stamp its "
+                                   f"messages): pass --stamps bag to pair by the recording "
+                                   f"times{leave}")
+    return out, [x for x in episode_names], count, \
+        {name: delays[recorded[name]] for name in out}, recorded
+
+
+#: A camera whose header stamps lag their arrival in the bag by this much more (or less)
+#: than the joints' is named at import (s): beyond a camera's own latency, its clock is
+#: likely not the joints' (another computer, a camera clock, a time zone).
+CLOCK_NOTE_S = 0.1
+def _receive_delay_note(image_s: float, joints_s: float, offset_s: float) -> str | None:
+    """The note when the camera's header stamps (plus ``offset_s``) lag their arrival by
+    another amount than the joints' (medians, s), or None. The arrival delays cannot tell
+    a clock offset from the camera's own latency: the lag ``calibrate check`` measures
+    from the frames is the finer figure."""
+    diff = image_s - joints_s
+    if abs(diff) <= CLOCK_NOTE_S:
+        return None
+    moved = f" (moved by --image-offset-s {offset_s:+.3f})" if offset_s else ""
+    return (f"the camera's header stamps{moved} lag their arrival in the bag by "
+            f"{image_s * 1e3:.0f} ms, the joints' by {joints_s * 1e3:.0f} ms (medians): "
+            f"{abs(diff):.3f} s "
+            f"apart, more than a camera's latency, so the two are likely stamped on "
+            f"different clocks and every frame is paired with the pose of another moment. "
+            f"If so, import again with --image-offset-s={offset_s + diff:.3f} (moves every "
+            f"image stamp by that much), or --stamps bag; 'syncedge calibrate check' "
+            f"measures the lag from the frames themselves")
+
+
+def _camera_info(reader: Any, typestore: Any, topic: str | None, image_topic: str,
+                 topics: dict[str, str], where: str) -> dict[str, Any] | None:
+    """The camera's intrinsics from a ``sensor_msgs/msg/CameraInfo`` topic (``topic``, else
+    the bag's only one, else the one beside the image topic), or None when there is none.
+    ``fovy_deg``: the vertical field of view, ``2 atan(height / (2 fy))`` in degrees.
+
+    Raises:
+        RecordingImportError: ``topic`` named but missing, or its first message holds no
+            calibration (K zero).
+    """
+    found = sorted(t for t, m in topics.items() if m == CAMERA_INFO_TYPE)
+    if topic is None:
+        beside = image_topic.rsplit("/", 1)[0] + "/camera_info"
+        topic = found[0] if len(found) == 1 else beside if beside in found else None
+        if topic is None:
+            return None
+    else:
+        _pick(topics, topic, (CAMERA_INFO_TYPE,), "camera info", "--camera-info-topic", where)
+    for k, _, msg, _ in _messages(reader, typestore, topic, where):
+        kmat = np.asarray(msg.k, np.float64).reshape(-1)
+        h, w = int(msg.height), int(msg.width)
+        if kmat.size != 9 or kmat[4] <= 0 or kmat[0] <= 0 or h < 1:
+            raise RecordingImportError(f"{where}: topic {topic!r} message {k}: CameraInfo "
+                                       f"without a calibration (K {kmat.tolist()}, height "
+                                       f"{h}); expected the camera's intrinsics (calibrate "
+                                       f"the camera), or pass --fovy-deg where it is asked for")
+        return {"topic": topic, "width": w, "height": h, "fx": float(kmat[0]),
+                "fy": float(kmat[4]), "cx": float(kmat[2]), "cy": float(kmat[5]),
+                "distortion_model": str(msg.distortion_model),
+                "d": [float(x) for x in np.asarray(msg.d, np.float64).reshape(-1)],
+                "fovy_deg": float(np.degrees(2 * np.arctan(h / (2 * float(kmat[4])))))}
+    return None
+
+
+def _open_hint(bag: Path) -> str:
+    """What to do about a bag the reader cannot open or read through."""
+    mcap, db3 = any(bag.glob("*.mcap")), any(bag.glob("*.db3"))
+    how = " or ".join((["recover the MCAP file with 'mcap recover FILE -o FIXED.mcap'"]
+                       if mcap or not db3 else [])
+                      + (["recover the SQLite3 file with 'sqlite3 FILE .recover | sqlite3 "
+                          "FIXED.db3'"] if db3 or not mcap else []))
+    return (f"the storage file may be cut short or damaged (a recording not stopped "
+            f"cleanly, an incomplete copy): {how}, put it alone in a folder and write its "
+            f"metadata with 'ros2 bag reindex FOLDER'")
 
 
 def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
-                   image_topic: str | None = None, joint_topic: str | None = None) -> Episode:
+                   image_topic: str | None = None, joint_topic: str | None = None,
+                   camera_info_topic: str | None = None) -> Episode:
     """Read a rosbag2 recording into an episode (see the module docstring).
 
     Args:
         source: the bag folder (``metadata.yaml``) or its ``.mcap``/``.db3`` file.
-        options: ids, kind, joints, pairing options, stamp source.
+        options: ids, kind, joints, pairing options, stamp source, image stamp offset.
         image_topic, joint_topic: the topics (default: the bag's only image topic, its only
             JointState topic).
+        camera_info_topic: the ``sensor_msgs/msg/CameraInfo`` topic whose intrinsics go to
+            ``metadata.camera`` (``fovy_deg`` and the pinhole; default: the bag's only one,
+            else the ``camera_info`` beside the image topic, else none).
 
     Returns:
         A validated episode: frames uint8 ``[T, H, W, 3]`` at the camera's size and rate,
         timestamps float64 ``[T]`` s from the first paired frame, joint positions float64
-        ``[T, A]``, actions float32 ``[T, A]``.
+        ``[T, A]``, actions float32 ``[T, A]``. ``metadata.extra["import"]`` holds what the
+        import did, with ``notes`` (the camera's and the joints' stamps on other clocks,
+        gaps in the camera's frames, joints that never move in a calibration).
     Raises:
         MissingDependencyError: ``rosbags`` is not installed.
-        RecordingImportError: the bag cannot be opened, a topic is missing or ambiguous, a
-            message cannot be decoded, the frame size changes, or frames cannot be paired.
+        RecordingImportError: the bag cannot be opened (no metadata.yaml, a damaged or cut
+            storage file: the fix named), a topic is missing or ambiguous, a message cannot
+            be decoded, the frame size changes, or frames cannot be paired.
     """
     Reader, typestore = _rosbags()
     src = Path(source)
     bag = _bag_dir(src)
     where = str(src)
+    if not (bag / "metadata.yaml").is_file():
+        raise RecordingImportError(
+            f"{where}: no metadata.yaml in {bag} beside the storage file (a recording that "
+            f"did not finish, or a file copied alone): write it with 'ros2 bag reindex "
+            f"{bag}', then import the folder")
     try:
         reader = Reader(bag)
         reader.open()
     except Exception as exc:  # rosbags' ReaderError and the storage libraries' errors
         raise RecordingImportError(f"{where}: cannot open it as a rosbag2 recording "
-                                   f"({type(exc).__name__}: {exc}); expected a bag folder "
-                                   f"with metadata.yaml and its .mcap or .db3 file") from None
+                                   f"({type(exc).__name__}: {exc}); {_open_hint(bag)}") \
+            from None
     try:
         topics = _topics(reader)
         jt = _pick(topics, joint_topic, (JOINT_TYPE,), "joint state", "--joint-topic", where)
         it = _pick(topics, image_topic, IMAGE_TYPES, "image", "--image-topic", where)
-        joints, order, n_joint_msgs = _read_joints(reader, typestore, jt, options.stamps,
-                                                   where)
+        joints, order, n_joint_msgs, joint_delays, recorded = _read_joints(
+            reader, typestore, jt, options, where)
         frames: list[np.ndarray] = []
         stamps: list[float] = []
+        image_delays: list[float] = []
         frame_id = ""
         encoding = ""
         for k, bag_ns, msg, msgtype in _messages(reader, typestore, it, where):
@@ -297,10 +404,19 @@ def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
                     f"frame after {frames[0].shape[1]}x{frames[0].shape[0]} ones; expected "
                     f"one camera mode for the whole recording")
             frames.append(img)
-            stamps.append(_stamp_s(msg, bag_ns, options.stamps))
+            t = _stamp_s(msg, bag_ns, options.stamps)
+            stamps.append(t + options.image_offset_s)
+            if options.stamps == "header":
+                image_delays.append(bag_ns / 1e9 - (t + options.image_offset_s))
             frame_id = frame_id or str(msg.header.frame_id)
             encoding = encoding or str(getattr(msg, "encoding", "") or
                                        getattr(msg, "format", ""))
+        info = _camera_info(reader, typestore, camera_info_topic, it, topics, where)
+    except RecordingImportError:
+        raise
+    except Exception as exc:  # a storage file that opens but breaks off while read
+        raise RecordingImportError(f"{where}: reading stopped ({type(exc).__name__}: "
+                                   f"{exc}); {_open_hint(bag)}") from None
     finally:
         reader.close()
     if not frames:
@@ -312,38 +428,86 @@ def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
         raise RecordingImportError(f"{where}: topic {jt!r}: joint(s) {missing} never appear; "
                                    f"found {order} (pass --joints with names from that list)")
     st = np.asarray(stamps, np.float64)
-    if options.stamps == "header" and st.max() == 0.0:
+    if options.stamps == "header" and st.max() == options.image_offset_s:
         raise RecordingImportError(f"{where}: topic {it!r}: header stamps are zero; the "
                                    f"driver does not stamp its frames: pass --stamps bag")
+    notes: list[str] = []
+    delays = None
+    if image_delays:
+        jd = np.concatenate([np.asarray(joint_delays[n], np.float64) for n in names])
+        delays = {"image": round(float(np.median(image_delays)), 6),
+                  "joints": round(float(np.median(jd)), 6)}
+        note = _receive_delay_note(delays["image"], delays["joints"], options.image_offset_s)
+        if note:
+            notes.append(note)
     reordered = int((np.diff(st) < 0).sum())
     idx = np.argsort(st, kind="stable")
     st = st[idx]
     first = np.concatenate([[True], np.diff(st) > 0])  # a repeated stamp: keep the first
     duplicates = int((~first).sum())
     idx, st = idx[first], st[first]
-    keep, q, err = pair_positions(st, joints, names, options.max_joint_gap_s, where)
+    try:
+        keep, q, err = pair_positions(st, joints, names, options.max_joint_gap_s, where)
+    except RecordingImportError as exc:
+        raise RecordingImportError(f"{exc}" + (f"; {notes[0]}" if notes else "")) from None
     before = int(np.argmax(keep))
     after = int(len(keep) - 1 - np.flatnonzero(keep)[-1])
+    if before + after and notes:
+        notes[0] += (f" ({before + after} frame(s) outside the joint samples were left out; "
+                     f"with the stamps right they may pair)")
     sel = idx[keep]
+    gaps = frame_gaps(st[keep])
+    if gaps:
+        t0 = float(st[keep][0])
+        longest = max(gaps, key=lambda g: g[1])
+        notes.append(f"the camera's frames stop for {longest[1]:.3f} s before frame "
+                     f"{longest[0]} ({float(st[keep][longest[0]]) - t0:.2f} s in)"
+                     + (f", {len(gaps)} gaps in all (over {GAP_PERIODS:g} frame periods; "
+                        f"frames {[g[0] for g in gaps][:10]})" if len(gaps) > 1 else "")
+                     + ": frames were lost on the way (camera link, bag recorder falling "
+                       "behind); a sweep across the gap is not seen there")
     storage = "mcap" if any(bag.glob("*.mcap")) else "sqlite3" if any(bag.glob("*.db3")) \
         else "unknown"
     frames_arr = np.stack([frames[i] for i in sel])  # (T, H, W, 3) uint8
     h, w = frames_arr.shape[1:3]
     n_samples = {n: int(len(joints[n][0])) for n in names}
+    if options.kind == "calibration":
+        still = _joints_not_moving(q, names, options)
+        if still and len(still) < len(names):
+            moving = [n for n in names if n not in still]
+            notes.append(f"joint(s) {still} hardly move in this recording (a calibration "
+                         f"sweeps each of its joints; check will say 'never_swept'): if they "
+                         f"are not joints this calibration drives (gripper fingers, a passive "
+                         f"joint), import again with --joints {','.join(moving)}")
+    camera = {"topic": it, "frame_id": frame_id, "width": int(w), "height": int(h)}
+    if info is not None:
+        camera["fovy_deg"] = round(info["fovy_deg"], 6)
+        camera["intrinsics"] = {k: v for k, v in info.items() if k not in ("fovy_deg",)}
+        if (info["width"], info["height"]) != (int(w), int(h)):
+            notes.append(f"CameraInfo {info['topic']} is for {info['width']}x{info['height']} "
+                         f"px, the frames are {w}x{h}: the field of view is kept, the "
+                         f"pinhole in metadata.camera.intrinsics is the CameraInfo's")
+    renamed = {recorded[n]: n for n in order if recorded[n] != n}
     extra = {
         "import": {"format": "rosbag2", "source": where, "storage": storage,
                    "image_topic": it, "image_type": topics[it], "encoding": encoding,
-                   "joint_topic": jt, "joints_in_bag": order, "joints": names,
-                   "stamps": options.stamps, "frames_in_bag": len(frames),
+                   "joint_topic": jt, "joints_in_bag": [recorded[n] for n in order],
+                   "joints": names, **({"renamed": renamed} if renamed else {}),
+                   "stamps": options.stamps, "image_offset_s": options.image_offset_s,
+                   "receive_delay_s": delays, "camera_info_topic":
+                       info["topic"] if info else None,
+                   "frames_in_bag": len(frames),
                    "frames_reordered": reordered, "frames_duplicate_stamp": duplicates,
                    "frames_before_joints": before, "frames_after_joints": after,
+                   "frame_gaps": [{"frame": i, "missing_s": round(d, 6)} for i, d in gaps],
                    "joint_messages": n_joint_msgs, "joint_samples": n_samples,
                    "pairing": "linear interpolation per joint at the frame stamp",
-                   "max_joint_gap_s": options.max_joint_gap_s},
+                   "max_joint_gap_s": options.max_joint_gap_s, "notes": notes},
         "recording": {"complete": True, "duration_s": round(float(st[keep][-1] -
                                                                   st[keep][0]), 6),
                       "camera_frames": len(frames), "joint_samples": min(n_samples.values()),
-                      "camera_stamps_non_monotonic": duplicates, "gaps": [],
+                      "camera_stamps_non_monotonic": duplicates,
+                      "gaps": [i for i, _ in gaps],
                       "pair_error_s": [round(float(e), 6) for e in err],
                       "tolerance_s": options.tolerance_s},
         "equipment": {"camera": {"source": "rosbag2", "topic": it, "type": topics[it],
@@ -351,7 +515,23 @@ def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
                       "joints": {"source": "rosbag2", "topic": jt}},
     }
     return episode_from_samples(frames_arr, st[keep], q, names, options,
-                                source=f"rosbag2:{where}", robot=None,
-                                camera={"topic": it, "frame_id": frame_id,
-                                        "width": int(w), "height": int(h)},
+                                source=f"rosbag2:{where}", robot=None, camera=camera,
                                 extra=extra, where=where)
+
+
+def _joints_not_moving(q: np.ndarray, names: list[str], options: ImportOptions) -> list[str]:
+    """The joints whose readings ``q`` (float64 ``[T, A]``, as recorded: degrees and mm
+    not yet converted) span less than ingest's smallest sweep (0.02 rad, 0.002 m)."""
+    out = []
+    for c, n in enumerate(names):
+        scale = 1.0
+        if n in options.prismatic:
+            floor = 0.002
+            scale = 1e-3 if n in options.millimetres else 1.0
+        else:
+            floor = 0.02
+            scale = np.pi / 180 if options.degrees == ("all",) or n in options.degrees \
+                else 1.0
+        if float(np.ptp(q[:, c])) * scale < floor:
+            out.append(n)
+    return out

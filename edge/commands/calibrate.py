@@ -21,6 +21,7 @@ only when a subcommand uses them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -451,7 +452,13 @@ def run_check(args: argparse.Namespace) -> int:
     from edge.visual import write_png
 
     arr = load_for_check(args.episode)
-    report, arr = check_episode(arr, CheckOptions(min_fraction=args.min_fraction))
+    opts = CheckOptions(min_fraction=args.min_fraction)
+    if args.model:
+        from edge.manifest import load_manifest
+
+        opts = dataclasses.replace(opts, model_fps=float(
+            load_manifest(Path(args.model) / "model.json").contract.frame_rate_hz))
+    report, arr = check_episode(arr, opts)
     report["episode"] = str(args.episode)
     out_dir = Path(args.out) if args.out else default_check_dir(args.episode)
     with StagedOutput(out_dir, "syncedge calibrate check") as out:
@@ -676,7 +683,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                    "planned and that each moves its own part of the picture, "
                                    "and measure from the frames how late the camera shows "
                                    "the joints against their readings (fails beyond half a "
-                                   "frame, naming the --camera-latency-s to record with); "
+                                   "model frame, naming the --camera-latency-s to record "
+                                   "with, or for an imported bag the --image-offset-s to "
+                                   "import with); "
                                    "writes report.json, coverage.png and a sheet per DoF. "
                                    "Exit 0: pass; 1: fail (the reasons name the DoF and what "
                                    "to do); 2: bad input.")
@@ -685,6 +694,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "STATE_ROOT/checks/EPISODE_NAME; see syncedge --help)")
     c.add_argument("--min-fraction", type=float, default=None,
                    help="override the program's required share of each amplitude")
+    c.add_argument("--model", metavar="DIR",
+                   help="the model the calibration is for: an episode of another timing "
+                        "is brought into its frame rate and the camera lag judged in its "
+                        "frames (default: 10 Hz, the shipped models')")
     c.set_defaults(func=run_check)
 
     rt = sub.add_parser(

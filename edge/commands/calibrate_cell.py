@@ -175,12 +175,18 @@ def checked_episode(args: argparse.Namespace) -> tuple[Any, dict, np.ndarray, Pa
     Raises:
         CalibrateError: the check failed and ``--force`` was not given.
     """
-    from edge.calibrate.check import EpisodeArrays, check_arrays
+    from edge.calibrate.check import CheckOptions, EpisodeArrays, check_arrays
     from edge.episode import load_episode, reference_path
     from edge.runtime.inputs import load_image
 
     ep = load_episode(args.episode)
-    report = check_arrays(EpisodeArrays.from_episode(ep))
+    opts = CheckOptions()
+    if getattr(args, "model", None):  # judged at the model's frame rate
+        from edge.manifest import load_manifest
+
+        opts = CheckOptions(model_fps=float(load_manifest(
+            Path(args.model) / "model.json").contract.frame_rate_hz))
+    report = check_arrays(EpisodeArrays.from_episode(ep), opts)
     report["episode"] = str(args.episode)
     if report["verdict"] != "pass" and not args.force:
         codes = ", ".join(sorted({r["code"] for r in report["reasons"]}))

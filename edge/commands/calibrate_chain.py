@@ -150,6 +150,19 @@ def _read_chain(episode: Any, where: str, args: argparse.Namespace) -> tuple[Any
     return chain, time.perf_counter() - t0
 
 
+def _camera_of(path: str) -> dict[str, Any]:
+    """An episode file's ``metadata.camera`` read alone (no frames), or ``{}`` where it
+    cannot be (the full load then names what is wrong)."""
+    import json
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            camera = json.loads(npz["metadata_json"].tobytes().decode("utf-8")).get("camera")
+    except Exception:  # noqa: BLE001 - any fault is reported by the full load after this
+        return {}
+    return camera if isinstance(camera, dict) else {}
+
+
 def _chain_for(args: argparse.Namespace, episode: Any, where: str) -> tuple[Any, float, str]:
     """The chain calibration to store: ``--chain FILE`` (checked against ``episode``) or
     read now. Returns ``(chain, read seconds, source text)``."""
@@ -207,6 +220,13 @@ def run_store_chain(args: argparse.Namespace) -> int:
                                  f"the cell's cached episode{taken}")
         from edge.commands.calibrate_cell import checked_episode
 
+        if args.chain == CHAIN_READ and args.fovy_deg is None \
+                and "fovy_deg" not in _camera_of(args.episode):
+            raise CalibrateError(f"{args.episode}: metadata.camera has no 'fovy_deg' (the "
+                                 f"camera's vertical field of view, degrees), which reading "
+                                 f"the chain needs: pass --fovy-deg DEG (from the camera's "
+                                 f"datasheet or its calibration: 2 atan(height / (2 fy)); "
+                                 f"'calibrate import' takes it from a bag's CameraInfo)")
         check_writable(root, "storing the chain calibration")  # before the read (minutes)
         episode, report, reference, _ = checked_episode(args)
         forced, reason = bool(args.force), args.force or ""

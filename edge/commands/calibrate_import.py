@@ -10,17 +10,28 @@ are put in stamp order. Writes EPISODE (.npz, the episode format 'calibrate reco
 writes) and EPISODE.reference.png (the first frame, the reference for 'calibrate verify'),
 which then go through 'calibrate check', 'store' and 'validate' like a recorded episode.
 
+The camera and the joints must be stamped on one clock. Import prints how far each
+topic's header stamps lag their arrival in the bag and notes a camera more than 0.1 s
+apart from the joints (another computer's or the camera's own clock), with the
+--image-offset-s that would move it; 'calibrate check' measures the lag from the frames.
+It also notes gaps in the camera's frames and, for a calibration, joints that never move
+(gripper fingers: leave them out with --joints). A sensor_msgs/CameraInfo topic gives the
+camera's field of view (metadata.camera.fovy_deg, which 'calibrate store --chain' reads).
+
 Examples:
   syncedge calibrate import cal_bag/ --out cal.npz --cell cell-7 \\
       --joint-topic /joint_states --image-topic /camera/color/image_raw
   syncedge calibrate import val_bag/ --out val.npz --cell cell-7 --kind validation
   syncedge calibrate import ~/lerobot/cell7 --episode-index 2 --out cal.npz --cell cell-7
+  syncedge calibrate import cal_bag/ --out cal.npz --cell cell-7 --strip-prefix ur5e_ \
+      --image-offset-s=1.002
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from edge.calibrate.errors import RecordingImportError
@@ -37,6 +48,20 @@ def _names(text: str | None, flag: str) -> tuple[str, ...] | None:
         raise RecordingImportError(f"{flag}: expected comma-separated joint names like "
                                    f"joint1,joint2, found {text!r}")
     return names
+
+
+def _renames(text: str | None) -> tuple[tuple[str, str], ...]:
+    if text is None:
+        return ()
+    pairs = []
+    for item in text.split(","):
+        old, sep, new = (x.strip() for x in item.partition("="))
+        if not (sep and old and new):
+            raise RecordingImportError(f"--rename: expected comma-separated OLD=NEW pairs "
+                                       f"like ur5e_shoulder_pan_joint=shoulder_pan_joint, "
+                                       f"found {item!r} in {text!r}")
+        pairs.append((old, new))
+    return tuple(pairs)
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -59,10 +84,12 @@ def run_import(args: argparse.Namespace) -> int:
                          degrees=_names(args.degrees, "--degrees") or (),
                          millimetres=_names(args.millimetres, "--millimetres") or (),
                          tolerance_s=args.tolerance_s, max_joint_gap_s=args.max_joint_gap_s,
-                         stamps=args.stamps, fps=args.fps)
+                         stamps=args.stamps, fps=args.fps,
+                         image_offset_s=args.image_offset_s, rename=_renames(args.rename),
+                         strip_prefix=args.strip_prefix or "")
     ep = import_recording(args.source, opts, image_topic=args.image_topic,
                           joint_topic=args.joint_topic, episode_index=args.episode_index,
-                          camera_key=args.camera_key)
+                          camera_key=args.camera_key, camera_info_topic=args.camera_info_topic)
     ref = reference_path(out)
     # both or neither: the reference frame is staged, the episode written, then the frame
     # moved under its name (an earlier pair is replaced, never half of it)
@@ -85,6 +112,20 @@ def run_import(args: argparse.Namespace) -> int:
               f"in the bag (sorted), {imp['frames_duplicate_stamp']} with a repeated stamp "
               f"(dropped), {dropped} outside the joint samples (dropped); max distance to a "
               f"joint sample {max(rec['pair_error_s']) * 1e3:.1f} ms")
+        delays = imp.get("receive_delay_s")
+        if delays:
+            print(f"header stamps lag their arrival in the bag by {delays['image'] * 1e3:.0f} "
+                  f"ms (camera" + (f", its stamps moved by {imp['image_offset_s']:+.3f} s"
+                                   if imp.get("image_offset_s") else "")
+                  + f") and {delays['joints'] * 1e3:.0f} ms (joints), medians")
+        fovy = ep.metadata.camera.get("fovy_deg")
+        if fovy is not None:
+            print(f"camera field of view {fovy:.2f} deg (vertical) from "
+                  f"{imp['camera_info_topic']} (metadata.camera.fovy_deg)")
+    if imp.get("renamed"):
+        print("joints renamed: " + ", ".join(f"{a} -> {b}" for a, b in imp["renamed"].items()))
+    for note in imp.get("notes") or ():
+        print(f"note: {out}: {note}", file=sys.stderr)
     if imp.get("converted_from_degrees"):
         print(f"readings converted from degrees to rad: "
               f"{', '.join(imp['converted_from_degrees'])}")
@@ -149,15 +190,34 @@ def register_import(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated revolute joints whose readings are in degrees, or "
                         "'all' (converted to rad; e.g. a LeRobot SO-100 dataset; default: "
                         "all in rad)")
+    p.add_argument("--strip-prefix", metavar="PREFIX",
+                   help="remove PREFIX from the start of every joint name that has it (a "
+                        "ur5e_ a launch file adds), so the episode's names are the "
+                        "controller's; --joints and --rename then use the names without it")
+    p.add_argument("--rename", metavar="OLD=NEW,...",
+                   help="comma-separated renames of the recording's joints (after "
+                        "--strip-prefix); --joints uses the new names")
     g = p.add_argument_group("rosbag2")
     g.add_argument("--joint-topic", metavar="TOPIC",
                    help="sensor_msgs/JointState topic (default: the bag's only one)")
     g.add_argument("--image-topic", metavar="TOPIC",
                    help="sensor_msgs/Image or CompressedImage topic (default: the bag's only "
                         "one)")
+    g.add_argument("--camera-info-topic", metavar="TOPIC",
+                   help="sensor_msgs/CameraInfo topic whose intrinsics go to "
+                        "metadata.camera (fovy_deg, which 'calibrate store --chain' reads; "
+                        "default: the bag's only one, or the camera_info beside the image "
+                        "topic, else none)")
     g.add_argument("--stamps", choices=("header", "bag"), default="header",
                    help="pair by the messages' header stamps (default) or by the times the "
-                        "bag recorded them (drivers that leave header stamps at zero)")
+                        "bag recorded them (drivers that leave header stamps at zero); "
+                        "applies to both topics")
+    g.add_argument("--image-offset-s", type=float, default=0.0, metavar="S",
+                   help="add S seconds to every image stamp before pairing: a camera "
+                        "stamping on a clock S seconds behind the joints' (import prints "
+                        "both topics' stamp-to-arrival delays; 'calibrate check' measures "
+                        "the lag and names the value), or with --stamps bag minus the "
+                        "camera's transport delay (default 0)")
     g.add_argument("--tolerance-s", type=float, default=0.02,
                    help="largest distance from a frame to its nearest joint sample that "
                         "'calibrate check' accepts (s, default 0.02)")
