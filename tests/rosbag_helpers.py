@@ -35,8 +35,9 @@ def _stamp(ts, t: float):
     return ts.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=int(round((t - sec) * 1e9)))
 
 
-def _image(ts, kind: str, value: int, t: float):
+def _image(ts, kind: str, value: int, t: float, rows: int = H):
     header = ts.types["std_msgs/msg/Header"](stamp=_stamp(ts, t), frame_id="cam")
+    H = rows  # noqa: N806 - the frame's height, the module's unless told
     rgb = np.zeros((H, W, 3), np.uint8)
     rgb[..., 0] = value
     rgb[..., 1] = 255 - value
@@ -81,7 +82,8 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
               image_topic: str | None = "/camera/image_raw",
               joint_topic: str | None = "/joint_states", zero_stamps: bool = False,
               joint_gap: tuple[float, float] | None = None,
-              joints_out_of_order: bool = False, repeat_stamp_of: int | None = None) -> Path:
+              joints_out_of_order: bool = False, repeat_stamp_of: int | None = None,
+              taller_frame: int | None = None) -> Path:
     """Write a bag at ``path`` (a folder that must not exist); returns ``path``.
 
     Args:
@@ -98,6 +100,7 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
         joints_out_of_order: joint messages are written in a scrambled order (stamps right).
         repeat_stamp_of: frame ``k + 1`` carries frame ``k``'s stamp (a driver repeating
             a stamp).
+        taller_frame: that frame is 2 rows taller (a camera switching mode).
     """
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import Stores, get_typestore
@@ -114,7 +117,8 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
         for rank, k in enumerate(order):
             t = T0 + (k - 1 if repeat_stamp_of is not None and k == repeat_stamp_of + 1
                       else k) / camera_hz
-            msg, mtype = _image(ts, image, frame_value(k), 0.0 if zero_stamps else t)
+            msg, mtype = _image(ts, image, frame_value(k), 0.0 if zero_stamps else t,
+                                H + 2 if k == taller_frame else H)
             types[image_topic] = mtype
             # the bag time is arrival order: rank, not the frame's stamp
             msgs.append((int((T0 + rank / camera_hz + 0.004) * 1e9), image_topic,

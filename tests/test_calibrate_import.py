@@ -627,3 +627,16 @@ def test_a_bag_without_metadata_or_cut_short_names_the_repair(tmp_path: Path) ->
     storage.write_bytes(data[:len(data) // 2])
     with pytest.raises(RecordingImportError, match=r"cut short or damaged .* 'mcap recover "):
         import_recording(cut, OPTS)
+
+
+def test_a_frame_of_another_size_is_refused_and_only_kept_frames_are_decoded(
+        tmp_path: Path) -> None:
+    bag = write_bag(tmp_path / "bag", taller_frame=5)
+    with pytest.raises(RecordingImportError, match=r"message 5: a 32x26 frame after 32x24 "
+                                                   r"ones; expected one camera mode"):
+        import_recording(bag, OPTS)
+    # a frame left out (before the joint samples) is not decoded: its size does not matter
+    late = write_bag(tmp_path / "late", taller_frame=0, joint_lead_s=-0.01)
+    ep = import_recording(late, OPTS)
+    assert ep.metadata.extra["import"]["frames_before_joints"] == 1
+    assert ep.frames.shape[1:3] == (24, 32)

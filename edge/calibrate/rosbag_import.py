@@ -198,8 +198,25 @@ def _pick(topics: dict[str, str], wanted: str | None, types: tuple[str, ...], wh
 
 def _messages(reader: Any, typestore: Any, topic: str, where: str
               ) -> Iterator[tuple[int, int, Any, str]]:
+    """``(index on the topic, bag time ns, message, type)`` of each message on ``topic``.
+
+    Raises:
+        RecordingImportError: a message that cannot be decoded, or a storage file that
+            breaks off while read (the repair named).
+    """
     conns = [c for c in reader.connections if c.topic == topic]
-    for k, (conn, bag_ns, raw) in enumerate(reader.messages(connections=conns)):
+    stream = iter(reader.messages(connections=conns))
+    k = 0
+    while True:
+        try:
+            conn, bag_ns, raw = next(stream)
+        except StopIteration:
+            return
+        except Exception as exc:  # the storage libraries raise their own types
+            raise RecordingImportError(
+                f"{where}: topic {topic!r}: reading stopped after {k} message(s) "
+                f"({type(exc).__name__}: {exc}); {_open_hint(_bag_dir(Path(where)))}") \
+                from None
         try:
             msg = typestore.deserialize_cdr(raw, conn.msgtype)
         except Exception as exc:  # rosbags raises several types for a bad message
@@ -207,6 +224,37 @@ def _messages(reader: Any, typestore: Any, topic: str, where: str
                                        f"it as {conn.msgtype} ({type(exc).__name__}: {exc})") \
                 from None
         yield k, int(bag_ns), msg, conn.msgtype
+        k += 1
+
+
+def _decode_frames(reader: Any, typestore: Any, topic: str, picks: np.ndarray,
+                   where: str) -> np.ndarray:
+    """The frames of messages ``picks`` (indices on ``topic``, in the order wanted) decoded
+    into one uint8 ``[len(picks), H, W, 3]`` array: only those, one at a time, so an import
+    holds the episode's frames and one message, not every frame of the bag (a 550 MB rgb8
+    bag peaked at 1.2 GB decoded whole, 0.65 GB so).
+
+    Raises:
+        RecordingImportError: a picked frame of another size than the first picked one
+            (in the bag's order), or as :func:`decode_image`.
+    """
+    slot = {int(k): j for j, k in enumerate(picks)}
+    out: np.ndarray | None = None
+    for k, _, msg, msgtype in _messages(reader, typestore, topic, where):
+        j = slot.get(k)
+        if j is None:
+            continue
+        img = decode_image(msg, msgtype, f"{where}: topic {topic!r} message {k}")
+        if out is None:
+            out = np.empty((len(picks), *img.shape), np.uint8)
+        elif img.shape != out.shape[1:]:
+            raise RecordingImportError(
+                f"{where}: topic {topic!r} message {k}: a {img.shape[1]}x{img.shape[0]} "
+                f"frame after {out.shape[2]}x{out.shape[1]} ones; expected one camera mode "
+                f"for the whole recording")
+        out[j] = img
+    assert out is not None  # picks are indices of messages on the topic
+    return out
 
 
 def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions, where: str
@@ -386,40 +434,37 @@ def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
                                    f"({type(exc).__name__}: {exc}); {_open_hint(bag)}") \
             from None
     try:
-        topics = _topics(reader)
-        jt = _pick(topics, joint_topic, (JOINT_TYPE,), "joint state", "--joint-topic", where)
-        it = _pick(topics, image_topic, IMAGE_TYPES, "image", "--image-topic", where)
-        joints, order, n_joint_msgs, joint_delays, recorded = _read_joints(
-            reader, typestore, jt, options, where)
-        frames: list[np.ndarray] = []
-        stamps: list[float] = []
-        image_delays: list[float] = []
-        frame_id = ""
-        encoding = ""
-        for k, bag_ns, msg, msgtype in _messages(reader, typestore, it, where):
-            img = decode_image(msg, msgtype, f"{where}: topic {it!r} message {k}")
-            if frames and img.shape != frames[0].shape:
-                raise RecordingImportError(
-                    f"{where}: topic {it!r} message {k}: a {img.shape[1]}x{img.shape[0]} "
-                    f"frame after {frames[0].shape[1]}x{frames[0].shape[0]} ones; expected "
-                    f"one camera mode for the whole recording")
-            frames.append(img)
-            t = _stamp_s(msg, bag_ns, options.stamps)
-            stamps.append(t + options.image_offset_s)
-            if options.stamps == "header":
-                image_delays.append(bag_ns / 1e9 - (t + options.image_offset_s))
-            frame_id = frame_id or str(msg.header.frame_id)
-            encoding = encoding or str(getattr(msg, "encoding", "") or
-                                       getattr(msg, "format", ""))
-        info = _camera_info(reader, typestore, camera_info_topic, it, topics, where)
-    except RecordingImportError:
-        raise
-    except Exception as exc:  # a storage file that opens but breaks off while read
-        raise RecordingImportError(f"{where}: reading stopped ({type(exc).__name__}: "
-                                   f"{exc}); {_open_hint(bag)}") from None
+        return _import_open_bag(reader, typestore, bag, where, options, image_topic,
+                                joint_topic, camera_info_topic)
     finally:
         reader.close()
-    if not frames:
+
+
+def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
+                     options: ImportOptions, image_topic: str | None,
+                     joint_topic: str | None, camera_info_topic: str | None) -> Episode:
+    """:func:`import_rosbag2` on an opened reader: the stamps first, then only the frames
+    kept decoded."""
+    topics = _topics(reader)
+    jt = _pick(topics, joint_topic, (JOINT_TYPE,), "joint state", "--joint-topic", where)
+    it = _pick(topics, image_topic, IMAGE_TYPES, "image", "--image-topic", where)
+    joints, order, n_joint_msgs, joint_delays, recorded = _read_joints(
+        reader, typestore, jt, options, where)
+    stamps: list[float] = []
+    image_delays: list[float] = []
+    frame_id = ""
+    encoding = ""
+    for _, bag_ns, msg, _ in _messages(reader, typestore, it, where):
+        # stamps only: the frames kept are decoded after pairing
+        t = _stamp_s(msg, bag_ns, options.stamps)
+        stamps.append(t + options.image_offset_s)
+        if options.stamps == "header":
+            image_delays.append(bag_ns / 1e9 - (t + options.image_offset_s))
+        frame_id = frame_id or str(msg.header.frame_id)
+        encoding = encoding or str(getattr(msg, "encoding", "") or
+                                   getattr(msg, "format", ""))
+    info = _camera_info(reader, typestore, camera_info_topic, it, topics, where)
+    if not stamps:
         raise RecordingImportError(f"{where}: topic {it!r} has no messages; expected the "
                                    f"camera's frames")
     names = order if options.joint_names is None else list(options.joint_names)
@@ -468,7 +513,7 @@ def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
                        "behind); a sweep across the gap is not seen there")
     storage = "mcap" if any(bag.glob("*.mcap")) else "sqlite3" if any(bag.glob("*.db3")) \
         else "unknown"
-    frames_arr = np.stack([frames[i] for i in sel])  # (T, H, W, 3) uint8
+    frames_arr = _decode_frames(reader, typestore, it, sel, where)
     h, w = frames_arr.shape[1:3]
     n_samples = {n: int(len(joints[n][0])) for n in names}
     if options.kind == "calibration":
@@ -496,7 +541,7 @@ def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
                    "stamps": options.stamps, "image_offset_s": options.image_offset_s,
                    "receive_delay_s": delays, "camera_info_topic":
                        info["topic"] if info else None,
-                   "frames_in_bag": len(frames),
+                   "frames_in_bag": len(stamps),
                    "frames_reordered": reordered, "frames_duplicate_stamp": duplicates,
                    "frames_before_joints": before, "frames_after_joints": after,
                    "frame_gaps": [{"frame": i, "missing_s": round(d, 6)} for i, d in gaps],
@@ -505,7 +550,7 @@ def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
                    "max_joint_gap_s": options.max_joint_gap_s, "notes": notes},
         "recording": {"complete": True, "duration_s": round(float(st[keep][-1] -
                                                                   st[keep][0]), 6),
-                      "camera_frames": len(frames), "joint_samples": min(n_samples.values()),
+                      "camera_frames": len(stamps), "joint_samples": min(n_samples.values()),
                       "camera_stamps_non_monotonic": duplicates,
                       "gaps": [i for i, _ in gaps],
                       "pair_error_s": [round(float(e), 6) for e in err],
