@@ -157,7 +157,8 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
                       joint_per_frame: int = 5, t0: float = T0, image_offset_s: float = 0.0,
                       drop_frames: tuple[int, int] | None = None,
                       camera_info_fy: float | None = None, prefix: str = "",
-                      unstamped_gripper: bool = False) -> Path:
+                      unstamped_gripper: bool = False, image_topic: str = "/cam/image"
+                      ) -> Path:
     """Write an episode (frames, joint positions) as a bag: frames at the episode's own
     stamps, joint states ``joint_per_frame`` times per frame period (the positions between
     frames on the straight line between them, so pairing at the frame stamps is exact).
@@ -168,7 +169,9 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
         image_offset_s: added to the image header stamps only (a camera stamping on a
             clock that far ahead of the joints'; the bag's arrival times stay true).
         drop_frames: ``(first, stop)``: those frames are not written (lost on the way).
-        camera_info_fy: write ``/cam/camera_info`` (CameraInfo) with this focal length, px.
+        camera_info_fy: write ``/cam/camera_info`` (CameraInfo) with this focal length, px
+            (0: a driver without a calibration, K all zero).
+        image_topic: the image topic (``/cam/image``).
         prefix: put before every joint name (a launch file's ``ur5e_``).
         unstamped_gripper: a second publisher on ``/joint_states`` with two constant
             finger joints whose header stamps are zero.
@@ -185,7 +188,7 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
     with Writer(path, version=9, storage_plugin=plugin) as w:
         img_type = "sensor_msgs/msg/CompressedImage" if image == "png" else \
             "sensor_msgs/msg/Image"
-        ci = w.add_connection("/cam/image", img_type, typestore=ts)
+        ci = w.add_connection(image_topic, img_type, typestore=ts)
         cj = w.add_connection("/joint_states", "sensor_msgs/msg/JointState", typestore=ts)
         h, wd = ep.frames.shape[1:3]
         if camera_info_fy is not None:
@@ -194,7 +197,7 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
             header = ts.types["std_msgs/msg/Header"](stamp=_stamp(ts, float(stamps[0])),
                                                      frame_id="cam")
             k9 = np.array([camera_info_fy, 0, wd / 2, 0, camera_info_fy, h / 2, 0, 0, 1],
-                          np.float64)
+                          np.float64) if camera_info_fy else np.zeros(9, np.float64)
             roi = ts.types["sensor_msgs/msg/RegionOfInterest"](
                 x_offset=0, y_offset=0, height=0, width=0, do_rectify=False)
             info = ts.types["sensor_msgs/msg/CameraInfo"](

@@ -145,3 +145,35 @@ def test_retime_refuses_a_lag_it_cannot_measure(tmp_path: Path, capsys) -> None:
                "-1") == 0
     assert "frames moved 1 later; frame [0] repeats the recording's first frame" in \
         capsys.readouterr().out
+
+
+def test_a_weak_fit_at_the_end_of_the_range_is_not_judged() -> None:
+    """A flickering strip at the picture's edge: the best (poor) fit lies at the end of the
+    +-4 frames searched; below R^2 0.6 no lag is judged, at the end of the range or not."""
+    ep = sweep_episode()
+    rng = np.random.default_rng(13)
+    f = ep.frames.astype(np.int16)
+    f[:, :, 55:, :] += rng.integers(0, 60, (len(f), 1, 1, 1))
+    report = check_arrays(EpisodeArrays.from_episode(dataclasses.replace(
+        ep, frames=f.clip(0, 255).astype(np.uint8))))
+    lag = report["camera_lag"]
+    assert lag["at_search_end"] and lag["r2"] < 0.6
+    assert report["verdict"] == "pass", report["reasons"]
+
+
+def test_a_lag_in_doubt_names_the_other_peak_and_an_import_s_stamp_delays() -> None:
+    from edge.calibrate.check import CheckOptions, _lag_reason
+
+    lag = {"frames": 12.0, "s": 1.2, "r2": 0.90, "r2_at_zero": 0.2, "search_frames": 20.0,
+           "at_search_end": False, "next_best": {"frames": -45.0, "s": -1.5, "r2": 0.89}}
+    imported = {"format": "rosbag2", "image_offset_s": 0.0,
+                "receive_delay_s": {"image": 1.502, "joints": 0.001}}
+    (reason,) = _lag_reason(lag, {}, 10.0, CheckOptions(), imported)
+    msg = reason["message"]
+    assert "the fit is nearly as good at -1500 ms (R^2 0.89)" in msg
+    assert "--image-offset-s=-1.200" in msg
+    assert "they point to --image-offset-s=1.501, not this" in msg
+    clear = {**lag, "next_best": {"frames": -45.0, "s": -1.5, "r2": 0.80}}
+    agree = {**imported, "receive_delay_s": {"image": -1.199, "joints": 0.001}}
+    (reason,) = _lag_reason(clear, {}, 10.0, CheckOptions(), agree)
+    assert "nearly as good" not in reason["message"] and "they point" not in reason["message"]

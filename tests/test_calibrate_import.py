@@ -481,14 +481,16 @@ def _check(tmp_path: Path, ep_path: Path, name: str) -> dict:
     return json.loads((tmp_path / name / "report.json").read_text())
 
 
-@pytest.mark.parametrize("offset_s", [-1.0, 0.2, 0.03])
+@pytest.mark.parametrize("offset_s", [-1.5, 0.2, 0.03])
 def test_a_camera_stamped_on_another_clock_is_noted_measured_and_moved_back(
         tmp_path: Path, offset_s: float, capsys) -> None:
     """Camera header stamps ``offset_s`` off the joints' (another computer's clock): import
     notes the stamps' arrival delays 0.1 s or more apart with the offset that moves them
     back; check measures the lag from the frames at the camera's rate, judges it in the
     model's frames (0.03 s is 0.3 of a 10 Hz frame: passes) and names the same offset; the
-    bag imported again with it passes."""
+    bag imported again with it passes. 1.5 s is past the 1.3 s at which this sweep's out
+    leg fits its back leg (a search held within half a sweep read it as 1.2 s the other
+    way)."""
     src = camera_rate_sweep_episode()
     bag = write_episode_bag(src, tmp_path / "bag", image_offset_s=offset_s)
     ep_path = tmp_path / "cal.npz"
@@ -640,3 +642,41 @@ def test_a_frame_of_another_size_is_refused_and_only_kept_frames_are_decoded(
     ep = import_recording(late, OPTS)
     assert ep.metadata.extra["import"]["frames_before_joints"] == 1
     assert ep.frames.shape[1:3] == (24, 32)
+
+
+def test_a_camera_two_seconds_off_fails_ingest_with_the_import_s_offset_named(
+        tmp_path: Path) -> None:
+    """Camera stamps 2 s ahead of the joints: the last sweep's return is paired with
+    poses 2 s earlier, so ingest refuses (no_return) before any lag is measured; the
+    reason names the offset the bag's stamp delays point to."""
+    bag = write_episode_bag(camera_rate_sweep_episode(), tmp_path / "bag", image_offset_s=2.0)
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c") == 0
+    report = _check(tmp_path, out, "chk")
+    (reason,) = report["reasons"]
+    assert reason["code"] == "no_return"
+    assert "import the bag again with --image-offset-s=-1.999 first" in reason["message"]
+
+
+def test_an_uncalibrated_camera_info_is_noted_not_fatal_unless_named(tmp_path: Path,
+                                                                      capsys) -> None:
+    bag = write_episode_bag(sweep_episode(), tmp_path / "bag", camera_info_fy=0.0)
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c") == 0
+    assert "CameraInfo /cam/camera_info holds no calibration" in capsys.readouterr().err
+    assert "fovy_deg" not in load_episode(out).metadata.camera
+    with pytest.raises(RecordingImportError, match="no CameraInfo message holds a calibration"):
+        import_recording(bag, OPTS, camera_info_topic="/cam/camera_info")
+
+
+def test_camera_info_beside_a_compressed_image_topic_is_found(tmp_path: Path) -> None:
+    bag = write_episode_bag(sweep_episode(), tmp_path / "bag", camera_info_fy=50.0,
+                            image_topic="/cam/image_raw/compressed")
+    ep = import_recording(bag, OPTS)
+    assert ep.metadata.camera["intrinsics"]["topic"] == "/cam/camera_info"
+    assert not ep.metadata.extra["import"]["notes"]
+    other = write_episode_bag(sweep_episode(), tmp_path / "other", camera_info_fy=50.0,
+                              image_topic="/front/image")
+    ep = import_recording(other, OPTS)  # the bag's only one, not beside: said
+    assert ep.metadata.camera["intrinsics"]["topic"] == "/cam/camera_info"
+    assert "not beside the image topic /front/image" in ep.metadata.extra["import"]["notes"][0]

@@ -76,23 +76,24 @@ __all__ = ["DEFAULT_MODEL_FPS", "CheckOptions", "EpisodeArrays", "FPS_MISMATCH",
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
 #: An episode of another timing (an import, a recording at the camera's rate) is searched
-#: over up to +- this many seconds (and at most half its sweep period, within which a lag
-#: is not mistaken for one a sweep longer): a camera stamped on another clock than the joints'
-#: is seconds off.
+#: over +- this many seconds (at most a third of the episode; further where an import's
+#: stamp delays point further): a camera stamped on another clock than the joints' is
+#: seconds off.
 LAG_WIDE_SEARCH_S = 2.0
+#: A second peak of the lag fit this close in R^2 to the best leaves the lag in doubt
+#: (sweeps alike in length fit again one leg or one sweep later).
+LAG_AMBIGUOUS_R2 = 0.02
 #: The model's frame rate the check judges the camera lag in, Hz, unless told (the shipped
 #: models' ``contract.frame_rate_hz``; ``calibrate check --model`` reads it).
 DEFAULT_MODEL_FPS = 10.0
 
 
-def _widest_lag(frames: int, fps: float, sweep_starts: list[int]) -> float:
-    """The widest lag searched in an episode of another timing, frames: up to
-    :data:`LAG_WIDE_SEARCH_S`, half the median period of its sweeps (recorded frame
-    indices of their starts; none or one: not bounded by it) and a third of the episode."""
-    widest = min(LAG_WIDE_SEARCH_S * fps, max(frames - 1, 0) / 3.0)
-    if len(sweep_starts) >= 2:
-        widest = min(widest, float(np.median(np.diff(sorted(sweep_starts)))) / 2.0)
-    return float(widest)
+def _widest_lag(frames: int, fps: float, hint_s: float | None) -> float:
+    """The widest lag searched in an episode of another timing, frames: over
+    :data:`LAG_WIDE_SEARCH_S` (or the import's own hint plus 0.5 s), at most a third of
+    the episode."""
+    wide = LAG_WIDE_SEARCH_S if hint_s is None else max(LAG_WIDE_SEARCH_S, abs(hint_s) + 0.5)
+    return float(min(wide * fps, max(frames - 1, 0) / 3.0))
 
 
 _MOVE_ROWS = (0, 1, 2, 4, 5, 6)
@@ -317,11 +318,13 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
         search_frames: largest lag searched, frames.
 
     Returns:
-        ``{"frames", "s", "r2", "r2_at_zero", "search_frames", "at_search_end"}``: the lag
-        (> 0: the frames are late, each showing the pose read ``frames`` knots earlier), in
-        frames and seconds, the fit at that lag and at none, the range searched, and
-        whether the best fit lies at its end (the lag may be larger still); None when
-        fewer than 8 transitions or nothing moved.
+        ``{"frames", "s", "r2", "r2_at_zero", "search_frames", "at_search_end",
+        "next_best"}``: the lag (> 0: the frames are late, each showing the pose read
+        ``frames`` knots earlier), in frames and seconds, the fit at that lag and at none,
+        the range searched, whether the best fit lies at its end (the lag may be larger
+        still), and over a range of more than 8 frames the best other peak at least 0.3 s
+        away (``{"frames", "s", "r2"}`` on the half-frame grid, or None): one nearly as
+        good leaves the lag in doubt.
     """
     q = np.asarray(q, np.float64)
     if len(frames) < 9 or q.ndim != 2 or len(q) != len(frames) or not np.ptp(q, axis=0).any():
@@ -333,9 +336,19 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
 
     r2_zero = fits(np.zeros(1))[0]
     lo, hi = -search_frames, search_frames
+    second = None
     if search_frames > 8.0:  # half-frame steps first: the fit is smooth at that scale
         coarse = np.round(np.arange(lo, hi + 1e-9, 0.5), 4)
-        c = float(coarse[int(np.argmax(fits(coarse)))])
+        cr2 = fits(coarse)
+        b = int(np.argmax(cr2))
+        c = float(coarse[b])
+        apart = max(0.3 * fps, 2.0)  # another lag, not the same peak's shoulder
+        peaks = [i for i in range(1, len(coarse) - 1) if cr2[i] >= cr2[i - 1]
+                 and cr2[i] >= cr2[i + 1] and abs(coarse[i] - c) >= apart]
+        if peaks:
+            i = max(peaks, key=lambda x: cr2[x])
+            second = {"frames": float(coarse[i]), "s": round(float(coarse[i]) / fps, 4),
+                      "r2": round(float(cr2[i]), 4)}
         lo, hi = max(c - 1.0, lo), min(c + 1.0, hi)
     grid = np.round(np.arange(lo, hi + 1e-9, 0.05), 4)
     r2 = fits(grid)
@@ -347,7 +360,7 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
             lag += float(0.05 * 0.5 * (r2[k - 1] - r2[k + 1]) / den)
     return {"frames": round(lag, 3), "s": round(lag / fps, 4), "r2": round(float(r2[k]), 4),
             "r2_at_zero": round(float(r2_zero), 4), "search_frames": search_frames,
-            "at_search_end": bool(abs(lag) >= search_frames - 0.05)}
+            "at_search_end": bool(abs(lag) >= search_frames - 0.05), "next_best": second}
 
 
 #: Tallest tile of a coverage sheet, px: frames taller (an import at the camera's size)
@@ -395,10 +408,10 @@ def _lag_reason(lag: dict[str, Any] | None, rec: dict[str, Any], fps: float,
     image stamp offset (rosbag2) or ``calibrate retime``."""
     if lag is None:
         return []
-    edge = bool(lag.get("at_search_end")) and lag["r2"] > lag["r2_at_zero"]
-    if not edge and (lag["r2"] < opts.lag_min_r2 or lag["r2"] <= lag["r2_at_zero"]
-                     or abs(lag["frames"]) < opts.max_lag_frames):
+    if lag["r2"] < opts.lag_min_r2 or lag["r2"] <= lag["r2_at_zero"] \
+            or abs(lag["frames"]) < opts.max_lag_frames:
         return []
+    edge = bool(lag.get("at_search_end"))
     late = lag["frames"] > 0
     ms = abs(lag["s"]) * 1e3
     if imported:
@@ -423,12 +436,18 @@ def _lag_reason(lag: dict[str, Any] | None, rec: dict[str, Any], fps: float,
     size = (f"at least {ms:.0f} ms (the end of the {lag['search_frames'] / fps:.1f} s searched, "
             f"where the fit is still best: the frames' and the joints' stamps are on "
             f"different clocks, or a latency is seconds off)" if edge else f"{ms:.0f} ms")
+    doubt = ""
+    other = lag.get("next_best")
+    if other and other["r2"] >= lag["r2"] - LAG_AMBIGUOUS_R2:
+        doubt = (f"; the fit is nearly as good at {other['s'] * 1e3:+.0f} ms (R^2 "
+                 f"{other['r2']:.2f}): sweeps alike in length fit again one leg or one sweep "
+                 f"later, so the lag may be that one; after the fix, check again")
     return [_reason("camera_lag", f"the frames are {size} ({abs(lag['frames']):.2f} "
                     f"frames) {'late' if late else 'early'} against the joint readings: each "
                     f"shows the pose read {ms:.0f} ms {'earlier' if late else 'later'} (the "
                     f"image motion fits the joints' speeds with R^2 {lag['r2']:.2f} at that "
                     f"lag, {lag['r2_at_zero']:.2f} at none; expected within "
-                    f"{opts.max_lag_frames:g} frames); {how}")]
+                    f"{opts.max_lag_frames:g} frames){doubt}; {how}")]
 
 
 def _lag_fix_of_an_import(lag: dict[str, Any], imported: dict[str, Any]) -> str:
@@ -439,9 +458,14 @@ def _lag_fix_of_an_import(lag: dict[str, Any], imported: dict[str, Any]) -> str:
         delays = imported.get("receive_delay_s") or {}
         seen = ""
         if delays.get("image") is not None and delays.get("joints") is not None:
+            apart = float(delays["image"]) - float(delays["joints"])
             seen = (f" (in the bag the camera's header stamps lag its messages' arrival by "
                     f"{delays['image'] * 1e3:.0f} ms, the joints' by "
-                    f"{delays['joints'] * 1e3:.0f} ms)")
+                    f"{delays['joints'] * 1e3:.0f} ms"
+                    + (f": they point to --image-offset-s="
+                       f"{float(imported.get('image_offset_s') or 0.0) + apart:.3f}, not this; "
+                       f"unless the camera's own latency is that long, take theirs"
+                       if abs(apart + lag["s"]) > 0.2 else "") + ")")
         return (f"import the bag again with --image-offset-s={offset:.3f}, which moves "
                 f"every image stamp by that much before pairing{seen}; or syncedge "
                 f"calibrate retime on this episode")
@@ -573,6 +597,13 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
                         f"({ts[i] - ts[0]:.2f} s in), within those frames: frames were lost "
                         f"on the way (camera link, recorder falling behind), not too few "
                         f"taken; record again")
+        hint = _stamp_hint_s(extra)
+        if hint is not None and abs(hint) > 0.1:
+            offset = float((extra.get("import") or {}).get("image_offset_s") or 0.0) - hint
+            message += (f"; the import found the camera's header stamps {abs(hint):.3f} s "
+                        f"off the joints' (their delays to arrival in the bag): frames paired "
+                        f"with the poses of another moment may be the whole cause: import "
+                        f"the bag again with --image-offset-s={offset:.3f} first")
         if exc.code == "never_swept" and extra.get("import") and exc.dofs:
             names = list(arr.meta.get("dof_names") or [])
             moving = [n for n in names if n not in exc.dofs]
@@ -605,6 +636,15 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
     return report, checked
 
 
+def _stamp_hint_s(extra: dict[str, Any]) -> float | None:
+    """The lag an imported bag's stamp delays point to, s (``-(camera - joints)``: camera
+    header stamps lagging their arrival by more than the joints' read early), or None."""
+    delays = (extra.get("import") or {}).get("receive_delay_s") or {}
+    if delays.get("image") is None or delays.get("joints") is None:
+        return None
+    return -(float(delays["image"]) - float(delays["joints"]))
+
+
 def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps: float,
                           opts: CheckOptions) -> None:
     """Measure the camera lag of an episode of another timing on its own frames at its own
@@ -624,15 +664,15 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
     if q is None or fps <= 0 or model_fps <= 0:
         return
     per = fps / model_fps  # recorded frames per model frame
-    starts = [int(sw["frames"][0]) for sw in (report.get("ingest") or {}).get("sweeps") or ()]
+    extra = arr.meta.get("extra") or {}
     raw = estimate_camera_lag(arr.frames, np.asarray(q, np.float64), fps,
                               search_frames=max(LAG_SEARCH_FRAMES * per,
-                                                _widest_lag(len(arr.frames), fps, starts)))
+                                                _widest_lag(len(arr.frames), fps,
+                                                            _stamp_hint_s(extra))))
     if raw is None:
         return
     lag = {**raw, "frames": raw["s"] * model_fps, "search_frames": raw["search_frames"] / per,
            "measured_at_hz": fps}
-    extra = arr.meta.get("extra") or {}
     rec = extra.get("recording") or {}
     shifted = (report.get("camera_lag") or {}).get("image_motion_shifted_frames", 0)
     report["reasons"] = [r for r in report["reasons"] if r["code"] != "camera_lag"] + \

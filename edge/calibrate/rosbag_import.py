@@ -335,48 +335,79 @@ def _receive_delay_note(image_s: float, joints_s: float, offset_s: float) -> str
     if abs(diff) <= CLOCK_NOTE_S:
         return None
     moved = f" (moved by --image-offset-s {offset_s:+.3f})" if offset_s else ""
-    return (f"the camera's header stamps{moved} lag their arrival in the bag by "
-            f"{image_s * 1e3:.0f} ms, the joints' by {joints_s * 1e3:.0f} ms (medians): "
-            f"{abs(diff):.3f} s "
-            f"apart, more than a camera's latency, so the two are likely stamped on "
-            f"different clocks and every frame is paired with the pose of another moment. "
-            f"If so, import again with --image-offset-s={offset_s + diff:.3f} (moves every "
-            f"image stamp by that much), or --stamps bag; 'syncedge calibrate check' "
-            f"measures the lag from the frames themselves")
+    return (f"the camera's header stamps{moved} {_lag_words(image_s)}, the joints' "
+            f"{_lag_words(joints_s, short=True)} (medians): {abs(diff):.3f} s apart, more "
+            f"than most cameras' latency, so the two are likely stamped on different clocks "
+            f"and every frame is paired with the pose of another moment. If so, import "
+            f"again with --image-offset-s={offset_s + diff:.3f} (moves every image stamp by "
+            f"that much), or --stamps bag; a camera whose own latency is that long (over a "
+            f"network) is paired right as it is. 'syncedge calibrate check' measures the lag "
+            f"from the frames themselves")
+
+
+def _lag_words(delay_s: float, short: bool = False) -> str:
+    """``lag their arrival in the bag by N ms`` or, for a stamp later than the arrival
+    (another clock ahead), ``are N ms ahead of their arrival``."""
+    ms = abs(delay_s) * 1e3
+    if delay_s >= 0:
+        return f"by {ms:.0f} ms" if short else f"lag their arrival in the bag by {ms:.0f} ms"
+    return f"{ms:.0f} ms ahead" if short else \
+        f"are {ms:.0f} ms ahead of their arrival in the bag (a clock ahead)"
+
+
+#: Image transport suffixes dropped from an image topic to find the camera's namespace.
+_TRANSPORTS = ("compressed", "compressedDepth", "theora", "zstd")
 
 
 def _camera_info(reader: Any, typestore: Any, topic: str | None, image_topic: str,
-                 topics: dict[str, str], where: str) -> dict[str, Any] | None:
-    """The camera's intrinsics from a ``sensor_msgs/msg/CameraInfo`` topic (``topic``, else
-    the bag's only one, else the one beside the image topic), or None when there is none.
-    ``fovy_deg``: the vertical field of view, ``2 atan(height / (2 fy))`` in degrees.
+                 topics: dict[str, str], where: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The camera's intrinsics from a ``sensor_msgs/msg/CameraInfo`` topic: ``topic``, else
+    the ``camera_info`` beside the image topic (``/cam/image_raw/compressed`` ->
+    ``/cam/camera_info``), else the bag's only one. The first message with a calibration
+    (K not zero) counts. ``fovy_deg``: the vertical field of view,
+    ``2 atan(height / (2 fy))`` in degrees.
 
+    Returns:
+        ``(intrinsics or None, note or None)``: a topic found without a calibration, or
+        the bag's only one taken though not beside the image topic, is said in the note.
     Raises:
-        RecordingImportError: ``topic`` named but missing, or its first message holds no
-            calibration (K zero).
+        RecordingImportError: ``topic`` named but missing, or without a calibration.
     """
     found = sorted(t for t, m in topics.items() if m == CAMERA_INFO_TYPE)
+    named = topic is not None
     if topic is None:
-        beside = image_topic.rsplit("/", 1)[0] + "/camera_info"
-        topic = found[0] if len(found) == 1 else beside if beside in found else None
+        parts = image_topic.rstrip("/").split("/")
+        if parts and parts[-1] in _TRANSPORTS:
+            parts = parts[:-1]
+        beside = "/".join(parts[:-1]) + "/camera_info"
+        topic = beside if beside in found else found[0] if len(found) == 1 else None
         if topic is None:
-            return None
+            return None, None
     else:
         _pick(topics, topic, (CAMERA_INFO_TYPE,), "camera info", "--camera-info-topic", where)
-    for k, _, msg, _ in _messages(reader, typestore, topic, where):
+    for _, _, msg, _ in _messages(reader, typestore, topic, where):
         kmat = np.asarray(msg.k, np.float64).reshape(-1)
         h, w = int(msg.height), int(msg.width)
         if kmat.size != 9 or kmat[4] <= 0 or kmat[0] <= 0 or h < 1:
-            raise RecordingImportError(f"{where}: topic {topic!r} message {k}: CameraInfo "
-                                       f"without a calibration (K {kmat.tolist()}, height "
-                                       f"{h}); expected the camera's intrinsics (calibrate "
-                                       f"the camera), or pass --fovy-deg where it is asked for")
+            continue  # a driver publishing before its calibration is loaded
+        far = (None if named or topic == beside else
+            f"the field of view comes from {topic}, the bag's only CameraInfo, which is not "
+            f"beside the image topic {image_topic}: if it is another camera's, import again "
+            f"with --camera-info-topic naming the right one")
         return {"topic": topic, "width": w, "height": h, "fx": float(kmat[0]),
                 "fy": float(kmat[4]), "cx": float(kmat[2]), "cy": float(kmat[5]),
                 "distortion_model": str(msg.distortion_model),
                 "d": [float(x) for x in np.asarray(msg.d, np.float64).reshape(-1)],
-                "fovy_deg": float(np.degrees(2 * np.arctan(h / (2 * float(kmat[4])))))}
-    return None
+                "fovy_deg": float(np.degrees(2 * np.arctan(h / (2 * float(kmat[4])))))}, far
+    if named:
+        raise RecordingImportError(f"{where}: topic {topic!r}: no CameraInfo message holds a "
+                                   f"calibration (K zero or height 0 in every one); expected "
+                                   f"the camera's intrinsics (calibrate the camera), or leave "
+                                   f"--camera-info-topic out and give 'calibrate store --chain' "
+                                   f"--fovy-deg")
+    return None, (f"CameraInfo {topic} holds no calibration (K zero in every message): no "
+                  f"field of view taken from it ('calibrate store --chain' then needs "
+                  f"--fovy-deg)")
 
 
 def _open_hint(bag: Path) -> str:
@@ -463,7 +494,7 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
         frame_id = frame_id or str(msg.header.frame_id)
         encoding = encoding or str(getattr(msg, "encoding", "") or
                                    getattr(msg, "format", ""))
-    info = _camera_info(reader, typestore, camera_info_topic, it, topics, where)
+    info, info_note = _camera_info(reader, typestore, camera_info_topic, it, topics, where)
     if not stamps:
         raise RecordingImportError(f"{where}: topic {it!r} has no messages; expected the "
                                    f"camera's frames")
@@ -525,6 +556,8 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
                          f"are not joints this calibration drives (gripper fingers, a passive "
                          f"joint), import again with --joints {','.join(moving)}")
     camera = {"topic": it, "frame_id": frame_id, "width": int(w), "height": int(h)}
+    if info_note:
+        notes.append(info_note)
     if info is not None:
         camera["fovy_deg"] = round(info["fovy_deg"], 6)
         camera["intrinsics"] = {k: v for k, v in info.items() if k not in ("fovy_deg",)}

@@ -114,10 +114,10 @@ def run_import(args: argparse.Namespace) -> int:
               f"joint sample {max(rec['pair_error_s']) * 1e3:.1f} ms")
         delays = imp.get("receive_delay_s")
         if delays:
-            print(f"header stamps lag their arrival in the bag by {delays['image'] * 1e3:.0f} "
-                  f"ms (camera" + (f", its stamps moved by {imp['image_offset_s']:+.3f} s"
-                                   if imp.get("image_offset_s") else "")
-                  + f") and {delays['joints'] * 1e3:.0f} ms (joints), medians")
+            print(f"header stamp to arrival in the bag: {delays['image'] * 1e3:+.0f} ms "
+                  f"(camera" + (f", its stamps moved by {imp['image_offset_s']:+.3f} s"
+                                if imp.get("image_offset_s") else "")
+                  + f"), {delays['joints'] * 1e3:+.0f} ms (joints), medians")
         fovy = ep.metadata.camera.get("fovy_deg")
         if fovy is not None:
             print(f"camera field of view {fovy:.2f} deg (vertical) from "
@@ -193,10 +193,12 @@ def register_import(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strip-prefix", metavar="PREFIX",
                    help="remove PREFIX from the start of every joint name that has it (a "
                         "ur5e_ a launch file adds), so the episode's names are the "
-                        "controller's; --joints and --rename then use the names without it")
+                        "controller's; --rename, --joints, --prismatic, --degrees and "
+                        "--millimetres then use the names without it")
     p.add_argument("--rename", metavar="OLD=NEW,...",
                    help="comma-separated renames of the recording's joints (after "
-                        "--strip-prefix); --joints uses the new names")
+                        "--strip-prefix); --joints, --prismatic, --degrees and --millimetres "
+                        "use the new names")
     g = p.add_argument_group("rosbag2")
     g.add_argument("--joint-topic", metavar="TOPIC",
                    help="sensor_msgs/JointState topic (default: the bag's only one)")
