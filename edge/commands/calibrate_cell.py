@@ -164,10 +164,12 @@ def _store_from_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def checked_episode(args: argparse.Namespace) -> tuple[Any, dict, np.ndarray, Path]:
+def checked_episode(args: argparse.Namespace, model_fps: float | None = None
+                    ) -> tuple[Any, dict, np.ndarray, Path]:
     """``calibrate store EPISODE``'s episode, checked (refused on a failed check unless
     ``--force REASON``), with its coverage report and reference frame (``--reference``,
-    else ``EPISODE.reference.png``, else the first frame).
+    else ``EPISODE.reference.png``, else the first frame). ``model_fps``: the model's frame
+    rate the camera lag is judged in (None: ``--model``'s, else the check's default).
 
     Returns:
         ``(episode, report, reference uint8 [H, W, 3], reference path)``.
@@ -181,7 +183,9 @@ def checked_episode(args: argparse.Namespace) -> tuple[Any, dict, np.ndarray, Pa
 
     ep = load_episode(args.episode)
     opts = CheckOptions()
-    if getattr(args, "model", None):  # judged at the model's frame rate
+    if model_fps is not None:
+        opts = CheckOptions(model_fps=float(model_fps))
+    elif getattr(args, "model", None):  # judged at the model's frame rate
         from edge.manifest import load_manifest
 
         opts = CheckOptions(model_fps=float(load_manifest(
@@ -248,9 +252,10 @@ def run_store(args: argparse.Namespace) -> int:
     from edge.runtime.context import encode_calibration, model_timing
 
     check_writable(args.cache_dir or default_root(), "storing a calibration")  # before work
-    ep, report, reference, ref_path = checked_episode(args)
-    model = open_model(args)
+    model = open_model(args)  # first: the check judges the camera lag at its frame rate
     try:
+        ep, report, reference, ref_path = checked_episode(
+            args, model_fps=float(model.contract.frame_rate_hz))
         t0 = time.perf_counter()
         # a forced store keeps what the technician chose, a sweep outside the model's
         # amplitude range included (the report records that the range was not checked);
