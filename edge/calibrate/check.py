@@ -237,7 +237,12 @@ NOISE_TRANSITION_PERCENTILE = 20.0
 NOISE_MEDIAN_GAIN = 3.0
 
 
-def _energy(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+#: Frames differenced at a time by :func:`_energy`, at most: its working memory is this
+#: many frames' differences, whatever the episode's length.
+ENERGY_CHUNK_BYTES = 64 << 20
+
+
+def _energy(frames: np.ndarray, maps: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """Image motion of each transition: the mean absolute difference (0..255, averaged
     over the colour channels) of consecutive frames, each pixel's difference less the
     camera's noise level (:func:`noise_level`). A camera's noise and a video codec's
@@ -246,29 +251,54 @@ def _energy(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     of 1.5 levels: floor 0.89, a shoulder's sweep 2.10, every joint failed); rendered frames
     (no noise: level 0) are measured as before.
 
+    The differences are taken a few frames at a time and kept as uint16 channel sums (2
+    bytes a pixel): a 20 s 640x480 recording at 30 Hz took 7.4 GB differenced whole in
+    float32, and takes its frames plus 0.4 GB so.
+
     Returns:
-        ``(energy, per_pixel)``: float32 ``[T-1]`` and ``[T-1, H, W]``.
+        ``(energy, per_pixel)``: float32 ``[T-1]`` and, with ``maps``, ``[T-1, H, W]``
+        (else None).
     """
-    f = frames.astype(np.float32)
-    d = np.abs(np.diff(f, axis=0)).mean(axis=3)  # (T-1, H, W)
-    d = np.maximum(d - noise_level(d)[:, None, None], 0.0)
-    return d.mean(axis=(1, 2)), d
+    t = len(frames)
+    if t < 2:
+        return np.zeros(0, np.float32), (np.zeros((0, *frames.shape[1:3]), np.float32)
+                                         if maps else None)
+    step = max(1, int(ENERGY_CHUNK_BYTES // max(1, frames[0].size * 2)))
+    sums = np.empty((t - 1, *frames.shape[1:3]), np.uint16)  # channel sums, 0..765
+    for i in range(0, t - 1, step):
+        a = frames[i:min(i + step, t - 1) + 1].astype(np.int16)
+        sums[i:i + len(a) - 1] = np.abs(np.diff(a, axis=0)).sum(axis=3, dtype=np.int16)
+    noise = noise_level(sums, scale=1.0 / 3.0)
+    energy = np.empty(t - 1, np.float32)
+    out = np.empty(sums.shape, np.float32) if maps else None
+    for i in range(0, t - 1, step):
+        d = np.maximum(sums[i:i + step] * np.float32(1.0 / 3.0)
+                       - noise[i:i + step, None, None], 0.0)
+        energy[i:i + step] = d.mean(axis=(1, 2))
+        if out is not None:
+            out[i:i + step] = d
+    return energy, out
 
 
-def noise_level(diffs: np.ndarray) -> np.ndarray:
-    """The camera's noise in per-pixel frame differences ``diffs`` float32 ``[T-1, H, W]``
-    (levels, 0..255), per transition ``[T-1]``: :data:`NOISE_PIXEL_PERCENTILE` of each
-    transition's pixels at :data:`NOISE_TRANSITION_PERCENTILE` over the transitions (the
-    episode's steady noise), or :data:`NOISE_MEDIAN_GAIN` times the transition's own median
-    pixel where that is more (a codec's frames alternate: every other transition of a 30 Hz
-    H.264 episode carried noise of 1 level at its median, the others none; a moving link
-    changes far fewer than half a frame's pixels). 0 for noiseless frames."""
-    flat = diffs.reshape(len(diffs), -1)
+def noise_level(diffs: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """The camera's noise in per-pixel frame differences ``diffs`` ``[T-1, H, W]`` (levels
+    0..255 once times ``scale``: float32 levels, or :func:`_energy`'s uint16 channel sums
+    with ``scale`` 1/3), per transition float32 ``[T-1]``, in levels:
+    :data:`NOISE_PIXEL_PERCENTILE` of each transition's pixels at
+    :data:`NOISE_TRANSITION_PERCENTILE` over the transitions (the episode's steady noise),
+    or :data:`NOISE_MEDIAN_GAIN` times the transition's own median pixel where that is more
+    (a codec's frames alternate: every other transition of a 30 Hz H.264 episode carried
+    noise of 1 level at its median, the others none; a moving link changes far fewer than
+    half a frame's pixels). 0 for noiseless frames. Read one transition at a time."""
     if len(diffs) < 2:
         return np.zeros(len(diffs), np.float32)
-    steady = np.percentile(np.percentile(flat, NOISE_PIXEL_PERCENTILE, axis=1),
-                           NOISE_TRANSITION_PERCENTILE)
-    return np.maximum(steady, NOISE_MEDIAN_GAIN * np.median(flat, axis=1)).astype(np.float32)
+    high = np.empty(len(diffs), np.float64)
+    mid = np.empty(len(diffs), np.float64)
+    for k in range(len(diffs)):
+        flat = diffs[k].reshape(-1)
+        high[k], mid[k] = np.percentile(flat, [NOISE_PIXEL_PERCENTILE, 50.0])
+    steady = np.percentile(high * scale, NOISE_TRANSITION_PERCENTILE)
+    return np.maximum(steady, NOISE_MEDIAN_GAIN * mid * scale).astype(np.float32)
 
 
 def positions_seen_late(q: np.ndarray, lag: float) -> np.ndarray:
@@ -308,7 +338,7 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
     best), then refined by a parabola through the best point and its neighbours. A
     calibration sweep moves one DoF at a time, so the hand-over between DoFs fixes the lag
     even where one sweep's speed repeats (every 4 frames); sweeps that all last alike fit
-    again at a lag of one sweep, so the range searched should stay within half a sweep.
+    nearly as well again one leg or one sweep away, which ``next_best`` reports.
 
     Args:
         frames: uint8 ``[T, H, W, 3]``.
@@ -329,7 +359,7 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
     q = np.asarray(q, np.float64)
     if len(frames) < 9 or q.ndim != 2 or len(q) != len(frames) or not np.ptp(q, axis=0).any():
         return None
-    energy = _energy(frames)[0]
+    energy = _energy(frames, maps=False)[0]
 
     def fits(grid: np.ndarray) -> np.ndarray:
         return np.array([_speed_fit(energy, q, float(g))[0] for g in grid])
@@ -916,7 +946,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         reasons.append(_reason("pairing_error", f"expected every frame within {tol * 1e3:.0f} "
                                f"ms of a joint sample, found {int((pe > tol).sum())} beyond "
                                f"(max {pe.max() * 1e3:.1f} ms)"))
-    energy, _ = _energy(arr.frames) if t > 1 else (np.zeros(0), None)
+    energy, _ = _energy(arr.frames, maps=False) if t > 1 else (np.zeros(0), None)
     pauses = [energy[k * SEGMENT_FRAMES + r] for k in range(n) for r in _PAUSE_ROWS
               if k * SEGMENT_FRAMES + r < len(energy)]
     noise = float(np.median(pauses)) if pauses else 0.0
