@@ -200,3 +200,21 @@ def test_image_motion_is_the_same_taken_a_few_frames_at_a_time(monkeypatch) -> N
         np.testing.assert_allclose(maps, want, atol=1e-5)
         np.testing.assert_allclose(energy, want.mean(axis=(1, 2)), atol=1e-6)
         assert check._energy(frames, maps=False)[1] is None
+
+
+def test_retime_measures_an_episode_at_the_camera_s_rate_as_check_does(tmp_path: Path,
+                                                                      capsys) -> None:
+    """A 30 Hz episode whose frames show the poses 0.5 s late (15 of its frames, past the
+    +-4 frames retime searched): measured and moved in the episode's own frames, then
+    the check passes."""
+    from edge.episode import save_episode
+    from tests.calib_cell_helpers import camera_rate_sweep_episode, cli
+
+    ep = camera_rate_sweep_episode()
+    idx = np.clip(np.arange(ep.num_frames) - 15, 0, ep.num_frames - 1)
+    late = save_episode(dataclasses.replace(ep, frames=ep.frames[idx]), tmp_path / "late.npz")
+    assert cli("retime", str(late), "--out", str(tmp_path / "fixed.npz")) == 0
+    out = capsys.readouterr().out
+    assert "measured camera lag: +15.00 frames (+500 ms" in out and "moved 15 earlier" in out
+    report = check_arrays(load_for_check(tmp_path / "fixed.npz"))
+    assert report["verdict"] == "pass" and abs(report["camera_lag"]["s"]) < 0.01

@@ -623,6 +623,11 @@ def test_a_bag_without_metadata_or_cut_short_names_the_repair(tmp_path: Path) ->
     (storage,) = bag.glob("*.mcap")
     with pytest.raises(RecordingImportError, match=r"no metadata.yaml"):
         import_recording(storage, OPTS)
+    data = storage.read_bytes()
+    storage.write_bytes(data[:len(data) - 100])  # still being written: no end magic
+    with pytest.raises(RecordingImportError, match=r"does not end as a finished MCAP file .* "
+                                                   r"'mcap recover FILE -o FIXED.mcap'"):
+        import_recording(bag, OPTS)
     cut = write_episode_bag(sweep_episode(), tmp_path / "cut")
     (storage,) = cut.glob("*.mcap")
     data = storage.read_bytes()
@@ -680,3 +685,14 @@ def test_camera_info_beside_a_compressed_image_topic_is_found(tmp_path: Path) ->
     ep = import_recording(other, OPTS)  # the bag's only one, not beside: said
     assert ep.metadata.camera["intrinsics"]["topic"] == "/cam/camera_info"
     assert "not beside the image topic /front/image" in ep.metadata.extra["import"]["notes"][0]
+
+
+def test_a_depth_stream_is_named_as_such() -> None:
+    from types import SimpleNamespace
+
+    from edge.calibrate.rosbag_import import decode_image
+
+    msg = SimpleNamespace(format="16UC1; compressedDepth png", data=b"\x00" * 40)
+    with pytest.raises(RecordingImportError, match="a depth stream; expected the colour "
+                                                   "camera's frames"):
+        decode_image(msg, "sensor_msgs/msg/CompressedImage", "bag: topic '/depth'")

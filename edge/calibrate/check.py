@@ -70,7 +70,8 @@ from edge.errors import EpisodeError
 
 __all__ = ["DEFAULT_MODEL_FPS", "CheckOptions", "EpisodeArrays", "FPS_MISMATCH", "GAP_PERIODS",
            "LAG_SEARCH_FRAMES", "check_arrays", "check_episode", "coverage_sheets",
-           "estimate_camera_lag", "frame_gaps", "frame_rate_note", "load_for_check",
+           "estimate_camera_lag", "frame_gaps", "frame_rate_note", "lag_search_frames",
+           "load_for_check",
            "motion_between_sweeps", "positions_seen_late", "tile_names"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
@@ -663,7 +664,25 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
             + ": those sweeps are seen only either side of the gap; record again if a "
               "DoF's figures look short")
     _lag_of_the_recording(report, arr, opts.model_fps, opts)
+    if still and any(r["code"] == "camera_lag" for r in report["reasons"]):
+        report["notes"][0] = still + ("; the camera lag above shows the same (frames that "
+                                      "move while the readings stand still): correct it first")
     return report, checked
+
+
+def lag_search_frames(meta: dict[str, Any], frames: int, fps: float,
+                      model_fps: float = DEFAULT_MODEL_FPS) -> float:
+    """How far (+- frames of the episode, at ``fps`` Hz) :func:`estimate_camera_lag`
+    searches an episode of ``frames`` frames with metadata ``meta`` (a JSON dict): a
+    calibration in the model's timing (``8 n + 1`` frames) +- :data:`LAG_SEARCH_FRAMES`;
+    any other +- the same span in seconds and up to :data:`LAG_WIDE_SEARCH_S` (further where
+    an import's stamp delays point further; at most a third of the episode)."""
+    per = fps / model_fps if model_fps > 0 else 1.0
+    n = len(meta.get("dof_names") or ())
+    if meta.get("kind") == "calibration" and n and frames == n * SEGMENT_FRAMES + 1:
+        return LAG_SEARCH_FRAMES
+    return max(LAG_SEARCH_FRAMES * per,
+               _widest_lag(frames, fps, _stamp_hint_s(meta.get("extra") or {})))
 
 
 def _stamp_hint_s(extra: dict[str, Any]) -> float | None:
@@ -696,9 +715,8 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
     per = fps / model_fps  # recorded frames per model frame
     extra = arr.meta.get("extra") or {}
     raw = estimate_camera_lag(arr.frames, np.asarray(q, np.float64), fps,
-                              search_frames=max(LAG_SEARCH_FRAMES * per,
-                                                _widest_lag(len(arr.frames), fps,
-                                                            _stamp_hint_s(extra))))
+                              search_frames=lag_search_frames(
+                                  arr.meta, len(arr.frames), fps, model_fps))
     if raw is None:
         return
     lag = {**raw, "frames": raw["s"] * model_fps, "search_frames": raw["search_frames"] / per,
@@ -1002,7 +1020,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         for r in reasons:
             if r["code"] == "no_image_motion":
                 r["message"] += ("; judged through the camera lag below, which may explain "
-                                 "it: record again with the corrected latency first")
+                                 "it: correct the lag first (the camera_lag line says how)")
     elif lag is not None and lag["r2"] >= opts.lag_min_r2 and abs(lag["frames"]) >= 0.25:
         for r in reasons:  # under the limit, but enough to blur a faint DoF's motion
             if r["code"] == "no_image_motion":

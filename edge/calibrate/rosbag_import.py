@@ -74,9 +74,15 @@ def decode_image(msg: Any, msgtype: str, where: str) -> np.ndarray:
 
     if msgtype == "sensor_msgs/msg/CompressedImage":
         buf = np.frombuffer(bytes(msg.data), np.uint8)
+        fmt = str(msg.format)
+        if "compresseddepth" in fmt.lower().replace(" ", "") or "16uc1" in fmt.lower() \
+                or "32fc1" in fmt.lower():
+            raise RecordingImportError(f"{where}: CompressedImage format {fmt!r}: a depth "
+                                       f"stream; expected the colour camera's frames (pass "
+                                       f"--image-topic with its topic)")
         img = cv2.imdecode(buf, cv2.IMREAD_COLOR) if buf.size else None
         if img is None:
-            raise RecordingImportError(f"{where}: CompressedImage format {msg.format!r}: "
+            raise RecordingImportError(f"{where}: CompressedImage format {fmt!r}: "
                                        f"expected JPEG or PNG data OpenCV can decode, found "
                                        f"{buf.size} bytes it cannot")
         return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
@@ -312,6 +318,7 @@ def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions
     if unstamped:
         others = [x for x, n in zip(episode_names, order, strict=True)
                   if n not in unstamped and x in out]
+        unstamped = [options.joint_name(n) for n in unstamped]
         leave = (f", or leave them out with --joints {','.join(others)}" if others and
                  options.joint_names is None else "")
         raise RecordingImportError(f"{where}: topic {topic!r}: joint(s) {unstamped}: "
@@ -410,6 +417,24 @@ def _camera_info(reader: Any, typestore: Any, topic: str | None, image_topic: st
                   f"--fovy-deg)")
 
 
+#: The magic bytes an MCAP file starts and, once finished, ends with (the MCAP
+#: specification, "Magic").
+MCAP_MAGIC = b"\x89MCAP0\r\n"
+
+
+def _mcap_finished(path: Path) -> bool:
+    """Whether an MCAP file ends with its magic bytes (a writer that closed it)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() < 2 * len(MCAP_MAGIC):
+                return False
+            f.seek(-len(MCAP_MAGIC), os.SEEK_END)
+            return f.read() == MCAP_MAGIC
+    except OSError:
+        return False
+
+
 def _open_hint(bag: Path) -> str:
     """What to do about a bag the reader cannot open or read through."""
     mcap, db3 = any(bag.glob("*.mcap")), any(bag.glob("*.db3"))
@@ -453,10 +478,15 @@ def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
     bag = _bag_dir(src)
     where = str(src)
     if not (bag / "metadata.yaml").is_file():
+        cut = [p.name for p in sorted(bag.glob("*.mcap")) if not _mcap_finished(p)]
+        first = (f"{', '.join(cut)} does not end as a finished MCAP file (a recording still "
+                 f"being written, or stopped without closing): recover it first with 'mcap "
+                 f"recover FILE -o FIXED.mcap' (the mcap command-line tool), put FIXED.mcap "
+                 f"alone in a folder, then " if cut else "")
         raise RecordingImportError(
             f"{where}: no metadata.yaml in {bag} beside the storage file (a recording that "
-            f"did not finish, or a file copied alone): write it with 'ros2 bag reindex "
-            f"{bag}', then import the folder")
+            f"did not finish, or a file copied alone): {first}write it with 'ros2 bag "
+            f"reindex FOLDER' (on any machine with ROS 2), then import the folder")
     try:
         reader = Reader(bag)
         reader.open()
@@ -565,7 +595,7 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
             notes.append(f"CameraInfo {info['topic']} is for {info['width']}x{info['height']} "
                          f"px, the frames are {w}x{h}: the field of view is kept, the "
                          f"pinhole in metadata.camera.intrinsics is the CameraInfo's")
-    renamed = {recorded[n]: n for n in order if recorded[n] != n}
+    renamed = {recorded[n]: n for n in names if recorded[n] != n}
     extra = {
         "import": {"format": "rosbag2", "source": where, "storage": storage,
                    "image_topic": it, "image_type": topics[it], "encoding": encoding,

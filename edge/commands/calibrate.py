@@ -534,7 +534,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 def run_retime(args: argparse.Namespace) -> int:
     """``calibrate retime``: move the frames of an episode recorded with a late (early)
     camera by its lag, measured from the episode or given."""
-    from edge.calibrate.check import CheckOptions, estimate_camera_lag
+    from edge.calibrate.check import CheckOptions, estimate_camera_lag, lag_search_frames
     from edge.calibrate.retime import retime_episode
     from edge.episode import load_episode, save_episode
     from edge.fileio import check_file_target
@@ -546,7 +546,9 @@ def run_retime(args: argparse.Namespace) -> int:
         if ep.joint_positions is None:
             raise EdgeError(f"{args.episode}: no joint readings to measure the camera's lag "
                             "against; give --shift-frames N")
-        measured = estimate_camera_lag(ep.frames, ep.joint_positions, ep.metadata.fps)
+        fps = float(ep.metadata.fps)
+        measured = estimate_camera_lag(ep.frames, ep.joint_positions, fps, lag_search_frames(
+            ep.metadata.to_json_dict(), ep.num_frames, fps))
         need = CheckOptions().lag_min_r2
         if measured is None or measured["r2"] < need:
             fit = "no motion" if measured is None else (
@@ -555,8 +557,9 @@ def run_retime(args: argparse.Namespace) -> int:
             raise EdgeError(f"{args.episode}: the camera's lag cannot be measured from this "
                             f"episode ({fit}; a lag is read where the image motion fits the "
                             f"joints' speeds with R^2 >= {need:g}); "
-                            "give --shift-frames N (e.g. the lag 'calibrate check' measured "
-                            "on the calibration episode recorded with the same camera)")
+                            f"give --shift-frames N, in this episode's frames ({fps:g} Hz: "
+                            f"the lag in ms 'calibrate check' measured on the calibration "
+                            f"recorded with the same camera, times {fps / 1000:g})")
         shift = int(round(measured["frames"]))
         print(f"measured camera lag: {measured['frames']:+.2f} frames "
               f"({measured['s'] * 1e3:+.0f} ms; R^2 {measured['r2']:.2f}, "

@@ -113,7 +113,12 @@ def run_import(args: argparse.Namespace) -> int:
               f"(dropped), {dropped} outside the joint samples (dropped); max distance to a "
               f"joint sample {max(rec['pair_error_s']) * 1e3:.1f} ms")
         delays = imp.get("receive_delay_s")
-        if delays:
+        if delays and max(abs(delays["image"]), abs(delays["joints"])) > 1000.0:
+            print(f"header stamp to arrival in the bag: {delays['image']:+.0f} s (camera), "
+                  f"{delays['joints']:+.0f} s (joints), medians: the header stamps run on "
+                  f"another time base than the recorder's clock (simulation time, or a "
+                  f"clock never set); only their agreement with each other matters")
+        elif delays:
             print(f"header stamp to arrival in the bag: {delays['image'] * 1e3:+.0f} ms "
                   f"(camera" + (f", its stamps moved by {imp['image_offset_s']:+.3f} s"
                                 if imp.get("image_offset_s") else "")
