@@ -293,8 +293,8 @@ def test_lerobot_episode_imports_as_calibration_or_validation(tmp_path: Path) ->
                          episode_index=0)
     assert r.metadata.dof_names[:2] == ("base", "j1")
     assert r.metadata.extra["import"]["renamed"] == {"j0": "base"}
-    with pytest.raises(RecordingImportError, match="--image-offset-s and --stamps are for "
-                                                   "rosbag2"):
+    with pytest.raises(RecordingImportError, match="--image-offset-s, --stamps, --from-s "
+                                                   "and --to-s are for rosbag2"):
         import_recording(root, dataclasses.replace(OPTS, image_offset_s=0.1), episode_index=0)
     # the dataset says episode 1 is a validation episode: not imported as a calibration
     with pytest.raises(RecordingImportError, match=r"episode 1 is a 'validation' episode in the "
@@ -696,3 +696,20 @@ def test_a_depth_stream_is_named_as_such() -> None:
     with pytest.raises(RecordingImportError, match="a depth stream; expected the colour "
                                                    "camera's frames"):
         decode_image(msg, "sensor_msgs/msg/CompressedImage", "bag: topic '/depth'")
+
+
+def test_a_window_of_a_longer_bag_is_imported(tmp_path: Path, capsys) -> None:
+    bag = write_bag(tmp_path / "bag", frames=12)
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c", "--from-s", "0.09",
+               "--to-s", "0.24") == 0
+    assert "window 0.09..0.24 s: 7 frame(s) outside it left out" in capsys.readouterr().out
+    ep = load_episode(out)
+    values = [int(f[1, 1, 0]) for f in ep.frames]
+    assert values == [frame_value(k) for k in range(3, 8)]
+    np.testing.assert_allclose(ep.joint_positions,
+                               true_positions(T0 + np.arange(3, 8) / 30.0), atol=1e-9)
+    with pytest.raises(RecordingImportError, match=r"hold 0 frame\(s\) of the camera's"):
+        import_recording(bag, dataclasses.replace(OPTS, from_s=5.0))
+    with pytest.raises(RecordingImportError, match="expected --from-s below --to-s"):
+        ImportOptions("c", from_s=2.0, to_s=1.0)

@@ -86,6 +86,9 @@ class ImportOptions:
             otherwise by the recording than by the controller (after ``strip_prefix``).
         strip_prefix: removed from the start of every joint name that has it (a
             ``ur5e_`` prefix a launch file adds), before ``rename``.
+        from_s, to_s: rosbag2 only: the window imported, s from the camera's first frame
+            (None: from the start, to the end): the sweep out of a longer recording, whose
+            other frames are then never decoded.
     """
 
     cell_id: str
@@ -104,6 +107,8 @@ class ImportOptions:
     image_offset_s: float = 0.0
     rename: tuple[tuple[str, str], ...] = ()
     strip_prefix: str = ""
+    from_s: float | None = None
+    to_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.cell_id, str) or not self.cell_id:
@@ -125,6 +130,13 @@ class ImportOptions:
         if not math.isfinite(self.image_offset_s):
             raise RecordingImportError(f"import: image offset: expected seconds, found "
                                        f"{self.image_offset_s!r}")
+        for name, v in (("from_s", self.from_s), ("to_s", self.to_s)):
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise RecordingImportError(f"import: {name}: expected seconds >= 0 from the "
+                                           f"first frame, found {v!r}")
+        if self.from_s is not None and self.to_s is not None and self.to_s <= self.from_s:
+            raise RecordingImportError(f"import: expected --from-s below --to-s, found "
+                                       f"{self.from_s} and {self.to_s}")
         olds = [a for a, _ in self.rename]
         news = [b for _, b in self.rename]
         if not all(olds) or not all(news) or len(set(olds)) != len(olds) \
@@ -226,9 +238,11 @@ def import_recording(source: str | os.PathLike[str], options: ImportOptions, *,
             raise RecordingImportError(f"{source}: a LeRobot dataset has no topics; drop "
                                        f"--image-topic/--joint-topic/--camera-info-topic "
                                        f"(use --camera-key)")
-        if options.image_offset_s or options.stamps != "header":
+        if options.image_offset_s or options.stamps != "header" \
+                or options.from_s is not None or options.to_s is not None:
             raise RecordingImportError(f"{source}: a LeRobot dataset pairs its frames and "
-                                       f"states by row; --image-offset-s and --stamps are for "
+                                       f"states by row; --image-offset-s, --stamps, --from-s "
+                                       f"and --to-s are for "
                                        f"rosbag2 recordings (a late camera in a dataset: "
                                        f"syncedge calibrate retime)")
         return import_lerobot(source, options, episode_index=episode_index,

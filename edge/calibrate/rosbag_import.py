@@ -552,6 +552,19 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
     first = np.concatenate([[True], np.diff(st) > 0])  # a repeated stamp: keep the first
     duplicates = int((~first).sum())
     idx, st = idx[first], st[first]
+    window = None
+    if options.from_s is not None or options.to_s is not None:
+        lo = st[0] + (options.from_s or 0.0)
+        hi = st[0] + options.to_s if options.to_s is not None else np.inf
+        inside = (st >= lo) & (st <= hi)
+        if inside.sum() < 2:
+            raise RecordingImportError(
+                f"{where}: --from-s/--to-s {options.from_s}..{options.to_s} s hold "
+                f"{int(inside.sum())} frame(s) of the camera's {st[-1] - st[0]:.2f} s; "
+                f"expected a window within it (seconds from the first frame)")
+        window = {"from_s": options.from_s, "to_s": options.to_s,
+                  "frames_outside": int((~inside).sum())}
+        idx, st = idx[inside], st[inside]
     try:
         keep, q, err = pair_positions(st, joints, names, options.max_joint_gap_s, where)
     except RecordingImportError as exc:
@@ -607,6 +620,7 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
                    "frames_in_bag": len(stamps),
                    "frames_reordered": reordered, "frames_duplicate_stamp": duplicates,
                    "frames_before_joints": before, "frames_after_joints": after,
+                   **({"window": window} if window else {}),
                    "frame_gaps": [{"frame": i, "missing_s": round(d, 6)} for i, d in gaps],
                    "joint_messages": n_joint_msgs, "joint_samples": n_samples,
                    "pairing": "linear interpolation per joint at the frame stamp",

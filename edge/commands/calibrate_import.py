@@ -86,6 +86,7 @@ def run_import(args: argparse.Namespace) -> int:
                          tolerance_s=args.tolerance_s, max_joint_gap_s=args.max_joint_gap_s,
                          stamps=args.stamps, fps=args.fps,
                          image_offset_s=args.image_offset_s, rename=_renames(args.rename),
+                         from_s=args.from_s, to_s=args.to_s,
                          strip_prefix=args.strip_prefix or "")
     ep = import_recording(args.source, opts, image_topic=args.image_topic,
                           joint_topic=args.joint_topic, episode_index=args.episode_index,
@@ -127,6 +128,11 @@ def run_import(args: argparse.Namespace) -> int:
         if fovy is not None:
             print(f"camera field of view {fovy:.2f} deg (vertical) from "
                   f"{imp['camera_info_topic']} (metadata.camera.fovy_deg)")
+    if imp.get("window"):
+        win = imp["window"]
+        end = "end" if win["to_s"] is None else format(win["to_s"], "g")
+        print(f"window {win['from_s'] or 0:g}..{end} s: {win['frames_outside']} frame(s) "
+              f"outside it left out")
     if imp.get("renamed"):
         print("joints renamed: " + ", ".join(f"{a} -> {b}" for a, b in imp["renamed"].items()))
     for note in imp.get("notes") or ():
@@ -225,6 +231,11 @@ def register_import(sub: argparse._SubParsersAction) -> None:
                         "both topics' stamp-to-arrival delays; 'calibrate check' measures "
                         "the lag and names the value), or with --stamps bag minus the "
                         "camera's transport delay (default 0)")
+    g.add_argument("--from-s", type=float, metavar="S",
+                   help="import from S seconds after the camera's first frame (the sweep "
+                        "out of a longer recording; frames outside are never decoded)")
+    g.add_argument("--to-s", type=float, metavar="S",
+                   help="import up to S seconds after the camera's first frame")
     g.add_argument("--tolerance-s", type=float, default=0.02,
                    help="largest distance from a frame to its nearest joint sample that "
                         "'calibrate check' accepts (s, default 0.02)")
