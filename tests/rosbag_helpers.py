@@ -83,7 +83,9 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
               joint_topic: str | None = "/joint_states", zero_stamps: bool = False,
               joint_gap: tuple[float, float] | None = None,
               joints_out_of_order: bool = False, repeat_stamp_of: int | None = None,
-              taller_frame: int | None = None) -> Path:
+              taller_frame: int | None = None,
+              nan_samples: tuple[str, Sequence[int]] | None = None,
+              no_position_joint: str | None = None) -> Path:
     """Write a bag at ``path`` (a folder that must not exist); returns ``path``.
 
     Args:
@@ -101,6 +103,10 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
         repeat_stamp_of: frame ``k + 1`` carries frame ``k``'s stamp (a driver repeating
             a stamp).
         taller_frame: that frame is 2 rows taller (a camera switching mode).
+        nan_samples: ``(joint, message indices)``: that joint's position is NaN there (no
+            reading).
+        no_position_joint: one more joint in every message, its position always NaN (a
+            joint without position feedback).
     """
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import Stores, get_typestore
@@ -133,6 +139,10 @@ def write_bag(path: Path, *, storage: str = "mcap", camera_hz: float = 30.0,
                 else list(range(len(names)))
             sel = [names[p] for p in perm]
             q = true_positions(np.asarray([t]), sel)[0]
+            if nan_samples and i in nan_samples[1]:
+                q[sel.index(nan_samples[0])] = np.nan
+            if no_position_joint:
+                sel, q = sel + [no_position_joint], np.append(q, np.nan)
             header = ts.types["std_msgs/msg/Header"](stamp=_stamp(ts, 0.0 if zero_stamps
                                                                   else t), frame_id="")
             msg = ts.types["sensor_msgs/msg/JointState"](

@@ -713,3 +713,23 @@ def test_a_window_of_a_longer_bag_is_imported(tmp_path: Path, capsys) -> None:
         import_recording(bag, dataclasses.replace(OPTS, from_s=5.0))
     with pytest.raises(RecordingImportError, match="expected --from-s below --to-s"):
         ImportOptions("c", from_s=2.0, to_s=1.0)
+
+
+def test_joint_samples_without_a_position_are_left_out_or_the_joint_named(
+        tmp_path: Path) -> None:
+    """NaN is JointState's "no reading": a few such samples are left out (the frames pair
+    across them) and noted; a joint that never reports a position is refused naming the
+    --joints that leave it out."""
+    bag = write_bag(tmp_path / "bag", nan_samples=("joint3", (10, 11)))
+    ep = import_recording(bag, OPTS)
+    t = T0 + np.arange(12) / 30.0
+    np.testing.assert_allclose(ep.joint_positions, true_positions(t), atol=1e-9)
+    assert ep.metadata.extra["import"]["joint_samples_nan"] == {"joint3": 2}
+    assert "joint samples without a position (NaN) left out: joint3 2" in \
+        ep.metadata.extra["import"]["notes"][0]
+    blind = write_bag(tmp_path / "blind", no_position_joint="grip")
+    with pytest.raises(RecordingImportError, match=r"joint\(s\) \['grip'\] report no position "
+                       r".* --joints joint1,joint2,joint3,joint4,joint5,joint6,joint7"):
+        import_recording(blind, OPTS)
+    ep = import_recording(blind, dataclasses.replace(OPTS, joint_names=NAMES))
+    assert ep.metadata.dof_names == NAMES

@@ -265,12 +265,14 @@ def _decode_frames(reader: Any, typestore: Any, topic: str, picks: np.ndarray,
 
 def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions, where: str
                  ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str], int,
-                            dict[str, list[float]], dict[str, str]]:
-    """The joint stream: per joint (the episode's name) its stamps and positions, the
-    names in first-seen order, the message count, per joint its ``receipt - header`` delays
-    (s; ``stamps="header"`` only) and the episode's name -> the recording's."""
+                            dict[str, list[float]], dict[str, str], dict[str, int]]:
+    """The joint stream: per joint (the episode's name) its stamps and positions (samples
+    without a finite position left out), the names in first-seen order, the message
+    count, per joint its ``receipt - header`` delays (s; ``stamps="header"`` only), the
+    episode's name -> the recording's, and per joint the samples left out as NaN."""
     series: dict[str, list[tuple[float, float]]] = {}
     delays: dict[str, list[float]] = {}
+    nan_samples: dict[str, int] = {}
     order: list[str] = []
     recorded: dict[str, str] = {}
     count = 0
@@ -300,6 +302,7 @@ def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions
     wanted = set(episode_names if options.joint_names is None else options.joint_names)
     out = {}
     unstamped = []
+    blind = []  # joints with no finite position at all
     for n, name in zip(order, episode_names, strict=True):
         recorded[name] = n
         a = np.asarray(series[n], np.float64)  # (N, 2): stamp s, position
@@ -308,6 +311,13 @@ def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions
             if name in wanted:
                 unstamped.append(n)
             continue
+        finite = np.isfinite(a[:, 1])  # NaN: JointState's "no reading" (REP on JointState)
+        nan_samples[name] = int((~finite).sum())
+        a = a[finite]
+        if not len(a):
+            if name in wanted:
+                blind.append(name)
+            continue
         keep = np.concatenate([np.diff(a[:, 0]) > 0, [True]])  # equal stamps: last wins
         a = a[keep]
         if len(a) < 2 and name in wanted:
@@ -315,6 +325,12 @@ def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions
                                        f"{len(a)} sample(s); expected at least 2 to pair "
                                        f"frames with")
         out[name] = (a[:, 0], a[:, 1])
+    if blind:
+        others = [x for x in episode_names if x not in blind and x in out]
+        leave = (f": leave them out with --joints {','.join(others)}" if others else "")
+        raise RecordingImportError(f"{where}: topic {topic!r}: joint(s) {blind} report no "
+                                   f"position (NaN in every message: joints without position "
+                                   f"feedback){leave}")
     if unstamped:
         others = [x for x, n in zip(episode_names, order, strict=True)
                   if n not in unstamped and x in out]
@@ -326,7 +342,7 @@ def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions
                                    f"messages): pass --stamps bag to pair by the recording "
                                    f"times{leave}")
     return out, [x for x in episode_names], count, \
-        {name: delays[recorded[name]] for name in out}, recorded
+        {name: delays[recorded[name]] for name in out}, recorded, nan_samples
 
 
 #: A camera whose header stamps lag their arrival in the bag by this much more (or less)
@@ -509,7 +525,7 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
     topics = _topics(reader)
     jt = _pick(topics, joint_topic, (JOINT_TYPE,), "joint state", "--joint-topic", where)
     it = _pick(topics, image_topic, IMAGE_TYPES, "image", "--image-topic", where)
-    joints, order, n_joint_msgs, joint_delays, recorded = _read_joints(
+    joints, order, n_joint_msgs, joint_delays, recorded, nan_samples = _read_joints(
         reader, typestore, jt, options, where)
     stamps: list[float] = []
     image_delays: list[float] = []
@@ -565,16 +581,24 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
         window = {"from_s": options.from_s, "to_s": options.to_s,
                   "frames_outside": int((~inside).sum())}
         idx, st = idx[inside], st[inside]
+    nans = {n: nan_samples[n] for n in names if nan_samples.get(n)}
     try:
         keep, q, err = pair_positions(st, joints, names, options.max_joint_gap_s, where)
     except RecordingImportError as exc:
-        raise RecordingImportError(f"{exc}" + (f"; {notes[0]}" if notes else "")) from None
+        nan_said = (f"; samples without a position (NaN) were left out, which leaves gaps: "
+                    f"{', '.join(f'{n} {c}' for n, c in nans.items())}" if nans else "")
+        raise RecordingImportError(f"{exc}{nan_said}" + (f"; {notes[0]}" if notes else "")) \
+            from None
     before = int(np.argmax(keep))
     after = int(len(keep) - 1 - np.flatnonzero(keep)[-1])
     if before + after and notes:
         notes[0] += (f" ({before + after} frame(s) outside the joint samples were left out; "
                      f"with the stamps right they may pair)")
     sel = idx[keep]
+    if nans:
+        notes.append(f"joint samples without a position (NaN) left out: "
+                     f"{', '.join(f'{n} {c}' for n, c in nans.items())}; frames between are "
+                     f"paired across them (at most --max-joint-gap-s apart)")
     gaps = frame_gaps(st[keep])
     if gaps:
         t0 = float(st[keep][0])
@@ -623,6 +647,7 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
                    **({"window": window} if window else {}),
                    "frame_gaps": [{"frame": i, "missing_s": round(d, 6)} for i, d in gaps],
                    "joint_messages": n_joint_msgs, "joint_samples": n_samples,
+                   "joint_samples_nan": nans,
                    "pairing": "linear interpolation per joint at the frame stamp",
                    "max_joint_gap_s": options.max_joint_gap_s, "notes": notes},
         "recording": {"complete": True, "duration_s": round(float(st[keep][-1] -
