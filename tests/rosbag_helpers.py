@@ -167,8 +167,8 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
                       joint_per_frame: int = 5, t0: float = T0, image_offset_s: float = 0.0,
                       drop_frames: tuple[int, int] | None = None,
                       camera_info_fy: float | None = None, prefix: str = "",
-                      unstamped_gripper: bool = False, image_topic: str = "/cam/image"
-                      ) -> Path:
+                      unstamped_gripper: bool = False, image_topic: str = "/cam/image",
+                      own_topic: tuple[str, Sequence[str]] | None = None) -> Path:
     """Write an episode (frames, joint positions) as a bag: frames at the episode's own
     stamps, joint states ``joint_per_frame`` times per frame period (the positions between
     frames on the straight line between them, so pairing at the frame stamps is exact).
@@ -182,6 +182,8 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
         camera_info_fy: write ``/cam/camera_info`` (CameraInfo) with this focal length, px
             (0: a driver without a calibration, K all zero).
         image_topic: the image topic (``/cam/image``).
+        own_topic: ``(topic, joints)``: those joints published on a topic of their own (a
+            gripper's driver), the others on ``/joint_states``.
         prefix: put before every joint name (a launch file's ``ur5e_``).
         unstamped_gripper: a second publisher on ``/joint_states`` with two constant
             finger joints whose header stamps are zero.
@@ -200,6 +202,8 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
             "sensor_msgs/msg/Image"
         ci = w.add_connection(image_topic, img_type, typestore=ts)
         cj = w.add_connection("/joint_states", "sensor_msgs/msg/JointState", typestore=ts)
+        co = w.add_connection(own_topic[0], "sensor_msgs/msg/JointState", typestore=ts) \
+            if own_topic else None
         h, wd = ep.frames.shape[1:3]
         if camera_info_fy is not None:
             cc = w.add_connection("/cam/camera_info", "sensor_msgs/msg/CameraInfo",
@@ -245,10 +249,15 @@ def write_episode_bag(ep, path: Path, *, storage: str = "mcap", image: str = "pn
                 tj = float(t + a * (stamps[k + 1] - t)) if s else float(t)
                 qj = q[k] if s == 0 else (1 - a) * q[k] + a * q[k + 1]
                 hj = ts.types["std_msgs/msg/Header"](stamp=_stamp(ts, tj), frame_id="")
-                js = ts.types["sensor_msgs/msg/JointState"](
-                    header=hj, name=[prefix + n for n in names],
-                    position=np.asarray(qj, np.float64),
-                    velocity=np.zeros(0, np.float64), effort=np.zeros(0, np.float64))
-                w.write(cj, int(tj * 1e9) + 1_000_000,
-                        bytes(ts.serialize_cdr(js, "sensor_msgs/msg/JointState")))
+                groups = [(cj, [c for c, n in enumerate(names) if not own_topic
+                                or n not in own_topic[1]])]
+                if own_topic:
+                    groups.append((co, [c for c, n in enumerate(names) if n in own_topic[1]]))
+                for conn, cols in groups:
+                    js = ts.types["sensor_msgs/msg/JointState"](
+                        header=hj, name=[prefix + names[c] for c in cols],
+                        position=np.asarray(qj, np.float64)[cols],
+                        velocity=np.zeros(0, np.float64), effort=np.zeros(0, np.float64))
+                    w.write(conn, int(tj * 1e9) + 1_000_000,
+                            bytes(ts.serialize_cdr(js, "sensor_msgs/msg/JointState")))
     return path

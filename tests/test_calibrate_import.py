@@ -733,3 +733,19 @@ def test_joint_samples_without_a_position_are_left_out_or_the_joint_named(
         import_recording(blind, OPTS)
     ep = import_recording(blind, dataclasses.replace(OPTS, joint_names=NAMES))
     assert ep.metadata.dof_names == NAMES
+
+
+def test_joints_on_two_topics_are_read_together_when_both_are_named(tmp_path: Path) -> None:
+    src = sweep_episode()
+    bag = write_episode_bag(src, tmp_path / "bag", own_topic=("/gripper/joint_states",
+                                                              ("j5", "j6")))
+    with pytest.raises(RecordingImportError, match=r"found 2 \(/gripper/joint_states, "
+                       r"/joint_states\).* \(or --joint-topic /gripper/joint_states,"
+                       r"/joint_states to read"):
+        import_recording(bag, OPTS)
+    ep = import_recording(bag, OPTS, joint_topic="/joint_states,/gripper/joint_states")
+    assert ep.metadata.dof_names == tuple(f"j{i}" for i in range(7))
+    np.testing.assert_allclose(ep.joint_positions, src.joint_positions, atol=1e-9)
+    assert ep.metadata.extra["import"]["joint_topic"] == "/joint_states,/gripper/joint_states"
+    with pytest.raises(RecordingImportError, match="no topic '/nope'"):
+        import_recording(bag, OPTS, joint_topic="/joint_states,/nope")

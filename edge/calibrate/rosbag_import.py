@@ -197,8 +197,11 @@ def _pick(topics: dict[str, str], wanted: str | None, types: tuple[str, ...], wh
     found = sorted(t for t, m in topics.items() if m in types)
     if len(found) != 1:
         have = "none" if not found else f"{len(found)} ({', '.join(found)})"
+        merge = (f" (or {flag} {','.join(found)} to read the joints of all of them: an arm "
+                 f"and its gripper on topics of their own)"
+                 if found and flag == "--joint-topic" else "")
         raise RecordingImportError(f"{where}: expected one {what} topic ({' or '.join(types)}), "
-                                   f"found {have} among {listing}; pass {flag} TOPIC")
+                                   f"found {have} among {listing}; pass {flag} TOPIC{merge}")
     return found[0]
 
 
@@ -263,8 +266,8 @@ def _decode_frames(reader: Any, typestore: Any, topic: str, picks: np.ndarray,
     return out
 
 
-def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions, where: str
-                 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str], int,
+def _read_joints(reader: Any, typestore: Any, topics: list[str], options: ImportOptions,
+                 where: str) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[str], int,
                             dict[str, list[float]], dict[str, str], dict[str, int]]:
     """The joint stream: per joint (the episode's name) its stamps and positions (samples
     without a finite position left out), the names in first-seen order, the message
@@ -276,7 +279,9 @@ def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions
     order: list[str] = []
     recorded: dict[str, str] = {}
     count = 0
-    for k, bag_ns, msg, _ in _messages(reader, typestore, topic, where):
+    source: dict[str, str] = {}  # the recording's joint name -> its topic
+    for topic, k, bag_ns, msg in ((tp, *m[:3]) for tp in topics
+                                  for m in _messages(reader, typestore, tp, where)):
         names = list(msg.name)
         pos = np.asarray(msg.position, np.float64).reshape(-1)
         if len(pos) == 0:
@@ -292,9 +297,15 @@ def _read_joints(reader: Any, typestore: Any, topic: str, options: ImportOptions
                 series[n] = []
                 delays[n] = []
                 order.append(n)
+                source[n] = topic
+            elif source[n] != topic:
+                raise RecordingImportError(f"{where}: joint {n!r} is on topics "
+                                           f"{source[n]!r} and {topic!r}; expected each joint "
+                                           f"on one of the --joint-topic topics")
             series[n].append((t, float(v)))
             if options.stamps == "header":
                 delays[n].append(bag_ns / 1e9 - t)
+    topic = ", ".join(topics)
     if not count:
         raise RecordingImportError(f"{where}: topic {topic!r} has no JointState message with "
                                    f"positions; expected the controller's joint states")
@@ -523,10 +534,13 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
     """:func:`import_rosbag2` on an opened reader: the stamps first, then only the frames
     kept decoded."""
     topics = _topics(reader)
-    jt = _pick(topics, joint_topic, (JOINT_TYPE,), "joint state", "--joint-topic", where)
+    wanted_topics = [t.strip() for t in joint_topic.split(",")] if joint_topic else [None]
+    jts = [_pick(topics, t, (JOINT_TYPE,), "joint state", "--joint-topic", where)
+           for t in wanted_topics]
+    jt = ",".join(jts)
     it = _pick(topics, image_topic, IMAGE_TYPES, "image", "--image-topic", where)
     joints, order, n_joint_msgs, joint_delays, recorded, nan_samples = _read_joints(
-        reader, typestore, jt, options, where)
+        reader, typestore, jts, options, where)
     stamps: list[float] = []
     image_delays: list[float] = []
     frame_id = ""

@@ -211,8 +211,10 @@ def register_import(sub: argparse._SubParsersAction) -> None:
                         "--strip-prefix); --joints, --prismatic, --degrees and --millimetres "
                         "use the new names")
     g = p.add_argument_group("rosbag2")
-    g.add_argument("--joint-topic", metavar="TOPIC",
-                   help="sensor_msgs/JointState topic (default: the bag's only one)")
+    g.add_argument("--joint-topic", metavar="TOPIC[,TOPIC]",
+                   help="sensor_msgs/JointState topic (default: the bag's only one); several, "
+                        "comma-separated, are read together (an arm and its gripper on "
+                        "topics of their own)")
     g.add_argument("--image-topic", metavar="TOPIC",
                    help="sensor_msgs/Image or CompressedImage topic (default: the bag's only "
                         "one)")
