@@ -717,7 +717,7 @@ def test_a_window_of_a_longer_bag_is_imported(tmp_path: Path, capsys) -> None:
 
 def test_joint_samples_without_a_position_are_left_out_or_the_joint_named(
         tmp_path: Path) -> None:
-    """NaN is JointState's "no reading": a few such samples are left out (the frames pair
+    """NaN is a driver's "no reading": a few such samples are left out (the frames pair
     across them) and noted; a joint that never reports a position is refused naming the
     --joints that leave it out."""
     bag = write_bag(tmp_path / "bag", nan_samples=("joint3", (10, 11)))

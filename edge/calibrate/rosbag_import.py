@@ -322,7 +322,7 @@ def _read_joints(reader: Any, typestore: Any, topics: list[str], options: Import
             if name in wanted:
                 unstamped.append(n)
             continue
-        finite = np.isfinite(a[:, 1])  # NaN: JointState's "no reading" (REP on JointState)
+        finite = np.isfinite(a[:, 1])  # NaN: a driver's "no reading"
         nan_samples[name] = int((~finite).sum())
         a = a[finite]
         if not len(a):
