@@ -711,6 +711,18 @@ def test_a_window_of_a_longer_bag_is_imported(tmp_path: Path, capsys) -> None:
                                true_positions(T0 + np.arange(3, 8) / 30.0), atol=1e-9)
     with pytest.raises(RecordingImportError, match=r"hold 0 frame\(s\) of the camera's"):
         import_recording(bag, dataclasses.replace(OPTS, from_s=5.0))
+    # a repeated stamp outside the window is not the window's
+    rep = write_bag(tmp_path / "rep", frames=12, repeat_stamp_of=9)
+    ep = import_recording(rep, dataclasses.replace(OPTS, to_s=0.24))
+    assert ep.metadata.extra["import"]["frames_duplicate_stamp"] == 0
+    assert ep.metadata.extra["recording"]["camera_stamps_non_monotonic"] == 0
+    assert ep.metadata.extra["recording"]["camera_frames"] == 8
+    assert import_recording(rep, OPTS).metadata.extra["import"]["frames_duplicate_stamp"] == 1
+    # a gap's time is counted from the camera's first frame, as the window is
+    gap = write_bag(tmp_path / "gap", frames=30, joint_gap=(0.45, 0.8))
+    with pytest.raises(RecordingImportError, match=r"the frame at \+0\.467 s \(from the first "
+                                                   r"frame\)"):
+        import_recording(gap, dataclasses.replace(OPTS, from_s=0.3))
     with pytest.raises(RecordingImportError, match="expected --from-s below --to-s"):
         ImportOptions("c", from_s=2.0, to_s=1.0)
 
@@ -731,6 +743,10 @@ def test_joint_samples_without_a_position_are_left_out_or_the_joint_named(
     with pytest.raises(RecordingImportError, match=r"joint\(s\) \['grip'\] report no position "
                        r".* --joints joint1,joint2,joint3,joint4,joint5,joint6,joint7"):
         import_recording(blind, OPTS)
+    with pytest.raises(RecordingImportError, match=r"leave them out with --joints joint1,"
+                                                   r"joint2$"):
+        import_recording(blind, dataclasses.replace(OPTS, joint_names=("joint1", "joint2",
+                                                                       "grip")))
     ep = import_recording(blind, dataclasses.replace(OPTS, joint_names=NAMES))
     assert ep.metadata.dof_names == NAMES
 
@@ -743,9 +759,14 @@ def test_joints_on_two_topics_are_read_together_when_both_are_named(tmp_path: Pa
                        r"/joint_states\).* \(or --joint-topic /gripper/joint_states,"
                        r"/joint_states to read"):
         import_recording(bag, OPTS)
-    ep = import_recording(bag, OPTS, joint_topic="/joint_states,/gripper/joint_states")
-    assert ep.metadata.dof_names == tuple(f"j{i}" for i in range(7))
-    np.testing.assert_allclose(ep.joint_positions, src.joint_positions, atol=1e-9)
-    assert ep.metadata.extra["import"]["joint_topic"] == "/joint_states,/gripper/joint_states"
+    # the channels come in the order the bag first names them, whatever the topics' order
+    for topics in ("/joint_states,/gripper/joint_states", "/gripper/joint_states,/joint_states"):
+        ep = import_recording(bag, OPTS, joint_topic=topics)
+        assert ep.metadata.dof_names == tuple(f"j{i}" for i in range(7)), topics
+        np.testing.assert_allclose(ep.joint_positions, src.joint_positions, atol=1e-9)
+    twice = import_recording(bag, OPTS, joint_topic="/joint_states,/joint_states")
+    assert twice.metadata.extra["import"]["joint_messages"] == \
+        import_recording(bag, OPTS, joint_topic="/joint_states,/gripper/joint_states"
+                         ).metadata.extra["import"]["joint_messages"] // 2
     with pytest.raises(RecordingImportError, match="no topic '/nope'"):
         import_recording(bag, OPTS, joint_topic="/joint_states,/nope")

@@ -238,8 +238,8 @@ NOISE_TRANSITION_PERCENTILE = 20.0
 NOISE_MEDIAN_GAIN = 3.0
 
 
-#: Frames differenced at a time by :func:`_energy`, at most: its working memory is this
-#: many frames' differences, whatever the episode's length.
+#: Bytes of frame differences :func:`_energy` takes at a time (int16, a few such buffers
+#: at once): its working memory beside the uint16 sums, whatever the episode's length.
 ENERGY_CHUNK_BYTES = 64 << 20
 
 
@@ -254,7 +254,8 @@ def _energy(frames: np.ndarray, maps: bool = True) -> tuple[np.ndarray, np.ndarr
 
     The differences are taken a few frames at a time and kept as uint16 channel sums (2
     bytes a pixel): a 20 s 640x480 recording at 30 Hz took 7.4 GB differenced whole in
-    float32, and takes its frames plus 0.4 GB so.
+    float32; so its check peaks at 1.24 GB, its frames (0.57 GB), the sums (0.37 GB) and
+    the chunks'.
 
     Returns:
         ``(energy, per_pixel)``: float32 ``[T-1]`` and, with ``maps``, ``[T-1, H, W]``
@@ -632,9 +633,10 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
         if hint is not None and abs(hint) > 0.1:
             offset = float((extra.get("import") or {}).get("image_offset_s") or 0.0) - hint
             message += (f"; the import found the camera's header stamps {abs(hint):.3f} s "
-                        f"off the joints' (their delays to arrival in the bag): frames paired "
-                        f"with the poses of another moment may be the whole cause: import "
-                        f"the bag again with --image-offset-s={offset:.3f} first")
+                        f"off the joints' (their delays to arrival in the bag): unless the "
+                        f"camera's own latency is that long, frames paired with the poses of "
+                        f"another moment may be the whole cause: import the bag again with "
+                        f"--image-offset-s={offset:.3f} first")
         if exc.code == "never_swept" and extra.get("import") and exc.dofs:
             names = list(arr.meta.get("dof_names") or [])
             moving = [n for n in names if n not in exc.dofs]
@@ -674,13 +676,16 @@ def lag_search_frames(meta: dict[str, Any], frames: int, fps: float,
                       model_fps: float = DEFAULT_MODEL_FPS) -> float:
     """How far (+- frames of the episode, at ``fps`` Hz) :func:`estimate_camera_lag`
     searches an episode of ``frames`` frames with metadata ``meta`` (a JSON dict): a
-    calibration in the model's timing (``8 n + 1`` frames) +- :data:`LAG_SEARCH_FRAMES`;
+    calibration in the model's timing (``8 n + 1`` frames, or a partial recording, which
+    the check reads so too) +- :data:`LAG_SEARCH_FRAMES`;
     any other +- the same span in seconds and up to :data:`LAG_WIDE_SEARCH_S` (further where
     an import's stamp delays point further; at most a third of the episode)."""
     per = fps / model_fps if model_fps > 0 else 1.0
     n = len(meta.get("dof_names") or ())
-    if meta.get("kind") == "calibration" and n and frames == n * SEGMENT_FRAMES + 1:
-        return LAG_SEARCH_FRAMES
+    partial = not ((meta.get("extra") or {}).get("recording") or {}).get("complete", True)
+    if meta.get("kind") == "calibration" and n and (frames == n * SEGMENT_FRAMES + 1
+                                                    or partial):
+        return LAG_SEARCH_FRAMES  # as check_episode reads them: in the model's timing
     return max(LAG_SEARCH_FRAMES * per,
                _widest_lag(frames, fps, _stamp_hint_s(meta.get("extra") or {})))
 
@@ -701,10 +706,10 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
 
     The normalised episode keeps one recorded frame per knot of the model's timing, so its
     frames are not evenly spaced in time and a lag read from them comes out short (about
-    half of it for sweeps slower than the model's). The lag is searched over at least the
-    span in seconds searched in an episode of the model's timing, and up to
-    :data:`LAG_WIDE_SEARCH_S` within half the recorded sweeps' period (an import whose
-    camera stamps are on another clock), and judged in the model's frames.
+    half of it for sweeps slower than the model's). The lag is searched over
+    :func:`lag_search_frames` (at least the span in seconds searched in an episode of the
+    model's timing, up to :data:`LAG_WIDE_SEARCH_S` or further where an import's stamp
+    delays point: a camera stamped on another clock) and judged in the model's frames.
     """
     fps = float(arr.meta.get("fps") or 0.0)
     if frame_rate_note(fps, arr.timestamps):  # the rate the frames were taken at

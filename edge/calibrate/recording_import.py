@@ -218,8 +218,8 @@ def import_recording(source: str | os.PathLike[str], options: ImportOptions, *,
         options: ids, kind, joints and pairing options.
         image_topic, joint_topic: rosbag2: the topics (default: the bag's only Image or
             CompressedImage topic, its only JointState topic).
-        camera_info_topic: rosbag2: the CameraInfo topic (default: the bag's only one, or
-            the one beside the image topic).
+        camera_info_topic: rosbag2: the CameraInfo topic (default: the one beside the
+            image topic, else the bag's only one).
         episode_index, camera_key: LeRobot: which episode (default: the only one) and
             which video feature (default: the first).
 

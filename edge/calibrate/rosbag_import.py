@@ -106,8 +106,8 @@ def decode_image(msg: Any, msgtype: str, where: str) -> np.ndarray:
 
 
 def pair_positions(frame_s: np.ndarray, joints: dict[str, tuple[np.ndarray, np.ndarray]],
-                   names: list[str], max_gap_s: float, where: str
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                   names: list[str], max_gap_s: float, where: str,
+                   origin_s: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each joint's position at each frame's stamp, by linear interpolation in time.
 
     Args:
@@ -116,6 +116,7 @@ def pair_positions(frame_s: np.ndarray, joints: dict[str, tuple[np.ndarray, np.n
         names: the joints wanted, in channel order.
         max_gap_s: refuse a frame between two samples of a joint further apart than this.
         where: the recording, for messages.
+        origin_s: the stamp messages count times from (default: the first frame's).
 
     Returns:
         ``(keep bool [T], positions float64 [T', A], pair_error_s float64 [T'])``: which
@@ -144,7 +145,8 @@ def pair_positions(frame_s: np.ndarray, joints: dict[str, tuple[np.ndarray, np.n
         bad = np.flatnonzero(gap > max_gap_s)
         if bad.size:
             i = int(bad[0])
-            o = float(frame_s[0])  # times from the first frame read better than epochs
+            # times from the first frame read better than epochs
+            o = float(frame_s[0]) if origin_s is None else float(origin_s)
             raise RecordingImportError(
                 f"{where}: joint {n!r}: the frame at {t[i] - o:+.3f} s (from the first frame) "
                 f"falls between samples at {s0[i] - o:+.3f} and {s1[i] - o:+.3f} s "
@@ -205,15 +207,18 @@ def _pick(topics: dict[str, str], wanted: str | None, types: tuple[str, ...], wh
     return found[0]
 
 
-def _messages(reader: Any, typestore: Any, topic: str, where: str
+def _messages(reader: Any, typestore: Any, topic: str | list[str], where: str
               ) -> Iterator[tuple[int, int, Any, str]]:
-    """``(index on the topic, bag time ns, message, type)`` of each message on ``topic``.
+    """``(index on the topic, bag time ns, message, type)`` of each message on ``topic``;
+    over several topics (a list), in the bag's order, ``(index, bag time ns, message,
+    its topic)``.
 
     Raises:
         RecordingImportError: a message that cannot be decoded, or a storage file that
             breaks off while read (the repair named).
     """
-    conns = [c for c in reader.connections if c.topic == topic]
+    names = {topic} if isinstance(topic, str) else set(topic)
+    conns = [c for c in reader.connections if c.topic in names]
     stream = iter(reader.messages(connections=conns))
     k = 0
     while True:
@@ -223,16 +228,17 @@ def _messages(reader: Any, typestore: Any, topic: str, where: str
             return
         except Exception as exc:  # the storage libraries raise their own types
             raise RecordingImportError(
-                f"{where}: topic {topic!r}: reading stopped after {k} message(s) "
+                f"{where}: topic {', '.join(sorted(names))!r}: reading stopped after {k} "
+                f"message(s) "
                 f"({type(exc).__name__}: {exc}); {_open_hint(_bag_dir(Path(where)))}") \
                 from None
         try:
             msg = typestore.deserialize_cdr(raw, conn.msgtype)
         except Exception as exc:  # rosbags raises several types for a bad message
-            raise RecordingImportError(f"{where}: topic {topic!r} message {k}: cannot decode "
-                                       f"it as {conn.msgtype} ({type(exc).__name__}: {exc})") \
-                from None
-        yield k, int(bag_ns), msg, conn.msgtype
+            raise RecordingImportError(f"{where}: topic {conn.topic!r} message {k}: cannot "
+                                       f"decode it as {conn.msgtype} ({type(exc).__name__}: "
+                                       f"{exc})") from None
+        yield k, int(bag_ns), msg, conn.topic if len(names) > 1 else conn.msgtype
         k += 1
 
 
@@ -249,7 +255,11 @@ def _decode_frames(reader: Any, typestore: Any, topic: str, picks: np.ndarray,
     """
     slot = {int(k): j for j, k in enumerate(picks)}
     out: np.ndarray | None = None
+    last = max(slot)
+    filled = 0
     for k, _, msg, msgtype in _messages(reader, typestore, topic, where):
+        if k > last:
+            break  # every frame kept is read: the rest of the bag is not
         j = slot.get(k)
         if j is None:
             continue
@@ -262,7 +272,11 @@ def _decode_frames(reader: Any, typestore: Any, topic: str, picks: np.ndarray,
                 f"frame after {out.shape[2]}x{out.shape[1]} ones; expected one camera mode "
                 f"for the whole recording")
         out[j] = img
-    assert out is not None  # picks are indices of messages on the topic
+        filled += 1
+    if out is None or filled != len(picks):
+        raise RecordingImportError(f"{where}: topic {topic!r}: {len(picks) - filled} of the "
+                                   f"{len(picks)} frames kept were not found on a second "
+                                   f"read; expected the bag unchanged while it is imported")
     return out
 
 
@@ -280,8 +294,10 @@ def _read_joints(reader: Any, typestore: Any, topics: list[str], options: Import
     recorded: dict[str, str] = {}
     count = 0
     source: dict[str, str] = {}  # the recording's joint name -> its topic
-    for topic, k, bag_ns, msg in ((tp, *m[:3]) for tp in topics
-                                  for m in _messages(reader, typestore, tp, where)):
+    shared: dict[str, tuple[str, str]] = {}  # a joint on two topics -> the two
+    # one pass over all the topics, in the bag's order: the joints in the order it names them
+    for k, bag_ns, msg, tag in _messages(reader, typestore, topics, where):
+        topic = tag if len(topics) > 1 else topics[0]
         names = list(msg.name)
         pos = np.asarray(msg.position, np.float64).reshape(-1)
         if len(pos) == 0:
@@ -299,9 +315,8 @@ def _read_joints(reader: Any, typestore: Any, topics: list[str], options: Import
                 order.append(n)
                 source[n] = topic
             elif source[n] != topic:
-                raise RecordingImportError(f"{where}: joint {n!r} is on topics "
-                                           f"{source[n]!r} and {topic!r}; expected each joint "
-                                           f"on one of the --joint-topic topics")
+                shared.setdefault(n, (source[n], topic))
+                continue
             series[n].append((t, float(v)))
             if options.stamps == "header":
                 delays[n].append(bag_ns / 1e9 - t)
@@ -311,6 +326,13 @@ def _read_joints(reader: Any, typestore: Any, topics: list[str], options: Import
                                    f"positions; expected the controller's joint states")
     episode_names = options.renamed(order, where)
     wanted = set(episode_names if options.joint_names is None else options.joint_names)
+    both = [n for n in shared if options.joint_name(n) in wanted]
+    if both:
+        n = both[0]
+        raise RecordingImportError(f"{where}: joint {n!r} is on topics {shared[n][0]!r} and "
+                                   f"{shared[n][1]!r}; expected each joint on one of the "
+                                   f"--joint-topic topics (name one of them, or leave the "
+                                   f"joint out with --joints)")
     out = {}
     unstamped = []
     blind = []  # joints with no finite position at all
@@ -337,7 +359,8 @@ def _read_joints(reader: Any, typestore: Any, topics: list[str], options: Import
                                        f"frames with")
         out[name] = (a[:, 0], a[:, 1])
     if blind:
-        others = [x for x in episode_names if x not in blind and x in out]
+        others = [x for x in (options.joint_names or episode_names)
+                  if x not in blind and x in out]
         leave = (f": leave them out with --joints {','.join(others)}" if others else "")
         raise RecordingImportError(f"{where}: topic {topic!r}: joint(s) {blind} report no "
                                    f"position (NaN in every message: joints without position "
@@ -485,8 +508,8 @@ def import_rosbag2(source: str | os.PathLike[str], options: ImportOptions, *,
         image_topic, joint_topic: the topics (default: the bag's only image topic, its only
             JointState topic).
         camera_info_topic: the ``sensor_msgs/msg/CameraInfo`` topic whose intrinsics go to
-            ``metadata.camera`` (``fovy_deg`` and the pinhole; default: the bag's only one,
-            else the ``camera_info`` beside the image topic, else none).
+            ``metadata.camera`` (``fovy_deg`` and the pinhole; default: the ``camera_info``
+            beside the image topic, else the bag's only one, else none).
 
     Returns:
         A validated episode: frames uint8 ``[T, H, W, 3]`` at the camera's size and rate,
@@ -534,7 +557,8 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
     """:func:`import_rosbag2` on an opened reader: the stamps first, then only the frames
     kept decoded."""
     topics = _topics(reader)
-    wanted_topics = [t.strip() for t in joint_topic.split(",")] if joint_topic else [None]
+    wanted_topics = list(dict.fromkeys(t.strip() for t in joint_topic.split(","))) \
+        if joint_topic else [None]
     jts = [_pick(topics, t, (JOINT_TYPE,), "joint state", "--joint-topic", where)
            for t in wanted_topics]
     jt = ",".join(jts)
@@ -576,28 +600,32 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
         note = _receive_delay_note(delays["image"], delays["joints"], options.image_offset_s)
         if note:
             notes.append(note)
-    reordered = int((np.diff(st) < 0).sum())
-    idx = np.argsort(st, kind="stable")
-    st = st[idx]
-    first = np.concatenate([[True], np.diff(st) > 0])  # a repeated stamp: keep the first
-    duplicates = int((~first).sum())
-    idx, st = idx[first], st[first]
+    origin = float(st.min())  # the camera's first frame: what --from-s/--to-s count from
+    pos = np.arange(len(st))  # message indices on the image topic
     window = None
     if options.from_s is not None or options.to_s is not None:
-        lo = st[0] + (options.from_s or 0.0)
-        hi = st[0] + options.to_s if options.to_s is not None else np.inf
+        lo = origin + (options.from_s or 0.0)
+        hi = origin + options.to_s if options.to_s is not None else np.inf
         inside = (st >= lo) & (st <= hi)
         if inside.sum() < 2:
             raise RecordingImportError(
                 f"{where}: --from-s/--to-s {options.from_s}..{options.to_s} s hold "
-                f"{int(inside.sum())} frame(s) of the camera's {st[-1] - st[0]:.2f} s; "
+                f"{int(inside.sum())} frame(s) of the camera's {st.max() - origin:.2f} s; "
                 f"expected a window within it (seconds from the first frame)")
         window = {"from_s": options.from_s, "to_s": options.to_s,
                   "frames_outside": int((~inside).sum())}
-        idx, st = idx[inside], st[inside]
+        pos, st = pos[inside], st[inside]
+    considered = len(st)  # the frames the episode is made from (the window's)
+    reordered = int((np.diff(st) < 0).sum())
+    order_ = np.argsort(st, kind="stable")
+    idx, st = pos[order_], st[order_]
+    first = np.concatenate([[True], np.diff(st) > 0])  # a repeated stamp: keep the first
+    duplicates = int((~first).sum())
+    idx, st = idx[first], st[first]
     nans = {n: nan_samples[n] for n in names if nan_samples.get(n)}
     try:
-        keep, q, err = pair_positions(st, joints, names, options.max_joint_gap_s, where)
+        keep, q, err = pair_positions(st, joints, names, options.max_joint_gap_s, where,
+                                      origin_s=origin)
     except RecordingImportError as exc:
         nan_said = (f"; samples without a position (NaN) were left out, which leaves gaps: "
                     f"{', '.join(f'{n} {c}' for n, c in nans.items())}" if nans else "")
@@ -666,7 +694,7 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
                    "max_joint_gap_s": options.max_joint_gap_s, "notes": notes},
         "recording": {"complete": True, "duration_s": round(float(st[keep][-1] -
                                                                   st[keep][0]), 6),
-                      "camera_frames": len(stamps), "joint_samples": min(n_samples.values()),
+                      "camera_frames": considered, "joint_samples": min(n_samples.values()),
                       "camera_stamps_non_monotonic": duplicates,
                       "gaps": [i for i, _ in gaps],
                       "pair_error_s": [round(float(e), 6) for e in err],

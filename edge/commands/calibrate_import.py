@@ -221,8 +221,8 @@ def register_import(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--camera-info-topic", metavar="TOPIC",
                    help="sensor_msgs/CameraInfo topic whose intrinsics go to "
                         "metadata.camera (fovy_deg, which 'calibrate store --chain' reads; "
-                        "default: the bag's only one, or the camera_info beside the image "
-                        "topic, else none)")
+                        "default: the camera_info beside the image topic, else the bag's "
+                        "only one, else none)")
     g.add_argument("--stamps", choices=("header", "bag"), default="header",
                    help="pair by the messages' header stamps (default) or by the times the "
                         "bag recorded them (drivers that leave header stamps at zero); "
