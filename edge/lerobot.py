@@ -454,8 +454,9 @@ class _Dataset:
             table = _read_parquet(pq, path)
             _require_columns(table, ("episode_index", "frame_index", "observation.state"),
                              path)
-            self._tables = {path: table.select(["episode_index", "frame_index",
-                                                "observation.state"]).to_pydict()}
+            cols = ["episode_index", "frame_index", "observation.state"] + \
+                (["timestamp"] if "timestamp" in table.column_names else [])
+            self._tables = {path: table.select(cols).to_pydict()}
         return self._tables[path]
 
     def episode(self, e: int) -> Episode:
@@ -469,6 +470,15 @@ class _Dataset:
         state = np.asarray(d["observation.state"], dtype=np.float64)[sel]
         order = np.argsort(np.asarray(d["frame_index"])[sel])
         state = state[order]
+        if "timestamp" in d and int(sel.sum()) >= 3:
+            stamps = np.asarray(d["timestamp"], np.float64)[sel][order]
+            step = float(np.median(np.diff(stamps)))
+            if step > 0 and abs(step * self.fps - 1.0) > 0.01:
+                raise EpisodeError(
+                    f"episode {e}: meta/info.json says fps {self.fps:g}, but the frames' "
+                    f"'timestamp' column steps {step * 1e3:.1f} ms ({1.0 / step:.3g} Hz): "
+                    f"the video would be read from the wrong place and paired with the wrong "
+                    f"states; correct 'fps' in meta/info.json", path=dpath)
         bad = ~np.isfinite(state)
         if bad.any():
             r, c = np.argwhere(bad)[0]

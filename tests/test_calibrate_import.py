@@ -770,3 +770,41 @@ def test_joints_on_two_topics_are_read_together_when_both_are_named(tmp_path: Pa
                          ).metadata.extra["import"]["joint_messages"] // 2
     with pytest.raises(RecordingImportError, match="no topic '/nope'"):
         import_recording(bag, OPTS, joint_topic="/joint_states,/nope")
+
+
+def test_readings_in_another_unit_are_scaled_and_a_suffix_stripped(tmp_path: Path,
+                                                                   capsys) -> None:
+    src = sweep_episode()
+    bag = write_episode_bag(src, tmp_path / "bag", prefix="arm/")
+    names = ImportOptions("c", strip_prefix="arm/", strip_suffix=".pos")
+    assert names.renamed(["arm/j0.pos", "j1.pos", ".pos", "arm/"], "x") == \
+        ["j0", "j1", ".pos", "arm/"]
+    out = tmp_path / "cal.npz"
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c", "--strip-prefix", "arm/",
+               "--scale", "j0=0.5,j3=-2") == 0
+    assert "readings scaled: j0 x 0.5, j3 x -2" in capsys.readouterr().out
+    ep = load_episode(out)
+    want = src.joint_positions.copy()
+    want[:, 0] *= 0.5
+    want[:, 3] *= -2
+    np.testing.assert_allclose(ep.joint_positions, want, atol=1e-9)
+    assert ep.metadata.extra["import"]["scaled"] == {"j0": 0.5, "j3": -2.0}
+    assert cli("import", str(bag), "--out", str(out), "--cell", "c", "--scale", "j0") == 2
+    assert "expected comma-separated NAME=FACTOR pairs" in capsys.readouterr().err
+    with pytest.raises(RecordingImportError, match=r"--scale joint\(s\) \['nope'\]"):
+        import_recording(bag, dataclasses.replace(OPTS, strip_prefix="arm/",
+                                                  scale=(("nope", 2.0),)))
+    with pytest.raises(RecordingImportError, match="one finite, non-zero factor per joint"):
+        ImportOptions("c", scale=(("j0", 0.0),))
+
+
+def test_a_dataset_whose_fps_disagrees_with_its_timestamps_is_refused(tmp_path: Path) -> None:
+    from edge.lerobot import write_lerobot
+
+    root = write_lerobot([sweep_episode()], tmp_path / "ds")
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["fps"] = 15
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    with pytest.raises(Exception, match=r"meta/info.json says fps 15, but the frames' "
+                                        r"'timestamp' column steps 100.0 ms \(10 Hz\)"):
+        import_recording(root, OPTS)

@@ -86,6 +86,11 @@ class ImportOptions:
             otherwise by the recording than by the controller (after ``strip_prefix``).
         strip_prefix: removed from the start of every joint name that has it (a
             ``ur5e_`` prefix a launch file adds), before ``rename``.
+        strip_suffix: removed from the end of every joint name that has it (LeRobot's
+            ``.pos``), with ``strip_prefix``, before ``rename``.
+        scale: ``(joint, factor)`` pairs: that joint's readings times ``factor`` are rad
+            (m for a prismatic joint), after ``degrees`` and ``millimetres``: a reading in
+            another unit, e.g. a LeRobot gripper's 0..100 (its range of motion over 100).
         from_s, to_s: rosbag2 only: the window imported, s from the camera's first frame
             (None: from the start, to the end): the sweep out of a longer recording, whose
             other frames are then never decoded.
@@ -107,6 +112,8 @@ class ImportOptions:
     image_offset_s: float = 0.0
     rename: tuple[tuple[str, str], ...] = ()
     strip_prefix: str = ""
+    strip_suffix: str = ""
+    scale: tuple[tuple[str, float], ...] = ()
     from_s: float | None = None
     to_s: float | None = None
 
@@ -137,6 +144,11 @@ class ImportOptions:
         if self.from_s is not None and self.to_s is not None and self.to_s <= self.from_s:
             raise RecordingImportError(f"import: expected --from-s below --to-s, found "
                                        f"{self.from_s} and {self.to_s}")
+        bad = [(n, f) for n, f in self.scale if not (math.isfinite(f) and f != 0)]
+        if bad or len({n for n, _ in self.scale}) != len(self.scale):
+            raise RecordingImportError(f"import: scale: expected one finite, non-zero factor "
+                                       f"per joint, found "
+                                       f"{', '.join(f'{n}={f}' for n, f in self.scale)}")
         olds = [a for a, _ in self.rename]
         news = [b for _, b in self.rename]
         if not all(olds) or not all(news) or len(set(olds)) != len(olds) \
@@ -153,11 +165,18 @@ class ImportOptions:
     def joint_name(self, recorded: str) -> str:
         """The episode's name for a joint the recording calls ``recorded``: the prefix
         stripped, then renamed."""
-        name = recorded
+        return dict(self.rename).get(self._stripped(recorded), self._stripped(recorded))
+
+    def _stripped(self, name: str) -> str:
+        """``name`` without ``strip_prefix`` and ``strip_suffix`` (a name that is only
+        them is kept)."""
         if self.strip_prefix and name.startswith(self.strip_prefix) \
                 and len(name) > len(self.strip_prefix):
             name = name[len(self.strip_prefix):]
-        return dict(self.rename).get(name, name)
+        if self.strip_suffix and name.endswith(self.strip_suffix) \
+                and len(name) > len(self.strip_suffix):
+            name = name[:-len(self.strip_suffix)]
+        return name
 
     def renamed(self, recorded: Sequence[str], where: str) -> list[str]:
         """The episode's names of the recording's joints ``recorded``, in order.
@@ -166,15 +185,13 @@ class ImportOptions:
             RecordingImportError: a ``rename`` source not among them (after the prefix),
                 or two joints given one name.
         """
-        stripped = [n[len(self.strip_prefix):] if self.strip_prefix and
-                    n.startswith(self.strip_prefix) and len(n) > len(self.strip_prefix)
-                    else n for n in recorded]
+        stripped = [self._stripped(n) for n in recorded]
         unknown = [a for a, _ in self.rename if a not in stripped]
         if unknown:
             raise RecordingImportError(f"{where}: --rename {unknown}: not among the "
                                        f"recording's joints {stripped}"
-                                       + (f" (after --strip-prefix {self.strip_prefix!r})"
-                                          if self.strip_prefix else ""))
+                                       + (" (after --strip-prefix/--strip-suffix)"
+                                          if self.strip_prefix or self.strip_suffix else ""))
         out = [self.joint_name(n) for n in recorded]
         dup = sorted({n for n in out if out.count(n) > 1})
         if dup:
@@ -318,6 +335,15 @@ def episode_from_samples(frames: np.ndarray, stamps_s: np.ndarray, positions: np
         meta = dataclasses.replace(meta, extra={**dict(meta.extra), "import": {
             **dict(meta.extra.get("import") or {}),
             "converted_from_degrees": [names[c] for c in deg]}})
+    if options.scale:
+        unknown = [n for n, _ in options.scale if n not in names]
+        if unknown:
+            raise RecordingImportError(f"{where}: --scale joint(s) {unknown} are not among the "
+                                       f"imported joints {list(names)}")
+        for n, f in options.scale:
+            q[:, list(names).index(n)] *= f
+        meta = dataclasses.replace(meta, extra={**dict(meta.extra), "import": {
+            **dict(meta.extra.get("import") or {}), "scaled": dict(options.scale)}})
     ep = Episode(frames=np.ascontiguousarray(frames, np.uint8),
                  actions=actions_from_positions(q), timestamps=ts - ts[0], metadata=meta,
                  joint_positions=q)

@@ -485,7 +485,10 @@ def run_check(args: argparse.Namespace) -> int:
                    recorded=str(arr.meta.get("source") or "").startswith("recorded:"))
     lag = report.get("camera_lag")
     if lag is not None:
-        print(f"camera lag against the joint readings: {lag['frames']:+.2f} frames "
+        model = (f" of the model ({lag['frames'] / lag['s']:.3g} Hz; measured on the "
+                 f"recording's frames at {lag['measured_at_hz']:.3g} Hz)"
+                 if lag.get("measured_at_hz") and lag["s"] else "")
+        print(f"camera lag against the joint readings: {lag['frames']:+.2f} frames{model} "
               f"({lag['s'] * 1e3:+.0f} ms; image motion fits the joints' speeds with R^2 "
               f"{lag['r2']:.2f}, {lag['r2_at_zero']:.2f} at no lag)")
     ing = report.get("ingest") or {}

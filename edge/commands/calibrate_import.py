@@ -64,6 +64,24 @@ def _renames(text: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _scales(text: str | None) -> tuple[tuple[str, float], ...]:
+    if text is None:
+        return ()
+    out = []
+    for item in text.split(","):
+        name, sep, value = (x.strip() for x in item.partition("="))
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = None
+        if not (sep and name and factor is not None):
+            raise RecordingImportError(f"--scale: expected comma-separated NAME=FACTOR pairs "
+                                       f"like gripper=0.0123 (rad per unit), found {item!r} "
+                                       f"in {text!r}")
+        out.append((name, factor))
+    return tuple(out)
+
+
 def run_import(args: argparse.Namespace) -> int:
     """Import the recording, write the episode and its reference frame, print a summary."""
     from edge.calibrate.recording_import import ImportOptions, import_recording
@@ -87,6 +105,7 @@ def run_import(args: argparse.Namespace) -> int:
                          stamps=args.stamps, fps=args.fps,
                          image_offset_s=args.image_offset_s, rename=_renames(args.rename),
                          from_s=args.from_s, to_s=args.to_s,
+                         strip_suffix=args.strip_suffix or "", scale=_scales(args.scale),
                          strip_prefix=args.strip_prefix or "")
     ep = import_recording(args.source, opts, image_topic=args.image_topic,
                           joint_topic=args.joint_topic, episode_index=args.episode_index,
@@ -104,7 +123,8 @@ def run_import(args: argparse.Namespace) -> int:
     h, w = ep.resolution
     print(f"{ep.metadata.kind} episode: {ep.num_frames} frames of {w}x{h} px at "
           f"{ep.metadata.fps:.3g} Hz, {ep.num_dof} joints ({', '.join(ep.metadata.dof_names)})"
-          f" from {imp['format']} {args.source}")
+          f" from {imp['format']} {args.source}; camera id {ep.metadata.camera_id}"
+          + (f" ({imp['camera_key']})" if imp.get("camera_key") else ""))
     rec = ep.metadata.extra.get("recording") or {}
     if imp["format"] == "rosbag2":
         dropped = imp["frames_before_joints"] + imp["frames_after_joints"]
@@ -140,6 +160,8 @@ def run_import(args: argparse.Namespace) -> int:
     if imp.get("converted_from_degrees"):
         print(f"readings converted from degrees to rad: "
               f"{', '.join(imp['converted_from_degrees'])}")
+    if imp.get("scaled"):
+        print("readings scaled: " + ", ".join(f"{n} x {f:g}" for n, f in imp["scaled"].items()))
     if imp.get("converted_from_mm"):
         print(f"readings converted from mm to m: {', '.join(imp['converted_from_mm'])}")
     from edge.commands.joint_notes import (
@@ -206,6 +228,14 @@ def register_import(sub: argparse._SubParsersAction) -> None:
                         "ur5e_ a launch file adds), so the episode's names are the "
                         "controller's; --rename, --joints, --prismatic, --degrees and "
                         "--millimetres then use the names without it")
+    p.add_argument("--strip-suffix", metavar="SUFFIX",
+                   help="remove SUFFIX from the end of every joint name that has it (a "
+                        "LeRobot dataset's .pos), as --strip-prefix")
+    p.add_argument("--scale", metavar="NAME=FACTOR,...",
+                   help="multiply a joint's readings by FACTOR to get rad (m for --prismatic), "
+                        "after --degrees/--millimetres: a reading in another unit, e.g. a "
+                        "LeRobot gripper's 0..100 (its range of motion in rad over 100, from "
+                        "the arm's own calibration)")
     p.add_argument("--rename", metavar="OLD=NEW,...",
                    help="comma-separated renames of the recording's joints (after "
                         "--strip-prefix); --joints, --prismatic, --degrees and --millimetres "

@@ -47,7 +47,10 @@ def say_if_degrees(positions: Any, names: Any, units: Any, kind: str, where: str
           f"(--joint-scale auto; deg says so), a wider one by a turn per unit fitted from "
           f"the frames (less exact); the ONNX models refuse them. A gripper or linear axis "
           f"read in mm is not in degrees: 'calibrate import ... --prismatic NAME "
-          f"--millimetres NAME'", file=sys.stderr)
+          f"--millimetres NAME'; nor is a reading in another unit (a LeRobot gripper's "
+          f"0..100, a joint's -100..100): 'calibrate import ... --scale NAME=RAD_PER_UNIT' "
+          f"(its range of motion over the unit's span, from the arm's own calibration)",
+          file=sys.stderr)
 
 
 def _readings(q: np.ndarray, names: Any, cols: list[int], unit: str = "") -> str:
