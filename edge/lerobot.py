@@ -368,11 +368,19 @@ class _Dataset:
         if "observation.state" not in feats:
             raise EpisodeError("missing feature 'observation.state'", path=info_path,
                                field="features")
+        shape = feats["observation.state"].get("shape")
+        width = int(shape[0]) if isinstance(shape, list) and shape and \
+            isinstance(shape[0], int) else None
         names = feats["observation.state"].get("names") or [
-            f"dof{i}" for i in range(feats["observation.state"]["shape"][0])]
+            f"dof{i}" for i in range(width or 0)]
         if isinstance(names, dict):  # older layouts: {"motors": [...]}
             names = next(iter(names.values()))
         self.names = [str(n) for n in names]
+        if width is not None and len(self.names) != width:
+            raise EpisodeError(f"features.observation.state: {len(self.names)} names "
+                               f"{self.names} for a shape of [{width}]; expected one name "
+                               f"per state column", path=info_path,
+                               field="features.observation.state.names")
         for key in ("fps", "data_path", "video_path"):
             if key not in info:
                 raise EpisodeError(f"missing key {key!r}", path=info_path, field=key)

@@ -808,3 +808,24 @@ def test_a_dataset_whose_fps_disagrees_with_its_timestamps_is_refused(tmp_path: 
     with pytest.raises(Exception, match=r"meta/info.json says fps 15, but the frames' "
                                         r"'timestamp' column steps 100.0 ms \(10 Hz\)"):
         import_recording(root, OPTS)
+
+
+def test_a_dataset_s_state_names_are_checked_against_its_width(tmp_path: Path) -> None:
+    from edge.errors import EpisodeError
+    from edge.lerobot import write_lerobot
+
+    root = write_lerobot([sweep_episode()], tmp_path / "ds")
+    (root / "meta" / "syncedge_episodes.json").unlink(missing_ok=True)
+    info_path = root / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    names = info["features"]["observation.state"]["names"]
+    info["features"]["observation.state"]["names"] = names[:6]
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(EpisodeError, match=r"6 names .* for a shape of \[7\]; expected one "
+                                           r"name per state column"):
+        import_recording(root, OPTS)
+    info["features"]["observation.state"]["names"] = None
+    info_path.write_text(json.dumps(info))
+    ep = import_recording(root, OPTS)
+    assert ep.metadata.dof_names == tuple(f"dof{i}" for i in range(7))
+    assert "the dataset names no joints" in ep.metadata.extra["import"]["notes"][0]

@@ -481,7 +481,13 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
            if any(a != b for a, b in ren.items()) else {}),
         # a dataset without syncedge's sidecar names no kind (the reader's "motion" is its
         # placeholder, not the dataset's word)
-        "kind_in_dataset": None if defaults else m.kind}}
+        "kind_in_dataset": None if defaults else m.kind,
+        "notes": ([f"the dataset names no joints (meta/info.json "
+                   f"features.observation.state.names): its channels are called "
+                   f"{', '.join(m.dof_names)}; give them the controller's names with "
+                   f"--rename {m.dof_names[0]}=NAME,..."]
+                  if defaults and list(m.dof_names) == [f"dof{i}" for i in
+                                                        range(len(m.dof_names))] else [])}}
     out = episode_from_samples(ep.frames, ep.timestamps, ep.joint_positions[:, cols], kept,
                                opts, source=f"lerobot:{where}#episode={episode_index}",
                                robot=m.robot if m.robot != "unknown" else None,
