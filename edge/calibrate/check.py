@@ -486,18 +486,18 @@ def _lag_fix_of_an_import(lag: dict[str, Any], imported: dict[str, Any]) -> str:
     """What removes a camera lag measured on an imported episode (``imported``:
     ``metadata.extra["import"]``)."""
     if imported.get("format") == "rosbag2":
-        offset = float(imported.get("image_offset_s") or 0.0) - lag["s"]
+        moved = float(imported.get("image_offset_s") or 0.0)
+        offset = moved - lag["s"]
         delays = imported.get("receive_delay_s") or {}
+        hint = _stamp_hint_s({"import": imported})  # the lag the delays point to, s
         seen = ""
-        if delays.get("image") is not None and delays.get("joints") is not None:
-            apart = float(delays["image"]) - float(delays["joints"])
+        if hint is not None:
             seen = (f" (in the bag the camera's header stamps lag its messages' arrival by "
                     f"{delays['image'] * 1e3:.0f} ms, the joints' by "
                     f"{delays['joints'] * 1e3:.0f} ms"
-                    + (f": they point to --image-offset-s="
-                       f"{float(imported.get('image_offset_s') or 0.0) + apart:.3f}, not this; "
+                    + (f": they point to --image-offset-s={moved - hint:.3f}, not this; "
                        f"unless the camera's own latency is that long, take theirs"
-                       if abs(apart + lag["s"]) > 0.2 else "") + ")")
+                       if abs(lag["s"] - hint) > 0.2 else "") + ")")
         return (f"import the bag again with --image-offset-s={offset:.3f}, which moves "
                 f"every image stamp by that much before pairing{seen}; or syncedge "
                 f"calibrate retime on this episode")

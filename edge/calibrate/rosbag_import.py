@@ -23,6 +23,7 @@ sample (largest over the joints), which ``calibrate check`` compares with ``tole
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -375,7 +376,7 @@ def _read_joints(reader: Any, typestore: Any, topics: list[str], options: Import
                                    f"header stamps are zero (their driver does not stamp its "
                                    f"messages): pass --stamps bag to pair by the recording "
                                    f"times{leave}")
-    return out, [x for x in episode_names], count, \
+    return out, episode_names, count, \
         {name: delays[recorded[name]] for name in out}, recorded, nan_samples
 
 
@@ -656,14 +657,6 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
     frames_arr = _decode_frames(reader, typestore, it, sel, where)
     h, w = frames_arr.shape[1:3]
     n_samples = {n: int(len(joints[n][0])) for n in names}
-    if options.kind == "calibration":
-        still = _joints_not_moving(q, names, options)
-        if still and len(still) < len(names):
-            moving = [n for n in names if n not in still]
-            notes.append(f"joint(s) {still} hardly move in this recording (a calibration "
-                         f"sweeps each of its joints; check will say 'never_swept'): if they "
-                         f"are not joints this calibration drives (gripper fingers, a passive "
-                         f"joint), import again with --joints {','.join(moving)}")
     camera = {"topic": it, "frame_id": frame_id, "width": int(w), "height": int(h)}
     if info_note:
         notes.append(info_note)
@@ -703,24 +696,30 @@ def _import_open_bag(reader: Any, typestore: Any, bag: Path, where: str,
                                  "frame_id": frame_id, "size": [int(w), int(h)]},
                       "joints": {"source": "rosbag2", "topic": jt}},
     }
-    return episode_from_samples(frames_arr, st[keep], q, names, options,
-                                source=f"rosbag2:{where}", robot=None, camera=camera,
-                                extra=extra, where=where)
+    ep = episode_from_samples(frames_arr, st[keep], q, names, options,
+                              source=f"rosbag2:{where}", robot=None, camera=camera,
+                              extra=extra, where=where)
+    still = _joints_not_moving(ep) if options.kind == "calibration" else []
+    if not still or len(still) == len(names):
+        return ep
+    moving = [n for n in names if n not in still]
+    imp = dict(ep.metadata.extra["import"])
+    imp["notes"] = [*imp["notes"], (
+        f"joint(s) {still} hardly move in this recording (a calibration sweeps each of its "
+        f"joints; check will say 'never_swept'): if they are not joints this calibration "
+        f"drives (gripper fingers, a passive joint), import again with --joints "
+        f"{','.join(moving)}")]
+    return dataclasses.replace(ep, metadata=dataclasses.replace(
+        ep.metadata, extra={**dict(ep.metadata.extra), "import": imp}))
 
 
-def _joints_not_moving(q: np.ndarray, names: list[str], options: ImportOptions) -> list[str]:
-    """The joints whose readings ``q`` (float64 ``[T, A]``, as recorded: degrees and mm
-    not yet converted) span less than ingest's smallest sweep (0.02 rad, 0.002 m)."""
-    out = []
-    for c, n in enumerate(names):
-        scale = 1.0
-        if n in options.prismatic:
-            floor = 0.002
-            scale = 1e-3 if n in options.millimetres else 1.0
-        else:
-            floor = 0.02
-            scale = np.pi / 180 if options.degrees == ("all",) or n in options.degrees \
-                else 1.0
-        if float(np.ptp(q[:, c])) * scale < floor:
-            out.append(n)
-    return out
+def _joints_not_moving(ep: Episode) -> list[str]:
+    """The joints of ``ep`` whose positions (rad|m, units converted) span less than
+    ingest's smallest sweep (:meth:`edge.calibrate.ingest.IngestOptions.floor`)."""
+    from edge.calibrate.ingest import IngestOptions
+
+    q = np.asarray(ep.joint_positions, np.float64)
+    floors = IngestOptions()
+    return [n for c, (n, u) in enumerate(zip(ep.metadata.dof_names, ep.metadata.dof_units,
+                                             strict=True))
+            if float(np.ptp(q[:, c])) < floors.floor(u)]

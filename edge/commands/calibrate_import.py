@@ -32,7 +32,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from edge.calibrate.errors import RecordingImportError
 from edge.commands.helptext import plain
@@ -50,35 +52,27 @@ def _names(text: str | None, flag: str) -> tuple[str, ...] | None:
     return names
 
 
-def _renames(text: str | None) -> tuple[tuple[str, str], ...]:
-    if text is None:
-        return ()
-    pairs = []
-    for item in text.split(","):
-        old, sep, new = (x.strip() for x in item.partition("="))
-        if not (sep and old and new):
-            raise RecordingImportError(f"--rename: expected comma-separated OLD=NEW pairs "
-                                       f"like ur5e_shoulder_pan_joint=shoulder_pan_joint, "
-                                       f"found {item!r} in {text!r}")
-        pairs.append((old, new))
-    return tuple(pairs)
+def _pairs(text: str | None, flag: str, form: str, example: str,
+           value: Callable[[str], Any] = str) -> tuple[tuple[str, Any], ...]:
+    """``NAME=VALUE,...`` of ``flag`` as ``(name, value(VALUE))`` pairs (``()`` for None).
 
-
-def _scales(text: str | None) -> tuple[tuple[str, float], ...]:
+    Raises:
+        RecordingImportError: an item without ``=``, a name or a value, or a value that
+            ``value`` cannot read (``form`` and ``example`` say what was expected).
+    """
     if text is None:
         return ()
     out = []
     for item in text.split(","):
-        name, sep, value = (x.strip() for x in item.partition("="))
+        name, sep, raw = (x.strip() for x in item.partition("="))
         try:
-            factor = float(value)
+            got = value(raw) if sep and name and raw else None
         except ValueError:
-            factor = None
-        if not (sep and name and factor is not None):
-            raise RecordingImportError(f"--scale: expected comma-separated NAME=FACTOR pairs "
-                                       f"like gripper=0.0123 (rad per unit), found {item!r} "
-                                       f"in {text!r}")
-        out.append((name, factor))
+            got = None
+        if got is None:
+            raise RecordingImportError(f"{flag}: expected comma-separated {form} pairs like "
+                                       f"{example}, found {item!r} in {text!r}")
+        out.append((name, got))
     return tuple(out)
 
 
@@ -103,9 +97,13 @@ def run_import(args: argparse.Namespace) -> int:
                          millimetres=_names(args.millimetres, "--millimetres") or (),
                          tolerance_s=args.tolerance_s, max_joint_gap_s=args.max_joint_gap_s,
                          stamps=args.stamps, fps=args.fps,
-                         image_offset_s=args.image_offset_s, rename=_renames(args.rename),
+                         image_offset_s=args.image_offset_s, rename=_pairs(
+                             args.rename, "--rename", "OLD=NEW",
+                             "ur5e_shoulder_pan_joint=shoulder_pan_joint"),
                          from_s=args.from_s, to_s=args.to_s,
-                         strip_suffix=args.strip_suffix or "", scale=_scales(args.scale),
+                         strip_suffix=args.strip_suffix or "", scale=_pairs(
+                             args.scale, "--scale", "NAME=FACTOR",
+                             "gripper=0.0123 (rad per unit)", float),
                          strip_prefix=args.strip_prefix or "")
     ep = import_recording(args.source, opts, image_topic=args.image_topic,
                           joint_topic=args.joint_topic, episode_index=args.episode_index,
