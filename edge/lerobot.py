@@ -335,6 +335,16 @@ def lerobot_episode_indices(root: str | os.PathLike[str]) -> list[int]:
     return _Dataset(Path(root), None).indices()
 
 
+def lerobot_video_keys(root: str | os.PathLike[str]) -> list[str]:
+    """The video features (cameras) a LeRobot dataset holds, in ``meta/info.json``'s
+    order (the first is what :func:`read_lerobot` reads without a ``camera_key``).
+
+    Raises:
+        EpisodeError: as :func:`read_lerobot`.
+    """
+    return list(_Dataset(Path(root), None).videos)
+
+
 class _Dataset:
     """A LeRobot dataset's metadata (``meta/info.json``, the episode table) and the reading
     of one episode from it."""
@@ -357,6 +367,7 @@ class _Dataset:
         self.version = version
         feats = info.get("features", {})
         videos = [k for k, v in feats.items() if v.get("dtype") == "video"]
+        self.videos = videos
         if camera_key is None:
             if not videos:
                 raise EpisodeError("no video feature", path=info_path, field="features")

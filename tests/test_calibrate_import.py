@@ -829,3 +829,30 @@ def test_a_dataset_s_state_names_are_checked_against_its_width(tmp_path: Path) -
     ep = import_recording(root, OPTS)
     assert ep.metadata.dof_names == tuple(f"dof{i}" for i in range(7))
     assert "the dataset names no joints" in ep.metadata.extra["import"]["notes"][0]
+
+
+def test_a_dataset_of_several_cameras_names_them_and_how_to_choose_a_fixed_one(
+        tmp_path: Path) -> None:
+    """ALOHA-style datasets hold a fixed camera and wrist cameras; the import reads the
+    first and says which it took, which others there are and that the chain model needs a
+    fixed one; a dataset of one camera, or a --camera-key given, gets no such note."""
+    from edge.lerobot import lerobot_video_keys, write_lerobot
+
+    cal = sweep_episode()
+    root = write_lerobot([cal], tmp_path / "ds")
+    info_path = root / "meta" / "info.json"
+    one = import_recording(root, OPTS).metadata.extra["import"]["notes"]
+    assert not any("cameras" in n for n in one)
+    info = json.loads(info_path.read_text())
+    info["features"]["observation.images.left_wrist"] = dict(
+        info["features"]["observation.images.main"])
+    info_path.write_text(json.dumps(info))
+    assert lerobot_video_keys(root) == ["observation.images.main",
+                                        "observation.images.left_wrist"]
+    notes = import_recording(root, OPTS).metadata.extra["import"]["notes"]
+    (note,) = [n for n in notes if "cameras" in n]
+    assert ("holds 2 cameras (observation.images.main, observation.images.left_wrist): "
+            "imported observation.images.main, the first") in note
+    assert "wrist camera" in note and "--camera-key" in note
+    chosen = import_recording(root, OPTS, camera_key="observation.images.main")
+    assert not any("cameras" in n for n in chosen.metadata.extra["import"]["notes"])

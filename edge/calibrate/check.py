@@ -37,6 +37,10 @@ code                              failure
                                   their readings' (a camera latency not corrected, or the
                                   joint stream's): at least ``max_lag_frames`` apart, as
                                   measured from the episode itself (:func:`estimate_camera_lag`)
+``camera_moves``                  a DoF's sweep moved the whole view, its edges included
+                                  (a camera mounted on the arm, e.g. a wrist camera, or one
+                                  not rigidly fixed): the chain model simulates a fixed
+                                  camera watching the arm (:func:`view_motion`)
 ================================  =========================================================
 
 Image motion of a segment: mean absolute frame difference (0..255, averaged over pixels and
@@ -72,7 +76,7 @@ __all__ = ["DEFAULT_MODEL_FPS", "CheckOptions", "EpisodeArrays", "FPS_MISMATCH",
            "LAG_SEARCH_FRAMES", "check_arrays", "check_episode", "coverage_sheets",
            "estimate_camera_lag", "frame_gaps", "frame_rate_note", "lag_search_frames",
            "load_for_check",
-           "motion_between_sweeps", "positions_seen_late", "tile_names"]
+           "motion_between_sweeps", "view_motion", "positions_seen_late", "tile_names"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
@@ -782,6 +786,116 @@ def motion_between_sweeps(frames: np.ndarray, sweeps: list[tuple[int, int]],
             f"view; record with every channel in the stream and the view clear")
 
 
+#: :func:`view_motion` measures the flow with the frame's long side at most this (px)...
+VIEW_FLOW_SIDE = 128
+#: ...takes a pixel as textured where the home frame's grey gradient is at least this
+#: (levels per px at that size)...
+VIEW_TEXTURE_LEVELS = 8.0
+#: ...and as moved where its flow is more than this (px at that size), or where its grey
+#: level changed by more than this beyond the whole frame's median change (exposure).
+VIEW_MOVED_PX = 1.0
+VIEW_CHANGE_LEVELS = 20.0
+#: ``camera_moves``: the view moved where at least this share of the textured pixels moved,
+#: in the whole frame and in every edge strip that shows texture...
+VIEW_MOVED_SHARE = 0.8
+#: ...each strip this share of the frame's side wide...
+VIEW_EDGE_SHARE = 0.15
+#: ...at least this many of the four strips showing texture (this many textured pixels).
+VIEW_EDGES_NEEDED = 3
+VIEW_EDGE_MIN_PX = 12
+
+
+def view_motion(home: np.ndarray, far: np.ndarray) -> dict[str, Any]:
+    """How much of the view moved between two frames: the test of a camera that moves with
+    the robot (``camera_moves``).
+
+    A fixed camera watching an arm sees the arm move over a still scene: at a sweep's far
+    end most of the picture, and above all the frame's edges, stands where it stood at
+    home. A camera mounted on the arm (a wrist camera) or not rigidly fixed sees the whole
+    picture move, edges included, with the joints that carry it. Dense flow (OpenCV DIS,
+    patches mean-normalised, so a change of exposure is not motion) from ``home`` to
+    ``far`` at :data:`VIEW_FLOW_SIDE`, or a change of grey level beyond the frame's median
+    change, read on the textured pixels only (a flat wall shows no motion either way).
+
+    Args:
+        home, far: uint8 ``[H, W, 3]``, the same camera's frames at a sweep's start and at
+            its far end.
+
+    Returns:
+        ``{"moved": share of the textured pixels that moved (None: no texture), "edges":
+        [share per edge strip: top, bottom, left, right; None where the strip shows too
+        little texture], "view_moved": bool}``: ``view_moved`` where ``moved`` and every
+        textured strip are at least :data:`VIEW_MOVED_SHARE`, with at least
+        :data:`VIEW_EDGES_NEEDED` strips textured.
+    """
+    import cv2
+
+    h, w = home.shape[:2]
+    scale = min(1.0, VIEW_FLOW_SIDE / max(h, w))
+    size = (max(8, round(w * scale)), max(8, round(h * scale)))
+
+    def grey(img: np.ndarray) -> np.ndarray:
+        g = cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY)
+        return cv2.resize(g, size, interpolation=cv2.INTER_AREA) if size != (w, h) else g
+
+    a, b = grey(home), grey(far)
+    smooth = cv2.GaussianBlur(a.astype(np.float32), (0, 0), 1.0)
+    grad = np.hypot(cv2.Sobel(smooth, cv2.CV_32F, 1, 0, ksize=3) / 8.0,
+                    cv2.Sobel(smooth, cv2.CV_32F, 0, 1, ksize=3) / 8.0)
+    textured = grad >= VIEW_TEXTURE_LEVELS
+    flow = cv2.DISOpticalFlow_create(  # type: ignore[attr-defined]
+        cv2.DISOPTICAL_FLOW_PRESET_MEDIUM).calc(a, b, None)
+    # a pixel moved where the flow says so, or where the picture there changed beyond a
+    # change of exposure (the flow's search can miss a large turn of the whole view)
+    diff = cv2.GaussianBlur(b.astype(np.float32), (0, 0), 1.0) - smooth
+    moved = (np.linalg.norm(flow, axis=-1) > VIEW_MOVED_PX) | (
+        np.abs(diff - float(np.median(diff))) > VIEW_CHANGE_LEVELS)
+    sh, sw = max(1, round(size[1] * VIEW_EDGE_SHARE)), max(1, round(size[0] * VIEW_EDGE_SHARE))
+    strips = [(slice(0, sh), slice(None)), (slice(size[1] - sh, None), slice(None)),
+              (slice(None), slice(0, sw)), (slice(None), slice(size[0] - sw, None))]
+    edges: list[float | None] = []
+    for rows, cols in strips:
+        t = textured[rows, cols]
+        edges.append(float(moved[rows, cols][t].mean()) if t.sum() >= VIEW_EDGE_MIN_PX
+                     else None)
+    share = float(moved[textured].mean()) if textured.any() else None
+    seen = [e for e in edges if e is not None]
+    return {"moved": share, "edges": edges,
+            "view_moved": bool(share is not None and share >= VIEW_MOVED_SHARE
+                               and len(seen) >= VIEW_EDGES_NEEDED
+                               and min(seen) >= VIEW_MOVED_SHARE)}
+
+
+def _camera_moves(arr: EpisodeArrays, dofs: list[dict], q: np.ndarray, names: list[str],
+                  imported: bool) -> list[dict]:
+    """The ``camera_moves`` reason (none or one) of the DoFs whose sweep moved the whole
+    view (:func:`view_motion` of each sweep's first and farthest frame, recorded in each
+    DoF's report as ``view_moved``)."""
+    hit, shares = [], []
+    for rep in dofs:
+        c = names.index(rep["dof"])
+        a = int(rep["segment_start"])
+        rows = np.abs(q[a:a + SEGMENT_FRAMES + 1, c] - q[a, c])
+        if not len(rows) or rows.max() <= 0 or a + int(np.argmax(rows)) >= len(arr.frames):
+            continue
+        vm = view_motion(arr.frames[a], arr.frames[a + int(np.argmax(rows))])
+        rep["view_moved"] = None if vm["moved"] is None else round(vm["moved"], 3)
+        if vm["view_moved"]:
+            hit.append(rep["dof"])
+            shares.append(vm["moved"])
+    if not hit:
+        return []
+    choose = ("choose a fixed camera's stream at import (--camera-key, --image-topic)"
+              if imported else "record again with a camera fixed in the cell, aimed at the arm")
+    return [_reason("camera_moves", f"the whole view moved with DoF(s) "
+                    f"{', '.join(map(repr, hit))} (at each sweep's far end "
+                    f"{min(shares):.0%}-{max(shares):.0%} of the picture's textured pixels "
+                    f"moved, the frame's edges too): the camera moves with the robot "
+                    f"(mounted on the arm, e.g. a wrist camera) or is not rigidly fixed. The "
+                    f"chain model simulates a fixed camera watching the arm: {choose}",
+                    hit[0] if len(hit) == 1 else None)]
+
+
 #: :func:`frame_rate_note`: the timestamps' rate and ``metadata.fps`` disagree when they
 #: differ by more than this share.
 FPS_MISMATCH = 0.1
@@ -1012,6 +1126,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
                                "does not see the arm (pointed elsewhere, covered, or a "
                                "frozen image); aim it at the arm and record again"))
     reasons.extend(_distinct(arr, dofs, opts))
+    reasons.extend(_camera_moves(arr, dofs, q, names, bool(extra.get("import"))))
     followed = _program_not_followed(rec, program)
     if followed is not None and any(r["code"] in ("sweep_reversed", "sweep_overshoot")
                                     for r in reasons):

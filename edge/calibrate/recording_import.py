@@ -439,7 +439,7 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
             joint.
         EpisodeError: the dataset is malformed (from :func:`edge.lerobot.read_lerobot`).
     """
-    from edge.lerobot import lerobot_episode_indices, read_lerobot
+    from edge.lerobot import lerobot_episode_indices, lerobot_video_keys, read_lerobot
 
     where = str(root)
     have = lerobot_episode_indices(root)  # from the metadata: nothing decoded
@@ -452,6 +452,7 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
         raise RecordingImportError(f"{where}: episode index {episode_index}: expected "
                                    f"{have[0]}..{have[-1]}")
     (ep,) = read_lerobot(root, camera_key=camera_key, episodes=[episode_index])
+    cameras = lerobot_video_keys(root)
     assert ep.joint_positions is not None  # read_lerobot pairs observation.state
     m = ep.metadata
     names = options.renamed(list(m.dof_names), where)
@@ -487,7 +488,12 @@ def import_lerobot(root: str | os.PathLike[str], options: ImportOptions, *,
                    f"{', '.join(m.dof_names)}; give them the controller's names with "
                    f"--rename {m.dof_names[0]}=NAME,..."]
                   if defaults and list(m.dof_names) == [f"dof{i}" for i in
-                                                        range(len(m.dof_names))] else [])}}
+                                                        range(len(m.dof_names))] else [])
+                 + ([f"the dataset holds {len(cameras)} cameras ({', '.join(cameras)}): "
+                     f"imported {cameras[0]}, the first; the chain model simulates a camera "
+                     f"fixed in the cell watching the arm (not one on the arm, such as a "
+                     f"wrist camera): choose that one with --camera-key KEY"]
+                    if camera_key is None and len(cameras) > 1 else [])}}
     out = episode_from_samples(ep.frames, ep.timestamps, ep.joint_positions[:, cols], kept,
                                opts, source=f"lerobot:{where}#episode={episode_index}",
                                robot=m.robot if m.robot != "unknown" else None,
