@@ -94,3 +94,25 @@ def test_camera_moves_says_how_to_choose_another_camera(imported: bool) -> None:
     assert reason["dof"] == "Actuator1"
     assert ("--camera-key" in reason["message"]) == imported
     assert ("record again" in reason["message"]) == (not imported)
+
+
+def test_store_refuses_a_moving_camera_even_when_forced(tmp_path: Path, capsys) -> None:
+    """A forced store of a wrist camera's calibration read the whole frame as arm (4096 of
+    4096 model pixels) and spent minutes per channel on a chain that cannot be right: no
+    model simulates a camera that moves with the arm, so --force does not pass it."""
+    from edge.episode import save_episode
+    from tests.calib_cell_helpers import cli, model_dir
+
+    path = save_episode(_wrist_camera(load_episode(SAMPLE), ["Actuator1"]),
+                        tmp_path / "wrist.npz")
+    common = ["--model", str(model_dir()), "--cache-dir", str(tmp_path / "cache"),
+              "--threads", "1"]
+    assert cli("store", str(path), *common, "--force", "try anyway") == 2
+    err = capsys.readouterr().err
+    assert "camera_moves), which --force does not pass" in err
+    assert "'Actuator1'" in err
+    if (tmp_path / "cache").exists():
+        from edge.cache.store import CalibrationCache
+
+        with CalibrationCache(tmp_path / "cache") as cache:
+            assert cache.list() == []

@@ -885,11 +885,13 @@ def _camera_moves(arr: EpisodeArrays, dofs: list[dict], q: np.ndarray, names: li
             shares.append(vm["moved"])
     if not hit:
         return []
+    lo, hi = f"{min(shares):.0%}", f"{max(shares):.0%}"
+    span = lo if lo == hi else f"{lo}-{hi}"
     choose = ("choose a fixed camera's stream at import (--camera-key, --image-topic)"
               if imported else "record again with a camera fixed in the cell, aimed at the arm")
     return [_reason("camera_moves", f"the whole view moved with DoF(s) "
-                    f"{', '.join(map(repr, hit))} (at each sweep's far end "
-                    f"{min(shares):.0%}-{max(shares):.0%} of the picture's textured pixels "
+                    f"{', '.join(map(repr, hit))} (at each sweep's far end {span} of the "
+                    f"picture's textured pixels "
                     f"moved, the frame's edges too): the camera moves with the robot "
                     f"(mounted on the arm, e.g. a wrist camera) or is not rigidly fixed. The "
                     f"chain model simulates a fixed camera watching the arm: {choose}",
@@ -1126,7 +1128,8 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
                                "does not see the arm (pointed elsewhere, covered, or a "
                                "frozen image); aim it at the arm and record again"))
     reasons.extend(_distinct(arr, dofs, opts))
-    reasons.extend(_camera_moves(arr, dofs, q, names, bool(extra.get("import"))))
+    # the one cause of every other figure of the DoFs it names: said first
+    reasons[:0] = _camera_moves(arr, dofs, q, names, bool(extra.get("import")))
     followed = _program_not_followed(rec, program)
     if followed is not None and any(r["code"] in ("sweep_reversed", "sweep_overshoot")
                                     for r in reasons):

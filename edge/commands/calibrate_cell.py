@@ -192,6 +192,11 @@ def checked_episode(args: argparse.Namespace, model_fps: float | None = None
             Path(args.model) / "model.json").contract.frame_rate_hz))
     report = check_arrays(EpisodeArrays.from_episode(ep), opts)
     report["episode"] = str(args.episode)
+    moves = [r for r in report["reasons"] if r["code"] == "camera_moves"]
+    if moves:  # no model simulates a camera that moves with the arm: forcing cannot help
+        raise CalibrateError(f"{args.episode}: the calibration failed its check "
+                             f"(camera_moves), which --force does not pass: "
+                             f"{moves[0]['message']}")
     if report["verdict"] != "pass" and not args.force:
         codes = ", ".join(sorted({r["code"] for r in report["reasons"]}))
         raise CalibrateError(f"{args.episode}: the calibration failed its check ({codes}); "
