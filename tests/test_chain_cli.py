@@ -835,9 +835,10 @@ def test_commissioning_verdict_fails_a_chain_no_better_than_the_still_start_fram
 
 def test_precheck_refuses_a_start_of_another_cell_or_a_moved_camera(tmp_path, capsys,
                                                                     monkeypatch):
-    """A start recorded in another cell (ids differ) or a scene shifted from the
-    calibration's (the camera moved) is refused before any rollout (exit 2, nothing
-    written); ``--mismatch warn`` decides anyway and records why in the warnings."""
+    """A start recorded in another cell (ids differ), a scene shifted from the
+    calibration's (the camera moved) or another view altogether (a wrist camera's frame for
+    a fixed camera's chain) is refused before any rollout (exit 2, nothing written);
+    ``--mismatch warn`` decides anyway and records why in the warnings."""
     import dataclasses
 
     import cv2
@@ -853,8 +854,13 @@ def test_precheck_refuses_a_start_of_another_cell_or_a_moved_camera(tmp_path, ca
     save_episode(dataclasses.replace(test, frames=np.stack([
         cv2.warpAffine(f, m2, (64, 64), borderMode=cv2.BORDER_REPLICATE)
         for f in test.frames])), tmp_path / "moved.npz")
+    # another view (a wrist camera's frame given for this fixed camera's chain): the
+    # frames upside down
+    save_episode(dataclasses.replace(test, frames=np.ascontiguousarray(test.frames[:, ::-1])),
+                 tmp_path / "elsewhere.npz")
     for name, said in (("other", "recorded with cell_id 'cell-b'"),
-                       ("moved", "the start frame's scene is shifted")):
+                       ("moved", "the start frame's scene is shifted"),
+                       ("elsewhere", "the start frame does not show the calibration's scene")):
         argv = precheck_kit_argv(tmp_path / name, CHAIN)
         argv[argv.index("--start") + 1] = str(tmp_path / f"{name}.npz")
         capsys.readouterr()

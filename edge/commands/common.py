@@ -879,12 +879,27 @@ def say_light_change(light: dict[str, Any] | None) -> None:
           "arm are drawn in the start frame's light", file=sys.stderr, flush=True)
 
 
-def say_camera_moved(camera: dict[str, Any] | None) -> str | None:
-    """Say on stderr that the start frame's scene is shifted from the calibration's
-    (``camera``: :func:`edge.runtime.chain.camera_shift`, as ``start_agreement`` returns
-    it): the camera may have moved, and the rollout draws the calibration's background
-    and arm off by the shift; nothing when it is not. Returns the warning (for the
-    outputs' ``warnings``), or None."""
+def say_camera_moved(camera: dict[str, Any] | None, differs_share: float = 0.0
+                     ) -> str | None:
+    """Say on stderr that the start frame does not show the calibration's scene
+    (``camera["scene_matched"]`` False; ``differs_share``: the share of the frame that
+    differs from the calibration's background), or that its scene is shifted from the
+    calibration's (``camera``: :func:`edge.runtime.chain.camera_shift`, as
+    ``start_agreement`` returns it): the camera may have moved, and the rollout draws the
+    calibration's background and arm off by the shift; nothing when neither. Returns the
+    warning (for the outputs' ``warnings``), or None."""
+    from edge.runtime.chain import SCENE_MIN_RESPONSE
+
+    if camera and camera.get("scene_matched") is False:
+        return say_warnings([
+            f"the start frame does not show the calibration's scene: its static scene "
+            f"matches the calibration's home frame with a correlation of "
+            f"{camera['response']:.2f} (below {SCENE_MIN_RESPONSE}) and {differs_share:.0%} "
+            f"of the frame differs from the calibration's background: another camera (a wrist "
+            f"camera's frame for a fixed camera's calibration), a camera pointed elsewhere, "
+            f"or another cell; the prediction would draw this calibration's arm over "
+            f"another view. Give a start frame from the calibrated camera (check it with "
+            f"`syncedge calibrate verify`)"])[0]
     if not camera or not camera.get("moved"):
         return None
     dx, dy = camera["shift_px"]
@@ -925,8 +940,9 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     (``decision["warning"]``): measured on 64 held-out robot cells, such starts kept little
     over copying the start frame. ``refuse_moved``: called with the moved-camera warning
     before anything is anchored where the shift is at least
-    :data:`edge.runtime.chain.CAMERA_SHIFT_REFUSE_PX` (``precheck`` refuses there); it
-    raises to refuse.
+    :data:`edge.runtime.chain.CAMERA_SHIFT_REFUSE_PX`, or where the start frame does not
+    show the calibration's scene (``scene_matched`` False) (``precheck`` refuses there);
+    it raises to refuse.
 
     Raises:
         RuntimeInputError: ``--anchor`` with ``--no-anchor``; as :func:`_anchor_episode`;
@@ -945,10 +961,13 @@ def anchor_chain(args: argparse.Namespace, chain: Any, source: str, start: Any, 
     if given and getattr(args, "no_anchor", False):
         raise RuntimeInputError("--anchor and --no-anchor: give one of the two")
     before = start_agreement(chain, start, q0)
-    say_light_change(before.get("light"))
-    moved = say_camera_moved(before.get("camera"))
-    if moved and refuse_moved is not None and \
-            before["camera"]["shift"] >= CAMERA_SHIFT_REFUSE_PX:
+    if (before.get("camera") or {}).get("scene_matched") is not False:
+        say_light_change(before.get("light"))  # else no light explains another view
+    frame_px = int(chain.robot.size)
+    moved = say_camera_moved(before.get("camera"), before["differs_px"] / max(frame_px, 1))
+    if moved and refuse_moved is not None and (
+            before["camera"]["shift"] >= CAMERA_SHIFT_REFUSE_PX
+            or before["camera"].get("scene_matched") is False):
         refuse_moved([moved])  # before anchoring's 30 s, which cannot undo it
     share = before["arm_on_arm"]
     decided: dict[str, Any] = {"before": before, "anchored": False, "why": None,

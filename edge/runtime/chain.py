@@ -50,7 +50,7 @@ __all__ = ["CHAIN_FORMAT", "CHAIN_MODEL_SHA256", "HOME_FRAME_TOLERANCE",
            "home_differences", "unmodelled_channels", "unmodelled_note",
            "ChainGeometry", "chain_bytes", "chain_from_bytes",
            "AUTO_ANCHOR_BELOW", "LOW_START_AGREEMENT", "START_AGREEMENT_CHANGE",
-           "CAMERA_SHIFT_WARN_PX", "camera_shift",
+           "CAMERA_SHIFT_WARN_PX", "SCENE_MIN_RESPONSE", "SCENE_DIFFERS_SHARE", "camera_shift",
            "arm_cover", "checked_start", "chain_positions", "start_agreement", "sweep_check",
            "sweep_segments", "fit_sheet",
            "chain_rollout", "close_gaps", "compose_chain",
@@ -1029,6 +1029,19 @@ CAMERA_SHIFT_REFUSE_PX = 2.0
 #: known static scene left after the arm and what differs from the background are masked.
 CAMERA_SHIFT_MIN_SHARE = 0.1
 
+#: :func:`start_agreement`: the start frame does not show the calibration's scene (another
+#: camera, as a wrist camera's frame given for a fixed camera's chain; a camera pointed
+#: elsewhere; another cell) where the static scene's gradients correlate with the home
+#: frame's below this (:func:`camera_shift`'s ``response``)...
+SCENE_MIN_RESPONSE = 0.5
+#: ...and at least this share of the frame differs from the calibration's background. On
+#: 256 starts of 128 held-out robot and convention cells the response was 0.53 at least
+#: (0.81 at the 1st percentile; 0.49 under camera noise of 6 levels and JPEG at 70) and at
+#: most 7% of the frame differed (99th percentile); a conveyor running through the view
+#: differed on up to 39% at a response of 0.74 or more; a wrist camera's frame against a
+#: fixed camera's chain read 0.36 with 56% differing, another cell's start 0.24 (median).
+SCENE_DIFFERS_SHARE = 0.25
+
 
 def camera_shift(chain: ChainCalibration, start: np.ndarray,
                  light: LightMatch | None = None,
@@ -1133,9 +1146,10 @@ def start_agreement(chain: ChainCalibration, start: np.ndarray,
     Returns:
         ``{"arm_on_arm": float or None, "arm_drawn": float or None, "judged_px": int,
         "differs_px": int, "light": LightMatch.summary(), "camera": camera_shift(...)}``
-        (:func:`camera_shift`: has the camera moved); a share is None where no pixel
-        decides it (the chain's arm lies wholly where the background was never seen, or
-        nothing differs).
+        (:func:`camera_shift`: has the camera moved; with ``scene_matched``: False where
+        the start frame does not show the calibration's scene, :data:`SCENE_MIN_RESPONSE`
+        and :data:`SCENE_DIFFERS_SHARE`); a share is None where no pixel decides it (the
+        chain's arm lies wholly where the background was never seen, or nothing differs).
 
     Raises:
         RuntimeInputError: a start of another size, readings of another width.
@@ -1149,12 +1163,17 @@ def start_agreement(chain: ChainCalibration, start: np.ndarray,
                       > change)
     judged = cover & seen
     n_judged, n_differs = int(judged.sum()), int(differs.sum())
+    camera = camera_shift(chain, start, light, cover)
+    size = differs.size
+    camera["scene_matched"] = not (camera["judged_px"] >= CAMERA_SHIFT_MIN_SHARE * size
+                                   and camera["response"] < SCENE_MIN_RESPONSE
+                                   and n_differs >= SCENE_DIFFERS_SHARE * size)
     return {"arm_on_arm": round(float((judged & differs).sum() / n_judged), 4)
             if n_judged else None,
             "arm_drawn": round(float((cover & differs).sum() / n_differs), 4)
             if n_differs else None,
             "judged_px": n_judged, "differs_px": n_differs, "light": light.summary(),
-            "camera": camera_shift(chain, start, light, cover)}
+            "camera": camera}
 
 
 # -- the rollout ---------------------------------------------------------------------------
