@@ -58,6 +58,7 @@ def test_simulate_chain_beats_copy_last_on_the_sample_cell(tmp_path, capsys):
     assert f"copy-last (the start frame held): PSNR {m['copy_last']['summary']['psnr_db']} dB" \
         in printed
     assert m["per_step"][15]["psnr_db"] > psnr(test.frames[0], truth[15]) + 2.0
+    assert not any("below copying the start frame" in w for w in m["warnings"])
     with np.load(out / "prediction.npz") as z:
         assert z["frames"].shape == (1, len(truth), 64, 64, 3)
     assert sorted(p.name for p in out.iterdir()) == [".syncedge-outputs.json",
@@ -911,3 +912,26 @@ def test_precheck_warns_of_an_arm_already_in_keep_out_and_a_start_outside_the_li
     assert any("the arm at the start already has" in w for w in rep["warnings"])
     assert any("the start joint readings already lie outside joint_limits" in w
                and f"{name} " in w for w in rep["warnings"]), rep["warnings"]
+
+
+def test_simulate_says_a_prediction_below_copying_the_start_frame(tmp_path, capsys):
+    """A chain read wrong (every axis turned the other way) predicts the sample cell's test
+    episode below holding its start frame: said on stderr and in the warnings (it was
+    printed beside the copy-last figure with nothing to say it lost)."""
+    import dataclasses
+
+    from edge.runtime.chain import load_chain_calibration, save_chain_calibration
+
+    chain = load_chain_calibration(CHAIN)
+    wrong = tmp_path / "wrong.npz"
+    save_chain_calibration(wrong, dataclasses.replace(chain, axes=-chain.axes))
+    out = tmp_path / "sim"
+    assert main(["simulate", "--chain", str(wrong), "--start", str(SAMPLE / "test.npz"),
+                 "--no-anchor", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["summary"]["psnr_db"] < m["copy_last"]["summary"]["psnr_db"]
+    (said,) = [w for w in m["warnings"] if "below copying the start frame" in w]
+    assert (f"whole-frame PSNR {m['summary']['psnr_db']:.2f} against "
+            f"{m['copy_last']['summary']['psnr_db']:.2f} dB over 39 steps") in said
+    assert "chain.png" in said and said in err

@@ -231,6 +231,11 @@ def _write_outputs(args: argparse.Namespace, report: dict, pred: np.ndarray,
         held = step_metrics(np.repeat(start[None], horizon, 0), truth, start)
         report["copy_last"] = {"summary": _mean_metrics(held),
                                "per_step_psnr_db": [p["psnr_db"] for p in held]}
+        below = _below_copy_last(report["summary"], report["copy_last"]["summary"],
+                                 horizon, bool(getattr(args, "chain", None)))
+        if below:
+            print(f"warning: {below}", file=sys.stderr, flush=True)
+            report["warnings"].append(below)
     cols = sheet_columns(horizon)
     shown = min(n, MAX_SHEET_ROWS)
     rows = [pred[i, cols] for i in range(shown)]
@@ -251,6 +256,22 @@ def _write_outputs(args: argparse.Namespace, report: dict, pred: np.ndarray,
         report["timings_s"]["total"] = round(time.perf_counter() - t_start, 6)
         write_json_atomic(out.path("metrics.json"), report)
         return out.commit()
+
+
+def _below_copy_last(pred: dict, held: dict, steps: int, chain: bool) -> str | None:
+    """The warning when the prediction's mean whole-frame PSNR against the start episode's
+    own frames (``pred``, ``held``: :func:`_mean_metrics` of the prediction and of the
+    start frame held) is below copying the start frame: the model does not predict this
+    cell's motion, whatever else it draws. None where it is not (or nothing is known)."""
+    if pred.get("psnr_db") is None or held.get("psnr_db") is None \
+            or pred["psnr_db"] >= held["psnr_db"]:
+        return None
+    look = ("the chain's sweep sheet (chain.png, written at store) for channels read wrong "
+            "or not at all" if chain else "the calibration's coverage check")
+    return (f"the prediction scores below copying the start frame: whole-frame PSNR "
+            f"{pred['psnr_db']:.2f} against {held['psnr_db']:.2f} dB over {steps} steps: it "
+            f"does not predict this cell's motion; look at contact_sheet.png and {look} "
+            f"(`syncedge calibrate validate` gives the same comparison as a verdict)")
 
 
 def _mean_metrics(per: list[dict]) -> dict:
