@@ -116,3 +116,28 @@ def test_store_refuses_a_moving_camera_even_when_forced(tmp_path: Path, capsys) 
 
         with CalibrationCache(tmp_path / "cache") as cache:
             assert cache.list() == []
+
+
+def test_what_moves_on_its_own_in_a_recording_s_holds_is_left_out_and_said() -> None:
+    """A conveyor in view: its boxes move in the recording's lead-in and lead-out, where
+    every joint holds still; those pixels are left out of the image motion and the check
+    says so (a user's belt cell raised the noise floor past its flange's motion)."""
+    from edge.calibrate.check import held_transitions, scene_motion
+
+    q = np.zeros((20, 2))
+    q[8:12, 0] = [0.1, 0.3, 0.3, 0.1]  # a sweep in the middle; holds either side
+    # three still transitions either side of each held one (a late camera's arm motion
+    # does not reach it); the sweep's own pause (transition 9) is too short
+    assert held_transitions(q) == [3, 15]
+    q2 = np.zeros((30, 2))
+    q2[12:16, 1] = 0.2
+    assert held_transitions(q2) == [3, 4, 5, 6, 7, 19, 20, 21, 22, 23, 24, 25]
+    frames = np.repeat(_textured(3, 64)[None], 30, axis=0)
+    belt = frames.copy()
+    for i in range(30):  # a box sliding along the bottom rows, one px a frame
+        belt[i, 48:60] = 40
+        belt[i, 50:58, i + 2:i + 10] = 230
+    mask = scene_motion(belt, held_transitions(q2))
+    assert mask is not None and mask[48:60].any() and not mask[:40].any()
+    assert scene_motion(frames, held_transitions(q2)) is None  # nothing moved on its own
+    assert scene_motion(belt, [3, 4]) is None  # a run of two transitions tells nothing

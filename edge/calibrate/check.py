@@ -76,7 +76,7 @@ __all__ = ["DEFAULT_MODEL_FPS", "CheckOptions", "EpisodeArrays", "FPS_MISMATCH",
            "LAG_SEARCH_FRAMES", "check_arrays", "check_episode", "coverage_sheets",
            "estimate_camera_lag", "frame_gaps", "frame_rate_note", "lag_search_frames",
            "load_for_check",
-           "motion_between_sweeps", "view_motion", "positions_seen_late", "tile_names"]
+           "motion_between_sweeps", "held_transitions", "scene_motion", "view_motion", "positions_seen_late", "tile_names"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
@@ -122,6 +122,9 @@ class CheckOptions:
             least this well (R^2 at the measured lag), and better than at no lag.
         model_fps: the model's frame rate, Hz: an episode of another timing is brought
             into it (``edge.calibrate.ingest``) and its camera lag judged in its frames.
+        scene_motion: bool ``[H, W]``, pixels left out of every image motion (what moves
+            on its own, :func:`scene_motion`); None: measured from an episode of another
+            timing's holds, else none.
     """
 
     min_fraction: float | None = None
@@ -132,6 +135,7 @@ class CheckOptions:
     max_lag_frames: float = 0.5
     lag_min_r2: float = 0.6
     model_fps: float = DEFAULT_MODEL_FPS
+    scene_motion: np.ndarray | None = None
 
 
 @dataclass
@@ -247,7 +251,8 @@ NOISE_MEDIAN_GAIN = 3.0
 ENERGY_CHUNK_BYTES = 64 << 20
 
 
-def _energy(frames: np.ndarray, maps: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray | None]:
     """Image motion of each transition: the mean absolute difference (0..255, averaged
     over the colour channels) of consecutive frames, each pixel's difference less the
     camera's noise level (:func:`noise_level`). A camera's noise and a video codec's
@@ -260,6 +265,9 @@ def _energy(frames: np.ndarray, maps: bool = True) -> tuple[np.ndarray, np.ndarr
     bytes a pixel): a 20 s 640x480 recording at 30 Hz took 7.4 GB differenced whole in
     float32; so its check peaks at 1.24 GB, its frames (0.57 GB), the sums (0.37 GB) and
     the chunks'.
+
+    ``exclude``: bool ``[H, W]``, pixels left out of the noise level and the mean (what
+    moves on its own while the arm holds still, :func:`scene_motion`); their maps are 0.
 
     Returns:
         ``(energy, per_pixel)``: float32 ``[T-1]`` and, with ``maps``, ``[T-1, H, W]``
@@ -274,16 +282,91 @@ def _energy(frames: np.ndarray, maps: bool = True) -> tuple[np.ndarray, np.ndarr
     for i in range(0, t - 1, step):
         a = frames[i:min(i + step, t - 1) + 1].astype(np.int16)
         sums[i:i + len(a) - 1] = np.abs(np.diff(a, axis=0)).sum(axis=3, dtype=np.int16)
-    noise = noise_level(sums, scale=1.0 / 3.0)
+    keep = None if exclude is None or not np.asarray(exclude).any() else \
+        ~np.asarray(exclude, bool)
+    noise = noise_level(sums if keep is None else sums[:, keep], scale=1.0 / 3.0)
     energy = np.empty(t - 1, np.float32)
     out = np.empty(sums.shape, np.float32) if maps else None
     for i in range(0, t - 1, step):
         d = np.maximum(sums[i:i + step] * np.float32(1.0 / 3.0)
                        - noise[i:i + step, None, None], 0.0)
-        energy[i:i + step] = d.mean(axis=(1, 2))
+        if keep is not None:
+            d[:, ~keep] = 0.0
+            energy[i:i + step] = d[:, keep].mean(axis=1)
+        else:
+            energy[i:i + step] = d.mean(axis=(1, 2))
         if out is not None:
             out[i:i + step] = d
     return energy, out
+
+
+#: :func:`scene_motion`: a pixel changes in a transition where its grey level moves by more
+#: than this (levels, 0..255), or three times the transition's median change where that is
+#: more (a camera's noise)...
+SCENE_MOTION_LEVELS = 8.0
+#: ...between the two ends of a run of at least this many transitions in which the arm
+#: holds still.
+SCENE_MOTION_RUN = 3
+#: :func:`held_transitions` takes a transition as held where every joint is still in it and
+#: for this many frames either side (a camera lag of up to that many frames does not show
+#: the arm's own motion there).
+HELD_MARGIN_FRAMES = 3
+
+
+def held_transitions(q: np.ndarray) -> list[int]:
+    """Transitions ``i`` (frame i to i + 1) of a recording in which every joint holds still,
+    with :data:`HELD_MARGIN_FRAMES` still frames either side: a recording's lead-in,
+    lead-out and long pauses. ``q`` float64 ``[T, n]``, the joint readings per frame."""
+    if len(q) < 2:
+        return []
+    span = np.maximum(np.ptp(q, axis=0), 1e-9)
+    still = (np.abs(np.diff(q, axis=0)) <= 1e-3 * span).all(axis=1)  # [T-1]
+    m = HELD_MARGIN_FRAMES
+    return [i for i in range(len(still))
+            if still[max(0, i - m):i + m + 1].all() and i - m >= 0 and i + m < len(still)]
+
+
+def scene_motion(frames: np.ndarray, still: list[int]) -> np.ndarray | None:
+    """The pixels that move on their own: those that differ between the first and the last
+    frame of a run of the transitions ``still`` (frame i to i + 1) in which the arm holds
+    still (:func:`held_transitions`: a recording's lead-in and lead-out), by more than
+    :data:`SCENE_MOTION_LEVELS` grey levels (three times the pair's median difference where
+    that is more: a camera's noise), in any such run. A conveyor running through the view,
+    a screen, a fan, a person walking by: their motion is no DoF's, and left in it raised
+    the check's noise floor past a small joint's image motion (a user's belt cell failed
+    its flange with "the picture did not change", motion 0.48 against a floor of 0.20 x 3).
+    An episode in the model's timing has no such holds (every transition lies next to a
+    sweep's motion, where a late camera still shows the arm moving): it is judged as it is.
+
+    Args:
+        frames: uint8 ``[T, H, W, 3]``.
+        still: transition indices (``i`` for frames ``i``, ``i + 1``) with every joint still.
+
+    Returns:
+        bool ``[H, W]``, or None where no run of at least :data:`SCENE_MOTION_RUN`
+        transitions is given (or nothing moved).
+    """
+    import cv2
+
+    still = sorted(i for i in set(still) if 0 <= i < len(frames) - 1)
+    runs: list[tuple[int, int]] = []  # (first frame, last frame) of each run
+    for i in still:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    runs = [r for r in runs if r[1] - r[0] >= SCENE_MOTION_RUN]
+    if not runs:
+        return None
+
+    def grey(i: int) -> np.ndarray:
+        return cv2.cvtColor(np.ascontiguousarray(frames[i]), cv2.COLOR_RGB2GRAY).astype(np.int16)
+
+    moving = np.zeros(frames.shape[1:3], bool)
+    for a, b in runs:
+        d = np.abs(grey(b) - grey(a))
+        moving |= d > max(SCENE_MOTION_LEVELS, 3.0 * float(np.median(d)))
+    return moving if moving.any() else None
 
 
 def noise_level(diffs: np.ndarray, scale: float = 1.0) -> np.ndarray:
@@ -333,7 +416,8 @@ def _speed_fit(energy: np.ndarray, q: np.ndarray, lag: float) -> tuple[float, np
 
 
 def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
-                        search_frames: float = LAG_SEARCH_FRAMES) -> dict[str, Any] | None:
+                        search_frames: float = LAG_SEARCH_FRAMES,
+                        exclude: np.ndarray | None = None) -> dict[str, Any] | None:
     """How late the frames show the joints against their readings, from the episode itself.
 
     The image motion of each transition (mean absolute frame difference less the camera's
@@ -352,6 +436,7 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
             DoF's unit only scales its own weight).
         fps: the episode's frame rate, Hz.
         search_frames: largest lag searched, frames.
+        exclude: bool ``[H, W]``, pixels left out of the image motion (:func:`scene_motion`).
 
     Returns:
         ``{"frames", "s", "r2", "r2_at_zero", "search_frames", "at_search_end",
@@ -365,7 +450,7 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
     q = np.asarray(q, np.float64)
     if len(frames) < 9 or q.ndim != 2 or len(q) != len(frames) or not np.ptp(q, axis=0).any():
         return None
-    energy = _energy(frames, maps=False)[0]
+    energy = _energy(frames, maps=False, exclude=exclude)[0]
 
     def fits(grid: np.ndarray) -> np.ndarray:
         return np.array([_speed_fit(energy, q, float(g))[0] for g in grid])
@@ -655,11 +740,19 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
                 "ingest": {"normalised": False, "refused": exc.code,
                            "frames": list(exc.frames) if exc.frames else None}}, arr
     checked = EpisodeArrays.from_episode(ep)
+    if opts.scene_motion is None and arr.joint_positions is not None:
+        import dataclasses
+
+        opts = dataclasses.replace(opts, scene_motion=scene_motion(
+            arr.frames, held_transitions(np.asarray(arr.joint_positions, np.float64))))
     report, _ = _check_episode(checked, opts)
     report["ingest"] = ingest
     still = motion_between_sweeps(arr.frames, [tuple(sw["frames"]) for sw in ingest["sweeps"]],
                                   np.asarray(arr.timestamps, np.float64))
-    report["notes"] = [still] if still else []
+    if still and report.get("scene_motion_share"):
+        still += ("; what moves on its own while the arm holds still is left out of the "
+                  "image motion (a conveyor that cannot be stopped is fine)")
+    report["notes"] = [*([still] if still else []), *report.get("notes", [])]
     ts = np.asarray(arr.timestamps, np.float64)
     lost = [(i, d, sw["dof"]) for i, d in frame_gaps(ts) for sw in ingest["sweeps"]
             if sw["frames"][0] < i <= sw["frames"][1]]
@@ -723,9 +816,11 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
         return
     per = fps / model_fps  # recorded frames per model frame
     extra = arr.meta.get("extra") or {}
-    raw = estimate_camera_lag(arr.frames, np.asarray(q, np.float64), fps,
+    qq = np.asarray(q, np.float64)
+    raw = estimate_camera_lag(arr.frames, qq, fps,
                               search_frames=lag_search_frames(
-                                  arr.meta, len(arr.frames), fps, model_fps))
+                                  arr.meta, len(arr.frames), fps, model_fps),
+                              exclude=opts.scene_motion)
     if raw is None:
         return
     lag = {**raw, "frames": raw["s"] * model_fps, "search_frames": raw["search_frames"] / per,
@@ -1085,7 +1180,11 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         reasons.append(_reason("pairing_error", f"expected every frame within {tol * 1e3:.0f} "
                                f"ms of a joint sample, found {int((pe > tol).sum())} beyond "
                                f"(max {pe.max() * 1e3:.1f} ms)"))
-    energy, _ = _energy(arr.frames, maps=False) if t > 1 else (np.zeros(0), None)
+    # what moves on its own while the arm holds still (a conveyor): not any DoF's motion;
+    # known from a recording's holds (given by the check of an episode of another timing)
+    moving_scene = opts.scene_motion
+    energy, _ = _energy(arr.frames, maps=False, exclude=moving_scene) if t > 1 else \
+        (np.zeros(0), None)
     pauses = [energy[k * SEGMENT_FRAMES + r] for k in range(n) for r in _PAUSE_ROWS
               if k * SEGMENT_FRAMES + r < len(energy)]
     noise = float(np.median(pauses)) if pauses else 0.0
@@ -1096,7 +1195,8 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     cols = [c for c, x in enumerate(names) if x not in dup and x in recorded]
     upto = max((starts.get(names[c], c * SEGMENT_FRAMES) + SEGMENT_FRAMES + 1 for c in cols),
                default=0) if partial else t
-    lag = estimate_camera_lag(arr.frames[:upto], q[:upto, cols], fps) if cols else None
+    lag = estimate_camera_lag(arr.frames[:upto], q[:upto, cols], fps,
+                              exclude=moving_scene) if cols else None
     lag_reasons = _lag_reason(lag, rec, fps, opts, extra.get("import"))
     shift = int(round(lag["frames"])) if lag_reasons and lag is not None else 0
     if lag is not None and lag["r2"] >= opts.lag_min_r2:
@@ -1155,6 +1255,20 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     reasons.extend(lag_reasons)
     report = _report(arr, reasons, dofs, names, frac, rec, pe, tol, opts)
     report["camera_lag"] = None if lag is None else {**lag, "image_motion_shifted_frames": shift}
+    share = 0.0 if moving_scene is None else float(moving_scene.mean())
+    report["scene_motion_share"] = round(share, 4)
+    if share:
+        for r in report["reasons"]:
+            if r["code"] == "no_image_motion":
+                r["message"] += (f"; but {share:.1%} of the picture moves on its own while "
+                                 f"the arm holds still (a conveyor, a person in view): left "
+                                 f"out of the image motion where the holds showed it, it "
+                                 f"still raises the noise floor elsewhere: record with it "
+                                 f"stopped, or, if the sweep sheet dof-{r['dof']}.png shows "
+                                 f"the joint moving, store with --force")
+        report["notes"] = [f"{share:.1%} of the picture moves on its own while the arm holds "
+                           f"still (a conveyor, a screen, a person in view): left out of "
+                           f"every DoF's image motion and the camera lag"]
     return report
 
 
