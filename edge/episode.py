@@ -394,7 +394,11 @@ def load_episode(path: str | os.PathLike[str]) -> Episode:
                         "record`) or import them (`syncedge calibrate import`)")
                 raise EpisodeError(f"not a syncedge episode file (no '{_META_KEY}' array; "
                                    f"found {sorted(keys)}){hint}", path=path, field=_META_KEY)
-            meta_bytes = npz[_META_KEY].tobytes()
+            raw = npz[_META_KEY]
+            # as written here: uint8 bytes; a 0-d string array (np.array(json_text)) as a
+            # writer of its own may store it is read too
+            meta_bytes = (str(raw.item()).encode("utf-8") if raw.dtype.kind == "U"
+                          else raw.tobytes())
             missing = [k for k in _ARRAY_KEYS if k not in keys]
             if missing:
                 extra = sorted(keys - set(_ARRAY_KEYS) - set(_OPTIONAL_KEYS) - {_META_KEY})

@@ -200,3 +200,17 @@ def test_failed_write_leaves_previous_file_and_no_temporary(tmp_path: Path, monk
         save_episode(make_episode(seed=2), path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["e.npz"]
+
+
+def test_metadata_stored_as_a_string_array_is_read_as_the_bytes_are(tmp_path: Path) -> None:
+    """A writer of its own storing ``metadata_json`` as ``np.array(json_text)`` (a 0-d
+    string array) had valid JSON refused as "Expecting property name enclosed in double
+    quotes" (its UTF-32 bytes read as UTF-8); it is read as the uint8 bytes are."""
+    ep = make_episode(kind="calibration")
+    path = save_episode(ep, tmp_path / "e.npz")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    text = arrays["metadata_json"].tobytes().decode("utf-8")
+    arrays["metadata_json"] = np.array(text)
+    np.savez_compressed(tmp_path / "own.npz", **arrays)
+    assert load_episode(tmp_path / "own.npz").metadata == ep.metadata

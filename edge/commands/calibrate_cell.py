@@ -208,11 +208,12 @@ def checked_episode(args: argparse.Namespace, model_fps: float | None = None
     else:
         reference = ep.frames[0]
         fh, fw = reference.shape[:2]
-        print(f"warning: no {ref_path} beside the episode (the camera's first frame that "
+        print(f"note: no {ref_path} beside the episode (the camera's first frame that "
               f"'calibrate record' writes): the episode's first frame, {fw}x{fh} px, is the "
-              "reference 'calibrate verify' compares the camera with, so verify will say the "
-              "resolution differs unless the camera gives that size; give the recording's "
-              "reference with --reference PNG", file=sys.stderr)
+              "reference 'calibrate verify' compares the camera with; that is right where "
+              "the episode holds the camera's frames as taken (an import, frames of your "
+              "own), and where it holds them resized, give the camera's own frame with "
+              "--reference PNG", file=sys.stderr)
     return ep, report, reference, ref_path
 
 
