@@ -935,3 +935,15 @@ def test_simulate_says_a_prediction_below_copying_the_start_frame(tmp_path, caps
     assert (f"whole-frame PSNR {m['summary']['psnr_db']:.2f} against "
             f"{m['copy_last']['summary']['psnr_db']:.2f} dB over 39 steps") in said
     assert "chain.png" in said and said in err
+
+
+def test_below_copy_last_compares_the_steps_both_have():
+    """A step whose truth equals the start frame has no finite PSNR for the start frame
+    held; averaged over different steps, a prediction worse at every step read as better
+    (30, 18, 18 against inf, 19, 19)."""
+    from edge.commands.simulate import _below_copy_last
+
+    said = _below_copy_last([30.0, 18.0, 18.0], [None, 19.0, 19.0], True)
+    assert said is not None and "18.00 against 19.00 dB over 2 steps" in said
+    assert _below_copy_last([30.0, 20.0], [None, 19.0], True) is None
+    assert _below_copy_last([None], [None], False) is None

@@ -282,8 +282,12 @@ def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = 
     for i in range(0, t - 1, step):
         a = frames[i:min(i + step, t - 1) + 1].astype(np.int16)
         sums[i:i + len(a) - 1] = np.abs(np.diff(a, axis=0)).sum(axis=3, dtype=np.int16)
-    keep = None if exclude is None or not np.asarray(exclude).any() else \
-        ~np.asarray(exclude, bool)
+    keep = None
+    if exclude is not None and np.asarray(exclude).shape == frames.shape[1:3] \
+            and np.asarray(exclude).any():
+        keep = ~np.asarray(exclude, bool)
+        if keep.mean() < 0.1:  # too little left to tell motion from noise: all of it
+            keep = None
     noise = noise_level(sums if keep is None else sums[:, keep], scale=1.0 / 3.0)
     energy = np.empty(t - 1, np.float32)
     out = np.empty(sums.shape, np.float32) if maps else None
@@ -305,23 +309,28 @@ def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = 
 #: more (a camera's noise)...
 SCENE_MOTION_LEVELS = 8.0
 #: ...between the two ends of a run of at least this many transitions in which the arm
-#: holds still.
+#: holds still (each end the median of up to 3 frames, changed pixels opened by 3x3 px)...
 SCENE_MOTION_RUN = 3
+#: ...where at least this share of the frame moved (less is said to be nothing).
+SCENE_MOTION_MIN_SHARE = 0.002
 #: :func:`held_transitions` takes a transition as held where every joint is still in it and
 #: for this many frames either side (a camera lag of up to that many frames does not show
 #: the arm's own motion there).
 HELD_MARGIN_FRAMES = 3
+HELD_MARGIN_S = 0.3
 
 
-def held_transitions(q: np.ndarray) -> list[int]:
+def held_transitions(q: np.ndarray, fps: float | None = None) -> list[int]:
     """Transitions ``i`` (frame i to i + 1) of a recording in which every joint holds still,
-    with :data:`HELD_MARGIN_FRAMES` still frames either side: a recording's lead-in,
-    lead-out and long pauses. ``q`` float64 ``[T, n]``, the joint readings per frame."""
+    with still frames either side (:data:`HELD_MARGIN_FRAMES`, or :data:`HELD_MARGIN_S` at
+    ``fps`` where that is more: a camera late by up to that much does not show the arm's
+    own motion there): a recording's lead-in, lead-out and long pauses. ``q`` float64
+    ``[T, n]``, the joint readings per frame."""
     if len(q) < 2:
         return []
     span = np.maximum(np.ptp(q, axis=0), 1e-9)
     still = (np.abs(np.diff(q, axis=0)) <= 1e-3 * span).all(axis=1)  # [T-1]
-    m = HELD_MARGIN_FRAMES
+    m = max(HELD_MARGIN_FRAMES, math.ceil(HELD_MARGIN_S * fps) if fps else 0)
     return [i for i in range(len(still))
             if still[max(0, i - m):i + m + 1].all() and i - m >= 0 and i + m < len(still)]
 
@@ -359,14 +368,20 @@ def scene_motion(frames: np.ndarray, still: list[int]) -> np.ndarray | None:
     if not runs:
         return None
 
-    def grey(i: int) -> np.ndarray:
-        return cv2.cvtColor(np.ascontiguousarray(frames[i]), cv2.COLOR_RGB2GRAY).astype(np.int16)
+    def grey(idx: range) -> np.ndarray:  # the median of a few frames: the camera's noise
+        return np.median(np.stack([cv2.cvtColor(np.ascontiguousarray(frames[i]),
+                                                cv2.COLOR_RGB2GRAY) for i in idx]),
+                         axis=0).astype(np.float32)
 
+    box = np.ones((3, 3), np.uint8)
     moving = np.zeros(frames.shape[1:3], bool)
     for a, b in runs:
-        d = np.abs(grey(b) - grey(a))
-        moving |= d > max(SCENE_MOTION_LEVELS, 3.0 * float(np.median(d)))
-    return moving if moving.any() else None
+        k = min(3, (b - a + 1) // 2)
+        d = np.abs(grey(range(b - k + 1, b + 1)) - grey(range(a, a + k)))
+        changed = (d > max(SCENE_MOTION_LEVELS, 3.0 * float(np.median(d)))).astype(np.uint8)
+        # what moves is a thing, not scattered pixels of noise
+        moving |= cv2.morphologyEx(changed, cv2.MORPH_OPEN, box) > 0
+    return moving if moving.mean() >= SCENE_MOTION_MIN_SHARE else None
 
 
 def noise_level(diffs: np.ndarray, scale: float = 1.0) -> np.ndarray:
@@ -744,7 +759,8 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
         import dataclasses
 
         opts = dataclasses.replace(opts, scene_motion=scene_motion(
-            arr.frames, held_transitions(np.asarray(arr.joint_positions, np.float64))))
+            arr.frames, held_transitions(np.asarray(arr.joint_positions, np.float64),
+                                         float(arr.meta.get("fps") or 0) or None)))
     report, _ = _check_episode(checked, opts)
     report["ingest"] = ingest
     still = motion_between_sweeps(arr.frames, [tuple(sw["frames"]) for sw in ingest["sweeps"]],
@@ -881,15 +897,19 @@ def motion_between_sweeps(frames: np.ndarray, sweeps: list[tuple[int, int]],
             f"view; record with every channel in the stream and the view clear")
 
 
-#: :func:`view_motion` measures the flow with the frame's long side at most this (px)...
+#: :func:`view_motion` measures the flow with the frame's long side resized to this (px)...
 VIEW_FLOW_SIDE = 128
 #: ...takes a pixel as textured where the home frame's grey gradient is at least this
 #: (levels per px at that size)...
 VIEW_TEXTURE_LEVELS = 8.0
-#: ...and as moved where its flow is more than this (px at that size), or where its grey
-#: level changed by more than this beyond the whole frame's median change (exposure).
+#: ...and as moved where its flow is more than this (px at that size) and its grey level
+#: changed by more than this beyond the whole frame's median change (exposure): a straight
+#: static edge picks up flow along itself from a link moving beside it (the aperture
+#: problem) without changing, and a light's flicker changes levels without flow.
 VIEW_MOVED_PX = 1.0
-VIEW_CHANGE_LEVELS = 20.0
+VIEW_CHANGE_LEVELS = 6.0
+#: Frames whose short side is below this (px) are not judged (the flow needs room).
+VIEW_MIN_SIDE = 32
 #: ``camera_moves``: the view moved where at least this share of the textured pixels moved,
 #: in the whole frame and in every edge strip that shows texture...
 VIEW_MOVED_SHARE = 0.8
@@ -907,10 +927,10 @@ def view_motion(home: np.ndarray, far: np.ndarray) -> dict[str, Any]:
     A fixed camera watching an arm sees the arm move over a still scene: at a sweep's far
     end most of the picture, and above all the frame's edges, stands where it stood at
     home. A camera mounted on the arm (a wrist camera) or not rigidly fixed sees the whole
-    picture move, edges included, with the joints that carry it. Dense flow (OpenCV DIS,
-    patches mean-normalised, so a change of exposure is not motion) from ``home`` to
-    ``far`` at :data:`VIEW_FLOW_SIDE`, or a change of grey level beyond the frame's median
-    change, read on the textured pixels only (a flat wall shows no motion either way).
+    picture move, edges included, with the joints that carry it. A textured pixel moved
+    where dense flow (OpenCV DIS) from ``home`` to ``far`` at :data:`VIEW_FLOW_SIDE` moves
+    it and its grey level changed beyond the frame's median change (a flat wall shows no
+    motion either way; frames with a side under :data:`VIEW_MIN_SIDE` px are not judged).
 
     Args:
         home, far: uint8 ``[H, W, 3]``, the same camera's frames at a sweep's start and at
@@ -926,12 +946,17 @@ def view_motion(home: np.ndarray, far: np.ndarray) -> dict[str, Any]:
     import cv2
 
     h, w = home.shape[:2]
-    scale = min(1.0, VIEW_FLOW_SIDE / max(h, w))
-    size = (max(8, round(w * scale)), max(8, round(h * scale)))
+    if min(h, w) < VIEW_MIN_SIDE:
+        return {"moved": None, "edges": [None] * 4, "view_moved": False}
+    scale = VIEW_FLOW_SIDE / max(h, w)  # a smaller frame enlarged: the flow needs room
+    size = (max(VIEW_MIN_SIDE, round(w * scale)), max(VIEW_MIN_SIDE, round(h * scale)))
 
     def grey(img: np.ndarray) -> np.ndarray:
         g = cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY)
-        return cv2.resize(g, size, interpolation=cv2.INTER_AREA) if size != (w, h) else g
+        if size == (w, h):
+            return g
+        return cv2.resize(g, size, interpolation=cv2.INTER_AREA if scale < 1
+                          else cv2.INTER_LINEAR)
 
     a, b = grey(home), grey(far)
     smooth = cv2.GaussianBlur(a.astype(np.float32), (0, 0), 1.0)
@@ -940,10 +965,11 @@ def view_motion(home: np.ndarray, far: np.ndarray) -> dict[str, Any]:
     textured = grad >= VIEW_TEXTURE_LEVELS
     flow = cv2.DISOpticalFlow_create(  # type: ignore[attr-defined]
         cv2.DISOPTICAL_FLOW_PRESET_MEDIUM).calc(a, b, None)
-    # a pixel moved where the flow says so, or where the picture there changed beyond a
-    # change of exposure (the flow's search can miss a large turn of the whole view)
+    # moved where the flow moves it and the picture there changed beyond a change of
+    # exposure: flow alone slides along a straight static edge beside a moving link, a
+    # change alone is a light's flicker
     diff = cv2.GaussianBlur(b.astype(np.float32), (0, 0), 1.0) - smooth
-    moved = (np.linalg.norm(flow, axis=-1) > VIEW_MOVED_PX) | (
+    moved = (np.linalg.norm(flow, axis=-1) > VIEW_MOVED_PX) & (
         np.abs(diff - float(np.median(diff))) > VIEW_CHANGE_LEVELS)
     sh, sw = max(1, round(size[1] * VIEW_EDGE_SHARE)), max(1, round(size[0] * VIEW_EDGE_SHARE))
     strips = [(slice(0, sh), slice(None)), (slice(size[1] - sh, None), slice(None)),
@@ -971,6 +997,7 @@ def _camera_moves(arr: EpisodeArrays, dofs: list[dict], q: np.ndarray, names: li
         c = names.index(rep["dof"])
         a = int(rep["segment_start"])
         rows = np.abs(q[a:a + SEGMENT_FRAMES + 1, c] - q[a, c])
+        rep["view_moved"] = None
         if not len(rows) or rows.max() <= 0 or a + int(np.argmax(rows)) >= len(arr.frames):
             continue
         vm = view_motion(arr.frames[a], arr.frames[a + int(np.argmax(rows))])

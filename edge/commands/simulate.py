@@ -231,8 +231,8 @@ def _write_outputs(args: argparse.Namespace, report: dict, pred: np.ndarray,
         held = step_metrics(np.repeat(start[None], horizon, 0), truth, start)
         report["copy_last"] = {"summary": _mean_metrics(held),
                                "per_step_psnr_db": [p["psnr_db"] for p in held]}
-        below = _below_copy_last(report["summary"], report["copy_last"]["summary"],
-                                 horizon, bool(getattr(args, "chain", None)))
+        below = _below_copy_last([p["psnr_db"] for p in per], [p["psnr_db"] for p in held],
+                                 bool(getattr(args, "chain", None)))
         if below:
             print(f"warning: {below}", file=sys.stderr, flush=True)
             report["warnings"].append(below)
@@ -258,19 +258,25 @@ def _write_outputs(args: argparse.Namespace, report: dict, pred: np.ndarray,
         return out.commit()
 
 
-def _below_copy_last(pred: dict, held: dict, steps: int, chain: bool) -> str | None:
-    """The warning when the prediction's mean whole-frame PSNR against the start episode's
-    own frames (``pred``, ``held``: :func:`_mean_metrics` of the prediction and of the
-    start frame held) is below copying the start frame: the model does not predict this
-    cell's motion, whatever else it draws. None where it is not (or nothing is known)."""
-    if pred.get("psnr_db") is None or held.get("psnr_db") is None \
-            or pred["psnr_db"] >= held["psnr_db"]:
+def _below_copy_last(pred: list, held: list, chain: bool) -> str | None:
+    """The warning when the prediction's whole-frame PSNR against the start episode's own
+    frames, averaged over the steps where both it and the start frame held have a finite
+    one (``pred``, ``held``: per-step dB or None; a step whose truth equals the start frame
+    has none for the start frame), is below copying the start frame: the model does not
+    predict this cell's motion, whatever else it draws. None where it is not (or nothing
+    is known)."""
+    both = [(p, h) for p, h in zip(pred, held, strict=True) if p is not None and h is not None]
+    if not both:
+        return None
+    p_mean = float(np.mean([p for p, _ in both]))
+    h_mean = float(np.mean([h for _, h in both]))
+    if p_mean >= h_mean:
         return None
     look = ("the chain's sweep sheet (chain.png, written at store) for channels read wrong "
             "or not at all" if chain else "the calibration's coverage check")
     return (f"the prediction scores below copying the start frame: whole-frame PSNR "
-            f"{pred['psnr_db']:.2f} against {held['psnr_db']:.2f} dB over {steps} steps: it "
-            f"does not predict this cell's motion; look at contact_sheet.png and {look} "
+            f"{p_mean:.2f} against {h_mean:.2f} dB over {len(both)} steps: it does not "
+            f"predict this cell's motion; look at contact_sheet.png and {look} "
             f"(`syncedge calibrate validate` gives the same comparison as a verdict)")
 
 

@@ -583,11 +583,15 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         peak = far >= 0.75 * far.max() if far.max() > 0 else np.zeros(b - a, bool)
         if n and peak.any():
             moves[c] = mag[a:b][peak][:, ys, xs].mean(0) > moving_px
-            # a point tracked in none of the far end's frames (it left the view, as a
-            # tightly framed arm does, or was hidden) moved where the frames that saw it
-            # on the way out show it moving
-            lost = ~valid[a:b][peak][:, ys, xs].any(0)
-            moves[c] |= lost & (mag[a:b][:, ys, xs].max(0) > moving_px)
+            if moves[c].sum() < MIN_CARRIED_PX:
+                # too few points tracked at the far end to read an axis from: a sweep that
+                # carries a tightly framed arm out of view. A point tracked in none of the
+                # far end's frames moved where the frames that saw it on the way out show
+                # it moving (only here: where the far end reads enough points, reads stay
+                # as they were)
+                lost = ~valid[a:b][peak][:, ys, xs].any(0)
+                out_leg = mag[a:a + int(np.argmax(peak)) + 1][:, ys, xs]  # to the far end
+                moves[c] |= lost & (out_leg.max(0) > moving_px)
     moved_px = moves.sum(1)  # (K,) arm pixels each sweep moved at its far end
     swept = np.array([np.abs(q[a:b, c] - q[0, c]).max() > 0
                       for c, (a, b) in enumerate(segments)])
