@@ -76,7 +76,8 @@ __all__ = ["DEFAULT_MODEL_FPS", "CheckOptions", "EpisodeArrays", "FPS_MISMATCH",
            "LAG_SEARCH_FRAMES", "check_arrays", "check_episode", "coverage_sheets",
            "estimate_camera_lag", "frame_gaps", "frame_rate_note", "lag_search_frames",
            "load_for_check",
-           "motion_between_sweeps", "held_transitions", "scene_motion", "view_motion", "positions_seen_late", "tile_names"]
+           "motion_between_sweeps", "held_transitions", "scene_motion", "view_motion",
+           "positions_seen_late", "tile_names"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
@@ -331,8 +332,7 @@ def held_transitions(q: np.ndarray, fps: float | None = None) -> list[int]:
     span = np.maximum(np.ptp(q, axis=0), 1e-9)
     still = (np.abs(np.diff(q, axis=0)) <= 1e-3 * span).all(axis=1)  # [T-1]
     m = max(HELD_MARGIN_FRAMES, math.ceil(HELD_MARGIN_S * fps) if fps else 0)
-    return [i for i in range(len(still))
-            if still[max(0, i - m):i + m + 1].all() and i - m >= 0 and i + m < len(still)]
+    return [i for i in range(m, len(still) - m) if still[i - m:i + m + 1].all()]
 
 
 def scene_motion(frames: np.ndarray, still: list[int]) -> np.ndarray | None:
@@ -832,8 +832,7 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
         return
     per = fps / model_fps  # recorded frames per model frame
     extra = arr.meta.get("extra") or {}
-    qq = np.asarray(q, np.float64)
-    raw = estimate_camera_lag(arr.frames, qq, fps,
+    raw = estimate_camera_lag(arr.frames, np.asarray(q, np.float64), fps,
                               search_frames=lag_search_frames(
                                   arr.meta, len(arr.frames), fps, model_fps),
                               exclude=opts.scene_motion)
@@ -1255,7 +1254,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
                                "does not see the arm (pointed elsewhere, covered, or a "
                                "frozen image); aim it at the arm and record again"))
     reasons.extend(_distinct(arr, dofs, opts))
-    # the one cause of every other figure of the DoFs it names: said first
+    # the one cause of every other figure of the DoFs it names: said before them
     reasons[:0] = _camera_moves(arr, dofs, q, names, bool(extra.get("import")))
     followed = _program_not_followed(rec, program)
     if followed is not None and any(r["code"] in ("sweep_reversed", "sweep_overshoot")
