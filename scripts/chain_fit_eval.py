@@ -781,7 +781,9 @@ def main(argv: list[str] | None = None) -> int:
                 track_err.append(float(np.median(err[moving])))
                 far = shift > np.percentile(shift[moving], 75) if moving.any() else moving
                 track_err_far.append(float(np.median(err[far])) if far.any() else np.nan)
-            fit = fit_chain(tracks, valid, qc, segments, float(f), c.numpy(), robot=robot)
+            fit = fit_chain(tracks, valid, qc, segments, float(f), c.numpy(), robot=robot,
+                            home=None if kind == "true" else on_grid(
+                                hi.frames[:1], cal.frames.shape[1:3])[0])
             if kind == "dis" and args.photometric:
                 size = (args.photometric, args.photometric)
                 photo = np.stack([cv2.resize(x, size, interpolation=cv2.INTER_AREA)

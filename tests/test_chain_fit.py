@@ -886,3 +886,72 @@ def test_a_channel_whose_sweep_carries_the_arm_out_of_view_is_still_read(arm_fit
     assert fit.carried[0].mean() > 0.95
     true = arm.signs[0] * arm.axes[0]
     assert np.degrees(np.arccos(np.clip(true @ fit.axes[0], -1, 1))) < 2.0
+
+
+def test_a_link_without_texture_is_carried_whole():
+    """A link of one flat colour gives its inner pixels no valid track (the flow has
+    nothing to hold on to there); no track is no evidence, so those pixels take the
+    membership of their own link's edge pixels, not 'standing still' (a tightly framed
+    cell's plain cylinder was read full of holes and came apart in every rollout)."""
+    import cv2
+
+    arm = TwoLinkArm()
+    q, tracks = arm.sweep()
+    fore = np.zeros((SIZE, SIZE), bool)
+    fore[arm.robot] = arm.link == 1
+    upper = arm.robot & ~fore
+    home = np.full((SIZE, SIZE, 3), 90, np.uint8)
+    home[upper] = (200, 40, 40)
+    home[fore] = (40, 60, 210)
+    inner = np.zeros((SIZE, SIZE), bool)
+    for link in (upper, fore):
+        inner |= cv2.erode(link.astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
+    valid = np.broadcast_to(~inner, tracks.shape[:3]).copy()
+    fit = fit_chain(tracks, valid, q, [(0, 9), (8, 17)], F, C, robot=arm.robot,
+                    restarts=16, steps=250, refine_steps=600, home=home)
+    is_fore = arm.link == 1
+    assert fit.carried[1][is_fore].all()  # the elbow carries the whole forearm...
+    assert not fit.carried[1][~is_fore].any()  # ...and nothing of the upper arm
+    assert fit.carried[0].mean() > 0.95
+    for c in range(2):
+        true = arm.signs[c] * arm.axes[c]
+        assert np.degrees(np.arccos(np.clip(true @ fit.axes[c], -1, 1))) < 2.0
+
+
+def test_fill_undecided_follows_the_link_s_colour():
+    """Hand-made: a band of three rows, three columns red then five blue, decided only
+    at its two end columns; each undecided pixel takes the answer of the end of its own
+    colour, though column 3 is nearer the red end in steps. A thin undecided strip (one
+    pixel wide: a rim, a pixel hidden by the moving link) keeps its own answer, as does a
+    region no decided pixel reaches."""
+    from export.models.chain_fit import _fill_undecided
+
+    robot = np.zeros((6, 8), bool)
+    robot[1:4, :] = True
+    home = np.zeros((6, 8, 3), np.uint8)
+    home[:, :3] = (200, 30, 30)  # red: columns 0-2
+    home[:, 3:] = (30, 30, 200)  # blue: columns 3-7
+    ys, xs = np.nonzero(robot)
+    decided = (xs == 0) | (xs == 7)
+    value = xs == 0
+    out = _fill_undecided(decided, value, robot, home)
+    assert (out == (xs < 3)).all()
+    # without the colours, by steps alone: column 3 is 3 from the left end, 4 from the right
+    plain = _fill_undecided(decided, value, robot, None)
+    assert (plain == (xs < 4)).all()
+    # one row only: every undecided pixel lies on a strip one pixel wide, nothing changes
+    row = np.zeros((6, 8), bool)
+    row[2] = True
+    line_decided = np.array([True] + [False] * 6 + [True])
+    line_value = np.array([True] + [False] * 7)
+    assert (_fill_undecided(line_decided, line_value, row, home) == line_value).all()
+    # the band cut at column 4, only column 0 deciding: columns 5-7 (a region of area)
+    # are reached from no decided pixel and keep their own values
+    cut = robot.copy()
+    cut[:, 4] = False
+    yc, xc = np.nonzero(cut)
+    own = xc == 7
+    out2 = _fill_undecided(xc == 0, own | (xc == 0), cut, home)
+    assert (out2 == ((xc < 4) | own)).all()
+    # no decided pixel: the tracks' values stay
+    assert (_fill_undecided(np.zeros(len(ys), bool), value, robot, home) == value).all()

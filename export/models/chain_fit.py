@@ -498,13 +498,97 @@ def _carried_from_tracks(moves: np.ndarray) -> np.ndarray:
     return car
 
 
+#: :func:`_fill_undecided`: the cost of stepping from an arm pixel to its neighbour is 1
+#: plus their colour difference (CIELAB, OpenCV's 8-bit scale) over this many levels: a
+#: point takes its membership from the nearest point that shows it along the same link's
+#: surface rather than across an edge to another link.
+FILL_COLOUR_LEVELS = 2.0
+
+
+def _fill_undecided(decided: np.ndarray, value: np.ndarray, robot: np.ndarray,
+                    home: np.ndarray | None) -> np.ndarray:
+    """A channel's membership where its sweep shows nothing, from the points that show it.
+
+    A link without texture, or one that leaves the view, gives its inner points no valid
+    track in a sweep (the flow's forward-backward check fails where nothing anchors it),
+    and no track is no evidence: such a point is not "standing still". Each undecided
+    region of area (a 4-connected region of undecided points holding at least one whose
+    3x3 neighbourhood is all undecided arm) takes, point by point, the value of the
+    decided point nearest over the arm's pixels, a step costing 1 plus the colour
+    difference of the two pixels over :data:`FILL_COLOUR_LEVELS` (a geodesic distance on
+    the home frame: the same surface first). Thin undecided strips (the arm cut's rim, a
+    still pixel the moving link hid for the sweep's frames) and points no decided point
+    reaches keep ``value``: "not carried" draws them where they stood.
+
+    Args:
+        decided: bool ``[N]``, the points whose own tracks decide (row-major order of
+            ``robot``).
+        value: bool ``[N]``, the membership read from the tracks.
+        robot: bool ``[H, W]``, the arm pixels.
+        home: uint8 ``[H, W, 3]`` RGB, the home frame on the same grid, or None (every
+            step costs 1).
+
+    Returns:
+        bool ``[N]``: ``value`` where decided, the nearest decided point's elsewhere.
+    """
+    import cv2
+
+    if decided.all() or not decided.any():
+        return value.copy()
+    h, w = robot.shape
+    cost_r = np.full((h, w - 1), np.inf)  # between (y, x) and (y, x + 1)
+    cost_d = np.full((h - 1, w), np.inf)  # between (y, x) and (y + 1, x)
+    if home is not None:
+        lab = cv2.cvtColor(np.ascontiguousarray(home, np.uint8),
+                           cv2.COLOR_RGB2LAB).astype(np.float64)
+        diff_r = np.linalg.norm(lab[:, 1:] - lab[:, :-1], axis=-1)
+        diff_d = np.linalg.norm(lab[1:] - lab[:-1], axis=-1)
+    else:
+        diff_r, diff_d = np.zeros((h, w - 1)), np.zeros((h - 1, w))
+    both_r = robot[:, 1:] & robot[:, :-1]
+    both_d = robot[1:] & robot[:-1]
+    cost_r[both_r] = 1.0 + diff_r[both_r] / FILL_COLOUR_LEVELS
+    cost_d[both_d] = 1.0 + diff_d[both_d] / FILL_COLOUR_LEVELS
+    dist = np.full((h, w), np.inf)
+    label = np.zeros((h, w), bool)
+    ys, xs = np.nonzero(robot)
+    dist[ys[decided], xs[decided]] = 0.0
+    label[ys, xs] = value
+    # Bellman-Ford relaxation over the grid: each pass lets every pixel take a cheaper
+    # path through one of its four neighbours; it ends when no distance falls
+    for _ in range(h * w):
+        changed = False
+        for axis, cost in ((1, cost_r), (0, cost_d)):
+            a = (slice(None), slice(None, -1)) if axis == 1 else (slice(None, -1), slice(None))
+            b = (slice(None), slice(1, None)) if axis == 1 else (slice(1, None), slice(None))
+            for src, dst in ((a, b), (b, a)):
+                cand = dist[src] + cost
+                better = cand < dist[dst] - 1e-12
+                if better.any():
+                    changed = True
+                    dist[dst] = np.where(better, cand, dist[dst])
+                    label[dst] = np.where(better, label[src], label[dst])
+        if not changed:
+            break
+    undecided = np.zeros((h, w), np.uint8)
+    undecided[ys[~decided], xs[~decided]] = 1
+    inner = cv2.erode(undecided, np.ones((3, 3), np.uint8), borderValue=0).astype(bool)
+    count, regions = cv2.connectedComponents(undecided, connectivity=4)
+    areal = np.zeros(count, bool)
+    areal[np.unique(regions[inner])] = True
+    areal[0] = False  # the label of decided and non-arm pixels
+    fill = areal[regions[ys, xs]] & np.isfinite(dist[ys, xs])
+    return np.where(fill, label[ys, xs], value)
+
+
 def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray,
               segments: list[tuple[int, int]], focal_px: float, centre_px: np.ndarray,
               robot: np.ndarray | None = None, moving_px: float = 0.5,
               restarts: int = 16, steps: int = 300, refine_steps: int = 600,
               smooth: float = 2.0, seed: int = 0,
               prismatic: np.ndarray | None = None,
-              scale_free: np.ndarray | None = None, log=None) -> ChainFit:
+              scale_free: np.ndarray | None = None, home: np.ndarray | None = None,
+              log=None) -> ChainFit:
     """Fit depths, axes and pivots to a calibration sweep's tracks (module docstring).
 
     Args:
@@ -533,6 +617,11 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
             each gets a fitted ``rad_per_unit``, started from a sweep of
             :data:`NOMINAL_SWEEP_RAD` and tried at half and twice that, then refined with
             the rest. None or False: the readings are rad (``rad_per_unit`` 1).
+        home: uint8 ``[H, W, 3]`` RGB, the home frame on the grid: a point whose tracks
+            say nothing of whether a channel moves it (none valid, or the channel's turn
+            would move it too little to tell) takes the nearest decided point's answer
+            along its own link's colour (:func:`_fill_undecided`). None: along the arm
+            regardless of colour.
         log: called with a line of progress per channel and for the joint refinement, or
             None.
 
@@ -583,6 +672,9 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         peak = far >= 0.75 * far.max() if far.max() > 0 else np.zeros(b - a, bool)
         if n and peak.any():
             moves[c] = mag[a:b][peak][:, ys, xs].mean(0) > moving_px
+            # a point tracked at none of the far end's frames shows nothing
+            moves[c] = _fill_undecided(valid[a:b][peak][:, ys, xs].any(0), moves[c], robot,
+                                       home)
             if moves[c].sum() < MIN_CARRIED_PX:
                 # too few points tracked at the far end to read an axis from: a sweep that
                 # carries a tightly framed arm out of view. A point tracked in none of the
@@ -737,9 +829,14 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         p = ray * logz_t.exp()[:, None]
         for c in active:
             turned = moved(c, p, axis_t[c], pivot_t[c], ls_t[c])
-            r_rot = (((project(turned) - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
+            to = project(turned)
+            r_rot = (((to - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             r_static = (((uv0[None] - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             moves[c] = (r_rot < r_static).numpy()
+            # the two answers differ only where the turn moves the point: a point seen
+            # nowhere it would have moved is decided by its neighbours
+            telling = (((to - uv0[None]).norm(dim=-1) > moving_px) * seen[c]).sum(0) > 0
+            moves[c] = _fill_undecided(telling.numpy(), moves[c], robot, home)
     carried = _carried_from_tracks(moves)
     set_carried(carried)
     active = [c for c in range(k) if carried[c].sum() >= MIN_CARRIED_PX]
@@ -1433,7 +1530,7 @@ def read_chain(frames: np.ndarray, joint_positions: np.ndarray,
     say(f"arm tracked through the {len(frames)} frames in {time.perf_counter() - t_track:.0f} s")
     fit = fit_chain(tracks, valid, joint_positions, segments, focal_px, centre_px,
                     robot=robot, prismatic=prismatic, scale_free=scale_free,
-                    log=log, **(fit_options or {}))
+                    home=on_grid(frames[:1], size)[0], log=log, **(fit_options or {}))
     say(f"fit to the tracks: residual {np.round(fit.residual_px, 2).tolist()} px")
     if scale_free is not None and np.any(scale_free):
         say(f"turn per unit of reading (rad): {np.round(fit.rad_per_unit, 5).tolist()}")
