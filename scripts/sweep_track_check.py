@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         calibration_sweeps,
         camera_pinhole,
         fit_chain,
+        on_grid,
         sweep_robot_mask,
         sweep_timing,
         sweep_tracks,
@@ -143,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             focal, centre, _ = camera_pinhole(ep8, (64, 64))
             for tag, (tr, va) in ways.items():
                 t0 = time.perf_counter()
-                fit = fit_chain(tr, va, q8, segments, focal, centre, robot=robot)
+                fit = fit_chain(tr, va, q8, segments, focal, centre, robot=robot,
+                                home=on_grid(ep8.frames[:1], (64, 64))[0])
                 err, twin = axis_errors(fit, scene, params, q8[0])
                 for row in cell_rows:
                     row[f"axis_deg_{tag}"] = float(err[row["channel"]])

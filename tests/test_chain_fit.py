@@ -955,3 +955,14 @@ def test_fill_undecided_follows_the_link_s_colour():
     assert (out2 == ((xc < 4) | own)).all()
     # no decided pixel: the tracks' values stay
     assert (_fill_undecided(np.zeros(len(ys), bool), value, robot, home) == value).all()
+    # an arm mask of 0/1 integers reads as the bool one
+    assert (_fill_undecided(decided, value, robot.astype(np.uint8), home) == out).all()
+
+
+def test_fit_chain_refuses_a_home_frame_of_another_grid_or_type():
+    tracks = np.zeros((5, 4, 4, 2), np.float32)
+    args = (tracks, np.ones((5, 4, 4), bool), np.zeros((5, 1)), [(0, 5)], F, C)
+    with pytest.raises(ValueError, match=r"home .*expected uint8 \[4, 4, 3\]"):
+        fit_chain(*args, home=np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match="home float"):
+        fit_chain(*args, home=np.zeros((4, 4, 3)))

@@ -513,12 +513,15 @@ def _fill_undecided(decided: np.ndarray, value: np.ndarray, robot: np.ndarray,
     track in a sweep (the flow's forward-backward check fails where nothing anchors it),
     and no track is no evidence: such a point is not "standing still". Each undecided
     region of area (a 4-connected region of undecided points holding at least one whose
-    3x3 neighbourhood is all undecided arm) takes, point by point, the value of the
-    decided point nearest over the arm's pixels, a step costing 1 plus the colour
-    difference of the two pixels over :data:`FILL_COLOUR_LEVELS` (a geodesic distance on
-    the home frame: the same surface first). Thin undecided strips (the arm cut's rim, a
-    still pixel the moving link hid for the sweep's frames) and points no decided point
-    reaches keep ``value``: "not carried" draws them where they stood.
+    3x3 neighbourhood is all undecided arm; a pixel on the frame's edge is never such a
+    one) takes, point by point, the value of the decided point nearest over the arm's
+    pixels, a step costing 1 plus the colour difference of the two pixels over
+    :data:`FILL_COLOUR_LEVELS` (a geodesic distance on the home frame: the same surface
+    first; equal distances go to the left or upper source). Undecided regions no wider
+    than 2 pixels anywhere (the arm cut's rim, a still pixel the moving link hid for the
+    sweep's frames) and points no decided point reaches keep ``value``, the tracks' own
+    answer (for a point without any valid track, "not carried"). A thin strip joined to a
+    region of area is part of that region.
 
     Args:
         decided: bool ``[N]``, the points whose own tracks decide (row-major order of
@@ -529,10 +532,12 @@ def _fill_undecided(decided: np.ndarray, value: np.ndarray, robot: np.ndarray,
             step costs 1).
 
     Returns:
-        bool ``[N]``: ``value`` where decided, the nearest decided point's elsewhere.
+        bool ``[N]``: ``value`` where decided or left as read, the nearest decided point's
+        in the regions filled.
     """
     import cv2
 
+    robot = np.asarray(robot, bool)
     if decided.all() or not decided.any():
         return value.copy()
     h, w = robot.shape
@@ -647,6 +652,10 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
     for a, b in segments:
         if not 0 <= a < b <= t_all:
             raise ValueError(f"fit_chain: segment ({a}, {b}) outside the {t_all} frames")
+    if home is not None and (np.shape(home) != (h, w, 3)
+                             or np.asarray(home).dtype != np.uint8):
+        raise ValueError(f"fit_chain: home {np.asarray(home).dtype} {list(np.shape(home))}: "
+                         f"expected uint8 [{h}, {w}, 3], the home frame on the tracks' grid")
     slide = (np.zeros(k, bool) if prismatic is None
              else np.asarray(prismatic, bool).reshape(-1))
     if len(slide) != k:
