@@ -842,9 +842,12 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
             r_rot = (((to - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             r_static = (((uv0[None] - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             moves[c] = (r_rot < r_static).numpy()
-            # the two answers differ only where the turn moves the point: a point seen
-            # nowhere it would have moved is decided by its neighbours
-            telling = (((to - uv0[None]).norm(dim=-1) > moving_px) * seen[c]).sum(0) > 0
+            # a point tracked in none of the sweep's frames off home is decided by its
+            # neighbours (one seen moving but little keeps its own answer: near the
+            # axis, where it is decided by small differences, a neighbour's answer moved
+            # the points of exact tracks wrongly at poses past the sweep)
+            off_home = (ang[c].abs() > 0).to(dt)[:, None]
+            telling = (seen[c] * off_home).sum(0) > 0
             moves[c] = _fill_undecided(telling.numpy(), moves[c], robot, home)
     carried = _carried_from_tracks(moves)
     set_carried(carried)
