@@ -622,11 +622,11 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
             each gets a fitted ``rad_per_unit``, started from a sweep of
             :data:`NOMINAL_SWEEP_RAD` and tried at half and twice that, then refined with
             the rest. None or False: the readings are rad (``rad_per_unit`` 1).
-        home: uint8 ``[H, W, 3]`` RGB, the home frame on the grid: a point whose tracks
-            say nothing of whether a channel moves it (none valid, or the channel's turn
-            would move it too little to tell) takes the nearest decided point's answer
-            along its own link's colour (:func:`_fill_undecided`). None: along the arm
-            regardless of colour.
+        home: uint8 ``[H, W, 3]`` RGB, the home frame on the grid: a region of points
+            whose tracks say nothing of whether a channel moves them (none valid at the
+            sweep's far end; after the axes are fitted, none valid in the sweep's frames
+            off home) takes the nearest decided points' answers along its own link's
+            colour (:func:`_fill_undecided`). None: along the arm regardless of colour.
         log: called with a line of progress per channel and for the joint refinement, or
             None.
 
