@@ -541,6 +541,17 @@ def _fill_undecided(decided: np.ndarray, value: np.ndarray, robot: np.ndarray,
     if decided.all() or not decided.any():
         return value.copy()
     h, w = robot.shape
+    ys, xs = np.nonzero(robot)
+    undecided = np.zeros((h, w), np.uint8)
+    undecided[ys[~decided], xs[~decided]] = 1
+    inner = cv2.erode(undecided, np.ones((3, 3), np.uint8), borderValue=0).astype(bool)
+    count, regions = cv2.connectedComponents(undecided, connectivity=4)
+    areal = np.zeros(count, bool)
+    areal[np.unique(regions[inner])] = True
+    areal[0] = False  # the label of decided and non-arm pixels
+    in_area = areal[regions[ys, xs]]
+    if not in_area.any():  # only thin strips undecided: nothing to fill
+        return value.copy()
     cost_r = np.full((h, w - 1), np.inf)  # between (y, x) and (y, x + 1)
     cost_d = np.full((h - 1, w), np.inf)  # between (y, x) and (y + 1, x)
     if home is not None:
@@ -556,7 +567,6 @@ def _fill_undecided(decided: np.ndarray, value: np.ndarray, robot: np.ndarray,
     cost_d[both_d] = 1.0 + diff_d[both_d] / FILL_COLOUR_LEVELS
     dist = np.full((h, w), np.inf)
     label = np.zeros((h, w), bool)
-    ys, xs = np.nonzero(robot)
     dist[ys[decided], xs[decided]] = 0.0
     label[ys, xs] = value
     # Bellman-Ford relaxation over the grid: each pass lets every pixel take a cheaper
@@ -575,14 +585,7 @@ def _fill_undecided(decided: np.ndarray, value: np.ndarray, robot: np.ndarray,
                     label[dst] = np.where(better, label[src], label[dst])
         if not changed:
             break
-    undecided = np.zeros((h, w), np.uint8)
-    undecided[ys[~decided], xs[~decided]] = 1
-    inner = cv2.erode(undecided, np.ones((3, 3), np.uint8), borderValue=0).astype(bool)
-    count, regions = cv2.connectedComponents(undecided, connectivity=4)
-    areal = np.zeros(count, bool)
-    areal[np.unique(regions[inner])] = True
-    areal[0] = False  # the label of decided and non-arm pixels
-    fill = areal[regions[ys, xs]] & np.isfinite(dist[ys, xs])
+    fill = in_area & np.isfinite(dist[ys, xs])
     return np.where(fill, label[ys, xs], value)
 
 
@@ -682,15 +685,15 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         if n and peak.any():
             moves[c] = mag[a:b][peak][:, ys, xs].mean(0) > moving_px
             # a point tracked at none of the far end's frames shows nothing
-            moves[c] = _fill_undecided(valid[a:b][peak][:, ys, xs].any(0), moves[c], robot,
-                                       home)
+            tracked = valid[a:b][peak][:, ys, xs].any(0)
+            moves[c] = _fill_undecided(tracked, moves[c], robot, home)
             if moves[c].sum() < MIN_CARRIED_PX:
                 # too few points tracked at the far end to read an axis from: a sweep that
                 # carries a tightly framed arm out of view. A point tracked in none of the
                 # far end's frames moved where the frames that saw it on the way out show
                 # it moving (only here: where the far end reads enough points, reads stay
                 # as they were)
-                lost = ~valid[a:b][peak][:, ys, xs].any(0)
+                lost = ~tracked
                 out_leg = mag[a:a + int(np.argmax(peak)) + 1][:, ys, xs]  # to the far end
                 moves[c] |= lost & (out_leg.max(0) > moving_px)
     moved_px = moves.sum(1)  # (K,) arm pixels each sweep moved at its far end
@@ -838,8 +841,7 @@ def fit_chain(tracks: np.ndarray, valid: np.ndarray, joint_positions: np.ndarray
         p = ray * logz_t.exp()[:, None]
         for c in active:
             turned = moved(c, p, axis_t[c], pivot_t[c], ls_t[c])
-            to = project(turned)
-            r_rot = (((to - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
+            r_rot = (((project(turned) - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             r_static = (((uv0[None] - obs[c]) ** 2).sum(-1) * seen[c]).sum(0)
             moves[c] = (r_rot < r_static).numpy()
             # a point tracked in none of the sweep's frames off home is decided by its
