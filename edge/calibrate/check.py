@@ -58,6 +58,7 @@ cannot tell a lag of L from L +- 4; the hand-over from one DoF's sweep to the ne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -77,7 +78,8 @@ __all__ = ["DEFAULT_MODEL_FPS", "CheckOptions", "EpisodeArrays", "FPS_MISMATCH",
            "estimate_camera_lag", "frame_gaps", "frame_rate_note", "lag_search_frames",
            "load_for_check",
            "motion_between_sweeps", "held_transitions", "scene_motion", "view_motion",
-           "positions_seen_late", "tile_names"]
+           "positions_seen_late", "tile_names", "FOREIGN_MIN_SHARE", "FOREIGN_TOLERANCE",
+           "sweep_foreign_motion", "foreign_motion_of_sweep"]
 
 #: Camera lags searched by :func:`estimate_camera_lag`, +- frames of the episode.
 LAG_SEARCH_FRAMES = 4.0
@@ -126,6 +128,10 @@ class CheckOptions:
         scene_motion: bool ``[H, W]``, pixels left out of every image motion (what moves
             on its own, :func:`scene_motion`); None: measured from an episode of another
             timing's holds, else none.
+        sweep_disturbance: look for what else changed during each sweep
+            (:func:`foreign_motion_of_sweep`; a DoF's ``foreign_motion_share``, None where
+            not looked for): not where the camera lag is beyond ``max_lag_frames`` (the
+            frames then show other moments than the sweeps').
     """
 
     min_fraction: float | None = None
@@ -137,6 +143,7 @@ class CheckOptions:
     lag_min_r2: float = 0.6
     model_fps: float = DEFAULT_MODEL_FPS
     scene_motion: np.ndarray | None = None
+    sweep_disturbance: bool = True
 
 
 @dataclass
@@ -252,7 +259,8 @@ NOISE_MEDIAN_GAIN = 3.0
 ENERGY_CHUNK_BYTES = 64 << 20
 
 
-def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = None
+def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = None,
+            exclude_during: list[tuple[int, int, np.ndarray]] | None = None
             ) -> tuple[np.ndarray, np.ndarray | None]:
     """Image motion of each transition: the mean absolute difference (0..255, averaged
     over the colour channels) of consecutive frames, each pixel's difference less the
@@ -269,6 +277,9 @@ def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = 
 
     ``exclude``: bool ``[H, W]``, pixels left out of the noise level and the mean (what
     moves on its own while the arm holds still, :func:`scene_motion`); their maps are 0.
+    ``exclude_during``: ``(first, stop, mask)`` triples, bool ``[H, W]`` pixels left out of
+    the mean (and the maps) of transitions ``first .. stop - 1`` only (what else changed
+    during one sweep, :func:`sweep_foreign_motion`); the noise level stays the episode's.
 
     Returns:
         ``(energy, per_pixel)``: float32 ``[T-1]`` and, with ``maps``, ``[T-1, H, W]``
@@ -300,6 +311,11 @@ def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = 
             energy[i:i + step] = d[:, keep].mean(axis=1)
         else:
             energy[i:i + step] = d.mean(axis=(1, 2))
+        for first, stop, mask in exclude_during or ():
+            for j in range(max(first, i), min(stop, i + len(d))):
+                kept = ~np.asarray(mask, bool) if keep is None else (keep & ~mask)
+                d[j - i, ~kept] = 0.0
+                energy[j] = d[j - i][kept].mean() if kept.any() else 0.0
         if out is not None:
             out[i:i + step] = d
     return energy, out
@@ -384,6 +400,98 @@ def scene_motion(frames: np.ndarray, still: list[int]) -> np.ndarray | None:
     return moving if moving.mean() >= SCENE_MOTION_MIN_SHARE else None
 
 
+#: :func:`sweep_foreign_motion`: what changes on only one leg of a sweep may lie this share
+#: of the frame's long side from a change on the other leg and still be the arm's (a camera
+#: up to a frame late samples the two legs at other poses: a large link near the camera
+#: left 0.1% of the frame beyond this at 0.3 frames late, nothing at 0.6 or 0.9)...
+FOREIGN_TOLERANCE = 0.03
+#: ...and a sweep is said to be disturbed where at least this share of the frame changed so.
+FOREIGN_MIN_SHARE = 0.005
+
+
+def sweep_foreign_motion(frames: np.ndarray, exclude: np.ndarray | None = None
+                         ) -> np.ndarray:
+    """The pixels that something other than the arm changed during one DoF's sweep: a
+    person or an object passing, something put down or taken away, a light switched.
+
+    A sweep of the model's timing goes out and comes back through the same poses
+    (``SWEEP_PROFILE``: frames 1-4 out to the far end, 4-8 back home), so what the arm
+    changes against the sweep's first frame is the same region on both legs, and its two
+    home frames (0 and 8) show the same picture. Changed pixels (the grey level, blurred
+    by 1 px against a camera's noise, moving by more than :data:`SCENE_MOTION_LEVELS` or
+    three times the frame's median change) seen on one leg and nowhere within
+    :data:`FOREIGN_TOLERANCE` of the frame's long side on the other, and pixels that
+    differ between the two home frames, opened by 3x3 px: a camera late by up to a frame
+    samples the two legs at other poses of the same path, which the tolerance absorbs. An
+    object that passes through the view during the sweep is found where it was at other
+    moments of the two legs; one standing still all through the sweep is not motion.
+
+    Args:
+        frames: uint8 ``[SEGMENT_FRAMES + 1, H, W, 3]``, one sweep's frames in the model's
+            timing (its first and last frame at home).
+        exclude: bool ``[H, W]``, pixels already known to move on their own
+            (:func:`scene_motion`): left out of the answer.
+
+    Returns:
+        bool ``[H, W]``.
+
+    Raises:
+        ValueError: ``frames`` is not one sweep of ``SEGMENT_FRAMES + 1`` RGB frames.
+    """
+    import cv2
+
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or len(frames) != SEGMENT_FRAMES + 1 or frames.shape[3] != 3:
+        raise ValueError(f"expected one sweep's {SEGMENT_FRAMES + 1} RGB frames [9, H, W, 3], "
+                         f"found {frames.shape}")
+    grey = [cv2.GaussianBlur(cv2.cvtColor(np.ascontiguousarray(f, np.uint8),
+                                          cv2.COLOR_RGB2GRAY).astype(np.float32),
+                             (5, 5), 1.0) for f in frames]
+
+    def changed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        d = np.abs(a - b)
+        return d > max(SCENE_MOTION_LEVELS, 3.0 * float(np.median(d)))
+
+    against_home = [changed(g, grey[0]) for g in grey]
+    out = np.any(against_home[1:5], axis=0)  # frames 1-4: out to the far end
+    back = np.any(against_home[4:], axis=0)  # frames 4-8: from the far end back home
+    h, w = frames.shape[1:3]
+    r = max(1, int(round(FOREIGN_TOLERANCE * max(h, w))))
+    near = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1))
+    grown_out = cv2.dilate(out.astype(np.uint8), near) > 0
+    grown_back = cv2.dilate(back.astype(np.uint8), near) > 0
+    foreign = (out & ~grown_back) | (back & ~grown_out) | changed(grey[-1], grey[0])
+    foreign = cv2.morphologyEx(foreign.astype(np.uint8), cv2.MORPH_OPEN,
+                               np.ones((3, 3), np.uint8)) > 0
+    if exclude is not None and np.shape(exclude) == foreign.shape:
+        foreign &= ~np.asarray(exclude, bool)
+    return foreign
+
+
+def foreign_motion_of_sweep(frames: np.ndarray, start: int,
+                            exclude: np.ndarray | None = None) -> np.ndarray:
+    """:func:`sweep_foreign_motion` of the sweep whose frames are ``frames[start : start +
+    SEGMENT_FRAMES + 1]`` in an episode of the model's timing (uint8 ``[T, H, W, 3]``),
+    read also one frame earlier (``start - 1``; for the first sweep its frame 7, at home
+    too, in front of frames 0-7), and the smaller answer kept: a camera early against the
+    joint readings shows a sweep's home at frames -1 and 7, the next sweep already moving
+    in frame 8, as a late one shows it at 0 and 8; within a frame either way one of the two
+    readings sees home at both ends. Returns bool ``[H, W]``.
+
+    Raises:
+        ValueError: the sweep's frames are not all in ``frames``.
+    """
+    frames = np.asarray(frames)
+    if start < 0 or start + SEGMENT_FRAMES >= len(frames):
+        raise ValueError(f"expected a sweep's {SEGMENT_FRAMES + 1} frames from frame {start} "
+                         f"in an episode of {len(frames)} frames")
+    late = sweep_foreign_motion(frames[start:start + SEGMENT_FRAMES + 1], exclude)
+    first = frames[start - 1:start] if start else frames[SEGMENT_FRAMES - 1:SEGMENT_FRAMES]
+    early = sweep_foreign_motion(np.concatenate([first, frames[start:start + SEGMENT_FRAMES]]),
+                                 exclude)
+    return late if late.sum() <= early.sum() else early
+
+
 def noise_level(diffs: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """The camera's noise in per-pixel frame differences ``diffs`` ``[T-1, H, W]`` (levels
     0..255 once times ``scale``: float32 levels, or :func:`_energy`'s uint16 channel sums
@@ -432,7 +540,9 @@ def _speed_fit(energy: np.ndarray, q: np.ndarray, lag: float) -> tuple[float, np
 
 def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
                         search_frames: float = LAG_SEARCH_FRAMES,
-                        exclude: np.ndarray | None = None) -> dict[str, Any] | None:
+                        exclude: np.ndarray | None = None,
+                        exclude_during: list[tuple[int, int, np.ndarray]] | None = None
+                        ) -> dict[str, Any] | None:
     """How late the frames show the joints against their readings, from the episode itself.
 
     The image motion of each transition (mean absolute frame difference less the camera's
@@ -452,6 +562,9 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
         fps: the episode's frame rate, Hz.
         search_frames: largest lag searched, frames.
         exclude: bool ``[H, W]``, pixels left out of the image motion (:func:`scene_motion`).
+        exclude_during: ``(first, stop, mask)``: pixels left out of transitions ``first``
+            to ``stop - 1`` only (what else changed during a sweep,
+            :func:`sweep_foreign_motion`).
 
     Returns:
         ``{"frames", "s", "r2", "r2_at_zero", "search_frames", "at_search_end",
@@ -465,7 +578,7 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
     q = np.asarray(q, np.float64)
     if len(frames) < 9 or q.ndim != 2 or len(q) != len(frames) or not np.ptp(q, axis=0).any():
         return None
-    energy = _energy(frames, maps=False, exclude=exclude)[0]
+    energy = _energy(frames, maps=False, exclude=exclude, exclude_during=exclude_during)[0]
 
     def fits(grid: np.ndarray) -> np.ndarray:
         return np.array([_speed_fit(energy, q, float(g))[0] for g in grid])
@@ -756,11 +869,23 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
                            "frames": list(exc.frames) if exc.frames else None}}, arr
     checked = EpisodeArrays.from_episode(ep)
     if opts.scene_motion is None and arr.joint_positions is not None:
-        import dataclasses
-
         opts = dataclasses.replace(opts, scene_motion=scene_motion(
             arr.frames, held_transitions(np.asarray(arr.joint_positions, np.float64),
                                          float(arr.meta.get("fps") or 0) or None)))
+    report = _report_of_normalised(arr, checked, ingest, opts)
+    if opts.sweep_disturbance and any(r["code"] == "camera_lag" for r in report["reasons"]) \
+            and _disturbed_recorded(report, checked, None, masks=False):
+        # the recording's frames show other moments than its readings: its sweeps' two
+        # legs cannot be compared; the lag is the one thing to fix, checked without them
+        report = _report_of_normalised(arr, checked, ingest,
+                                       dataclasses.replace(opts, sweep_disturbance=False))
+    return report, checked
+
+
+def _report_of_normalised(arr: EpisodeArrays, checked: EpisodeArrays, ingest: dict[str, Any],
+                          opts: CheckOptions) -> dict[str, Any]:
+    """The report of :func:`_check_normalised` once the recording is normalised into
+    ``checked`` (``ingest``: what normalising it found)."""
     report, _ = _check_episode(checked, opts)
     report["ingest"] = ingest
     still = motion_between_sweeps(arr.frames, [tuple(sw["frames"]) for sw in ingest["sweeps"]],
@@ -778,11 +903,12 @@ def _check_normalised(arr: EpisodeArrays, opts: CheckOptions
                 f"{d:.3f} s before frame {i} (in the sweep of {dof})" for i, d, dof in lost[:5])
             + ": those sweeps are seen only either side of the gap; record again if a "
               "DoF's figures look short")
-    _lag_of_the_recording(report, arr, opts.model_fps, opts)
+    _lag_of_the_recording(report, arr, opts.model_fps, opts,
+                          _disturbed_recorded(report, checked, opts.scene_motion))
     if still and any(r["code"] == "camera_lag" for r in report["reasons"]):
         report["notes"][0] = still + ("; the camera lag above shows the same (frames that "
                                       "move while the readings stand still): correct it first")
-    return report, checked
+    return report
 
 
 def lag_search_frames(meta: dict[str, Any], frames: int, fps: float,
@@ -812,8 +938,31 @@ def _stamp_hint_s(extra: dict[str, Any]) -> float | None:
     return -(float(delays["image"]) - float(delays["joints"]))
 
 
+def _disturbed_recorded(report: dict[str, Any], checked: EpisodeArrays,
+                        scene: np.ndarray | None, masks: bool = True
+                        ) -> list[tuple[int, int, np.ndarray | None]]:
+    """What else changed during each disturbed sweep of a normalised episode
+    (``foreign_motion_share`` at least :data:`FOREIGN_MIN_SHARE`), as ``(first, stop,
+    mask)`` over the recording's own transitions (``report["ingest"]["source_frames"]``
+    maps the checked frames to the recorded ones), for :func:`_energy`; without ``masks``
+    their places only (mask None)."""
+    src = (report.get("ingest") or {}).get("source_frames")
+    if src is None or len(src) != len(checked.frames):
+        return []
+    out = []
+    for d in report.get("dofs") or ():
+        s = int(d["segment_start"])
+        if (d.get("foreign_motion_share") or 0.0) >= FOREIGN_MIN_SHARE \
+                and s + SEGMENT_FRAMES < len(src):
+            mask = foreign_motion_of_sweep(checked.frames, s, exclude=scene) if masks else None
+            out.append((int(src[max(s - 1, 0)]), int(src[s + SEGMENT_FRAMES]), mask))
+    return out
+
+
 def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps: float,
-                          opts: CheckOptions) -> None:
+                          opts: CheckOptions,
+                          exclude_during: list[tuple[int, int, np.ndarray]] | None = None
+                          ) -> None:
     """Measure the camera lag of an episode of another timing on its own frames at its own
     rate and put it in ``report`` (``camera_lag`` and its reason, the verdict with them).
 
@@ -823,6 +972,8 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
     :func:`lag_search_frames` (at least the span in seconds searched in an episode of the
     model's timing, up to :data:`LAG_WIDE_SEARCH_S` or further where an import's stamp
     delays point: a camera stamped on another clock) and judged in the model's frames.
+    ``exclude_during``: what else changed during the disturbed sweeps, over the
+    recording's transitions (:func:`_disturbed_recorded`), left out of the image motion.
     """
     fps = float(arr.meta.get("fps") or 0.0)
     if frame_rate_note(fps, arr.timestamps):  # the rate the frames were taken at
@@ -835,7 +986,7 @@ def _lag_of_the_recording(report: dict[str, Any], arr: EpisodeArrays, model_fps:
     raw = estimate_camera_lag(arr.frames, np.asarray(q, np.float64), fps,
                               search_frames=lag_search_frames(
                                   arr.meta, len(arr.frames), fps, model_fps),
-                              exclude=opts.scene_motion)
+                              exclude=opts.scene_motion, exclude_during=exclude_during)
     if raw is None:
         return
     lag = {**raw, "frames": raw["s"] * model_fps, "search_frames": raw["search_frames"] / per,
@@ -1069,11 +1220,42 @@ def check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
                   ) -> tuple[dict[str, Any], EpisodeArrays]:
     """:func:`check_arrays`, also returning the arrays the report's frame indices refer to
     (the normalised episode where one was made; draw the coverage sheets from those).
-    ``notes`` in the report: :func:`frame_rate_note` of the episode as given."""
+    ``notes`` in the report: :func:`frame_rate_note` of the episode as given, and the
+    sweeps something other than the arm disturbed (also ``report["disturbed_sweeps"]``:
+    ``{"dofs", "note"}``, or None)."""
     report, checked = _check_episode(arr, opts)
     note = frame_rate_note(arr.meta.get("fps"), arr.timestamps)
-    report["notes"] = [*([note] if note else []), *report.get("notes", [])]
+    disturbed = _disturbed_sweeps_note(checked, report)
+    report["notes"] = [*([note] if note else []), *report.get("notes", []), *disturbed]
+    report["disturbed_sweeps"] = {
+        "dofs": [d["dof"] for d in report.get("dofs") or ()
+                 if (d.get("foreign_motion_share") or 0.0) >= FOREIGN_MIN_SHARE],
+        "note": disturbed[0]} if disturbed else None
     return report, checked
+
+
+def _disturbed_sweeps_note(arr: EpisodeArrays, report: dict[str, Any]) -> list[str]:
+    """The note naming the sweeps during which something other than the arm changed the
+    picture (``foreign_motion_share`` of a DoF at least :data:`FOREIGN_MIN_SHARE`), with
+    the recorded frames they span; none where there is no such sweep."""
+    hit = [d for d in report.get("dofs") or ()
+           if (d.get("foreign_motion_share") or 0.0) >= FOREIGN_MIN_SHARE]
+    if not hit:
+        return []
+    parts = []
+    for d in hit:
+        tiles = tile_names(arr, report, d["segment_start"], SEGMENT_FRAMES + 1)
+        parts.append(f"{d['dof']} ({d['foreign_motion_share']:.1%} of the picture, "
+                     f"{tiles[0].split()[0]}-{tiles[-1].split()[0]})")
+    sheets = ", ".join(f"dof-{d['dof']}.png" for d in hit)
+    also = (", besides what moves on its own while the arm holds still,"
+            if report.get("scene_motion_share") else "")
+    return [f"during the sweep of {', '.join(parts)} something other than the arm{also} "
+            f"changed the picture: a person or an object passing, something put down or taken "
+            f"away, a light switched. Left out of the image motion and the camera lag, but "
+            f"the cell calibration reads those sweeps' frames as they are: where the sheets "
+            f"({sheets}, the change outlined in magenta) show it over the arm, record again "
+            f"with the cell clear"]
 
 
 def _check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
@@ -1211,9 +1393,6 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     moving_scene = opts.scene_motion
     energy, _ = _energy(arr.frames, maps=False, exclude=moving_scene) if t > 1 else \
         (np.zeros(0), None)
-    pauses = [energy[k * SEGMENT_FRAMES + r] for k in range(n) for r in _PAUSE_ROWS
-              if k * SEGMENT_FRAMES + r < len(energy)]
-    noise = float(np.median(pauses)) if pauses else 0.0
     q = arr.joint_positions if arr.joint_positions is not None else \
         np.vstack([np.zeros((1, n)), np.cumsum(arr.actions[:-1], 0)])
     limits = (program["lower"], program["upper"]) if "lower" in program and \
@@ -1224,6 +1403,27 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     lag = estimate_camera_lag(arr.frames[:upto], q[:upto, cols], fps,
                               exclude=moving_scene) if cols else None
     lag_reasons = _lag_reason(lag, rec, fps, opts, extra.get("import"))
+    # what else changed during a sweep (a person passing, an object moved): left out of its
+    # image motion and of the camera lag like the scene's own motion, and said; only where
+    # the frames show the sweeps' moments (a camera late beyond the limit is fixed first)
+    foreign = {}
+    for c, name in enumerate(names):
+        start = _segment_of(arr, c, name)[0]
+        if opts.sweep_disturbance and not lag_reasons and name not in dup \
+                and name in recorded and start + SEGMENT_FRAMES < t:
+            mask = foreign_motion_of_sweep(arr.frames, start, exclude=moving_scene)
+            foreign[name] = (start, float(mask.mean()), mask)
+    during = [(start, start + SEGMENT_FRAMES, mask) for start, share, mask in foreign.values()
+              if share >= FOREIGN_MIN_SHARE]
+    if during:
+        energy, _ = _energy(arr.frames, maps=False, exclude=moving_scene,
+                            exclude_during=during)
+        lag = estimate_camera_lag(arr.frames[:upto], q[:upto, cols], fps, exclude=moving_scene,
+                                  exclude_during=during) if cols else None
+        lag_reasons = _lag_reason(lag, rec, fps, opts, extra.get("import"))
+    pauses = [energy[k * SEGMENT_FRAMES + r] for k in range(n) for r in _PAUSE_ROWS
+              if k * SEGMENT_FRAMES + r < len(energy)]
+    noise = float(np.median(pauses)) if pauses else 0.0
     shift = int(round(lag["frames"])) if lag_reasons and lag is not None else 0
     if lag is not None and lag["r2"] >= opts.lag_min_r2:
         # the noise floor: what the pause transitions show beyond the joints' motion at
@@ -1240,6 +1440,7 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         if name in dup or name not in recorded:
             continue
         rep, rs = _dof_report(arr, c, name, frac, q, energy, noise, opts, limits)
+        rep["foreign_motion_share"] = round(foreign[name][1], 4) if name in foreign else None
         if name in hit:  # its knots show other moments: judged by what was not dropped
             rep["judged"] = False
             rs = [r for r in rs if r["code"] not in _SWEEP_CODES]
@@ -1372,7 +1573,9 @@ def coverage_sheets(arr: EpisodeArrays, report: dict[str, Any]) -> dict[str, np.
 
     Each DoF's row shows the 9 frames of its segment, each tile named by its frame index
     (``f12``) and time from the episode's start (``1.2s``), the row labelled with the
-    verdict and how far the joint swept out against the plan (the reading's unit). For an
+    verdict and how far the joint swept out against the plan (the reading's unit); what
+    something other than the arm changed during a sweep (:func:`foreign_motion_of_sweep`,
+    where the report says so) is outlined in magenta on its row. For an
     episode normalised from a recording of another timing (``report["ingest"]``), a tile
     names the recorded frame it came from and that frame's time in the recording.
     """
@@ -1388,11 +1591,19 @@ def coverage_sheets(arr: EpisodeArrays, report: dict[str, Any]) -> dict[str, np.
     for d in report["dofs"]:
         s = d["segment_start"]
         row = arr.frames[s:s + SEGMENT_FRAMES + 1]
+        if (d.get("foreign_motion_share") or 0.0) >= FOREIGN_MIN_SHARE \
+                and len(row) == SEGMENT_FRAMES + 1:  # what else changed: outlined
+            found = foreign_motion_of_sweep(arr.frames, s).astype(np.uint8)
+            outline, _ = cv2.findContours(found, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+            row = np.stack([cv2.drawContours(np.ascontiguousarray(f).copy(), outline, -1,
+                                             (255, 0, 255), max(1, h // 120)) for f in row])
         if shrink is not None:
             row = np.stack([cv2.resize(f, shrink, interpolation=cv2.INTER_AREA) for f in row])
         label = (f"{d['dof']} {'ok' if d['passed'] else 'FAIL'}: swept out "
                  f"{d['swept_out']:.2f} of {abs(d['planned_amplitude']):.2f} "
                  f"{amplitude_word(d)}")
+        if (d.get("foreign_motion_share") or 0.0) >= FOREIGN_MIN_SHARE:
+            label += f"; {d['foreign_motion_share']:.1%} changed by something else (outlined)"
         names = tile_names(arr, report, s, len(row))
         sheets[d["dof"]] = contact_sheet([row], [label], [names], scale=scale)
         rows.append(row)

@@ -691,7 +691,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                    "the joints against their readings (fails beyond half a "
                                    "model frame, naming the --camera-latency-s to record "
                                    "with, or for an imported bag the --image-offset-s to "
-                                   "import with); "
+                                   "import with); notes a sweep during which something "
+                                   "other than the arm changed the picture (a person "
+                                   "passing: outlined on its sheet, left out of its image "
+                                   "motion); "
                                    "writes report.json, coverage.png and a sheet per DoF. "
                                    "Exit 0: pass; 1: fail (the reasons name the DoF and what "
                                    "to do); 2: bad input.")

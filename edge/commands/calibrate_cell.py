@@ -192,6 +192,8 @@ def checked_episode(args: argparse.Namespace, model_fps: float | None = None
             Path(args.model) / "model.json").contract.frame_rate_hz))
     report = check_arrays(EpisodeArrays.from_episode(ep), opts)
     report["episode"] = str(args.episode)
+    if report.get("disturbed_sweeps"):  # the read takes those frames as they are
+        print(f"note: {args.episode}: {report['disturbed_sweeps']['note']}", file=sys.stderr)
     moves = [r for r in report["reasons"] if r["code"] == "camera_moves"]
     if moves and args.force:  # a fixed camera whose only texture is a long arm can read so
         print(f"warning: {args.episode}: stored past camera_moves ({moves[0]['message']}); "
