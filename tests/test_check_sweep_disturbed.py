@@ -225,3 +225,25 @@ def test_store_says_which_sweeps_were_disturbed(tmp_path: Path, capsys) -> None:
     assert report["disturbed_sweeps"]["note"] in report["notes"]
     clean, _ = check_episode(EpisodeArrays.from_episode(ep))
     assert clean["disturbed_sweeps"] is None
+
+
+def test_a_dof_that_passes_but_changes_few_pixels_is_noted_for_the_chain_read() -> None:
+    """``check`` passes a DoF whose image motion clears its floor (0.02) but which a chain
+    read leaves out as moving too few arm pixels (a wrist roll seen end-on): the report
+    names it in ``faint_for_chain`` and a note says so; the others are not named."""
+    from tests.calib_cell_helpers import sweep_episode
+
+    ep = sweep_episode()
+    frames = ep.frames.copy()
+    frames[:, :, 27:35] = 120  # j3's band stands still...
+    q3 = ep.joint_positions[:, 3]
+    frames[:, 30:32, 30:32, :] = (120 + 200 * q3).clip(0, 255).astype(np.uint8)[:, None,
+                                                                                   None, None]
+    report, _ = check_episode(EpisodeArrays.from_episode(dataclasses.replace(ep, frames=frames)))
+    d3 = next(d for d in report["dofs"] if d["dof"] == "j3")
+    assert d3["passed"] and 0.02 < d3["image_motion"] < check_mod.CHAIN_FAINT_MOTION
+    assert report["verdict"] == "pass" and report["faint_for_chain"] == ["j3"]
+    (note,) = [n for n in report["notes"] if "chain read" in n]
+    assert note.startswith("j3 (motion ") and "calibrate store --chain" in note
+    clean, _ = check_episode(EpisodeArrays.from_episode(ep))
+    assert clean["faint_for_chain"] == [] and not any("chain read" in n for n in clean["notes"])

@@ -1220,18 +1220,45 @@ def check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
                   ) -> tuple[dict[str, Any], EpisodeArrays]:
     """:func:`check_arrays`, also returning the arrays the report's frame indices refer to
     (the normalised episode where one was made; draw the coverage sheets from those).
-    ``notes`` in the report: :func:`frame_rate_note` of the episode as given, and the
+    ``notes`` in the report: :func:`frame_rate_note` of the episode as given, the
     sweeps something other than the arm disturbed (also ``report["disturbed_sweeps"]``:
-    ``{"dofs", "note"}``, or None)."""
+    ``{"dofs", "note"}``, or None), and the DoFs that pass but change the picture so
+    little that a chain read likely leaves them out (also ``report["faint_for_chain"]``,
+    their names: :data:`CHAIN_FAINT_MOTION`)."""
     report, checked = _check_episode(arr, opts)
     note = frame_rate_note(arr.meta.get("fps"), arr.timestamps)
     disturbed = _disturbed_sweeps_note(checked, report)
-    report["notes"] = [*([note] if note else []), *report.get("notes", []), *disturbed]
+    faint = [d for d in report.get("dofs") or ()
+             if d.get("passed") and d.get("image_motion", 1.0) < CHAIN_FAINT_MOTION]
+    report["faint_for_chain"] = [d["dof"] for d in faint]
+    report["notes"] = [*([note] if note else []), *report.get("notes", []), *disturbed,
+                       *([_faint_note(faint)] if faint else [])]
     report["disturbed_sweeps"] = {
         "dofs": [d["dof"] for d in report.get("dofs") or ()
                  if (d.get("foreign_motion_share") or 0.0) >= FOREIGN_MIN_SHARE],
         "note": disturbed[0]} if disturbed else None
     return report, checked
+
+
+#: A DoF that passes with image motion under this changes the picture so little that a
+#: chain read (``export.models.chain_fit``: an axis from at least ``MIN_CARRIED_PX`` moved
+#: arm pixels of the model's 64x64 grid) likely leaves it out: on the 128 held-out robot
+#: and convention cells' kept reads, 89% of the 123 DoFs under it were left out, 5.7% of
+#: the 761 above it (``scripts/chain_left_out.py``; docs/eval/experiments.md, "Channels
+#: the read leaves out").
+CHAIN_FAINT_MOTION = 0.04
+
+
+def _faint_note(faint: list[dict[str, Any]]) -> str:
+    """The note naming DoFs that pass the check but that a chain read likely leaves out
+    (image motion under :data:`CHAIN_FAINT_MOTION`)."""
+    named = ", ".join(f"{d['dof']} (motion {d['image_motion']:.3f})" for d in faint)
+    return (f"{named} change{'s' if len(faint) == 1 else ''} the picture little (under "
+            f"{CHAIN_FAINT_MOTION:g}): a chain read (calibrate store --chain) likely leaves "
+            f"{'it' if len(faint) == 1 else 'them'} out as moving too few arm pixels of its "
+            f"64x64 grid and says so (a wrist roll seen end-on, a small or distant link; "
+            f"it matters little to the predictions); to have one read, sweep it wider within the "
+            f"model's range (calibrate plan --amplitude) or bring the camera closer")
 
 
 def _disturbed_sweeps_note(arr: EpisodeArrays, report: dict[str, Any]) -> list[str]:
