@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the per-channel rows here")
     args = p.parse_args(argv)
 
-    from edge.calibrate.check import check_arrays, load_for_check
+    from edge.calibrate.check import CHAIN_MIN_MOVED_PX, check_arrays, load_for_check
 
     reads = sorted(Path(args.fits).glob("*_dis.npz"))
     if not reads:
@@ -64,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
                          "dof": names[c] if c < len(names) else None,
                          "left_out": bool(not np.abs(axes[c]).sum()),
                          "image_motion": None if d is None else d["image_motion"],
-                         "check_passed": None if d is None else d["passed"]})
+                         "chain_moved_px": None if d is None else d.get("chain_moved_px"),
+                         "check_passed": None if d is None else d["passed"],
+                         "check_noted": bool(d is not None and names[c] in
+                                             report.get("faint_for_chain", []))})
     left = [r for r in rows if r["left_out"]]
     motion = np.array([r["image_motion"] or 0.0 for r in rows])
     out = np.array([r["left_out"] for r in rows])
@@ -74,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"image motion, left out: median {np.median(motion[out]):.3f} (p90 "
               f"{np.percentile(motion[out], 90):.3f}); read: median {np.median(motion[~out]):.3f} "
               f"(p10 {np.percentile(motion[~out], 10):.3f})")
+    moved = np.array([-1 if r["chain_moved_px"] is None else r["chain_moved_px"] for r in rows])
+    under = (moved >= 0) & (moved < CHAIN_MIN_MOVED_PX)
+    print(f"check's chain_moved_px under {CHAIN_MIN_MOVED_PX}: {int(under.sum())} channels, "
+          f"{int((under & out).sum())} of them left out; {int((~under & out).sum())} left out "
+          f"at or above it (of {int((~under).sum())}); the check noted "
+          f"{sum(r['check_noted'] for r in left)} of the {len(left)} left out")
     for (robot, dof), n in collections.Counter((r["robot"], r["dof"]) for r in left).most_common(8):
         print(f"  {robot} {dof}: {n}")
     if args.eval:
