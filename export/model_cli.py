@@ -285,6 +285,7 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     from edge.episode import load_episode
     from edge.fileio import sha256_file, write_json_atomic
     from edge.runtime.chain import (
+        arm_at_edge_note,
         fit_sheet,
         save_chain_calibration,
         unmodelled_channels,
@@ -367,6 +368,9 @@ def _run_read_chain(args: argparse.Namespace) -> int:
     if unmodelled:
         print(f"warning: {unmodelled_note(unmodelled, str(out))}", file=sys.stderr,
               flush=True)
+    at_edge = arm_at_edge_note(chain.robot, str(out))
+    if at_edge:
+        print(f"warning: {at_edge}", file=sys.stderr, flush=True)
     # the fit redrawn at each channel's sweep peak, beside the recording (at the sweep's
     # poses, as it was read: a recording of another timing names no segments of its own)
     sheet, rows = fit_sheet(chain, ep, f"{args.calibration}: fit residual "

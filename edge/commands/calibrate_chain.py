@@ -188,7 +188,12 @@ def run_store_chain(args: argparse.Namespace) -> int:
     """``calibrate store ... --chain [FILE]`` (see the module docstring)."""
     from edge.cache.store import CalibrationCache, check_writable, default_root
     from edge.cache.values import CacheKey
-    from edge.runtime.chain import CHAIN_MODEL_SHA256, unmodelled_channels, unmodelled_note
+    from edge.runtime.chain import (
+        CHAIN_MODEL_SHA256,
+        arm_at_edge_note,
+        unmodelled_channels,
+        unmodelled_note,
+    )
 
     if args.model:
         raise CalibrateError("--model: not with --chain (the chain calibration is the chain "
@@ -246,6 +251,9 @@ def run_store_chain(args: argparse.Namespace) -> int:
     if unmodelled:
         print(f"warning: {unmodelled_note(unmodelled, f'chain calibration ({source})')}",
               file=sys.stderr, flush=True)
+    at_edge = arm_at_edge_note(chain.robot, f"chain calibration ({source})")
+    if at_edge:
+        print(f"warning: {at_edge}", file=sys.stderr, flush=True)
     fit = chain.residual_px
     print(f"stored {key.cell_id}/{key.camera_id}/{key.robot_id}/{key.model_sha256[:12]} "
           f"(chain calibration: {int(chain.robot.sum())} arm pixels, {chain.num_dof} channels, "
