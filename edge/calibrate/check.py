@@ -304,6 +304,9 @@ def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = 
     noise = noise_level(sums if keep is None else sums[:, keep], scale=1.0 / 3.0)
     energy = np.empty(t - 1, np.float32)
     out = np.empty(sums.shape, np.float32) if maps else None
+    kept_during = [(first, stop, ~np.asarray(mask, bool) if keep is None
+                    else keep & ~np.asarray(mask, bool))
+                   for first, stop, mask in exclude_during or ()]
     for i in range(0, t - 1, step):
         d = np.maximum(sums[i:i + step] * np.float32(1.0 / 3.0)
                        - noise[i:i + step, None, None], 0.0)
@@ -312,9 +315,8 @@ def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = 
             energy[i:i + step] = d[:, keep].mean(axis=1)
         else:
             energy[i:i + step] = d.mean(axis=(1, 2))
-        for first, stop, mask in exclude_during or ():
+        for first, stop, kept in kept_during:
             for j in range(max(first, i), min(stop, i + len(d))):
-                kept = ~np.asarray(mask, bool) if keep is None else (keep & ~mask)
                 d[j - i, ~kept] = 0.0
                 energy[j] = d[j - i][kept].mean() if kept.any() else 0.0
         if out is not None:
@@ -1232,17 +1234,17 @@ def check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
     their names: :func:`chain_grid_moved_px`)."""
     report, checked = _check_episode(arr, opts)
     note = frame_rate_note(arr.meta.get("fps"), arr.timestamps)
-    disturbed = _disturbed_sweeps_note(checked, report)
+    hit = [d for d in report.get("dofs") or ()
+           if (d.get("foreign_motion_share") or 0.0) >= FOREIGN_MIN_SHARE]
+    disturbed = [_disturbed_sweeps_note(checked, report, hit)] if hit else []
     faint = [d for d in report.get("dofs") or ()
              if d.get("passed") and d.get("chain_moved_px") is not None
              and d["chain_moved_px"] < CHAIN_MIN_MOVED_PX]
     report["faint_for_chain"] = [d["dof"] for d in faint]
     report["notes"] = [*([note] if note else []), *report.get("notes", []), *disturbed,
                        *([_faint_note(faint)] if faint else [])]
-    report["disturbed_sweeps"] = {
-        "dofs": [d["dof"] for d in report.get("dofs") or ()
-                 if (d.get("foreign_motion_share") or 0.0) >= FOREIGN_MIN_SHARE],
-        "note": disturbed[0]} if disturbed else None
+    report["disturbed_sweeps"] = {"dofs": [d["dof"] for d in hit],
+                                  "note": disturbed[0]} if hit else None
     return report, checked
 
 
@@ -1313,14 +1315,11 @@ def _faint_note(faint: list[dict[str, Any]]) -> str:
             f"--amplitude) or bring the camera closer")
 
 
-def _disturbed_sweeps_note(arr: EpisodeArrays, report: dict[str, Any]) -> list[str]:
-    """The note naming the sweeps during which something other than the arm changed the
-    picture (``foreign_motion_share`` of a DoF at least :data:`FOREIGN_MIN_SHARE`), with
-    the recorded frames they span; none where there is no such sweep."""
-    hit = [d for d in report.get("dofs") or ()
-           if (d.get("foreign_motion_share") or 0.0) >= FOREIGN_MIN_SHARE]
-    if not hit:
-        return []
+def _disturbed_sweeps_note(arr: EpisodeArrays, report: dict[str, Any],
+                           hit: list[dict[str, Any]]) -> str:
+    """The note naming the sweeps ``hit`` (DoF reports whose ``foreign_motion_share`` is
+    at least :data:`FOREIGN_MIN_SHARE`) during which something other than the arm changed
+    the picture, with the recorded frames they span."""
     parts = []
     for d in hit:
         tiles = tile_names(arr, report, d["segment_start"], SEGMENT_FRAMES + 1)
@@ -1329,12 +1328,12 @@ def _disturbed_sweeps_note(arr: EpisodeArrays, report: dict[str, Any]) -> list[s
     sheets = ", ".join(f"dof-{d['dof']}.png" for d in hit)
     also = (", besides what moves on its own while the arm holds still,"
             if report.get("scene_motion_share") else "")
-    return [f"during the sweep of {', '.join(parts)} something other than the arm{also} "
+    return (f"during the sweep of {', '.join(parts)} something other than the arm{also} "
             f"changed the picture: a person or an object passing, something put down or taken "
             f"away, a light switched. Left out of the image motion and the camera lag, but "
             f"the cell calibration reads those sweeps' frames as they are: where the sheets "
             f"({sheets}, the change outlined in magenta) show it over the arm, record again "
-            f"with the cell clear"]
+            f"with the cell clear")
 
 
 def _check_episode(arr: EpisodeArrays, opts: CheckOptions | None = None
