@@ -569,6 +569,39 @@ def test_read_chain_draws_its_sheet_from_a_sweep_recorded_at_another_timing(
     assert [r["dof"] for r in report["sweep_peaks"]] == list(cal.metadata.dof_names)
 
 
+def test_a_sweep_in_the_model_s_timing_without_segments_is_stored_and_drawn(
+        tmp_path, capsys, monkeypatch):
+    """An episode in the model's timing (8 frames per channel, 10 Hz) whose metadata names
+    no segments, as a user's own recorder writes it: `calibrate check` passes it, and
+    `store --chain` and `read-chain` refused it ('channels [...] have no sweep segment in
+    the calibration: record every channel's sweep') though every channel was swept. Its
+    segments are now found in its joint readings, as for any other timing."""
+    import dataclasses
+
+    import export.models.chain_fit as chain_fit
+    from edge.calibrate.ingest import at_sweep_poses
+    from edge.episode import save_episode
+
+    cal = load_episode(SAMPLE / "calibration_256.npz")
+    bare = dataclasses.replace(cal, ee_px=None, robot_mask=None,
+                               metadata=dataclasses.replace(cal.metadata, segments=()))
+    at_poses, report = at_sweep_poses(bare)
+    assert np.array_equal(at_poses.frames, cal.frames)  # the same frames, with segments
+    assert [(g.dof, g.start, g.stop) for g in at_poses.metadata.segments] == \
+        [(g.dof, g.start, g.stop) for g in cal.metadata.segments]
+    assert report["source_frames"] == list(range(cal.num_frames))
+    p = save_episode(bare, tmp_path / "bare.npz")
+    assert main(["calibrate", "store", str(p), "--chain", str(CHAIN), "--cache-dir",
+                 str(tmp_path / "cache")]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    monkeypatch.setattr(chain_fit, "read_chain_calibration",
+                        lambda ep, *a, **k: load_chain_calibration(CHAIN))
+    out = tmp_path / "c.npz"
+    assert main(["model", "read-chain", "--calibration", str(p), "--out", str(out)]) == 0, \
+        capsys.readouterr().err
+    assert out.with_suffix(".png").is_file()
+
+
 def test_simulate_chain_takes_a_start_at_another_frame_rate_or_size(tmp_path, capsys):
     """The chain places the arm at each step's joint readings, whatever the time between
     steps: a start episode at 30 Hz against the sample chain's 10 Hz calibration runs (it

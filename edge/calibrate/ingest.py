@@ -487,7 +487,9 @@ def _resized(ep: Episode, size: tuple[int, int]) -> tuple[Episode, dict[str, Any
 def ingest_calibration(ep: Episode, resolution: tuple[int, int] | None, segment_frames: int,
                        opts: IngestOptions | None = None, fps: float = 10.0
                        ) -> tuple[Episode, dict[str, Any]]:
-    """The episode in the model's timing: unchanged if it already is, else normalised.
+    """The episode in the model's timing: unchanged if it already is (and names every
+    channel's segment), else normalised (an episode in the model's timing without its
+    segments keeps its frames and gains the segments found in its readings).
 
     Args:
         ep: a calibration episode; resolution: the model's (H, W) (None: any size);
@@ -505,11 +507,14 @@ def ingest_calibration(ep: Episode, resolution: tuple[int, int] | None, segment_
         return ep, {"normalised": False, "recorded_frames": int(ep.num_frames),
                     "reason": f"the model's segments are of {segment_frames} frames: taken "
                               f"as recorded"}
-    if is_model_timing(ep, segment_frames, resolution):
+    # an episode in the model's timing that names no segment for some channel (a user's
+    # own recorder) has them found in its readings as any other timing: the same frames
+    named = {g.dof for g in ep.metadata.segments} >= set(ep.metadata.dof_names)
+    if named and is_model_timing(ep, segment_frames, resolution):
         return ep, {"normalised": False, "recorded_frames": int(ep.num_frames),
                     "reason": f"already {ep.num_dof} segments of {segment_frames} frames"
                               + (f" at {resolution[0]}x{resolution[1]}" if resolution else "")}
-    if resolution is not None and is_model_timing(ep, segment_frames, None):
+    if named and resolution is not None and is_model_timing(ep, segment_frames, None):
         return _resized(ep, (int(resolution[0]), int(resolution[1])))
     return normalise_calibration(ep, resolution, opts, fps)
 
