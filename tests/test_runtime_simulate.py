@@ -55,6 +55,8 @@ def test_simulate_episode_writes_video_sheet_and_metrics(files) -> None:
     m = json.loads((out / "metrics.json").read_text())
     assert m["horizon"] == 6 and len(m["per_step"]) == 6
     assert {"psnr_db", "ssim", "motion_psnr_db"} <= set(m["per_step"][0])
+    # each step names the start episode's frame it is compared with (the sheet's t1 ...)
+    assert [(p["step"], p["frame"]) for p in m["per_step"]] == [(k, k + 1) for k in range(6)]
     assert m["model_sha256"] and m["timings_s"]["first_frame"] > 0
     assert not list(out.parent.glob(".out.staging-*"))
     args = _parse([*_base(files), "--start", str(files["ep"]), "--backend", "auto"])

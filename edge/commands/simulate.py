@@ -108,12 +108,14 @@ def step_metrics(pred: np.ndarray, truth: np.ndarray, start: np.ndarray) -> list
     """Per-step metrics of ``pred`` vs ``truth`` (uint8 ``[T, H, W, 3]``).
 
     PSNR in dB (null when identical), SSIM, and PSNR over the motion region (pixels where
-    the ground truth differs from ``start`` by more than 8; null when empty).
+    the ground truth differs from ``start`` by more than 8; null when empty). ``step``
+    counts predicted steps from 0; ``frame`` is the start episode's frame it is compared
+    with (``step + 1``, as the contact sheet labels it ``t1`` ...).
     """
     out = []
     for t in range(len(pred)):
         m = motion_mask(truth[t], start, MOTION_THRESHOLD)
-        out.append({"step": t, "psnr_db": _clean(psnr(pred[t], truth[t])),
+        out.append({"step": t, "frame": t + 1, "psnr_db": _clean(psnr(pred[t], truth[t])),
                     "ssim": _clean(ssim(pred[t], truth[t])),
                     "motion_psnr_db": _clean(masked_psnr(pred[t], truth[t], m)),
                     "motion_pixels": int(m.sum())})
