@@ -129,21 +129,13 @@ def test_the_planner_timing_passes_through_unchanged():
     q = np.zeros((17, 2))
     for k, c in enumerate([1, 0]):
         q[8 * k + 1:8 * k + 9, c] = np.cumsum(SWEEP_PROFILE) * amps[c]
-    bare = episode_from(q, np.arange(17) / 10.0)
-    # forced through the segmenter it picks the same frames
-    out2, rep2 = normalise_calibration(bare, (16, 16), OPTS)
-    assert rep2["source_frames"] == list(range(17))
-    np.testing.assert_array_equal(out2.actions, bare.actions)
-    # with its segments named it passes through as it is...
-    ep = dataclasses.replace(bare, metadata=dataclasses.replace(
-        bare.metadata, segments=out2.metadata.segments))
+    ep = episode_from(q, np.arange(17) / 10.0)
     out, report = ingest_calibration(ep, (16, 16), 8, OPTS)
     assert out is ep and report["normalised"] is False
-    # ...and without them it gains those the segmenter finds, on the same frames
-    out3, rep3 = ingest_calibration(bare, (16, 16), 8, OPTS)
-    assert rep3["normalised"] is True and rep3["source_frames"] == list(range(17))
-    assert [(g.dof, g.start) for g in out3.metadata.segments] == [("j1", 0), ("j0", 8)]
-    np.testing.assert_array_equal(out3.frames, bare.frames)
+    # and forced through the segmenter it picks the same frames
+    out2, rep2 = normalise_calibration(ep, (16, 16), OPTS)
+    assert rep2["source_frames"] == list(range(17))
+    np.testing.assert_array_equal(out2.actions, ep.actions)
 
 
 def test_a_joint_stream_at_another_rate_is_interpolated_to_the_frames():

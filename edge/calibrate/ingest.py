@@ -487,9 +487,7 @@ def _resized(ep: Episode, size: tuple[int, int]) -> tuple[Episode, dict[str, Any
 def ingest_calibration(ep: Episode, resolution: tuple[int, int] | None, segment_frames: int,
                        opts: IngestOptions | None = None, fps: float = 10.0
                        ) -> tuple[Episode, dict[str, Any]]:
-    """The episode in the model's timing: unchanged if it already is (and names every
-    channel's segment), else normalised (an episode in the model's timing without its
-    segments keeps its frames and gains the segments found in its readings).
+    """The episode in the model's timing: unchanged if it already is, else normalised.
 
     Args:
         ep: a calibration episode; resolution: the model's (H, W) (None: any size);
@@ -507,14 +505,11 @@ def ingest_calibration(ep: Episode, resolution: tuple[int, int] | None, segment_
         return ep, {"normalised": False, "recorded_frames": int(ep.num_frames),
                     "reason": f"the model's segments are of {segment_frames} frames: taken "
                               f"as recorded"}
-    # an episode in the model's timing that names no segment for some channel (a user's
-    # own recorder) has them found in its readings as any other timing: the same frames
-    named = {g.dof for g in ep.metadata.segments} >= set(ep.metadata.dof_names)
-    if named and is_model_timing(ep, segment_frames, resolution):
+    if is_model_timing(ep, segment_frames, resolution):
         return ep, {"normalised": False, "recorded_frames": int(ep.num_frames),
                     "reason": f"already {ep.num_dof} segments of {segment_frames} frames"
                               + (f" at {resolution[0]}x{resolution[1]}" if resolution else "")}
-    if named and resolution is not None and is_model_timing(ep, segment_frames, None):
+    if resolution is not None and is_model_timing(ep, segment_frames, None):
         return _resized(ep, (int(resolution[0]), int(resolution[1])))
     return normalise_calibration(ep, resolution, opts, fps)
 
@@ -523,10 +518,17 @@ def at_sweep_poses(ep: Episode) -> tuple[Episode, dict[str, Any]]:
     """The episode at the planner's 8 poses per channel, at its recorded resolution and
     frame rate: what the chain model is read from (``export.models.chain_fit.sweep_timing``)
     and what a stored chain calibration is checked against. An episode already in that
-    timing is returned as it is.
+    timing is returned as it is; one in that timing whose metadata does not name every
+    channel's segment (a user's own recorder) gains the segments found in its joint
+    readings, on the same frames (the chain reads each channel's sweep by its segment; a
+    49-frame recording without them was refused by ``store --chain`` after ``check``
+    passed it).
 
     Raises:
         IngestError: as :func:`normalise_calibration`.
     """
+    named = {g.dof for g in ep.metadata.segments} >= set(ep.metadata.dof_names)
+    if not named and is_model_timing(ep, SEGMENT_FRAMES, None):
+        return normalise_calibration(ep, None, fps=float(ep.metadata.fps))
     return ingest_calibration(ep, None, SEGMENT_FRAMES, fps=float(ep.metadata.fps))
 
