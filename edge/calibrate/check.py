@@ -334,6 +334,7 @@ def _energy(frames: np.ndarray, maps: bool = True, exclude: np.ndarray | None = 
             keep = None
     noise = noise_level(sums if keep is None else sums[:, keep], scale=1.0 / 3.0)
     if float(np.mean(noise)) >= NOISY_CAMERA_LEVEL:  # a camera's noise: smoothed first
+        del sums  # freed before the blurred differences are taken: one array at a time
         sums = _channel_sums(frames, step, ENERGY_BLUR_PX)
         noise = noise_level(sums if keep is None else sums[:, keep], scale=1.0 / 3.0)
     energy = np.empty(t - 1, np.float32)
@@ -625,7 +626,7 @@ def pause_noise_floor(energy: np.ndarray, q: np.ndarray, lag: float,
                           if 0 <= start + r + late < len(energy)]) for c, start in sweeps]
     moving = [(float(np.mean([energy[start + r + late] for r in _MOVE_ROWS
                               if 0 <= start + r + late < len(energy)] or [np.nan])), start)
-              for c, start, _ in inside]
+              for _, start, _ in inside]
     order = sorted((m, start) for m, start in moving if np.isfinite(m))
     kept = {start for _, start in order[:max(2, math.ceil(FLOOR_SWEEP_SHARE * len(order)))]}
     floor = None
@@ -648,8 +649,8 @@ def pause_noise_floor(energy: np.ndarray, q: np.ndarray, lag: float,
 def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
                         search_frames: float = LAG_SEARCH_FRAMES,
                         exclude: np.ndarray | None = None,
-                        exclude_during: list[tuple[int, int, np.ndarray]] | None = None
-                        ) -> dict[str, Any] | None:
+                        exclude_during: list[tuple[int, int, np.ndarray]] | None = None,
+                        energy: np.ndarray | None = None) -> dict[str, Any] | None:
     """How late the frames show the joints against their readings, from the episode itself.
 
     The image motion of each transition (mean absolute frame difference less the camera's
@@ -672,6 +673,9 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
         exclude_during: ``(first, stop, mask)``: pixels left out of transitions ``first``
             to ``stop - 1`` only (what else changed during a sweep,
             :func:`sweep_foreign_motion`).
+        energy: float ``[T-1]``, the image motion :func:`_energy` gives for ``frames`` with
+            ``exclude`` and ``exclude_during``, where the caller has it already (else
+            measured here).
 
     Returns:
         ``{"frames", "s", "r2", "r2_at_zero", "search_frames", "at_search_end",
@@ -685,7 +689,8 @@ def estimate_camera_lag(frames: np.ndarray, q: np.ndarray, fps: float,
     q = np.asarray(q, np.float64)
     if len(frames) < 9 or q.ndim != 2 or len(q) != len(frames) or not np.ptp(q, axis=0).any():
         return None
-    energy = _energy(frames, maps=False, exclude=exclude, exclude_during=exclude_during)[0]
+    if energy is None:
+        energy = _energy(frames, maps=False, exclude=exclude, exclude_during=exclude_during)[0]
 
     def fits(grid: np.ndarray) -> np.ndarray:
         return np.array([_speed_fit(energy, q, float(g))[0] for g in grid])
@@ -1582,8 +1587,9 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
     cols = [c for c, x in enumerate(names) if x not in dup and x in recorded]
     upto = max((starts.get(names[c], c * SEGMENT_FRAMES) + SEGMENT_FRAMES + 1 for c in cols),
                default=0) if partial else t
-    lag = estimate_camera_lag(arr.frames[:upto], q[:upto, cols], fps,
-                              exclude=moving_scene) if cols else None
+    # the image motion measured above is the lag's where it covers the same frames
+    lag = estimate_camera_lag(arr.frames[:upto], q[:upto, cols], fps, exclude=moving_scene,
+                              energy=energy if upto == t else None) if cols else None
     lag_reasons = _lag_reason(lag, rec, fps, opts, extra.get("import"))
     # what else changed during a sweep (a person passing, an object moved): left out of its
     # image motion and of the camera lag like the scene's own motion, and said; only where
@@ -1601,7 +1607,8 @@ def _check_model_timing(arr: EpisodeArrays, opts: CheckOptions) -> dict[str, Any
         energy, _ = _energy(arr.frames, maps=False, exclude=moving_scene,
                             exclude_during=during)
         lag = estimate_camera_lag(arr.frames[:upto], q[:upto, cols], fps, exclude=moving_scene,
-                                  exclude_during=during) if cols else None
+                                  exclude_during=during,
+                                  energy=energy if upto == t else None) if cols else None
         lag_reasons = _lag_reason(lag, rec, fps, opts, extra.get("import"))
     pauses = [energy[k * SEGMENT_FRAMES + r] for k in range(n) for r in _PAUSE_ROWS
               if k * SEGMENT_FRAMES + r < len(energy)]
