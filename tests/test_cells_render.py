@@ -83,6 +83,38 @@ def test_lit_cells_are_lit_by_their_lights_and_ambient_cells_stay_as_rendered(
         dataclasses.replace(cell, lighting="sun")
 
 
+def test_shadowed_cells_cast_the_arm_s_shadow_and_leave_the_other_lightings_as_they_were(
+        chunk: Path) -> None:
+    manifest = json.loads(chunk.read_text())
+    cell = CellParams.from_json_dict(manifest["cells"][0])
+    lit = dataclasses.replace(cell, lighting="lit")
+    shadowed = dataclasses.replace(cell, lighting="shadowed")
+    assert CellParams.from_json_dict(shadowed.to_json_dict()) == shadowed
+    with CellGenerator(SMALL) as gen:
+        lit_before = gen.cell_episodes(lit)["calibration"]
+        shadow = gen.cell_episodes(shadowed)["calibration"]
+        # the same scene afterwards: no light left casting shadows, no texture left on
+        lit_after = gen.cell_episodes(lit)["calibration"]
+        ambient = gen.cell_episodes(cell)["calibration"]
+    assert np.array_equal(lit_before.frames, lit_after.frames)
+    stored = load_episode(chunk.parent / f"{cell.cell_id}/calibration.npz")
+    assert np.array_equal(ambient.frames, stored.frames)
+    assert np.array_equal(shadow.robot_mask, lit_before.robot_mask)
+    # off the arm, shadows take the lamps' light away: pixels far darker than lit (the
+    # texture darkens by at most 22%)...
+    scene = ~shadow.robot_mask
+    ratio = (shadow.frames.astype(float).sum(-1) + 1) / (lit_before.frames.sum(-1) + 1)
+    assert ((ratio < 0.6) & scene).mean() > 0.01
+    # ...and the scene darkens where the arm's shadow moves, which lit alone it does not
+    off_arm = ~(shadow.robot_mask[1:] | shadow.robot_mask[:1])
+
+    def darkened(frames):
+        f = frames.astype(float).sum(-1) + 1
+        return ((f[1:] / f[:1] < 0.6) & off_arm).any(0).sum()
+
+    assert darkened(shadow.frames) > 20 and darkened(lit_before.frames) == 0
+
+
 def test_calibration_episode_sweeps_each_channel_alone_with_visible_motion(chunk: Path) -> None:
     manifest = json.loads(chunk.read_text())
     rel = next(r for r in manifest["files"] if r.endswith("calibration.npz"))

@@ -286,9 +286,11 @@ def register(subparsers: Any) -> None:
                    help="skip the robot mask (evaluation-only data)")
     g.add_argument("--lighting", choices=LIGHTINGS, default="ambient",
                    help="ambient (default; the ambient light alone, flat shading: how every "
-                        "shipped chunk and model was made) or lit (each cell's two lights "
-                        "too: links shade as they turn, as under a real cell's lamps); the "
-                        "same cells are drawn either way")
+                        "shipped chunk and model was made), lit (each cell's two lights "
+                        "too: links shade as they turn, as under a real cell's lamps) or "
+                        "shadowed (lit, both lights casting shadows, the table and floor "
+                        "grain-textured: the arm's shadow moves over the scene); the same "
+                        "cells are drawn either way")
     g.add_argument("--workers", type=positive_int, default=1, help="processes (default 1)")
     g.set_defaults(func=_run_generate)
 

@@ -63,8 +63,9 @@ class GenerateOptions:
             (:data:`~export.cells.trajectories.SWEEP_AMPLITUDE_RAD` by default).
         lighting: how each drawn cell is lit (:attr:`~export.cells.sampling.CellParams.
             lighting`): ``"ambient"`` (default; the ambient term alone, as every shipped
-            chunk and model was made) or ``"lit"`` (its two lights too); the cells drawn
-            are the same either way.
+            chunk and model was made), ``"lit"`` (its two lights too) or ``"shadowed"``
+            (lit, the lights casting shadows on a grain-textured table and floor); the
+            cells drawn are the same either way.
 
     Raises:
         CellError: an unknown motion profile or lighting.

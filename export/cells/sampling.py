@@ -136,7 +136,7 @@ def sample_convention(rng: np.random.Generator, num_dof: int, held_out: bool) ->
 
 
 #: How the renderer may light a cell (:attr:`CellParams.lighting`).
-LIGHTINGS = ("ambient", "lit")
+LIGHTINGS = ("ambient", "lit", "shadowed")
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,10 @@ class CellParams:
     :data:`LIGHTINGS`): ``"ambient"``, the renderer before its lights were placed (the
     ambient term alone, flat shading; every chunk rendered before the field existed), or
     ``"lit"``, the ambient term and both ``lights`` (diffuse shading that changes as a link
-    turns, as a real cell's lamps give it).
+    turns, as a real cell's lamps give it), or ``"shadowed"``, lit, with both lights casting
+    shadows (shadow maps) and a wood-grain texture on the table and a tiled one on the floor:
+    the arm's shadow moves over textured and plain surfaces as it would under a real cell's
+    lamps.
     """
 
     cell_id: str

@@ -6,11 +6,13 @@ colours in place, without recompiling. Rendering is kinematic replay: joint posi
 set and ``mj_kinematics`` places the bodies; there is no physics. A cell whose
 ``lighting`` is ``"lit"`` also gets its lights placed (``mj_camlight``, which
 ``mj_kinematics`` does not run); an ``"ambient"`` cell is drawn by the ambient term alone,
-as every cell was before the lights were placed.
+as every cell was before the lights were placed. A ``"shadowed"`` cell is lit, its lights
+cast shadows and its table and floor carry a grain texture.
 
 Throughput settings (measured in ``bench/bench_cells.py``): collision geoms removed,
 visual meshes welded and decimated with quadric edge collapse (``fast_simplification``),
-anti-aliasing off (``offsamples = 0``), no shadows, no reflections, no skybox.
+anti-aliasing off (``offsamples = 0``), no shadows (but in a ``"shadowed"`` cell), no
+reflections, no skybox.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ BASE_Z = 0.42  # robot base on a pedestal, so the home pose clears the table
 NUM_OBJECTS = 3
 WALL_DISTANCE = 3.0
 MIN_FACES_PER_MESH = 60
+#: Shadow map size of a ``"shadowed"`` cell's lights, px.
+SHADOW_MAP_PX = 2048
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,9 @@ class CellScene:
         world = mujoco.MjSpec()
         world.modelname = f"cell_{robot}"
         world.visual.quality.offsamples = 0
-        world.visual.quality.shadowsize = 0
+        # the shadow map only a "shadowed" cell's lights draw into (no light casts a shadow
+        # otherwise, and an ambient or lit cell renders as without it)
+        world.visual.quality.shadowsize = SHADOW_MAP_PX
         world.visual.global_.offwidth = self.settings.width
         world.visual.global_.offheight = self.settings.height
         world.visual.headlight.active = 0
@@ -204,6 +210,16 @@ class CellScene:
                     pos=[0, 0, BASE_Z / 2])
         for i in range(2):
             wb.add_light(name=f"light{i}", pos=[0, 0, 3], dir=[0, 0, -1], castshadow=False)
+        # a "shadowed" cell's surfaces: a light checker (the cell's colour times 0.78-1.0)
+        # with random grain marks, so a shadow falls on texture as on a real table or floor
+        texture = mujoco.mjtTexture.mjTEXTURE_2D
+        for name, repeat, grain in (("table", 6, 0.06), ("floor", 10, 0.03)):
+            world.add_texture(name=f"{name}_grain", type=texture,
+                              builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, rgb1=[1, 1, 1],
+                              rgb2=[0.78, 0.78, 0.78], mark=mujoco.mjtMark.mjMARK_RANDOM,
+                              random=grain, markrgb=[0.55, 0.55, 0.55], width=256, height=256)
+            mat = world.add_material(name=f"{name}_grain", texrepeat=[repeat, repeat])
+            mat.textures[int(mujoco.mjtTextureRole.mjTEXROLE_RGB)] = f"{name}_grain"
         frame = wb.add_frame(pos=[0.0, 0.0, BASE_Z])
         frame.attach_body(robot_mjcf.worldbody.first_body(), "robot/", "")
         self.model = world.compile()
@@ -229,6 +245,8 @@ class CellScene:
                          for n in ["floor", "table", "pedestal"]
                          + [f"wall{i}" for i in range(4)] + [f"table_leg{i}" for i in range(4)]
                          + [f"object{i}" for i in range(NUM_OBJECTS)]}
+        self._grain = {n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_MATERIAL, f"{n}_grain")
+                       for n in ("table", "floor")}
         for mat in range(m.nmat):
             m.mat_reflectance[mat] = 0.0
         try:
@@ -264,7 +282,10 @@ class CellScene:
         m.vis.headlight.ambient[:] = cell.ambient_rgb
         m.vis.headlight.diffuse[:] = 0.0
         m.vis.headlight.active = 1  # ambient only
-        self._lit = getattr(cell, "lighting", "ambient") == "lit"
+        lighting = getattr(cell, "lighting", "ambient")
+        self._lit = lighting in ("lit", "shadowed")
+        shadowed = lighting == "shadowed"
+        m.light_castshadow[:] = shadowed
         for i, light in enumerate(cell.lights):
             m.light_pos[i] = light["pos"]
             direction = -np.asarray(light["pos"]) + np.array([0.4, 0.0, 0.5])
@@ -272,6 +293,10 @@ class CellScene:
             m.light_diffuse[i] = light["diffuse"]
             m.light_specular[i] = 0.1
         g = self._geom_id
+        for name in ("table", "floor"):  # textured in a shadowed cell, plain otherwise
+            mat = self._grain[name]
+            m.geom_matid[g[name]] = mat if shadowed else -1
+            m.mat_rgba[mat] = [*getattr(cell, f"{name}_rgb"), 1]
         m.geom_rgba[g["floor"]] = [*cell.floor_rgb, 1]
         for i in range(4):
             m.geom_rgba[g[f"wall{i}"]] = [*cell.wall_rgb, 1]
