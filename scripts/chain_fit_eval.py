@@ -733,10 +733,11 @@ def main(argv: list[str] | None = None) -> int:
                 zlib.crc32(cell.cell_id.encode())))
             # the model's grid from the same recording, as a device reduces it
             cal = _replace(cal, frames=on_grid(hi_cache["cal"].frames, cal.frames.shape[1:3]))
-        elif params.lighting == "lit" and hi_dir is not None:
-            # a lit cell's 64 px render and its 256 px render reduced differ by 2-3 levels
-            # on average (aliasing at shaded edges; under 1 level ambient): the chain's home
-            # frame from the same recording as the sweep it anchors with, as on a device
+        elif params.lighting in ("lit", "shadowed") and hi_dir is not None:
+            # a lit (or shadowed) cell's 64 px render and its 256 px render reduced differ
+            # by 2-3 levels on average (aliasing at shaded edges; under 1 level ambient): the
+            # chain's home frame from the same recording as the sweep it anchors with, as on
+            # a device
             cal = _replace(cal, frames=on_grid(high_calibration(hi_cache, hi_dir, cal).frames,
                                                cal.frames.shape[1:3]))
         d0, _, _, cam = scene.render_geometry(
