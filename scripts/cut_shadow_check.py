@@ -8,8 +8,8 @@ MuJoCo's true arm mask of the home frame: IoU, the share of the cut that is not 
 (mostly shadow and the scene it falls on) and the share of the arm the cut finds, at the
 frames' size and at the model's 64 px. ``--grey`` makes the scene grey (a grey arm's
 hardest case), ``--camera-noise``/``--camera-jpeg`` degrade the frames as a camera would.
-Prints a table, writes JSON, and with ``--sheet`` a PNG per cell pair (home frame, cut in
-green, false cut in magenta, missed arm in cyan).
+Prints a table, writes JSON, and with ``--sheet`` a contact sheet, a row per cell (home
+frame lit, then shadowed: cut in green, false cut in magenta, missed arm in cyan).
 
     python scripts/cut_shadow_check.py --split test_robot --cells 16 \\
         --json out/cut_shadow_robot.json --sheet out/cut_shadow_robot.png
@@ -18,7 +18,6 @@ green, false cut in magenta, missed arm in cyan).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import replace
@@ -66,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import cv2
 
+    from edge.fileio import write_json_atomic
+    from edge.visual import contact_sheet, write_png
     from export.cells.generate import CellGenerator, GenerateOptions
     from export.cells.sampling import chunk_seed, sample_cell
     from export.evaluation.frames import camera_degrade
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 row[lighting] = {**_scores(cut, arm),
                                  "at_64px": _scores(small, arm64)}
                 pair.append(_overlay(frames[0], cut, arm))
-            tiles.append(np.hstack(pair))
+            tiles.append(np.stack(pair))
             rows.append(row)
             s, sh = row["lit"], row["shadowed"]
             print(f"[{time.perf_counter() - t0:6.0f}s] {cell.cell_id} {cell.robot:10s} "
@@ -125,20 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, v in summary.items():
         print(f"{name:28s} {v['iou']:6.3f} {v['false_share']:6.3f} {v['recall']:6.3f} "
               f"{v['iou_mean']:8.3f} {v['iou_min']:6.3f}")
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"split": args.split, "chunk": args.chunk, "skip": args.skip,
-                               "size": args.size, "grey": args.grey,
-                               "camera_noise": args.camera_noise,
-                               "camera_jpeg": args.camera_jpeg, "summary": summary,
-                               "cells": rows},
-                              indent=1) + "\n")
+    out = write_json_atomic(args.json, {
+        "split": args.split, "chunk": args.chunk, "skip": args.skip, "size": args.size,
+        "grey": args.grey, "camera_noise": args.camera_noise, "camera_jpeg": args.camera_jpeg,
+        "summary": summary, "cells": rows})
     if args.sheet:
-        cols = 2
-        while len(tiles) % cols:
-            tiles.append(np.zeros_like(tiles[0]))
-        sheet = np.vstack([np.hstack(tiles[i:i + cols]) for i in range(0, len(tiles), cols)])
-        cv2.imwrite(args.sheet, sheet[..., ::-1])
+        write_png(args.sheet, contact_sheet(
+            tiles, row_labels=[f"{r['cell']} ({r['robot']}): IoU lit {r['lit']['iou']:.2f}, "
+                               f"shadowed {r['shadowed']['iou']:.2f}" for r in rows],
+            tile_labels=[["lit", "shadowed"]] * len(rows), scale=1))
     print(f"wrote {out}" + (f" and {args.sheet}" if args.sheet else ""))
     return 0
 
