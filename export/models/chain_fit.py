@@ -665,9 +665,10 @@ def _replaced_parts(frames: np.ndarray, by_arm: np.ndarray, cut: np.ndarray) -> 
     highlight coming and going changes its saturation, not its hue). Where the shading test
     misses such changes (a soft shadow's rim several pixels wide, one face of the box in
     shadow at home), the cut took the box for arm; its part of the cut is then one the
-    sweep never replaced (held-out cells and a scene of a user's own: 4-6% of the box's
-    part replaced, 55-100% of the arm's; docs/eval/experiments.md, "A box the arm's shadow
-    crosses"). A part touching the arm in the image is judged with it.
+    sweep never replaced (a user's own scene, rendered clean and with camera noise: 4-6% of
+    the box's part replaced; the arm's parts there, in the user's recording and on a held-out
+    cell 55-100%; docs/eval/experiments.md, "A box the arm's shadow crosses"). A part
+    touching the arm in the image is judged with it.
     """
     import cv2
 
