@@ -618,7 +618,7 @@ def test_a_part_of_the_cut_the_sweep_never_replaces_goes_back_to_the_scene():
     place (the grey floor shows through) stays; a blue box that only darkens and brightens
     (a shadow coming and going, a shine leaving its saturation) goes; a grey box whose
     changes say nothing of hue stays (a grey change always counts as replaced)."""
-    from export.models.chain_fit import _replaced_parts
+    from export.models.chain_fit import _hsv, _replaced_parts
 
     frames = np.full((5, 32, 48, 3), 90, np.uint8)
     frames[:, 4:10, 4:20] = (40, 180, 60)  # the bar at home, every frame...
@@ -631,7 +631,7 @@ def test_a_part_of_the_cut_the_sweep_never_replaces_goes_back_to_the_scene():
     by_arm = np.ones((4, 32, 48), bool)
     cut = np.zeros((32, 48), bool)
     cut[4:10, 4:20] = cut[18:28, 6:18] = cut[18:28, 30:42] = True
-    kept = _replaced_parts(frames, by_arm, cut)
+    kept = _replaced_parts(_hsv(frames), by_arm, cut)
     assert kept[4:10, 4:20].all() and not kept[18:28, 6:18].any() and kept[18:28, 30:42].all()
 
 

@@ -441,10 +441,11 @@ def sweep_robot_mask(frames: np.ndarray, size: tuple[int, int] | None = None,
     # tolerances the noise needs also let a plain link pass for a shadow (the cut of the
     # sample cell's sweep with noise of 6 levels and JPEG at 80 fell from IoU 0.92 to
     # 0.75), so there every change counts, as before.
+    hsv = _hsv(frames)  # for the shading test and the parts the sweep replaced
     if noise > MASK_NOISE_FROM:
         by_arm = diff
     else:
-        by_arm = diff & ~_shading_changes(img, diff, noise)
+        by_arm = diff & ~_shading_changes(img, diff, noise, hsv)
     moved = by_arm.any(0)
     seeds = np.full((fh, fw), cv2.GC_BGD, np.uint8)
     seeds[cv2.dilate(moved.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0] = cv2.GC_PR_BGD
@@ -465,7 +466,7 @@ def sweep_robot_mask(frames: np.ndarray, size: tuple[int, int] | None = None,
     arm = (seeds == cv2.GC_FGD) | (seeds == cv2.GC_PR_FGD)
     # the arm leaves its place in the sweep: a part of the cut whose colour the sweep's
     # changes hardly ever replace is a surface the arm's shadow crossed
-    arm = _replaced_parts(frames, by_arm, arm)
+    arm = _replaced_parts(hsv, by_arm, arm)
     return cv2.resize(arm.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA) >= 0.5
 
 
@@ -498,11 +499,13 @@ def _colour_hist(colours: np.ndarray, weights: np.ndarray | None = None, bins: i
     return h / max(float(h.sum()), 1e-12)
 
 
-def _shading_changes(img: np.ndarray, diff: np.ndarray, noise: float = 0.0) -> np.ndarray:
+def _shading_changes(img: np.ndarray, diff: np.ndarray, noise: float = 0.0,
+                     hsv: np.ndarray | None = None) -> np.ndarray:
     """The changes of a calibration sweep that are a shadow moving over the scene, as bool
     ``[T-1, h, w]``, from frames float32 ``[T, h, w, 3]`` (home first), where each frame
     changed against home, bool ``[T-1, h, w]``, and the frames' noise (grey levels, of the
-    frames as given: smoothed ones where :func:`sweep_robot_mask` smoothed them).
+    frames as given: smoothed ones where :func:`sweep_robot_mask` smoothed them); ``hsv``:
+    the frames' :func:`_hsv` where the caller has it.
 
     A pixel's change is shading where its chromaticity stays (:data:`SHADING_CHROMA`), or
     on a coloured surface its hue (:func:`_hue_kept`: a shadow that takes a shiny surface's
@@ -534,7 +537,8 @@ def _shading_changes(img: np.ndarray, diff: np.ndarray, noise: float = 0.0) -> n
     home_sum = img[0].sum(-1) + 3 * eps
     home_chroma = (img[0] + eps) / home_sum[..., None]
     home_log = np.log(home_sum)
-    home_hsv = _hsv(img[0])
+    if hsv is None:
+        hsv = _hsv(img)
     like = np.zeros_like(diff)
     r = SHADING_WINDOW_PX // 2
     hh, ww = diff.shape[1:]
@@ -547,7 +551,7 @@ def _shading_changes(img: np.ndarray, diff: np.ndarray, noise: float = 0.0) -> n
         slack = SHADING_NOISE_SPAN * 3.0 * noise / np.minimum(frame_sum, home_sum)
         chroma = (img[t + 1] + eps) / frame_sum[..., None]
         same_hue = ((np.abs(chroma - home_chroma).sum(-1) < SHADING_CHROMA + slack)
-                    | _hue_kept(home_hsv, _hsv(img[t + 1])))
+                    | _hue_kept(hsv[0], hsv[t + 1]))
         ratio = np.log(frame_sum) - home_log  # the brightness's log ratio to home
         w = d.astype(np.float32)
         n = np.maximum(cv2.blur(w, k), 1e-6)
@@ -630,18 +634,17 @@ def _hsv(rgb: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(flat, cv2.COLOR_RGB2HSV_FULL).reshape(np.shape(rgb))
 
 
-def _hue_kept(home: np.ndarray, seen: np.ndarray,
-              saturation_step: float | None = None, chroma: float | None = None
+def _hue_kept(home: np.ndarray, seen: np.ndarray, saturation_step: float | None = None
               ) -> np.ndarray:
     """Where a coloured pixel changed from ``home`` to ``seen`` (HSV, :func:`_hsv`,
     broadcast together) keeps its hue (within :data:`HUE_KEPT_DEG`) and about its
     saturation (within :data:`HUE_KEPT_SATURATION_STEP`), both at least
-    :data:`HUE_KEPT_COLOURED` saturated and :data:`HUE_KEPT_CHROMA` from grey: a shade of the same surface, as a shadow makes it
-    even where it takes a shiny surface's highlight with it (which moves the chromaticity
-    towards the surface's own colour, and past :data:`SHADING_CHROMA`).
-    ``saturation_step``: another limit on the saturation's change (1.0: none)."""
+    :data:`HUE_KEPT_COLOURED` saturated and :data:`HUE_KEPT_CHROMA` from grey: a shade of
+    the same surface, as a shadow makes it even where it takes a shiny surface's highlight
+    with it (which moves the chromaticity towards the surface's own colour, and past
+    :data:`SHADING_CHROMA`). ``saturation_step``: another limit on the saturation's change
+    (1.0: none)."""
     step = HUE_KEPT_SATURATION_STEP if saturation_step is None else saturation_step
-    floor = HUE_KEPT_CHROMA if chroma is None else chroma
     turn = np.abs(seen[..., 0] - home[..., 0])
     turn = np.minimum(turn, 360.0 - turn)
     # the chroma (saturation times value): a dark pixel's hue and saturation are noise
@@ -649,15 +652,15 @@ def _hue_kept(home: np.ndarray, seen: np.ndarray,
     return ((turn < HUE_KEPT_DEG)
             & (np.abs(seen[..., 1] - home[..., 1]) < step)
             & (np.minimum(seen[..., 1], home[..., 1]) >= HUE_KEPT_COLOURED)
-            & (least >= floor))
+            & (least >= HUE_KEPT_CHROMA))
 
 
-def _replaced_parts(frames: np.ndarray, by_arm: np.ndarray, cut: np.ndarray) -> np.ndarray:
+def _replaced_parts(hsv: np.ndarray, by_arm: np.ndarray, cut: np.ndarray) -> np.ndarray:
     """The parts of a cut the sweep replaced: bool ``[h, w]``, the connected parts (8-way)
     of ``cut`` (bool ``[h, w]``) at least :data:`CUT_REPLACED_SHARE` of whose pixels took,
     in some frame, a colour of another hue (or a grey; :func:`_hue_kept`) by a change the
-    shading test left to the arm (``by_arm``, bool ``[T-1, h, w]``; frames uint8
-    ``[T, h, w, 3]``, home first).
+    shading test left to the arm (``by_arm``, bool ``[T-1, h, w]``; ``hsv``: float32
+    ``[T, h, w, 3]``, the frames' :func:`_hsv`, home first).
 
     A link leaves its place when its joint or one before it sweeps, and the scene behind it
     shows through; a box beside the arm that the arm's shadow crosses changes in every frame
@@ -674,11 +677,10 @@ def _replaced_parts(frames: np.ndarray, by_arm: np.ndarray, cut: np.ndarray) -> 
 
     if not cut.any():
         return cut
-    home = _hsv(frames[0])
     replaced = np.zeros(cut.shape, bool)
     for t in np.nonzero(by_arm.any((1, 2)))[0]:
         # another hue, or grey: a shiny surface's shade may change its saturation
-        replaced |= by_arm[t] & ~_hue_kept(home, _hsv(frames[t + 1]), saturation_step=1.0)
+        replaced |= by_arm[t] & ~_hue_kept(hsv[0], hsv[t + 1], saturation_step=1.0)
     count, parts = cv2.connectedComponents(cut.astype(np.uint8), connectivity=8)
     size = np.bincount(parts.ravel(), minlength=count)
     share = np.bincount(parts.ravel(), weights=replaced.ravel(), minlength=count)
